@@ -1,0 +1,222 @@
+//! What the election asks the driver to do, and the log records it emits.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::ids::{ConnId, TermId};
+
+/// One thing the driver must do, drained with [`Election::poll_action`](crate::Election::poll_action)
+/// in order.
+///
+/// The driver performs at most one I/O operation at a time. An action that starts an operation
+/// on a connection (`TryLock`, `Ping`, `Unlock`) replaces any operation still in flight on it;
+/// [`Action::CloseConnection`] cancels whatever is in flight on its connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action<C> {
+    /// Borrow a connection from the pool for `conn`, then report
+    /// [`Event::ConnectionAcquired`](crate::Event::ConnectionAcquired) or
+    /// [`Event::AcquireFailed`](crate::Event::AcquireFailed).
+    AcquireConnection {
+        /// The identifier the new connection gets.
+        conn: ConnId,
+    },
+    /// Run the grant statement (try the lock; when granted, set `idle_session_timeout` in the
+    /// same statement), then report `LockGranted`, `LockRefused` or `LockQueryFailed`.
+    TryLock {
+        /// The borrowed connection.
+        conn: ConnId,
+    },
+    /// Give the borrowed connection back to the pool unchanged: the lock was refused.
+    ReturnToPool {
+        /// The borrowed connection.
+        conn: ConnId,
+    },
+    /// Take the connection out of the pool for good: it now carries the lock, and nothing but the
+    /// election may close it.
+    Hijack {
+        /// The connection that holds the lock.
+        conn: ConnId,
+    },
+    /// Run `SELECT 1` on the lock connection, then report `PingOk` or `PingFailed`.
+    Ping {
+        /// The lock connection.
+        conn: ConnId,
+    },
+    /// Run `pg_advisory_unlock` on the lock connection, then report `UnlockDone` or
+    /// `UnlockFailed`.
+    Unlock {
+        /// The lock connection.
+        conn: ConnId,
+    },
+    /// Abandon the connection: cancel what is in flight on it (including a pending acquire) and
+    /// close it without returning it to the pool. The server ends the session, and releases its
+    /// locks, when the socket closes.
+    CloseConnection {
+        /// The connection to close.
+        conn: ConnId,
+    },
+    /// A term begins: the replica leads from now on (is-leader true, gauge 1).
+    BeginTerm {
+        /// The new term.
+        term: TermId,
+    },
+    /// The term ends: cancel every term token and every leader work in flight, is-leader false,
+    /// gauge 0. Emitted exactly once per [`Action::BeginTerm`].
+    EndTerm {
+        /// The term that ends.
+        term: TermId,
+        /// Why it ends.
+        cause: TermEndCause,
+    },
+    /// Emit a log record.
+    Log(LogRecord<C>),
+    /// The run is over: the driver returns. No term is open and no connection is left.
+    Finish,
+}
+
+impl<C> Action<C> {
+    /// The connection this action concerns, if any.
+    pub fn conn(&self) -> Option<ConnId> {
+        match self {
+            Self::AcquireConnection { conn }
+            | Self::TryLock { conn }
+            | Self::ReturnToPool { conn }
+            | Self::Hijack { conn }
+            | Self::Ping { conn }
+            | Self::Unlock { conn }
+            | Self::CloseConnection { conn } => Some(*conn),
+            Self::BeginTerm { .. } | Self::EndTerm { .. } | Self::Log(_) | Self::Finish => None,
+        }
+    }
+}
+
+/// Why a term ended. Closed: these are the only two ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TermEndCause {
+    /// The lock is, or may be, lost: the check failed or did not answer in time, or the run
+    /// panicked or was dropped while leading (the spec's `ErrLeadershipLost`).
+    LeadershipLost,
+    /// The run was cancelled: the replica gives the lock up on purpose.
+    Stopped,
+}
+
+impl fmt::Display for TermEndCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::LeadershipLost => "leadership lost",
+            Self::Stopped => "election stopped",
+        })
+    }
+}
+
+/// A log record: a fixed message, the term it concerns and, for failures, the cause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord<C> {
+    /// What happened; fixes the message text and the level.
+    pub kind: LogKind,
+    /// The term concerned, when there is one.
+    pub term: Option<TermId>,
+    /// Why, for the records of a failure.
+    pub cause: Option<Cause<C>>,
+}
+
+impl<C> LogRecord<C> {
+    /// The level of this record.
+    pub fn level(&self) -> Level {
+        self.kind.level()
+    }
+}
+
+impl<C: fmt::Display> fmt::Display for LogRecord<C> {
+    /// The message, followed by `": <cause>"` when there is a cause.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind.message())?;
+        match &self.cause {
+            Some(cause) => write!(f, ": {cause}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The level of a log record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Level {
+    /// Normal operation worth recording.
+    Info,
+    /// Something failed; the election carries on.
+    Warn,
+}
+
+/// Every kind of log record, each with a stable message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LogKind {
+    /// A standby's check failed: no connection, or the grant statement failed or did not answer.
+    /// WARN `leader: acquire lock connection: <cause>` (the spec's text).
+    AcquireFailed,
+    /// The lock was granted and a term began. INFO.
+    LeadershipAcquired,
+    /// The leader's check failed or did not answer: the term ended. WARN with the ping error.
+    LeadershipLost,
+    /// A graceful stop released the lock. INFO.
+    LockReleased,
+    /// A graceful stop could not confirm the release (error, timeout, or the session did not hold
+    /// the lock); the connection is closed anyway, so the server releases. WARN.
+    ReleaseFailed,
+    /// A panic unwound the run while it held, or was releasing, the lock. WARN (the spec's text).
+    AbandonedAfterPanic,
+    /// The run was dropped while it held, or was releasing, the lock. WARN.
+    AbandonedAfterDrop,
+    /// Leader work was interrupted by the end of its term. INFO.
+    WorkInterrupted,
+}
+
+impl LogKind {
+    /// The stable message text. Scripts may match on these.
+    pub const fn message(self) -> &'static str {
+        match self {
+            Self::AcquireFailed => "leader: acquire lock connection",
+            Self::LeadershipAcquired => "leader: acquired background leader lock",
+            Self::LeadershipLost => "leader: lost background leader lock",
+            Self::LockReleased => "leader: released background leader lock",
+            Self::ReleaseFailed => "leader: release background leader lock",
+            Self::AbandonedAfterPanic => "background leader lock abandoned after a panic",
+            Self::AbandonedAfterDrop => "background leader lock abandoned: election dropped",
+            Self::WorkInterrupted => "leader: leadership ended while background work ran",
+        }
+    }
+
+    /// The level records of this kind are emitted at.
+    pub const fn level(self) -> Level {
+        match self {
+            Self::LeadershipAcquired | Self::LockReleased | Self::WorkInterrupted => Level::Info,
+            Self::AcquireFailed
+            | Self::LeadershipLost
+            | Self::ReleaseFailed
+            | Self::AbandonedAfterPanic
+            | Self::AbandonedAfterDrop => Level::Warn,
+        }
+    }
+}
+
+/// Why an operation failed: the driver's error, or a verdict of the election itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause<C> {
+    /// The driver reported this error.
+    Error(C),
+    /// No answer came within this budget.
+    TimedOut(Duration),
+    /// `pg_advisory_unlock` answered `false`: the session did not hold the lock.
+    LockNotHeld,
+}
+
+impl<C: fmt::Display> fmt::Display for Cause<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Error(cause) => cause.fmt(f),
+            Self::TimedOut(budget) => write!(f, "no answer within {budget:?}"),
+            Self::LockNotHeld => {
+                f.write_str("pg_advisory_unlock returned false: the session did not hold the lock")
+            }
+        }
+    }
+}

@@ -1,0 +1,677 @@
+//! The election state machine of one replica.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Instant;
+
+use crate::action::{Action, Cause, LogKind, LogRecord, TermEndCause};
+use crate::event::Event;
+use crate::ids::{ConnId, TermId};
+use crate::interval::{CheckInterval, UNLOCK_BUDGET};
+use crate::schedule::Schedule;
+
+/// The election of one replica: standby, leader, or not running.
+///
+/// An `Election` performs no I/O and reads no clock; a driver feeds it inputs stamped with the
+/// current time and performs the actions it queues.
+///
+/// # Methods
+/// - Getters: [`is_running`](Self::is_running), [`is_leader`](Self::is_leader),
+///   [`term`](Self::term), [`phase`](Self::phase), [`interval`](Self::interval).
+/// - Inputs: [`start`](Self::start), [`handle_event`](Self::handle_event),
+///   [`handle_timeout`](Self::handle_timeout).
+/// - Outputs: [`poll_action`](Self::poll_action), [`poll_timeout`](Self::poll_timeout),
+///   [`timeout_reason`](Self::timeout_reason).
+///
+/// # The driver's contract
+/// 1. `now` never decreases from one input to the next.
+/// 2. After every input, drain [`poll_action`](Self::poll_action) until it returns `None` and
+///    perform the actions in order, then read [`poll_timeout`](Self::poll_timeout) again.
+/// 3. When the time reaches the deadline of `poll_timeout`, call
+///    [`handle_timeout`](Self::handle_timeout) before feeding any other input; calling it early or
+///    twice does nothing.
+/// 4. Report each completion as an [`Event`] echoing the action's [`ConnId`]. A completion for a
+///    connection the election no longer waits on is ignored ([`Handled::Ignored`]).
+/// 5. Report [`Event::Cancelled`] when asked to stop, [`Event::Panicked`] when a panic unwinds
+///    the run, and [`Event::Dropped`] when the run is dropped; the run is over at
+///    [`Action::Finish`].
+///
+/// ```no_run
+/// use std::time::{Duration, Instant};
+/// use plexsphere_leader_core::{Action, CheckInterval, Election, Event};
+///
+/// # fn perform(_: &Action<String>) -> Option<Event<String>> { None }
+/// # fn wait_until(_: Option<Instant>) -> Option<Event<String>> { None }
+/// let mut election = Election::<String>::new(CheckInterval::new(Duration::from_secs(5))?);
+/// election.start(Instant::now())?;
+/// 'run: loop {
+///     while let Some(action) = election.poll_action() {
+///         if action == Action::Finish {
+///             break 'run;
+///         }
+///         if let Some(event) = perform(&action) {
+///             election.handle_event(Instant::now(), event);
+///         }
+///     }
+///     match wait_until(election.poll_timeout()) {
+///         Some(event) => { election.handle_event(Instant::now(), event); }
+///         None => election.handle_timeout(Instant::now()),
+///     }
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Time
+/// Instants must come from one monotonic clock. Deadlines are computed with `Instant + Duration`
+/// and so panic, like `std` does, only for instants within a few days of the platform's limit.
+pub struct Election<C> {
+    interval: CheckInterval,
+    state: State,
+    actions: VecDeque<Action<C>>,
+    last_conn: u64,
+    last_term: u64,
+}
+
+/// What became of an input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// The input changed the election (possibly queuing actions).
+    Applied,
+    /// The input was ignored; nothing changed and no action was queued.
+    Ignored(Ignored),
+}
+
+/// Why an input was ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ignored {
+    /// The election is not running.
+    NotRunning,
+    /// The completion names a connection the election no longer waits on (it timed out, was
+    /// closed, or belongs to an earlier check).
+    StaleConnection,
+    /// The completion names the awaited connection but answers another operation than the one
+    /// in flight (for example `PingOk` while the grant statement runs).
+    Unexpected,
+    /// The election is already stopping; a second stop request changes nothing.
+    AlreadyStopping,
+}
+
+/// [`Election::start`] was called while a run is in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlreadyRunning;
+
+impl fmt::Display for AlreadyRunning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the election is already running")
+    }
+}
+
+impl std::error::Error for AlreadyRunning {}
+
+/// Which deadline [`Election::poll_timeout`] stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// The next check is due.
+    NextCheck,
+    /// A standby's connection acquire must have completed.
+    AcquireDeadline,
+    /// A standby's grant statement must have answered.
+    TryLockDeadline,
+    /// The leader's `SELECT 1` must have answered.
+    PingDeadline,
+    /// The graceful release's `pg_advisory_unlock` must have answered.
+    UnlockDeadline,
+}
+
+/// A coarse name of the current state, for traces and status pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Not running.
+    Idle,
+    /// Standby, waiting for the next check.
+    StandbyWaiting,
+    /// Standby, acquiring a connection.
+    Acquiring,
+    /// Standby, running the grant statement.
+    TryingLock,
+    /// Leader, waiting for the next check.
+    Leading,
+    /// Leader, running its check.
+    Pinging,
+    /// Stopping: the term ended and the lock is being released.
+    Releasing,
+}
+
+enum State {
+    Idle,
+    Running(Running),
+}
+
+struct Running {
+    schedule: Schedule,
+    role: Role,
+}
+
+enum Role {
+    Standby(Standby),
+    Leader(Leader),
+    Releasing(Releasing),
+}
+
+enum Standby {
+    Waiting { next_check: Instant },
+    Acquiring { conn: ConnId, deadline: Instant },
+    TryingLock { conn: ConnId, deadline: Instant },
+}
+
+struct Leader {
+    term: TermId,
+    conn: ConnId,
+    check: LeaderCheck,
+}
+
+enum LeaderCheck {
+    Waiting { next_check: Instant },
+    Pinging { deadline: Instant },
+}
+
+struct Releasing {
+    term: TermId,
+    conn: ConnId,
+    deadline: Instant,
+}
+
+/// How a run ends abruptly.
+#[derive(Clone, Copy)]
+enum Abandon {
+    Panic,
+    Drop,
+}
+
+impl<C> Election<C> {
+    /// A new election that is not running yet.
+    pub fn new(interval: CheckInterval) -> Self {
+        Self {
+            interval,
+            state: State::Idle,
+            actions: VecDeque::new(),
+            last_conn: 0,
+            last_term: 0,
+        }
+    }
+
+    // ---- getters ----
+
+    /// The check interval.
+    pub fn interval(&self) -> CheckInterval {
+        self.interval
+    }
+
+    /// Whether a run is in progress (between `start` and [`Action::Finish`]).
+    pub fn is_running(&self) -> bool {
+        matches!(self.state, State::Running(_))
+    }
+
+    /// Whether a term is open: the replica leads.
+    pub fn is_leader(&self) -> bool {
+        self.term().is_some()
+    }
+
+    /// The open term, if the replica leads.
+    pub fn term(&self) -> Option<TermId> {
+        match &self.state {
+            State::Running(Running {
+                role: Role::Leader(leader),
+                ..
+            }) => Some(leader.term),
+            _ => None,
+        }
+    }
+
+    /// The coarse state, for traces.
+    pub fn phase(&self) -> Phase {
+        let State::Running(running) = &self.state else {
+            return Phase::Idle;
+        };
+        match &running.role {
+            Role::Standby(Standby::Waiting { .. }) => Phase::StandbyWaiting,
+            Role::Standby(Standby::Acquiring { .. }) => Phase::Acquiring,
+            Role::Standby(Standby::TryingLock { .. }) => Phase::TryingLock,
+            Role::Leader(Leader {
+                check: LeaderCheck::Waiting { .. },
+                ..
+            }) => Phase::Leading,
+            Role::Leader(Leader {
+                check: LeaderCheck::Pinging { .. },
+                ..
+            }) => Phase::Pinging,
+            Role::Releasing(_) => Phase::Releasing,
+        }
+    }
+
+    // ---- outputs ----
+
+    /// The next action to perform, in order; `None` when the queue is empty.
+    pub fn poll_action(&mut self) -> Option<Action<C>> {
+        self.actions.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must next be called; `None` while not
+    /// running. Exactly one deadline is pending in every running state.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.pending_timer().map(|(_, at)| at)
+    }
+
+    /// Which deadline [`poll_timeout`](Self::poll_timeout) stands for.
+    pub fn timeout_reason(&self) -> Option<Timer> {
+        self.pending_timer().map(|(timer, _)| timer)
+    }
+
+    fn pending_timer(&self) -> Option<(Timer, Instant)> {
+        let State::Running(running) = &self.state else {
+            return None;
+        };
+        Some(match &running.role {
+            Role::Standby(Standby::Waiting { next_check }) => (Timer::NextCheck, *next_check),
+            Role::Standby(Standby::Acquiring { deadline, .. }) => {
+                (Timer::AcquireDeadline, *deadline)
+            }
+            Role::Standby(Standby::TryingLock { deadline, .. }) => {
+                (Timer::TryLockDeadline, *deadline)
+            }
+            Role::Leader(Leader {
+                check: LeaderCheck::Waiting { next_check },
+                ..
+            }) => (Timer::NextCheck, *next_check),
+            Role::Leader(Leader {
+                check: LeaderCheck::Pinging { deadline },
+                ..
+            }) => (Timer::PingDeadline, *deadline),
+            Role::Releasing(releasing) => (Timer::UnlockDeadline, releasing.deadline),
+        })
+    }
+
+    // ---- inputs ----
+
+    /// Starts a run at `now`: the first check begins at once (a connection is asked for) and the
+    /// next ones fall due every interval after `now`.
+    ///
+    /// # Errors
+    /// [`AlreadyRunning`] while a run is in progress; nothing changes. A run that finished (after
+    /// [`Action::Finish`]) may be started again.
+    pub fn start(&mut self, now: Instant) -> Result<(), AlreadyRunning> {
+        if self.is_running() {
+            return Err(AlreadyRunning);
+        }
+        let schedule = Schedule::starting_at(now, self.interval.get());
+        let role = self.begin_standby_check(now);
+        self.state = State::Running(Running { schedule, role });
+        Ok(())
+    }
+
+    /// Fires the pending deadline if `now` has reached it, and any deadline that falls due at once
+    /// as a result. Safe to call early or repeatedly: a deadline not yet reached does nothing.
+    /// Afterwards [`poll_timeout`](Self::poll_timeout) is `None` or later than `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some((timer, at)) = self.pending_timer() {
+            if at > now {
+                return;
+            }
+            self.fire(timer, now);
+        }
+    }
+
+    /// Applies a completion or a control event reported at `now`.
+    ///
+    /// A completion is applied only when it answers the operation the election waits for: same
+    /// connection, matching kind. Anything else is [`Handled::Ignored`] and changes nothing.
+    pub fn handle_event(&mut self, now: Instant, event: Event<C>) -> Handled {
+        let State::Running(running) = &self.state else {
+            return Handled::Ignored(Ignored::NotRunning);
+        };
+        if let Err(ignored) = accepts(&running.role, &event) {
+            return Handled::Ignored(ignored);
+        }
+        match event {
+            Event::Cancelled => self.cancel(now),
+            Event::Panicked => self.abandon(Abandon::Panic),
+            Event::Dropped => self.abandon(Abandon::Drop),
+            Event::ConnectionAcquired { conn } => self.on_acquired(now, conn),
+            Event::AcquireFailed { cause, .. } => self.on_acquire_failed(now, Cause::Error(cause)),
+            Event::LockGranted { conn } => self.on_granted(now, conn),
+            Event::LockRefused { conn } => self.on_refused(now, conn),
+            Event::LockQueryFailed { conn, cause } => {
+                self.on_try_failed(now, conn, Cause::Error(cause));
+            }
+            Event::PingOk { .. } => self.on_ping_ok(now),
+            Event::PingFailed { cause, .. } => self.demote(now, Cause::Error(cause)),
+            Event::UnlockDone { released: true, .. } => self.finish_release(None),
+            Event::UnlockDone {
+                released: false, ..
+            } => {
+                self.finish_release(Some(Cause::LockNotHeld));
+            }
+            Event::UnlockFailed { cause, .. } => self.finish_release(Some(Cause::Error(cause))),
+        }
+        Handled::Applied
+    }
+
+    // ---- transitions ----
+
+    fn fire(&mut self, timer: Timer, now: Instant) {
+        let interval = self.interval.get();
+        match timer {
+            Timer::NextCheck => self.begin_check(now),
+            Timer::AcquireDeadline => self.on_acquire_failed(now, Cause::TimedOut(interval)),
+            Timer::TryLockDeadline => {
+                if let Some(conn) = self.open_conn() {
+                    self.on_try_failed(now, conn, Cause::TimedOut(interval));
+                }
+            }
+            Timer::PingDeadline => self.demote(now, Cause::TimedOut(interval)),
+            Timer::UnlockDeadline => self.finish_release(Some(Cause::TimedOut(UNLOCK_BUDGET))),
+        }
+    }
+
+    /// The check due now: a standby tries the lock, the leader pings its connection.
+    fn begin_check(&mut self, now: Instant) {
+        let deadline = now + self.interval.get();
+        let State::Running(running) = &mut self.state else {
+            return;
+        };
+        let due = match &running.role {
+            Role::Standby(Standby::Waiting { next_check })
+            | Role::Leader(Leader {
+                check: LeaderCheck::Waiting { next_check },
+                ..
+            }) => *next_check,
+            _ => return,
+        };
+        running.schedule.begin(due);
+        if let Role::Leader(leader) = &mut running.role {
+            leader.check = LeaderCheck::Pinging { deadline };
+            let conn = leader.conn;
+            self.push(Action::Ping { conn });
+        } else {
+            let role = self.begin_standby_check(now);
+            self.set_role(role);
+        }
+    }
+
+    fn begin_standby_check(&mut self, now: Instant) -> Role {
+        self.last_conn += 1;
+        let conn = ConnId::new(self.last_conn);
+        self.push(Action::AcquireConnection { conn });
+        Role::Standby(Standby::Acquiring {
+            conn,
+            deadline: now + self.interval.get(),
+        })
+    }
+
+    fn on_acquired(&mut self, now: Instant, conn: ConnId) {
+        self.push(Action::TryLock { conn });
+        let deadline = now + self.interval.get();
+        self.set_role(Role::Standby(Standby::TryingLock { conn, deadline }));
+    }
+
+    /// The acquire failed or timed out. A timed-out acquire is abandoned so a connection that
+    /// arrives late is never used.
+    fn on_acquire_failed(&mut self, now: Instant, cause: Cause<C>) {
+        if let (Cause::TimedOut(_), Some(conn)) = (&cause, self.open_conn()) {
+            self.push(Action::CloseConnection { conn });
+        }
+        self.log(LogKind::AcquireFailed, None, Some(cause));
+        self.wait_as_standby(now);
+    }
+
+    fn on_granted(&mut self, now: Instant, conn: ConnId) {
+        self.push(Action::Hijack { conn });
+        self.last_term += 1;
+        let term = TermId::new(self.last_term);
+        self.push(Action::BeginTerm { term });
+        self.log(LogKind::LeadershipAcquired, Some(term), None);
+        let next_check = self.next_check(now);
+        self.set_role(Role::Leader(Leader {
+            term,
+            conn,
+            check: LeaderCheck::Waiting { next_check },
+        }));
+    }
+
+    fn on_refused(&mut self, now: Instant, conn: ConnId) {
+        self.push(Action::ReturnToPool { conn });
+        self.wait_as_standby(now);
+    }
+
+    /// The grant statement failed or did not answer: the lock may be held by this session, so
+    /// the connection is closed (the server then releases), never returned to the pool.
+    fn on_try_failed(&mut self, now: Instant, conn: ConnId, cause: Cause<C>) {
+        self.push(Action::CloseConnection { conn });
+        self.log(LogKind::AcquireFailed, None, Some(cause));
+        self.wait_as_standby(now);
+    }
+
+    fn on_ping_ok(&mut self, now: Instant) {
+        let next_check = self.next_check(now);
+        if let Some(leader) = self.leader_mut() {
+            leader.check = LeaderCheck::Waiting { next_check };
+        }
+    }
+
+    /// The leader's check failed: end the term, close the connection, log, become a standby.
+    fn demote(&mut self, now: Instant, cause: Cause<C>) {
+        let Some((term, conn)) = self.leader_mut().map(|leader| (leader.term, leader.conn)) else {
+            return;
+        };
+        self.push(Action::EndTerm {
+            term,
+            cause: TermEndCause::LeadershipLost,
+        });
+        self.push(Action::CloseConnection { conn });
+        self.log(LogKind::LeadershipLost, Some(term), Some(cause));
+        self.wait_as_standby(now);
+    }
+
+    /// A stop request: a standby stops at once; a leader ends its term, then releases the lock
+    /// under [`UNLOCK_BUDGET`].
+    fn cancel(&mut self, now: Instant) {
+        let State::Running(running) = &self.state else {
+            return;
+        };
+        match &running.role {
+            Role::Releasing(_) => {}
+            Role::Leader(leader) => {
+                let (term, conn) = (leader.term, leader.conn);
+                self.push(Action::EndTerm {
+                    term,
+                    cause: TermEndCause::Stopped,
+                });
+                self.push(Action::Unlock { conn });
+                let deadline = now + UNLOCK_BUDGET;
+                self.set_role(Role::Releasing(Releasing {
+                    term,
+                    conn,
+                    deadline,
+                }));
+            }
+            Role::Standby(_) => {
+                if let Some(conn) = self.open_conn() {
+                    self.push(Action::CloseConnection { conn });
+                }
+                self.finish();
+            }
+        }
+    }
+
+    /// The release completed (`None`) or could not be confirmed: close, log, finish.
+    fn finish_release(&mut self, failure: Option<Cause<C>>) {
+        let State::Running(Running {
+            role: Role::Releasing(releasing),
+            ..
+        }) = &self.state
+        else {
+            return;
+        };
+        let (term, conn) = (releasing.term, releasing.conn);
+        self.push(Action::CloseConnection { conn });
+        match failure {
+            None => self.log(LogKind::LockReleased, Some(term), None),
+            Some(cause) => self.log(LogKind::ReleaseFailed, Some(term), Some(cause)),
+        }
+        self.finish();
+    }
+
+    /// A panic or a drop: end an open term as lost, close any connection without unlocking (it
+    /// may be mid-query), and finish.
+    fn abandon(&mut self, how: Abandon) {
+        let State::Running(running) = &self.state else {
+            return;
+        };
+        let held = match &running.role {
+            Role::Leader(leader) => {
+                let term = leader.term;
+                self.push(Action::EndTerm {
+                    term,
+                    cause: TermEndCause::LeadershipLost,
+                });
+                Some(term)
+            }
+            Role::Releasing(releasing) => Some(releasing.term),
+            Role::Standby(_) => None,
+        };
+        if let Some(conn) = self.open_conn() {
+            self.push(Action::CloseConnection { conn });
+        }
+        if let Some(term) = held {
+            let kind = match how {
+                Abandon::Panic => LogKind::AbandonedAfterPanic,
+                Abandon::Drop => LogKind::AbandonedAfterDrop,
+            };
+            self.log(kind, Some(term), None);
+        }
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        self.push(Action::Finish);
+        self.state = State::Idle;
+    }
+
+    // ---- helpers ----
+
+    fn wait_as_standby(&mut self, now: Instant) {
+        let next_check = self.next_check(now);
+        self.set_role(Role::Standby(Standby::Waiting { next_check }));
+    }
+
+    fn next_check(&self, now: Instant) -> Instant {
+        match &self.state {
+            State::Running(running) => running.schedule.next_after(now),
+            State::Idle => now,
+        }
+    }
+
+    fn set_role(&mut self, role: Role) {
+        if let State::Running(running) = &mut self.state {
+            running.role = role;
+        }
+    }
+
+    fn leader_mut(&mut self) -> Option<&mut Leader> {
+        match &mut self.state {
+            State::Running(Running {
+                role: Role::Leader(leader),
+                ..
+            }) => Some(leader),
+            _ => None,
+        }
+    }
+
+    /// The connection the election owns or is acquiring, if any.
+    fn open_conn(&self) -> Option<ConnId> {
+        match &self.state {
+            State::Running(running) => match &running.role {
+                Role::Standby(Standby::Waiting { .. }) => None,
+                Role::Standby(Standby::Acquiring { conn, .. })
+                | Role::Standby(Standby::TryingLock { conn, .. }) => Some(*conn),
+                Role::Leader(leader) => Some(leader.conn),
+                Role::Releasing(releasing) => Some(releasing.conn),
+            },
+            State::Idle => None,
+        }
+    }
+
+    fn push(&mut self, action: Action<C>) {
+        self.actions.push_back(action);
+    }
+
+    fn log(&mut self, kind: LogKind, term: Option<TermId>, cause: Option<Cause<C>>) {
+        self.push(Action::Log(LogRecord { kind, term, cause }));
+    }
+}
+
+/// Whether `role` takes `event`: control events always (but a second stop request), a completion
+/// only when it answers the operation in flight on the awaited connection.
+fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
+    let Some(conn) = event.conn() else {
+        return match (role, event) {
+            (Role::Releasing(_), Event::Cancelled) => Err(Ignored::AlreadyStopping),
+            _ => Ok(()),
+        };
+    };
+    let awaited = match role {
+        Role::Standby(Standby::Waiting { .. })
+        | Role::Leader(Leader {
+            check: LeaderCheck::Waiting { .. },
+            ..
+        }) => None,
+        Role::Standby(Standby::Acquiring { conn, .. })
+        | Role::Standby(Standby::TryingLock { conn, .. })
+        | Role::Leader(Leader {
+            conn,
+            check: LeaderCheck::Pinging { .. },
+            ..
+        })
+        | Role::Releasing(Releasing { conn, .. }) => Some(*conn),
+    };
+    if awaited != Some(conn) {
+        return Err(Ignored::StaleConnection);
+    }
+    let answers = match role {
+        Role::Standby(Standby::Acquiring { .. }) => {
+            matches!(
+                event,
+                Event::ConnectionAcquired { .. } | Event::AcquireFailed { .. }
+            )
+        }
+        Role::Standby(Standby::TryingLock { .. }) => matches!(
+            event,
+            Event::LockGranted { .. } | Event::LockRefused { .. } | Event::LockQueryFailed { .. }
+        ),
+        Role::Leader(_) => matches!(event, Event::PingOk { .. } | Event::PingFailed { .. }),
+        Role::Releasing(_) => {
+            matches!(event, Event::UnlockDone { .. } | Event::UnlockFailed { .. })
+        }
+        Role::Standby(Standby::Waiting { .. }) => false,
+    };
+    if answers {
+        Ok(())
+    } else {
+        Err(Ignored::Unexpected)
+    }
+}
+
+impl<C> fmt::Debug for Election<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Election")
+            .field("interval", &self.interval)
+            .field("phase", &self.phase())
+            .field("term", &self.term())
+            .field("poll_timeout", &self.poll_timeout())
+            .field("queued_actions", &self.actions.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,731 @@
+//! One test per behaviour of the spec's Run, Demotion, Panic and Cancel paragraphs, each asserting
+//! the exact list of actions an input queues.
+#![allow(clippy::unwrap_used)] // reason: tests fail loudly on the unexpected
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::action::Level;
+
+const I: Duration = Duration::from_secs(5);
+const C1: ConnId = ConnId::new(1);
+const C2: ConnId = ConnId::new(2);
+const T1: TermId = TermId::new(1);
+const T2: TermId = TermId::new(2);
+
+type A = Action<&'static str>;
+type E = Event<&'static str>;
+
+struct Fixture {
+    election: Election<&'static str>,
+    t0: Instant,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Self {
+            election: Election::new(CheckInterval::new(I).unwrap()),
+            t0: Instant::now(),
+        }
+    }
+
+    /// Started at t0; the first check's AcquireConnection drained.
+    fn started() -> Self {
+        let mut f = Self::new();
+        f.election.start(f.t0).unwrap();
+        assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C1 }]);
+        f
+    }
+
+    /// Leading with term 1 on conn 1 since t0 + 10 ms; actions drained.
+    fn leader() -> Self {
+        let mut f = Self::started();
+        f.event(10, E::ConnectionAcquired { conn: C1 });
+        f.event(10, E::LockGranted { conn: C1 });
+        f.drain();
+        assert!(f.election.is_leader());
+        f
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.t0 + Duration::from_millis(ms)
+    }
+
+    fn event(&mut self, ms: u64, event: E) -> Handled {
+        self.election.handle_event(self.at(ms), event)
+    }
+
+    fn timeout(&mut self, ms: u64) {
+        self.election.handle_timeout(self.at(ms));
+    }
+
+    fn drain(&mut self) -> Vec<A> {
+        std::iter::from_fn(|| self.election.poll_action()).collect()
+    }
+}
+
+fn log(kind: LogKind, term: Option<TermId>, cause: Option<Cause<&'static str>>) -> A {
+    A::Log(LogRecord { kind, term, cause })
+}
+
+const IMS: u64 = 5_000;
+
+// ---- start ----
+
+#[test]
+fn start_checks_at_once_by_asking_for_a_connection() {
+    let mut f = Fixture::new();
+    assert_eq!(f.election.start(f.t0), Ok(()));
+    assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C1 }]);
+    assert_eq!(f.election.phase(), Phase::Acquiring);
+    assert_eq!(f.election.poll_timeout(), Some(f.at(IMS)));
+    assert_eq!(f.election.timeout_reason(), Some(Timer::AcquireDeadline));
+}
+
+#[test]
+fn a_second_start_while_running_is_refused_and_changes_nothing() {
+    let mut f = Fixture::started();
+    assert_eq!(f.election.start(f.at(1)), Err(AlreadyRunning));
+    assert_eq!(f.drain(), vec![]);
+    assert_eq!(f.election.phase(), Phase::Acquiring);
+}
+
+// ---- standby check ----
+
+#[test]
+fn an_acquired_connection_tries_the_lock() {
+    let mut f = Fixture::started();
+    assert_eq!(
+        f.event(3, E::ConnectionAcquired { conn: C1 }),
+        Handled::Applied
+    );
+    assert_eq!(f.drain(), vec![A::TryLock { conn: C1 }]);
+    assert_eq!(f.election.timeout_reason(), Some(Timer::TryLockDeadline));
+    assert_eq!(f.election.poll_timeout(), Some(f.at(3 + IMS)));
+}
+
+#[test]
+fn a_refused_lock_returns_the_connection_unchanged_and_waits_for_the_next_check() {
+    let mut f = Fixture::started();
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.event(4, E::LockRefused { conn: C1 });
+    assert_eq!(f.drain(), vec![A::ReturnToPool { conn: C1 }]);
+    assert!(!f.election.is_leader());
+    assert_eq!(f.election.timeout_reason(), Some(Timer::NextCheck));
+    assert_eq!(f.election.poll_timeout(), Some(f.at(IMS)));
+}
+
+#[test]
+fn a_granted_lock_hijacks_the_connection_begins_a_term_and_logs() {
+    let mut f = Fixture::started();
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.event(4, E::LockGranted { conn: C1 });
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::Hijack { conn: C1 },
+            A::BeginTerm { term: T1 },
+            log(LogKind::LeadershipAcquired, Some(T1), None),
+        ]
+    );
+    assert!(f.election.is_leader());
+    assert_eq!(f.election.term(), Some(T1));
+    assert_eq!(f.election.poll_timeout(), Some(f.at(IMS)));
+}
+
+#[test]
+fn a_failed_acquire_warns_with_the_spec_text_and_stays_standby() {
+    let mut f = Fixture::started();
+    f.event(
+        3,
+        E::AcquireFailed {
+            conn: C1,
+            cause: "connection refused",
+        },
+    );
+    let actions = f.drain();
+    let record = log(
+        LogKind::AcquireFailed,
+        None,
+        Some(Cause::Error("connection refused")),
+    );
+    assert_eq!(actions, vec![record.clone()]);
+    let A::Log(record) = record else {
+        unreachable!()
+    };
+    assert_eq!(record.level(), Level::Warn);
+    assert_eq!(
+        record.to_string(),
+        "leader: acquire lock connection: connection refused"
+    );
+    assert_eq!(f.election.phase(), Phase::StandbyWaiting);
+    assert_eq!(f.election.poll_timeout(), Some(f.at(IMS)));
+}
+
+#[test]
+fn an_acquire_without_answer_within_one_interval_is_abandoned_and_warned() {
+    let mut f = Fixture::started();
+    f.timeout(IMS - 1);
+    assert_eq!(f.drain(), vec![]);
+    f.timeout(IMS);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::AcquireFailed, None, Some(Cause::TimedOut(I))),
+            // The next check falls due on the same instant, so it begins at once.
+            A::AcquireConnection { conn: C2 },
+        ]
+    );
+    assert_eq!(
+        f.event(IMS + 1, E::ConnectionAcquired { conn: C1 }),
+        Handled::Ignored(Ignored::StaleConnection)
+    );
+}
+
+#[test]
+fn a_failed_grant_statement_discards_the_connection_instead_of_returning_it() {
+    let mut f = Fixture::started();
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.event(
+        4,
+        E::LockQueryFailed {
+            conn: C1,
+            cause: "broken pipe",
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(
+                LogKind::AcquireFailed,
+                None,
+                Some(Cause::Error("broken pipe"))
+            ),
+        ]
+    );
+    assert!(!f.election.is_leader());
+}
+
+#[test]
+fn an_unanswered_grant_statement_is_discarded_after_one_interval() {
+    let mut f = Fixture::started();
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.timeout(3 + IMS - 1);
+    assert_eq!(f.drain(), vec![]);
+    f.timeout(3 + IMS);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::AcquireFailed, None, Some(Cause::TimedOut(I))),
+        ]
+    );
+    // The check overran its grid time (t0 + I): the next one is on the following grid time.
+    assert_eq!(f.election.poll_timeout(), Some(f.at(2 * IMS)));
+    assert_eq!(
+        f.event(3 + IMS, E::LockGranted { conn: C1 }),
+        Handled::Ignored(Ignored::StaleConnection)
+    );
+    assert!(!f.election.is_leader());
+}
+
+#[test]
+fn a_refused_standby_checks_again_on_a_fixed_cadence() {
+    let mut f = Fixture::started();
+    for k in 1..=3u64 {
+        let conn = ConnId::new(k);
+        f.event((k - 1) * IMS + 7, E::ConnectionAcquired { conn });
+        f.event((k - 1) * IMS + 9, E::LockRefused { conn });
+        f.drain();
+        f.timeout(k * IMS);
+        assert_eq!(
+            f.drain(),
+            vec![A::AcquireConnection {
+                conn: ConnId::new(k + 1)
+            }]
+        );
+    }
+}
+
+#[test]
+fn missed_checks_are_skipped_after_a_pause_without_a_burst() {
+    let mut f = Fixture::started();
+    f.event(1, E::ConnectionAcquired { conn: C1 });
+    f.event(2, E::LockRefused { conn: C1 });
+    f.drain();
+    let late = 7 * IMS + 2_500;
+    f.timeout(late);
+    assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
+    f.event(late + 1, E::ConnectionAcquired { conn: C2 });
+    f.event(late + 2, E::LockRefused { conn: C2 });
+    f.drain();
+    assert_eq!(f.election.poll_timeout(), Some(f.at(8 * IMS)));
+}
+
+// ---- leader check ----
+
+#[test]
+fn the_leader_pings_its_connection_every_interval() {
+    let mut f = Fixture::leader();
+    for k in 1..=3u64 {
+        f.timeout(k * IMS);
+        assert_eq!(f.drain(), vec![A::Ping { conn: C1 }]);
+        assert_eq!(f.election.timeout_reason(), Some(Timer::PingDeadline));
+        assert_eq!(
+            f.event(k * IMS + 2, E::PingOk { conn: C1 }),
+            Handled::Applied
+        );
+        assert_eq!(f.drain(), vec![]);
+        assert_eq!(f.election.term(), Some(T1));
+        assert_eq!(f.election.poll_timeout(), Some(f.at((k + 1) * IMS)));
+    }
+}
+
+#[test]
+fn a_failed_ping_ends_the_term_as_lost_then_closes_then_warns() {
+    let mut f = Fixture::leader();
+    f.timeout(IMS);
+    f.drain();
+    f.event(
+        IMS + 2,
+        E::PingFailed {
+            conn: C1,
+            cause: "terminating connection",
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::LeadershipLost
+            },
+            A::CloseConnection { conn: C1 },
+            log(
+                LogKind::LeadershipLost,
+                Some(T1),
+                Some(Cause::Error("terminating connection"))
+            ),
+        ]
+    );
+    assert!(!f.election.is_leader());
+    assert_eq!(f.election.phase(), Phase::StandbyWaiting);
+    assert_eq!(f.election.poll_timeout(), Some(f.at(2 * IMS)));
+}
+
+#[test]
+fn an_unanswered_ping_demotes_after_one_interval_and_the_standby_checks_at_its_next_tick() {
+    let mut f = Fixture::leader();
+    f.timeout(IMS);
+    f.drain();
+    f.timeout(2 * IMS - 1);
+    assert_eq!(f.drain(), vec![]);
+    assert!(f.election.is_leader());
+    f.timeout(2 * IMS);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::LeadershipLost
+            },
+            A::CloseConnection { conn: C1 },
+            log(LogKind::LeadershipLost, Some(T1), Some(Cause::TimedOut(I))),
+            A::AcquireConnection { conn: C2 },
+        ]
+    );
+}
+
+#[test]
+fn a_demoted_replica_can_lead_again_in_a_newer_term() {
+    let mut f = Fixture::leader();
+    f.timeout(IMS);
+    f.event(
+        IMS + 1,
+        E::PingFailed {
+            conn: C1,
+            cause: "reset",
+        },
+    );
+    f.timeout(2 * IMS);
+    f.event(2 * IMS + 1, E::ConnectionAcquired { conn: C2 });
+    f.drain();
+    f.event(2 * IMS + 2, E::LockGranted { conn: C2 });
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::Hijack { conn: C2 },
+            A::BeginTerm { term: T2 },
+            log(LogKind::LeadershipAcquired, Some(T2), None),
+        ]
+    );
+}
+
+#[test]
+fn a_late_ping_answer_from_a_closed_connection_cannot_extend_a_newer_term() {
+    let mut f = Fixture::leader();
+    f.timeout(IMS);
+    f.timeout(2 * IMS); // ping on C1 timed out; C2 asked for
+    f.event(2 * IMS + 1, E::ConnectionAcquired { conn: C2 });
+    f.event(2 * IMS + 2, E::LockGranted { conn: C2 });
+    f.timeout(3 * IMS);
+    f.drain();
+    assert_eq!(
+        f.event(3 * IMS + 1, E::PingOk { conn: C1 }),
+        Handled::Ignored(Ignored::StaleConnection)
+    );
+    assert_eq!(
+        f.event(
+            3 * IMS + 1,
+            E::PingFailed {
+                conn: C1,
+                cause: "late"
+            }
+        ),
+        Handled::Ignored(Ignored::StaleConnection)
+    );
+    assert_eq!(f.drain(), vec![]);
+    assert_eq!(f.election.term(), Some(T2));
+    assert_eq!(f.election.timeout_reason(), Some(Timer::PingDeadline));
+}
+
+#[test]
+fn a_completion_that_answers_another_operation_is_ignored() {
+    let mut f = Fixture::started();
+    f.event(1, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    assert_eq!(
+        f.event(2, E::PingOk { conn: C1 }),
+        Handled::Ignored(Ignored::Unexpected)
+    );
+    assert_eq!(
+        f.event(2, E::ConnectionAcquired { conn: C1 }),
+        Handled::Ignored(Ignored::Unexpected)
+    );
+    assert_eq!(
+        f.event(
+            2,
+            E::UnlockDone {
+                conn: C1,
+                released: true
+            }
+        ),
+        Handled::Ignored(Ignored::Unexpected)
+    );
+    assert_eq!(f.drain(), vec![]);
+    assert_eq!(f.election.phase(), Phase::TryingLock);
+}
+
+#[test]
+fn a_completion_while_no_operation_is_in_flight_is_ignored() {
+    let mut f = Fixture::leader();
+    assert_eq!(
+        f.event(20, E::PingOk { conn: C1 }),
+        Handled::Ignored(Ignored::StaleConnection)
+    );
+    assert_eq!(
+        f.event(20, E::LockGranted { conn: C1 }),
+        Handled::Ignored(Ignored::StaleConnection)
+    );
+    assert_eq!(f.drain(), vec![]);
+}
+
+#[test]
+fn handle_timeout_early_or_twice_does_nothing() {
+    let mut f = Fixture::leader();
+    f.timeout(1);
+    f.timeout(IMS - 1);
+    assert_eq!(f.drain(), vec![]);
+    f.timeout(IMS);
+    f.timeout(IMS);
+    assert_eq!(f.drain(), vec![A::Ping { conn: C1 }]);
+}
+
+// ---- cancel ----
+
+#[test]
+fn cancelling_a_waiting_standby_finishes_at_once() {
+    let mut f = Fixture::started();
+    f.event(
+        1,
+        E::AcquireFailed {
+            conn: C1,
+            cause: "refused",
+        },
+    );
+    f.drain();
+    assert_eq!(f.event(2, E::Cancelled), Handled::Applied);
+    assert_eq!(f.drain(), vec![A::Finish]);
+    assert!(!f.election.is_running());
+    assert_eq!(f.election.poll_timeout(), None);
+}
+
+#[test]
+fn cancelling_a_standby_mid_check_closes_the_connection_of_unknown_state() {
+    let mut f = Fixture::started();
+    f.event(1, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.event(2, E::Cancelled);
+    assert_eq!(f.drain(), vec![A::CloseConnection { conn: C1 }, A::Finish]);
+}
+
+#[test]
+fn cancelling_the_leader_ends_the_term_before_unlocking_under_two_seconds() {
+    let mut f = Fixture::leader();
+    f.event(100, E::Cancelled);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::Stopped
+            },
+            A::Unlock { conn: C1 }
+        ]
+    );
+    assert!(!f.election.is_leader());
+    assert_eq!(f.election.phase(), Phase::Releasing);
+    assert_eq!(f.election.timeout_reason(), Some(Timer::UnlockDeadline));
+    assert_eq!(f.election.poll_timeout(), Some(f.at(2_100)));
+}
+
+#[test]
+fn a_confirmed_unlock_closes_the_connection_logs_and_finishes() {
+    let mut f = Fixture::leader();
+    f.event(100, E::Cancelled);
+    f.drain();
+    f.event(
+        101,
+        E::UnlockDone {
+            conn: C1,
+            released: true,
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::LockReleased, Some(T1), None),
+            A::Finish
+        ]
+    );
+    assert!(!f.election.is_running());
+}
+
+#[test]
+fn an_unlock_that_returns_false_warns_and_still_closes() {
+    let mut f = Fixture::leader();
+    f.event(100, E::Cancelled);
+    f.drain();
+    f.event(
+        101,
+        E::UnlockDone {
+            conn: C1,
+            released: false,
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::ReleaseFailed, Some(T1), Some(Cause::LockNotHeld)),
+            A::Finish
+        ]
+    );
+}
+
+#[test]
+fn an_unlock_error_warns_and_still_closes() {
+    let mut f = Fixture::leader();
+    f.event(100, E::Cancelled);
+    f.drain();
+    f.event(
+        101,
+        E::UnlockFailed {
+            conn: C1,
+            cause: "connection closed",
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(
+                LogKind::ReleaseFailed,
+                Some(T1),
+                Some(Cause::Error("connection closed"))
+            ),
+            A::Finish
+        ]
+    );
+}
+
+#[test]
+fn an_unlock_without_answer_within_two_seconds_closes_anyway() {
+    let mut f = Fixture::leader();
+    f.event(100, E::Cancelled);
+    f.drain();
+    f.timeout(2_099);
+    assert_eq!(f.drain(), vec![]);
+    f.timeout(2_100);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(
+                LogKind::ReleaseFailed,
+                Some(T1),
+                Some(Cause::TimedOut(UNLOCK_BUDGET))
+            ),
+            A::Finish
+        ]
+    );
+}
+
+#[test]
+fn cancelling_during_a_ping_unlocks_in_its_place() {
+    let mut f = Fixture::leader();
+    f.timeout(IMS);
+    f.drain();
+    f.event(IMS + 1, E::Cancelled);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::Stopped
+            },
+            A::Unlock { conn: C1 }
+        ]
+    );
+    assert_eq!(
+        f.event(IMS + 2, E::PingOk { conn: C1 }),
+        Handled::Ignored(Ignored::Unexpected)
+    );
+}
+
+#[test]
+fn a_second_cancel_while_releasing_is_ignored() {
+    let mut f = Fixture::leader();
+    f.event(100, E::Cancelled);
+    f.drain();
+    assert_eq!(
+        f.event(101, E::Cancelled),
+        Handled::Ignored(Ignored::AlreadyStopping)
+    );
+    assert_eq!(f.drain(), vec![]);
+}
+
+// ---- panic and drop ----
+
+#[test]
+fn a_panic_while_leading_ends_the_term_as_lost_and_closes_without_unlocking() {
+    let mut f = Fixture::leader();
+    f.timeout(IMS);
+    f.drain();
+    f.event(IMS + 1, E::Panicked);
+    let actions = f.drain();
+    assert_eq!(
+        actions,
+        vec![
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::LeadershipLost
+            },
+            A::CloseConnection { conn: C1 },
+            log(LogKind::AbandonedAfterPanic, Some(T1), None),
+            A::Finish,
+        ]
+    );
+    assert_eq!(
+        LogKind::AbandonedAfterPanic.message(),
+        "background leader lock abandoned after a panic"
+    );
+    assert_eq!(LogKind::AbandonedAfterPanic.level(), Level::Warn);
+}
+
+#[test]
+fn a_panic_on_a_standby_closes_its_pending_connection_without_a_warning() {
+    let mut f = Fixture::started();
+    f.event(1, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.event(2, E::Panicked);
+    assert_eq!(f.drain(), vec![A::CloseConnection { conn: C1 }, A::Finish]);
+}
+
+#[test]
+fn a_panic_while_releasing_closes_at_once_and_warns() {
+    let mut f = Fixture::leader();
+    f.event(100, E::Cancelled);
+    f.drain();
+    f.event(101, E::Panicked);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::AbandonedAfterPanic, Some(T1), None),
+            A::Finish
+        ]
+    );
+}
+
+#[test]
+fn dropping_the_run_while_leading_behaves_like_a_panic_with_its_own_message() {
+    let mut f = Fixture::leader();
+    f.event(100, E::Dropped);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::LeadershipLost
+            },
+            A::CloseConnection { conn: C1 },
+            log(LogKind::AbandonedAfterDrop, Some(T1), None),
+            A::Finish,
+        ]
+    );
+}
+
+// ---- reuse ----
+
+#[test]
+fn the_election_can_run_again_after_it_finished_with_fresh_ids() {
+    let mut f = Fixture::leader();
+    f.event(100, E::Panicked);
+    f.drain();
+    assert_eq!(f.election.start(f.at(200)), Ok(()));
+    assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
+    f.event(201, E::ConnectionAcquired { conn: C2 });
+    f.event(202, E::LockGranted { conn: C2 });
+    assert!(f.drain().contains(&A::BeginTerm { term: T2 }));
+    // The new run's schedule starts at its own start.
+    assert_eq!(f.election.poll_timeout(), Some(f.at(200 + IMS)));
+}
+
+#[test]
+fn inputs_while_not_running_are_ignored() {
+    let mut f = Fixture::new();
+    assert_eq!(
+        f.event(1, E::Cancelled),
+        Handled::Ignored(Ignored::NotRunning)
+    );
+    assert_eq!(
+        f.event(1, E::Panicked),
+        Handled::Ignored(Ignored::NotRunning)
+    );
+    assert_eq!(
+        f.event(1, E::PingOk { conn: C1 }),
+        Handled::Ignored(Ignored::NotRunning)
+    );
+    f.timeout(10 * IMS);
+    assert_eq!(f.drain(), vec![]);
+    assert_eq!(f.election.poll_timeout(), None);
+    assert_eq!(f.election.phase(), Phase::Idle);
+}

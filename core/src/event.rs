@@ -1,0 +1,96 @@
+//! What the driver reports to the election.
+
+use crate::ids::ConnId;
+
+/// Something that happened, reported by the driver through
+/// [`Election::handle_event`](crate::Election::handle_event).
+///
+/// Completions carry the [`ConnId`] of the action they complete. `C` is the driver's error type
+/// (the cause of a failure); the election never inspects it, it only hands it back in log records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event<C> {
+    /// [`Action::AcquireConnection`](crate::Action::AcquireConnection) produced a connection.
+    ConnectionAcquired {
+        /// The connection asked for.
+        conn: ConnId,
+    },
+    /// [`Action::AcquireConnection`](crate::Action::AcquireConnection) failed (pool error,
+    /// unreachable server, refused authentication, ...).
+    AcquireFailed {
+        /// The connection asked for.
+        conn: ConnId,
+        /// Why it failed.
+        cause: C,
+    },
+    /// [`Action::TryLock`](crate::Action::TryLock) answered `true`: this session holds the lock
+    /// and its `idle_session_timeout` is set.
+    LockGranted {
+        /// The connection the lock was tried on.
+        conn: ConnId,
+    },
+    /// [`Action::TryLock`](crate::Action::TryLock) answered `false`: another session holds the
+    /// lock and nothing changed on this session.
+    LockRefused {
+        /// The connection the lock was tried on.
+        conn: ConnId,
+    },
+    /// [`Action::TryLock`](crate::Action::TryLock) failed: whether the lock was granted is
+    /// unknown.
+    LockQueryFailed {
+        /// The connection the lock was tried on.
+        conn: ConnId,
+        /// Why it failed.
+        cause: C,
+    },
+    /// [`Action::Ping`](crate::Action::Ping) answered.
+    PingOk {
+        /// The lock connection.
+        conn: ConnId,
+    },
+    /// [`Action::Ping`](crate::Action::Ping) failed.
+    PingFailed {
+        /// The lock connection.
+        conn: ConnId,
+        /// Why it failed.
+        cause: C,
+    },
+    /// [`Action::Unlock`](crate::Action::Unlock) answered; `released` is the boolean
+    /// `pg_advisory_unlock` returned (`false`: this session did not hold the lock).
+    UnlockDone {
+        /// The lock connection.
+        conn: ConnId,
+        /// What `pg_advisory_unlock` returned.
+        released: bool,
+    },
+    /// [`Action::Unlock`](crate::Action::Unlock) failed.
+    UnlockFailed {
+        /// The lock connection.
+        conn: ConnId,
+        /// Why it failed.
+        cause: C,
+    },
+    /// The run was asked to stop (its cancellation token was cancelled).
+    Cancelled,
+    /// A panic is unwinding through the run.
+    Panicked,
+    /// The run was dropped before it finished (its task was aborted or its future dropped).
+    Dropped,
+}
+
+impl<C> Event<C> {
+    /// The connection a completion event concerns; `None` for the control events.
+    pub fn conn(&self) -> Option<ConnId> {
+        match self {
+            Self::ConnectionAcquired { conn }
+            | Self::AcquireFailed { conn, .. }
+            | Self::LockGranted { conn }
+            | Self::LockRefused { conn }
+            | Self::LockQueryFailed { conn, .. }
+            | Self::PingOk { conn }
+            | Self::PingFailed { conn, .. }
+            | Self::UnlockDone { conn, .. }
+            | Self::UnlockFailed { conn, .. } => Some(*conn),
+            Self::Cancelled | Self::Panicked | Self::Dropped => None,
+        }
+    }
+}

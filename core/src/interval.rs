@@ -1,0 +1,170 @@
+//! The check interval and the durations derived from it.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The check interval used when none is configured (the spec's `DefaultCheckInterval`).
+pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The shortest check interval accepted.
+pub const MIN_CHECK_INTERVAL: Duration = Duration::from_millis(1);
+
+/// The longest check interval accepted: four of them must fit PostgreSQL's
+/// `idle_session_timeout`, an `int4` count of milliseconds (about 6.2 days).
+pub const MAX_CHECK_INTERVAL: Duration = Duration::from_millis(i32::MAX as u64 / 4);
+
+/// How long a graceful release may wait for `pg_advisory_unlock` (the spec's 2-second context).
+pub const UNLOCK_BUDGET: Duration = Duration::from_secs(2);
+
+/// How many check intervals an idle lock session may live: the orphan bound.
+pub const IDLE_SESSION_TIMEOUT_INTERVALS: u32 = 4;
+
+/// A validated check interval: how often a standby tries the lock and the leader verifies it, and
+/// how long each of those checks may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CheckInterval(Duration);
+
+impl CheckInterval {
+    /// Validates `interval`. Zero means [`DEFAULT_CHECK_INTERVAL`], as in the spec (Rust has no
+    /// negative `Duration`, the spec's other way of asking for the default).
+    ///
+    /// # Errors
+    /// [`IntervalError::TooShort`] below [`MIN_CHECK_INTERVAL`], [`IntervalError::TooLong`] above
+    /// [`MAX_CHECK_INTERVAL`].
+    pub fn new(interval: Duration) -> Result<Self, IntervalError> {
+        if interval.is_zero() {
+            return Ok(Self::default());
+        }
+        if interval < MIN_CHECK_INTERVAL {
+            return Err(IntervalError::TooShort { given: interval });
+        }
+        if interval > MAX_CHECK_INTERVAL {
+            return Err(IntervalError::TooLong { given: interval });
+        }
+        Ok(Self(interval))
+    }
+
+    /// The interval itself.
+    pub const fn get(self) -> Duration {
+        self.0
+    }
+
+    /// The `idle_session_timeout` set on the lock session: four intervals, rounded up to the whole
+    /// millisecond so the bound is never shorter than four intervals. Always at least 4 and at
+    /// most `i32::MAX`.
+    pub fn idle_session_timeout_millis(self) -> u32 {
+        let nanos = self.0.as_nanos() * u128::from(IDLE_SESSION_TIMEOUT_INTERVALS);
+        let millis = nanos.div_ceil(1_000_000);
+        // MAX_CHECK_INTERVAL keeps four intervals within i32::MAX milliseconds.
+        u32::try_from(millis).unwrap_or(i32::MAX as u32)
+    }
+
+    /// [`Self::idle_session_timeout_millis`] as a `Duration`.
+    pub fn idle_session_timeout(self) -> Duration {
+        Duration::from_millis(u64::from(self.idle_session_timeout_millis()))
+    }
+}
+
+impl Default for CheckInterval {
+    fn default() -> Self {
+        Self(DEFAULT_CHECK_INTERVAL)
+    }
+}
+
+impl fmt::Display for CheckInterval {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+/// A check interval that cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntervalError {
+    /// The interval is shorter than [`MIN_CHECK_INTERVAL`].
+    TooShort {
+        /// The interval asked for.
+        given: Duration,
+    },
+    /// Four intervals exceed what `idle_session_timeout` can hold ([`MAX_CHECK_INTERVAL`]).
+    TooLong {
+        /// The interval asked for.
+        given: Duration,
+    },
+}
+
+impl fmt::Display for IntervalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooShort { given } => write!(
+                f,
+                "check_interval {given:?} is below the minimum of {MIN_CHECK_INTERVAL:?}"
+            ),
+            Self::TooLong { given } => write!(
+                f,
+                "check_interval {given:?} is above the maximum of {MAX_CHECK_INTERVAL:?} \
+                 (4 intervals must fit idle_session_timeout, at most {} ms)",
+                i32::MAX
+            ),
+        }
+    }
+}
+
+impl std::error::Error for IntervalError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_uses_the_default_of_five_seconds() {
+        assert_eq!(
+            CheckInterval::new(Duration::ZERO).unwrap().get(),
+            Duration::from_secs(5)
+        );
+        assert_eq!(CheckInterval::default().get(), DEFAULT_CHECK_INTERVAL);
+    }
+
+    #[test]
+    fn bounds_are_inclusive() {
+        assert_eq!(
+            CheckInterval::new(MIN_CHECK_INTERVAL).unwrap().get(),
+            MIN_CHECK_INTERVAL
+        );
+        assert_eq!(
+            CheckInterval::new(MAX_CHECK_INTERVAL).unwrap().get(),
+            MAX_CHECK_INTERVAL
+        );
+    }
+
+    #[test]
+    fn below_one_millisecond_is_rejected_and_named() {
+        let err = CheckInterval::new(Duration::from_micros(999)).unwrap_err();
+        assert_eq!(
+            err,
+            IntervalError::TooShort {
+                given: Duration::from_micros(999)
+            }
+        );
+        assert!(err.to_string().contains("check_interval"));
+        assert!(err.to_string().contains("1ms"));
+    }
+
+    #[test]
+    fn above_the_idle_session_timeout_range_is_rejected_and_named() {
+        let given = MAX_CHECK_INTERVAL + Duration::from_millis(1);
+        let err = CheckInterval::new(given).unwrap_err();
+        assert_eq!(err, IntervalError::TooLong { given });
+        assert!(err.to_string().contains("idle_session_timeout"));
+    }
+
+    #[test]
+    fn idle_session_timeout_is_four_intervals_rounded_up_to_the_millisecond() {
+        let of = |d| CheckInterval::new(d).unwrap().idle_session_timeout_millis();
+        assert_eq!(of(Duration::from_secs(5)), 20_000);
+        assert_eq!(of(Duration::from_millis(200)), 800);
+        assert_eq!(of(Duration::from_micros(1_200)), 5);
+        assert_eq!(of(MIN_CHECK_INTERVAL), 4);
+        assert_eq!(of(MAX_CHECK_INTERVAL), (i32::MAX as u32 / 4) * 4);
+        assert!(u64::from(of(MAX_CHECK_INTERVAL)) <= i32::MAX as u64);
+    }
+}

@@ -1,0 +1,329 @@
+//! A checker of the election's safety properties over a trace of inputs and actions.
+//!
+//! Feed it every input given to an [`Election`](crate::Election) together with the actions that
+//! input queued and the `poll_timeout` read afterwards; it returns the first [`Violation`]. The
+//! property tests, the fuzz target and the simulation share it.
+//!
+//! Properties checked:
+//! - at most one term is open, term ids strictly increase, and every `BeginTerm` is matched by
+//!   exactly one `EndTerm`, with cause `Stopped` only on a stop request;
+//! - `Hijack` only in answer to `LockGranted` and `ReturnToPool` only in answer to `LockRefused`
+//!   for the same connection, and a term begins only with a hijack;
+//! - actions only ever name the newest connection, and nothing is done with a connection after it
+//!   was closed or returned (so nothing is sent after its check timed out);
+//! - `Unlock` only in answer to a stop request of a leader, never in the step of a panic or a drop;
+//! - a run finishes with no term open and no connection left (the gauge reads 0);
+//! - an ignored input queues nothing, and nothing is queued while not running;
+//! - the next deadline is never earlier than the time of the input, and later than it after a
+//!   timeout was handled.
+
+use std::fmt;
+use std::time::Instant;
+
+use crate::action::{Action, TermEndCause};
+use crate::election::Handled;
+use crate::event::Event;
+use crate::ids::{ConnId, TermId};
+
+/// One input given to the election, as the checker sees it.
+#[derive(Debug, Clone, Copy)]
+pub enum Input<'a, C> {
+    /// `start` was called; `accepted` is whether it returned `Ok`.
+    Start {
+        /// Whether `start` returned `Ok`.
+        accepted: bool,
+    },
+    /// `handle_timeout` was called.
+    Timeout,
+    /// `handle_event` was called with this event and returned `handled`.
+    Event {
+        /// The event.
+        event: &'a Event<C>,
+        /// What `handle_event` returned.
+        handled: Handled,
+    },
+}
+
+/// A broken property, with the step it was found at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The number of the step (input) that broke it, from 1.
+    pub step: u64,
+    /// What went wrong.
+    pub what: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "step {}: {}", self.step, self.what)
+    }
+}
+
+impl std::error::Error for Violation {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnState {
+    Acquiring,
+    Borrowed,
+    Hijacked,
+    Done,
+}
+
+/// Checks a trace step by step. See the module documentation for the properties.
+#[derive(Debug, Default)]
+pub struct Checker {
+    step: u64,
+    running: bool,
+    now: Option<Instant>,
+    open_term: Option<TermId>,
+    last_term: Option<TermId>,
+    newest: Option<(ConnId, ConnState)>,
+}
+
+impl Checker {
+    /// A checker for a fresh election.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether a term is open in the trace seen so far (the gauge would read 1).
+    pub fn term_open(&self) -> bool {
+        self.open_term.is_some()
+    }
+
+    /// Checks one step: the input given at `now`, the actions it queued, in order, and
+    /// `poll_timeout` read afterwards.
+    ///
+    /// # Errors
+    /// The first property the step breaks.
+    pub fn check<C>(
+        &mut self,
+        now: Instant,
+        input: Input<'_, C>,
+        actions: &[Action<C>],
+        poll_timeout: Option<Instant>,
+    ) -> Result<(), Violation> {
+        self.step += 1;
+        self.check_step(now, &input, actions, poll_timeout)
+            .map_err(|what| Violation {
+                step: self.step,
+                what,
+            })
+    }
+
+    fn check_step<C>(
+        &mut self,
+        now: Instant,
+        input: &Input<'_, C>,
+        actions: &[Action<C>],
+        poll_timeout: Option<Instant>,
+    ) -> Result<(), String> {
+        if self.now.is_some_and(|before| now < before) {
+            return Err("time went backwards (driver contract)".into());
+        }
+        self.now = Some(now);
+        let ignored = match input {
+            Input::Start { accepted } => {
+                if *accepted == self.running {
+                    return Err(format!(
+                        "start accepted={accepted} while running={}",
+                        self.running
+                    ));
+                }
+                self.running |= *accepted;
+                !accepted
+            }
+            Input::Event { handled, .. } => matches!(handled, Handled::Ignored(_)),
+            Input::Timeout => false,
+        };
+        if ignored && !actions.is_empty() {
+            return Err(format!("an ignored input queued {} actions", actions.len()));
+        }
+        let mut hijacked_now = false;
+        for action in actions {
+            if !self.running {
+                return Err("an action after Finish or while not running".into());
+            }
+            self.check_action(input, action, &mut hijacked_now)?;
+        }
+        self.check_timeout(now, input, poll_timeout)
+    }
+
+    fn check_action<C>(
+        &mut self,
+        input: &Input<'_, C>,
+        action: &Action<C>,
+        hijacked_now: &mut bool,
+    ) -> Result<(), String> {
+        let event = match input {
+            Input::Event { event, .. } => Some(*event),
+            _ => None,
+        };
+        if let Some(conn) = action.conn() {
+            self.check_conn_action(event, action, conn)?;
+        }
+        match action {
+            Action::Hijack { .. } => *hijacked_now = true,
+            Action::BeginTerm { term } => {
+                if let Some(open) = self.open_term {
+                    return Err(format!("term {term} began while term {open} is open"));
+                }
+                if self.last_term.is_some_and(|last| *term <= last) {
+                    return Err(format!("term {term} does not increase"));
+                }
+                if !*hijacked_now {
+                    return Err(format!("term {term} began without a hijack"));
+                }
+                self.open_term = Some(*term);
+                self.last_term = Some(*term);
+            }
+            Action::EndTerm { term, cause } => {
+                if self.open_term != Some(*term) {
+                    return Err(format!("EndTerm {term} but open is {:?}", self.open_term));
+                }
+                let stop = matches!(event, Some(Event::Cancelled));
+                if (*cause == TermEndCause::Stopped) != stop {
+                    return Err(format!(
+                        "EndTerm cause {cause:?} for input {:?}",
+                        input_name(event)
+                    ));
+                }
+                self.open_term = None;
+            }
+            Action::Finish => {
+                if let Some(term) = self.open_term {
+                    return Err(format!("finished with term {term} open"));
+                }
+                if let Some((conn, state)) = self.newest
+                    && state != ConnState::Done
+                {
+                    return Err(format!("finished with {conn} left {state:?}"));
+                }
+                self.running = false;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn check_conn_action<C>(
+        &mut self,
+        event: Option<&Event<C>>,
+        action: &Action<C>,
+        conn: ConnId,
+    ) -> Result<(), String> {
+        if let Action::AcquireConnection { .. } = action {
+            if let Some((newest, state)) = self.newest {
+                if conn <= newest {
+                    return Err(format!("{conn} asked for after {newest}"));
+                }
+                if state != ConnState::Done {
+                    return Err(format!("{conn} asked for while {newest} is {state:?}"));
+                }
+            }
+            self.newest = Some((conn, ConnState::Acquiring));
+            return Ok(());
+        }
+        let Some((newest, state)) = self.newest else {
+            return Err(format!(
+                "{action:?} names {conn}, never asked for",
+                action = name(action)
+            ));
+        };
+        if conn != newest {
+            return Err(format!(
+                "{} names {conn}, but {newest} is the newest",
+                name(action)
+            ));
+        }
+        let answered = |expected: fn(&Event<C>) -> bool| event.is_some_and(expected);
+        let next = match (action, state) {
+            (_, ConnState::Done) => {
+                return Err(format!("{} on {conn} after it was closed", name(action)));
+            }
+            (Action::TryLock { .. }, ConnState::Acquiring)
+                if answered(|e| matches!(e, Event::ConnectionAcquired { .. })) =>
+            {
+                ConnState::Borrowed
+            }
+            (Action::ReturnToPool { .. }, ConnState::Borrowed)
+                if answered(|e| matches!(e, Event::LockRefused { .. })) =>
+            {
+                ConnState::Done
+            }
+            (Action::Hijack { .. }, ConnState::Borrowed)
+                if answered(|e| matches!(e, Event::LockGranted { .. })) =>
+            {
+                ConnState::Hijacked
+            }
+            (Action::Ping { .. }, ConnState::Hijacked) if event.is_none() => ConnState::Hijacked,
+            (Action::Unlock { .. }, ConnState::Hijacked)
+                if answered(|e| matches!(e, Event::Cancelled)) =>
+            {
+                ConnState::Hijacked
+            }
+            (Action::CloseConnection { .. }, _) => ConnState::Done,
+            _ => {
+                return Err(format!(
+                    "{} on {conn} ({state:?}) in answer to {}",
+                    name(action),
+                    input_name(event)
+                ));
+            }
+        };
+        self.newest = Some((conn, next));
+        Ok(())
+    }
+
+    fn check_timeout<C>(
+        &self,
+        now: Instant,
+        input: &Input<'_, C>,
+        poll_timeout: Option<Instant>,
+    ) -> Result<(), String> {
+        match (self.running, poll_timeout) {
+            (false, None) => Ok(()),
+            (false, Some(_)) => Err("a deadline is pending while not running".into()),
+            (true, None) => Err("running with no deadline pending".into()),
+            (true, Some(at)) if at < now => Err("the next deadline lies in the past".into()),
+            (true, Some(at)) if at == now && matches!(input, Input::Timeout) => {
+                Err("a deadline is still due after handle_timeout".into())
+            }
+            (true, Some(_)) => Ok(()),
+        }
+    }
+}
+
+fn name<C>(action: &Action<C>) -> &'static str {
+    match action {
+        Action::AcquireConnection { .. } => "AcquireConnection",
+        Action::TryLock { .. } => "TryLock",
+        Action::ReturnToPool { .. } => "ReturnToPool",
+        Action::Hijack { .. } => "Hijack",
+        Action::Ping { .. } => "Ping",
+        Action::Unlock { .. } => "Unlock",
+        Action::CloseConnection { .. } => "CloseConnection",
+        Action::BeginTerm { .. } => "BeginTerm",
+        Action::EndTerm { .. } => "EndTerm",
+        Action::Log(_) => "Log",
+        Action::Finish => "Finish",
+    }
+}
+
+fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
+    match event {
+        None => "a timeout or start",
+        Some(Event::ConnectionAcquired { .. }) => "ConnectionAcquired",
+        Some(Event::AcquireFailed { .. }) => "AcquireFailed",
+        Some(Event::LockGranted { .. }) => "LockGranted",
+        Some(Event::LockRefused { .. }) => "LockRefused",
+        Some(Event::LockQueryFailed { .. }) => "LockQueryFailed",
+        Some(Event::PingOk { .. }) => "PingOk",
+        Some(Event::PingFailed { .. }) => "PingFailed",
+        Some(Event::UnlockDone { .. }) => "UnlockDone",
+        Some(Event::UnlockFailed { .. }) => "UnlockFailed",
+        Some(Event::Cancelled) => "Cancelled",
+        Some(Event::Panicked) => "Panicked",
+        Some(Event::Dropped) => "Dropped",
+    }
+}

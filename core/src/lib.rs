@@ -1,0 +1,34 @@
+//! The pure election of plexsphere-leader. **This crate performs no I/O, reads no clock and uses
+//! no randomness**: time enters as an argument of every input, and every effect leaves as an
+//! [`Action`] for a driver to perform.
+//!
+//! One [`Election`] is the state machine of one replica: a standby tries a PostgreSQL session
+//! advisory lock every check interval, the replica whose session holds it leads, and the leader
+//! verifies its session every interval. The crate `plexsphere-leader` drives it with tokio and
+//! tokio-postgres; the simulation drives the same driver under turmoil.
+//!
+//! - [`Election`]: the state machine, its inputs ([`Event`], timeouts) and outputs ([`Action`]).
+//! - [`CheckInterval`]: the validated interval and the `idle_session_timeout` derived from it.
+//! - [`work`]: the outcome table of a unit of leader work (the spec's `Do`).
+//! - [`invariants`]: a checker of the safety properties over a trace, shared by the property
+//!   tests, the fuzz target and the simulation.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod action;
+mod election;
+mod event;
+mod ids;
+mod interval;
+pub mod invariants;
+mod schedule;
+pub mod work;
+
+pub use action::{Action, Cause, Level, LogKind, LogRecord, TermEndCause};
+pub use election::{AlreadyRunning, Election, Handled, Ignored, Phase, Timer};
+pub use event::Event;
+pub use ids::{ConnId, TermId};
+pub use interval::{
+    CheckInterval, DEFAULT_CHECK_INTERVAL, IDLE_SESSION_TIMEOUT_INTERVALS, IntervalError,
+    MAX_CHECK_INTERVAL, MIN_CHECK_INTERVAL, UNLOCK_BUDGET,
+};
