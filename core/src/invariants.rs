@@ -139,6 +139,15 @@ impl Checker {
         if ignored && !actions.is_empty() {
             return Err(format!("an ignored input queued {} actions", actions.len()));
         }
+        if let Input::Event {
+            event: Event::AcquireFailed { conn, .. },
+            handled: Handled::Applied,
+        } = input
+            && self.newest == Some((*conn, ConnState::Acquiring))
+        {
+            // A failed acquire yields no connection: nothing is left to close.
+            self.newest = Some((*conn, ConnState::Done));
+        }
         let mut hijacked_now = false;
         for action in actions {
             if !self.running {

@@ -1,0 +1,320 @@
+//! An in-memory, virtual-time world: N elections, a model of PostgreSQL's lock table, and a
+//! model driver that answers each action after a per-replica latency. Every step is checked with
+//! the crate's invariant checker, and the cross-replica bounds are checked between steps.
+#![allow(dead_code)] // reason: each test binary uses a different part of the world
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use plexsphere_leader_core::invariants::{Checker, Input};
+use plexsphere_leader_core::{Action, CheckInterval, ConnId, Election, Event};
+
+/// The check interval of the world.
+pub(crate) const I: Duration = Duration::from_millis(100);
+
+/// A driver error.
+pub(crate) type Cause = &'static str;
+
+/// One replica: an election, its checker, and the model driver's state.
+pub(crate) struct Replica {
+    pub(crate) election: Election<Cause>,
+    checker: Checker,
+    /// Latency of every answer this replica gets.
+    pub(crate) latency: Duration,
+    /// The next answer is lost (no completion ever comes).
+    pub(crate) lose_next_reply: bool,
+    /// The next operation fails with an error.
+    pub(crate) fail_next: bool,
+    /// The connection the replica leads on, as the model driver saw it.
+    lock_conn: Option<ConnId>,
+    /// Number of terms begun.
+    pub(crate) terms: u64,
+    /// When the current or last term began.
+    pub(crate) began_at: Option<Instant>,
+}
+
+/// The model server: which session holds the lock, which sessions are open.
+#[derive(Default)]
+pub(crate) struct Server {
+    /// The session holding the lock and when it was granted.
+    pub(crate) holder: Option<((usize, ConnId), Instant)>,
+    open: BTreeMap<(usize, ConnId), ()>,
+    /// Sessions that held the lock when they ended, and when they ended.
+    lost: BTreeMap<(usize, ConnId), Instant>,
+}
+
+/// The world.
+pub(crate) struct World {
+    pub(crate) t0: Instant,
+    pub(crate) now: Instant,
+    pub(crate) replicas: Vec<Replica>,
+    pub(crate) server: Server,
+    /// Completions in flight: (delivery time, sequence, replica, event). Never cancelled, so stale
+    /// answers reach the elections too.
+    pending: Vec<(Instant, u64, usize, Event<Cause>)>,
+    seq: u64,
+}
+
+impl World {
+    pub(crate) fn new(replicas: usize, latency: Duration) -> Self {
+        let t0 = Instant::now();
+        let interval = CheckInterval::new(I).expect("valid interval");
+        let replicas = (0..replicas)
+            .map(|_| Replica {
+                election: Election::new(interval),
+                checker: Checker::new(),
+                latency,
+                lose_next_reply: false,
+                fail_next: false,
+                lock_conn: None,
+                terms: 0,
+                began_at: None,
+            })
+            .collect();
+        Self {
+            t0,
+            now: t0,
+            replicas,
+            server: Server::default(),
+            pending: Vec::new(),
+            seq: 0,
+        }
+    }
+
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.now - self.t0
+    }
+
+    pub(crate) fn leaders(&self) -> Vec<usize> {
+        (0..self.replicas.len())
+            .filter(|&r| self.replicas[r].election.is_leader())
+            .collect()
+    }
+
+    pub(crate) fn start(&mut self, r: usize) -> Result<(), String> {
+        let accepted = self.replicas[r].election.start(self.now).is_ok();
+        self.after_input(r, Input::Start { accepted })
+    }
+
+    pub(crate) fn event(&mut self, r: usize, event: Event<Cause>) -> Result<(), String> {
+        let handled = self.replicas[r]
+            .election
+            .handle_event(self.now, event.clone());
+        self.after_input(
+            r,
+            Input::Event {
+                event: &event,
+                handled,
+            },
+        )
+    }
+
+    /// The server ends replica `r`'s newest session (pg_terminate_backend).
+    pub(crate) fn terminate(&mut self, r: usize) {
+        let session = self
+            .server
+            .open
+            .keys()
+            .rev()
+            .find(|(owner, _)| *owner == r)
+            .copied();
+        if let Some(session) = session {
+            self.end_session(session);
+        }
+    }
+
+    /// Advances virtual time by `by`, firing every deadline and delivering every answer due on
+    /// the way, in time order, checking the bounds after each step.
+    pub(crate) fn advance(&mut self, by: Duration) -> Result<(), String> {
+        let target = self.now + by;
+        let mut budget = 100_000u32;
+        loop {
+            budget = budget.checked_sub(1).ok_or("livelock: too many steps")?;
+            let next_timer = (0..self.replicas.len())
+                .filter_map(|r| self.replicas[r].election.poll_timeout().map(|t| (t, r)))
+                .min();
+            let next_answer = self.pending.iter().map(|(t, seq, _, _)| (*t, *seq)).min();
+            let step = match (next_timer, next_answer) {
+                (Some((t, r)), Some((a, _))) if t <= a => Some((t, Some(r), None)),
+                (_, Some((a, seq))) => Some((a, None, Some(seq))),
+                (Some((t, r)), None) => Some((t, Some(r), None)),
+                (None, None) => None,
+            };
+            match step {
+                Some((at, timer, answer)) if at <= target => {
+                    self.now = self.now.max(at);
+                    if let Some(r) = timer {
+                        self.replicas[r].election.handle_timeout(self.now);
+                        self.after_input(r, Input::Timeout)?;
+                    } else if let Some(seq) = answer {
+                        let index = self.pending.iter().position(|p| p.1 == seq).ok_or("lost")?;
+                        let (_, _, r, event) = self.pending.remove(index);
+                        self.event(r, event)?;
+                    }
+                }
+                _ => {
+                    self.now = target;
+                    return self.check_bounds();
+                }
+            }
+        }
+    }
+
+    fn after_input(&mut self, r: usize, input: Input<'_, Cause>) -> Result<(), String> {
+        let actions: Vec<_> =
+            std::iter::from_fn(|| self.replicas[r].election.poll_action()).collect();
+        let timeout = self.replicas[r].election.poll_timeout();
+        let now = self.now;
+        self.replicas[r]
+            .checker
+            .check(now, input, &actions, timeout)
+            .map_err(|v| format!("replica {r}: {v}"))?;
+        for action in actions {
+            self.perform(r, action);
+        }
+        self.check_bounds()
+    }
+
+    /// The model driver and server.
+    fn perform(&mut self, r: usize, action: Action<Cause>) {
+        let replica = &mut self.replicas[r];
+        let fail = std::mem::take(&mut replica.fail_next);
+        let answer = match action {
+            Action::AcquireConnection { conn } if fail => Some(Event::AcquireFailed {
+                conn,
+                cause: "pool error",
+            }),
+            Action::AcquireConnection { conn } => {
+                self.server.open.insert((r, conn), ());
+                Some(Event::ConnectionAcquired { conn })
+            }
+            Action::TryLock { conn } if fail => Some(Event::LockQueryFailed {
+                conn,
+                cause: "query error",
+            }),
+            Action::TryLock { conn } => Some(self.try_lock(r, conn)),
+            Action::ReturnToPool { conn } => {
+                // Back in the pool: the session lives on but is no longer the election's.
+                self.server.open.remove(&(r, conn));
+                None
+            }
+            Action::Hijack { conn } => {
+                self.replicas[r].lock_conn = Some(conn);
+                None
+            }
+            Action::Ping { conn } if fail => Some(Event::PingFailed {
+                conn,
+                cause: "ping error",
+            }),
+            Action::Ping { conn } => Some(if self.server.open.contains_key(&(r, conn)) {
+                Event::PingOk { conn }
+            } else {
+                Event::PingFailed {
+                    conn,
+                    cause: "connection closed",
+                }
+            }),
+            Action::Unlock { conn } if fail => Some(Event::UnlockFailed {
+                conn,
+                cause: "unlock error",
+            }),
+            Action::Unlock { conn } => {
+                let held = self.server.holder.is_some_and(|(s, _)| s == (r, conn));
+                if held {
+                    self.server.holder = None;
+                }
+                Some(Event::UnlockDone {
+                    conn,
+                    released: held,
+                })
+            }
+            Action::CloseConnection { conn } => {
+                self.end_session((r, conn));
+                if self.replicas[r].lock_conn == Some(conn) {
+                    self.replicas[r].lock_conn = None;
+                }
+                None
+            }
+            Action::BeginTerm { .. } => {
+                let replica = &mut self.replicas[r];
+                replica.terms += 1;
+                replica.began_at = Some(self.now);
+                None
+            }
+            Action::EndTerm { .. } | Action::Log(_) | Action::Finish => None,
+        };
+        let replica = &mut self.replicas[r];
+        if let Some(event) = answer {
+            if std::mem::take(&mut replica.lose_next_reply) {
+                return;
+            }
+            self.seq += 1;
+            self.pending
+                .push((self.now + replica.latency, self.seq, r, event));
+        }
+    }
+
+    fn try_lock(&mut self, r: usize, conn: ConnId) -> Event<Cause> {
+        if !self.server.open.contains_key(&(r, conn)) {
+            return Event::LockQueryFailed {
+                conn,
+                cause: "connection closed",
+            };
+        }
+        match self.server.holder {
+            Some((session, _)) if session != (r, conn) => Event::LockRefused { conn },
+            _ => {
+                self.server.holder = Some(((r, conn), self.now));
+                Event::LockGranted { conn }
+            }
+        }
+    }
+
+    fn end_session(&mut self, session: (usize, ConnId)) {
+        self.server.open.remove(&session);
+        if self.server.holder.is_some_and(|(s, _)| s == session) {
+            self.server.holder = None;
+            // The replica may not know it was granted yet: the answer can still be on its way.
+            self.server.lost.insert(session, self.now);
+        }
+    }
+
+    /// The cross-replica bounds of design.md section 6 that hold between any two steps.
+    pub(crate) fn check_bounds(&self) -> Result<(), String> {
+        for (r, replica) in self.replicas.iter().enumerate() {
+            let holds = self
+                .server
+                .holder
+                .is_some_and(|((owner, conn), _)| owner == r && replica.lock_conn == Some(conn));
+            if replica.election.is_leader() && !holds {
+                let lost_at = replica
+                    .lock_conn
+                    .and_then(|conn| self.server.lost.get(&(r, conn)))
+                    .ok_or(format!("replica {r} leads on a lock it never held"))?;
+                // Detection is bounded from the later of the loss and the moment the replica
+                // learned it leads: a grant answer can arrive after the session already ended.
+                let since = replica
+                    .began_at
+                    .map_or(*lost_at, |began| began.max(*lost_at));
+                if self.now - since > 2 * I {
+                    return Err(format!(
+                        "replica {r} still leads {:?} after losing its session (bound 2 x {I:?})",
+                        self.now - since
+                    ));
+                }
+            }
+        }
+        if let Some(((owner, conn), granted)) = self.server.holder {
+            let replica = &self.replicas[owner];
+            let led = replica.election.is_leader() && replica.lock_conn == Some(conn);
+            let releasing = replica.lock_conn == Some(conn);
+            if !led && !releasing && self.now - granted > I {
+                return Err(format!(
+                    "lock held by replica {owner}'s {conn} that does not lead, for {:?} (bound {I:?})",
+                    self.now - granted
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,114 @@
+//! Property tests: random faults, latencies and control inputs against the invariant checker
+//! and the cross-replica bounds; a liveness phase ends every case.
+//!
+//! `PROPTEST_CASES` sets the number of cases (default 256).
+
+mod common;
+
+use std::time::Duration;
+
+use common::{I, World};
+use plexsphere_leader_core::Event;
+use proptest::prelude::*;
+
+const REPLICAS: usize = 3;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Advance(u16),
+    Start(usize),
+    Cancel(usize),
+    Panic(usize),
+    Drop(usize),
+    Terminate(usize),
+    Latency(usize, u16),
+    LoseNextReply(usize),
+    FailNext(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let r = 0..REPLICAS;
+    prop_oneof![
+        6 => (1u16..250).prop_map(Op::Advance),
+        2 => r.clone().prop_map(Op::Start),
+        1 => r.clone().prop_map(Op::Cancel),
+        1 => r.clone().prop_map(Op::Panic),
+        1 => r.clone().prop_map(Op::Drop),
+        2 => r.clone().prop_map(Op::Terminate),
+        2 => (r.clone(), 0u16..300).prop_map(|(r, ms)| Op::Latency(r, ms)),
+        1 => r.clone().prop_map(Op::LoseNextReply),
+        1 => r.prop_map(Op::FailNext),
+    ]
+}
+
+fn run(ops: &[Op]) -> Result<(), String> {
+    let mut world = World::new(REPLICAS, Duration::from_millis(1));
+    for r in 0..REPLICAS {
+        world.start(r)?;
+    }
+    for op in ops {
+        match *op {
+            Op::Advance(ms) => world.advance(Duration::from_millis(ms.into()))?,
+            Op::Start(r) => world.start(r)?,
+            Op::Cancel(r) => world.event(r, Event::Cancelled)?,
+            Op::Panic(r) => world.event(r, Event::Panicked)?,
+            Op::Drop(r) => world.event(r, Event::Dropped)?,
+            Op::Terminate(r) => world.terminate(r),
+            Op::Latency(r, ms) => world.replicas[r].latency = Duration::from_millis(ms.into()),
+            Op::LoseNextReply(r) => world.replicas[r].lose_next_reply = true,
+            Op::FailNext(r) => world.replicas[r].fail_next = true,
+        }
+    }
+    liveness(&mut world)
+}
+
+/// Faults stop, every replica runs with a short latency: within a few intervals exactly one
+/// replica leads, on the session that holds the lock, and every other replica stays standby.
+fn liveness(world: &mut World) -> Result<(), String> {
+    for r in 0..REPLICAS {
+        let replica = &mut world.replicas[r];
+        replica.latency = Duration::from_millis(1);
+        replica.lose_next_reply = false;
+        replica.fail_next = false;
+        if !replica.election.is_running() {
+            world.start(r)?;
+        }
+    }
+    // Old answers drain within the longest latency (300 ms); an orphan grant closes within I.
+    world.advance(Duration::from_millis(300) + 3 * I)?;
+    let leaders = world.leaders();
+    if leaders.len() != 1 {
+        return Err(format!(
+            "liveness: leaders {leaders:?} at {:?}",
+            world.elapsed()
+        ));
+    }
+    // Then a graceful stop of everyone leaves no lock and no open term.
+    for r in 0..REPLICAS {
+        world.event(r, Event::Cancelled)?;
+    }
+    world.advance(Duration::from_millis(10))?;
+    if world.server.holder.is_some() || !world.leaders().is_empty() {
+        return Err("after stopping every replica a lock or a term remains".into());
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    #[test]
+    fn invariants_and_bounds_hold_under_random_faults(ops in prop::collection::vec(op(), 0..120)) {
+        if let Err(violation) = run(&ops) {
+            prop_assert!(false, "{violation}");
+        }
+    }
+}
+
+/// `PROPTEST_CASES`, or 256.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256)
+}

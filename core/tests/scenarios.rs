@@ -1,0 +1,94 @@
+//! Scenario tests in the virtual-time world: each asserts a time bound and a typed outcome.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{I, World};
+use plexsphere_leader_core::Event;
+
+const RTT: Duration = Duration::from_millis(2);
+
+#[test]
+fn with_the_lock_free_a_standby_leads_within_one_interval() {
+    let mut world = World::new(3, RTT / 2);
+    for r in 0..3 {
+        world.start(r).unwrap();
+    }
+    world.advance(2 * RTT).unwrap();
+    assert_eq!(world.leaders().len(), 1);
+    world.advance(10 * I).unwrap();
+    assert_eq!(
+        world.leaders().len(),
+        1,
+        "steady state keeps exactly one leader"
+    );
+}
+
+#[test]
+fn a_terminated_lock_session_hands_over_within_two_intervals_plus_one_check() {
+    let mut world = World::new(2, RTT / 2);
+    world.start(0).unwrap();
+    world.advance(I / 2).unwrap();
+    world.start(1).unwrap();
+    world.advance(I).unwrap();
+    assert_eq!(world.leaders(), vec![0]);
+    world.terminate(0);
+    let lost = world.now;
+    let mut new_leader_at = None;
+    while world.now - lost < 4 * I {
+        world.advance(Duration::from_millis(1)).unwrap();
+        if world.leaders() == vec![1] && new_leader_at.is_none() {
+            new_leader_at = Some(world.now - lost);
+        }
+    }
+    let handover = new_leader_at.expect("replica 1 leads");
+    assert!(
+        handover <= I + RTT,
+        "standby took the freed lock after {handover:?}"
+    );
+    assert!(!world.replicas[0].election.is_leader());
+}
+
+#[test]
+fn a_graceful_stop_hands_over_at_the_standbys_next_check_with_no_overlap() {
+    let mut world = World::new(2, RTT / 2);
+    world.start(0).unwrap();
+    world.advance(RTT).unwrap();
+    world.start(1).unwrap();
+    world.advance(I).unwrap();
+    world.event(0, Event::Cancelled).unwrap();
+    // The term ended before the unlock was even sent.
+    assert!(world.leaders().is_empty());
+    world.advance(I + RTT).unwrap();
+    assert_eq!(world.leaders(), vec![1]);
+    assert!(!world.replicas[0].election.is_running());
+}
+
+#[test]
+fn an_unanswered_ping_demotes_within_two_intervals() {
+    let mut world = World::new(1, RTT / 2);
+    world.start(0).unwrap();
+    world.advance(I / 2).unwrap();
+    assert_eq!(world.leaders(), vec![0]);
+    world.replicas[0].latency = 10 * I; // the server stops answering
+    world.terminate(0);
+    let lost = world.now;
+    while world.replicas[0].election.is_leader() {
+        world.advance(Duration::from_millis(1)).unwrap();
+    }
+    assert!(world.now - lost <= 2 * I);
+}
+
+#[test]
+fn a_lost_grant_reply_leaves_no_lock_behind_after_one_interval() {
+    let mut world = World::new(2, RTT / 2);
+    world.replicas[0].lose_next_reply = true; // the AcquireConnection answer is lost
+    world.start(0).unwrap();
+    world.advance(RTT).unwrap();
+    assert!(world.server.holder.is_none());
+    world.replicas[1].lose_next_reply = false;
+    world.start(1).unwrap();
+    world.advance(RTT).unwrap();
+    assert_eq!(world.leaders(), vec![1]);
+}

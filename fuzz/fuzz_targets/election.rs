@@ -1,0 +1,134 @@
+//! Replays an arbitrary sequence of (delay, input) through one election and checks every step
+//! with the core's invariant checker. Inputs include stale and mismatched completions, repeated
+//! starts, cancels, panics and drops, at any time.
+#![no_main]
+
+use std::time::{Duration, Instant};
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use plexsphere_leader_core::invariants::{Checker, Input};
+use plexsphere_leader_core::{CheckInterval, ConnId, Election, Event};
+
+#[derive(Debug, Arbitrary)]
+struct Step {
+    /// Milliseconds that pass before the input.
+    delay_ms: u16,
+    input: FuzzInput,
+}
+
+#[derive(Debug, Arbitrary)]
+enum FuzzInput {
+    Start,
+    Acquired(Which),
+    AcquireFailed(Which),
+    Granted(Which),
+    Refused(Which),
+    TryFailed(Which),
+    PingOk(Which),
+    PingFailed(Which),
+    Unlocked(Which, bool),
+    UnlockFailed(Which),
+    Cancelled,
+    Panicked,
+    Dropped,
+}
+
+/// Which connection a completion names: the newest asked for, an older one, or any number.
+#[derive(Debug, Arbitrary)]
+enum Which {
+    Newest,
+    Older(u8),
+    Number(u8),
+}
+
+fuzz_target!(|input: (u16, Vec<Step>)| {
+    let (interval_ms, steps) = input;
+    let interval = Duration::from_millis(u64::from(interval_ms.max(1)));
+    let Ok(interval) = CheckInterval::new(interval) else {
+        return;
+    };
+    let mut election = Election::<u8>::new(interval);
+    let mut checker = Checker::new();
+    let mut now = Instant::now();
+    let mut newest = 0u64;
+    for step in steps {
+        now += Duration::from_millis(u64::from(step.delay_ms));
+        if election.poll_timeout().is_some_and(|at| at <= now) {
+            election.handle_timeout(now);
+            let actions = drain(&mut election, &mut newest);
+            let timeout = election.poll_timeout();
+            checker
+                .check(now, Input::<'_, u8>::Timeout, &actions, timeout)
+                .unwrap_or_else(|v| panic!("{v}"));
+        }
+        let conn = |which: &Which| match which {
+            Which::Newest => ConnId::new(newest),
+            Which::Older(back) => ConnId::new(newest.saturating_sub(u64::from(*back) + 1)),
+            Which::Number(n) => ConnId::new(u64::from(*n)),
+        };
+        let event = match &step.input {
+            FuzzInput::Start => {
+                let accepted = election.start(now).is_ok();
+                let actions = drain(&mut election, &mut newest);
+                let timeout = election.poll_timeout();
+                let start: Input<'_, u8> = Input::Start { accepted };
+                checker
+                    .check(now, start, &actions, timeout)
+                    .unwrap_or_else(|v| panic!("{v}"));
+                continue;
+            }
+            FuzzInput::Acquired(w) => Event::ConnectionAcquired { conn: conn(w) },
+            FuzzInput::AcquireFailed(w) => Event::AcquireFailed {
+                conn: conn(w),
+                cause: 1,
+            },
+            FuzzInput::Granted(w) => Event::LockGranted { conn: conn(w) },
+            FuzzInput::Refused(w) => Event::LockRefused { conn: conn(w) },
+            FuzzInput::TryFailed(w) => Event::LockQueryFailed {
+                conn: conn(w),
+                cause: 2,
+            },
+            FuzzInput::PingOk(w) => Event::PingOk { conn: conn(w) },
+            FuzzInput::PingFailed(w) => Event::PingFailed {
+                conn: conn(w),
+                cause: 3,
+            },
+            FuzzInput::Unlocked(w, released) => Event::UnlockDone {
+                conn: conn(w),
+                released: *released,
+            },
+            FuzzInput::UnlockFailed(w) => Event::UnlockFailed {
+                conn: conn(w),
+                cause: 4,
+            },
+            FuzzInput::Cancelled => Event::Cancelled,
+            FuzzInput::Panicked => Event::Panicked,
+            FuzzInput::Dropped => Event::Dropped,
+        };
+        let handled = election.handle_event(now, event.clone());
+        let actions = drain(&mut election, &mut newest);
+        let timeout = election.poll_timeout();
+        checker
+            .check(
+                now,
+                Input::Event {
+                    event: &event,
+                    handled,
+                },
+                &actions,
+                timeout,
+            )
+            .unwrap_or_else(|v| panic!("{v}"));
+    }
+});
+
+fn drain(election: &mut Election<u8>, newest: &mut u64) -> Vec<plexsphere_leader_core::Action<u8>> {
+    let actions: Vec<_> = std::iter::from_fn(|| election.poll_action()).collect();
+    for action in &actions {
+        if let plexsphere_leader_core::Action::AcquireConnection { conn } = action {
+            *newest = conn.get();
+        }
+    }
+    actions
+}
