@@ -1,1 +1,53 @@
-//! placeholder
+//! plexsphere-leader elects exactly one *background leader* among the replicas of a service
+//! through a PostgreSQL session advisory lock, and runs the service's background loops only on
+//! that leader.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use plexsphere_leader::{Config, Elector};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn example(pool: deadpool_postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
+//! let elector = Elector::new(Config::new(pool).check_interval(Duration::from_secs(5)))?;
+//! let shutdown = CancellationToken::new();
+//! let election = tokio::spawn({
+//!     let (elector, shutdown) = (elector.clone(), shutdown.clone());
+//!     async move { elector.run(shutdown).await }
+//! });
+//! // A periodic pass that only the leader runs:
+//! let ran = elector
+//!     .run_if_leader(&shutdown, |term| async move {
+//!         // ... stop early when `term` is cancelled ...
+//!         Ok::<_, std::io::Error>(())
+//!     })
+//!     .await?;
+//! shutdown.cancel();
+//! election.await??;
+//! # let _ = ran; Ok(()) }
+//! ```
+//!
+//! The decisions live in the sans-IO crate `plexsphere-leader-core`; this crate drives it with
+//! tokio, tokio-postgres and deadpool-postgres. See `docs/reference.md` for the full contract.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+mod connection;
+mod driver;
+mod elector;
+mod error;
+mod log;
+mod metrics;
+mod sql;
+mod term;
+
+pub use config::Config;
+pub use elector::Elector;
+pub use error::{CheckError, ConfigError, RunError};
+pub use metrics::{LEADER_GAUGE_HELP, LEADER_GAUGE_NAME};
+pub use plexsphere_leader_core::work::Interruption;
+pub use plexsphere_leader_core::{
+    CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, TermEndCause, TermId, UNLOCK_BUDGET,
+};
+pub use sql::{LEADER_QUERY, LOCK_CLASS_ID, LOCK_OBJ_ID};
+pub use term::Term;

@@ -1,0 +1,197 @@
+//! The thin async driver of the core election: performs the actions the core queues, reports
+//! what happened, and sleeps until the core's next deadline. It makes no decision of its own.
+
+use std::sync::Arc;
+
+use plexsphere_leader_core::{Action, ConnId, Event, Handled};
+use tokio_util::sync::CancellationToken;
+
+use crate::connection::{self, Completion, Held, Operation};
+use crate::elector::Inner;
+use crate::error::RunError;
+use crate::log;
+
+/// One run of the election. Dropping it before the run finished (a panic unwinding through
+/// `run`, or the `run` future dropped) reports [`Event::Panicked`] or [`Event::Dropped`] to the
+/// core and performs what it asks: the term ends and the connection closes without an unlock.
+pub(crate) struct Driver {
+    inner: Arc<Inner>,
+    held: Option<(ConnId, Arc<Held>)>,
+    in_flight: Option<Operation>,
+    finished: bool,
+}
+
+#[allow(clippy::large_enum_variant)] // reason: a short-lived stack value, never stored
+enum Wake {
+    Stop,
+    Completed(Completion),
+    Deadline,
+}
+
+impl Driver {
+    /// Starts a run: the first check begins at once.
+    pub(crate) fn start(inner: Arc<Inner>) -> Result<Self, RunError> {
+        inner.election().start(now()).map_err(|_| RunError::AlreadyRunning)?;
+        let mut driver = Self { inner, held: None, in_flight: None, finished: false };
+        driver.perform_queued();
+        Ok(driver)
+    }
+
+    /// Drives the run until the core finishes it, after `shutdown` is cancelled.
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+        let mut stop_reported = false;
+        let sleep = tokio::time::sleep_until(tokio::time::Instant::now());
+        tokio::pin!(sleep);
+        let mut armed = None;
+        while !self.finished {
+            let deadline = self.inner.election().poll_timeout();
+            if deadline != armed {
+                if let Some(at) = deadline {
+                    sleep.as_mut().reset(tokio::time::Instant::from_std(at));
+                }
+                armed = deadline;
+            }
+            let wake = tokio::select! {
+                biased;
+                () = shutdown.cancelled(), if !stop_reported => Wake::Stop,
+                completion = in_flight(&mut self.in_flight) => Wake::Completed(completion),
+                () = &mut sleep, if armed.is_some() => Wake::Deadline,
+            };
+            match wake {
+                Wake::Stop => {
+                    stop_reported = true;
+                    self.handle(Event::Cancelled);
+                }
+                Wake::Completed(completion) => {
+                    self.in_flight = None;
+                    self.complete(completion);
+                }
+                Wake::Deadline => {
+                    self.inner.election().handle_timeout(now());
+                    self.perform_queued();
+                }
+            }
+        }
+    }
+
+    fn complete(&mut self, completion: Completion) {
+        let Completion { event, acquired } = completion;
+        if let (Some(object), Some(conn)) = (acquired, event.conn()) {
+            self.held = Some((conn, Arc::new(Held::Pooled(object))));
+        }
+        let acquired = matches!(event, Event::ConnectionAcquired { .. });
+        if let (Handled::Ignored(_), true) = (self.handle(event), acquired) {
+            // Nothing was tried on it: it goes back to the pool as it came.
+            self.held = None;
+        }
+    }
+
+    fn handle(&mut self, event: Event<crate::CheckError>) -> Handled {
+        let handled = self.inner.election().handle_event(now(), event);
+        self.perform_queued();
+        handled
+    }
+
+    fn perform_queued(&mut self) {
+        loop {
+            // The lock is released before the action runs: an action may call back into the
+            // elector (a log subscriber, a term token's waiters).
+            let next = self.inner.election().poll_action();
+            let Some(action) = next else { break };
+            self.perform(action);
+        }
+    }
+
+    fn perform(&mut self, action: Action<crate::CheckError>) {
+        match action {
+            Action::AcquireConnection { conn } => {
+                self.in_flight = Some(connection::acquire(self.inner.pool().clone(), conn));
+            }
+            Action::TryLock { conn } => {
+                let timeout_ms = self.inner.interval().idle_session_timeout_millis();
+                self.start_on(conn, |held| connection::try_lock(held, conn, timeout_ms));
+            }
+            Action::Ping { conn } => self.start_on(conn, |held| connection::ping(held, conn)),
+            Action::Unlock { conn } => self.start_on(conn, |held| connection::unlock(held, conn)),
+            Action::ReturnToPool { conn } => {
+                if let Some(held) = self.take(conn) {
+                    drop(held);
+                }
+            }
+            Action::Hijack { conn } => {
+                if let Some(held) = self.take(conn) {
+                    self.held = Some((conn, Arc::new(held.hijack())));
+                }
+            }
+            Action::CloseConnection { conn } => {
+                self.in_flight = None;
+                if let Some(held) = self.take(conn) {
+                    held.close();
+                }
+            }
+            Action::BeginTerm { term } => self.inner.begin_term(term),
+            Action::EndTerm { cause, .. } => self.inner.end_term(cause),
+            Action::Log(record) => log::emit(&record, self.inner.interval().get()),
+            Action::Finish => self.finished = true,
+        }
+    }
+
+    /// Starts `operation` on connection `conn`, replacing any operation in flight.
+    fn start_on(&mut self, conn: ConnId, operation: impl FnOnce(Arc<Held>) -> Operation) {
+        self.in_flight = None;
+        match &self.held {
+            Some((held_conn, held)) if *held_conn == conn => {
+                self.in_flight = Some(operation(Arc::clone(held)));
+            }
+            _ => tracing::error!(
+                target: "plexsphere_leader",
+                %conn,
+                "driver bug: no connection to run the statement on; the check will time out"
+            ),
+        }
+    }
+
+    /// Takes connection `conn` out of the driver, once nothing in flight uses it.
+    fn take(&mut self, conn: ConnId) -> Option<Held> {
+        match self.held.take() {
+            Some((held_conn, held)) if held_conn == conn => {
+                self.in_flight = None;
+                Arc::try_unwrap(held).ok()
+            }
+            other => {
+                self.held = other;
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if !self.finished {
+            let event = if std::thread::panicking() { Event::Panicked } else { Event::Dropped };
+            self.handle(event);
+        }
+        self.in_flight = None;
+        // Whatever is still held is closed, never returned to the pool: it may carry the lock.
+        if let Some((_, held)) = self.held.take()
+            && let Ok(held) = Arc::try_unwrap(held)
+        {
+            held.close();
+        }
+    }
+}
+
+/// Waits for the operation in flight; never resolves when there is none.
+async fn in_flight(operation: &mut Option<Operation>) -> Completion {
+    match operation.as_mut() {
+        Some(operation) => operation.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The current time: the only place the adapter reads the clock, through tokio so that paused
+/// time and the simulation's clock apply.
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}

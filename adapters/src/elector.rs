@@ -1,0 +1,200 @@
+//! The elector services embed.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use plexsphere_leader_core::work::WorkOutcome;
+use plexsphere_leader_core::{CheckInterval, Election, TermEndCause, TermId};
+use prometheus::IntGauge;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::driver::Driver;
+use crate::error::{CheckError, ConfigError, RunError};
+use crate::metrics;
+use crate::term::{Term, TermShared};
+
+/// Elects one background leader among the replicas of a service through the PostgreSQL session
+/// advisory lock `(1886156915, 1)`, and tells the service whether this replica leads.
+///
+/// Every replica runs one `Elector` ([`run`](Self::run)); the replica whose session holds the
+/// lock is the leader, the others are standbys that try again every check interval. Cloning an
+/// `Elector` gives another handle on the same election.
+#[derive(Clone, Debug)]
+pub struct Elector {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pool: Pool,
+    interval: CheckInterval,
+    election: Mutex<Election<CheckError>>,
+    leading: AtomicBool,
+    current: Mutex<Option<Arc<TermShared>>>,
+    gauge: Option<IntGauge>,
+}
+
+impl Elector {
+    /// Builds an elector (the spec's `leader.New`). Nothing is connected until
+    /// [`run`](Self::run).
+    ///
+    /// # Errors
+    /// [`ConfigError::CheckInterval`] when the interval is below 1 ms or four intervals exceed
+    /// what `idle_session_timeout` holds; [`ConfigError::Metrics`] when the gauge cannot be
+    /// registered.
+    pub fn new(config: Config) -> Result<Self, ConfigError> {
+        let interval = CheckInterval::new(config.check_interval)?;
+        let gauge = match &config.registry {
+            Some(registry) => Some(metrics::leader_gauge(registry).map_err(ConfigError::Metrics)?),
+            None => None,
+        };
+        let inner = Inner {
+            pool: config.pool,
+            interval,
+            election: Mutex::new(Election::new(interval)),
+            leading: AtomicBool::new(false),
+            current: Mutex::new(None),
+            gauge,
+        };
+        Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// Takes part in the election until `shutdown` is cancelled (the spec's `Run`).
+    ///
+    /// It checks once at once, then every check interval: a standby borrows a pooled connection
+    /// and tries the lock (refused: the connection goes back untouched; granted: it is taken out
+    /// of the pool, the replica leads and a term begins); the leader runs `SELECT 1` on its
+    /// connection, and a failure or no answer within one interval demotes it. Connection and
+    /// query failures are logged at WARN (`leader: acquire lock connection: <cause>`) and retried
+    /// at the next check; `run` does not return for them.
+    ///
+    /// On cancellation the leader ends its term first, then runs `pg_advisory_unlock` under a
+    /// 2-second budget that outlives `shutdown`, closes the connection and returns `Ok(())`; a
+    /// standby returns at once. A panic unwinding through `run`, or dropping its future (task
+    /// abort), ends the term with [`TermEndCause::LeadershipLost`] and closes the connection
+    /// without unlocking (the server then releases the lock), logging
+    /// `background leader lock abandoned after a panic` when the replica led. `run` may be
+    /// called again after it returned, panicked or was dropped.
+    ///
+    /// # Errors
+    /// [`RunError::AlreadyRunning`] when another `run` of this elector is in progress.
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<(), RunError> {
+        let driver = Driver::start(Arc::clone(&self.inner))?;
+        driver.run(shutdown).await;
+        Ok(())
+    }
+
+    /// The current term (the spec's `Term(parent)`): `Some` on the leader, with a token that is
+    /// cancelled when `parent` is cancelled or the term ends, whichever comes first; `None` on a
+    /// standby. Dropping the [`Term`] cancels its token.
+    pub fn term(&self, parent: &CancellationToken) -> Option<Term> {
+        let current = self.inner.current.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        current?.handle(parent)
+    }
+
+    /// Runs one unit of background work on the leader (the spec's `Do`). `work` receives the
+    /// term's token, so it can stop when leadership ends.
+    ///
+    /// | situation                                  | `work` called | result |
+    /// |--------------------------------------------|---------------|--------|
+    /// | standby                                    | no            | `Ok(false)` |
+    /// | leader, leadership held until `work` returns | yes         | `Ok(true)`, or `work`'s error |
+    /// | leader, term ended while `work` ran        | yes           | `Ok(false)`, logged at INFO; `work`'s result is discarded |
+    ///
+    /// A demotion never counts as a failure, and neither does a `parent` cancelled while `work`
+    /// ran (`Ok(false)`, not logged). A panic in `work` propagates to the caller; the term's
+    /// token handed to it is cancelled as the panic unwinds.
+    ///
+    /// # Errors
+    /// `work`'s own error, when the term held until it returned.
+    pub async fn run_if_leader<T, E, F, Fut>(
+        &self,
+        parent: &CancellationToken,
+        work: F,
+    ) -> Result<bool, E>
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let Some(term) = self.term(parent) else {
+            return WorkOutcome::<T, E>::Skipped.into_result();
+        };
+        let result = work(term.token().clone()).await;
+        let outcome = WorkOutcome::settle(term.status(), result);
+        if let Some(kind) = outcome.log_kind() {
+            tracing::info!(
+                target: "plexsphere_leader",
+                term = term.id().get(),
+                cause = %term.cause().map(|c| c.to_string()).unwrap_or_default(),
+                "{}",
+                kind.message()
+            );
+        }
+        outcome.into_result()
+    }
+
+    /// Whether this replica holds the lock (the spec's `IsLeader`): an atomic read, callable from
+    /// any thread.
+    pub fn is_leader(&self) -> bool {
+        self.inner.leading.load(Ordering::Acquire)
+    }
+
+    /// The open term's id while leading.
+    pub fn current_term(&self) -> Option<TermId> {
+        let current = self.inner.current.lock().unwrap_or_else(PoisonError::into_inner);
+        current.as_ref().map(|term| term.id())
+    }
+
+    /// The validated check interval.
+    pub fn check_interval(&self) -> Duration {
+        self.inner.interval.get()
+    }
+}
+
+impl Inner {
+    pub(crate) fn election(&self) -> MutexGuard<'_, Election<CheckError>> {
+        self.election.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub(crate) fn interval(&self) -> CheckInterval {
+        self.interval
+    }
+
+    /// A term begins: its handles can be taken, then is-leader and the gauge turn on.
+    pub(crate) fn begin_term(&self, id: TermId) {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(TermShared::new(id));
+        self.leading.store(true, Ordering::Release);
+        if let Some(gauge) = &self.gauge {
+            gauge.set(1);
+        }
+    }
+
+    /// The term ends: is-leader and the gauge turn off, then every handle's token is cancelled.
+    pub(crate) fn end_term(&self, cause: TermEndCause) {
+        self.leading.store(false, Ordering::Release);
+        if let Some(gauge) = &self.gauge {
+            gauge.set(0);
+        }
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(term) = current {
+            term.end(cause);
+        }
+    }
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elector")
+            .field("interval", &self.interval)
+            .field("is_leader", &self.leading.load(Ordering::Relaxed))
+            .field("election", &*self.election())
+            .finish()
+    }
+}
