@@ -27,7 +27,11 @@ pub struct Config {
 impl Config {
     /// A configuration with the spec's defaults for `pool`.
     pub fn new(pool: Pool) -> Self {
-        Self { pool, check_interval: Duration::ZERO, registry: None }
+        Self {
+            pool,
+            check_interval: Duration::ZERO,
+            registry: None,
+        }
     }
 
     /// Sets the check interval; `Duration::ZERO` means the default of 5 s. Validated by

@@ -59,11 +59,15 @@ pub(crate) type Operation = Pin<Box<dyn Future<Output = Completion> + Send>>;
 pub(crate) fn acquire(pool: Pool, conn: ConnId) -> Operation {
     Box::pin(async move {
         match pool.get().await {
-            Ok(object) => {
-                Completion { event: Event::ConnectionAcquired { conn }, acquired: Some(object) }
-            }
+            Ok(object) => Completion {
+                event: Event::ConnectionAcquired { conn },
+                acquired: Some(object),
+            },
             Err(error) => Completion {
-                event: Event::AcquireFailed { conn, cause: error.into() },
+                event: Event::AcquireFailed {
+                    conn,
+                    cause: error.into(),
+                },
                 acquired: None,
             },
         }
@@ -78,7 +82,10 @@ pub(crate) fn try_lock(held: Arc<Held>, conn: ConnId, idle_session_timeout_ms: u
             Ok(false) => Event::LockRefused { conn },
             Err(cause) => Event::LockQueryFailed { conn, cause },
         };
-        Completion { event, acquired: None }
+        Completion {
+            event,
+            acquired: None,
+        }
     })
 }
 
@@ -88,11 +95,17 @@ pub(crate) fn ping(held: Arc<Held>, conn: ConnId) -> Operation {
             Ok(value) if value == "1" => Event::PingOk { conn },
             Ok(other) => Event::PingFailed {
                 conn,
-                cause: CheckError::UnexpectedReply { statement: "SELECT 1", detail: other },
+                cause: CheckError::UnexpectedReply {
+                    statement: "SELECT 1",
+                    detail: other,
+                },
             },
             Err(cause) => Event::PingFailed { conn, cause },
         };
-        Completion { event, acquired: None }
+        Completion {
+            event,
+            acquired: None,
+        }
     })
 }
 
@@ -102,7 +115,10 @@ pub(crate) fn unlock(held: Arc<Held>, conn: ConnId) -> Operation {
             Ok(released) => Event::UnlockDone { conn, released },
             Err(cause) => Event::UnlockFailed { conn, cause },
         };
-        Completion { event, acquired: None }
+        Completion {
+            event,
+            acquired: None,
+        }
     })
 }
 
@@ -114,9 +130,10 @@ async fn boolean(
     match single_value(client, statement, name).await?.as_str() {
         "t" => Ok(true),
         "f" => Ok(false),
-        other => {
-            Err(CheckError::UnexpectedReply { statement: name, detail: format!("{other:?}") })
-        }
+        other => Err(CheckError::UnexpectedReply {
+            statement: name,
+            detail: format!("{other:?}"),
+        }),
     }
 }
 
@@ -131,7 +148,10 @@ async fn single_value(
         SimpleQueryMessage::Row(row) => Some(row),
         _ => None,
     });
-    let unexpected = |detail: String| CheckError::UnexpectedReply { statement: name, detail };
+    let unexpected = |detail: String| CheckError::UnexpectedReply {
+        statement: name,
+        detail,
+    };
     let row = rows.next().ok_or_else(|| unexpected("no row".into()))?;
     if rows.next().is_some() {
         return Err(unexpected("more than one row".into()));

@@ -31,8 +31,16 @@ enum Wake {
 impl Driver {
     /// Starts a run: the first check begins at once.
     pub(crate) fn start(inner: Arc<Inner>) -> Result<Self, RunError> {
-        inner.election().start(now()).map_err(|_| RunError::AlreadyRunning)?;
-        let mut driver = Self { inner, held: None, in_flight: None, finished: false };
+        inner
+            .election()
+            .start(now())
+            .map_err(|_| RunError::AlreadyRunning)?;
+        let mut driver = Self {
+            inner,
+            held: None,
+            in_flight: None,
+            finished: false,
+        };
         driver.perform_queued();
         Ok(driver)
     }
@@ -169,7 +177,11 @@ impl Driver {
 impl Drop for Driver {
     fn drop(&mut self) {
         if !self.finished {
-            let event = if std::thread::panicking() { Event::Panicked } else { Event::Dropped };
+            let event = if std::thread::panicking() {
+                Event::Panicked
+            } else {
+                Event::Dropped
+            };
             self.handle(event);
         }
         self.in_flight = None;

@@ -59,7 +59,9 @@ impl Elector {
             current: Mutex::new(None),
             gauge,
         };
-        Ok(Self { inner: Arc::new(inner) })
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
     }
 
     /// Takes part in the election until `shutdown` is cancelled (the spec's `Run`).
@@ -91,7 +93,12 @@ impl Elector {
     /// cancelled when `parent` is cancelled or the term ends, whichever comes first; `None` on a
     /// standby. Dropping the [`Term`] cancels its token.
     pub fn term(&self, parent: &CancellationToken) -> Option<Term> {
-        let current = self.inner.current.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let current = self
+            .inner
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         current?.handle(parent)
     }
 
@@ -144,7 +151,11 @@ impl Elector {
 
     /// The open term's id while leading.
     pub fn current_term(&self) -> Option<TermId> {
-        let current = self.inner.current.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self
+            .inner
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         current.as_ref().map(|term| term.id())
     }
 
@@ -182,7 +193,11 @@ impl Inner {
         if let Some(gauge) = &self.gauge {
             gauge.set(0);
         }
-        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if let Some(term) = current {
             term.end(cause);
         }

@@ -51,3 +51,8 @@ pub use plexsphere_leader_core::{
 };
 pub use sql::{LEADER_QUERY, LOCK_CLASS_ID, LOCK_OBJ_ID};
 pub use term::Term;
+
+/// Compiles the README's example.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExample;

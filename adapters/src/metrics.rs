@@ -46,7 +46,9 @@ impl Collector for LeaderGauge {
 /// The registry refused the gauge, or another kind of collector already uses the name.
 pub(crate) fn leader_gauge(registry: &Registry) -> Result<IntGauge, prometheus::Error> {
     let gauge = IntGauge::new(LEADER_GAUGE_NAME, LEADER_GAUGE_HELP)?;
-    match registry.register(Box::new(LeaderGauge { gauge: gauge.clone() })) {
+    match registry.register(Box::new(LeaderGauge {
+        gauge: gauge.clone(),
+    })) {
         Ok(()) => Ok(gauge),
         Err(prometheus::Error::AlreadyReg) => {
             registered_gauge(registry).ok_or(prometheus::Error::AlreadyReg)
@@ -59,7 +61,9 @@ pub(crate) fn leader_gauge(registry: &Registry) -> Result<IntGauge, prometheus::
 fn registered_gauge(registry: &Registry) -> Option<IntGauge> {
     FOUND.with(|found| *found.borrow_mut() = Some(Vec::new()));
     let _ = registry.gather();
-    let found = FOUND.with(|found| found.borrow_mut().take()).unwrap_or_default();
+    let found = FOUND
+        .with(|found| found.borrow_mut().take())
+        .unwrap_or_default();
     found.into_iter().next()
 }
 

@@ -23,7 +23,10 @@ struct TermState {
 
 impl TermShared {
     pub(crate) fn new(id: TermId) -> Arc<Self> {
-        Arc::new(Self { id, state: Mutex::new(TermState::default()) })
+        Arc::new(Self {
+            id,
+            state: Mutex::new(TermState::default()),
+        })
     }
 
     pub(crate) fn id(&self) -> TermId {
@@ -58,7 +61,12 @@ impl TermShared {
             state.tokens.insert(key, token.clone());
             key
         };
-        Some(Term { shared: Arc::clone(self), token, parent: parent.clone(), key })
+        Some(Term {
+            shared: Arc::clone(self),
+            token,
+            parent: parent.clone(),
+            key,
+        })
     }
 
     fn ended(&self) -> Option<TermEndCause> {
@@ -114,7 +122,9 @@ impl Term {
         if let Some(cause) = self.shared.ended() {
             return Some(Interruption::Term(cause));
         }
-        self.parent.is_cancelled().then_some(Interruption::ParentCancelled)
+        self.parent
+            .is_cancelled()
+            .then_some(Interruption::ParentCancelled)
     }
 
     pub(crate) fn status(&self) -> TermStatus {
@@ -141,7 +151,10 @@ mod tests {
         assert!(term.is_live());
         shared.end(TermEndCause::LeadershipLost);
         assert!(term.token().is_cancelled());
-        assert_eq!(term.cause(), Some(Interruption::Term(TermEndCause::LeadershipLost)));
+        assert_eq!(
+            term.cause(),
+            Some(Interruption::Term(TermEndCause::LeadershipLost))
+        );
         assert!(!parent.is_cancelled());
     }
 

@@ -313,11 +313,13 @@ impl<C> Election<C> {
     /// as a result. Safe to call early or repeatedly: a deadline not yet reached does nothing.
     /// Afterwards [`poll_timeout`](Self::poll_timeout) is `None` or later than `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        while let Some((timer, at)) = self.pending_timer() {
-            if at > now {
-                return;
+        // At most two deadlines fall due in one call: an operation's deadline, then the check
+        // that follows on the same instant, whose own deadline lies an interval later.
+        for _ in 0..2 {
+            match self.pending_timer() {
+                Some((timer, at)) if at <= now => self.fire(timer, now),
+                _ => return,
             }
-            self.fire(timer, now);
         }
     }
 

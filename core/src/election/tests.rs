@@ -729,3 +729,97 @@ fn inputs_while_not_running_are_ignored() {
     assert_eq!(f.election.poll_timeout(), None);
     assert_eq!(f.election.phase(), Phase::Idle);
 }
+
+// ---- small contracts ----
+
+#[test]
+fn getters_and_texts_say_what_they_stand_for() {
+    let f = Fixture::new();
+    assert_eq!(f.election.interval().get(), I);
+    assert_eq!(
+        AlreadyRunning.to_string(),
+        "the election is already running"
+    );
+    assert_eq!(TermEndCause::LeadershipLost.to_string(), "leadership lost");
+    assert_eq!(TermEndCause::Stopped.to_string(), "election stopped");
+    assert_eq!(ConnId::new(7).to_string(), "conn#7");
+    assert_eq!(TermId::new(7).to_string(), "7");
+    assert!(format!("{:?}", f.election).contains("Idle"));
+}
+
+#[test]
+fn actions_and_events_name_their_connection() {
+    let with_conn: Vec<A> = vec![
+        A::AcquireConnection { conn: C2 },
+        A::TryLock { conn: C2 },
+        A::ReturnToPool { conn: C2 },
+        A::Hijack { conn: C2 },
+        A::Ping { conn: C2 },
+        A::Unlock { conn: C2 },
+        A::CloseConnection { conn: C2 },
+    ];
+    assert!(with_conn.iter().all(|a| a.conn() == Some(C2)));
+    let without: Vec<A> = vec![
+        A::BeginTerm { term: T1 },
+        A::EndTerm {
+            term: T1,
+            cause: TermEndCause::Stopped,
+        },
+        log(LogKind::LockReleased, None, None),
+        A::Finish,
+    ];
+    assert!(without.iter().all(|a| a.conn().is_none()));
+    let events: Vec<E> = vec![
+        E::ConnectionAcquired { conn: C2 },
+        E::AcquireFailed {
+            conn: C2,
+            cause: "x",
+        },
+        E::LockGranted { conn: C2 },
+        E::LockRefused { conn: C2 },
+        E::LockQueryFailed {
+            conn: C2,
+            cause: "x",
+        },
+        E::PingOk { conn: C2 },
+        E::PingFailed {
+            conn: C2,
+            cause: "x",
+        },
+        E::UnlockDone {
+            conn: C2,
+            released: true,
+        },
+        E::UnlockFailed {
+            conn: C2,
+            cause: "x",
+        },
+    ];
+    assert!(events.iter().all(|e| e.conn() == Some(C2)));
+    assert!(
+        [E::Cancelled, E::Panicked, E::Dropped]
+            .iter()
+            .all(|e| e.conn().is_none())
+    );
+}
+
+#[test]
+fn causes_render_for_the_log() {
+    let timed_out: Cause<&str> = Cause::TimedOut(Duration::from_millis(200));
+    assert_eq!(timed_out.to_string(), "no answer within 200ms");
+    assert!(
+        Cause::<&str>::LockNotHeld
+            .to_string()
+            .contains("did not hold the lock")
+    );
+    let record = LogRecord {
+        kind: LogKind::LockReleased,
+        term: Some(T1),
+        cause: None::<Cause<&str>>,
+    };
+    assert_eq!(
+        record.to_string(),
+        "leader: released background leader lock"
+    );
+    assert_eq!(record.level(), Level::Info);
+}

@@ -1,0 +1,59 @@
+//! Configuration of one simulated server instance.
+
+use std::time::Duration;
+
+/// Settings of a [`SimPostgres`](super::SimPostgres) instance, built from
+/// [`ServerConfig::default`] with the `with_*` methods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    pub(crate) first_pid: i32,
+    pub(crate) query_latency: Duration,
+    pub(crate) startup_timeout: Duration,
+    pub(crate) server_version: String,
+}
+
+impl Default for ServerConfig {
+    /// First pid 1000, no query latency, a 60 s startup timeout (PostgreSQL's
+    /// `authentication_timeout`), `server_version` 16.0.
+    fn default() -> Self {
+        Self {
+            first_pid: 1000,
+            query_latency: Duration::ZERO,
+            startup_timeout: Duration::from_secs(60),
+            server_version: "16.0 (plexsphere-leader-sim)".to_owned(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The backend pid of the first session; later sessions count up from it, across
+    /// restarts, so every session of an instance has its own pid.
+    #[must_use]
+    pub fn with_first_pid(mut self, pid: i32) -> Self {
+        self.first_pid = pid;
+        self
+    }
+
+    /// A delay the server waits before executing each simple Query (default zero); can be
+    /// changed later with [`ServerHandle::set_query_latency`](super::ServerHandle::set_query_latency).
+    #[must_use]
+    pub fn with_query_latency(mut self, latency: Duration) -> Self {
+        self.query_latency = latency;
+        self
+    }
+
+    /// How long a new connection may take to send its startup message before the server
+    /// closes it without a word.
+    #[must_use]
+    pub fn with_startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    /// The `server_version` reported in ParameterStatus.
+    #[must_use]
+    pub fn with_server_version(mut self, version: impl Into<String>) -> Self {
+        self.server_version = version.into();
+        self
+    }
+}

@@ -1,0 +1,188 @@
+//! The configuration parameters (GUCs) a session can set, with PostgreSQL's parsing and
+//! display rules for them.
+
+use std::time::Duration;
+
+use super::reply::{SqlError, sqlstate};
+
+/// The largest `idle_session_timeout`, `INT_MAX` milliseconds.
+const MAX_TIMEOUT_MS: i64 = i32::MAX as i64;
+
+/// A parameter the simulated server knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Guc {
+    /// `idle_session_timeout`, an integer in milliseconds; 0 disables it.
+    IdleSessionTimeout,
+    /// `application_name`, reported to the client with ParameterStatus.
+    ApplicationName,
+}
+
+/// A session's values of the parameters in [`Guc`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Gucs {
+    pub(crate) idle_session_timeout: Duration,
+    pub(crate) application_name: String,
+}
+
+impl Guc {
+    /// Looks a parameter up by name, case-insensitively, as PostgreSQL does.
+    pub(crate) fn lookup(name: &str) -> Result<Self, SqlError> {
+        match name.to_ascii_lowercase().as_str() {
+            "idle_session_timeout" => Ok(Self::IdleSessionTimeout),
+            "application_name" => Ok(Self::ApplicationName),
+            _ => Err(SqlError::error(
+                sqlstate::UNDEFINED_OBJECT,
+                format!("unrecognized configuration parameter \"{name}\""),
+            )),
+        }
+    }
+
+    /// The parameter's name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::IdleSessionTimeout => "idle_session_timeout",
+            Self::ApplicationName => "application_name",
+        }
+    }
+}
+
+impl Gucs {
+    /// Sets `guc` from its text form, or fails without changing anything.
+    pub(crate) fn set(&mut self, guc: Guc, value: &str) -> Result<(), SqlError> {
+        match guc {
+            Guc::IdleSessionTimeout => self.idle_session_timeout = parse_timeout(value)?,
+            Guc::ApplicationName => self.application_name = value.to_owned(),
+        }
+        Ok(())
+    }
+
+    /// Resets `guc` to its default.
+    pub(crate) fn reset(&mut self, guc: Guc) {
+        match guc {
+            Guc::IdleSessionTimeout => self.idle_session_timeout = Duration::ZERO,
+            Guc::ApplicationName => self.application_name.clear(),
+        }
+    }
+
+    /// The text `SHOW` and `set_config` return for `guc`.
+    pub(crate) fn show(&self, guc: Guc) -> String {
+        match guc {
+            Guc::IdleSessionTimeout => format_timeout(self.idle_session_timeout),
+            Guc::ApplicationName => self.application_name.clone(),
+        }
+    }
+}
+
+/// Parses an `idle_session_timeout` value: an integer with an optional unit among `us`,
+/// `ms` (the default), `s`, `min`, `h`, `d`, within 0 to `INT_MAX` milliseconds.
+pub(crate) fn parse_timeout(value: &str) -> Result<Duration, SqlError> {
+    let invalid = || {
+        SqlError::error(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"idle_session_timeout\": \"{value}\""),
+        )
+    };
+    let text = value.trim();
+    let digits_end = text
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && (c == '-' || c == '+'))))
+        .map_or(text.len(), |(i, _)| i);
+    let number: i64 = text[..digits_end].parse().map_err(|_| invalid())?;
+    let ms = match text[digits_end..].trim() {
+        "" | "ms" => Some(number),
+        "us" => Some((number + 500) / 1000),
+        "s" => number.checked_mul(1000),
+        "min" => number.checked_mul(60_000),
+        "h" => number.checked_mul(3_600_000),
+        "d" => number.checked_mul(86_400_000),
+        _ => return Err(invalid()),
+    };
+    match ms {
+        Some(ms @ 0..=MAX_TIMEOUT_MS) => Ok(Duration::from_millis(ms.unsigned_abs())),
+        _ => Err(SqlError::error(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!(
+                "{} ms is outside the valid range for parameter \"idle_session_timeout\" (0 .. {MAX_TIMEOUT_MS})",
+                ms.map_or_else(|| text.to_owned(), |ms| ms.to_string())
+            ),
+        )),
+    }
+}
+
+/// Formats a timeout as `SHOW` does: 0 as `0`, otherwise in the largest unit that divides
+/// it exactly (`20000` ms shows as `20s`).
+pub(crate) fn format_timeout(timeout: Duration) -> String {
+    let ms = timeout.as_millis();
+    if ms == 0 {
+        return "0".to_owned();
+    }
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("min", 60_000),
+        ("s", 1000),
+    ] {
+        if ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Result<Duration, SqlError> {
+        Ok(Duration::from_millis(n))
+    }
+
+    #[test]
+    fn plain_integer_is_milliseconds() {
+        assert_eq!(parse_timeout("20000"), ms(20_000));
+        assert_eq!(parse_timeout(" 0 "), ms(0));
+    }
+
+    #[test]
+    fn units_are_converted() {
+        assert_eq!(parse_timeout("20s"), ms(20_000));
+        assert_eq!(parse_timeout("1500ms"), ms(1500));
+        assert_eq!(parse_timeout("2 min"), ms(120_000));
+        assert_eq!(parse_timeout("1h"), ms(3_600_000));
+        assert_eq!(parse_timeout("1d"), ms(86_400_000));
+        assert_eq!(parse_timeout("1500us"), ms(2));
+    }
+
+    #[test]
+    fn garbage_and_out_of_range_are_22023() {
+        for bad in ["abc", "10 parsecs", "", "-1", "2147483648", "25d"] {
+            let err = parse_timeout(bad).err();
+            assert_eq!(
+                err.map(|e| e.code),
+                Some(sqlstate::INVALID_PARAMETER_VALUE),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn show_picks_largest_exact_unit() {
+        assert_eq!(format_timeout(Duration::ZERO), "0");
+        assert_eq!(format_timeout(Duration::from_millis(20_000)), "20s");
+        assert_eq!(format_timeout(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(format_timeout(Duration::from_millis(120_000)), "2min");
+        assert_eq!(format_timeout(Duration::from_millis(7_200_000)), "2h");
+    }
+
+    #[test]
+    fn unknown_parameter_is_42704() {
+        assert_eq!(
+            Guc::lookup("work_mem").err().map(|e| e.code),
+            Some(sqlstate::UNDEFINED_OBJECT)
+        );
+        assert_eq!(
+            Guc::lookup("Idle_Session_Timeout").ok(),
+            Some(Guc::IdleSessionTimeout)
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! The control and observation handle of one server instance.
+
+use std::time::Duration;
+
+use super::locks::{HeldLock, LockId, LockKey};
+use super::log::{LogEntry, LogViolation, check_mutual_exclusion};
+use super::state::{Control, Shared};
+
+/// The transaction state of a session, as ReadyForQuery reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TransactionStatus {
+    /// Not in a transaction block (`I`); the idle session timeout applies.
+    Idle,
+    /// In a transaction block (`T`).
+    InBlock,
+    /// In a failed transaction block (`E`), until `COMMIT` or `ROLLBACK`.
+    Failed,
+}
+
+/// A snapshot of one live session, as `pg_stat_activity` and `pg_locks` would show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// Backend pid.
+    pub pid: i32,
+    /// The session's database.
+    pub database: String,
+    /// The session's user.
+    pub user: String,
+    /// Current `application_name`.
+    pub application_name: String,
+    /// When the session completed its startup (simulated time since the simulation start).
+    pub started_at: Duration,
+    /// When the session's last simple Query arrived, if any.
+    pub last_query_at: Option<Duration>,
+    /// Current `idle_session_timeout`; zero means disabled.
+    pub idle_session_timeout: Duration,
+    /// Transaction state.
+    pub transaction: TransactionStatus,
+    /// Advisory locks the session holds, with their re-entrancy counts, in key order.
+    pub locks: Vec<(LockKey, u64)>,
+}
+
+/// Controls and observes one [`SimPostgres`](super::SimPostgres) instance from the test or
+/// from any simulated host. Cheap to clone; all clones share the instance.
+///
+/// Controls (`terminate_backend`, `crash`, `restart`) are requests: the server host
+/// carries them out the next time it runs (within the next `Sim::step`), stamped with
+/// the server's simulated time, as a signal to a real server would be. Observations
+/// (`sessions`, `locks`, `log`) read the current state immediately. The handle, the log,
+/// the pid counter and the latency setting survive crashes and host restarts.
+#[derive(Debug, Clone)]
+pub struct ServerHandle {
+    pub(crate) shared: Shared,
+}
+
+impl ServerHandle {
+    /// Asks the backend `pid` to terminate, like `pg_terminate_backend`: the session
+    /// sends FATAL 57P01 "terminating connection due to administrator command", releases
+    /// its locks and closes the socket (a query in progress fails with that error).
+    /// Returns false when no live session has that pid.
+    pub fn terminate_backend(&self, pid: i32) -> bool {
+        let mut state = self.shared.borrow_mut();
+        let Some(session) = state.sessions.get_mut(&pid) else {
+            return false;
+        };
+        session.terminate_requested = true;
+        session.wake.notify_one();
+        true
+    }
+
+    /// Crashes the server: every session is dropped without a message (peers see the
+    /// socket close), the lock table is lost, and the server accepts no connection
+    /// (connects are refused) until [`restart`](Self::restart).
+    pub fn crash(&self) {
+        self.control(Control::Crash);
+    }
+
+    /// Restarts a crashed server: it accepts connections again, with an empty lock table
+    /// and new pids. A no-op when the server runs.
+    pub fn restart(&self) {
+        self.control(Control::Restart);
+    }
+
+    fn control(&self, control: Control) {
+        let mut state = self.shared.borrow_mut();
+        state.controls.push_back(control);
+        state.server_wake.notify_one();
+    }
+
+    /// Whether the server accepts connections (started and not crashed).
+    pub fn is_running(&self) -> bool {
+        self.shared.borrow().running
+    }
+
+    /// Sets the delay before each simple Query is executed, for queries that arrive from
+    /// now on.
+    pub fn set_query_latency(&self, latency: Duration) {
+        self.shared.borrow_mut().config.query_latency = latency;
+    }
+
+    /// The live sessions, by pid.
+    pub fn sessions(&self) -> Vec<SessionInfo> {
+        let state = self.shared.borrow();
+        state
+            .sessions
+            .iter()
+            .map(|(&pid, s)| SessionInfo {
+                pid,
+                database: s.database.clone(),
+                user: s.user.clone(),
+                application_name: s.gucs.application_name.clone(),
+                started_at: s.started_at,
+                last_query_at: s.last_query_at,
+                idle_session_timeout: s.gucs.idle_session_timeout,
+                transaction: s.transaction,
+                locks: state
+                    .locks
+                    .held_by(pid)
+                    .into_iter()
+                    .map(|(id, count)| (id.key, count))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The live session with backend `pid`, if any.
+    pub fn session(&self, pid: i32) -> Option<SessionInfo> {
+        self.sessions().into_iter().find(|s| s.pid == pid)
+    }
+
+    /// Every granted advisory lock, in (database, key) order.
+    pub fn locks(&self) -> Vec<HeldLock> {
+        self.shared.borrow().locks.held()
+    }
+
+    /// The pid holding `key` in `database`, if any.
+    pub fn holder(&self, database: &str, key: LockKey) -> Option<i32> {
+        let id = LockId {
+            database: database.to_owned(),
+            key,
+        };
+        self.locks().into_iter().find(|l| l.id == id).map(|l| l.pid)
+    }
+
+    /// A copy of the ground-truth log, oldest first.
+    pub fn log(&self) -> Vec<LogEntry> {
+        self.shared.borrow().log.clone()
+    }
+
+    /// Checks the ground-truth log with [`check_mutual_exclusion`].
+    pub fn check_mutual_exclusion(&self) -> Result<(), LogViolation> {
+        check_mutual_exclusion(&self.shared.borrow().log)
+    }
+}

@@ -1,0 +1,316 @@
+//! The ground-truth log of one simulated server, and a mutual-exclusion check over it.
+//!
+//! The server appends an entry for every session start and end, every lock grant and
+//! every release, with the simulated time ([`turmoil::sim_elapsed`]) at which it happened.
+//! A checker replays it with [`check_mutual_exclusion`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::locks::{LockId, LockKey};
+
+/// One event of the ground-truth log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// Simulated time since the start of the simulation.
+    pub at: Duration,
+    /// What happened.
+    pub event: Event,
+}
+
+/// Something the server did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The server started accepting connections (first start or restart).
+    ServerStarted,
+    /// The server crashed: every session and lock is gone; it accepts nothing until restarted.
+    ServerCrashed,
+    /// A session completed its startup and got a backend pid.
+    SessionStarted {
+        /// Backend pid.
+        pid: i32,
+        /// Database named in the startup message.
+        database: String,
+        /// User named in the startup message.
+        user: String,
+        /// `application_name` from the startup message (empty when absent).
+        application_name: String,
+    },
+    /// A session ended; its locks were released just before (with the same reason).
+    SessionEnded {
+        /// Backend pid.
+        pid: i32,
+        /// The session's database.
+        database: String,
+        /// Why it ended.
+        reason: EndReason,
+    },
+    /// A lock was granted (first grant or a re-entrant one).
+    LockGranted {
+        /// Backend pid of the session it was granted to.
+        pid: i32,
+        /// The lock.
+        lock: LockId,
+        /// The session's count after the grant; 1 means the lock was free before.
+        count: u64,
+    },
+    /// A session's count on a lock went down.
+    LockReleased {
+        /// Backend pid of the holding session.
+        pid: i32,
+        /// The lock.
+        lock: LockId,
+        /// The count left; 0 means the lock is free now.
+        remaining: u64,
+        /// Why.
+        reason: ReleaseReason,
+    },
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EndReason {
+    /// The client sent Terminate (`X`).
+    ClientTerminate,
+    /// The client closed the socket (EOF, a FIN) without Terminate.
+    ClientClosed,
+    /// Reading or writing the socket failed (for example a reset).
+    ConnectionError,
+    /// The client sent something the protocol forbids; the server sent FATAL 08P01.
+    ProtocolViolation,
+    /// `idle_session_timeout` expired; the server sent FATAL 57P05.
+    IdleSessionTimeout,
+    /// [`ServerHandle::terminate_backend`](super::ServerHandle::terminate_backend); the
+    /// server sent FATAL 57P01.
+    Terminated,
+    /// The server crashed; nothing was sent.
+    Crash,
+}
+
+/// Why a lock's count went down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReleaseReason {
+    /// `pg_advisory_unlock` (one count).
+    Unlock,
+    /// `pg_advisory_unlock_all()` (every count).
+    UnlockAll,
+    /// The session ended (every count).
+    SessionEnd(EndReason),
+}
+
+/// An inconsistency found by [`check_mutual_exclusion`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogViolation {
+    /// A lock was granted to a session while another session held it.
+    #[error(
+        "at {at:?}: lock {key:?} in {database:?} granted to pid {intruder} while pid {holder} held it"
+    )]
+    DoubleGrant {
+        /// When.
+        at: Duration,
+        /// The lock's database.
+        database: String,
+        /// The lock's key.
+        key: LockKey,
+        /// The session that held it.
+        holder: i32,
+        /// The session it was granted to as well.
+        intruder: i32,
+    },
+    /// A release by a session that did not hold the lock, or with a wrong count.
+    #[error("at {at:?}: pid {pid} released {key:?} in {database:?} it did not hold that way")]
+    BadRelease {
+        /// When.
+        at: Duration,
+        /// The lock's database.
+        database: String,
+        /// The lock's key.
+        key: LockKey,
+        /// The releasing session.
+        pid: i32,
+    },
+    /// An entry is stamped earlier than the one before it.
+    #[error("entry {index} at {at:?} is earlier than the entry before it")]
+    TimeWentBackwards {
+        /// Index of the entry in the log.
+        index: usize,
+        /// Its time.
+        at: Duration,
+    },
+}
+
+/// Replays `log` and checks that no lock was ever held by two sessions at once, that
+/// every release matches a grant, and that time never goes backwards.
+pub fn check_mutual_exclusion(log: &[LogEntry]) -> Result<(), LogViolation> {
+    let mut holders: BTreeMap<&LockId, (i32, u64)> = BTreeMap::new();
+    let mut last = Duration::ZERO;
+    for (index, entry) in log.iter().enumerate() {
+        if entry.at < last {
+            return Err(LogViolation::TimeWentBackwards {
+                index,
+                at: entry.at,
+            });
+        }
+        last = entry.at;
+        match &entry.event {
+            Event::LockGranted { pid, lock, count } => {
+                grant(&mut holders, entry.at, *pid, lock, *count)?;
+            }
+            Event::LockReleased {
+                pid,
+                lock,
+                remaining,
+                ..
+            } => release(&mut holders, entry.at, *pid, lock, *remaining)?,
+            Event::ServerCrashed => holders.clear(),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn grant<'a>(
+    holders: &mut BTreeMap<&'a LockId, (i32, u64)>,
+    at: Duration,
+    pid: i32,
+    lock: &'a LockId,
+    count: u64,
+) -> Result<(), LogViolation> {
+    match holders.get(lock) {
+        Some(&(holder, _)) if holder != pid => Err(LogViolation::DoubleGrant {
+            at,
+            database: lock.database.clone(),
+            key: lock.key,
+            holder,
+            intruder: pid,
+        }),
+        _ => {
+            holders.insert(lock, (pid, count));
+            Ok(())
+        }
+    }
+}
+
+fn release(
+    holders: &mut BTreeMap<&LockId, (i32, u64)>,
+    at: Duration,
+    pid: i32,
+    lock: &LockId,
+    remaining: u64,
+) -> Result<(), LogViolation> {
+    match holders.get(lock) {
+        Some(&(holder, count)) if holder == pid && remaining < count => {
+            if remaining == 0 {
+                holders.remove(lock);
+            } else if let Some(slot) = holders.get_mut(lock) {
+                *slot = (pid, remaining);
+            }
+            Ok(())
+        }
+        _ => Err(LogViolation::BadRelease {
+            at,
+            database: lock.database.clone(),
+            key: lock.key,
+            pid,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock() -> LockId {
+        LockId {
+            database: "db".to_owned(),
+            key: LockKey::Pair(1, 2),
+        }
+    }
+
+    fn at(ms: u64, event: Event) -> LogEntry {
+        LogEntry {
+            at: Duration::from_millis(ms),
+            event,
+        }
+    }
+
+    fn granted(pid: i32, count: u64) -> Event {
+        Event::LockGranted {
+            pid,
+            lock: lock(),
+            count,
+        }
+    }
+
+    fn released(pid: i32, remaining: u64) -> Event {
+        Event::LockReleased {
+            pid,
+            lock: lock(),
+            remaining,
+            reason: ReleaseReason::Unlock,
+        }
+    }
+
+    #[test]
+    fn handover_after_release_is_accepted() {
+        let log = [
+            at(1, granted(1, 1)),
+            at(2, granted(1, 2)),
+            at(3, released(1, 1)),
+            at(4, released(1, 0)),
+            at(4, granted(2, 1)),
+        ];
+        assert_eq!(check_mutual_exclusion(&log), Ok(()));
+    }
+
+    #[test]
+    fn grant_to_second_session_while_held_is_a_double_grant() {
+        let log = [
+            at(1, granted(1, 1)),
+            at(2, granted(1, 2)),
+            at(3, released(1, 1)),
+            at(5, granted(2, 1)),
+        ];
+        assert_eq!(
+            check_mutual_exclusion(&log),
+            Err(LogViolation::DoubleGrant {
+                at: Duration::from_millis(5),
+                database: "db".to_owned(),
+                key: LockKey::Pair(1, 2),
+                holder: 1,
+                intruder: 2,
+            })
+        );
+    }
+
+    #[test]
+    fn release_by_non_holder_is_a_bad_release() {
+        let log = [at(1, granted(1, 1)), at(2, released(2, 0))];
+        assert!(matches!(
+            check_mutual_exclusion(&log),
+            Err(LogViolation::BadRelease { pid: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn crash_frees_everything() {
+        let log = [
+            at(1, granted(1, 1)),
+            at(2, Event::ServerCrashed),
+            at(3, granted(2, 1)),
+        ];
+        assert_eq!(check_mutual_exclusion(&log), Ok(()));
+    }
+
+    #[test]
+    fn time_going_backwards_is_reported() {
+        let log = [at(5, granted(1, 1)), at(4, released(1, 0))];
+        assert_eq!(
+            check_mutual_exclusion(&log),
+            Err(LogViolation::TimeWentBackwards {
+                index: 1,
+                at: Duration::from_millis(4),
+            })
+        );
+    }
+}

@@ -1,0 +1,247 @@
+//! The state one server instance shares between its host software, its sessions and
+//! its [`ServerHandle`](super::ServerHandle).
+//!
+//! turmoil runs every host on one thread, so the state is an `Rc<RefCell<State>>`. No
+//! borrow is ever held across an `.await`. The state outlives the host software: the lock
+//! table and sessions die with a crash, the log, the pid counter and the handle's
+//! settings do not.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::config::ServerConfig;
+use super::guc::Gucs;
+use super::handle::TransactionStatus;
+use super::locks::{LockId, LockKey, LockTable, TryLock, Unlock};
+use super::log::{EndReason, Event, LogEntry, ReleaseReason};
+
+/// The shared state of one instance.
+pub(crate) type Shared = Rc<RefCell<State>>;
+
+/// A request from the handle that the server host carries out when it next runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Control {
+    Crash,
+    Restart,
+}
+
+/// What a session announced in its startup message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Startup {
+    pub(crate) user: String,
+    pub(crate) database: String,
+    pub(crate) application_name: String,
+}
+
+/// One live session (backend).
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) secret: i32,
+    pub(crate) database: String,
+    pub(crate) user: String,
+    pub(crate) started_at: Duration,
+    pub(crate) last_query_at: Option<Duration>,
+    pub(crate) gucs: Gucs,
+    /// The values at `BEGIN`, restored by `ROLLBACK`.
+    pub(crate) saved_gucs: Option<Gucs>,
+    pub(crate) transaction: TransactionStatus,
+    pub(crate) terminate_requested: bool,
+    pub(crate) wake: Rc<Notify>,
+}
+
+/// Everything one instance knows.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) config: ServerConfig,
+    pub(crate) running: bool,
+    pub(crate) controls: VecDeque<Control>,
+    pub(crate) server_wake: Rc<Notify>,
+    next_pid: i32,
+    pub(crate) sessions: BTreeMap<i32, Session>,
+    pub(crate) locks: LockTable,
+    pub(crate) log: Vec<LogEntry>,
+    /// The latest simulated time the server has read; stamps events when no host clock
+    /// can be read (the host's software being dropped by a turmoil crash).
+    pub(crate) last_time: Duration,
+}
+
+impl State {
+    pub(crate) fn new(config: ServerConfig) -> Self {
+        Self {
+            next_pid: config.first_pid,
+            config,
+            running: false,
+            controls: VecDeque::new(),
+            server_wake: Rc::new(Notify::new()),
+            sessions: BTreeMap::new(),
+            locks: LockTable::default(),
+            log: Vec::new(),
+            last_time: Duration::ZERO,
+        }
+    }
+
+    /// Reads the simulated clock. Call only from the server host's software, where
+    /// [`turmoil::sim_elapsed`] is the host's current time; never decreases.
+    pub(crate) fn clock(&mut self) -> Duration {
+        if let Some(now) = turmoil::sim_elapsed() {
+            self.last_time = self.last_time.max(now);
+        }
+        self.last_time
+    }
+
+    fn record(&mut self, at: Duration, event: Event) {
+        self.log.push(LogEntry { at, event });
+    }
+
+    /// The server (re)starts and accepts connections.
+    pub(crate) fn start(&mut self, at: Duration) {
+        self.running = true;
+        self.record(at, Event::ServerStarted);
+    }
+
+    /// The server crashes: every session ends and every lock goes, reason `Crash`.
+    pub(crate) fn crash(&mut self, at: Duration) {
+        if !self.running {
+            return;
+        }
+        let pids: Vec<i32> = self.sessions.keys().copied().collect();
+        for pid in pids {
+            self.end_session(pid, EndReason::Crash, at);
+        }
+        self.running = false;
+        self.record(at, Event::ServerCrashed);
+    }
+
+    /// Registers a session that completed its startup; returns its pid.
+    pub(crate) fn open_session(&mut self, startup: Startup, at: Duration) -> i32 {
+        let pid = self.next_pid;
+        self.next_pid = self.next_pid.wrapping_add(1);
+        self.record(
+            at,
+            Event::SessionStarted {
+                pid,
+                database: startup.database.clone(),
+                user: startup.user.clone(),
+                application_name: startup.application_name.clone(),
+            },
+        );
+        let session = Session {
+            secret: pid.wrapping_mul(7919) ^ 0x5eed,
+            database: startup.database,
+            user: startup.user,
+            started_at: at,
+            last_query_at: None,
+            gucs: Gucs {
+                idle_session_timeout: Duration::ZERO,
+                application_name: startup.application_name,
+            },
+            saved_gucs: None,
+            transaction: TransactionStatus::Idle,
+            terminate_requested: false,
+            wake: Rc::new(Notify::new()),
+        };
+        self.sessions.insert(pid, session);
+        pid
+    }
+
+    /// Ends session `pid`: releases its locks, then forgets it. A no-op when the session
+    /// is already gone (ended by a crash before its task was dropped).
+    pub(crate) fn end_session(&mut self, pid: i32, reason: EndReason, at: Duration) {
+        let Some(session) = self.sessions.remove(&pid) else {
+            return;
+        };
+        for (lock, _count) in self.locks.release_session(pid) {
+            self.record(
+                at,
+                Event::LockReleased {
+                    pid,
+                    lock,
+                    remaining: 0,
+                    reason: ReleaseReason::SessionEnd(reason),
+                },
+            );
+        }
+        self.record(
+            at,
+            Event::SessionEnded {
+                pid,
+                database: session.database,
+                reason,
+            },
+        );
+    }
+
+    fn lock_id(&self, pid: i32, key: LockKey) -> Option<LockId> {
+        let database = self.sessions.get(&pid)?.database.clone();
+        Some(LockId { database, key })
+    }
+
+    /// `pg_try_advisory_lock` for session `pid`.
+    pub(crate) fn try_lock(&mut self, pid: i32, key: LockKey, at: Duration) -> bool {
+        let Some(lock) = self.lock_id(pid, key) else {
+            return false;
+        };
+        match self.locks.try_lock(lock.clone(), pid) {
+            TryLock::Granted { count } => {
+                self.record(at, Event::LockGranted { pid, lock, count });
+                true
+            }
+            TryLock::Refused => false,
+        }
+    }
+
+    /// `pg_advisory_unlock` for session `pid`; false when the session does not hold it.
+    pub(crate) fn unlock(&mut self, pid: i32, key: LockKey, at: Duration) -> bool {
+        let Some(lock) = self.lock_id(pid, key) else {
+            return false;
+        };
+        match self.locks.unlock(&lock, pid) {
+            Unlock::Released { remaining } => {
+                self.record(
+                    at,
+                    Event::LockReleased {
+                        pid,
+                        lock,
+                        remaining,
+                        reason: ReleaseReason::Unlock,
+                    },
+                );
+                true
+            }
+            Unlock::NotHeld => false,
+        }
+    }
+
+    /// `pg_advisory_unlock_all` for session `pid`.
+    pub(crate) fn unlock_all(&mut self, pid: i32, at: Duration) {
+        for (lock, _count) in self.locks.release_session(pid) {
+            self.record(
+                at,
+                Event::LockReleased {
+                    pid,
+                    lock,
+                    remaining: 0,
+                    reason: ReleaseReason::UnlockAll,
+                },
+            );
+        }
+    }
+
+    /// Takes a pending terminate request of session `pid`.
+    pub(crate) fn take_terminate(&mut self, pid: i32) -> bool {
+        self.sessions
+            .get_mut(&pid)
+            .is_some_and(|s| std::mem::take(&mut s.terminate_requested))
+    }
+
+    /// The session's idle timeout if the session is idle outside a transaction block.
+    pub(crate) fn idle_timeout(&self, pid: i32) -> Option<Duration> {
+        let session = self.sessions.get(&pid)?;
+        let timeout = session.gucs.idle_session_timeout;
+        (session.transaction == TransactionStatus::Idle && !timeout.is_zero()).then_some(timeout)
+    }
+}
