@@ -22,6 +22,7 @@ pub struct Config {
     pub(crate) pool: Pool,
     pub(crate) check_interval: Duration,
     pub(crate) registry: Option<Registry>,
+    pub(crate) sabotage: Option<crate::sabotage::Sabotage>,
 }
 
 impl Config {
@@ -31,6 +32,7 @@ impl Config {
             pool,
             check_interval: Duration::ZERO,
             registry: None,
+            sabotage: None,
         }
     }
 
@@ -47,6 +49,16 @@ impl Config {
     #[must_use]
     pub fn registry(mut self, registry: &Registry) -> Self {
         self.registry = Some(registry.clone());
+        self
+    }
+}
+
+#[cfg(feature = "sabotage")]
+impl Config {
+    /// Test-only: breaks the driver on purpose (feature `sabotage`).
+    #[must_use]
+    pub fn sabotage(mut self, sabotage: crate::sabotage::Sabotage) -> Self {
+        self.sabotage = Some(sabotage);
         self
     }
 }

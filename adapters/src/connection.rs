@@ -74,8 +74,7 @@ pub(crate) fn acquire(pool: Pool, conn: ConnId) -> Operation {
     })
 }
 
-pub(crate) fn try_lock(held: Arc<Held>, conn: ConnId, idle_session_timeout_ms: u32) -> Operation {
-    let statement = sql::try_lock(idle_session_timeout_ms);
+pub(crate) fn try_lock(held: Arc<Held>, conn: ConnId, statement: String) -> Operation {
     Box::pin(async move {
         let event = match boolean(held.client(), &statement, "the lock statement").await {
             Ok(true) => Event::LockGranted { conn },
@@ -90,8 +89,12 @@ pub(crate) fn try_lock(held: Arc<Held>, conn: ConnId, idle_session_timeout_ms: u
 }
 
 pub(crate) fn ping(held: Arc<Held>, conn: ConnId) -> Operation {
-    Box::pin(async move {
-        let event = match single_value(held.client(), sql::PING, "SELECT 1").await {
+    Box::pin(async move { ping_on(held.client(), conn).await })
+}
+
+async fn ping_on(client: &tokio_postgres::Client, conn: ConnId) -> Completion {
+    {
+        let event = match single_value(client, sql::PING, "SELECT 1").await {
             Ok(value) if value == "1" => Event::PingOk { conn },
             Ok(other) => Event::PingFailed {
                 conn,
@@ -106,7 +109,48 @@ pub(crate) fn ping(held: Arc<Held>, conn: ConnId) -> Operation {
             event,
             acquired: None,
         }
+    }
+}
+
+/// Sabotage [`ReturnGrantedToPool`](crate::sabotage::Sabotage::ReturnGrantedToPool): the check
+/// runs on whichever pooled connection comes.
+pub(crate) fn ping_any_pooled(pool: Pool, conn: ConnId) -> Operation {
+    Box::pin(async move {
+        match pool.get().await {
+            Ok(object) => ping_on(&object, conn).await,
+            Err(error) => Completion {
+                event: Event::PingFailed {
+                    conn,
+                    cause: error.into(),
+                },
+                acquired: None,
+            },
+        }
     })
+}
+
+/// Sabotage [`KeepTermOnFailedPing`](crate::sabotage::Sabotage::KeepTermOnFailedPing): a
+/// failure, or no answer within `patience`, is reported as success.
+pub(crate) fn ping_always_ok(
+    held: Arc<Held>,
+    conn: ConnId,
+    patience: std::time::Duration,
+) -> Operation {
+    Box::pin(async move {
+        let _ = tokio::time::timeout(patience, ping_on(held.client(), conn)).await;
+        Completion {
+            event: Event::PingOk { conn },
+            acquired: None,
+        }
+    })
+}
+
+/// Sabotage [`NeverPing`](crate::sabotage::Sabotage::NeverPing): success without a query.
+pub(crate) fn ping_skipped(conn: ConnId) -> Operation {
+    Box::pin(std::future::ready(Completion {
+        event: Event::PingOk { conn },
+        acquired: None,
+    }))
 }
 
 pub(crate) fn unlock(held: Arc<Held>, conn: ConnId) -> Operation {

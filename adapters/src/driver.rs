@@ -10,6 +10,8 @@ use crate::connection::{self, Completion, Held, Operation};
 use crate::elector::Inner;
 use crate::error::RunError;
 use crate::log;
+use crate::sabotage::Sabotage;
+use crate::sql;
 
 /// One run of the election. Dropping it before the run finished (a panic unwinding through
 /// `run`, or the `run` future dropped) reports [`Event::Panicked`] or [`Event::Dropped`] to the
@@ -116,10 +118,13 @@ impl Driver {
                 self.in_flight = Some(connection::acquire(self.inner.pool().clone(), conn));
             }
             Action::TryLock { conn } => {
-                let timeout_ms = self.inner.interval().idle_session_timeout_millis();
-                self.start_on(conn, |held| connection::try_lock(held, conn, timeout_ms));
+                let statement = match self.inner.sabotage() {
+                    Some(Sabotage::SkipIdleSessionTimeout) => sql::try_lock_unbounded(),
+                    _ => sql::try_lock(self.inner.interval().idle_session_timeout_millis()),
+                };
+                self.start_on(conn, |held| connection::try_lock(held, conn, statement));
             }
-            Action::Ping { conn } => self.start_on(conn, |held| connection::ping(held, conn)),
+            Action::Ping { conn } => self.ping(conn),
             Action::Unlock { conn } => self.start_on(conn, |held| connection::unlock(held, conn)),
             Action::ReturnToPool { conn } => {
                 if let Some(held) = self.take(conn) {
@@ -127,7 +132,10 @@ impl Driver {
                 }
             }
             Action::Hijack { conn } => {
-                if let Some(held) = self.take(conn) {
+                let Some(held) = self.take(conn) else { return };
+                if self.inner.sabotage() == Some(Sabotage::ReturnGrantedToPool) {
+                    drop(held); // back to the pool, lock and all
+                } else {
                     self.held = Some((conn, Arc::new(held.hijack())));
                 }
             }
@@ -141,6 +149,25 @@ impl Driver {
             Action::EndTerm { cause, .. } => self.inner.end_term(cause),
             Action::Log(record) => log::emit(&record, self.inner.interval().get()),
             Action::Finish => self.finished = true,
+        }
+    }
+
+    fn ping(&mut self, conn: ConnId) {
+        match self.inner.sabotage() {
+            Some(Sabotage::NeverPing) => self.in_flight = Some(connection::ping_skipped(conn)),
+            Some(Sabotage::ReturnGrantedToPool) => {
+                let pool = self.inner.pool().clone();
+                self.in_flight = Some(connection::ping_any_pooled(pool, conn));
+            }
+            Some(Sabotage::KeepTermOnFailedPing) => {
+                let patience = self.inner.interval().get() / 2;
+                self.start_on(conn, |held| {
+                    connection::ping_always_ok(held, conn, patience)
+                });
+            }
+            Some(Sabotage::SkipIdleSessionTimeout) | None => {
+                self.start_on(conn, |held| connection::ping(held, conn));
+            }
         }
     }
 

@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::driver::Driver;
 use crate::error::{CheckError, ConfigError, RunError};
 use crate::metrics;
+use crate::sabotage::Sabotage;
 use crate::term::{Term, TermShared};
 
 /// Elects one background leader among the replicas of a service through the PostgreSQL session
@@ -35,6 +36,7 @@ pub(crate) struct Inner {
     leading: AtomicBool,
     current: Mutex<Option<Arc<TermShared>>>,
     gauge: Option<IntGauge>,
+    sabotage: Option<Sabotage>,
 }
 
 impl Elector {
@@ -58,6 +60,7 @@ impl Elector {
             leading: AtomicBool::new(false),
             current: Mutex::new(None),
             gauge,
+            sabotage: config.sabotage,
         };
         Ok(Self {
             inner: Arc::new(inner),
@@ -176,6 +179,11 @@ impl Inner {
 
     pub(crate) fn interval(&self) -> CheckInterval {
         self.interval
+    }
+
+    /// The test-only broken behaviour, if any (always `None` without the `sabotage` feature).
+    pub(crate) fn sabotage(&self) -> Option<Sabotage> {
+        self.sabotage
     }
 
     /// A term begins: its handles can be taken, then is-leader and the gauge turn on.

@@ -38,6 +38,10 @@ mod elector;
 mod error;
 mod log;
 mod metrics;
+#[cfg(not(feature = "sabotage"))]
+mod sabotage;
+#[cfg(feature = "sabotage")]
+pub mod sabotage;
 mod sql;
 mod term;
 

@@ -30,6 +30,11 @@ pub(crate) fn try_lock(idle_session_timeout_ms: u32) -> String {
     )
 }
 
+/// Sabotage only: the grant without `idle_session_timeout`.
+pub(crate) fn try_lock_unbounded() -> String {
+    format!("SELECT pg_try_advisory_lock({LOCK_CLASS_ID}, {LOCK_OBJ_ID})")
+}
+
 /// The leader's check.
 pub(crate) const PING: &str = "SELECT 1";
 
