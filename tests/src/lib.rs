@@ -1,0 +1,53 @@
+//! Test harness for `plexsphere-leader` against a real PostgreSQL server.
+//!
+//! The harness gives each test what the fault matrix of the design (sections 5 and 6) needs:
+//!
+//! - [`TestDb`]: a fresh, uniquely named database per test on the local server. Advisory locks
+//!   are scoped to one database, so tests that run at the same time never see each other's lock.
+//! - [`FaultProxy`]: a TCP proxy between a client and PostgreSQL that forwards, delays,
+//!   blackholes (keeps both sockets open and drops bytes), resets, closes or refuses.
+//! - [`Cluster`]: a throwaway PostgreSQL cluster that a test may stop, restart, or fail over to a
+//!   promoted standby.
+//! - [`LockObserver`]: polls `pg_locks` for the leader lock and records who held it when.
+//! - [`Timeline`] and the pure functions of [`timeline`]: merge events from many replicas and
+//!   compute overlaps (two replicas believing they lead) and leaderless gaps.
+//!
+//! Nothing here relies on process-global state shared between tests: each test may run in its
+//! own process (nextest) or in threads of one process (`cargo test`).
+//!
+//! The base DSN is read from `PLEXSPHERE_TEST_DSN`, default [`DEFAULT_DSN`].
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod cluster;
+mod db;
+mod error;
+mod observer;
+mod pg;
+mod proxy;
+pub mod timeline;
+
+pub use cluster::{Cluster, StopMode};
+pub use db::{Session, TestDb};
+pub use error::HarnessError;
+pub use observer::{Holder, HolderChange, LockObserver};
+pub use pg::{base_config, connect, pool_for, retarget};
+pub use proxy::{Direction, FaultProxy, Mode};
+pub use timeline::{Event, Interval, Span, Timeline};
+
+/// Default base DSN when `PLEXSPHERE_TEST_DSN` is not set.
+pub const DEFAULT_DSN: &str = "host=127.0.0.1 port=5432 user=postgres dbname=postgres";
+
+/// Environment variable holding the base DSN (a `tokio_postgres` key/value string or URL).
+pub const DSN_ENV: &str = "PLEXSPHERE_TEST_DSN";
+
+/// First half of the leader lock key: `0x706C7873`, ASCII `plxs`.
+pub const LOCK_CLASSID: i32 = 1_886_156_915;
+
+/// Second half of the leader lock key.
+pub const LOCK_OBJID: i32 = 1;
+
+/// `application_name` prefix of the harness's own sessions (admin client, lock observer).
+///
+/// [`TestDb::backend_count`] leaves these sessions out.
+pub const HARNESS_APP_PREFIX: &str = "plx-harness";

@@ -1,0 +1,88 @@
+//! The bound on an orphaned lock session: `idle_session_timeout` = 4 × CheckInterval is set on
+//! the lock session, and a leader cut off without a FIN or RST loses the lock on the server
+//! within four intervals of its last query, while it demotes itself within two.
+
+mod support;
+
+use std::time::Duration;
+
+use plexsphere_leader_tests::{FaultProxy, LockObserver, Mode, TestDb, pool_for};
+use support::{I, MARGIN, Replica, lock_holders, wait_for};
+use tokio::time::Instant;
+
+#[tokio::test]
+async fn the_grant_sets_idle_session_timeout_to_four_intervals_on_the_lock_session() {
+    // A long interval leaves the grant statement in pg_stat_activity until the first ping.
+    let interval = Duration::from_secs(2);
+    let db = TestDb::create("idle_timeout_set").await.unwrap();
+    let replica = Replica::spawn(db.pool(2).unwrap(), interval);
+    wait_for(MARGIN, || replica.elector.is_leader())
+        .await
+        .expect("leads");
+    let pid = lock_holders(&db).await[0];
+    let query: String = db
+        .admin()
+        .query_one("SELECT query FROM pg_stat_activity WHERE pid = $1", &[&pid])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        query.contains("set_config('idle_session_timeout', '8000', false)"),
+        "the lock session's last statement: {query}"
+    );
+    replica.stop().await.unwrap();
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_leader_cut_off_without_fin_loses_the_lock_within_four_intervals_and_demotes_within_two()
+{
+    let db = TestDb::create("orphan_bound").await.unwrap();
+    let proxy = FaultProxy::in_front_of(&db.config()).await.unwrap();
+    let cut_off = Replica::spawn(
+        pool_for(proxy.pg_config(&db.config_with_app_name("cut-off")), 2).unwrap(),
+        I,
+    );
+    wait_for(I + MARGIN, || cut_off.elector.is_leader())
+        .await
+        .expect("leads through the proxy");
+    let standby = Replica::spawn(db.pool_with_app_name("standby", 2).unwrap(), I);
+    let observer = LockObserver::start(&db.config()).await.unwrap();
+    let orphan = observer
+        .wait_for_holder(MARGIN)
+        .await
+        .expect("the lock is held");
+    // Let a ping through, so the server saw a query just before the cut.
+    tokio::time::sleep(I + I / 2).await;
+
+    proxy.set_both(Mode::Blackhole);
+    let cut = Instant::now();
+
+    let demoted = wait_for(2 * I + MARGIN, || !cut_off.elector.is_leader())
+        .await
+        .expect("the leader demotes when its check goes unanswered");
+    assert!(demoted <= 2 * I + MARGIN, "demoted after {demoted:?}");
+
+    let new_holder = observer
+        .wait_for_new_holder(orphan.pid, 5 * I + MARGIN)
+        .await
+        .expect("the server ends the orphaned session and a standby takes the lock");
+    let freed_after = cut.elapsed();
+    assert!(
+        freed_after <= 4 * I + I + MARGIN,
+        "lock freed and retaken after {freed_after:?}"
+    );
+    assert!(standby.elector.is_leader());
+    assert_eq!(new_holder.application_name.as_deref(), Some("standby"));
+    assert_eq!(observer.max_granted(), 1, "never two granted rows");
+    // Without the idle timeout the session would live until TCP gives up (hours).
+    assert!(
+        freed_after >= 2 * I,
+        "not freed before the idle timeout could fire: {freed_after:?}"
+    );
+
+    cut_off.stop().await.unwrap();
+    standby.stop().await.unwrap();
+    drop(proxy);
+    db.cleanup().await.unwrap();
+}

@@ -1,0 +1,189 @@
+//! Helpers shared by the elector tests: replicas running an elector, log capture, polling.
+#![allow(dead_code)] // reason: each test binary uses a different subset
+#![allow(unreachable_pub)] // reason: a module of test binaries, not a library
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use plexsphere_leader::{Config, Elector, LEADER_GAUGE_NAME, LEADER_QUERY, RunError};
+use plexsphere_leader_tests::TestDb;
+use prometheus::Registry;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+
+/// The check interval of the integration tests.
+pub const I: Duration = Duration::from_millis(200);
+
+/// Slack added to every time bound: scheduling delays of a loaded 2-core machine, connection
+/// setup and round trips. Bounds are asserted as `bound + MARGIN`, never as exact times.
+pub const MARGIN: Duration = Duration::from_millis(1_500);
+
+/// One replica: an elector running in a task, with its own registry and shutdown token.
+pub struct Replica {
+    pub elector: Elector,
+    pub registry: Registry,
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<Result<(), RunError>>,
+    pub pool: Pool,
+}
+
+impl Replica {
+    /// Starts an elector on `pool` with interval `interval`.
+    pub fn spawn(pool: Pool, interval: Duration) -> Self {
+        let registry = Registry::new();
+        let config = Config::new(pool.clone())
+            .check_interval(interval)
+            .registry(&registry);
+        let elector = Elector::new(config).expect("valid config");
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn({
+            let (elector, shutdown) = (elector.clone(), shutdown.clone());
+            async move { elector.run(shutdown).await }
+        });
+        Self {
+            elector,
+            registry,
+            shutdown,
+            task,
+            pool,
+        }
+    }
+
+    /// The value of this replica's `plexsphere_background_leader` gauge.
+    pub fn gauge(&self) -> i64 {
+        gauge(&self.registry)
+    }
+
+    /// Cancels the run and waits for it to return.
+    pub async fn stop(self) -> Result<(), RunError> {
+        self.shutdown.cancel();
+        self.task.await.expect("run task did not panic")
+    }
+}
+
+/// The value of the leader gauge on `registry`.
+pub fn gauge(registry: &Registry) -> i64 {
+    let families = registry.gather();
+    let family = families
+        .iter()
+        .find(|f| f.name() == LEADER_GAUGE_NAME)
+        .expect("gauge registered");
+    family.get_metric()[0].get_gauge().get_value() as i64
+}
+
+/// Polls `condition` every 5 ms until it holds or `timeout` passes; returns the time it took.
+pub async fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        if condition() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Like [`wait_for`] with an async condition.
+pub async fn wait_for_async<F, Fut>(timeout: Duration, mut condition: F) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if condition().await {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The leader's backend pids from the spec's `pg_locks` query, granted rows only.
+pub async fn lock_holders(db: &TestDb) -> Vec<i32> {
+    let rows = db
+        .admin()
+        .query(LEADER_QUERY, &[])
+        .await
+        .expect("pg_locks query");
+    rows.iter()
+        .filter(|row| row.get::<_, bool>(1))
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// Index of the one replica that leads, waiting up to `timeout` for exactly one.
+pub async fn sole_leader(replicas: &[Replica], timeout: Duration) -> usize {
+    wait_for(timeout, || {
+        replicas.iter().filter(|r| r.elector.is_leader()).count() == 1
+    })
+    .await
+    .expect("exactly one replica leads");
+    replicas
+        .iter()
+        .position(|r| r.elector.is_leader())
+        .expect("a leader")
+}
+
+/// Captured log lines (`LEVEL message field=value ...`) of the current thread's subscriber.
+#[derive(Clone, Default)]
+pub struct Logs {
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Logs {
+    /// Installs a capturing subscriber for the current thread; keep the guard alive. Use a
+    /// current-thread runtime so that the elector's task logs on this thread.
+    pub fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let logs = Self::default();
+        let subscriber = tracing_subscriber::registry().with(logs.clone());
+        (logs.clone(), tracing::subscriber::set_default(subscriber))
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().expect("log lock").clone()
+    }
+
+    /// Whether a line at `level` contains `needle`.
+    pub fn contains(&self, level: &str, needle: &str) -> bool {
+        self.lines()
+            .iter()
+            .any(|line| line.starts_with(level) && line.contains(needle))
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for Logs {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        struct Line(String);
+        impl Visit for Line {
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    let _ = write!(self.0, " {value:?}");
+                } else {
+                    let _ = write!(self.0, " {}={value:?}", field.name());
+                }
+            }
+            fn record_str(&mut self, field: &Field, value: &str) {
+                if field.name() == "message" {
+                    let _ = write!(self.0, " {value}");
+                } else {
+                    let _ = write!(self.0, " {}={value}", field.name());
+                }
+            }
+        }
+        let mut line = Line(event.metadata().level().to_string());
+        event.record(&mut line);
+        self.lines.lock().expect("log lock").push(line.0);
+    }
+}
