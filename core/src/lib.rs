@@ -21,7 +21,9 @@ mod event;
 mod ids;
 mod interval;
 pub mod invariants;
+pub mod readiness;
 mod schedule;
+pub mod supervision;
 pub mod work;
 
 pub use action::{Action, Cause, Level, LogKind, LogRecord, TermEndCause};

@@ -735,7 +735,8 @@ fn inputs_while_not_running_are_ignored() {
 #[test]
 fn getters_and_texts_say_what_they_stand_for() {
     let f = Fixture::new();
-    assert_eq!(f.election.interval().get(), I);
+    let other = CheckInterval::new(Duration::from_millis(200)).unwrap();
+    assert_eq!(Election::<&str>::new(other).interval(), other);
     assert_eq!(
         AlreadyRunning.to_string(),
         "the election is already running"
