@@ -276,7 +276,6 @@ async fn upstream_of(config: &Config) -> Result<SocketAddr, HarnessError> {
         .iter()
         .find_map(|h| match h {
             Host::Tcp(name) => Some(name.clone()),
-            #[allow(unreachable_patterns)] // Host::Unix exists only on unix targets.
             _ => None,
         })
         .ok_or_else(|| HarnessError::Invalid {
