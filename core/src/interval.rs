@@ -166,5 +166,8 @@ mod tests {
         assert_eq!(of(MIN_CHECK_INTERVAL), 4);
         assert_eq!(of(MAX_CHECK_INTERVAL), (i32::MAX as u32 / 4) * 4);
         assert!(u64::from(of(MAX_CHECK_INTERVAL)) <= i32::MAX as u64);
+        let interval = CheckInterval::new(Duration::from_micros(1_200)).unwrap();
+        assert_eq!(interval.idle_session_timeout(), Duration::from_millis(5));
+        assert_eq!(interval.to_string(), "1.2ms");
     }
 }

@@ -336,3 +336,405 @@ fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
         Some(Event::Dropped) => "Dropped",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Each property, broken on purpose by a crafted trace, is reported.
+
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::action::{LogKind, LogRecord};
+
+    type A = Action<u8>;
+    type E = Event<u8>;
+
+    const C1: ConnId = ConnId::new(1);
+    const C2: ConnId = ConnId::new(2);
+    const T1: TermId = TermId::new(1);
+
+    struct Trace {
+        checker: Checker,
+        t0: Instant,
+    }
+
+    impl Trace {
+        fn new() -> Self {
+            Self {
+                checker: Checker::new(),
+                t0: Instant::now(),
+            }
+        }
+
+        fn at(&self, ms: u64) -> Instant {
+            self.t0 + Duration::from_millis(ms)
+        }
+
+        fn start(&mut self, actions: &[A]) -> Result<(), Violation> {
+            let (now, timeout) = (self.at(0), Some(self.at(100)));
+            self.checker
+                .check(now, Input::Start { accepted: true }, actions, timeout)
+        }
+
+        fn event(&mut self, ms: u64, event: E, actions: &[A]) -> Result<(), Violation> {
+            let (now, timeout) = (self.at(ms), Some(self.at(ms + 100)));
+            let input = Input::Event {
+                event: &event,
+                handled: Handled::Applied,
+            };
+            self.checker.check(now, input, actions, timeout)
+        }
+
+        /// Started, conn 1 acquired and granted: leading in term 1.
+        fn leading() -> Self {
+            let mut trace = Self::new();
+            trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+            trace
+                .event(
+                    1,
+                    E::ConnectionAcquired { conn: C1 },
+                    &[A::TryLock { conn: C1 }],
+                )
+                .unwrap();
+            let granted = [A::Hijack { conn: C1 }, A::BeginTerm { term: T1 }];
+            trace
+                .event(2, E::LockGranted { conn: C1 }, &granted)
+                .unwrap();
+            assert!(trace.checker.term_open());
+            trace
+        }
+    }
+
+    fn violation(result: Result<(), Violation>, needle: &str) {
+        let violation = result.expect_err("the broken trace is reported");
+        assert!(violation.to_string().contains(needle), "{violation}");
+        assert!(violation.to_string().starts_with("step "), "{violation}");
+    }
+
+    #[test]
+    fn a_correct_trace_passes_and_finishes_clean() {
+        let mut trace = Trace::leading();
+        let stop = [
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::Stopped,
+            },
+            A::Unlock { conn: C1 },
+        ];
+        trace.event(3, E::Cancelled, &stop).unwrap();
+        let done = [A::CloseConnection { conn: C1 }, A::Finish];
+        let input = Input::Event {
+            event: &E::UnlockDone {
+                conn: C1,
+                released: true,
+            },
+            handled: Handled::Applied,
+        };
+        trace
+            .checker
+            .check(trace.at(4), input, &done, None)
+            .unwrap();
+        assert!(!trace.checker.term_open());
+    }
+
+    #[test]
+    fn two_open_terms_are_reported() {
+        let mut trace = Trace::leading();
+        violation(
+            trace.event(
+                3,
+                E::PingOk { conn: C1 },
+                &[A::BeginTerm {
+                    term: TermId::new(2),
+                }],
+            ),
+            "is open",
+        );
+    }
+
+    #[test]
+    fn a_term_without_a_hijack_or_a_decreasing_id_is_reported() {
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        violation(
+            trace.event(1, E::LockGranted { conn: C1 }, &[A::BeginTerm { term: T1 }]),
+            "without a hijack",
+        );
+        let mut trace = Trace::leading();
+        let lost = [
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::LeadershipLost,
+            },
+            A::CloseConnection { conn: C1 },
+        ];
+        trace
+            .event(3, E::PingFailed { conn: C1, cause: 0 }, &lost)
+            .unwrap();
+        trace
+            .event(
+                4,
+                E::PingOk { conn: C1 },
+                &[A::AcquireConnection { conn: C2 }],
+            )
+            .unwrap();
+        trace
+            .event(
+                5,
+                E::ConnectionAcquired { conn: C2 },
+                &[A::TryLock { conn: C2 }],
+            )
+            .unwrap();
+        let stale = [A::Hijack { conn: C2 }, A::BeginTerm { term: T1 }];
+        violation(
+            trace.event(6, E::LockGranted { conn: C2 }, &stale),
+            "does not increase",
+        );
+    }
+
+    #[test]
+    fn an_end_without_a_term_or_with_the_wrong_cause_is_reported() {
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        let end = [A::EndTerm {
+            term: T1,
+            cause: TermEndCause::LeadershipLost,
+        }];
+        violation(trace.event(1, E::Panicked, &end), "open is None");
+        let mut trace = Trace::leading();
+        let end = [A::EndTerm {
+            term: T1,
+            cause: TermEndCause::Stopped,
+        }];
+        violation(trace.event(3, E::Panicked, &end), "EndTerm cause");
+    }
+
+    #[test]
+    fn a_hijack_or_return_not_answering_the_lock_outcome_is_reported() {
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        trace
+            .event(
+                1,
+                E::ConnectionAcquired { conn: C1 },
+                &[A::TryLock { conn: C1 }],
+            )
+            .unwrap();
+        violation(
+            trace.event(2, E::LockRefused { conn: C1 }, &[A::Hijack { conn: C1 }]),
+            "Hijack",
+        );
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        trace
+            .event(
+                1,
+                E::ConnectionAcquired { conn: C1 },
+                &[A::TryLock { conn: C1 }],
+            )
+            .unwrap();
+        violation(
+            trace.event(
+                2,
+                E::LockGranted { conn: C1 },
+                &[A::ReturnToPool { conn: C1 }],
+            ),
+            "ReturnToPool",
+        );
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        violation(
+            trace.event(1, E::Cancelled, &[A::TryLock { conn: C1 }]),
+            "TryLock",
+        );
+    }
+
+    #[test]
+    fn anything_on_a_closed_or_old_connection_is_reported() {
+        let mut trace = Trace::leading();
+        let lost = [
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::LeadershipLost,
+            },
+            A::CloseConnection { conn: C1 },
+        ];
+        trace
+            .event(3, E::PingFailed { conn: C1, cause: 0 }, &lost)
+            .unwrap();
+        let ping = [A::Ping { conn: C1 }];
+        let timeout = Some(trace.at(200));
+        violation(
+            trace
+                .checker
+                .check(trace.at(100), Input::<u8>::Timeout, &ping, timeout),
+            "after it was closed",
+        );
+        let mut trace = Trace::leading();
+        violation(
+            trace.event(3, E::Cancelled, &[A::Unlock { conn: C2 }]),
+            "but conn#1 is the newest",
+        );
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C2 }]).unwrap();
+        violation(
+            trace.event(1, E::Cancelled, &[A::CloseConnection { conn: C1 }]),
+            "newest",
+        );
+    }
+
+    #[test]
+    fn a_connection_never_asked_for_is_reported() {
+        let mut trace = Trace::new();
+        trace.start(&[]).unwrap();
+        violation(
+            trace.event(1, E::Cancelled, &[A::CloseConnection { conn: C1 }]),
+            "never asked for",
+        );
+    }
+
+    #[test]
+    fn a_new_connection_while_one_is_open_or_out_of_order_is_reported() {
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C2 }]).unwrap();
+        let input = Input::Event {
+            event: &E::AcquireFailed { conn: C2, cause: 0 },
+            handled: Handled::Applied,
+        };
+        trace
+            .checker
+            .check(trace.at(1), input, &[], Some(trace.at(100)))
+            .unwrap();
+        violation(
+            trace.event(2, E::Cancelled, &[A::AcquireConnection { conn: C1 }]),
+            "asked for after",
+        );
+        let mut trace = Trace::leading();
+        violation(
+            trace.event(3, E::Cancelled, &[A::AcquireConnection { conn: C2 }]),
+            "while conn#1",
+        );
+    }
+
+    #[test]
+    fn an_unlock_after_a_panic_or_a_ping_in_answer_to_an_event_is_reported() {
+        let mut trace = Trace::leading();
+        violation(
+            trace.event(3, E::Panicked, &[A::Unlock { conn: C1 }]),
+            "Unlock",
+        );
+        let mut trace = Trace::leading();
+        violation(
+            trace.event(3, E::PingOk { conn: C1 }, &[A::Ping { conn: C1 }]),
+            "Ping",
+        );
+    }
+
+    #[test]
+    fn finishing_with_a_term_or_a_connection_left_is_reported() {
+        let mut trace = Trace::leading();
+        violation(
+            trace.event(3, E::Cancelled, &[A::Finish]),
+            "finished with term",
+        );
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        violation(trace.event(1, E::Cancelled, &[A::Finish]), "left Acquiring");
+    }
+
+    #[test]
+    fn actions_after_finish_or_for_ignored_inputs_are_reported() {
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        let close = [
+            A::CloseConnection { conn: C1 },
+            A::Finish,
+            A::Log(LogRecord {
+                kind: LogKind::LockReleased,
+                term: None,
+                cause: None,
+            }),
+        ];
+        let input = Input::Event {
+            event: &E::Cancelled,
+            handled: Handled::Applied,
+        };
+        violation(
+            trace.checker.check(trace.at(1), input, &close, None),
+            "after Finish",
+        );
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        let ignored = Input::Event {
+            event: &E::PingOk { conn: C1 },
+            handled: Handled::Ignored(crate::Ignored::Unexpected),
+        };
+        violation(
+            trace.checker.check(
+                trace.at(1),
+                ignored,
+                &[A::TryLock { conn: C1 }],
+                Some(trace.at(100)),
+            ),
+            "ignored input",
+        );
+    }
+
+    #[test]
+    fn a_start_while_running_or_a_refused_start_while_idle_is_reported() {
+        let mut trace = Trace::new();
+        let refused: Input<'_, u8> = Input::Start { accepted: false };
+        violation(
+            trace.checker.check(trace.at(0), refused, &[], None),
+            "start accepted=false",
+        );
+        let mut trace = Trace::leading();
+        let again: Input<'_, u8> = Input::Start { accepted: true };
+        violation(
+            trace
+                .checker
+                .check(trace.at(5), again, &[], Some(trace.at(100))),
+            "start accepted=true",
+        );
+    }
+
+    #[test]
+    fn deadlines_in_the_past_still_due_or_missing_are_reported() {
+        let mut trace = Trace::leading();
+        let input: Input<'_, u8> = Input::Timeout;
+        violation(
+            trace
+                .checker
+                .check(trace.at(50), input, &[], Some(trace.at(49))),
+            "in the past",
+        );
+        let mut trace = Trace::leading();
+        violation(
+            trace
+                .checker
+                .check(trace.at(50), Input::<u8>::Timeout, &[], Some(trace.at(50))),
+            "still due",
+        );
+        let mut trace = Trace::leading();
+        violation(
+            trace
+                .checker
+                .check(trace.at(50), Input::<u8>::Timeout, &[], None),
+            "no deadline",
+        );
+        let mut trace = Trace::new();
+        violation(
+            trace
+                .checker
+                .check(trace.at(0), Input::<u8>::Timeout, &[], Some(trace.at(1))),
+            "while not running",
+        );
+        let mut trace = Trace::leading();
+        violation(
+            trace
+                .checker
+                .check(trace.at(1), Input::<u8>::Timeout, &[], Some(trace.at(100))),
+            "backwards",
+        );
+    }
+}

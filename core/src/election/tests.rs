@@ -744,6 +744,7 @@ fn getters_and_texts_say_what_they_stand_for() {
     assert_eq!(TermEndCause::LeadershipLost.to_string(), "leadership lost");
     assert_eq!(TermEndCause::Stopped.to_string(), "election stopped");
     assert_eq!(ConnId::new(7).to_string(), "conn#7");
+    assert_eq!((ConnId::new(7).get(), TermId::new(9).get()), (7, 9));
     assert_eq!(TermId::new(7).to_string(), "7");
     assert!(format!("{:?}", f.election).contains("Idle"));
 }
