@@ -135,6 +135,13 @@ mod tests {
     }
 
     #[test]
+    fn interruptions_render_their_cause() {
+        let lost = Interruption::Term(TermEndCause::LeadershipLost);
+        assert_eq!(lost.to_string(), "leadership lost");
+        assert_eq!(Interruption::ParentCancelled.to_string(), "parent cancelled");
+    }
+
+    #[test]
     fn a_cancelled_parent_during_shutdown_is_not_a_failure_and_not_logged() {
         let outcome = Outcome::settle(TermStatus::Ended(Interruption::ParentCancelled), Err("x"));
         assert!(!outcome.is_failure());
