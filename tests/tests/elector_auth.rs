@@ -1,0 +1,60 @@
+//! A wrong password: on a throwaway cluster whose `pg_hba.conf` asks one role for a
+//! scram-sha-256 password, the elector keeps retrying with the spec's WARN line, never leads and
+//! never logs the password.
+
+mod support;
+
+use std::time::Duration;
+
+use plexsphere_leader_tests::{Cluster, pool_for};
+use support::{Logs, Replica};
+
+#[tokio::test]
+async fn a_wrong_password_is_retried_with_a_warning_that_never_shows_the_password() {
+    let (logs, _guard) = Logs::capture();
+    let cluster = Cluster::start().await.expect("throwaway cluster");
+    let admin = cluster.connect("postgres").await.unwrap();
+    admin
+        .batch_execute(
+            "SET password_encryption = 'scram-sha-256'; \
+             CREATE ROLE plx_pw LOGIN PASSWORD 'the-right-one'",
+        )
+        .await
+        .unwrap();
+    let hba: String = admin.query_one("SHOW hba_file", &[]).await.unwrap().get(0);
+    let rules = std::fs::read_to_string(&hba).unwrap();
+    std::fs::write(
+        &hba,
+        format!("host all plx_pw 127.0.0.1/32 scram-sha-256\n{rules}"),
+    )
+    .unwrap();
+    admin
+        .batch_execute("SELECT pg_reload_conf()")
+        .await
+        .unwrap();
+
+    let mut config = cluster.config("postgres");
+    config.user("plx_pw").password("wr0ng-s3cr3t");
+    let replica = Replica::spawn(pool_for(config, 2).unwrap(), Duration::from_millis(50));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!replica.elector.is_leader());
+    assert!(!replica.task.is_finished(), "run keeps retrying");
+    replica.stop().await.expect("a standby stops cleanly");
+
+    let lines = logs.lines();
+    let failures: Vec<_> = lines
+        .iter()
+        .filter(|l| l.starts_with("WARN") && l.contains("leader: acquire lock connection: "))
+        .collect();
+    assert!(failures.len() >= 2, "retried at each check: {lines:?}");
+    assert!(
+        failures
+            .iter()
+            .all(|l| l.contains("password authentication failed")),
+        "{failures:?}"
+    );
+    assert!(
+        lines.iter().all(|l| !l.contains("wr0ng-s3cr3t")),
+        "the password never shows"
+    );
+}
