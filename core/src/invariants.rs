@@ -448,7 +448,7 @@ mod tests {
                     term: TermId::new(2),
                 }],
             ),
-            "is open",
+            "step 4: term 2 began while term 1 is open",
         );
     }
 
