@@ -522,7 +522,7 @@ mod tests {
             .unwrap();
         violation(
             trace.event(2, E::LockRefused { conn: C1 }, &[A::Hijack { conn: C1 }]),
-            "Hijack",
+            "Hijack on conn#1 (Borrowed) in answer to LockRefused",
         );
         let mut trace = Trace::new();
         trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
