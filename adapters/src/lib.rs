@@ -36,13 +36,18 @@ mod connection;
 mod driver;
 mod elector;
 mod error;
+#[cfg(feature = "http")]
+pub mod http;
 mod log;
+pub mod loops;
 mod metrics;
+mod readiness;
 #[cfg(not(feature = "sabotage"))]
 mod sabotage;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
 mod sql;
+mod supervisor;
 mod term;
 
 pub use config::Config;
@@ -55,6 +60,15 @@ pub use plexsphere_leader_core::{
 };
 pub use sql::{LEADER_QUERY, LOCK_CLASS_ID, LOCK_OBJ_ID};
 pub use term::Term;
+
+pub use loops::{Background, Gate, LeaderTicker, Leadership, WhileLeader, wire_background};
+pub use plexsphere_leader_core::readiness::Tick;
+pub use plexsphere_leader_core::supervision::{RestartPolicy, WorkerState};
+pub use readiness::{DuplicateProbe, LoopProbe, Probe, ProbeReport, Readiness, ReadinessReport};
+pub use supervisor::{
+    DEFAULT_SHUTDOWN_BOUND, DuplicateWorker, RunningWorkers, ShutdownReport, Supervisor,
+    WORKERS_PROBE, WorkersProbe,
+};
 
 /// Compiles the README's example.
 #[cfg(doctest)]

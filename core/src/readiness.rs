@@ -216,7 +216,10 @@ mod tests {
     #[test]
     fn booted_with_no_tick_reports_a_boot_pass_that_failed_until_the_first_tick() {
         let mut probe = booted(Err("relation missing"));
-        assert_eq!(probe.status(), Err(ProbeFailure::BootPass(&"relation missing")));
+        assert_eq!(
+            probe.status(),
+            Err(ProbeFailure::BootPass(&"relation missing"))
+        );
         assert_eq!(
             probe.report(),
             Err("plexsphere: background loop \"access-session-sweep\": boot pass failed: relation missing".into())

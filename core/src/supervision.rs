@@ -248,10 +248,16 @@ mod tests {
             );
             at += backoff * MS;
         }
-        assert_eq!(budget.on_exit(at, &Exit::<()>::Panicked("p".into())), Decision::Exhausted);
+        assert_eq!(
+            budget.on_exit(at, &Exit::<()>::Panicked("p".into())),
+            Decision::Exhausted
+        );
         assert!(budget.is_exhausted());
         // Exhausted is final, even for a later clean exit or a much later failure.
-        assert_eq!(budget.on_exit(at, &Exit::<()>::Finished), Decision::Exhausted);
+        assert_eq!(
+            budget.on_exit(at, &Exit::<()>::Finished),
+            Decision::Exhausted
+        );
         let later = at + Duration::from_secs(3600);
         assert_eq!(budget.on_exit(later, &failed()), Decision::Exhausted);
     }
@@ -299,7 +305,10 @@ mod tests {
             ..RestartPolicy::default()
         };
         let mut budget = RestartBudget::new(policy);
-        assert_eq!(budget.on_exit(Instant::now(), &failed()), Decision::Exhausted);
+        assert_eq!(
+            budget.on_exit(Instant::now(), &failed()),
+            Decision::Exhausted
+        );
     }
 
     #[test]

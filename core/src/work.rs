@@ -138,7 +138,10 @@ mod tests {
     fn interruptions_render_their_cause() {
         let lost = Interruption::Term(TermEndCause::LeadershipLost);
         assert_eq!(lost.to_string(), "leadership lost");
-        assert_eq!(Interruption::ParentCancelled.to_string(), "parent cancelled");
+        assert_eq!(
+            Interruption::ParentCancelled.to_string(),
+            "parent cancelled"
+        );
     }
 
     #[test]

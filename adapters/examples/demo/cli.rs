@@ -1,0 +1,134 @@
+//! The demo's command line: a stable contract that other tools script.
+
+use std::time::Duration;
+
+use clap::Parser;
+
+/// The environment variable naming the database, when `--dsn` is not given.
+pub(crate) const DSN_ENV: &str = "PLEXSPHERE_DSN";
+
+/// Set by the demo on the replica processes it starts: the replica's index.
+pub(crate) const REPLICA_ENV: &str = "PLEXSPHERE_DEMO_REPLICA";
+
+/// A multi-replica service whose replicas elect one background leader through a PostgreSQL
+/// session advisory lock and run the leader-gated background loops of the spec.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "demo", version, about, long_about = None)]
+pub(crate) struct Args {
+    /// How many replicas to run, each a separate OS process.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub(crate) replicas: u16,
+
+    /// The election's check interval, and the period of every ticked loop (e.g. 500ms, 2s, 1m).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub(crate) check_interval: Duration,
+
+    /// The database (URL or key=value); else $PLEXSPHERE_DSN; else 127.0.0.1:5432 as user
+    /// postgres, database postgres; else a throwaway cluster from the local PostgreSQL binaries.
+    #[arg(long)]
+    pub(crate) dsn: Option<String>,
+
+    /// Replica i serves /readyz, /livez, /metrics and /status on port P+i (i from 0).
+    #[arg(long, default_value_t = 8080)]
+    pub(crate) http_port: u16,
+
+    /// Exit cleanly after this long (e.g. 30s); runs until Ctrl-C or SIGTERM without it.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) duration: Option<Duration>,
+}
+
+/// Parses a duration written as one or more `<number><unit>` parts, units `ns`, `us`, `ms`, `s`,
+/// `m`, `h`, `d`; the number may have a fraction (`1.5s`). Examples: `500ms`, `2s`, `1m30s`.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut total = 0_f64;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("{text:?}: missing unit (use e.g. 500ms, 2s, 1m)"))?;
+        if number_len == 0 {
+            return Err(format!("{text:?}: expected a number at {rest:?}"));
+        }
+        let number: f64 = rest[..number_len]
+            .parse()
+            .map_err(|_| format!("{text:?}: bad number {:?}", &rest[..number_len]))?;
+        rest = &rest[number_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "d" => 86_400.0,
+            unit => {
+                return Err(format!(
+                    "{text:?}: unknown unit {unit:?} (ns, us, ms, s, m, h, d)"
+                ));
+            }
+        };
+        total += number * seconds;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|e| format!("{text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_the_documented_forms_parse() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration("500ms"), Ok(ms(500)));
+        assert_eq!(parse_duration("2s"), Ok(ms(2000)));
+        assert_eq!(parse_duration("5s"), Ok(ms(5000)));
+        assert_eq!(parse_duration("1m30s"), Ok(ms(90_000)));
+        assert_eq!(parse_duration("1.5s"), Ok(ms(1500)));
+        assert_eq!(parse_duration("200ms"), Ok(ms(200)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn durations_without_a_unit_or_with_junk_are_refused() {
+        for bad in ["", "5", "s", "5x", "1..2s", "-1s", "ms5"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_defaults_are_the_documented_ones() {
+        let args = Args::try_parse_from(["demo"]).unwrap();
+        assert_eq!(args.replicas, 3);
+        assert_eq!(args.check_interval, Duration::from_secs(5));
+        assert_eq!(args.http_port, 8080);
+        assert_eq!(args.dsn, None);
+        assert_eq!(args.duration, None);
+        let args = Args::try_parse_from([
+            "demo",
+            "--replicas",
+            "2",
+            "--check-interval",
+            "200ms",
+            "--dsn",
+            "host=127.0.0.1 user=postgres",
+            "--http-port",
+            "9000",
+            "--duration",
+            "3s",
+        ])
+        .unwrap();
+        assert_eq!(args.replicas, 2);
+        assert_eq!(args.check_interval, Duration::from_millis(200));
+        assert_eq!(args.dsn.as_deref(), Some("host=127.0.0.1 user=postgres"));
+        assert_eq!(args.http_port, 9000);
+        assert_eq!(args.duration, Some(Duration::from_secs(3)));
+    }
+}

@@ -1,0 +1,195 @@
+//! The demo's parent process: resolves the database, starts one process per replica, and stops
+//! them cleanly (SIGTERM, so each releases the lock) on Ctrl-C, SIGTERM or `--duration`.
+
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+
+use crate::cli::{Args, DSN_ENV, REPLICA_ENV};
+use crate::database;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long a replica may take to stop after SIGTERM before it is killed: its workers' bound
+/// (5 s, which covers the 2 s unlock budget) plus slack.
+const STOP_BOUND: Duration = Duration::from_secs(10);
+
+struct Running {
+    index: u16,
+    pid: u32,
+    /// Held open: a replica stops when its standard input closes (the parent is gone).
+    stdin: Option<ChildStdin>,
+    exited: Option<ExitStatus>,
+}
+
+pub(crate) async fn run(args: Args) -> Result<(), Error> {
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let database = database::resolve(args.dsn.clone()).await?;
+    let last_port = u32::from(args.http_port) + u32::from(args.replicas) - 1;
+    if last_port > u32::from(u16::MAX) {
+        return Err("--http-port plus --replicas exceeds 65535".into());
+    }
+    say(&format!(
+        "event=start replicas={} check_interval={:?} database={:?} http=127.0.0.1:{}..{}",
+        args.replicas, args.check_interval, database.source, args.http_port, last_port
+    ));
+
+    let (exits, mut exited) = mpsc::unbounded_channel();
+    let mut replicas = Vec::new();
+    for index in 0..args.replicas {
+        let child = spawn(&args, index, &database.dsn)?;
+        let pid = child.id().unwrap_or_default();
+        say(&format!(
+            "replica={index} pid={pid} event=started http=http://127.0.0.1:{}",
+            args.http_port + index
+        ));
+        replicas.push(watch(child, index, pid, exits.clone()));
+    }
+    drop(exits);
+
+    let deadline = async {
+        match args.duration {
+            Some(duration) => tokio::time::sleep(duration).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            _ = interrupt.recv() => { say("event=stopping reason=SIGINT"); break; }
+            _ = terminate.recv() => { say("event=stopping reason=SIGTERM"); break; }
+            () = &mut deadline => { say("event=stopping reason=duration"); break; }
+            exit = exited.recv() => match exit {
+                Some((index, status)) => {
+                    // A replica killed from outside is the user's doing, not a failed stop.
+                    record_exit(&mut replicas, index, status);
+                    if replicas.iter().all(|r| r.exited.is_some()) {
+                        say("event=stopping reason=\"every replica exited\"");
+                        break;
+                    }
+                }
+                None => break,
+            },
+        }
+    }
+
+    let clean = stop_all(&mut replicas, &mut exited).await;
+    if let Some(cluster) = database.cluster {
+        cluster.stop().await;
+    }
+    say("event=stopped");
+    if clean {
+        Ok(())
+    } else {
+        Err("a replica did not exit cleanly".into())
+    }
+}
+
+fn spawn(args: &Args, index: u16, dsn: &str) -> Result<Child, Error> {
+    let exe = std::env::current_exe()?;
+    let mut command = Command::new(exe);
+    command
+        .arg("--replicas")
+        .arg(args.replicas.to_string())
+        .arg("--check-interval")
+        .arg(format!("{}us", args.check_interval.as_micros()))
+        .arg("--http-port")
+        .arg(args.http_port.to_string())
+        .env(REPLICA_ENV, index.to_string())
+        .env(DSN_ENV, dsn)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        // Its own process group: the parent decides when a replica stops, so that a Ctrl-C in
+        // the terminal stops the replicas before a throwaway server.
+        .process_group(0)
+        .kill_on_drop(true);
+    Ok(command
+        .spawn()
+        .map_err(|e| format!("start replica {index}: {e}"))?)
+}
+
+/// Waits for the child in a task; reports its exit on `exits`.
+fn watch(
+    mut child: Child,
+    index: u16,
+    pid: u32,
+    exits: mpsc::UnboundedSender<(u16, ExitStatus)>,
+) -> Running {
+    let stdin = child.stdin.take();
+    tokio::spawn(async move {
+        if let Ok(status) = child.wait().await {
+            let _ = exits.send((index, status));
+        }
+    });
+    Running {
+        index,
+        pid,
+        stdin,
+        exited: None,
+    }
+}
+
+fn record_exit(replicas: &mut [Running], index: u16, status: ExitStatus) {
+    if let Some(replica) = replicas.iter_mut().find(|r| r.index == index) {
+        replica.exited = Some(status);
+        replica.stdin = None;
+        say(&format!(
+            "replica={index} pid={} event=exited status={:?}",
+            replica.pid,
+            status.to_string()
+        ));
+    }
+}
+
+/// SIGTERM to every running replica, then waits for them (SIGKILL at the bound). Whether all
+/// exited cleanly.
+async fn stop_all(
+    replicas: &mut [Running],
+    exited: &mut mpsc::UnboundedReceiver<(u16, ExitStatus)>,
+) -> bool {
+    for replica in replicas.iter().filter(|r| r.exited.is_none()) {
+        signal_pid(replica.pid, Signal::SIGTERM);
+    }
+    let mut clean = true;
+    let wait = async {
+        while replicas.iter().any(|r| r.exited.is_none()) {
+            let Some((index, status)) = exited.recv().await else {
+                break;
+            };
+            record_exit(replicas, index, status);
+            clean &= status.success();
+        }
+    };
+    if tokio::time::timeout(STOP_BOUND, wait).await.is_err() {
+        for replica in replicas.iter().filter(|r| r.exited.is_none()) {
+            say(&format!(
+                "replica={} pid={} event=killed reason=\"no exit within {STOP_BOUND:?}\"",
+                replica.index, replica.pid
+            ));
+            signal_pid(replica.pid, Signal::SIGKILL);
+        }
+        clean = false;
+    }
+    clean
+}
+
+fn signal_pid(pid: u32, signal: Signal) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = kill(Pid::from_raw(pid), signal);
+    }
+}
+
+fn say(text: &str) {
+    use std::io::Write as _;
+    let line = format!("[demo] {text}\n");
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(line.as_bytes());
+    let _ = out.flush();
+}

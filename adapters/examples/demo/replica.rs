@@ -1,0 +1,750 @@
+//! One replica of the demo service: boots like the spec says, serves its health routes and
+//! `/status`, and prints one line per leadership change.
+
+use std::future::Future;
+use std::io::Write as _;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use plexsphere_leader::Interruption;
+use plexsphere_leader::loops::{BoxError, TickMetrics, Wired, pass_fn};
+use plexsphere_leader::{
+    Background, Config, DEFAULT_SHUTDOWN_BOUND, Elector, Gate, LEADER_QUERY, LeaderTicker,
+    Readiness, TermEndCause, WhileLeader, wire_background,
+};
+use prometheus::Registry;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use crate::cli::{Args, DSN_ENV};
+use crate::passes;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The spec's fifteen leader-ticked loops, in its order, with the probe of the seven that have
+/// one (`access-session-sweeper` is the probe of `access-session-sweep`).
+pub(crate) const TICKED: [(&str, Option<&str>); 15] = [
+    ("invitations-expire", Some("invitations-expire")),
+    ("approvals-expire", Some("approvals-expire")),
+    ("actions-timeout", Some("actions-timeout")),
+    ("access-session-sweep", Some("access-session-sweeper")),
+    ("auth-state-sweep", None),
+    ("rate-budget-sweep", None),
+    ("sse-nonce-sweep", None),
+    ("credentials-sweeper", None),
+    ("cloud-credentials-sweeper", None),
+    (
+        "management-fleet-reconcile",
+        Some("management-fleet-reconcile"),
+    ),
+    (
+        "provisioning-broker-reconcile",
+        Some("provisioning-broker-reconcile"),
+    ),
+    ("artifacts-refresh", Some("artifacts-refresh")),
+    ("blueprint-catalogs-tracking", None),
+    ("peers-endpoint-sweeper", None),
+    ("reachability-evaluator", None),
+];
+
+/// The observability routing consume loops: one worker each, under suffixed names.
+pub(crate) const DURABLES: [&str; 3] = ["alerts", "logs", "traces"];
+
+/// What a replica needs to know about itself.
+#[derive(Clone)]
+struct Me {
+    index: u16,
+    pid: u32,
+    actor: String,
+    application_name: String,
+    interval: Duration,
+}
+
+/// Runs replica `index` until Ctrl-C, SIGTERM, or its standard input closes (the demo that
+/// started it is gone).
+pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
+    let pid = std::process::id();
+    let me = Me {
+        index,
+        pid,
+        actor: format!("replica-{index}/pid-{pid}"),
+        application_name: format!("plexsphere-demo-r{index}-{pid}"),
+        interval: args.check_interval,
+    };
+    let losses = LossCauses::default();
+    init_logs(index, losses.clone());
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+
+    let registry = Registry::new();
+    let readiness = Readiness::new();
+    let dsn = std::env::var(DSN_ENV)
+        .ok()
+        .filter(|dsn| !dsn.trim().is_empty());
+
+    // Surface index 0: the Elector, built first, on the worker tier's pool.
+    let (elector, pool) = match &dsn {
+        Some(dsn) => {
+            let pool = pool(dsn, &me.application_name)?;
+            if !create_schema(&pool, &shutdown, me.interval).await {
+                return Ok(());
+            }
+            let config = Config::new(pool.clone())
+                .check_interval(me.interval)
+                .registry(&registry);
+            (Some(Elector::new(config)?), Some(pool))
+        }
+        None => (None, None),
+    };
+
+    // Every later surface reads the Elector and gates its loops on it.
+    let metrics = TickMetrics::register(&registry)?;
+    let mut background = Background::new(&readiness)?;
+    let wired = wire_background(elector.clone(), &mut background, |elector, background| {
+        match &pool {
+            Some(pool) => wire_loops(elector, background, pool, &me, &metrics),
+            None => Ok(()), // the Elector is built only with a pool
+        }
+    })
+    .map_err(|e| format!("wiring: {e}"))?;
+    match &wired {
+        Wired::Nothing => tracing::warn!("no database: no Elector and no background loop"),
+        Wired::Loops(names) => tracing::info!(workers = names.len(), "background loops wired"),
+    }
+
+    // The boot passes run on every replica, ungated, before it reports ready.
+    let boot = background.boot(&shutdown).await;
+    for failed in boot.failures() {
+        tracing::warn!(r#loop = %failed.name, "boot pass failed; the probe reports it until the first tick");
+    }
+
+    // The supervisor starts every worker just before the replica serves its routes.
+    let running = background.start(&shutdown);
+    let watch = CancellationToken::new();
+    let watcher = elector
+        .clone()
+        .map(|elector| tokio::spawn(print_leadership(elector, me.clone(), watch.clone(), losses)));
+    let server = serve(
+        &args,
+        &me,
+        &readiness,
+        &registry,
+        elector.clone(),
+        pool.clone(),
+        &shutdown,
+    )
+    .await;
+    if let Err(error) = &server {
+        tracing::error!(%error, "cannot serve HTTP");
+        shutdown.cancel();
+    }
+
+    shutdown.cancelled().await;
+    let report = running.shutdown(DEFAULT_SHUTDOWN_BOUND).await;
+    if !report.aborted.is_empty() {
+        tracing::warn!(aborted = ?report.aborted, "workers aborted at the shutdown bound");
+    }
+    watch.cancel();
+    if let Some(watcher) = watcher {
+        let _ = watcher.await;
+    }
+    if let Ok(server) = server {
+        let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+    }
+    if let Some(pool) = pool {
+        pool.close();
+    }
+    Ok(())
+}
+
+fn pool(dsn: &str, application_name: &str) -> Result<Pool, Error> {
+    let mut config = tokio_postgres::Config::from_str(dsn)?;
+    config
+        .application_name(application_name)
+        .connect_timeout(Duration::from_secs(5));
+    let manager = Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Ok(Pool::builder(manager)
+        .max_size(12)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(10)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .build()?)
+}
+
+/// Creates the demo schema, retrying every interval until it works; `false` when the shutdown
+/// came first.
+async fn create_schema(pool: &Pool, shutdown: &CancellationToken, interval: Duration) -> bool {
+    loop {
+        let attempt = async {
+            let mut client = pool.get().await?;
+            passes::create_schema(&mut client).await?;
+            Ok::<(), Error>(())
+        };
+        match attempt.await {
+            Ok(()) => return true,
+            Err(error) => tracing::warn!(%error, "create the demo schema; retrying"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return false,
+            () = tokio::time::sleep(interval.max(Duration::from_millis(500))) => {}
+        }
+    }
+}
+
+/// Wires every loop of the spec's three tables under its own name and placement.
+fn wire_loops(
+    elector: &Elector,
+    background: &mut Background,
+    pool: &Pool,
+    me: &Me,
+    metrics: &TickMetrics,
+) -> Result<(), plexsphere_leader::loops::WiringError> {
+    for (name, probe) in TICKED {
+        let pass = ticked_pass(pool.clone(), name, me.actor.clone(), me.interval);
+        let mut ticker = LeaderTicker::new(name, elector.clone(), me.interval, pass)
+            .at_boot()
+            .metrics(metrics);
+        if let Some(probe) = probe {
+            ticker = ticker.probe(probe);
+        }
+        background.ticker(ticker)?;
+    }
+
+    background.while_leader(WhileLeader::new(
+        "audit-archiver",
+        elector.clone(),
+        self_paced(pool.clone(), me.interval, |client| {
+            Box::pin(async move { passes::archive_audit(&**client).await })
+        }),
+    ))?;
+    background.while_leader(WhileLeader::new(
+        "authz-outbox-consumer",
+        elector.clone(),
+        self_paced(pool.clone(), me.interval / 2, |client| {
+            Box::pin(async move { passes::mirror_outbox(&**client).await })
+        }),
+    ))?;
+
+    let crossing_gate = Gate::leader(elector);
+    background.worker("capacity-collector", {
+        let (pool, actor, period) = (pool.clone(), me.actor.clone(), me.interval);
+        move |token| {
+            capacity_collector(
+                pool.clone(),
+                actor.clone(),
+                period,
+                crossing_gate.clone(),
+                token,
+            )
+        }
+    })?;
+    let deletion_gate = Gate::leader(elector);
+    for durable in DURABLES {
+        let name = format!("observability-routing-consume/{durable}");
+        let (pool, period, gate) = (pool.clone(), me.interval, deletion_gate.clone());
+        background.worker(&name, move |token| {
+            consume_loop(pool.clone(), durable, period, gate.clone(), token)
+        })?;
+    }
+    background.worker("sse-relay", {
+        let (pool, period) = (pool.clone(), me.interval);
+        move |token| {
+            let pool = pool.clone();
+            every(period, token, move || {
+                let pool = pool.clone();
+                async move {
+                    let mut client = pool.get().await?;
+                    passes::relay(&mut client).await?;
+                    Ok(())
+                }
+            })
+        }
+    })?;
+    background.worker("sse-signing-key-rotation-watcher", {
+        let (pool, period) = (pool.clone(), me.interval);
+        move |token| key_watcher(pool.clone(), period, token)
+    })?;
+    background.worker("peers-relay-assigner", {
+        let period = me.interval;
+        let ready = Arc::new(AtomicBool::new(false));
+        move |token| {
+            let ready = Arc::clone(&ready);
+            every(period, token, move || {
+                // It re-flips a local readiness flag and takes no write.
+                ready.store(true, Ordering::Relaxed);
+                async { Ok(()) }
+            })
+        }
+    })?;
+    Ok(())
+}
+
+/// The pass of a ticked loop: seed, sweep (compare-and-set), prune; stops with its term.
+fn ticked_pass(
+    pool: Pool,
+    name: &'static str,
+    actor: String,
+    period: Duration,
+) -> plexsphere_leader::loops::PassFn {
+    pass_fn(move |token: CancellationToken| {
+        let (pool, actor) = (pool.clone(), actor.clone());
+        async move {
+            let work = async {
+                let client = pool.get().await?;
+                passes::ticked_pass(&**client, name, &actor, period).await?;
+                Ok::<(), BoxError>(())
+            };
+            tokio::select! {
+                () = token.cancelled() => Ok(()),
+                result = work => result,
+            }
+        }
+    })
+}
+
+type Step =
+    fn(
+        deadpool_postgres::Object,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<u64, tokio_postgres::Error>> + Send>>;
+
+/// A self-paced while-leader loop: runs `step` until it moves nothing, then waits `pause`; ends
+/// when the term's token is cancelled.
+fn self_paced(pool: Pool, pause: Duration, step: Step) -> plexsphere_leader::loops::PassFn {
+    pass_fn(move |token: CancellationToken| {
+        let pool = pool.clone();
+        async move {
+            loop {
+                let client = tokio::select! {
+                    () = token.cancelled() => return Ok(()),
+                    client = pool.get() => client?,
+                };
+                let moved = tokio::select! {
+                    () = token.cancelled() => return Ok(()),
+                    moved = step(client) => moved?,
+                };
+                if moved == 0 {
+                    tokio::select! {
+                        () = token.cancelled() => return Ok::<(), BoxError>(()),
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Runs `step` every `period` until `token` is cancelled; a failed step is logged and retried at
+/// the next period (an every-replica loop has no leader to hand over to).
+async fn every<F, Fut>(
+    period: Duration,
+    token: CancellationToken,
+    mut step: F,
+) -> Result<(), BoxError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), BoxError>>,
+{
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            () = token.cancelled() => return Ok(()),
+            _ = ticker.tick() => {}
+        }
+        let result = tokio::select! {
+            () = token.cancelled() => return Ok(()),
+            result = step() => result,
+        };
+        if let Err(error) = result {
+            tracing::warn!(%error, "every-replica loop step failed");
+        }
+    }
+}
+
+/// Every replica samples and tracks the same hysteresis; only the audit row of a crossing is
+/// gated.
+async fn capacity_collector(
+    pool: Pool,
+    actor: String,
+    period: Duration,
+    gate: Gate,
+    token: CancellationToken,
+) -> Result<(), BoxError> {
+    const HIGH: i64 = 30;
+    const LOW: i64 = 15;
+    let above = Arc::new(Mutex::new(false));
+    every(period, token, move || {
+        let (pool, actor, gate, above) = (
+            pool.clone(),
+            actor.clone(),
+            gate.clone(),
+            Arc::clone(&above),
+        );
+        async move {
+            let client = pool.get().await?;
+            let pending = passes::pending(&**client).await?;
+            let crossed = {
+                let mut above = above.lock().unwrap_or_else(PoisonError::into_inner);
+                let next = if *above {
+                    pending > LOW
+                } else {
+                    pending >= HIGH
+                };
+                let crossed = next != *above;
+                *above = next;
+                crossed.then_some(next)
+            };
+            if let Some(now_above) = crossed
+                && gate.allows()
+            {
+                passes::record_crossing(&**client, &actor, now_above, pending).await?;
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Each replica drains its share of a durable; only the durable removals are gated.
+async fn consume_loop(
+    pool: Pool,
+    durable: &'static str,
+    period: Duration,
+    gate: Gate,
+    token: CancellationToken,
+) -> Result<(), BoxError> {
+    every(period, token, move || {
+        let (pool, gate) = (pool.clone(), gate.clone());
+        async move {
+            let client = pool.get().await?;
+            passes::consume(&**client, durable).await?;
+            if gate.allows() {
+                passes::remove_orphaned_durables(&**client).await?;
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Every replica keeps its own in-memory key cache and invalidates it when the key generation
+/// (here: the relay cursor's row, read only) changes.
+async fn key_watcher(
+    pool: Pool,
+    period: Duration,
+    token: CancellationToken,
+) -> Result<(), BoxError> {
+    let cached = Arc::new(Mutex::new(None::<i64>));
+    every(period, token, move || {
+        let (pool, cached) = (pool.clone(), Arc::clone(&cached));
+        async move {
+            let client = pool.get().await?;
+            let row = client
+                .query_one(
+                    "SELECT position FROM plexsphere_demo.cursors WHERE name = 'sse-relay'",
+                    &[],
+                )
+                .await?;
+            let generation: i64 = row.try_get(0)?;
+            let mut cached = cached.lock().unwrap_or_else(PoisonError::into_inner);
+            if *cached != Some(generation) {
+                *cached = Some(generation);
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Prints one line per leadership change of this replica (stdout, one `write` per line).
+async fn print_leadership(elector: Elector, me: Me, watch: CancellationToken, losses: LossCauses) {
+    let poll = Duration::from_millis(20);
+    loop {
+        let term = loop {
+            if let Some(term) = elector.term(&watch) {
+                break term;
+            }
+            tokio::select! {
+                () = watch.cancelled() => return,
+                () = tokio::time::sleep(poll) => {}
+            }
+        };
+        let id = term.id().get();
+        line(&me, &format!("event=acquired term={id}"));
+        term.cancelled().await;
+        match term.cause() {
+            Some(Interruption::Term(TermEndCause::Stopped)) => {
+                line(
+                    &me,
+                    &format!("event=released term={id} cause=\"election stopped: lock released\""),
+                );
+            }
+            Some(Interruption::Term(TermEndCause::LeadershipLost)) => {
+                let detail = losses
+                    .take()
+                    .map(|cause| format!(": {cause}"))
+                    .unwrap_or_default();
+                line(
+                    &me,
+                    &format!(
+                        "event=lost term={id} cause={:?}",
+                        format!("leadership lost{detail}")
+                    ),
+                );
+            }
+            Some(Interruption::ParentCancelled) | None => return,
+        }
+    }
+}
+
+fn line(me: &Me, event: &str) {
+    let text = format!("[demo] replica={} pid={} {event}\n", me.index, me.pid);
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+#[derive(Clone)]
+struct StatusState {
+    me: Me,
+    elector: Option<Elector>,
+    pool: Option<Pool>,
+    readiness: Readiness,
+}
+
+async fn serve(
+    args: &Args,
+    me: &Me,
+    readiness: &Readiness,
+    registry: &Registry,
+    elector: Option<Elector>,
+    pool: Option<Pool>,
+    shutdown: &CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, Error> {
+    let port = args
+        .http_port
+        .checked_add(me.index)
+        .ok_or("--http-port plus the replica index exceeds 65535")?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("bind 127.0.0.1:{port}: {e}"))?;
+    let status = Router::new()
+        .route("/status", get(status))
+        .with_state(StatusState {
+            me: me.clone(),
+            elector,
+            pool,
+            readiness: readiness.clone(),
+        });
+    let app = plexsphere_leader::http::router(readiness.clone(), registry.clone()).merge(status);
+    let stop = shutdown.clone();
+    Ok(tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        if let Err(error) = served {
+            tracing::error!(%error, "HTTP server failed");
+        }
+    }))
+}
+
+async fn status(State(state): State<StatusState>) -> impl IntoResponse {
+    let is_leader = state.elector.as_ref().is_some_and(Elector::is_leader);
+    let term = state
+        .elector
+        .as_ref()
+        .and_then(Elector::current_term)
+        .map(|t| t.get());
+    let lock_backend_pid = match (&state.pool, is_leader) {
+        (Some(pool), true) => lock_backend_pid(pool, &state.me.application_name).await,
+        _ => None,
+    };
+    let body = json!({
+        "replica": state.me.index,
+        "pid": state.me.pid,
+        "is_leader": is_leader,
+        "term": term,
+        "lock_backend_pid": lock_backend_pid,
+        "application_name": state.me.application_name,
+        "check_interval_ms": u64::try_from(state.me.interval.as_millis()).unwrap_or(u64::MAX),
+        "ready": state.readiness.report().is_ready(),
+        "database": state.elector.is_some(),
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{body}\n"),
+    )
+}
+
+/// The backend pid of the session holding the leader lock, when it is one of this replica's
+/// sessions: the spec's pg_locks query joined with pg_stat_activity on the application name.
+async fn lock_backend_pid(pool: &Pool, application_name: &str) -> Option<i32> {
+    let query = format!(
+        "SELECT q.pid FROM ({LEADER_QUERY}) q JOIN pg_stat_activity a ON a.pid = q.pid \
+         WHERE q.granted AND a.application_name = $1"
+    );
+    let lookup = async {
+        let client = pool.get().await.ok()?;
+        let row = client
+            .query_opt(query.as_str(), &[&application_name])
+            .await
+            .ok()??;
+        row.try_get::<_, i32>(0).ok()
+    };
+    tokio::time::timeout(Duration::from_secs(2), lookup)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Cancels `shutdown` on Ctrl-C, SIGTERM, or end of standard input.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    use tokio::io::AsyncReadExt as _;
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = match signal(SignalKind::terminate()) {
+        Ok(terminate) => terminate,
+        Err(error) => {
+            tracing::error!(%error, "cannot listen for SIGTERM");
+            return;
+        }
+    };
+    let stdin_closed = async {
+        let mut stdin = tokio::io::stdin();
+        let mut buf = [0_u8; 64];
+        while let Ok(n) = stdin.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+        () = stdin_closed => {}
+    }
+    shutdown.cancel();
+}
+
+/// The causes of the last leadership losses, read from the elector's WARN line
+/// `leader: lost background leader lock: <cause>`.
+#[derive(Clone, Default)]
+struct LossCauses {
+    last: Arc<Mutex<Option<String>>>,
+}
+
+impl LossCauses {
+    fn take(&self) -> Option<String> {
+        self.last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for LossCauses {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        if event.metadata().target() != "plexsphere_leader" {
+            return;
+        }
+        let mut visit = Fields::default();
+        event.record(&mut visit);
+        if visit
+            .message
+            .starts_with("leader: lost background leader lock")
+            && let Some(cause) = visit.cause
+        {
+            *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(cause);
+        }
+    }
+}
+
+#[derive(Default)]
+struct Fields {
+    message: String,
+    cause: Option<String>,
+}
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            "cause" => self.cause = Some(format!("{value:?}")),
+            _ => {}
+        }
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "message" => self.message = value.to_owned(),
+            "cause" => self.cause = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+}
+
+/// Logs to stderr, each line prefixed with `replica <i> | `; `RUST_LOG` overrides the default
+/// filter (`warn`).
+fn init_logs(index: u16, losses: LossCauses) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(Prefixed(format!("replica {index} | ")))
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(losses)
+        .try_init();
+}
+
+struct Prefixed(String);
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Prefixed {
+    type Writer = PrefixedWriter;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        PrefixedWriter {
+            buf: self.0.clone().into_bytes(),
+        }
+    }
+}
+
+/// Collects one event, then writes it to stderr with one `write` when dropped.
+struct PrefixedWriter {
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for PrefixedWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for PrefixedWriter {
+    fn drop(&mut self) {
+        let _ = std::io::stderr().lock().write_all(&self.buf);
+    }
+}

@@ -1,0 +1,129 @@
+//! What a launcher asks of an election.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plexsphere_leader_core::TermId;
+use plexsphere_leader_core::work::Interruption;
+use tokio_util::sync::CancellationToken;
+
+use super::{BoxError, BoxFuture, PassFn};
+use crate::{Elector, Term};
+
+/// The election as the launchers see it: the spec's `Do`, `Term` and `IsLeader`.
+///
+/// [`Elector`] implements it; a test or another election may too.
+pub trait Leadership: Clone + Send + Sync + 'static {
+    /// Whether this replica leads (an atomic read).
+    fn is_leader(&self) -> bool;
+
+    /// The current term, `None` on a standby (the spec's `Term(parent)`).
+    fn leader_term(&self, parent: &CancellationToken) -> Option<LeaderTerm>;
+
+    /// Runs `work` only on the leader, with the term's token (the spec's `Do`): `Ok(false)`
+    /// without calling it on a standby, `Ok(true)` or its error when the term held until it
+    /// returned, `Ok(false)` when the term (or `parent`) ended while it ran. A panic in `work`
+    /// propagates.
+    fn run_if_leader(
+        &self,
+        parent: &CancellationToken,
+        work: PassFn,
+    ) -> BoxFuture<Result<bool, BoxError>>;
+
+    /// How often [`WhileLeader`](crate::loops::WhileLeader) looks for a new term while standing
+    /// by.
+    fn term_poll_interval(&self) -> Duration;
+}
+
+impl Leadership for Elector {
+    fn is_leader(&self) -> bool {
+        Elector::is_leader(self)
+    }
+
+    fn leader_term(&self, parent: &CancellationToken) -> Option<LeaderTerm> {
+        self.term(parent).map(LeaderTerm::from_term)
+    }
+
+    fn run_if_leader(
+        &self,
+        parent: &CancellationToken,
+        work: PassFn,
+    ) -> BoxFuture<Result<bool, BoxError>> {
+        let (elector, parent) = (self.clone(), parent.clone());
+        Box::pin(
+            async move { Elector::run_if_leader(&elector, &parent, |token| work(token)).await },
+        )
+    }
+
+    /// A tenth of the check interval, from 5 ms to 250 ms: a term begins only at a check, so
+    /// this adds at most a fraction of an interval to the start of a while-leader loop.
+    fn term_poll_interval(&self) -> Duration {
+        (self.check_interval() / 10).clamp(Duration::from_millis(5), Duration::from_millis(250))
+    }
+}
+
+/// One term of leadership handed to a launcher: its id, a token cancelled when it ends, and why
+/// it ended.
+pub struct LeaderTerm {
+    id: TermId,
+    token: CancellationToken,
+    source: Source,
+}
+
+enum Source {
+    Elector(Term),
+    Custom(Arc<dyn Fn() -> Option<Interruption> + Send + Sync>),
+}
+
+impl LeaderTerm {
+    /// Wraps an [`Elector`]'s term. Dropping the `LeaderTerm` drops it, which cancels its token.
+    pub fn from_term(term: Term) -> Self {
+        Self {
+            id: term.id(),
+            token: term.token().clone(),
+            source: Source::Elector(term),
+        }
+    }
+
+    /// A term of another election: `token` is cancelled when it ends, `cause` says why (`None`
+    /// while it holds).
+    pub fn custom(
+        id: TermId,
+        token: CancellationToken,
+        cause: impl Fn() -> Option<Interruption> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            id,
+            token,
+            source: Source::Custom(Arc::new(cause)),
+        }
+    }
+
+    /// The term's id.
+    pub fn id(&self) -> TermId {
+        self.id
+    }
+
+    /// The token cancelled when the term ends or the parent is cancelled.
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    /// Why the token was cancelled; `None` while the term holds.
+    pub fn cause(&self) -> Option<Interruption> {
+        match &self.source {
+            Source::Elector(term) => term.cause(),
+            Source::Custom(cause) => cause(),
+        }
+    }
+}
+
+impl fmt::Debug for LeaderTerm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderTerm")
+            .field("id", &self.id)
+            .field("cause", &self.cause())
+            .finish()
+    }
+}

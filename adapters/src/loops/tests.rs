@@ -1,0 +1,532 @@
+//! The launchers under paused time with a hand-driven election: every row of the spec's
+//! readiness table, a panicking pass, a demotion under a pass, the while-leader runner's terms,
+//! and the wiring without an Elector.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use plexsphere_leader_core::readiness::Tick;
+use tokio_util::sync::CancellationToken;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+
+use super::testing::Manual;
+use super::*;
+use crate::readiness::{Probe, Readiness};
+
+const PERIOD: Duration = Duration::from_secs(1);
+
+/// A pass whose outcome the test sets: `Ok`, an error, or a panic.
+#[derive(Clone, Default)]
+struct Script {
+    next: Arc<Mutex<Outcome>>,
+    calls: Arc<AtomicU32>,
+}
+
+#[derive(Clone, Default)]
+enum Outcome {
+    #[default]
+    Ok,
+    Err(&'static str),
+    Panic(&'static str),
+    /// Waits for the token, then returns this error.
+    WaitThenErr(&'static str),
+}
+
+impl Script {
+    fn set(&self, outcome: Outcome) {
+        *self.next.lock().unwrap() = outcome;
+    }
+
+    fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    fn pass(&self) -> PassFn {
+        let script = self.clone();
+        pass_fn(move |token: CancellationToken| {
+            script.calls.fetch_add(1, Ordering::SeqCst);
+            let outcome = script.next.lock().unwrap().clone();
+            async move {
+                match outcome {
+                    Outcome::Ok => Ok(()),
+                    Outcome::Err(e) => Err(BoxError::from(e)),
+                    Outcome::Panic(value) => panic!("{value}"),
+                    Outcome::WaitThenErr(e) => {
+                        token.cancelled().await;
+                        Err(BoxError::from(e))
+                    }
+                }
+            }
+        })
+    }
+}
+
+fn ticker(election: &Manual, script: &Script, readiness: &Readiness) -> LeaderTicker<Manual> {
+    let probe = readiness
+        .loop_probe("access-session-sweeper", "access-session-sweep")
+        .unwrap();
+    LeaderTicker::new(
+        "access-session-sweep",
+        election.clone(),
+        PERIOD,
+        script.pass(),
+    )
+    .with_probe(probe)
+}
+
+fn probe_of(readiness: &Readiness) -> Result<(), String> {
+    readiness
+        .report()
+        .probe("access-session-sweeper")
+        .cloned()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn booted_no_tick_yet_the_probe_reports_the_boot_pass() {
+    let (election, script, readiness) = (Manual::default(), Script::default(), Readiness::new());
+    let ticker = ticker(&election, &script, &readiness);
+    assert!(
+        probe_of(&readiness)
+            .unwrap_err()
+            .ends_with("boot pass not run yet")
+    );
+
+    script.set(Outcome::Err("relation \"sessions\" does not exist"));
+    let shutdown = CancellationToken::new();
+    assert!(ticker.boot_pass(&shutdown).await.is_err());
+    assert_eq!(
+        script.calls(),
+        1,
+        "the boot pass runs on a standby: it is not gated"
+    );
+    assert_eq!(
+        probe_of(&readiness),
+        Err("plexsphere: background loop \"access-session-sweep\": boot pass failed: relation \"sessions\" does not exist".into())
+    );
+    script.set(Outcome::Ok);
+    ticker.boot_pass(&shutdown).await.unwrap();
+    assert_eq!(probe_of(&readiness), Ok(()));
+}
+
+#[tokio::test]
+async fn leader_last_tick_succeeded_passes_and_failed_reports_the_error_until_a_later_success() {
+    let (election, script, readiness) = (Manual::default(), Script::default(), Readiness::new());
+    let ticker = ticker(&election, &script, &readiness);
+    let shutdown = CancellationToken::new();
+    ticker.boot_pass(&shutdown).await.unwrap();
+    election.lead();
+
+    assert_eq!(ticker.tick(&shutdown).await, Tick::Passed);
+    assert_eq!(probe_of(&readiness), Ok(()));
+
+    script.set(Outcome::Err("deadlock detected"));
+    assert_eq!(
+        ticker.tick(&shutdown).await,
+        Tick::Failed("deadlock detected".into())
+    );
+    let failed =
+        "plexsphere: background loop \"access-session-sweep\": tick failed: deadlock detected";
+    assert_eq!(probe_of(&readiness), Err(failed.into()));
+    assert!(!readiness.report().is_ready());
+
+    script.set(Outcome::Ok);
+    assert_eq!(ticker.tick(&shutdown).await, Tick::Passed);
+    assert_eq!(probe_of(&readiness), Ok(()));
+}
+
+#[tokio::test]
+async fn standby_runs_no_pass_and_passes_even_after_a_failed_boot_pass() {
+    let (election, script, readiness) = (Manual::default(), Script::default(), Readiness::new());
+    let ticker = ticker(&election, &script, &readiness);
+    let shutdown = CancellationToken::new();
+    script.set(Outcome::Err("boot"));
+    let _ = ticker.boot_pass(&shutdown).await;
+    assert_eq!(ticker.tick(&shutdown).await, Tick::Standby);
+    assert_eq!(script.calls(), 1, "only the boot pass ran");
+    assert_eq!(probe_of(&readiness), Ok(()));
+}
+
+#[tokio::test]
+async fn a_demoted_leaders_probe_clears_on_its_first_standby_tick() {
+    let (election, script, readiness) = (Manual::default(), Script::default(), Readiness::new());
+    let ticker = ticker(&election, &script, &readiness);
+    let shutdown = CancellationToken::new();
+    ticker.boot_pass(&shutdown).await.unwrap();
+    election.lead();
+    script.set(Outcome::Err("timeout"));
+    ticker.tick(&shutdown).await;
+    assert!(probe_of(&readiness).is_err());
+    election.demote();
+    assert_eq!(ticker.tick(&shutdown).await, Tick::Standby);
+    assert_eq!(probe_of(&readiness), Ok(()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_demotion_while_the_pass_runs_is_not_a_failed_tick() {
+    let (election, script, readiness) = (Manual::default(), Script::default(), Readiness::new());
+    let ticker = ticker(&election, &script, &readiness);
+    let shutdown = CancellationToken::new();
+    ticker.boot_pass(&shutdown).await.unwrap();
+    election.lead();
+    script.set(Outcome::WaitThenErr("cancelled by the term"));
+    let demoter = tokio::spawn({
+        let election = election.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            election.demote();
+        }
+    });
+    assert_eq!(ticker.tick(&shutdown).await, Tick::Interrupted);
+    demoter.await.unwrap();
+    assert_eq!(probe_of(&readiness), Ok(()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_shutdown_under_a_pass_leaves_the_probe_as_it_was() {
+    let (election, script, readiness) = (Manual::default(), Script::default(), Readiness::new());
+    let ticker = ticker(&election, &script, &readiness);
+    let shutdown = CancellationToken::new();
+    ticker.boot_pass(&shutdown).await.unwrap();
+    election.lead();
+    script.set(Outcome::WaitThenErr("stopping"));
+    let canceller = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            shutdown.cancel();
+        }
+    });
+    assert_eq!(ticker.tick(&shutdown).await, Tick::Cancelled);
+    canceller.await.unwrap();
+    assert_eq!(probe_of(&readiness), Ok(()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_pass_is_a_failed_tick_logged_at_error_and_warn_and_the_loop_keeps_ticking() {
+    let logs = Logs::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(logs.clone()));
+    let (election, script, readiness) = (Manual::default(), Script::default(), Readiness::new());
+    let ticker = ticker(&election, &script, &readiness);
+    let shutdown = CancellationToken::new();
+    ticker.boot_pass(&shutdown).await.unwrap();
+    election.lead();
+    script.set(Outcome::Panic("index out of bounds: the len is 0"));
+    let running = tokio::spawn(ticker.clone().run(shutdown.clone()));
+
+    tokio::time::sleep(PERIOD + Duration::from_millis(1)).await;
+    assert_eq!(script.calls(), 2, "the boot pass and one tick");
+    assert_eq!(
+        probe_of(&readiness),
+        Err("plexsphere: background loop \"access-session-sweep\": tick panicked: index out of bounds: the len is 0".into())
+    );
+    let error = logs
+        .find("background loop tick panicked")
+        .expect("ERROR line");
+    assert_eq!(error.level, tracing::Level::ERROR);
+    assert_eq!(error.fields["loop"], "access-session-sweep");
+    assert_eq!(error.fields["panic"], "index out of bounds: the len is 0");
+    assert!(
+        error.fields["stack"].contains("panicked at"),
+        "{}",
+        error.fields["stack"]
+    );
+    let warn = logs.find("background loop tick failed").expect("WARN line");
+    assert_eq!(warn.level, tracing::Level::WARN);
+    assert_eq!(warn.fields["loop"], "access-session-sweep");
+
+    script.set(Outcome::Ok);
+    tokio::time::sleep(PERIOD).await;
+    assert_eq!(script.calls(), 3, "the loop kept ticking");
+    assert_eq!(
+        probe_of(&readiness),
+        Ok(()),
+        "a later tick that succeeds clears it"
+    );
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_failed_tick_writes_a_warn_line_even_without_a_probe() {
+    let logs = Logs::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(logs.clone()));
+    let (election, script) = (Manual::default(), Script::default());
+    let ticker = LeaderTicker::new("rate-budget-sweep", election.clone(), PERIOD, script.pass());
+    election.lead();
+    script.set(Outcome::Err("disk full"));
+    let shutdown = CancellationToken::new();
+    ticker.tick(&shutdown).await;
+    ticker.tick(&shutdown).await;
+    let warns = logs.all("background loop tick failed: disk full");
+    assert_eq!(warns.len(), 2);
+    assert_eq!(warns[0].fields["loop"], "rate-budget-sweep");
+    assert_eq!(warns[0].fields["cause"], "disk full");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_ticker_ticks_on_its_cadence_only_on_the_leader() {
+    let (election, script) = (Manual::default(), Script::default());
+    let ticker = LeaderTicker::new(
+        "invitations-expire",
+        election.clone(),
+        PERIOD,
+        script.pass(),
+    );
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(ticker.run(shutdown.clone()));
+    tokio::time::sleep(PERIOD * 3 + Duration::from_millis(1)).await;
+    assert_eq!(script.calls(), 0, "a standby runs no pass");
+    election.lead();
+    tokio::time::sleep(PERIOD * 3).await;
+    assert_eq!(script.calls(), 3);
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_while_leader_runner_runs_the_loop_in_each_term_and_stops_it_on_demotion() {
+    let election = Manual::default();
+    let terms = Arc::new(Mutex::new(Vec::new()));
+    let runner = WhileLeader::new(
+        "audit-archiver",
+        election.clone(),
+        pass_fn({
+            let terms = Arc::clone(&terms);
+            move |token: CancellationToken| {
+                let terms = Arc::clone(&terms);
+                async move {
+                    terms.lock().unwrap().push("started");
+                    token.cancelled().await;
+                    terms.lock().unwrap().push("stopped");
+                    Err::<(), BoxError>("drained half a chain".into())
+                }
+            }
+        }),
+    );
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(runner.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        terms.lock().unwrap().is_empty(),
+        "nothing runs on a standby"
+    );
+    election.lead();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(*terms.lock().unwrap(), ["started"]);
+    election.demote();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(*terms.lock().unwrap(), ["started", "stopped"]);
+    assert!(
+        !running.is_finished(),
+        "an error after the term ended is not a failure"
+    );
+    election.lead();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(*terms.lock().unwrap(), ["started", "stopped", "started"]);
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_while_leader_loop_that_fails_while_its_term_holds_fails_the_worker() {
+    let election = Manual::default();
+    election.lead();
+    let runner = WhileLeader::new(
+        "authz-outbox-consumer",
+        election.clone(),
+        pass_fn(|_token| async { Err::<(), BoxError>("spicedb unavailable".into()) }),
+    );
+    let error = runner.run(CancellationToken::new()).await.unwrap_err();
+    assert_eq!(error.to_string(), "spicedb unavailable");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_while_leader_loop_that_ignores_its_token_is_dropped_after_the_grace() {
+    let election = Manual::default();
+    election.lead();
+    let runner = WhileLeader::new(
+        "stubborn",
+        election.clone(),
+        pass_fn(|_token| async {
+            std::future::pending::<()>().await;
+            Ok::<(), BoxError>(())
+        }),
+    )
+    .stop_grace(Duration::from_millis(300));
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(runner.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let stopped_at = tokio::time::Instant::now();
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+    assert_eq!(stopped_at.elapsed(), Duration::from_millis(300));
+}
+
+#[test]
+fn a_boot_without_an_elector_wires_no_loop_at_all() {
+    let readiness = Readiness::new();
+    let mut background = Background::new(&readiness).unwrap();
+    let mut called = false;
+    let wired = wire_background(None, &mut background, |_elector, _background| {
+        called = true;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(wired, Wired::Nothing);
+    assert!(!called);
+    assert!(background.worker_names().is_empty());
+    assert_eq!(background.boot_passes(), 0);
+    assert_eq!(readiness.names(), ["workers"], "no loop probe");
+    assert!(readiness.report().is_ready());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_background_plane_boots_every_pass_ungated_then_starts_the_workers() {
+    let (election, script, readiness) = (Manual::default(), Script::default(), Readiness::new());
+    let mut background = Background::new(&readiness).unwrap();
+    background
+        .ticker(
+            LeaderTicker::new(
+                "invitations-expire",
+                election.clone(),
+                PERIOD,
+                script.pass(),
+            )
+            .probe("invitations-expire"),
+        )
+        .unwrap();
+    background
+        .ticker(
+            LeaderTicker::new(
+                "access-session-sweep",
+                election.clone(),
+                PERIOD,
+                script.pass(),
+            )
+            .probe("access-session-sweeper"),
+        )
+        .unwrap();
+    background
+        .ticker(LeaderTicker::new(
+            "rate-budget-sweep",
+            election.clone(),
+            PERIOD,
+            script.pass(),
+        ))
+        .unwrap();
+    let duplicate = background.ticker(LeaderTicker::new(
+        "rate-budget-sweep",
+        election.clone(),
+        PERIOD,
+        script.pass(),
+    ));
+    assert!(matches!(duplicate, Err(WiringError::Worker(_))));
+    assert_eq!(
+        readiness.names(),
+        ["workers", "invitations-expire", "access-session-sweeper"]
+    );
+    assert!(!readiness.report().is_ready(), "boot passes not run yet");
+
+    let shutdown = CancellationToken::new();
+    let report = background.boot(&shutdown).await;
+    assert_eq!(report.passes.len(), 2, "the probed loops run at boot");
+    assert_eq!(script.calls(), 2);
+    assert!(readiness.report().is_ready());
+    let running = background.start(&shutdown);
+    election.lead();
+    tokio::time::sleep(PERIOD + Duration::from_millis(1)).await;
+    assert_eq!(script.calls(), 5, "three tickers ticked once on the leader");
+    assert!(
+        running
+            .shutdown(Duration::from_secs(1))
+            .await
+            .aborted
+            .is_empty()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_workers_probe_fails_when_a_ticker_worker_exhausts_its_budget() {
+    let readiness = Readiness::new();
+    let policy = crate::RestartPolicy {
+        max_restarts: 2,
+        ..crate::RestartPolicy::default()
+    };
+    let mut background = Background::with_policy(&readiness, policy).unwrap();
+    background
+        .worker("capacity-collector", |_token| async {
+            Err::<(), BoxError>("sampler broken".into())
+        })
+        .unwrap();
+    let mut running = background.start(&CancellationToken::new());
+    running.stopped().await;
+    let probe = running.probe();
+    assert_eq!(
+        probe.check(),
+        Err(
+            "background workers stopped after exhausting their restart budget: capacity-collector"
+                .into()
+        )
+    );
+    assert!(!readiness.report().is_ready());
+}
+
+/// Captured log lines.
+#[derive(Clone, Default)]
+struct Logs {
+    lines: Arc<Mutex<Vec<Line>>>,
+}
+
+#[derive(Clone, Debug)]
+struct Line {
+    level: tracing::Level,
+    message: String,
+    fields: BTreeMap<String, String>,
+}
+
+impl Logs {
+    fn find(&self, prefix: &str) -> Option<Line> {
+        self.all(prefix).into_iter().next()
+    }
+
+    fn all(&self, prefix: &str) -> Vec<Line> {
+        let lines = self.lines.lock().unwrap();
+        lines
+            .iter()
+            .filter(|line| line.message.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+}
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for Logs {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        let message = fields.remove("message").unwrap_or_default();
+        self.lines.lock().unwrap().push(Line {
+            level: *event.metadata().level(),
+            message,
+            fields,
+        });
+    }
+}

@@ -1,0 +1,487 @@
+//! The supervisor: runs the service's background workers, restarts a failed one within its
+//! restart budget, and stops them all on shutdown.
+//!
+//! Workers are registered by unique name (the election is the worker `background-leader`) and
+//! started together by [`Supervisor::start`], just before the service serves. A worker that
+//! returns an error or panics is restarted after a backoff, within the budget of
+//! [`RestartPolicy`] (by default at most 5 restarts within any 60 s, backing off from 100 ms,
+//! doubling, capped at 10 s). One that exhausts its budget stays stopped and fails the
+//! [`WorkersProbe`] (`workers` on `/readyz`). A worker that returns `Ok` has finished and is not
+//! restarted. [`RunningWorkers::shutdown`] cancels every worker and waits for them, with a
+//! bound; a worker still running at the bound is aborted (its future dropped).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use plexsphere_leader_core::supervision::{
+    Decision, Exit, RestartBudget, RestartPolicy, WorkerState, workers_probe,
+};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::loops::panic::CatchPanic;
+use crate::loops::{BoxError, BoxFuture};
+use crate::readiness::Probe;
+
+/// How long [`RunningWorkers::shutdown`] waits by default: more than the election's 2-second
+/// unlock budget.
+pub const DEFAULT_SHUTDOWN_BOUND: Duration = Duration::from_secs(5);
+
+/// The name of the supervisor's readiness probe.
+pub const WORKERS_PROBE: &str = "workers";
+
+type WorkerFn = Box<dyn FnMut(CancellationToken) -> BoxFuture<Result<(), BoxError>> + Send>;
+type States = Arc<Mutex<BTreeMap<String, WorkerState<String>>>>;
+
+/// Two workers may not share a name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a background worker named {0:?} is already registered")]
+pub struct DuplicateWorker(pub String);
+
+/// The background workers of a service, before they start.
+pub struct Supervisor {
+    policy: RestartPolicy,
+    workers: Vec<(String, WorkerFn)>,
+    states: States,
+}
+
+impl Default for Supervisor {
+    fn default() -> Self {
+        Self::new(RestartPolicy::default())
+    }
+}
+
+impl Supervisor {
+    /// A supervisor with the restart budget `policy`.
+    pub fn new(policy: RestartPolicy) -> Self {
+        Self {
+            policy,
+            workers: Vec::new(),
+            states: Arc::default(),
+        }
+    }
+
+    /// Registers a worker: `start` is called with a cancellation token each time the worker
+    /// (re)starts, and the future it returns is the worker's run. The run should return `Ok(())`
+    /// soon after the token is cancelled.
+    ///
+    /// # Errors
+    /// [`DuplicateWorker`] when the name is taken.
+    pub fn add<F, Fut, E>(
+        &mut self,
+        name: impl Into<String>,
+        mut start: F,
+    ) -> Result<(), DuplicateWorker>
+    where
+        F: FnMut(CancellationToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        let name = name.into();
+        if self.contains(&name) {
+            return Err(DuplicateWorker(name));
+        }
+        let start: WorkerFn = Box::new(move |token| {
+            let run = start(token);
+            Box::pin(async move { run.await.map_err(Into::into) })
+        });
+        self.lock().insert(name.clone(), WorkerState::Registered);
+        self.workers.push((name, start));
+        Ok(())
+    }
+
+    /// Whether a worker is registered under `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.workers.iter().any(|(taken, _)| taken == name)
+    }
+
+    /// The registered names, in registration order.
+    pub fn names(&self) -> Vec<String> {
+        self.workers.iter().map(|(name, _)| name.clone()).collect()
+    }
+
+    /// How many workers are registered.
+    pub fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Whether no worker is registered.
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty()
+    }
+
+    /// The `workers` readiness probe of this supervisor's workers.
+    pub fn probe(&self) -> WorkersProbe {
+        WorkersProbe {
+            states: Arc::clone(&self.states),
+        }
+    }
+
+    /// Starts every worker, each in its own task. `shutdown` cancelled, or
+    /// [`RunningWorkers::shutdown`], stops them.
+    pub fn start(self, shutdown: &CancellationToken) -> RunningWorkers {
+        let token = shutdown.child_token();
+        let mut tasks = JoinSet::new();
+        for (name, start) in self.workers {
+            tasks.spawn(supervise(
+                name,
+                start,
+                token.clone(),
+                self.policy,
+                Arc::clone(&self.states),
+            ));
+        }
+        RunningWorkers {
+            tasks,
+            token,
+            states: self.states,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, WorkerState<String>>> {
+        lock(&self.states)
+    }
+}
+
+impl fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("policy", &self.policy)
+            .field("workers", &self.names())
+            .finish()
+    }
+}
+
+/// The started workers.
+#[derive(Debug)]
+pub struct RunningWorkers {
+    tasks: JoinSet<()>,
+    token: CancellationToken,
+    states: States,
+}
+
+/// What a shutdown left behind.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShutdownReport {
+    /// The workers still running at the bound, which were aborted.
+    pub aborted: Vec<String>,
+}
+
+impl RunningWorkers {
+    /// The `workers` readiness probe.
+    pub fn probe(&self) -> WorkersProbe {
+        WorkersProbe {
+            states: Arc::clone(&self.states),
+        }
+    }
+
+    /// The state of every worker, by name.
+    pub fn states(&self) -> BTreeMap<String, WorkerState<String>> {
+        lock(&self.states).clone()
+    }
+
+    /// Waits until every worker has stopped for good (finished, exhausted, or stopped by the
+    /// shutdown). Cancel-safe.
+    pub async fn stopped(&mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// Cancels every worker and waits for them, at most `bound`; those still running then are
+    /// aborted and named in the report.
+    pub async fn shutdown(mut self, bound: Duration) -> ShutdownReport {
+        self.token.cancel();
+        let all = async { while self.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(bound, all).await.is_ok() {
+            return ShutdownReport::default();
+        }
+        self.tasks.abort_all();
+        let aborted: Vec<String> = lock(&self.states)
+            .iter()
+            .filter(|(_, state)| matches!(state, WorkerState::Running { .. }))
+            .map(|(name, _)| name.clone())
+            .collect();
+        tracing::warn!(
+            target: "plexsphere_leader",
+            workers = ?aborted,
+            bound = ?bound,
+            "background workers did not stop within the shutdown bound; aborted"
+        );
+        ShutdownReport { aborted }
+    }
+}
+
+/// The `workers` readiness probe: fails while any worker has exhausted its restart budget,
+/// with the text `background workers stopped after exhausting their restart budget: <names>`.
+#[derive(Clone)]
+pub struct WorkersProbe {
+    states: States,
+}
+
+impl Probe for WorkersProbe {
+    fn check(&self) -> Result<(), String> {
+        let states = lock(&self.states);
+        workers_probe(states.iter().map(|(name, state)| (name.as_str(), state))).map_err(|names| {
+            format!(
+                "background workers stopped after exhausting their restart budget: {}",
+                names.join(", ")
+            )
+        })
+    }
+}
+
+impl fmt::Debug for WorkersProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("WorkersProbe")
+            .field(&*lock(&self.states))
+            .finish()
+    }
+}
+
+fn lock(states: &States) -> MutexGuard<'_, BTreeMap<String, WorkerState<String>>> {
+    states.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs one worker until it finishes, exhausts its budget, or the token is cancelled.
+async fn supervise(
+    name: String,
+    mut start: WorkerFn,
+    token: CancellationToken,
+    policy: RestartPolicy,
+    states: States,
+) {
+    let mut budget = RestartBudget::new(policy);
+    let mut restarts = 0_u32;
+    let set = |state| {
+        lock(&states).insert(name.clone(), state);
+    };
+    loop {
+        set(WorkerState::Running { restarts });
+        let exit = run_once(&name, &mut start, &token).await;
+        let now = tokio::time::Instant::now().into_std();
+        match budget.on_exit(now, &exit) {
+            Decision::Restart { after, restart } => {
+                tracing::warn!(
+                    target: "plexsphere_leader",
+                    worker = %name,
+                    cause = %describe(&exit),
+                    restart,
+                    backoff = ?after,
+                    "background worker failed, restarting: {}",
+                    describe(&exit)
+                );
+                set(WorkerState::BackingOff { last: exit });
+                tokio::select! {
+                    () = token.cancelled() => {
+                        set(WorkerState::Stopped);
+                        return;
+                    }
+                    () = tokio::time::sleep(after) => {}
+                }
+                restarts += 1;
+            }
+            Decision::Stop => {
+                set(WorkerState::Stopped);
+                return;
+            }
+            Decision::Exhausted => {
+                tracing::error!(
+                    target: "plexsphere_leader",
+                    worker = %name,
+                    cause = %describe(&exit),
+                    max_restarts = policy.max_restarts,
+                    window = ?policy.window,
+                    "background worker exhausted its restart budget and stays stopped: {}",
+                    describe(&exit)
+                );
+                set(WorkerState::Exhausted { last: exit });
+                return;
+            }
+        }
+    }
+}
+
+async fn run_once(name: &str, start: &mut WorkerFn, token: &CancellationToken) -> Exit<String> {
+    let run = start(token.child_token());
+    match CatchPanic::new(run).await {
+        Ok(Ok(())) if token.is_cancelled() => Exit::Cancelled,
+        Ok(Ok(())) => Exit::Finished,
+        Ok(Err(error)) if token.is_cancelled() => {
+            tracing::warn!(
+                target: "plexsphere_leader",
+                worker = %name,
+                cause = %error,
+                "background worker failed while stopping: {error}"
+            );
+            Exit::Cancelled
+        }
+        Ok(Err(error)) => Exit::Failed(error.to_string()),
+        Err(caught) => {
+            tracing::error!(
+                target: "plexsphere_leader",
+                worker = %name,
+                panic = %caught.value,
+                stack = %caught.stack,
+                "background worker panicked"
+            );
+            Exit::Panicked(caught.value)
+        }
+    }
+}
+
+fn describe(exit: &Exit<String>) -> String {
+    match exit {
+        Exit::Failed(error) => error.clone(),
+        Exit::Panicked(value) => format!("panicked: {value}"),
+        Exit::Finished => "finished".to_owned(),
+        Exit::Cancelled => "cancelled".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    fn failing(
+        counter: Arc<AtomicU32>,
+    ) -> impl FnMut(CancellationToken) -> BoxFuture<Result<(), BoxError>> {
+        move |_token| {
+            let counter = Arc::clone(&counter);
+            Box::pin(async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Err::<(), BoxError>("connection refused".into())
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_that_keeps_failing_exhausts_its_budget_and_fails_the_workers_probe() {
+        let mut supervisor = Supervisor::default();
+        let runs = Arc::new(AtomicU32::new(0));
+        supervisor
+            .add("sweeper", failing(Arc::clone(&runs)))
+            .unwrap();
+        let probe = supervisor.probe();
+        assert_eq!(probe.check(), Ok(()));
+        let started = tokio::time::Instant::now();
+        let mut running = supervisor.start(&CancellationToken::new());
+        running.stopped().await;
+        // One first run plus five restarts, after 100+200+400+800+1600 ms of backoff.
+        assert_eq!(runs.load(Ordering::SeqCst), 6);
+        assert_eq!(started.elapsed(), Duration::from_millis(3100));
+        assert_eq!(
+            probe.check(),
+            Err("background workers stopped after exhausting their restart budget: sweeper".into())
+        );
+        assert!(matches!(
+            running.states()["sweeper"],
+            WorkerState::Exhausted {
+                last: Exit::Failed(_)
+            }
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_worker_is_restarted_like_a_failed_one() {
+        let mut supervisor = Supervisor::default();
+        let runs = Arc::new(AtomicU32::new(0));
+        let counter = Arc::clone(&runs);
+        supervisor
+            .add("panicky", move |token: CancellationToken| {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    assert!(n >= 2, "run {n} panics");
+                    token.cancelled().await;
+                    Ok::<(), BoxError>(())
+                }
+            })
+            .unwrap();
+        let probe = supervisor.probe();
+        let running = supervisor.start(&CancellationToken::new());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            running.states()["panicky"],
+            WorkerState::Running { restarts: 2 }
+        );
+        assert_eq!(probe.check(), Ok(()));
+        assert_eq!(
+            running.shutdown(DEFAULT_SHUTDOWN_BOUND).await,
+            ShutdownReport::default()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_worker_is_not_restarted() {
+        let mut supervisor = Supervisor::default();
+        let runs = Arc::new(AtomicU32::new(0));
+        let counter = Arc::clone(&runs);
+        supervisor
+            .add("once", move |_token| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<(), BoxError>(()) }
+            })
+            .unwrap();
+        let mut running = supervisor.start(&CancellationToken::new());
+        running.stopped().await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(running.states()["once"], WorkerState::Stopped);
+        assert_eq!(running.probe().check(), Ok(()));
+    }
+
+    #[test]
+    fn worker_names_are_unique() {
+        let mut supervisor = Supervisor::default();
+        supervisor
+            .add("a", |_token| async { Ok::<(), BoxError>(()) })
+            .unwrap();
+        assert_eq!(
+            supervisor.add("a", |_token| async { Ok::<(), BoxError>(()) }),
+            Err(DuplicateWorker("a".into()))
+        );
+        assert_eq!(supervisor.names(), ["a"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_cancels_every_worker_and_aborts_one_that_ignores_it_at_the_bound() {
+        let mut supervisor = Supervisor::default();
+        supervisor
+            .add("polite", |token: CancellationToken| async move {
+                token.cancelled().await;
+                Ok::<(), BoxError>(())
+            })
+            .unwrap();
+        supervisor
+            .add("stubborn", |_token| async {
+                std::future::pending::<()>().await;
+                Ok::<(), BoxError>(())
+            })
+            .unwrap();
+        let running = supervisor.start(&CancellationToken::new());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let started = tokio::time::Instant::now();
+        let report = running.shutdown(Duration::from_secs(2)).await;
+        assert_eq!(report.aborted, ["stubborn"]);
+        assert_eq!(started.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_parent_stops_the_workers_without_restarts() {
+        let mut supervisor = Supervisor::default();
+        supervisor
+            .add("w", |token: CancellationToken| async move {
+                token.cancelled().await;
+                Err::<(), BoxError>("stopping".into())
+            })
+            .unwrap();
+        let shutdown = CancellationToken::new();
+        let mut running = supervisor.start(&shutdown);
+        shutdown.cancel();
+        running.stopped().await;
+        assert_eq!(running.states()["w"], WorkerState::Stopped);
+    }
+}

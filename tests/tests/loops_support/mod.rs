@@ -1,0 +1,135 @@
+//! Helpers of the loops and demo tests: a replica with its background plane and HTTP routes,
+//! HTTP GET over a plain socket, and polling.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(unreachable_pub, reason = "a module of test binaries, not a library")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers: a failed unwrap is a failed test"
+)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use plexsphere_leader::LEADER_QUERY;
+use plexsphere_leader_tests::TestDb;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+/// The check interval and tick period of these tests.
+pub const I: Duration = Duration::from_millis(200);
+
+/// Slack added to every time bound: scheduling on a loaded 2-core machine, connection setup,
+/// round trips. Bounds are asserted as `bound + MARGIN`.
+pub const MARGIN: Duration = Duration::from_millis(3_000);
+
+/// Serves `router` on an ephemeral port of 127.0.0.1 until `stop` is cancelled.
+pub async fn serve(router: axum::Router, stop: CancellationToken) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+            .unwrap();
+    });
+    addr
+}
+
+/// `GET path` over HTTP/1.0: the status code and the body.
+pub async fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, at most `within`.
+pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The backend pids holding the leader lock in `db`.
+pub async fn lock_holders(db: &TestDb) -> Vec<i32> {
+    let rows = db.admin().query(LEADER_QUERY, &[]).await.unwrap();
+    rows.iter()
+        .filter(|row| row.get::<_, bool>(1))
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// The demo example's binary, built if needed.
+pub async fn demo_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .to_path_buf();
+    let target_dir = profile_dir.parent().unwrap();
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = tokio::process::Command::new(cargo);
+    build
+        .current_dir(&workspace)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "plexsphere-leader",
+            "--example",
+            "demo",
+            "--target-dir",
+        ])
+        .arg(target_dir);
+    if profile_dir
+        .file_name()
+        .is_some_and(|name| name == "release")
+    {
+        build.arg("--release");
+    }
+    let status = tokio::time::timeout(Duration::from_secs(600), build.status())
+        .await
+        .expect("building the demo finishes")
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build --example demo failed");
+    let binary = profile_dir.join("examples").join("demo");
+    assert!(binary.exists(), "{} exists", binary.display());
+    binary
+}
+
+/// A base port with `n` free consecutive ports on 127.0.0.1.
+pub fn free_ports(n: u16) -> u16 {
+    let seed = u16::try_from(std::process::id() % 20_000).unwrap();
+    (0..200)
+        .map(|attempt| 30_000 + (seed + attempt * 97) % 30_000)
+        .find(|base| (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()))
+        .expect("free ports")
+}
