@@ -10,14 +10,16 @@ use plexsphere_leader::{
     Config, ConfigError, Elector, Interruption, LOCK_CLASS_ID, LOCK_OBJ_ID, RunError, TermEndCause,
 };
 use plexsphere_leader_tests::TestDb;
-use support::{I, Logs, MARGIN, Replica, lock_holders, sole_leader, wait_for, wait_for_async};
+use support::{
+    I, Logs, MARGIN, Replica, STARTUP, lock_holders, sole_leader, wait_for, wait_for_async,
+};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test]
 async fn the_held_lock_shows_in_pg_locks_as_the_spec_says() {
     let db = TestDb::create("pg_locks_row").await.unwrap();
     let replica = Replica::spawn(db.pool_with_app_name("replica-a", 2).unwrap(), I);
-    wait_for(I + MARGIN, || replica.elector.is_leader())
+    wait_for(STARTUP, || replica.elector.is_leader())
         .await
         .expect("leads");
 
@@ -51,7 +53,7 @@ async fn the_held_lock_shows_in_pg_locks_as_the_spec_says() {
 async fn a_bigint_xact_lock_with_the_same_halves_never_collides() {
     let db = TestDb::create("bigint_xact").await.unwrap();
     let replica = Replica::spawn(db.pool(2).unwrap(), I);
-    wait_for(I + MARGIN, || replica.elector.is_leader())
+    wait_for(STARTUP, || replica.elector.is_leader())
         .await
         .expect("leads");
 
@@ -88,7 +90,7 @@ async fn of_two_then_five_electors_exactly_one_leads_and_the_gauges_sum_to_one()
         let replicas: Vec<_> = (0..count)
             .map(|_| Replica::spawn(db.pool(2).unwrap(), I))
             .collect();
-        sole_leader(&replicas, I + MARGIN).await;
+        sole_leader(&replicas, STARTUP).await;
         for _ in 0..20 {
             let leaders = replicas.iter().filter(|r| r.elector.is_leader()).count();
             let gauges: i64 = replicas.iter().map(Replica::gauge).sum();
@@ -111,7 +113,7 @@ async fn a_cancelled_leader_releases_and_a_standby_leads_within_about_one_interv
         Replica::spawn(db.pool(2).unwrap(), I),
         Replica::spawn(db.pool(2).unwrap(), I),
     ];
-    let leader = sole_leader(&replicas, I + MARGIN).await;
+    let leader = sole_leader(&replicas, STARTUP).await;
     let mut replicas = replicas;
     let old = replicas.remove(leader);
     let term = old
@@ -145,7 +147,7 @@ async fn a_terminated_lock_session_demotes_the_leader_within_two_intervals() {
         Replica::spawn(db.pool(2).unwrap(), I),
         Replica::spawn(db.pool(2).unwrap(), I),
     ];
-    let leader = sole_leader(&replicas, I + MARGIN).await;
+    let leader = sole_leader(&replicas, STARTUP).await;
     let term = replicas[leader]
         .elector
         .term(&CancellationToken::new())
@@ -187,12 +189,12 @@ async fn a_standby_refused_a_hundred_times_opens_and_closes_no_backend() {
     let interval = Duration::from_millis(20);
     let db = TestDb::create("refused_free").await.unwrap();
     let leader = Replica::spawn(db.pool_with_app_name("leader", 2).unwrap(), interval);
-    wait_for(MARGIN, || leader.elector.is_leader())
+    wait_for(STARTUP, || leader.elector.is_leader())
         .await
         .expect("leads");
     let standby = Replica::spawn(db.pool_with_app_name("standby", 4).unwrap(), interval);
     // The standby's first check opens its one pooled connection.
-    wait_for_async(MARGIN, || async {
+    wait_for_async(STARTUP, || async {
         db.session_count("standby").await.unwrap() == 1
     })
     .await
@@ -256,7 +258,7 @@ async fn term_and_run_if_leader_follow_the_spec_tables() {
 
     // A standby: no term, work not called.
     let leader = Replica::spawn(db.pool(2).unwrap(), I);
-    wait_for(I + MARGIN, || leader.elector.is_leader())
+    wait_for(STARTUP, || leader.elector.is_leader())
         .await
         .unwrap();
     let standby = Replica::spawn(db.pool(2).unwrap(), I);
@@ -334,7 +336,7 @@ async fn term_and_run_if_leader_follow_the_spec_tables() {
 async fn an_aborted_run_closes_the_lock_session_and_can_run_again() {
     let db = TestDb::create("abort").await.unwrap();
     let replica = Replica::spawn(db.pool(2).unwrap(), I);
-    wait_for(I + MARGIN, || replica.elector.is_leader())
+    wait_for(STARTUP, || replica.elector.is_leader())
         .await
         .unwrap();
     let term = replica.elector.term(&CancellationToken::new()).unwrap();
@@ -356,7 +358,7 @@ async fn an_aborted_run_closes_the_lock_session_and_can_run_again() {
         let (elector, shutdown) = (replica.elector.clone(), shutdown.clone());
         async move { elector.run(shutdown).await }
     });
-    wait_for(I + MARGIN, || replica.elector.is_leader())
+    wait_for(STARTUP, || replica.elector.is_leader())
         .await
         .expect("leads again");
     assert!(
@@ -388,7 +390,7 @@ async fn a_panic_in_run_ends_the_term_and_closes_the_session_without_unlocking()
     let replica = {
         let _panic_guard = tracing::subscriber::set_default(panicking);
         let replica = Replica::spawn(db.pool(2).unwrap(), I);
-        let joined = tokio::time::timeout(I + MARGIN, replica.task)
+        let joined = tokio::time::timeout(STARTUP, replica.task)
             .await
             .expect("run panicked");
         assert!(joined.unwrap_err().is_panic());
@@ -411,7 +413,7 @@ async fn a_panic_in_run_ends_the_term_and_closes_the_session_without_unlocking()
         let (elector, shutdown) = (elector.clone(), shutdown.clone());
         async move { elector.run(shutdown).await }
     });
-    wait_for(I + MARGIN, || elector.is_leader())
+    wait_for(STARTUP, || elector.is_leader())
         .await
         .expect("run works after a panic");
     shutdown.cancel();
@@ -448,7 +450,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PanicOnce {
 async fn closing_or_draining_the_pool_never_ends_the_hijacked_session() {
     let db = TestDb::create("pool_close").await.unwrap();
     let replica = Replica::spawn(db.pool(2).unwrap(), I);
-    wait_for(I + MARGIN, || replica.elector.is_leader())
+    wait_for(STARTUP, || replica.elector.is_leader())
         .await
         .unwrap();
     let pid = lock_holders(&db).await;
@@ -538,7 +540,7 @@ async fn invalid_config_is_a_typed_error_naming_the_field() {
 async fn a_second_concurrent_run_is_refused() {
     let db = TestDb::create("second_run").await.unwrap();
     let replica = Replica::spawn(db.pool(2).unwrap(), I);
-    wait_for(I + MARGIN, || replica.elector.is_leader())
+    wait_for(STARTUP, || replica.elector.is_leader())
         .await
         .unwrap();
     let second = replica.elector.run(CancellationToken::new()).await;

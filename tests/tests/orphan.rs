@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use plexsphere_leader_tests::{FaultProxy, LockObserver, Mode, TestDb, pool_for};
-use support::{I, MARGIN, Replica, lock_holders, wait_for};
+use support::{I, MARGIN, Replica, STARTUP, lock_holders, wait_for};
 use tokio::time::Instant;
 
 #[tokio::test]
@@ -16,7 +16,7 @@ async fn the_grant_sets_idle_session_timeout_to_four_intervals_on_the_lock_sessi
     let interval = Duration::from_secs(2);
     let db = TestDb::create("idle_timeout_set").await.unwrap();
     let replica = Replica::spawn(db.pool(2).unwrap(), interval);
-    wait_for(MARGIN, || replica.elector.is_leader())
+    wait_for(STARTUP, || replica.elector.is_leader())
         .await
         .expect("leads");
     let pid = lock_holders(&db).await[0];
@@ -43,7 +43,7 @@ async fn a_leader_cut_off_without_fin_loses_the_lock_within_four_intervals_and_d
         pool_for(proxy.pg_config(&db.config_with_app_name("cut-off")), 2).unwrap(),
         I,
     );
-    wait_for(I + MARGIN, || cut_off.elector.is_leader())
+    wait_for(STARTUP, || cut_off.elector.is_leader())
         .await
         .expect("leads through the proxy");
     let standby = Replica::spawn(db.pool_with_app_name("standby", 2).unwrap(), I);
