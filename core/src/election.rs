@@ -381,15 +381,17 @@ impl<C> Election<C> {
         let State::Running(running) = &mut self.state else {
             return;
         };
-        let due = match &running.role {
-            Role::Standby(Standby::Waiting { next_check })
-            | Role::Leader(Leader {
-                check: LeaderCheck::Waiting { next_check },
-                ..
-            }) => *next_check,
-            _ => return,
-        };
-        running.schedule.begin(due);
+        if !matches!(
+            running.role,
+            Role::Standby(Standby::Waiting { .. })
+                | Role::Leader(Leader {
+                    check: LeaderCheck::Waiting { .. },
+                    ..
+                })
+        ) {
+            return;
+        }
+        running.schedule.begin(now);
         if let Role::Leader(leader) = &mut running.role {
             leader.check = LeaderCheck::Pinging { deadline };
             let conn = leader.conn;

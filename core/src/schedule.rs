@@ -4,8 +4,9 @@ use std::time::{Duration, Instant};
 
 /// Check times of one run, on the grid `origin + k × interval`, `k ≥ 0`.
 ///
-/// A check that is still running when the next grid time passes does not make that time fire
-/// later: missed grid times are skipped (no burst of checks after a pause).
+/// A grid time that passes while a check is still running is due at once when the check ends:
+/// one pending tick, as Go's `time.Ticker` keeps. Any further missed grid times are dropped, so
+/// a pause never causes a burst of checks, and the checks after it fall on the grid again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Schedule {
     origin: Instant,
@@ -24,23 +25,25 @@ impl Schedule {
         }
     }
 
-    /// Records that the check due at `due` begins.
-    pub(crate) fn begin(&mut self, due: Instant) {
-        self.current = due;
+    /// Records that a check begins at `now`: it stands for the latest grid time at or before
+    /// `now` (the one it was due at, or the last one a pause skipped over).
+    pub(crate) fn begin(&mut self, now: Instant) {
+        self.current = self.grid_at_or_before(now);
     }
 
-    /// When the next check is due, for a check that completed at `now`: the first grid time that
-    /// is at or after `now` and strictly after the current check's own grid time.
+    /// When the next check is due, for a check that completed at `now`: the grid time after the
+    /// current check's own, or `now` itself when that grid time already passed while the check
+    /// ran (the pending tick).
     pub(crate) fn next_after(&self, now: Instant) -> Instant {
-        self.grid_at_or_after(now.max(self.current + self.interval))
+        (self.current + self.interval).max(now)
     }
 
-    /// The first grid time at or after `t`.
-    fn grid_at_or_after(&self, t: Instant) -> Instant {
+    /// The last grid time at or before `t`.
+    fn grid_at_or_before(&self, t: Instant) -> Instant {
         let Some(elapsed) = t.checked_duration_since(self.origin) else {
             return self.origin;
         };
-        let steps = elapsed.as_nanos().div_ceil(self.interval.as_nanos());
+        let steps = elapsed.as_nanos() / self.interval.as_nanos();
         self.origin + nanos(steps * self.interval.as_nanos())
     }
 }
@@ -74,12 +77,32 @@ mod tests {
     }
 
     #[test]
-    fn missed_grid_times_are_skipped_without_a_burst() {
+    fn a_check_that_overran_its_next_grid_time_is_followed_at_once_then_on_the_grid() {
         let t0 = Instant::now();
         let mut schedule = Schedule::starting_at(t0, I);
-        schedule.begin(t0 + I);
+        let overran = t0 + I + Duration::from_millis(3);
+        assert_eq!(
+            schedule.next_after(overran),
+            overran,
+            "the pending tick runs at once"
+        );
+        schedule.begin(overran);
+        assert_eq!(
+            schedule.next_after(overran + Duration::from_millis(5)),
+            t0 + I * 2
+        );
+    }
+
+    #[test]
+    fn missed_grid_times_are_dropped_without_a_burst() {
+        let t0 = Instant::now();
+        let mut schedule = Schedule::starting_at(t0, I);
         let late = t0 + I * 7 + Duration::from_millis(1);
-        assert_eq!(schedule.next_after(late), t0 + I * 8);
+        schedule.begin(late);
+        assert_eq!(
+            schedule.next_after(late + Duration::from_millis(2)),
+            t0 + I * 8
+        );
     }
 
     #[test]
@@ -94,11 +117,12 @@ mod tests {
     fn sub_millisecond_intervals_stay_on_the_grid() {
         let t0 = Instant::now();
         let interval = Duration::from_nanos(1_000_333);
-        let schedule = Schedule::starting_at(t0, interval);
+        let mut schedule = Schedule::starting_at(t0, interval);
+        schedule.begin(t0 + Duration::from_secs(10));
         let next = schedule.next_after(t0 + Duration::from_secs(10));
         let elapsed = (next - t0).as_nanos();
         assert_eq!(elapsed % interval.as_nanos(), 0);
-        assert!(next >= t0 + Duration::from_secs(10));
-        assert!(next < t0 + Duration::from_secs(10) + interval);
+        assert!(next > t0 + Duration::from_secs(10));
+        assert!(next <= t0 + Duration::from_secs(10) + interval);
     }
 }

@@ -224,15 +224,42 @@ fn an_unanswered_grant_statement_is_discarded_after_one_interval() {
         vec![
             A::CloseConnection { conn: C1 },
             log(LogKind::AcquireFailed, None, Some(Cause::TimedOut(I))),
+            // The check overran its next grid time (t0 + I): that check runs at once.
+            A::AcquireConnection { conn: C2 },
         ]
     );
-    // The check overran its grid time (t0 + I): the next one is on the following grid time.
-    assert_eq!(f.election.poll_timeout(), Some(f.at(2 * IMS)));
     assert_eq!(
         f.event(3 + IMS, E::LockGranted { conn: C1 }),
         Handled::Ignored(Ignored::StaleConnection)
     );
     assert!(!f.election.is_leader());
+    // ... and the one after it is back on the grid.
+    f.event(3 + IMS + 1, E::ConnectionAcquired { conn: C2 });
+    f.event(3 + IMS + 2, E::LockRefused { conn: C2 });
+    f.drain();
+    assert_eq!(f.election.poll_timeout(), Some(f.at(2 * IMS)));
+}
+
+#[test]
+fn timed_out_checks_repeat_every_interval_not_every_other() {
+    // Each check starts a little after its grid time (a late wake-up) and never gets an answer:
+    // its timeout ends just after the next grid time, which is then due at once.
+    let mut f = Fixture::started();
+    let mut warnings = Vec::new();
+    for k in 1..=4u64 {
+        f.timeout(k * IMS + 10 * k);
+        warnings.extend(
+            f.drain()
+                .into_iter()
+                .filter(|a| matches!(a, A::Log(_)))
+                .map(|_| k),
+        );
+    }
+    assert_eq!(
+        warnings,
+        vec![1, 2, 3, 4],
+        "one timed-out check per interval"
+    );
 }
 
 #[test]
