@@ -19,12 +19,16 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod clock;
 mod cluster;
 mod db;
 mod error;
 mod observer;
 mod pg;
+mod pgbouncer;
 mod proxy;
+pub mod replica_child;
+pub mod replica_process;
 pub mod timeline;
 
 pub use cluster::{Cluster, StopMode};
@@ -32,7 +36,10 @@ pub use db::{Session, TestDb};
 pub use error::HarnessError;
 pub use observer::{Holder, HolderChange, LockObserver};
 pub use pg::{base_config, connect, pool_for, retarget};
+pub use pgbouncer::{PgBouncer, PoolMode};
 pub use proxy::{Direction, FaultProxy, Mode};
+pub use replica_child::ChildArgs;
+pub use replica_process::{ExitReport, Launcher, Record, ReplicaProcess};
 pub use timeline::{Event, Interval, Span, Timeline};
 
 /// Default base DSN when `PLEXSPHERE_TEST_DSN` is not set.

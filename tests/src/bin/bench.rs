@@ -1,0 +1,1104 @@
+//! The failover benchmark of plexsphere-leader: prints tables, asserts nothing.
+//!
+//! ```text
+//! cargo run --release -p plexsphere-leader-tests --bin bench -- \
+//!     [--check-interval 200ms] [--rounds 5] [--scale-electors 100] [--scale-interval 50ms] \
+//!     [--scale-seconds 10] [--only failover|costs|scale]
+//! ```
+//!
+//! 1. **Failover**, one row per fault: the bound the design derives and the median, p99 and
+//!    maximum over the rounds of (a) the time without a leader, (b) the time until the old
+//!    leader knows it lost, (c) the overlap. Replicas are OS processes (this binary re-run as
+//!    `bench replica …`, see `plexsphere_leader_tests::replica_child`); times come from one
+//!    merged timeline on `CLOCK_MONOTONIC`.
+//! 2. **Cost per check**: client CPU time and allocations per standby check and per leader
+//!    check (one elector in this process, a counting global allocator), and the backends opened
+//!    over 1,000 refused checks.
+//! 3. **Scale**: many electors in one database at a short interval: leaders at every instant,
+//!    the server's CPU share, checks per second.
+//!
+//! Needs the local PostgreSQL of the test suite (`PLEXSPHERE_TEST_DSN`) and, for the restart,
+//! failover and scale runs, the server binaries for throwaway clusters. See
+//! `docs/benchmarks.md`.
+#![forbid(unsafe_code)]
+
+use std::alloc::System;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::{Hook, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use plexsphere_leader::{Config, Elector};
+use plexsphere_leader_tests::clock::{monotonic_ns, process_cpu};
+use plexsphere_leader_tests::replica_process::{
+    FOLLOW, LEAD, REPLICA_APP_PREFIX, dsn, lock_holders, wait_clean,
+};
+use plexsphere_leader_tests::timeline::{self, Span};
+use plexsphere_leader_tests::{
+    ChildArgs, Cluster, FaultProxy, Launcher, LockObserver, Mode, ReplicaProcess, StopMode, TestDb,
+    Timeline, base_config, connect,
+};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use tokio::time::Instant;
+use tokio_postgres::NoTls;
+use tokio_util::sync::CancellationToken;
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// How long any one wait of a round may take before the round counts as failed.
+const ROUND_TIMEOUT: Duration = Duration::from_secs(20);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The command line.
+#[derive(Debug, Clone)]
+struct Options {
+    interval: Duration,
+    rounds: usize,
+    scale_electors: usize,
+    scale_interval: Duration,
+    scale_window: Duration,
+    only: Option<String>,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Self, String> {
+        let mut options = Self {
+            interval: Duration::from_millis(200),
+            rounds: 5,
+            scale_electors: 100,
+            scale_interval: Duration::from_millis(50),
+            scale_window: Duration::from_secs(10),
+            only: None,
+        };
+        let mut args = args.iter();
+        while let Some(flag) = args.next() {
+            let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            match flag.as_str() {
+                "--check-interval" => options.interval = duration(value)?,
+                "--rounds" => options.rounds = count(value)?,
+                "--scale-electors" => options.scale_electors = count(value)?,
+                "--scale-interval" => options.scale_interval = duration(value)?,
+                "--scale-seconds" => {
+                    options.scale_window = Duration::from_secs(count(value)? as u64)
+                }
+                "--only" => options.only = Some(value.clone()),
+                other => return Err(format!("unknown argument {other}")),
+            }
+        }
+        Ok(options)
+    }
+
+    fn runs(&self, section: &str) -> bool {
+        self.only.as_deref().is_none_or(|only| only == section)
+    }
+}
+
+/// `250ms`, `2s`, `1.5s`.
+fn duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("not a duration: {text} (use ms or s)");
+    if let Some(ms) = text.strip_suffix("ms") {
+        return ms.parse().map(Duration::from_millis).map_err(|_| bad());
+    }
+    let secs: f64 = text
+        .strip_suffix('s')
+        .ok_or_else(bad)?
+        .parse()
+        .map_err(|_| bad())?;
+    Duration::try_from_secs_f64(secs).map_err(|_| bad())
+}
+
+fn count(text: &str) -> Result<usize, String> {
+    text.parse().map_err(|_| format!("not a count: {text}"))
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("replica") {
+        return plexsphere_leader_tests::replica_child::main(args.into_iter().skip(1));
+    }
+    let options = match Options::parse(&args) {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("bench: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build();
+    let result = match runtime {
+        Ok(runtime) => runtime.block_on(run(options)),
+        Err(e) => Err(e.into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(options: Options) -> Result<(), BoxError> {
+    print_machine(&options).await?;
+    if options.runs("failover") {
+        failover_table(&options).await?;
+    }
+    if options.runs("costs") {
+        costs(&options).await?;
+    }
+    if options.runs("scale") {
+        scale(&options).await?;
+    }
+    Ok(())
+}
+
+async fn print_machine(options: &Options) -> Result<(), BoxError> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let client = connect(&base_config()?).await?;
+    let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
+    println!("# plexsphere-leader failover benchmark\n");
+    println!(
+        "machine: {cores} cores, {model}, Linux {}; PostgreSQL {version}",
+        kernel.trim()
+    );
+    println!(
+        "check interval I = {:?}, {} rounds per fault; scale: {} electors at {:?} for {:?}",
+        options.interval,
+        options.rounds,
+        options.scale_electors,
+        options.scale_interval,
+        options.scale_window
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failover
+
+/// The faults of the failover table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Graceful,
+    Sigkill,
+    SilentDeath,
+    Partition,
+    Terminate,
+    DropServerToClient,
+    DropClientToServer,
+    RestartFast,
+    RestartImmediate,
+    Failover,
+}
+
+impl Fault {
+    const ALL: [Self; 10] = [
+        Self::Graceful,
+        Self::Sigkill,
+        Self::SilentDeath,
+        Self::Partition,
+        Self::Terminate,
+        Self::DropServerToClient,
+        Self::DropClientToServer,
+        Self::RestartFast,
+        Self::RestartImmediate,
+        Self::Failover,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Graceful => "graceful stop (SIGTERM)",
+            Self::Sigkill => "SIGKILL of the leader",
+            Self::SilentDeath => "silent death (blackhole, SIGKILL)",
+            Self::Partition => "partition of the leader (blackhole)",
+            Self::Terminate => "pg_terminate_backend of the lock session",
+            Self::DropServerToClient => "server→client drop",
+            Self::DropClientToServer => "client→server drop",
+            Self::RestartFast => "server restart -m fast",
+            Self::RestartImmediate => "server restart -m immediate",
+            Self::Failover => "failover to a promoted standby",
+        }
+    }
+
+    /// The design's bounds (section 6) for (a) no leader, (b) detection, (c) overlap, in
+    /// intervals, as text.
+    fn bounds(self) -> [&'static str; 3] {
+        match self {
+            Self::Graceful => ["I", "0 (ends its term first)", "0"],
+            Self::Sigkill => ["I", "— (dead)", "0"],
+            Self::SilentDeath => ["5·I (4·I idle timeout + I)", "— (dead)", "0"],
+            Self::Partition => ["5·I", "2·I", "2·I"],
+            Self::Terminate => ["I", "2·I", "2·I"],
+            Self::DropServerToClient => ["3·I (2·I + I)", "2·I", "2·I"],
+            Self::DropClientToServer => ["5·I", "2·I", "2·I"],
+            Self::RestartFast | Self::RestartImmediate => ["restart + I", "2·I", "2·I"],
+            Self::Failover => ["promotion + 2·I", "2·I", "2·I"],
+        }
+    }
+}
+
+/// One round's measurements.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    no_leader: Duration,
+    detection: Option<Duration>,
+    overlap: Duration,
+    /// The restart or promotion time, for the faults whose bound includes it.
+    server: Option<Duration>,
+}
+
+async fn failover_table(options: &Options) -> Result<(), BoxError> {
+    println!(
+        "\n## Failover (I = {:?}, {} rounds)\n",
+        options.interval, options.rounds
+    );
+    println!(
+        "| fault | (a) no leader: bound | median | p99 | max | (b) old leader knows: bound | median | p99 | max | (c) overlap: bound | median | p99 | max |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for fault in Fault::ALL {
+        let mut samples = Vec::new();
+        let mut failures = Vec::new();
+        for _ in 0..options.rounds {
+            match fault_round(fault, options.interval).await {
+                Ok(sample) => samples.push(sample),
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+        print_row(fault, &samples);
+        for failure in failures {
+            eprintln!("  {}: a round failed: {failure}", fault.name());
+        }
+    }
+    println!(
+        "\n(a) the longest span, from the fault to the first term that began after it, in which \
+         no replica believed it led; (b) from the fault to the old leader's term end; (c) the \
+         longest span two replicas believed they led at once. p99 is nearest-rank: with fewer \
+         than 100 rounds it is the maximum."
+    );
+    Ok(())
+}
+
+fn print_row(fault: Fault, samples: &[Sample]) {
+    let [gap_bound, detect_bound, overlap_bound] = fault.bounds();
+    let server: Vec<Duration> = samples.iter().filter_map(|s| s.server).collect();
+    // Per round: how far (a) went beyond that round's restart or promotion time.
+    let beyond: Vec<Duration> = samples
+        .iter()
+        .filter_map(|s| s.server.map(|t| s.no_leader.saturating_sub(t)))
+        .collect();
+    let gap_bound = match server.is_empty() {
+        true => gap_bound.to_owned(),
+        false => format!(
+            "{gap_bound} (median {}; (a) minus it: max {})",
+            ms(percentile(&server, 50)),
+            ms(percentile(&beyond, 100))
+        ),
+    };
+    let gaps: Vec<Duration> = samples.iter().map(|s| s.no_leader).collect();
+    let detections: Vec<Duration> = samples.iter().filter_map(|s| s.detection).collect();
+    let overlaps: Vec<Duration> = samples.iter().map(|s| s.overlap).collect();
+    println!(
+        "| {} ({} rounds) | {gap_bound} | {} | {detect_bound} | {} | {overlap_bound} | {} |",
+        fault.name(),
+        samples.len(),
+        stats(&gaps),
+        stats(&detections),
+        stats(&overlaps)
+    );
+}
+
+/// `median | p99 | max` in milliseconds, or dashes when there is nothing.
+fn stats(values: &[Duration]) -> String {
+    if values.is_empty() {
+        return "— | — | —".into();
+    }
+    format!(
+        "{} | {} | {}",
+        ms(percentile(values, 50)),
+        ms(percentile(values, 99)),
+        ms(percentile(values, 100))
+    )
+}
+
+/// Nearest-rank percentile.
+fn percentile(values: &[Duration], p: usize) -> Duration {
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    let rank = (p * sorted.len()).div_ceil(100).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// Two replica processes, `a` (the leader, possibly behind a proxy) and `b` (a standby).
+struct Pair {
+    timeline: Timeline,
+    a: ReplicaProcess,
+    b: ReplicaProcess,
+}
+
+impl Pair {
+    async fn start(a_dsn: String, b_dsn: String, interval: Duration) -> Result<Self, BoxError> {
+        let launcher = replica_launcher()?;
+        let timeline = Timeline::new();
+        let args = |name: &str, dsn: String| ChildArgs {
+            name: format!("{REPLICA_APP_PREFIX}{name}"),
+            dsn,
+            interval,
+            pool_size: 2,
+        };
+        let a = launcher.spawn(args("a", a_dsn), &timeline).await?;
+        a.wait_for(ROUND_TIMEOUT, |r| r.event == LEAD)
+            .await
+            .ok_or("a never led")?;
+        let b = launcher.spawn(args("b", b_dsn), &timeline).await?;
+        // b's first refused check leaves a pooled session; a pings at least once more. Then a
+        // pseudo-random part of an interval, so that the fault falls at any phase of the
+        // leader's checks.
+        tokio::time::sleep(2 * interval).await;
+        let phase = monotonic_ns() % u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+        tokio::time::sleep(Duration::from_nanos(phase)).await;
+        Ok(Self { timeline, a, b })
+    }
+
+    /// Measures the round whose fault began at `fault`; `server` is the restart or promotion
+    /// time when the fault has one.
+    async fn measure(
+        &self,
+        fault: Instant,
+        a_alive: bool,
+        server: Option<Duration>,
+    ) -> Result<Sample, BoxError> {
+        let deadline = Instant::now() + ROUND_TIMEOUT;
+        let first_lead = loop {
+            let leads: Vec<Instant> = [&self.a, &self.b]
+                .iter()
+                .flat_map(|r| r.events(LEAD))
+                .map(|r| r.at)
+                .filter(|at| *at >= fault)
+                .collect();
+            if let Some(first) = leads.iter().min() {
+                break *first;
+            }
+            if Instant::now() >= deadline {
+                return Err("no replica led after the fault".into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let detection = match a_alive {
+            true => Some(
+                self.a
+                    .wait_for_since(fault, ROUND_TIMEOUT, |r| r.event == FOLLOW)
+                    .await
+                    .ok_or("the old leader never demoted")?
+                    .at
+                    - fault,
+            ),
+            false => None,
+        };
+        let intervals = self.timeline.intervals(LEAD, FOLLOW, Instant::now());
+        let window = Span {
+            start: fault,
+            end: first_lead,
+        };
+        Ok(Sample {
+            no_leader: timeline::max_gap(&intervals, window),
+            detection,
+            overlap: timeline::max_overlap(&intervals),
+            server,
+        })
+    }
+
+    async fn stop(mut self) -> Result<(), BoxError> {
+        self.a.stop().await.ok();
+        self.b.stop().await?;
+        Ok(())
+    }
+}
+
+fn replica_launcher() -> Result<Launcher, BoxError> {
+    let me = std::env::current_exe()?;
+    Ok(Launcher::with_prefix(me, &["replica"]))
+}
+
+async fn fault_round(fault: Fault, interval: Duration) -> Result<Sample, BoxError> {
+    match fault {
+        Fault::RestartFast => restart_round(StopMode::Fast, interval).await,
+        Fault::RestartImmediate => restart_round(StopMode::Immediate, interval).await,
+        Fault::Failover => failover_round(interval).await,
+        _ => local_round(fault, interval).await,
+    }
+}
+
+/// A round on its own database of the local server, `a` behind a fault proxy.
+async fn local_round(fault: Fault, interval: Duration) -> Result<Sample, BoxError> {
+    let db = TestDb::create("bench").await?;
+    let proxy = FaultProxy::in_front_of(&db.config()).await?;
+    let mut pair = Pair::start(
+        dsn(&proxy.pg_config(&db.config())),
+        dsn(&db.config()),
+        interval,
+    )
+    .await?;
+    let holder = lock_holders(db.admin()).await?;
+    let at = Instant::now();
+    let alive = match fault {
+        Fault::Graceful => {
+            pair.a.stop().await?;
+            true
+        }
+        Fault::Sigkill => {
+            pair.a.kill().await?;
+            false
+        }
+        Fault::SilentDeath => {
+            proxy.set_both(Mode::Blackhole);
+            pair.a.kill().await?;
+            false
+        }
+        Fault::Partition => {
+            proxy.set_both(Mode::Blackhole);
+            true
+        }
+        Fault::Terminate => {
+            let (pid, _) = holder.first().ok_or("no lock holder")?;
+            db.terminate(*pid).await?;
+            true
+        }
+        Fault::DropServerToClient => {
+            proxy.set_mode(
+                plexsphere_leader_tests::Direction::ServerToClient,
+                Mode::Blackhole,
+            );
+            true
+        }
+        Fault::DropClientToServer => {
+            proxy.set_mode(
+                plexsphere_leader_tests::Direction::ClientToServer,
+                Mode::Blackhole,
+            );
+            true
+        }
+        Fault::RestartFast | Fault::RestartImmediate | Fault::Failover => {
+            return Err("not a local fault".into());
+        }
+    };
+    let sample = pair.measure(at, alive, None).await;
+    proxy.set_both(Mode::Forward);
+    pair.stop().await?;
+    wait_clean(db.admin(), REPLICA_APP_PREFIX, ROUND_TIMEOUT).await?;
+    db.cleanup().await?;
+    sample
+}
+
+async fn restart_round(mode: StopMode, interval: Duration) -> Result<Sample, BoxError> {
+    let cluster = Cluster::start().await?;
+    let config = cluster.config("postgres");
+    let pair = Pair::start(dsn(&config), dsn(&config), interval).await?;
+    let at = Instant::now();
+    cluster.restart(mode).await?;
+    let restart = at.elapsed();
+    let sample = pair.measure(at, true, Some(restart)).await;
+    pair.stop().await?;
+    sample
+}
+
+async fn failover_round(interval: Duration) -> Result<Sample, BoxError> {
+    let primary = Cluster::start().await?;
+    let standby = Cluster::start_standby_of(&primary).await?;
+    let proxy = FaultProxy::in_front_of(&primary.config("postgres")).await?;
+    let dsn = format!(
+        "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres \
+         target_session_attrs=read-write connect_timeout=2",
+        proxy.addr().port(),
+        standby.port()
+    );
+    let pair = Pair::start(dsn.clone(), dsn, interval).await?;
+    let at = Instant::now();
+    proxy.set_refuse_new(true);
+    proxy.set_both(Mode::Blackhole);
+    standby.promote().await?;
+    let promotion = at.elapsed();
+    let sample = pair.measure(at, true, Some(promotion)).await;
+    primary.stop(StopMode::Immediate).await?;
+    pair.stop().await?;
+    sample
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cost per check
+
+/// Counts the pool's connection hand-outs (one per standby check) and the connections it opens.
+#[derive(Debug, Default)]
+struct PoolCounters {
+    handed_out: AtomicU64,
+    opened: AtomicU64,
+}
+
+fn counted_pool(
+    config: tokio_postgres::Config,
+    max_size: usize,
+    counters: &Arc<PoolCounters>,
+) -> Result<Pool, BoxError> {
+    let manager = Manager::from_config(
+        config,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let (recycled, created) = (Arc::clone(counters), Arc::clone(counters));
+    Ok(Pool::builder(manager)
+        .max_size(max_size)
+        .runtime(Runtime::Tokio1)
+        .post_recycle(Hook::sync_fn(move |_, _| {
+            recycled.handed_out.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }))
+        .post_create(Hook::sync_fn(move |_, _| {
+            created.handed_out.fetch_add(1, Ordering::Relaxed);
+            created.opened.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }))
+        .build()?)
+}
+
+/// CPU time and allocations over a window of `checks` checks.
+struct Cost {
+    checks: u64,
+    cpu: Duration,
+    bytes: usize,
+    allocations: usize,
+    net_bytes: i128,
+}
+
+impl Cost {
+    fn row(&self, what: &str) -> String {
+        let n = self.checks.max(1);
+        format!(
+            "| {what} | {} | {:.1} µs | {} B | {:.1} | {} B |",
+            self.checks,
+            self.cpu.as_secs_f64() * 1e6 / n as f64,
+            self.bytes as u64 / n,
+            self.allocations as f64 / n as f64,
+            self.net_bytes
+        )
+    }
+}
+
+/// Measures from now until `done` says the window is over, on this process's counters.
+/// Measures over a window of `target` checks counted by `checks`, expected one per `interval`.
+/// The harness sleeps through the expected window at once, so its own wake-ups cost little.
+async fn measure_window(mut checks: impl FnMut() -> u64, target: u64, interval: Duration) -> Cost {
+    let region = Region::new(GLOBAL);
+    let cpu = process_cpu();
+    let start = checks();
+    tokio::time::sleep(interval * u32::try_from(target).unwrap_or(u32::MAX)).await;
+    while checks() - start < target {
+        tokio::time::sleep(interval).await;
+    }
+    let change = region.change();
+    Cost {
+        checks: checks() - start,
+        cpu: process_cpu() - cpu,
+        bytes: change.bytes_allocated,
+        allocations: change.allocations,
+        net_bytes: change.bytes_allocated as i128 - change.bytes_deallocated as i128,
+    }
+}
+
+async fn sessions_started(db: &TestDb) -> Result<i64, BoxError> {
+    // Backends report their statistics at most once a second.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    db.admin()
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .await?;
+    Ok(db
+        .admin()
+        .query_one(
+            "SELECT sessions FROM pg_stat_database WHERE datname = current_database()",
+            &[],
+        )
+        .await?
+        .get(0))
+}
+
+async fn costs(_options: &Options) -> Result<(), BoxError> {
+    let interval = Duration::from_millis(10);
+    let checks = 1_000;
+    let warnings = WarnCounter::global();
+    let db = TestDb::create("bench_costs").await?;
+    let blocker = db.connect("plx-harness-blocker").await?;
+    blocker
+        .simple_query("SELECT pg_advisory_lock(1886156915, 1)")
+        .await?;
+    // The harness and an idle runtime alone, over as many intervals.
+    let idle_start = Instant::now();
+    let idle = measure_window(
+        || (idle_start.elapsed().as_nanos() / interval.as_nanos()) as u64,
+        checks,
+        interval,
+    )
+    .await;
+    let counters = Arc::new(PoolCounters::default());
+    let pool = counted_pool(
+        db.config_with_app_name(&format!("{REPLICA_APP_PREFIX}bench")),
+        2,
+        &counters,
+    )?;
+    let elector = Elector::new(Config::new(pool).check_interval(interval))?;
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let (elector, shutdown) = (elector.clone(), shutdown.clone());
+        async move { elector.run(shutdown).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let sessions_before = sessions_started(&db).await?;
+    let opened_before = counters.opened.load(Ordering::Relaxed);
+    let warned = warnings.count();
+    let standby = measure_window(
+        || counters.handed_out.load(Ordering::Relaxed),
+        checks,
+        interval,
+    )
+    .await;
+    let standby_failed = warnings.count() - warned;
+    let opened = counters.opened.load(Ordering::Relaxed) - opened_before;
+    let sessions = sessions_started(&db).await? - sessions_before;
+
+    blocker
+        .simple_query("SELECT pg_advisory_unlock(1886156915, 1)")
+        .await?;
+    let led = Instant::now();
+    while !elector.is_leader() && led.elapsed() < ROUND_TIMEOUT {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The leader's checks run on the grid: one per interval.
+    let grid = Instant::now();
+    let warned = warnings.count();
+    let leader = measure_window(
+        || (grid.elapsed().as_nanos() / interval.as_nanos()) as u64,
+        checks,
+        interval,
+    )
+    .await;
+    let leader_failed = warnings.count() - warned;
+    shutdown.cancel();
+    run.await??;
+
+    println!("\n## Cost per check (I = {interval:?}, one elector in this process)\n");
+    println!(
+        "| check | checks | client CPU per check | bytes allocated per check | allocations per check | net bytes over the window |"
+    );
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "{}",
+        idle.row("no elector: harness and idle runtime, per interval")
+    );
+    println!("{}", standby.row("standby (lock refused)"));
+    println!("{}", leader.row("leader (`SELECT 1`)"));
+    println!(
+        "\nFailed checks (WARN lines) in the windows: standby {standby_failed}, leader {leader_failed}."
+    );
+    println!(
+        "\nBackends opened over {} refused checks: {opened} by the pool, {sessions} sessions \
+         started on the server (`pg_stat_database.sessions`); per 1,000: {}.",
+        standby.checks,
+        (sessions.max(0) as u64 * 1_000).div_ceil(standby.checks.max(1))
+    );
+    drop(blocker);
+    db.cleanup().await?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scale
+
+/// One elector, its pool and its `run` task.
+type Member = (
+    Elector,
+    Pool,
+    tokio::task::JoinHandle<Result<(), plexsphere_leader::RunError>>,
+);
+
+/// Electors running in this process on one cluster.
+struct Electors {
+    members: Vec<Member>,
+    shutdown: CancellationToken,
+}
+
+impl Electors {
+    /// Starts `n` electors, each with its own pool of 2. With `warm`, each pool opens its
+    /// connection (without a time limit) before its elector starts.
+    async fn start(
+        config: &tokio_postgres::Config,
+        n: usize,
+        interval: Duration,
+        counters: &Arc<PoolCounters>,
+        warm: bool,
+    ) -> Result<Self, BoxError> {
+        let shutdown = CancellationToken::new();
+        let mut members = Vec::new();
+        for i in 0..n {
+            let mut config = config.clone();
+            config.application_name(format!("{REPLICA_APP_PREFIX}{i}"));
+            let pool = counted_pool(config, 2, counters)?;
+            if warm {
+                drop(pool.get().await?);
+            }
+            let elector = Elector::new(Config::new(pool.clone()).check_interval(interval))?;
+            let task = tokio::spawn({
+                let (elector, shutdown) = (elector.clone(), shutdown.clone());
+                async move { elector.run(shutdown).await }
+            });
+            members.push((elector, pool, task));
+        }
+        Ok(Self { members, shutdown })
+    }
+
+    fn leaders(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|(e, _, _)| e.is_leader())
+            .count()
+    }
+
+    /// Electors that lead or whose pool holds a connection.
+    fn connected(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|(e, pool, _)| e.is_leader() || pool.status().size > 0)
+            .count()
+    }
+
+    async fn stop(self) -> Result<(), BoxError> {
+        self.shutdown.cancel();
+        for (_, _, task) in self.members {
+            task.await??;
+        }
+        Ok(())
+    }
+}
+
+async fn scale(options: &Options) -> Result<(), BoxError> {
+    let (n, interval, window) = (
+        options.scale_electors,
+        options.scale_interval,
+        options.scale_window,
+    );
+    let cluster = Cluster::start().await?;
+    let admin = cluster.connect("postgres").await?;
+    admin
+        .batch_execute(&format!(
+            "ALTER SYSTEM SET max_connections = {}",
+            n * 2 + 20
+        ))
+        .await?;
+    drop(admin);
+    cluster.restart(StopMode::Fast).await?;
+    let config = cluster.config("postgres");
+    let observer = LockObserver::start(&config).await?;
+    let counters = Arc::new(PoolCounters::default());
+    WarnCounter::global();
+
+    // Steady state: every pool holds its connection before its elector starts.
+    let fleet = Electors::start(&config, n, interval, &counters, true).await?;
+    tokio::time::sleep(2 * interval).await;
+    let steady = observe(&fleet, &cluster, &counters, window, interval).await;
+    fleet.stop().await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Cold start: all at once, every pool empty, so each first check must connect within one
+    // interval.
+    let fleet = Electors::start(&config, n, interval, &counters, false).await?;
+    let cold = observe(&fleet, &cluster, &counters, COLD_WINDOW, interval).await;
+    fleet.stop().await?;
+
+    println!("\n## Scale: {n} electors in one database, I = {interval:?}\n");
+    println!(
+        "| figure | steady state: pools connected before start, {:.1} s | cold start: all at once, empty pools, first {:.1} s |",
+        steady.secs, cold.secs
+    );
+    println!("|---|---|---|");
+    for (figure, steady, cold) in [
+        (
+            "electors with a connection at the end",
+            steady.connected(n),
+            cold.connected(n),
+        ),
+        (
+            "leaders at every instant (is_leader summed, sampled every 5 ms)",
+            steady.leaders(),
+            cold.leaders(),
+        ),
+        (
+            "granted rows per observer poll (server)",
+            format!("max {}", observer.max_granted()),
+            "(same observer)".into(),
+        ),
+        (
+            "checks per second (ideal {ideal})",
+            steady.rate(),
+            cold.rate(),
+        ),
+        (
+            "failed checks (WARN lines) / connections opened",
+            steady.failures(),
+            cold.failures(),
+        ),
+        (
+            "server CPU (the cluster's postmaster and all its backends)",
+            steady.server(),
+            cold.server(),
+        ),
+        (
+            "client CPU (all electors in this process)",
+            steady.client(),
+            cold.client(),
+        ),
+    ] {
+        let ideal = format!("{:.0}", n as f64 / interval.as_secs_f64());
+        println!(
+            "| {} | {steady} | {cold} |",
+            figure.replace("{ideal}", &ideal)
+        );
+    }
+    if let Some(first) = WarnCounter::global().first() {
+        println!("\nFirst WARN line: `{first}`");
+    }
+    Ok(())
+}
+
+/// How long the cold start is observed.
+const COLD_WINDOW: Duration = Duration::from_secs(5);
+
+/// What [`observe`] saw over its window.
+struct Observation {
+    secs: f64,
+    connected: usize,
+    min: usize,
+    max: usize,
+    off: u64,
+    samples: u64,
+    standby_checks: u64,
+    leader_checks: u64,
+    opened: u64,
+    warned: u64,
+    server: Duration,
+    client: Duration,
+}
+
+impl Observation {
+    fn checks(&self) -> f64 {
+        (self.standby_checks + self.leader_checks).max(1) as f64
+    }
+
+    fn connected(&self, n: usize) -> String {
+        format!("{} of {n}", self.connected)
+    }
+
+    fn leaders(&self) -> String {
+        format!(
+            "min {}, max {}; {} of {} samples not exactly 1",
+            self.min, self.max, self.off, self.samples
+        )
+    }
+
+    fn rate(&self) -> String {
+        format!(
+            "{:.0} ({:.0} standby, {:.0} leader)",
+            (self.standby_checks + self.leader_checks) as f64 / self.secs,
+            self.standby_checks as f64 / self.secs,
+            self.leader_checks as f64 / self.secs
+        )
+    }
+
+    fn failures(&self) -> String {
+        format!("{} / {}", self.warned, self.opened)
+    }
+
+    fn server(&self) -> String {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+        let share = self.server.as_secs_f64() / self.secs;
+        format!(
+            "{:.1} % of one core ({:.1} % of the machine's {cores} cores); {:.1} µs per check",
+            share * 100.0,
+            share / cores * 100.0,
+            self.server.as_secs_f64() * 1e6 / self.checks()
+        )
+    }
+
+    fn client(&self) -> String {
+        format!(
+            "{:.1} % of one core; {:.1} µs per check",
+            self.client.as_secs_f64() / self.secs * 100.0,
+            self.client.as_secs_f64() * 1e6 / self.checks()
+        )
+    }
+}
+
+/// Samples the number of leaders every 5 ms for `window` and counts checks, failures,
+/// connections and CPU.
+async fn observe(
+    fleet: &Electors,
+    cluster: &Cluster,
+    counters: &PoolCounters,
+    window: Duration,
+    interval: Duration,
+) -> Observation {
+    let warnings = WarnCounter::global();
+    let (server, client) = (server_cpu(cluster), process_cpu());
+    let handed_out = counters.handed_out.load(Ordering::Relaxed);
+    let (opened, warned) = (counters.opened.load(Ordering::Relaxed), warnings.count());
+    let start = Instant::now();
+    let (mut min, mut max, mut off, mut samples, mut with_leader) = (usize::MAX, 0, 0, 0, 0);
+    while start.elapsed() < window {
+        let leaders = fleet.leaders();
+        (min, max) = (min.min(leaders), max.max(leaders));
+        off += u64::from(leaders != 1);
+        with_leader += u64::from(leaders > 0);
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Observation {
+        secs,
+        connected: fleet.connected(),
+        min,
+        max,
+        off,
+        samples,
+        standby_checks: counters.handed_out.load(Ordering::Relaxed) - handed_out,
+        // One `SELECT 1` per interval while some elector leads.
+        leader_checks: (secs / interval.as_secs_f64() * with_leader as f64 / samples.max(1) as f64)
+            as u64,
+        opened: counters.opened.load(Ordering::Relaxed) - opened,
+        warned: warnings.count() - warned,
+        server: server_cpu(cluster).saturating_sub(server),
+        client: process_cpu() - client,
+    }
+}
+
+/// CPU time so far of the cluster's postmaster and all its children (`/proc/<pid>/schedstat`).
+fn server_cpu(cluster: &Cluster) -> Duration {
+    let pidfile = cluster.dir().join("data").join("postmaster.pid");
+    let Some(postmaster) = std::fs::read_to_string(pidfile)
+        .ok()
+        .and_then(|s| s.lines().next().and_then(|l| l.trim().parse::<u32>().ok()))
+    else {
+        return Duration::ZERO;
+    };
+    // Backends that exited: the postmaster's reaped children (cutime + cstime, in USER_HZ = 100
+    // ticks on Linux), so short-lived backends count too.
+    let mut total = cpu_of(postmaster) + reaped_children(postmaster);
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return total;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if parent_of(pid) == Some(postmaster) {
+            total += cpu_of(pid);
+        }
+    }
+    total
+}
+
+fn cpu_of(pid: u32) -> Duration {
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
+        .map_or(Duration::ZERO, Duration::from_nanos)
+}
+
+fn reaped_children(pid: u32) -> Duration {
+    let fields = || -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+        // After the command: state is field 3, cutime field 16, cstime field 17.
+        Some(rest.get(13)?.parse::<u64>().ok()? + rest.get(14)?.parse::<u64>().ok()?)
+    };
+    fields().map_or(Duration::ZERO, |ticks| Duration::from_millis(ticks * 10))
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command may contain spaces and parentheses: the fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Counts the elector's WARN events (target `plexsphere_leader`) and keeps the first message.
+#[derive(Clone, Default)]
+struct WarnCounter {
+    count: Arc<AtomicU64>,
+    first: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl WarnCounter {
+    /// The counter, installed as the global subscriber on first use.
+    fn global() -> &'static Self {
+        static COUNTER: std::sync::OnceLock<WarnCounter> = std::sync::OnceLock::new();
+        COUNTER.get_or_init(|| {
+            use tracing_subscriber::layer::SubscriberExt;
+            let counter = Self::default();
+            let subscriber = tracing_subscriber::registry().with(counter.clone());
+            let _ = tracing::subscriber::set_global_default(subscriber);
+            counter
+        })
+    }
+
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn first(&self) -> Option<String> {
+        self.first.lock().ok().and_then(|first| first.clone())
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarnCounter {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let meta = event.metadata();
+        if meta.target() != "plexsphere_leader" || *meta.level() != tracing::Level::WARN {
+            return;
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut first) = self.first.lock()
+            && first.is_none()
+        {
+            struct Message(String);
+            impl tracing::field::Visit for Message {
+                fn record_debug(&mut self, field: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                    if field.name() == "message" {
+                        self.0 = format!("{v:?}");
+                    }
+                }
+            }
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            *first = Some(message.0);
+        }
+    }
+}

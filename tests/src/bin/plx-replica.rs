@@ -1,0 +1,7 @@
+//! One elector in its own OS process, for the fault-injection suite: see
+//! `plexsphere_leader_tests::replica_child` for its arguments, commands and output.
+#![forbid(unsafe_code)]
+
+fn main() -> std::process::ExitCode {
+    plexsphere_leader_tests::replica_child::main(std::env::args().skip(1))
+}

@@ -1,0 +1,241 @@
+//! Fault injection on the server itself, each test on its own throwaway cluster (`Cluster`):
+//! restarts, a failover to a promoted standby, and `max_connections` exhausted. Replicas are
+//! OS processes (`plx-replica`), I = 200 ms, bounds asserted as `bound + MARGIN` (1.5 s).
+//!
+//! | scenario | expected outcome (bound) |
+//! |----------|--------------------------|
+//! | restart `-m fast` | every session ends with 57P01: the leader demotes at its next check (within 2·I); one leader within I of the server being back; overlap ≤ 2·I |
+//! | restart `-m immediate` | the same after a crash and crash recovery |
+//! | failover to a promoted standby, the old primary cut off silently | the leader's `SELECT 1` goes unanswered: it demotes within 2·I; one leader on the new primary within I of the promotion; the old primary frees its orphan within 4·I |
+//! | `max_connections` exhausted (53300) | the standby's connect is refused, retried and logged once per interval; it leads once a slot is free |
+//!
+//! Every test ends with `Fleet::finish`: pools intact, no replica session and no lock left.
+
+mod fault_support;
+mod support;
+
+use std::time::Duration;
+
+use fault_support::{Fleet, I, MARGIN, STARTUP, assert_within, sleep_until};
+use plexsphere_leader_tests::{Cluster, FaultProxy, HarnessError, LockObserver, Mode, StopMode};
+use tokio::time::Instant;
+use tokio_postgres::error::SqlState;
+
+const ACQUIRE_WARN: &str = "leader: acquire lock connection";
+
+async fn restart_hands_over(mode: StopMode) {
+    let cluster = Cluster::start().await.expect("a throwaway cluster");
+    let config = cluster.config("postgres");
+    let observer = LockObserver::start(&config).await.expect("observer");
+    let mut fleet = Fleet::new();
+    let a = fleet.spawn("a", &config, I).await;
+    fleet.wait_lead(a, STARTUP).await;
+    let _b = fleet.spawn("b", &config, I).await;
+    tokio::time::sleep(2 * I).await;
+
+    let cut = Instant::now();
+    cluster.restart(mode).await.expect("restart");
+    let back = Instant::now();
+    println!("{mode:?} restart took {:?}", back - cut);
+    let (follow_a, cause) = fleet
+        .wait_follow_since(a, cut, (back - cut) + 2 * I + MARGIN)
+        .await;
+    assert_eq!(cause, "LeadershipLost");
+    assert_within(
+        "detection of the restart",
+        follow_a - cut,
+        (back - cut) + 2 * I + MARGIN,
+    );
+    let leader = fleet.sole_leader(I + MARGIN).await;
+    let lead = fleet.get(leader).terms().last().expect("a term").at;
+    assert!(lead >= cut);
+    assert_within(
+        "a leader after the server is back",
+        lead.saturating_duration_since(back),
+        I + MARGIN,
+    );
+    assert_within("overlap (bound 2·I)", fleet.max_overlap(), 2 * I + MARGIN);
+    for _ in 0..6 {
+        tokio::time::sleep(I / 2).await;
+        assert_eq!(fleet.leaders(), vec![leader]);
+    }
+    assert_eq!(observer.max_granted(), 1);
+    assert!(observer.reconnects() >= 1, "the observer saw the restart");
+
+    let admin = cluster.connect("postgres").await.expect("admin");
+    fleet.finish(&admin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_restart_demotes_the_leader_and_one_replica_leads_when_the_server_is_back() {
+    restart_hands_over(StopMode::Fast).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_immediate_restart_demotes_the_leader_and_one_replica_leads_after_recovery() {
+    restart_hands_over(StopMode::Immediate).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_a_promoted_standby_moves_leadership_to_the_new_primary() {
+    let primary = Cluster::start().await.unwrap();
+    let standby = Cluster::start_standby_of(&primary).await.unwrap();
+    let proxy = FaultProxy::in_front_of(&primary.config("postgres"))
+        .await
+        .unwrap();
+    // Both servers, first the one that accepts writes: the replicas follow the primary.
+    let dsn = format!(
+        "host=127.0.0.1,127.0.0.1 port={},{} user=postgres dbname=postgres \
+         target_session_attrs=read-write connect_timeout=2",
+        proxy.addr().port(),
+        standby.port()
+    );
+    let old_observer = LockObserver::start(&primary.config("postgres"))
+        .await
+        .unwrap();
+    let new_observer = LockObserver::start(&standby.config("postgres"))
+        .await
+        .unwrap();
+    let mut fleet = Fleet::new();
+    let a = fleet.spawn_dsn("a", dsn.clone(), I, 2).await;
+    fleet.wait_lead(a, STARTUP).await;
+    let _b = fleet.spawn_dsn("b", dsn, I, 2).await;
+    let orphan = old_observer
+        .wait_for_holder(MARGIN)
+        .await
+        .expect("a holds on the primary");
+    tokio::time::sleep(2 * I).await;
+    assert!(new_observer.current().is_none());
+
+    // The primary is cut off without a word (existing connections silent, new ones refused),
+    // and the standby is promoted.
+    proxy.set_refuse_new(true);
+    proxy.set_both(Mode::Blackhole);
+    let cut = Instant::now();
+    standby.promote().await.unwrap();
+    let promoted = Instant::now();
+    println!("promotion took {:?}", promoted - cut);
+
+    let (follow_a, cause) = fleet.wait_follow_since(a, cut, 2 * I + MARGIN).await;
+    assert_eq!(cause, "LeadershipLost");
+    assert_within("detection of the failover", follow_a - cut, 2 * I + MARGIN);
+    assert!(
+        fleet
+            .get(a)
+            .logs("WARN", "leader: lost background leader lock")
+            .iter()
+            .any(|r| r
+                .str("message")
+                .is_some_and(|m| m.contains("no answer within"))),
+        "the unanswered SELECT 1 timed out"
+    );
+    let leader = fleet.sole_leader(I + MARGIN + (promoted - cut)).await;
+    let lead = fleet.get(leader).terms().last().expect("a term").at;
+    assert!(lead >= cut);
+    assert_within(
+        "a leader on the new primary after the promotion",
+        lead.saturating_duration_since(promoted),
+        I + MARGIN,
+    );
+    let holder = new_observer
+        .wait_for_holder(MARGIN)
+        .await
+        .expect("the lock is held on the new primary");
+    assert_eq!(
+        holder.application_name.as_deref(),
+        Some(fleet.get(leader).name())
+    );
+    assert_within("overlap (bound 2·I)", fleet.max_overlap(), 2 * I + MARGIN);
+    // The old primary, still up behind the partition, ends the orphan by its idle timeout:
+    // within 4·I of the orphan's last query, which came before the cut.
+    let left = (cut + 4 * I + MARGIN).saturating_duration_since(Instant::now());
+    assert!(
+        old_observer.wait_for_no_holder(left).await,
+        "the orphan on the old primary is freed within 4·I"
+    );
+    assert_ne!(old_observer.current().map(|h| h.pid), Some(orphan.pid));
+    println!(
+        "orphan on the old primary freed {:?} after the cut",
+        cut.elapsed()
+    );
+
+    // Fence the old primary before anything could reach it again.
+    primary.stop(StopMode::Immediate).await.unwrap();
+    let admin = standby.connect("postgres").await.unwrap();
+    fleet.finish(&admin).await;
+    drop(proxy);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_exhausted_is_retried_and_warned_once_per_interval() {
+    let cluster = Cluster::start().await.unwrap();
+    let config = cluster.config("postgres");
+    let admin = cluster.connect("postgres").await.unwrap();
+    let _observer = LockObserver::start(&config).await.unwrap();
+    let mut fleet = Fleet::new();
+    let a = fleet.spawn("a", &config, I).await;
+    fleet.wait_lead(a, STARTUP).await;
+
+    let mut fillers = Vec::new();
+    let mut filler_config = config.clone();
+    filler_config.application_name("plx-harness-filler");
+    loop {
+        match plexsphere_leader_tests::connect(&filler_config).await {
+            Ok(client) => fillers.push(client),
+            Err(HarnessError::Postgres(e)) if e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS) => {
+                break;
+            }
+            Err(e) => panic!("filler connection: {e}"),
+        }
+        assert!(fillers.len() < 200, "max_connections never reached");
+    }
+    println!("{} filler sessions took every free slot", fillers.len());
+
+    let b = fleet.spawn("b", &config, I).await;
+    let spawned = Instant::now();
+    sleep_until(spawned + 8 * I).await;
+    let warns: Vec<_> = fleet.get(b).logs("WARN", ACQUIRE_WARN);
+    assert!(
+        warns.iter().all(|w| w
+            .str("message")
+            .is_some_and(|m| m.contains("too many clients"))),
+        "{warns:?}"
+    );
+    let stamps: Vec<Instant> = warns.iter().map(|w| w.at).collect();
+    assert!(
+        (4..=10).contains(&stamps.len()),
+        "one WARN per interval over 8 intervals: {}",
+        stamps.len()
+    );
+    let shortest = stamps
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .min()
+        .unwrap_or(Duration::MAX);
+    assert!(shortest >= I / 2, "no burst of retries: {shortest:?}");
+    assert!(!fleet.get(b).is_leader());
+    assert_eq!(
+        fleet.leaders(),
+        vec![a],
+        "the leader's own session is unaffected"
+    );
+
+    // Two slots free up: b connects at its next check (a standby), then leads after a stops.
+    fillers.truncate(fillers.len() - 2);
+    let freed = Instant::now();
+    tokio::time::sleep(I + I / 2).await;
+    let warned_after = fleet
+        .get(b)
+        .logs("WARN", ACQUIRE_WARN)
+        .iter()
+        .filter(|w| w.at > freed + I)
+        .count();
+    assert_eq!(warned_after, 0, "b connected once a slot was free");
+    fleet.get_mut(a).stop().await.unwrap();
+    let stopped = Instant::now();
+    let lead_b = fleet.wait_lead_since(b, stopped, I + MARGIN).await;
+    assert_within("b leads after the handover", lead_b - stopped, I + MARGIN);
+
+    drop(fillers);
+    fleet.finish(&admin).await;
+}
