@@ -1,9 +1,39 @@
 //! Deterministic turmoil simulation of plexsphere-leader against a simulated PostgreSQL.
 //!
-//! [`server`] is the simulated PostgreSQL: a turmoil host speaking the wire protocol to an
-//! unmodified `tokio_postgres` client, with session advisory locks, `idle_session_timeout`,
-//! backend termination, crash and restart, and a ground-truth log for checkers.
+//! Every replica is a turmoil host running the real, unmodified
+//! [`Elector::run`](plexsphere_leader::Elector::run) of the adapter on a `deadpool_postgres`
+//! pool whose connections are `turmoil::net::TcpStream`s ([`TurmoilConnect`]). Two
+//! [`server`] hosts play the primary and the failover target. A seeded nemesis injects faults
+//! ([`FaultKind`]), a liveness phase follows, then every replica is stopped gracefully; the
+//! checker then holds the run against the bounds of design.md section 6 ([`Property`]).
+//!
+//! ```no_run
+//! use plexsphere_leader_sim::{RunOptions, run};
+//!
+//! let outcome = run(&RunOptions::new(7)); // twice, and the traces must be identical
+//! assert!(outcome.violations.is_empty(), "{}", outcome.failure_report());
+//! ```
+//!
+//! See docs/simulation.md for the model, the faults, the invariants and the measured maxima.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod capture;
+mod checker;
+mod connect;
+mod nemesis;
+mod params;
+mod record;
+mod replica;
+mod report;
+mod run;
 pub mod server;
+mod world;
+
+pub use checker::{Cases, Measurements, Property, Violation};
+pub use connect::TurmoilConnect;
+pub use nemesis::{FaultKind, RunKind};
+pub use params::Params;
+pub use plexsphere_leader::sabotage::Sabotage;
+pub use report::Report;
+pub use run::{RunOptions, RunOutcome, SABOTAGES, run, run_once, sabotage_name};

@@ -641,6 +641,61 @@ fn terminate_backend_ends_idle_session_with_57p01_and_frees_lock() {
 }
 
 #[test]
+fn pg_terminate_backend_from_another_session_ends_it_with_57p01() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let c = Session::open("pg1", "c").await?;
+        assert_eq!(a.value(&grant(20_000)).await?, "t");
+        let pid = a.pid().await;
+        let query = format!("SELECT pg_terminate_backend({pid})");
+        assert_eq!(c.value(&query).await?, "t");
+        sleep(Duration::from_millis(5)).await;
+        assert_eq!(a.ended_code().as_deref(), Some("57P01"));
+        assert_eq!(h.locks(), vec![]);
+        assert_eq!(c.value("SELECT pg_terminate_backend(4242)").await?, "f");
+        let warning = c.notices.borrow().last().map(|n| n.message().to_owned());
+        assert_eq!(
+            warning.as_deref(),
+            Some("PID 4242 is not a PostgreSQL backend process")
+        );
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn statement_log_records_arrival_and_answer_of_every_query() {
+    let mut sim = sim();
+    let handle = server(
+        &mut sim,
+        "pg1",
+        ServerConfig::default().with_query_latency(Duration::from_millis(50)),
+    );
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        a.value(PING).await?;
+        sleep(Duration::from_millis(100)).await;
+        a.value(PING).await?;
+        Ok(())
+    });
+    sim.run().unwrap();
+    let queries = handle.queries();
+    assert_eq!(queries.len(), 2);
+    for query in &queries {
+        assert_eq!(query.pid, 1000);
+        assert_eq!(
+            query.answered,
+            Some(query.received + Duration::from_millis(50))
+        );
+    }
+    let idle = queries[1].received - queries[0].answered.unwrap();
+    assert!(idle >= Duration::from_millis(100) && idle < Duration::from_millis(105));
+}
+
+#[test]
 fn terminate_backend_fails_the_query_in_flight_with_57p01() {
     let mut sim = sim();
     let handle = server(&mut sim, "pg1", ServerConfig::default());

@@ -309,6 +309,17 @@ impl Ctx<'_> {
             }
             (Func::BackendPid, []) => Ok(Value::Int(i64::from(pid))),
             (Func::IsInRecovery, []) => Ok(Value::Bool(false)),
+            (Func::TerminateBackend, [Value::Int(target)]) => {
+                let signalled =
+                    i32::try_from(*target).is_ok_and(|target| self.state.request_terminate(target));
+                if !signalled {
+                    notices.push(SqlError::warning(
+                        sqlstate::WARNING,
+                        format!("PID {target} is not a PostgreSQL backend process"),
+                    ));
+                }
+                Ok(Value::Bool(signalled))
+            }
             _ => Err(no_such_function(func, args)),
         }
     }
@@ -369,7 +380,10 @@ fn type_of(expr: &Expr) -> PgType {
         Expr::Text(_) | Expr::Null => PgType::Text,
         Expr::Case { arms, .. } => arms.first().map_or(PgType::Text, |(_, then)| type_of(then)),
         Expr::Call(func, _) => match func {
-            Func::TryAdvisoryLock | Func::AdvisoryUnlock | Func::IsInRecovery => PgType::Bool,
+            Func::TryAdvisoryLock
+            | Func::AdvisoryUnlock
+            | Func::IsInRecovery
+            | Func::TerminateBackend => PgType::Bool,
             Func::AdvisoryUnlockAll => PgType::Void,
             Func::SetConfig | Func::CurrentSetting => PgType::Text,
             Func::BackendPid => PgType::Int4,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::locks::{HeldLock, LockId, LockKey};
 use super::log::{LogEntry, LogViolation, check_mutual_exclusion};
-use super::state::{Control, Shared};
+use super::state::{Control, QueryRecord, Shared};
 
 /// The transaction state of a session, as ReadyForQuery reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -59,13 +59,7 @@ impl ServerHandle {
     /// its locks and closes the socket (a query in progress fails with that error).
     /// Returns false when no live session has that pid.
     pub fn terminate_backend(&self, pid: i32) -> bool {
-        let mut state = self.shared.borrow_mut();
-        let Some(session) = state.sessions.get_mut(&pid) else {
-            return false;
-        };
-        session.terminate_requested = true;
-        session.wake.notify_one();
-        true
+        self.shared.borrow_mut().request_terminate(pid)
     }
 
     /// Crashes the server: every session is dropped without a message (peers see the
@@ -145,6 +139,13 @@ impl ServerHandle {
     /// A copy of the ground-truth log, oldest first.
     pub fn log(&self) -> Vec<LogEntry> {
         self.shared.borrow().log.clone()
+    }
+
+    /// A copy of the statement log: every simple Query, when it arrived and when it was
+    /// answered, oldest first. A session is idle (and its `idle_session_timeout` runs) from
+    /// an answer to the arrival of its next query.
+    pub fn queries(&self) -> Vec<QueryRecord> {
+        self.shared.borrow().queries.clone()
     }
 
     /// Checks the ground-truth log with [`check_mutual_exclusion`].

@@ -6,7 +6,8 @@
 //! grant, `SELECT 1` and unlock statements and a few more), an ErrorResponse 0A000 for
 //! the extended protocol. It models session advisory locks with re-entrancy counts,
 //! `idle_session_timeout` (FATAL 57P05), `pg_terminate_backend` (FATAL 57P01), crash and
-//! restart, and keeps a ground-truth [`LogEntry`] log of sessions and locks.
+//! restart, and keeps a ground-truth [`LogEntry`] log of sessions and locks and a statement
+//! log ([`QueryRecord`]) from which idle periods are measured.
 //!
 //! Deterministic under turmoil: time is read only through `tokio::time` and
 //! [`turmoil::sim_elapsed`], all collections are ordered, nothing is spawned.
@@ -64,6 +65,7 @@ pub use handle::{ServerHandle, SessionInfo, TransactionStatus};
 pub use locks::{HeldLock, LockId, LockKey};
 pub use log::{EndReason, Event, LogEntry, LogViolation, ReleaseReason, check_mutual_exclusion};
 pub use route::Primary;
+pub use state::QueryRecord;
 
 use state::{Control, Shared, State};
 

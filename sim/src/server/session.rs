@@ -326,11 +326,17 @@ async fn handle(
             )
         }
         Frame::Query(query) => {
+            let index = {
+                let mut state = shared.borrow_mut();
+                let at = state.clock();
+                state.query_received(pid, at)
+            };
             if let Latency::Terminated = latency(shared, wake, pid).await {
                 return Next::End(terminate(conn).await);
             }
             let mut state = shared.borrow_mut();
             let at = state.clock();
+            state.query_answered(index, at);
             match exec::run_query(&mut state, pid, &query, at) {
                 Some(reply) => (reply, true),
                 None => return Next::End(EndReason::Crash),

@@ -9,7 +9,9 @@
 //!   statement `SELECT CASE WHEN pg_try_advisory_lock(a, b) THEN set_config(…) IS NOT NULL
 //!   ELSE false END`;
 //! - `SET [SESSION] <name> {=|TO} {<value>|DEFAULT}`, `RESET <name>`, `SHOW <name>`;
-//! - `BEGIN`/`START TRANSACTION`, `COMMIT`/`END`, `ROLLBACK`/`ABORT`.
+//! - `BEGIN`/`START TRANSACTION`, `COMMIT`/`END`, `ROLLBACK`/`ABORT`;
+//! - `SELECT pg_terminate_backend(pid)` of another backend (terminating one's own backend is
+//!   not modelled: the reply comes before the FATAL).
 //!
 //! Anything else fails with 0A000 (an unsupported statement), 42601 (malformed) or
 //! 42883 (unknown function). Unlike PostgreSQL, which looks functions up statement by
@@ -86,6 +88,8 @@ pub(crate) enum Func {
     BackendPid,
     /// `pg_is_in_recovery()` → bool, always false.
     IsInRecovery,
+    /// `pg_terminate_backend(pid)` → bool: asks backend `pid` to end with FATAL 57P01.
+    TerminateBackend,
 }
 
 impl Func {
@@ -98,6 +102,7 @@ impl Func {
             "current_setting" => Self::CurrentSetting,
             "pg_backend_pid" => Self::BackendPid,
             "pg_is_in_recovery" => Self::IsInRecovery,
+            "pg_terminate_backend" => Self::TerminateBackend,
             _ => return None,
         })
     }
@@ -112,6 +117,7 @@ impl Func {
             Self::CurrentSetting => "current_setting",
             Self::BackendPid => "pg_backend_pid",
             Self::IsInRecovery => "pg_is_in_recovery",
+            Self::TerminateBackend => "pg_terminate_backend",
         }
     }
 }

@@ -29,6 +29,18 @@ pub(crate) enum Control {
     Restart,
 }
 
+/// One simple Query in the statement log of [`ServerHandle::queries`](super::ServerHandle::queries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryRecord {
+    /// Backend pid of the session that sent it.
+    pub pid: i32,
+    /// When the server read it (simulated time since the simulation start).
+    pub received: Duration,
+    /// When the server executed it and sent the reply; `None` when the session ended
+    /// first (terminated or crashed during the query latency).
+    pub answered: Option<Duration>,
+}
+
 /// What a session announced in its startup message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Startup {
@@ -64,6 +76,7 @@ pub(crate) struct State {
     pub(crate) sessions: BTreeMap<i32, Session>,
     pub(crate) locks: LockTable,
     pub(crate) log: Vec<LogEntry>,
+    pub(crate) queries: Vec<QueryRecord>,
     /// The latest simulated time the server has read; stamps events when no host clock
     /// can be read (the host's software being dropped by a turmoil crash).
     pub(crate) last_time: Duration,
@@ -80,6 +93,7 @@ impl State {
             sessions: BTreeMap::new(),
             locks: LockTable::default(),
             log: Vec::new(),
+            queries: Vec::new(),
             last_time: Duration::ZERO,
         }
     }
@@ -228,6 +242,33 @@ impl State {
                     reason: ReleaseReason::UnlockAll,
                 },
             );
+        }
+    }
+
+    /// Asks session `pid` to terminate (FATAL 57P01); false when no live session has it.
+    pub(crate) fn request_terminate(&mut self, pid: i32) -> bool {
+        let Some(session) = self.sessions.get_mut(&pid) else {
+            return false;
+        };
+        session.terminate_requested = true;
+        session.wake.notify_one();
+        true
+    }
+
+    /// Logs the arrival of a simple Query; returns its index for [`Self::query_answered`].
+    pub(crate) fn query_received(&mut self, pid: i32, at: Duration) -> usize {
+        self.queries.push(QueryRecord {
+            pid,
+            received: at,
+            answered: None,
+        });
+        self.queries.len() - 1
+    }
+
+    /// Logs the answer to the query at `index`.
+    pub(crate) fn query_answered(&mut self, index: usize, at: Duration) {
+        if let Some(query) = self.queries.get_mut(index) {
+            query.answered = Some(at);
         }
     }
 

@@ -1,0 +1,810 @@
+//! The checker: the bounds of design.md section 6, over the server logs (ground truth) and the
+//! replicas' terms and work, in simulated time.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::params::Params;
+use crate::record::{History, Span, TermEnd, TermRecord};
+use crate::server::{Event, HeldLock, LogEntry, QueryRecord, SessionInfo, check_mutual_exclusion};
+use crate::world::SERVERS;
+
+/// A property of design.md section 6 (or of the simulation itself) that a run can break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Property {
+    /// The server granted the lock to a session while another held it.
+    MutualExclusion,
+    /// Two replicas acted as leader at once for longer than 2·I + T.
+    Overlap,
+    /// A successor began before a gracefully stopped leader had ended its term.
+    GracefulOverlap,
+    /// A leader noticed the loss of its session later than 2·I after it (or led without a
+    /// grant).
+    Detection,
+    /// A session holding the lock stayed idle for longer than 4·I.
+    OrphanBound,
+    /// The lock stayed free, or no leader appeared, longer than I + round trips while a
+    /// healthy standby existed.
+    Liveness,
+    /// After the faults stopped, no single leader appeared in time or it did not stay alone.
+    SteadyState,
+    /// After every replica stopped, a lock, a session or a term was left, or a replica did not
+    /// stop in time.
+    CleanStop,
+    /// The two runs of a seed produced different traces.
+    Determinism,
+    /// A host's software failed, or the adapter emitted an ERROR event or an inconsistent
+    /// state.
+    Harness,
+}
+
+impl Property {
+    /// The name in reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::MutualExclusion => "mutual-exclusion",
+            Self::Overlap => "overlap",
+            Self::GracefulOverlap => "graceful-overlap",
+            Self::Detection => "detection",
+            Self::OrphanBound => "orphan-bound",
+            Self::Liveness => "liveness",
+            Self::SteadyState => "steady-state",
+            Self::CleanStop => "clean-stop",
+            Self::Determinism => "determinism",
+            Self::Harness => "harness",
+        }
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One broken property.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// When (simulated time since the start of the run).
+    pub at: Duration,
+    /// Which property.
+    pub property: Property,
+    /// What happened.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at {}: {}", self.property, secs(self.at), self.detail)
+    }
+}
+
+/// The largest values a run showed, each with how many cases were measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Measurements {
+    /// Largest overlap of two replicas acting as leader (terms and work).
+    pub overlap: Option<Duration>,
+    /// Largest leaderless gap while the lock was free and a healthy standby existed.
+    pub gap: Option<Duration>,
+    /// Largest delay between losing the lock's session and ending the term.
+    pub detection: Option<Duration>,
+    /// Largest idle period of a session that held the lock.
+    pub orphan_idle: Option<Duration>,
+    /// Terms of leadership observed.
+    pub terms: usize,
+    /// Faults injected.
+    pub faults: usize,
+    /// How many overlaps, leaderless gaps, detection delays and idle periods of lock-holding
+    /// sessions were measured (each measured case was also checked against its bound).
+    pub cases: Cases,
+}
+
+/// How many cases of each bound a run measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cases {
+    /// Overlaps of two replicas acting as leader.
+    pub overlaps: usize,
+    /// Free-lock intervals with a healthy standby (the gap bound).
+    pub gaps: usize,
+    /// Terms that outlived their session (the detection bound).
+    pub detections: usize,
+    /// Idle periods of lock-holding sessions (the orphan bound).
+    pub idle_periods: usize,
+}
+
+impl Measurements {
+    /// The larger of each value.
+    pub fn merge(&mut self, other: &Self) {
+        self.overlap = max(self.overlap, other.overlap);
+        self.gap = max(self.gap, other.gap);
+        self.detection = max(self.detection, other.detection);
+        self.orphan_idle = max(self.orphan_idle, other.orphan_idle);
+        self.terms += other.terms;
+        self.faults += other.faults;
+        self.cases.overlaps += other.cases.overlaps;
+        self.cases.gaps += other.cases.gaps;
+        self.cases.detections += other.cases.detections;
+        self.cases.idle_periods += other.cases.idle_periods;
+    }
+}
+
+fn max(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// `1.234s`.
+pub(crate) fn secs(at: Duration) -> String {
+    format!("{}.{:03}s", at.as_secs(), at.subsec_millis())
+}
+
+/// What one server recorded and holds at the end.
+pub(crate) struct ServerEvidence {
+    pub(crate) log: Vec<LogEntry>,
+    pub(crate) queries: Vec<QueryRecord>,
+    pub(crate) sessions: Vec<SessionInfo>,
+    pub(crate) locks: Vec<HeldLock>,
+}
+
+/// Everything the checker looks at.
+pub(crate) struct Evidence<'a> {
+    pub(crate) params: Params,
+    pub(crate) replicas: usize,
+    pub(crate) history: &'a History,
+    pub(crate) work: &'a [(usize, Span)],
+    pub(crate) servers: Vec<ServerEvidence>,
+}
+
+/// A session's owner: (replica, incarnation).
+type Owner = (usize, u32);
+
+/// One tenure of the lock on one server: from a first grant to the release of the last count.
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    server: usize,
+    pid: i32,
+    owner: Option<Owner>,
+    granted: Duration,
+    released: Option<Duration>,
+}
+
+/// Checks a run; returns what it measured and every violation, in time order.
+pub(crate) fn check(evidence: &Evidence<'_>) -> (Measurements, Vec<Violation>) {
+    let mut checker = Checker::new(evidence);
+    checker.harness();
+    checker.mutual_exclusion();
+    checker.detection();
+    checker.overlap();
+    checker.graceful();
+    checker.orphans();
+    checker.liveness();
+    checker.steady_state();
+    checker.clean_stop();
+    checker.violations.sort_by_key(|v| (v.at, v.property));
+    checker.measured.terms = evidence.history.terms.len();
+    checker.measured.faults = evidence.history.faults;
+    (checker.measured, checker.violations)
+}
+
+struct Checker<'a> {
+    e: &'a Evidence<'a>,
+    p: Params,
+    end: Duration,
+    owners: Vec<BTreeMap<i32, Owner>>,
+    holds: Vec<Hold>,
+    measured: Measurements,
+    violations: Vec<Violation>,
+}
+
+impl<'a> Checker<'a> {
+    fn new(e: &'a Evidence<'a>) -> Self {
+        let owners: Vec<BTreeMap<i32, Owner>> = e.servers.iter().map(|s| owners(&s.log)).collect();
+        let holds = e
+            .servers
+            .iter()
+            .enumerate()
+            .flat_map(|(index, server)| holds(index, &server.log, &owners[index]))
+            .collect();
+        Self {
+            e,
+            p: e.params,
+            end: e.history.end,
+            owners,
+            holds,
+            measured: Measurements::default(),
+            violations: Vec::new(),
+        }
+    }
+
+    fn violate(&mut self, at: Duration, property: Property, detail: impl Into<String>) {
+        self.violations.push(Violation {
+            at,
+            property,
+            detail: detail.into(),
+        });
+    }
+
+    fn harness(&mut self) {
+        if let Some((at, what)) = &self.e.history.host_failure {
+            self.violate(*at, Property::Harness, what.clone());
+        }
+        for (at, what) in &self.e.history.errors {
+            self.violate(*at, Property::Harness, what.clone());
+        }
+    }
+
+    fn mutual_exclusion(&mut self) {
+        for (index, server) in self.e.servers.iter().enumerate() {
+            if let Err(violation) = check_mutual_exclusion(&server.log) {
+                let at = match &violation {
+                    crate::server::LogViolation::DoubleGrant { at, .. }
+                    | crate::server::LogViolation::BadRelease { at, .. }
+                    | crate::server::LogViolation::TimeWentBackwards { at, .. } => *at,
+                };
+                self.violate(
+                    at,
+                    Property::MutualExclusion,
+                    format!("{}: {violation}", SERVERS[index]),
+                );
+            }
+        }
+    }
+
+    /// When hold `h` stopped counting: released, or its server stopped being the primary.
+    fn loss(&self, hold: &Hold) -> Duration {
+        let history = self.e.history;
+        if history.primary_at(hold.granted) != hold.server {
+            return hold.granted;
+        }
+        let moved = history
+            .primaries
+            .iter()
+            .find(|(since, server)| *since > hold.granted && *server != hold.server)
+            .map(|(since, _)| *since);
+        match (hold.released, moved) {
+            (Some(released), Some(moved)) => released.min(moved),
+            (Some(at), None) | (None, Some(at)) => at,
+            (None, None) => self.end + Duration::from_secs(3600),
+        }
+    }
+
+    /// The hold a term leads on: the owner's latest grant at or before the term began.
+    fn hold_of(&self, term: &TermRecord) -> Option<Hold> {
+        let owner = (term.replica, term.incarnation);
+        self.holds
+            .iter()
+            .filter(|h| h.owner == Some(owner) && h.granted <= term.span.start)
+            .max_by_key(|h| h.granted)
+            .copied()
+    }
+
+    fn detection(&mut self) {
+        let bound = self.p.detection_bound();
+        for term in &self.e.history.terms {
+            let who = format!("r{}.{} term {}", term.replica, term.incarnation, term.id);
+            let Some(hold) = self.hold_of(term) else {
+                self.violate(
+                    term.span.start,
+                    Property::Detection,
+                    format!("{who} began without a grant"),
+                );
+                continue;
+            };
+            let lost = self.loss(&hold);
+            let ended = term.span.end_or(self.end);
+            if lost >= ended {
+                continue;
+            }
+            let since = lost.max(term.span.start);
+            let delay = ended - since;
+            self.measured.detection = max(self.measured.detection, Some(delay));
+            self.measured.cases.detections += 1;
+            if delay > bound {
+                self.violate(
+                    since,
+                    Property::Detection,
+                    format!(
+                        "{who} still led {} after its session (pid {} on {}) lost the lock (bound {})",
+                        ms(delay),
+                        hold.pid,
+                        SERVERS[hold.server],
+                        ms(bound)
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Each replica's acting-as-leader intervals: terms and units of work, merged.
+    fn acting(&self, replica: usize) -> Vec<(Duration, Duration)> {
+        let mut spans: Vec<(Duration, Duration)> = self
+            .e
+            .history
+            .terms
+            .iter()
+            .filter(|t| t.replica == replica)
+            .map(|t| t.span)
+            .chain(
+                self.e
+                    .work
+                    .iter()
+                    .filter(|(r, _)| *r == replica)
+                    .map(|(_, s)| *s),
+            )
+            .map(|span| (span.start, span.end_or(self.end)))
+            .collect();
+        spans.sort();
+        let mut merged: Vec<(Duration, Duration)> = Vec::new();
+        for (start, end) in spans {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        merged
+    }
+
+    fn overlap(&mut self) {
+        let bound = self.p.overlap_bound();
+        let acting: Vec<_> = (0..self.e.replicas).map(|r| self.acting(r)).collect();
+        for a in 0..acting.len() {
+            for b in a + 1..acting.len() {
+                for (start, end) in intersections(&acting[a], &acting[b]) {
+                    let length = end - start;
+                    self.measured.overlap = max(self.measured.overlap, Some(length));
+                    self.measured.cases.overlaps += 1;
+                    if length > bound {
+                        self.violate(
+                            start,
+                            Property::Overlap,
+                            format!(
+                                "r{a} and r{b} both acted as leader for {} (bound {})",
+                                ms(length),
+                                ms(bound)
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn graceful(&mut self) {
+        let history = self.e.history;
+        for &(replica, asked) in &history.stop_requests {
+            let Some(stopped) = history.terms.iter().find(|t| {
+                t.replica == replica
+                    && t.end == TermEnd::Stopped
+                    && t.span.start <= asked
+                    && t.span.end.is_some_and(|end| end >= asked)
+            }) else {
+                continue;
+            };
+            let ended = stopped.span.end_or(self.end);
+            for other in history.terms.iter().filter(|t| t.replica != replica) {
+                if other.span.start >= asked && other.span.start < ended {
+                    self.violate(
+                        other.span.start,
+                        Property::GracefulOverlap,
+                        format!(
+                            "r{} began term {} before the gracefully stopped r{} ended its term",
+                            other.replica, other.id, replica
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    fn orphans(&mut self) {
+        let bound = self.p.orphan_bound();
+        for hold in self.holds.clone() {
+            let queries = &self.e.servers[hold.server].queries;
+            let mut mine = queries.iter().filter(|q| q.pid == hold.pid);
+            // The statement that was granted the lock: answered at the grant.
+            let Some(mut idle_since) = mine
+                .by_ref()
+                .find(|q| q.answered.is_some_and(|a| a >= hold.granted))
+                .and_then(|q| q.answered)
+            else {
+                continue;
+            };
+            let until = hold.released.unwrap_or(self.end);
+            let mut periods = Vec::new();
+            for query in mine {
+                if query.received > until {
+                    break;
+                }
+                periods.push((idle_since, query.received));
+                match query.answered {
+                    Some(answered) => idle_since = answered,
+                    None => break,
+                }
+            }
+            if idle_since <= until {
+                periods.push((idle_since, until));
+            }
+            for (from, to) in periods {
+                let idle = to.saturating_sub(from);
+                self.measured.orphan_idle = max(self.measured.orphan_idle, Some(idle));
+                self.measured.cases.idle_periods += 1;
+                if idle > bound {
+                    self.violate(
+                        from,
+                        Property::OrphanBound,
+                        format!(
+                            "pid {} on {} held the lock idle for {} (bound {})",
+                            hold.pid,
+                            SERVERS[hold.server],
+                            ms(idle),
+                            ms(bound)
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Whether replica `r` is a healthy standby candidate over `[from, to]`: up (not stopping)
+    /// throughout, not leading at `from`, and no fault that disturbs its checks (a fault on one
+    /// of its links, raised query latency, the termination of one of its sessions) met the
+    /// window or ended less than `disturbance_tail` before it.
+    fn healthy(&self, r: usize, from: Duration, to: Duration) -> bool {
+        let history = self.e.history;
+        let tail = self.p.disturbance_tail();
+        let up = history.up.iter().any(|u| {
+            u.replica == r && u.span.start <= from && u.span.end.is_none_or(|end| end >= to)
+        });
+        // A replica that still leads (on a session it has not found lost yet) is no standby.
+        let leads = history.terms.iter().any(|t| {
+            t.replica == r && t.span.start <= from && t.span.end.is_none_or(|end| end > from)
+        });
+        let disturbed = history
+            .link_faults
+            .iter()
+            .filter(|f| f.replica == r)
+            .map(|f| f.span)
+            .chain(history.latency.iter().map(|(_, span)| *span))
+            .chain(
+                history
+                    .disturbances
+                    .iter()
+                    .filter(|(replica, _)| *replica == r)
+                    .map(|(_, span)| *span),
+            )
+            .any(|span| span.meets(from.saturating_sub(tail), to));
+        up && !leads && !disturbed
+    }
+
+    /// The starts of the intervals in which the primary runs and its lock is free.
+    fn free_starts(&self) -> Vec<(usize, Duration)> {
+        let history = self.e.history;
+        let mut starts = Vec::new();
+        for (server, evidence) in self.e.servers.iter().enumerate() {
+            for entry in &evidence.log {
+                let frees = matches!(
+                    &entry.event,
+                    Event::ServerStarted | Event::LockReleased { remaining: 0, .. }
+                );
+                if frees {
+                    starts.push((server, entry.at));
+                }
+            }
+        }
+        for &(since, server) in &history.primaries {
+            starts.push((server, since));
+        }
+        starts.retain(|&(server, at)| {
+            history.primary_at(at) == server && self.running(server, at) && !self.held(server, at)
+        });
+        starts.sort();
+        starts.dedup();
+        starts
+    }
+
+    /// Whether server `s` runs at `at`, from its log.
+    fn running(&self, s: usize, at: Duration) -> bool {
+        self.e.servers[s]
+            .log
+            .iter()
+            .take_while(|entry| entry.at <= at)
+            .filter_map(|entry| match entry.event {
+                Event::ServerStarted => Some(true),
+                Event::ServerCrashed => Some(false),
+                _ => None,
+            })
+            .last()
+            .unwrap_or(false)
+    }
+
+    /// Whether some session holds the lock on server `s` at `at`.
+    fn held(&self, s: usize, at: Duration) -> bool {
+        self.holds
+            .iter()
+            .any(|h| h.server == s && h.granted <= at && h.released.is_none_or(|r| r > at))
+    }
+
+    /// Whether the interval that began at `from` on server `s` was cut short (crash or
+    /// failover) before `to`.
+    fn interrupted(&self, s: usize, from: Duration, to: Duration) -> bool {
+        let crashed = self.e.servers[s]
+            .log
+            .iter()
+            .any(|e| e.at > from && e.at <= to && e.event == Event::ServerCrashed);
+        let moved = self
+            .e
+            .history
+            .primaries
+            .iter()
+            .any(|(since, _)| *since > from && *since <= to);
+        crashed || moved
+    }
+
+    fn liveness(&mut self) {
+        let bound = self.p.gap_bound();
+        let margin = self.p.margin();
+        let stop = self.e.history.stop_all.unwrap_or(self.end);
+        for (server, free) in self.free_starts() {
+            let deadline = free + bound;
+            if deadline > stop || self.interrupted(server, free, deadline) {
+                continue;
+            }
+            let Some(standby) = (0..self.e.replicas).find(|&r| self.healthy(r, free, deadline))
+            else {
+                continue;
+            };
+            let grant = self
+                .holds
+                .iter()
+                .filter(|h| h.server == server && h.granted >= free)
+                .min_by_key(|h| h.granted)
+                .copied();
+            let Some(grant) = grant.filter(|g| g.granted <= deadline) else {
+                self.violate(
+                    free,
+                    Property::Liveness,
+                    format!(
+                        "the lock on {} stayed free for more than {} while r{standby} was a healthy standby",
+                        SERVERS[server],
+                        ms(bound)
+                    ),
+                );
+                continue;
+            };
+            let Some((replica, incarnation)) = grant.owner else {
+                continue;
+            };
+            // From a tick before the grant: an incarnation restarted at the grant is another one.
+            let before = grant.granted.saturating_sub(self.p.tick);
+            if !self.healthy(replica, before, grant.granted + margin) {
+                continue;
+            }
+            let began = self
+                .e
+                .history
+                .terms
+                .iter()
+                .filter(|t| {
+                    t.replica == replica
+                        && t.incarnation == incarnation
+                        && t.span.start >= grant.granted
+                })
+                .map(|t| t.span.start)
+                .min();
+            let gap = began.map_or(self.end, |began| began) - free;
+            self.measured.gap = max(self.measured.gap, Some(gap));
+            self.measured.cases.gaps += 1;
+            if gap > bound {
+                self.violate(
+                    free,
+                    Property::Liveness,
+                    format!(
+                        "no leader for {} after the lock on {} became free, though r{replica} was granted it (bound {})",
+                        ms(gap),
+                        SERVERS[server],
+                        ms(bound)
+                    ),
+                );
+            }
+        }
+    }
+
+    fn steady_state(&mut self) {
+        let history = self.e.history;
+        let (Some(_), Some(all_up), Some(stop)) =
+            (history.faults_stopped, history.all_up, history.stop_all)
+        else {
+            return;
+        };
+        let deadline = all_up + self.p.liveness_bound();
+        if deadline >= stop {
+            return;
+        }
+        let mut points: Vec<Duration> = vec![deadline];
+        for term in &history.terms {
+            for at in [Some(term.span.start), term.span.end].into_iter().flatten() {
+                if at > deadline && at < stop {
+                    points.push(at);
+                }
+            }
+        }
+        points.sort();
+        points.dedup();
+        for at in points {
+            let leaders: Vec<String> = history
+                .terms
+                .iter()
+                .filter(|t| t.span.start <= at && t.span.end.is_none_or(|end| end > at))
+                .map(|t| format!("r{}", t.replica))
+                .collect();
+            if leaders.len() != 1 {
+                let detail = if leaders.is_empty() {
+                    format!(
+                        "no leader {} after the faults stopped and every replica was up (bound {})",
+                        ms(at - all_up),
+                        ms(self.p.liveness_bound())
+                    )
+                } else {
+                    format!("{} lead at once with no fault", leaders.join(" and "))
+                };
+                self.violate(at, Property::SteadyState, detail);
+                return;
+            }
+        }
+    }
+
+    fn clean_stop(&mut self) {
+        let history = self.e.history;
+        for &replica in &history.unstopped {
+            self.violate(
+                self.end,
+                Property::CleanStop,
+                format!("r{replica} did not stop within the stop budget"),
+            );
+        }
+        for term in history.terms.iter().filter(|t| t.span.end.is_none()) {
+            let detail = format!(
+                "r{}.{} term {} is still open",
+                term.replica, term.incarnation, term.id
+            );
+            self.violate(self.end, Property::CleanStop, detail);
+        }
+        for (server, evidence) in self.e.servers.iter().enumerate() {
+            for lock in &evidence.locks {
+                let detail = format!(
+                    "pid {} still holds {:?} on {}",
+                    lock.pid, lock.id.key, SERVERS[server]
+                );
+                self.violate(self.end, Property::CleanStop, detail);
+            }
+            for session in &evidence.sessions {
+                if self.wedged(server, session) {
+                    continue;
+                }
+                let detail = format!(
+                    "session pid {} of {} is still open on {}",
+                    session.pid, session.application_name, SERVERS[server]
+                );
+                self.violate(self.end, Property::CleanStop, detail);
+            }
+        }
+    }
+
+    /// Whether the client of `session` may have lost its FIN: a fault dropped messages on its
+    /// link while it lived. Without TCP keepalives PostgreSQL keeps such a session open.
+    fn wedged(&self, server: usize, session: &SessionInfo) -> bool {
+        let Some(&(replica, _)) = self.owners[server].get(&session.pid) else {
+            return false;
+        };
+        self.e.history.link_faults.iter().any(|f| {
+            f.drops
+                && f.replica == replica
+                && f.server == server
+                && f.span.meets(session.started_at, self.end)
+        })
+    }
+}
+
+/// The owner of every session of a server log, from its application name `r<i>.<n>`.
+fn owners(log: &[LogEntry]) -> BTreeMap<i32, Owner> {
+    log.iter()
+        .filter_map(|entry| match &entry.event {
+            Event::SessionStarted {
+                pid,
+                application_name,
+                ..
+            } => parse_owner(application_name).map(|owner| (*pid, owner)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn parse_owner(name: &str) -> Option<Owner> {
+    crate::replica::parse_application_name(name)
+}
+
+/// The tenures of the lock in a server log.
+fn holds(server: usize, log: &[LogEntry], owners: &BTreeMap<i32, Owner>) -> Vec<Hold> {
+    let mut holds: Vec<Hold> = Vec::new();
+    for entry in log {
+        match &entry.event {
+            Event::LockGranted { pid, count: 1, .. } => holds.push(Hold {
+                server,
+                pid: *pid,
+                owner: owners.get(pid).copied(),
+                granted: entry.at,
+                released: None,
+            }),
+            Event::LockReleased {
+                pid, remaining: 0, ..
+            } => {
+                if let Some(hold) = holds
+                    .iter_mut()
+                    .rev()
+                    .find(|h| h.pid == *pid && h.released.is_none())
+                {
+                    hold.released = Some(entry.at);
+                }
+            }
+            _ => {}
+        }
+    }
+    holds
+}
+
+/// The intersections of two sorted lists of disjoint intervals.
+fn intersections(
+    a: &[(Duration, Duration)],
+    b: &[(Duration, Duration)],
+) -> Vec<(Duration, Duration)> {
+    let (mut i, mut j) = (0, 0);
+    let mut out: Vec<(Duration, Duration)> = Vec::new();
+    while i < a.len() && j < b.len() {
+        let start = a[i].0.max(b[j].0);
+        let end = a[i].1.min(b[j].1);
+        if start < end {
+            match out.last_mut() {
+                Some(last) if last.1 >= start => last.1 = last.1.max(end),
+                _ => out.push((start, end)),
+            }
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+/// `123ms`.
+pub(crate) fn ms(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn intersections_of_interval_lists() {
+        let a = [(d(0), d(10)), (d(20), d(30))];
+        let b = [(d(5), d(25))];
+        assert_eq!(intersections(&a, &b), vec![(d(5), d(10)), (d(20), d(25))]);
+        assert!(intersections(&a, &[(d(10), d(20))]).is_empty());
+    }
+
+    #[test]
+    fn owners_are_parsed_from_application_names() {
+        assert_eq!(parse_owner("r2.13"), Some((2, 13)));
+        assert_eq!(parse_owner("psql"), None);
+    }
+}

@@ -1,0 +1,108 @@
+//! The timing of a simulated run, and the bounds of design.md section 6 derived from it.
+
+use std::time::Duration;
+
+use plexsphere_leader::UNLOCK_BUDGET;
+
+/// The timing of one simulated run. [`Params::default`] is what the CLI and CI use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// The elector's check interval, I.
+    pub interval: Duration,
+    /// How much simulated time one turmoil step advances; every observation is made between
+    /// steps, so this is the resolution of every measurement.
+    pub tick: Duration,
+    /// The largest one-way network latency (turmoil draws each message's latency between one
+    /// tick and this).
+    pub max_latency: Duration,
+    /// The longest unit of leader work, T: the simulated service runs ticks of up to this long
+    /// that do not look at their term's token.
+    pub longest_work: Duration,
+    /// How often the simulated service asks for a unit of leader work.
+    pub work_period: Duration,
+    /// How long the nemesis injects faults.
+    pub fault_phase: Duration,
+    /// How long the liveness phase lasts: faults healed, a leader must appear and stay.
+    pub liveness_phase: Duration,
+    /// How long the final graceful stop of every replica may take (the unlock budget and a
+    /// margin).
+    pub stop_budget: Duration,
+}
+
+impl Default for Params {
+    /// I = 100 ms, ticks of 1 ms, latency up to 5 ms, work units up to I/4 every I/2, 40 I of
+    /// faults, 12 I of liveness, and the 2 s unlock budget plus 10 I to stop.
+    fn default() -> Self {
+        let interval = Duration::from_millis(100);
+        Self {
+            interval,
+            tick: Duration::from_millis(1),
+            max_latency: Duration::from_millis(5),
+            longest_work: interval / 4,
+            work_period: interval / 2,
+            fault_phase: interval * 40,
+            liveness_phase: interval * 12,
+            stop_budget: UNLOCK_BUDGET + interval * 10,
+        }
+    }
+}
+
+impl Params {
+    /// The longest round trip: two messages of at most `max_latency`, each delivered at the
+    /// step after it is due.
+    pub fn round_trip(&self) -> Duration {
+        2 * (self.max_latency + self.tick)
+    }
+
+    /// The round trips a standby's check may need when the lock is free: a TCP connect, the
+    /// PostgreSQL startup, the grant statement and its answer. Four round trips, plus four
+    /// ticks for timers that tokio rounds up to the millisecond.
+    pub fn margin(&self) -> Duration {
+        4 * self.round_trip() + 4 * self.tick
+    }
+
+    /// What an observation made between steps can add to a duration: the observer's step and
+    /// tokio's rounding of timers to the millisecond.
+    pub fn slack(&self) -> Duration {
+        3 * self.tick.max(Duration::from_millis(1))
+    }
+
+    /// Largest overlap of two replicas acting as leader: 2·I + T (+ slack).
+    pub fn overlap_bound(&self) -> Duration {
+        2 * self.interval + self.longest_work + self.slack()
+    }
+
+    /// Largest delay between losing the lock's session and ending the term: 2·I (+ slack).
+    pub fn detection_bound(&self) -> Duration {
+        2 * self.interval + self.slack()
+    }
+
+    /// Largest idle period of a session that holds the lock: 4·I (+ slack).
+    pub fn orphan_bound(&self) -> Duration {
+        4 * self.interval + self.slack()
+    }
+
+    /// Largest leaderless gap while the lock is free and a healthy standby exists: I + margin.
+    pub fn gap_bound(&self) -> Duration {
+        self.interval + self.margin()
+    }
+
+    /// How long after the faults stop a leader must exist: an orphaned lock ends within 4·I,
+    /// a standby cleans up within 3·I (see [`Params::disturbance_tail`]) and then checks within
+    /// one I: 6·I + margin, with one I to spare.
+    pub fn liveness_bound(&self) -> Duration {
+        6 * self.interval + self.margin()
+    }
+
+    /// How long a fault still disturbs a replica's checks after it healed: a check in flight
+    /// may take up to 2·I (acquire and grant statement are each bounded by one I), and the one
+    /// after it may still find a wedged pooled connection and spend one more I on it.
+    pub fn disturbance_tail(&self) -> Duration {
+        3 * self.interval
+    }
+
+    /// The whole simulated time a run may take.
+    pub fn total(&self) -> Duration {
+        self.fault_phase + self.liveness_phase + self.stop_budget
+    }
+}

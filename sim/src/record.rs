@@ -1,0 +1,161 @@
+//! What a run records: the harness's history (faults, replica lifetimes, terms of leadership)
+//! and the trace, all in simulated time since the start of the run.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use plexsphere_leader::Term;
+
+/// The recorder shared by the harness and the replica hosts.
+pub(crate) type SharedRecorder = Rc<RefCell<Recorder>>;
+
+/// A half-open span of simulated time; `end` is `None` while it lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub(crate) start: Duration,
+    pub(crate) end: Option<Duration>,
+}
+
+impl Span {
+    pub(crate) fn open(start: Duration) -> Self {
+        Self { start, end: None }
+    }
+
+    /// The end, or `until` while the span lasts.
+    pub(crate) fn end_or(&self, until: Duration) -> Duration {
+        self.end.unwrap_or(until)
+    }
+
+    /// Whether the span covers any instant of `[from, to]`.
+    pub(crate) fn meets(&self, from: Duration, to: Duration) -> bool {
+        self.start <= to && self.end.is_none_or(|end| end >= from)
+    }
+}
+
+/// The part of the recorder the replica hosts write: units of leader work.
+#[derive(Debug, Default)]
+pub(crate) struct Recorder {
+    /// The simulated time of the current step, as the harness last set it.
+    pub(crate) now: Duration,
+    /// Every unit of leader work: the replica and its span.
+    pub(crate) work: Vec<(usize, Span)>,
+}
+
+impl Recorder {
+    pub(crate) fn begin_work(&mut self, replica: usize, at: Duration) -> usize {
+        self.work.push((replica, Span::open(at)));
+        self.work.len() - 1
+    }
+
+    pub(crate) fn end_work(&mut self, replica: usize, index: usize, at: Duration) {
+        if let Some((owner, span)) = self.work.get_mut(index)
+            && *owner == replica
+            && span.end.is_none()
+        {
+            span.end = Some(at);
+        }
+    }
+
+    /// Ends every unit of work of `replica` still running (its host crashed).
+    pub(crate) fn end_all_work(&mut self, replica: usize, at: Duration) {
+        for (owner, span) in &mut self.work {
+            if *owner == replica && span.end.is_none() {
+                span.end = Some(at);
+            }
+        }
+    }
+}
+
+/// How a term ended, as its `Term` handle reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TermEnd {
+    /// `TermEndCause::Stopped`: a graceful stop.
+    Stopped,
+    /// `TermEndCause::LeadershipLost`: a failed check, a crash or a restart.
+    Lost,
+    /// Still open when the run ended.
+    Open,
+}
+
+/// One term of leadership as the harness observed it.
+#[derive(Debug)]
+pub(crate) struct TermRecord {
+    pub(crate) replica: usize,
+    pub(crate) incarnation: u32,
+    pub(crate) id: u64,
+    pub(crate) span: Span,
+    pub(crate) end: TermEnd,
+    /// A handle on the term, to read its cause when it ends.
+    pub(crate) handle: Option<Term>,
+}
+
+/// A link fault between a replica and a server host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LinkFault {
+    pub(crate) replica: usize,
+    pub(crate) server: usize,
+    pub(crate) span: Span,
+    /// Whether messages are dropped (a partition): a TCP connection that loses a segment is
+    /// wedged for good, as one the kernel retransmits on for minutes. A held link delivers
+    /// everything on release.
+    pub(crate) drops: bool,
+}
+
+/// One incarnation of a replica, from the harness's (re)start to its crash or stop request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UpSpan {
+    pub(crate) replica: usize,
+    pub(crate) span: Span,
+}
+
+/// The harness's history of a run.
+#[derive(Debug, Default)]
+pub(crate) struct History {
+    pub(crate) terms: Vec<TermRecord>,
+    pub(crate) up: Vec<UpSpan>,
+    pub(crate) link_faults: Vec<LinkFault>,
+    /// Other events that disturb one replica's checks, such as the termination of one of its
+    /// sessions (a check may be running on it): (replica, span).
+    pub(crate) disturbances: Vec<(usize, Span)>,
+    /// Query latency set on a server: (server, span).
+    pub(crate) latency: Vec<(usize, Span)>,
+    /// Which server is the primary from when: (since, server), in time order.
+    pub(crate) primaries: Vec<(Duration, usize)>,
+    /// Graceful stop requests: (replica, when).
+    pub(crate) stop_requests: Vec<(usize, Duration)>,
+    /// The number of faults injected.
+    pub(crate) faults: usize,
+    /// When the faults stopped (the liveness phase began).
+    pub(crate) faults_stopped: Option<Duration>,
+    /// When the last replica was up again after the faults stopped.
+    pub(crate) all_up: Option<Duration>,
+    /// When every replica was asked to stop.
+    pub(crate) stop_all: Option<Duration>,
+    /// When the run ended.
+    pub(crate) end: Duration,
+    /// Problems seen while observing (an ERROR event of the adapter, `is_leader()` disagreeing
+    /// with `current_term()`): (time, what).
+    pub(crate) errors: Vec<(Duration, String)>,
+    /// Replicas whose last incarnation did not stop within the stop budget.
+    pub(crate) unstopped: Vec<usize>,
+    /// A host's software failed (returned an error or panicked): (time, what).
+    pub(crate) host_failure: Option<(Duration, String)>,
+    /// The readable trace: (time, who, what).
+    pub(crate) trace: Vec<(Duration, String, String)>,
+}
+
+impl History {
+    pub(crate) fn note(&mut self, at: Duration, who: impl Into<String>, what: impl Into<String>) {
+        self.trace.push((at, who.into(), what.into()));
+    }
+
+    /// The primary at time `at`.
+    pub(crate) fn primary_at(&self, at: Duration) -> usize {
+        self.primaries
+            .iter()
+            .take_while(|(since, _)| *since <= at)
+            .last()
+            .map_or(0, |(_, server)| *server)
+    }
+}

@@ -1,0 +1,199 @@
+//! The software of one replica host: the real `Elector::run` of the adapter, on a pool of
+//! turmoil connections, and a simulated service that runs units of leader work through
+//! `run_if_leader`.
+
+use std::cell::RefCell;
+use std::convert::Infallible;
+use std::rc::Rc;
+use std::time::Duration;
+
+use plexsphere_leader::sabotage::Sabotage;
+use plexsphere_leader::{Config, Elector};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use crate::capture::Tagged;
+use crate::connect::TurmoilConnect;
+use crate::params::Params;
+use crate::record::{Recorder, SharedRecorder};
+use crate::server::Primary;
+
+/// The port every simulated server listens on.
+pub(crate) const PORT: u16 = 5432;
+/// The database every replica connects to.
+pub(crate) const DATABASE: &str = "plexsphere";
+/// How many connections a replica's pool may hold (the election uses one at a time).
+const POOL_SIZE: usize = 2;
+
+/// What the harness sees of one replica host, shared with its software.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    /// The number of times the software started; the current incarnation.
+    pub(crate) incarnation: u32,
+    /// The running incarnation's elector and stop token.
+    pub(crate) live: Option<Live>,
+    /// The current incarnation's `run` returned and the software finished.
+    pub(crate) finished: bool,
+    /// The harness asked the current incarnation to stop, possibly before it started.
+    pub(crate) stop_requested: bool,
+}
+
+/// The handles of a running incarnation.
+#[derive(Debug, Clone)]
+pub(crate) struct Live {
+    pub(crate) elector: Elector,
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// Everything the software of replica `index` is built from.
+pub(crate) struct ReplicaEnv {
+    pub(crate) index: usize,
+    pub(crate) seed: u64,
+    pub(crate) params: Params,
+    pub(crate) primary: Primary,
+    pub(crate) sabotage: Option<Sabotage>,
+    pub(crate) slot: Rc<RefCell<Slot>>,
+    pub(crate) recorder: SharedRecorder,
+}
+
+/// The application name of an incarnation: `r<index>.<incarnation>`. The server logs it with
+/// every session, which ties server-side sessions to replica incarnations.
+pub(crate) fn application_name(index: usize, incarnation: u32) -> String {
+    format!("r{index}.{incarnation}")
+}
+
+/// The (replica, incarnation) an application name of [`application_name`] stands for.
+pub(crate) fn parse_application_name(name: &str) -> Option<(usize, u32)> {
+    let (replica, incarnation) = name.strip_prefix('r')?.split_once('.')?;
+    Some((replica.parse().ok()?, incarnation.parse().ok()?))
+}
+
+/// One incarnation of the replica's software: runs the election until the harness cancels
+/// it, then closes the pool so that no session is left behind.
+pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
+    let incarnation = {
+        let mut slot = env.slot.borrow_mut();
+        slot.incarnation += 1;
+        slot.finished = false;
+        slot.incarnation
+    };
+    let mut pg = tokio_postgres::Config::new();
+    pg.user("app")
+        .dbname(DATABASE)
+        .application_name(application_name(env.index, incarnation));
+    let pool = TurmoilConnect::new(env.primary.clone(), PORT).pool(pg, POOL_SIZE)?;
+    let mut config = Config::new(pool.clone()).check_interval(env.params.interval);
+    if let Some(sabotage) = env.sabotage {
+        config = config.sabotage(sabotage);
+    }
+    let elector = Elector::new(config)?;
+    let shutdown = CancellationToken::new();
+    {
+        let mut slot = env.slot.borrow_mut();
+        if slot.stop_requested {
+            shutdown.cancel();
+        }
+        slot.live = Some(Live {
+            elector: elector.clone(),
+            shutdown: shutdown.clone(),
+        });
+    }
+    let service = tokio::task::spawn_local(Tagged::new(
+        env.index,
+        service(
+            Rc::clone(&env),
+            elector.clone(),
+            shutdown.clone(),
+            incarnation,
+        ),
+    ));
+    let result = Tagged::new(env.index, elector.run(shutdown.clone())).await;
+    shutdown.cancel();
+    let _ended = service.await;
+    pool.close();
+    drop(pool);
+    // Let the runtime drop the aborted connection tasks, so their sockets close (FIN) before
+    // the software returns and turmoil stops ticking this host.
+    tokio::time::sleep(2 * env.params.tick).await;
+    {
+        let mut slot = env.slot.borrow_mut();
+        slot.live = None;
+        slot.finished = true;
+    }
+    Ok(result?)
+}
+
+/// The simulated service: every `work_period` it asks for one unit of leader work, which
+/// runs for a random time up to `longest_work` without looking at its term's token (the
+/// worst case the overlap bound allows for).
+async fn service(
+    env: Rc<ReplicaEnv>,
+    elector: Elector,
+    shutdown: CancellationToken,
+    incarnation: u32,
+) {
+    let mut rng = StdRng::seed_from_u64(
+        env.seed ^ ((env.index as u64) << 48) ^ (u64::from(incarnation) << 32) ^ 0x5e41_71ce,
+    );
+    let mut ticker = tokio::time::interval(env.params.work_period);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let longest = u64::try_from(env.params.longest_work.as_micros()).unwrap_or(u64::MAX);
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let length = Duration::from_micros(rng.random_range(0..=longest));
+        let recorder = Rc::clone(&env.recorder);
+        let index = env.index;
+        let _ran = elector
+            .run_if_leader(&shutdown, |_term| async move {
+                let _work = WorkGuard::begin(recorder, index);
+                tokio::time::sleep(length).await;
+                Ok::<(), Infallible>(())
+            })
+            .await;
+    }
+}
+
+/// Records one unit of leader work from its start to its end (or to the crash that drops it).
+struct WorkGuard {
+    recorder: SharedRecorder,
+    index: usize,
+    span: usize,
+}
+
+impl WorkGuard {
+    fn begin(recorder: SharedRecorder, index: usize) -> Self {
+        let at = sim_time(&recorder);
+        let span = recorder.borrow_mut().begin_work(index, at);
+        Self {
+            recorder,
+            index,
+            span,
+        }
+    }
+}
+
+impl Drop for WorkGuard {
+    fn drop(&mut self) {
+        let at = sim_time(&self.recorder);
+        if let Ok(mut recorder) = self.recorder.try_borrow_mut() {
+            recorder.end_work(self.index, self.span, at);
+        }
+    }
+}
+
+/// The simulated time inside a host. While turmoil drops a crashed host's software no runtime
+/// is entered and tokio would read the real clock, so the harness's time of the crash is used.
+fn sim_time(recorder: &RefCell<Recorder>) -> Duration {
+    let harness = recorder.try_borrow().map(|r| r.now).unwrap_or_default();
+    if tokio::runtime::Handle::try_current().is_ok() {
+        turmoil::sim_elapsed().unwrap_or(harness)
+    } else {
+        harness
+    }
+}

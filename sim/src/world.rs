@@ -1,0 +1,492 @@
+//! The simulated world: two server hosts, K replica hosts, the primary routing, and the fault
+//! primitives the nemesis uses. Every primitive records itself in the history.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use plexsphere_leader::sabotage::Sabotage;
+use plexsphere_leader::{Interruption, TermEndCause};
+use tokio_util::sync::CancellationToken;
+use turmoil::{Builder, Sim};
+
+use crate::capture;
+use crate::params::Params;
+use crate::record::{
+    History, LinkFault, Recorder, SharedRecorder, Span, TermEnd, TermRecord, UpSpan,
+};
+use crate::replica::{self, ReplicaEnv, Slot};
+use crate::server::{Primary, ServerConfig, ServerHandle, SimPostgres};
+
+/// The server host names; index 0 is the first primary.
+pub(crate) const SERVERS: [&str; 2] = ["pg1", "pg2"];
+
+/// The harness's view of one replica host.
+pub(crate) struct ReplicaHost {
+    pub(crate) name: String,
+    pub(crate) slot: Rc<RefCell<Slot>>,
+    /// The incarnation the harness saw last.
+    seen_incarnation: u32,
+    seen_finished: bool,
+    /// The index in `history.terms` of the term open on this replica.
+    open_term: Option<usize>,
+    /// The index in `history.up` of the current up span.
+    up: Option<usize>,
+}
+
+/// The world of one run.
+pub(crate) struct World<'a> {
+    pub(crate) sim: Sim<'a>,
+    pub(crate) params: Params,
+    pub(crate) servers: Vec<ServerHandle>,
+    pub(crate) primary: Primary,
+    pub(crate) replicas: Vec<ReplicaHost>,
+    pub(crate) recorder: SharedRecorder,
+    pub(crate) history: History,
+}
+
+impl World<'_> {
+    pub(crate) fn new(
+        seed: u64,
+        replicas: usize,
+        params: Params,
+        sabotage: Option<Sabotage>,
+    ) -> Self {
+        let mut sim = Builder::new()
+            .rng_seed(seed)
+            .simulation_duration(params.total() * 4)
+            .tick_duration(params.tick)
+            .min_message_latency(params.tick)
+            .max_message_latency(params.max_latency)
+            .build();
+        let mut servers = Vec::new();
+        for (index, name) in SERVERS.iter().enumerate() {
+            let first_pid = 1000 + 100_000 * i32::try_from(index).unwrap_or(0);
+            let (server, handle) =
+                SimPostgres::new(ServerConfig::default().with_first_pid(first_pid));
+            sim.host(*name, move || server.clone().serve(replica::PORT));
+            servers.push(handle);
+        }
+        let primary = Primary::new(SERVERS[0]);
+        let recorder: SharedRecorder = Rc::new(RefCell::new(Recorder::default()));
+        let mut history = History::default();
+        history.primaries.push((Duration::ZERO, 0));
+        let mut hosts = Vec::new();
+        for index in 0..replicas {
+            let name = format!("r{index}");
+            let slot = Rc::new(RefCell::new(Slot::default()));
+            let env = Rc::new(ReplicaEnv {
+                index,
+                seed,
+                params,
+                primary: primary.clone(),
+                sabotage,
+                slot: Rc::clone(&slot),
+                recorder: Rc::clone(&recorder),
+            });
+            sim.host(name.as_str(), move || replica::software(Rc::clone(&env)));
+            history.up.push(UpSpan {
+                replica: index,
+                span: Span::open(Duration::ZERO),
+            });
+            hosts.push(ReplicaHost {
+                name,
+                slot,
+                seen_incarnation: 0,
+                seen_finished: false,
+                open_term: None,
+                up: Some(history.up.len() - 1),
+            });
+        }
+        Self {
+            sim,
+            params,
+            servers,
+            primary,
+            replicas: hosts,
+            recorder,
+            history,
+        }
+    }
+
+    pub(crate) fn now(&self) -> Duration {
+        self.sim.elapsed()
+    }
+
+    /// The index of the current primary.
+    pub(crate) fn primary_index(&self) -> usize {
+        self.history.primary_at(self.now())
+    }
+
+    /// Runs one step, then observes the replicas.
+    ///
+    /// # Errors
+    /// A host's software failed (returned an error or panicked); also recorded in the history.
+    pub(crate) fn step(&mut self) -> Result<(), ()> {
+        let before = self.now();
+        self.set_now(before);
+        let stepped = self.sim.step();
+        let now = self.now();
+        self.set_now(now);
+        for event in capture::drain() {
+            let who = event
+                .replica
+                .map_or_else(|| "?".to_owned(), |r| self.incarnation_name(r));
+            let what = format!("{} {}", event.level, event.text);
+            self.history.note(event.at, who, what);
+            if event.level == tracing::Level::ERROR {
+                let what = format!("ERROR event from the adapter: {}", event.text);
+                self.history.errors.push((event.at, what));
+            }
+        }
+        if let Err(error) = stepped {
+            self.history.host_failure = Some((now, format!("a host's software failed: {error}")));
+            return Err(());
+        }
+        self.observe();
+        Ok(())
+    }
+
+    fn set_now(&self, now: Duration) {
+        capture::set_now(now);
+        self.recorder.borrow_mut().now = now;
+    }
+
+    pub(crate) fn incarnation_name(&self, replica: usize) -> String {
+        let incarnation = self.replicas[replica].slot.borrow().incarnation;
+        replica::application_name(replica, incarnation)
+    }
+
+    /// Observes every replica: incarnations starting and finishing, terms beginning and ending.
+    pub(crate) fn observe(&mut self) {
+        let now = self.now();
+        for index in 0..self.replicas.len() {
+            let (incarnation, finished, live) = {
+                let slot = self.replicas[index].slot.borrow();
+                (slot.incarnation, slot.finished, slot.live.clone())
+            };
+            let host = &mut self.replicas[index];
+            if incarnation != host.seen_incarnation {
+                host.seen_incarnation = incarnation;
+                host.seen_finished = false;
+                let who = replica::application_name(index, incarnation);
+                self.history.note(now, who, "starts");
+            }
+            if finished && !self.replicas[index].seen_finished {
+                self.replicas[index].seen_finished = true;
+                self.history
+                    .note(now, self.incarnation_name(index), "run returned; stopped");
+            }
+            let current = live.as_ref().and_then(|live| {
+                let term = live.elector.current_term();
+                if term.is_some() != live.elector.is_leader() {
+                    let what = format!("r{index}: is_leader() disagrees with current_term()");
+                    self.history.errors.push((now, what));
+                }
+                term.map(|term| (term.get(), live))
+            });
+            self.sync_term(index, incarnation, current, now);
+        }
+    }
+
+    fn sync_term(
+        &mut self,
+        index: usize,
+        incarnation: u32,
+        current: Option<(u64, &crate::replica::Live)>,
+        now: Duration,
+    ) {
+        let open = self.replicas[index].open_term;
+        let same = match (open, &current) {
+            (Some(open), Some((id, _))) => {
+                let term = &self.history.terms[open];
+                term.id == *id && term.incarnation == incarnation
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        if let Some(open) = open {
+            self.end_term(index, open, now);
+        }
+        if let Some((id, live)) = current {
+            let handle = live.elector.term(&CancellationToken::new());
+            self.history.terms.push(TermRecord {
+                replica: index,
+                incarnation,
+                id,
+                span: Span::open(now),
+                end: TermEnd::Open,
+                handle,
+            });
+            self.replicas[index].open_term = Some(self.history.terms.len() - 1);
+            let who = replica::application_name(index, incarnation);
+            self.history.note(now, who, format!("term {id} begins"));
+        }
+    }
+
+    fn end_term(&mut self, index: usize, open: usize, now: Duration) {
+        self.replicas[index].open_term = None;
+        let term = &mut self.history.terms[open];
+        term.span.end = Some(now);
+        let cause = term.handle.take().and_then(|handle| handle.cause());
+        term.end = match cause {
+            Some(Interruption::Term(TermEndCause::Stopped)) => TermEnd::Stopped,
+            _ => TermEnd::Lost,
+        };
+        let what = format!(
+            "term {} ends: {}",
+            term.id,
+            match term.end {
+                TermEnd::Stopped => "stopped",
+                _ => "leadership lost",
+            }
+        );
+        let who = replica::application_name(index, term.incarnation);
+        self.history.note(now, who, what);
+    }
+
+    /// The replicas that lead now, as last observed.
+    pub(crate) fn leaders(&self) -> Vec<usize> {
+        (0..self.replicas.len())
+            .filter(|&r| self.replicas[r].open_term.is_some())
+            .collect()
+    }
+
+    /// Whether replica `r`'s software runs and has not been asked to stop.
+    pub(crate) fn is_up(&self, r: usize) -> bool {
+        self.replicas[r].up.is_some()
+    }
+
+    /// Whether replica `r`'s software finished (after a graceful stop).
+    pub(crate) fn has_finished(&self, r: usize) -> bool {
+        self.replicas[r].slot.borrow().finished
+    }
+
+    fn end_up(&mut self, r: usize) {
+        if let Some(up) = self.replicas[r].up.take() {
+            self.history.up[up].span.end = Some(self.now());
+        }
+    }
+
+    fn begin_up(&mut self, r: usize) {
+        self.end_up(r);
+        self.history.up.push(UpSpan {
+            replica: r,
+            span: Span::open(self.now()),
+        });
+        self.replicas[r].up = Some(self.history.up.len() - 1);
+    }
+
+    fn note(&mut self, who: impl Into<String>, what: impl Into<String>) {
+        let now = self.now();
+        self.history.note(now, who, what);
+    }
+
+    // ---- replica faults ----
+
+    /// Crashes replica `r`'s host: turmoil drops its software, its sockets send FIN.
+    pub(crate) fn crash(&mut self, r: usize) {
+        self.note(self.replicas[r].name.clone(), "host crashes");
+        let name = self.replicas[r].name.clone();
+        self.sim.crash(name.as_str());
+        self.after_software_dropped(r);
+    }
+
+    /// Restarts replica `r`'s host software (a crash first, if it runs).
+    pub(crate) fn bounce(&mut self, r: usize) {
+        self.note(self.replicas[r].name.clone(), "host (re)starts");
+        let name = self.replicas[r].name.clone();
+        self.sim.bounce(name.as_str());
+        self.after_software_dropped(r);
+        {
+            // The new incarnation starts at the next step.
+            let mut slot = self.replicas[r].slot.borrow_mut();
+            slot.finished = false;
+            slot.stop_requested = false;
+        }
+        self.begin_up(r);
+    }
+
+    fn after_software_dropped(&mut self, r: usize) {
+        let now = self.now();
+        self.recorder.borrow_mut().end_all_work(r, now);
+        // The dropped run ended its term: observe it now, at the crash.
+        self.observe();
+        {
+            let mut slot = self.replicas[r].slot.borrow_mut();
+            slot.live = None;
+        }
+        self.end_up(r);
+        for event in capture::drain() {
+            let who = event
+                .replica
+                .map_or_else(|| "?".to_owned(), |r| self.incarnation_name(r));
+            self.history
+                .note(now, who, format!("{} {}", event.level, event.text));
+        }
+    }
+
+    /// Asks replica `r` to stop gracefully (cancels its `run`).
+    pub(crate) fn stop(&mut self, r: usize) {
+        let live = {
+            let mut slot = self.replicas[r].slot.borrow_mut();
+            slot.stop_requested = true;
+            slot.live.clone()
+        };
+        self.note(self.replicas[r].name.clone(), "asked to stop");
+        if let Some(live) = live {
+            live.shutdown.cancel();
+        }
+        let now = self.now();
+        self.history.stop_requests.push((r, now));
+        self.end_up(r);
+    }
+
+    // ---- links ----
+
+    fn link_fault(&mut self, r: usize, server: usize, drops: bool) {
+        let now = self.now();
+        self.history.link_faults.push(LinkFault {
+            replica: r,
+            server,
+            span: Span::open(now),
+            drops,
+        });
+    }
+
+    fn link_healed(&mut self, r: usize, server: usize) {
+        let now = self.now();
+        for fault in &mut self.history.link_faults {
+            if fault.replica == r && fault.server == server && fault.span.end.is_none() {
+                fault.span.end = Some(now);
+            }
+        }
+    }
+
+    /// Drops every message between replica `r` and server `s`, both ways.
+    pub(crate) fn partition(&mut self, r: usize, s: usize) {
+        let name = self.replicas[r].name.clone();
+        self.note(name.clone(), format!("partitioned from {}", SERVERS[s]));
+        self.sim.partition(name.as_str(), SERVERS[s]);
+        self.link_fault(r, s, true);
+    }
+
+    /// Heals [`World::partition`].
+    pub(crate) fn repair(&mut self, r: usize, s: usize) {
+        let name = self.replicas[r].name.clone();
+        self.note(name.clone(), format!("link to {} repaired", SERVERS[s]));
+        self.sim.repair(name.as_str(), SERVERS[s]);
+        self.link_healed(r, s);
+    }
+
+    /// Drops the messages of one direction between replica `r` and server `s`.
+    pub(crate) fn partition_oneway(&mut self, r: usize, s: usize, to_server: bool) {
+        let name = self.replicas[r].name.clone();
+        let (from, to) = oneway(&name, s, to_server);
+        self.note(name.clone(), format!("messages {from} -> {to} dropped"));
+        self.sim.partition_oneway(from.as_str(), to.as_str());
+        self.link_fault(r, s, true);
+    }
+
+    /// Heals [`World::partition_oneway`].
+    pub(crate) fn repair_oneway(&mut self, r: usize, s: usize, to_server: bool) {
+        let name = self.replicas[r].name.clone();
+        let (from, to) = oneway(&name, s, to_server);
+        self.note(name.clone(), format!("messages {from} -> {to} flow again"));
+        self.sim.repair_oneway(from.as_str(), to.as_str());
+        self.link_healed(r, s);
+    }
+
+    /// Holds every message between replica `r` and server `s` (delayed, not dropped).
+    pub(crate) fn hold(&mut self, r: usize, s: usize) {
+        let name = self.replicas[r].name.clone();
+        self.note(name.clone(), format!("link to {} held", SERVERS[s]));
+        self.sim.hold(name.as_str(), SERVERS[s]);
+        self.link_fault(r, s, false);
+    }
+
+    /// Releases [`World::hold`]: held messages are delivered.
+    pub(crate) fn release(&mut self, r: usize, s: usize) {
+        let name = self.replicas[r].name.clone();
+        self.note(name.clone(), format!("link to {} released", SERVERS[s]));
+        self.sim.release(name.as_str(), SERVERS[s]);
+        self.link_healed(r, s);
+    }
+
+    // ---- servers ----
+
+    /// Terminates backend `pid` of server `s` (`pg_terminate_backend`).
+    pub(crate) fn terminate(&mut self, s: usize, pid: i32) {
+        self.note(SERVERS[s], format!("pg_terminate_backend({pid})"));
+        let owner = self.servers[s]
+            .session(pid)
+            .and_then(|session| replica::parse_application_name(&session.application_name));
+        if let Some((replica, _)) = owner {
+            let now = self.now();
+            let span = Span {
+                start: now,
+                end: Some(now),
+            };
+            self.history.disturbances.push((replica, span));
+        }
+        self.servers[s].terminate_backend(pid);
+    }
+
+    /// Crashes server `s`: every session and lock is gone; it refuses connections.
+    pub(crate) fn server_crash(&mut self, s: usize) {
+        self.note(SERVERS[s], "server crashes");
+        self.servers[s].crash();
+    }
+
+    /// Restarts server `s`, empty.
+    pub(crate) fn server_restart(&mut self, s: usize) {
+        self.note(SERVERS[s], "server restarts");
+        self.servers[s].restart();
+    }
+
+    /// Routes new connections to server `s`.
+    pub(crate) fn fail_over_to(&mut self, s: usize) {
+        self.note(SERVERS[s], "becomes the primary (failover)");
+        self.primary.fail_over_to(SERVERS[s]);
+        let now = self.now();
+        self.history.primaries.push((now, s));
+    }
+
+    /// Sets the query latency of server `s`.
+    pub(crate) fn set_latency(&mut self, s: usize, latency: Duration) {
+        self.note(SERVERS[s], format!("query latency {latency:?}"));
+        self.servers[s].set_query_latency(latency);
+        let now = self.now();
+        if latency.is_zero() {
+            for (server, span) in &mut self.history.latency {
+                if *server == s && span.end.is_none() {
+                    span.end = Some(now);
+                }
+            }
+        } else {
+            self.history.latency.push((s, Span::open(now)));
+        }
+    }
+
+    /// The pid of the session holding the leader lock on server `s`, if any.
+    pub(crate) fn lock_holder(&self, s: usize) -> Option<i32> {
+        self.servers[s].locks().first().map(|lock| lock.pid)
+    }
+
+    /// The pids of the live sessions of server `s`.
+    pub(crate) fn session_pids(&self, s: usize) -> Vec<i32> {
+        self.servers[s].sessions().iter().map(|s| s.pid).collect()
+    }
+}
+
+/// The (from, to) host names of one direction between a replica and a server.
+fn oneway(replica: &str, s: usize, to_server: bool) -> (String, String) {
+    if to_server {
+        (replica.to_owned(), SERVERS[s].to_owned())
+    } else {
+        (SERVERS[s].to_owned(), replica.to_owned())
+    }
+}

@@ -1,0 +1,279 @@
+//! The model against the real thing: one scripted sequence of the statements the adapter sends
+//! (grant, refusal, unlock true and false, the idle-session timeout's FATAL 57P05, and
+//! `pg_terminate_backend`'s FATAL 57P01) runs against the simulated server under turmoil and
+//! against the real PostgreSQL on 127.0.0.1:5432 (or `PLEXSPHERE_TEST_DSN`), in a database
+//! created for the test and dropped after it. What the client observes must be the same.
+#![allow(clippy::unwrap_used)] // tests: an unexpected failure is the assertion
+#![allow(missing_docs)] // test functions
+
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::poll_fn;
+use plexsphere_leader_sim::server::{ServerConfig, SimPostgres, connect_with};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, SimpleQueryMessage};
+
+/// The `idle_session_timeout` the script sets, in milliseconds: short, for the real server.
+const IDLE_MS: u64 = 300;
+
+fn grant() -> String {
+    format!(
+        "SELECT CASE WHEN pg_try_advisory_lock(1886156915, 1) THEN \
+         set_config('idle_session_timeout', '{IDLE_MS}', false) IS NOT NULL ELSE false END"
+    )
+}
+
+const UNLOCK: &str = "SELECT pg_advisory_unlock(1886156915, 1)";
+
+/// A client session, with the notices it received and how its connection ended.
+struct Session {
+    client: Client,
+    notices: Arc<Mutex<Vec<String>>>,
+    ended: Arc<Mutex<Option<String>>>,
+}
+
+impl Session {
+    /// Drives `connection` in a task, recording notices and the end (the SQLSTATE of a FATAL,
+    /// or "closed").
+    fn new<S, T>(client: Client, mut connection: Connection<S, T>) -> Self
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let notices = Arc::new(Mutex::new(Vec::new()));
+        let ended = Arc::new(Mutex::new(None));
+        let (n, e) = (Arc::clone(&notices), Arc::clone(&ended));
+        tokio::spawn(async move {
+            loop {
+                match poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(AsyncMessage::Notice(notice))) => n.lock().unwrap().push(format!(
+                        "{} {} {}",
+                        notice.severity(),
+                        notice.code().code(),
+                        notice.message()
+                    )),
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => {
+                        let code = error.as_db_error().map_or_else(
+                            || "closed".to_owned(),
+                            |db| format!("FATAL {}", db.code().code()),
+                        );
+                        *e.lock().unwrap() = Some(code);
+                        return;
+                    }
+                    None => {
+                        *e.lock().unwrap() = Some("closed".to_owned());
+                        return;
+                    }
+                }
+            }
+        });
+        Self {
+            client,
+            notices,
+            ended,
+        }
+    }
+
+    /// The one value `query` returns with the notices it raised, or the error's SQLSTATE.
+    async fn run(&self, query: &str) -> String {
+        let result = self.client.simple_query(query).await;
+        // A notice arrives before the reply it belongs to; give the connection task a turn.
+        tokio::task::yield_now().await;
+        let notices = std::mem::take(&mut *self.notices.lock().unwrap());
+        let value = match result {
+            Ok(messages) => messages
+                .iter()
+                .find_map(|m| match m {
+                    SimpleQueryMessage::Row(row) => Some(row.get(0).unwrap_or("NULL").to_owned()),
+                    _ => None,
+                })
+                .unwrap_or_else(|| "no row".to_owned()),
+            Err(error) => match error.as_db_error() {
+                Some(db) => format!("error {}", db.code().code()),
+                None if error.is_closed() => "error: connection closed".to_owned(),
+                None => "error without SQLSTATE".to_owned(),
+            },
+        };
+        if notices.is_empty() {
+            value
+        } else {
+            format!("{value} + {}", notices.join("; "))
+        }
+    }
+
+    fn ended(&self) -> Option<String> {
+        self.ended.lock().unwrap().clone()
+    }
+
+    /// Waits up to `limit` for the connection to end; returns how it ended.
+    async fn wait_end(&self, limit: Duration) -> String {
+        let step = Duration::from_millis(20);
+        let mut waited = Duration::ZERO;
+        while waited < limit {
+            if let Some(end) = self.ended() {
+                return end;
+            }
+            tokio::time::sleep(step).await;
+            waited += step;
+        }
+        "still open".to_owned()
+    }
+
+    /// Runs `query` until it returns `want` (another backend may still be exiting), at most
+    /// 50 times 20 ms; returns the last answer.
+    async fn run_until(&self, query: &str, want: &str) -> String {
+        let mut last = String::new();
+        for _ in 0..50 {
+            last = self.run(query).await;
+            if last == want {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        last
+    }
+}
+
+/// The scripted sequence; `open` connects a session named after its argument.
+async fn script<F, Fut>(open: F) -> Vec<String>
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Session>,
+{
+    let mut seen = Vec::new();
+    let mut see = |what: &str, observed: String| seen.push(format!("{what}: {observed}"));
+    let a = open("a").await;
+    let b = open("b").await;
+    let c = open("c").await;
+    see("a grant", a.run(&grant()).await);
+    see("b grant while a holds", b.run(&grant()).await);
+    see("b unlock, not held", b.run(UNLOCK).await);
+    see("a idle timeout", a.run("SHOW idle_session_timeout").await);
+    see("b idle timeout", b.run("SHOW idle_session_timeout").await);
+    see("a unlock", a.run(UNLOCK).await);
+    see("a unlock again", a.run(UNLOCK).await);
+    see("b grant after release", b.run(&grant()).await);
+    see("a grant while b holds", a.run(&grant()).await);
+    // a keeps the timeout its grant set (is_local = false) after the unlock: switch it off.
+    see(
+        "a switches its idle timeout off",
+        a.run("SET idle_session_timeout = 0").await,
+    );
+    // b now sits idle past its idle_session_timeout: FATAL 57P05, and the lock goes.
+    tokio::time::sleep(Duration::from_millis(IDLE_MS * 2)).await;
+    see("b ended", b.wait_end(Duration::from_secs(2)).await);
+    see("b query after its end", b.run("SELECT 1").await);
+    see(
+        "a grant after b's timeout",
+        a.run_until(&grant(), "t").await,
+    );
+    let a_pid = a.run("SELECT pg_backend_pid()").await;
+    see(
+        "c terminates a",
+        c.run(&format!("SELECT pg_terminate_backend({a_pid})"))
+            .await,
+    );
+    see("a ended", a.wait_end(Duration::from_secs(2)).await);
+    see(
+        "c grant after a's termination",
+        c.run_until(&grant(), "t").await,
+    );
+    see("c unlock", c.run(UNLOCK).await);
+    see(
+        "c terminates no backend",
+        c.run("SELECT pg_terminate_backend(2147483000)").await,
+    );
+    seen
+}
+
+fn observed_on_the_model() -> Vec<String> {
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(1)
+        .simulation_duration(Duration::from_secs(60))
+        .build();
+    let (server, _handle) = SimPostgres::new(ServerConfig::default());
+    sim.host("pg", move || server.clone().serve(5432));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let out = Arc::clone(&seen);
+    sim.client("app", async move {
+        let open = |name: &'static str| async move {
+            let mut config = Config::new();
+            config
+                .user("app")
+                .dbname("plx_sim_model")
+                .application_name(name);
+            let (client, connection) = connect_with("pg", 5432, &config).await.unwrap();
+            Session::new(client, connection)
+        };
+        *out.lock().unwrap() = script(open).await;
+        Ok(())
+    });
+    sim.run().unwrap();
+    seen.lock().unwrap().clone()
+}
+
+fn real_config() -> Config {
+    let dsn = std::env::var("PLEXSPHERE_TEST_DSN")
+        .ok()
+        .filter(|dsn| !dsn.trim().is_empty())
+        .unwrap_or_else(|| "host=127.0.0.1 port=5432 user=postgres dbname=postgres".to_owned());
+    Config::from_str(&dsn).unwrap()
+}
+
+async fn observed_on_postgres() -> Vec<String> {
+    let admin_config = real_config();
+    let (admin, connection) = admin_config.connect(NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let database = format!("plx_sim_model_{}", std::process::id());
+    admin
+        .simple_query(&format!("DROP DATABASE IF EXISTS {database}"))
+        .await
+        .unwrap();
+    admin
+        .simple_query(&format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    let open = |name: &'static str| {
+        let mut config = real_config();
+        config.dbname(&database).application_name(name);
+        async move {
+            let (client, connection) = config.connect(NoTls).await.unwrap();
+            Session::new(client, connection)
+        }
+    };
+    let seen = script(open).await;
+    admin
+        .simple_query(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .await
+        .unwrap();
+    seen
+}
+
+#[test]
+fn the_simulated_server_answers_the_adapters_statements_as_postgresql_does() {
+    let model = observed_on_the_model();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let real = runtime.block_on(observed_on_postgres());
+    assert_eq!(
+        model,
+        real,
+        "\nmodel:\n  {}\nreal:\n  {}",
+        model.join("\n  "),
+        real.join("\n  ")
+    );
+    assert!(
+        model.iter().any(|line| line == "b ended: FATAL 57P05"),
+        "{model:?}"
+    );
+    assert!(
+        model.iter().any(|line| line == "a ended: FATAL 57P01"),
+        "{model:?}"
+    );
+}

@@ -1,0 +1,60 @@
+//! The checker must be able to fail: with each deliberately broken driver behaviour of the
+//! adapter's `sabotage` feature switched on, one at a time, the simulation reports the
+//! violation that behaviour causes within one cycle of seeds through every fault kind.
+#![allow(missing_docs)] // test functions
+
+use plexsphere_leader_sim::{Property, RunKind, RunOptions, Sabotage, Violation, run_once};
+
+/// One cycle through the run kinds (twelve fault kinds and the mixed one).
+const SEEDS: u64 = 13;
+
+/// The first violation of `property` with `sabotage` on, and its seed.
+fn first_catch(sabotage: Sabotage, property: Property) -> Option<(u64, Violation)> {
+    assert_eq!(RunKind::all().len() as u64, SEEDS);
+    (0..SEEDS).find_map(|seed| {
+        let options = RunOptions {
+            sabotage: Some(sabotage),
+            ..RunOptions::new(seed)
+        };
+        let outcome = run_once(&options);
+        outcome
+            .violations
+            .into_iter()
+            .find(|violation| violation.property == property)
+            .map(|violation| (seed, violation))
+    })
+}
+
+fn assert_caught(sabotage: Sabotage, property: Property) {
+    match first_catch(sabotage, property) {
+        Some((seed, violation)) => {
+            println!("{sabotage:?} caught at seed {seed}: {violation}");
+        }
+        None => panic!("{sabotage:?}: no {property} violation within {SEEDS} seeds"),
+    }
+}
+
+/// A leader that never runs `SELECT 1` keeps leading after its session is gone.
+#[test]
+fn never_ping_is_caught_as_a_late_detection() {
+    assert_caught(Sabotage::NeverPing, Property::Detection);
+}
+
+/// A lock left on a pooled connection is not what the leader checks: when that session dies
+/// the check runs on a fresh connection and succeeds.
+#[test]
+fn return_granted_to_pool_is_caught_as_a_late_detection() {
+    assert_caught(Sabotage::ReturnGrantedToPool, Property::Detection);
+}
+
+/// Without `idle_session_timeout` an orphaned lock session outlives 4·I.
+#[test]
+fn skip_idle_session_timeout_is_caught_by_the_orphan_bound() {
+    assert_caught(Sabotage::SkipIdleSessionTimeout, Property::OrphanBound);
+}
+
+/// A leader that ignores failed checks keeps leading after its session is gone.
+#[test]
+fn keep_term_on_failed_ping_is_caught_as_a_late_detection() {
+    assert_caught(Sabotage::KeepTermOnFailedPing, Property::Detection);
+}

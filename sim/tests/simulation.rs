@@ -1,0 +1,65 @@
+//! The real adapter under the simulation: seeds run clean and deterministically, and a failure
+//! report names the seed and the command that replays it. The CI-sized run (500 seeds) is the
+//! release binary, see .ci/test; these debug-build tests keep to a few seeds.
+#![allow(missing_docs)] // test functions
+
+use plexsphere_leader_sim::{FaultKind, Params, RunKind, RunOptions, run};
+
+fn assert_clean(options: &RunOptions) {
+    let outcome = run(options);
+    assert!(
+        outcome.violations.is_empty(),
+        "{}",
+        outcome.failure_report()
+    );
+    assert!(
+        outcome.measurements.terms > 0,
+        "no leader in seed {}",
+        options.seed
+    );
+    assert!(
+        outcome.measurements.faults > 0,
+        "no fault in seed {}",
+        options.seed
+    );
+}
+
+/// Every fault kind at once, run twice with identical traces.
+#[test]
+fn a_mixed_seed_runs_clean_and_identically_twice() {
+    let options = RunOptions::new(12);
+    assert_eq!(options.kind, RunKind::Mixed);
+    assert_clean(&options);
+}
+
+/// Failovers with a silent old primary push the detection delay to its bound.
+#[test]
+fn a_failover_seed_runs_clean() {
+    let options = RunOptions::new(10);
+    assert_eq!(options.kind, RunKind::Only(FaultKind::Failover));
+    assert_clean(&options);
+}
+
+/// Silent deaths leave orphaned lock sessions that only idle_session_timeout ends.
+#[test]
+fn a_silent_death_seed_with_two_replicas_runs_clean() {
+    let options = RunOptions {
+        replicas: 2,
+        ..RunOptions::new(4)
+    };
+    assert_eq!(options.kind, RunKind::Only(FaultKind::SilentDeath));
+    assert_clean(&options);
+}
+
+#[test]
+fn a_failure_report_names_the_seed_and_the_replay_command() {
+    let options = RunOptions {
+        replicas: 5,
+        params: Params::default(),
+        ..RunOptions::new(4242)
+    };
+    assert_eq!(
+        options.replay_command(),
+        "cargo run --release -p plexsphere-leader-sim -- --seed 4242 --replicas 5"
+    );
+}
