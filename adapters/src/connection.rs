@@ -93,22 +93,20 @@ pub(crate) fn ping(held: Arc<Held>, conn: ConnId) -> Operation {
 }
 
 async fn ping_on(client: &tokio_postgres::Client, conn: ConnId) -> Completion {
-    {
-        let event = match single_value(client, sql::PING, "SELECT 1").await {
-            Ok(value) if value == "1" => Event::PingOk { conn },
-            Ok(other) => Event::PingFailed {
-                conn,
-                cause: CheckError::UnexpectedReply {
-                    statement: "SELECT 1",
-                    detail: other,
-                },
+    let event = match single_value(client, sql::PING, "SELECT 1").await {
+        Ok(value) if value == "1" => Event::PingOk { conn },
+        Ok(other) => Event::PingFailed {
+            conn,
+            cause: CheckError::UnexpectedReply {
+                statement: "SELECT 1",
+                detail: other,
             },
-            Err(cause) => Event::PingFailed { conn, cause },
-        };
-        Completion {
-            event,
-            acquired: None,
-        }
+        },
+        Err(cause) => Event::PingFailed { conn, cause },
+    };
+    Completion {
+        event,
+        acquired: None,
     }
 }
 

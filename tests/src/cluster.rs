@@ -376,7 +376,7 @@ impl Tools {
 }
 
 /// `(uid, gid)` of the `postgres` OS user, from `/etc/passwd`.
-fn postgres_user() -> Result<(u32, u32), HarnessError> {
+pub(crate) fn postgres_user() -> Result<(u32, u32), HarnessError> {
     let passwd = std::fs::read_to_string("/etc/passwd")
         .map_err(|e| HarnessError::io("read /etc/passwd", e))?;
     passwd

@@ -266,18 +266,7 @@ fn run_as() -> Result<Option<(u32, u32)>, HarnessError> {
     if me.uid() != 0 {
         return Ok(None);
     }
-    let passwd = std::fs::read_to_string("/etc/passwd")
-        .map_err(|e| HarnessError::io("read /etc/passwd", e))?;
-    passwd
-        .lines()
-        .map(|line| line.split(':').collect::<Vec<_>>())
-        .find(|fields| fields.first() == Some(&"postgres"))
-        .and_then(|fields| Some((fields.get(2)?.parse().ok()?, fields.get(3)?.parse().ok()?)))
-        .map(Some)
-        .ok_or_else(|| HarnessError::Invalid {
-            what: "OS user",
-            detail: "running as root but /etc/passwd has no usable `postgres` user".to_owned(),
-        })
+    crate::cluster::postgres_user().map(Some)
 }
 
 fn tcp_host(config: &Config) -> Result<(String, u16), HarnessError> {
