@@ -388,7 +388,7 @@ async fn a_panic_in_run_ends_the_term_and_closes_the_session_without_unlocking()
     );
     let db = TestDb::create("panic").await.unwrap();
     let replica = {
-        let _panic_guard = tracing::subscriber::set_default(panicking);
+        let _panic_guard = support::scoped_subscriber(panicking);
         let replica = Replica::spawn(db.pool(2).unwrap(), I);
         let joined = tokio::time::timeout(STARTUP, replica.task)
             .await

@@ -209,8 +209,7 @@ async fn the_shutdown_under_a_pass_leaves_the_probe_as_it_was() {
 #[tokio::test(start_paused = true)]
 async fn a_panicking_pass_is_a_failed_tick_logged_at_error_and_warn_and_the_loop_keeps_ticking() {
     let logs = Logs::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(logs.clone()));
+    let _guard = logs.install();
     let (election, script, readiness) = (Manual::default(), Script::default(), Readiness::new());
     let ticker = ticker(&election, &script, &readiness);
     let shutdown = CancellationToken::new();
@@ -255,8 +254,7 @@ async fn a_panicking_pass_is_a_failed_tick_logged_at_error_and_warn_and_the_loop
 #[tokio::test(start_paused = true)]
 async fn every_failed_tick_writes_a_warn_line_even_without_a_probe() {
     let logs = Logs::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(logs.clone()));
+    let _guard = logs.install();
     let (election, script) = (Manual::default(), Script::default());
     let ticker = LeaderTicker::new("rate-budget-sweep", election.clone(), PERIOD, script.pass());
     election.lead();
@@ -492,6 +490,18 @@ struct Line {
 }
 
 impl Logs {
+    /// Installs the capture for the current thread, after making sure a silent global default
+    /// exists: `tracing` caches callsite interest process-wide, and a parallel test thread with
+    /// no subscriber that reaches a callsite first would otherwise cache it as `never`.
+    fn install(&self) -> tracing::subscriber::DefaultGuard {
+        static GLOBAL: std::sync::Once = std::sync::Once::new();
+        GLOBAL.call_once(|| {
+            // Fails only if a default is already set, which serves the same purpose.
+            let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+        });
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(self.clone()))
+    }
+
     fn find(&self, prefix: &str) -> Option<Line> {
         self.all(prefix).into_iter().next()
     }

@@ -140,6 +140,25 @@ pub async fn sole_leader(replicas: &[Replica], timeout: Duration) -> usize {
         .expect("a leader")
 }
 
+/// Installs `subscriber` for the current thread, after making sure a global (silent) default
+/// exists.
+///
+/// `tracing` caches each callsite's interest process-wide, computed the first time any thread
+/// reaches it. Without a global default, a parallel test thread that has no subscriber can
+/// reach a callsite first and cache it as `never`, and a capturing (or panicking) subscriber
+/// on another thread then never sees that event (tokio-rs/tracing's callsite-interest race).
+/// A global registry makes every thread's answer at least `sometimes`.
+pub fn scoped_subscriber(
+    subscriber: impl tracing::Subscriber + Send + Sync + 'static,
+) -> tracing::subscriber::DefaultGuard {
+    static GLOBAL: std::sync::Once = std::sync::Once::new();
+    GLOBAL.call_once(|| {
+        // Fails only if a default is already set, which serves the same purpose.
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+    });
+    tracing::subscriber::set_default(subscriber)
+}
+
 /// Captured log lines (`LEVEL message field=value ...`) of the current thread's subscriber.
 #[derive(Clone, Default)]
 pub struct Logs {
@@ -152,7 +171,7 @@ impl Logs {
     pub fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
         let logs = Self::default();
         let subscriber = tracing_subscriber::registry().with(logs.clone());
-        (logs.clone(), tracing::subscriber::set_default(subscriber))
+        (logs.clone(), scoped_subscriber(subscriber))
     }
 
     pub fn lines(&self) -> Vec<String> {
