@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use deadpool_postgres::{ClientWrapper, Object, Pool};
 use plexsphere_leader_core::{ConnId, Event};
-use tokio_postgres::SimpleQueryMessage;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{SimpleQueryMessage, SimpleQueryRow};
 
-use crate::error::CheckError;
-use crate::sql;
+use crate::error::{CheckError, LockFinding};
+use crate::sql::{self, outcome};
+use crate::term::TermShared;
 
 /// A connection of the election.
 pub(crate) enum Held {
@@ -26,6 +28,12 @@ impl Held {
             Self::Pooled(object) => object,
             Self::Hijacked(client) => client,
         }
+    }
+
+    /// Whether this is the lock connection (taken out of the pool) and its connection task
+    /// has ended: the server closed the session, or the socket broke.
+    pub(crate) fn lock_session_closed(&self) -> bool {
+        matches!(self, Self::Hijacked(client) if client.is_closed())
     }
 
     /// Closes the connection without returning it to the pool: the server then ends the session
@@ -51,6 +59,18 @@ impl Held {
 pub(crate) struct Completion {
     pub(crate) event: Event<CheckError>,
     pub(crate) acquired: Option<Object>,
+    /// For a grant: the backend that was granted the lock.
+    pub(crate) granted_pid: Option<i32>,
+}
+
+impl Completion {
+    pub(crate) fn of(event: Event<CheckError>) -> Self {
+        Self {
+            event,
+            acquired: None,
+            granted_pid: None,
+        }
+    }
 }
 
 /// An operation in flight on one connection.
@@ -60,31 +80,119 @@ pub(crate) fn acquire(pool: Pool, conn: ConnId) -> Operation {
     Box::pin(async move {
         match pool.get().await {
             Ok(object) => Completion {
-                event: Event::ConnectionAcquired { conn },
                 acquired: Some(object),
+                ..Completion::of(Event::ConnectionAcquired { conn })
             },
-            Err(error) => Completion {
-                event: Event::AcquireFailed {
-                    conn,
-                    cause: error.into(),
-                },
-                acquired: None,
-            },
+            Err(error) => Completion::of(Event::AcquireFailed {
+                conn,
+                cause: error.into(),
+            }),
         }
     })
 }
 
+/// Runs a grant statement of [`sql`] (`try_lock`, `wait_for_lock`): `(outcome, pid)`.
 pub(crate) fn try_lock(held: Arc<Held>, conn: ConnId, statement: String) -> Operation {
     Box::pin(async move {
-        let event = match boolean(held.client(), &statement, "the lock statement").await {
-            Ok(true) => Event::LockGranted { conn },
-            Ok(false) => Event::LockRefused { conn },
-            Err(cause) => Event::LockQueryFailed { conn, cause },
+        let name = "the lock statement";
+        let answer = match one_row(held.client(), &statement, name).await {
+            Ok(row) => text(&row, 0, name).and_then(|outcome| {
+                let pid = text(&row, 1, name)?;
+                Ok((outcome, parse_int::<i32>(&pid, name)?))
+            }),
+            Err(error) => Err(error),
         };
-        Completion {
-            event,
-            acquired: None,
+        match answer {
+            Ok((granted, pid)) if granted == outcome::GRANTED => Completion {
+                granted_pid: Some(pid),
+                ..Completion::of(Event::LockGranted { conn })
+            },
+            Ok((refused, _)) if refused == outcome::REFUSED => {
+                Completion::of(Event::LockRefused { conn })
+            }
+            Ok((other, _)) => {
+                let cause = match other.as_str() {
+                    outcome::IN_RECOVERY => CheckError::InRecovery,
+                    outcome::SHARED => CheckError::SharedSession,
+                    _ => CheckError::UnexpectedReply {
+                        statement: name,
+                        detail: format!("{other:?}"),
+                    },
+                };
+                Completion::of(Event::LockQueryFailed { conn, cause })
+            }
+            // The server's lock_timeout ended a queued wait: refused, nothing held, and the
+            // transaction-local setting is gone with the rolled-back statement.
+            Err(cause) if is_lock_timeout(&cause) => Completion::of(Event::LockRefused { conn }),
+            Err(cause) => Completion::of(Event::LockQueryFailed { conn, cause }),
         }
+    })
+}
+
+fn is_lock_timeout(error: &CheckError) -> bool {
+    error
+        .db_error()
+        .is_some_and(|db| *db.code() == SqlState::LOCK_NOT_AVAILABLE)
+}
+
+/// The leader's check ([`sql::verify`]): the same backend as granted, not in recovery, the lock
+/// still in `pg_locks` for it, and the session marked by this client's grant.
+pub(crate) fn verify(held: Arc<Held>, conn: ConnId, granted_pid: i32) -> Operation {
+    Box::pin(async move {
+        let event = match verify_on(held.client(), granted_pid).await {
+            Ok(()) => Event::PingOk { conn },
+            Err(cause) => Event::PingFailed { conn, cause },
+        };
+        Completion::of(event)
+    })
+}
+
+async fn verify_on(client: &tokio_postgres::Client, granted_pid: i32) -> Result<(), CheckError> {
+    let name = "the lock check";
+    let row = one_row(client, &sql::verify(), name).await?;
+    let pid = parse_int::<i32>(&text(&row, 0, name)?, name)?;
+    let in_recovery = text(&row, 1, name)? == "t";
+    let holds = text(&row, 2, name)? == "t";
+    let marker = row.try_get(3)?;
+    let finding = if pid != granted_pid {
+        Some(LockFinding::BackendChanged {
+            granted: granted_pid,
+            now: pid,
+        })
+    } else if in_recovery {
+        Some(LockFinding::InRecovery)
+    } else if !holds {
+        Some(LockFinding::NotHeld)
+    } else if marker != Some(outcome::GRANTED) {
+        Some(LockFinding::SessionShared)
+    } else {
+        None
+    };
+    finding.map_or(Ok(()), |finding| {
+        Err(CheckError::LockNotVerified(finding))
+    })
+}
+
+/// Fencing ([`sql::advance_epoch`]): the new term's epoch.
+pub(crate) fn advance_epoch(held: Arc<Held>, conn: ConnId) -> Operation {
+    Box::pin(async move {
+        let name = "the fencing epoch";
+        let epoch = match single_value(held.client(), &sql::advance_epoch(), name).await {
+            Ok(value) => parse_int::<u64>(&value, name),
+            Err(error) => Err(error),
+        };
+        Completion::of(match epoch {
+            Ok(epoch) => Event::EpochAdvanced { conn, epoch },
+            Err(cause) => Event::EpochFailed { conn, cause },
+        })
+    })
+}
+
+/// A graceful stop: resolves once no [`Term`](crate::Term) of the stopped term is alive.
+pub(crate) fn await_work(term: Arc<TermShared>) -> Operation {
+    Box::pin(async move {
+        term.drained().await;
+        Completion::of(Event::WorkDrained { term: term.id() })
     })
 }
 
@@ -92,6 +200,7 @@ pub(crate) fn ping(held: Arc<Held>, conn: ConnId) -> Operation {
     Box::pin(async move { ping_on(held.client(), conn).await })
 }
 
+/// The spec's `SELECT 1` check, kept for the sabotage variants.
 async fn ping_on(client: &tokio_postgres::Client, conn: ConnId) -> Completion {
     let event = match single_value(client, sql::PING, "SELECT 1").await {
         Ok(value) if value == "1" => Event::PingOk { conn },
@@ -104,10 +213,7 @@ async fn ping_on(client: &tokio_postgres::Client, conn: ConnId) -> Completion {
         },
         Err(cause) => Event::PingFailed { conn, cause },
     };
-    Completion {
-        event,
-        acquired: None,
-    }
+    Completion::of(event)
 }
 
 /// Sabotage [`ReturnGrantedToPool`](crate::sabotage::Sabotage::ReturnGrantedToPool): the check
@@ -116,13 +222,10 @@ pub(crate) fn ping_any_pooled(pool: Pool, conn: ConnId) -> Operation {
     Box::pin(async move {
         match pool.get().await {
             Ok(object) => ping_on(&object, conn).await,
-            Err(error) => Completion {
-                event: Event::PingFailed {
-                    conn,
-                    cause: error.into(),
-                },
-                acquired: None,
-            },
+            Err(error) => Completion::of(Event::PingFailed {
+                conn,
+                cause: error.into(),
+            }),
         }
     })
 }
@@ -136,19 +239,13 @@ pub(crate) fn ping_always_ok(
 ) -> Operation {
     Box::pin(async move {
         let _ = tokio::time::timeout(patience, ping_on(held.client(), conn)).await;
-        Completion {
-            event: Event::PingOk { conn },
-            acquired: None,
-        }
+        Completion::of(Event::PingOk { conn })
     })
 }
 
 /// Sabotage [`NeverPing`](crate::sabotage::Sabotage::NeverPing): success without a query.
 pub(crate) fn ping_skipped(conn: ConnId) -> Operation {
-    Box::pin(std::future::ready(Completion {
-        event: Event::PingOk { conn },
-        acquired: None,
-    }))
+    Box::pin(std::future::ready(Completion::of(Event::PingOk { conn })))
 }
 
 pub(crate) fn unlock(held: Arc<Held>, conn: ConnId) -> Operation {
@@ -157,10 +254,7 @@ pub(crate) fn unlock(held: Arc<Held>, conn: ConnId) -> Operation {
             Ok(released) => Event::UnlockDone { conn, released },
             Err(cause) => Event::UnlockFailed { conn, cause },
         };
-        Completion {
-            event,
-            acquired: None,
-        }
+        Completion::of(event)
     })
 }
 
@@ -185,19 +279,41 @@ async fn single_value(
     statement: &str,
     name: &'static str,
 ) -> Result<String, CheckError> {
+    text(&one_row(client, statement, name).await?, 0, name)
+}
+
+/// The one row `statement` returns.
+async fn one_row(
+    client: &tokio_postgres::Client,
+    statement: &str,
+    name: &'static str,
+) -> Result<SimpleQueryRow, CheckError> {
     let messages = client.simple_query(statement).await?;
-    let mut rows = messages.iter().filter_map(|message| match message {
+    let mut rows = messages.into_iter().filter_map(|message| match message {
         SimpleQueryMessage::Row(row) => Some(row),
         _ => None,
     });
-    let unexpected = |detail: String| CheckError::UnexpectedReply {
-        statement: name,
-        detail,
-    };
-    let row = rows.next().ok_or_else(|| unexpected("no row".into()))?;
+    let row = rows.next().ok_or_else(|| unexpected(name, "no row".into()))?;
     if rows.next().is_some() {
-        return Err(unexpected("more than one row".into()));
+        return Err(unexpected(name, "more than one row".into()));
     }
-    let value = row.try_get(0)?.ok_or_else(|| unexpected("NULL".into()))?;
+    Ok(row)
+}
+
+/// The text of column `index`, which must not be NULL.
+fn text(row: &SimpleQueryRow, index: usize, name: &'static str) -> Result<String, CheckError> {
+    let value = row
+        .try_get(index)?
+        .ok_or_else(|| unexpected(name, format!("NULL in column {index}")))?;
     Ok(value.to_owned())
+}
+
+fn parse_int<T: std::str::FromStr>(value: &str, name: &'static str) -> Result<T, CheckError> {
+    value
+        .parse()
+        .map_err(|_| unexpected(name, format!("{value:?} is not an integer")))
+}
+
+fn unexpected(statement: &'static str, detail: String) -> CheckError {
+    CheckError::UnexpectedReply { statement, detail }
 }

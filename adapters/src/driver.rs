@@ -2,16 +2,24 @@
 //! what happened, and sleeps until the core's next deadline. It makes no decision of its own.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use plexsphere_leader_core::{Action, ConnId, Event, Handled};
+use plexsphere_leader_core::{Action, ConnId, Event, Handled, LogKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::connection::{self, Completion, Held, Operation};
 use crate::elector::Inner;
-use crate::error::RunError;
+use crate::error::{CheckError, RunError};
 use crate::log;
 use crate::sabotage::Sabotage;
 use crate::sql;
+use crate::term::TermShared;
+
+/// How often the session watch looks at the lock connection's closed flag (an atomic read of
+/// the client's channel): the leader notices a closed lock session within this period, instead
+/// of at its next check. deadpool-postgres owns the connection task, so its end cannot be
+/// awaited; this poll costs one timer wake-up per period on the leader only.
+pub const SESSION_WATCH_PERIOD: Duration = Duration::from_millis(5);
 
 /// One run of the election. Dropping it before the run finished (a panic unwinding through
 /// `run`, or the `run` future dropped) reports [`Event::Panicked`] or [`Event::Dropped`] to the
@@ -20,6 +28,12 @@ pub(crate) struct Driver {
     inner: Arc<Inner>,
     held: Option<(ConnId, Arc<Held>)>,
     in_flight: Option<Operation>,
+    /// The backend granted the lock on the held connection.
+    granted_pid: Option<i32>,
+    /// The term a graceful stop ended, whose work it awaits.
+    stopped_term: Option<Arc<TermShared>>,
+    /// The lock connection whose end was already reported.
+    watch_reported: Option<ConnId>,
     finished: bool,
 }
 
@@ -27,6 +41,7 @@ pub(crate) struct Driver {
 enum Wake {
     Stop,
     Completed(Completion),
+    SessionEnded(ConnId),
     Deadline,
 }
 
@@ -41,6 +56,9 @@ impl Driver {
             inner,
             held: None,
             in_flight: None,
+            granted_pid: None,
+            stopped_term: None,
+            watch_reported: None,
             finished: false,
         };
         driver.perform_queued();
@@ -65,6 +83,7 @@ impl Driver {
                 biased;
                 () = shutdown.cancelled(), if !stop_reported => Wake::Stop,
                 completion = in_flight(&mut self.in_flight) => Wake::Completed(completion),
+                conn = watch_session(&self.held, self.watch_reported) => Wake::SessionEnded(conn),
                 () = &mut sleep, if armed.is_some() => Wake::Deadline,
             };
             match wake {
@@ -76,6 +95,13 @@ impl Driver {
                     self.in_flight = None;
                     self.complete(completion);
                 }
+                Wake::SessionEnded(conn) => {
+                    self.watch_reported = Some(conn);
+                    self.handle(Event::SessionEnded {
+                        conn,
+                        cause: CheckError::SessionEnded,
+                    });
+                }
                 Wake::Deadline => {
                     self.inner.election().handle_timeout(now());
                     self.perform_queued();
@@ -85,9 +111,16 @@ impl Driver {
     }
 
     fn complete(&mut self, completion: Completion) {
-        let Completion { event, acquired } = completion;
+        let Completion {
+            event,
+            acquired,
+            granted_pid,
+        } = completion;
         if let (Some(object), Some(conn)) = (acquired, event.conn()) {
             self.held = Some((conn, Arc::new(Held::Pooled(object))));
+        }
+        if granted_pid.is_some() {
+            self.granted_pid = granted_pid;
         }
         let acquired = matches!(event, Event::ConnectionAcquired { .. });
         if let (Handled::Ignored(_), true) = (self.handle(event), acquired) {
@@ -124,6 +157,26 @@ impl Driver {
                 };
                 self.start_on(conn, |held| connection::try_lock(held, conn, statement));
             }
+            Action::WaitForLock { conn, lock_timeout } => {
+                let lock_timeout_ms = u32::try_from(lock_timeout.as_millis().max(1))
+                    .unwrap_or(i32::MAX as u32)
+                    .min(i32::MAX as u32);
+                let idle_ms = self.inner.interval().idle_session_timeout_millis();
+                let statement = sql::wait_for_lock(lock_timeout_ms, idle_ms);
+                self.start_on(conn, |held| connection::try_lock(held, conn, statement));
+            }
+            Action::AdvanceEpoch { conn } => {
+                self.start_on(conn, |held| connection::advance_epoch(held, conn));
+            }
+            Action::AwaitWork { term } => {
+                let stopped = self.stopped_term.clone().filter(|shared| shared.id() == term);
+                self.in_flight = Some(match stopped {
+                    Some(shared) => connection::await_work(shared),
+                    None => Box::pin(std::future::ready(Completion::of(Event::WorkDrained {
+                        term,
+                    }))),
+                });
+            }
             Action::Ping { conn } => self.ping(conn),
             Action::Unlock { conn } => self.start_on(conn, |held| connection::unlock(held, conn)),
             Action::ReturnToPool { conn } => {
@@ -145,9 +198,14 @@ impl Driver {
                     held.close();
                 }
             }
-            Action::BeginTerm { term } => self.inner.begin_term(term),
-            Action::EndTerm { cause, .. } => self.inner.end_term(cause),
-            Action::Log(record) => log::emit(&record, self.inner.interval().get()),
+            Action::BeginTerm { term, epoch } => self.inner.begin_term(term, epoch),
+            Action::EndTerm { cause, .. } => self.stopped_term = self.inner.end_term(cause),
+            Action::Log(record) => {
+                let work = (record.kind == LogKind::WorkOutlivedStop)
+                    .then(|| self.stopped_term.as_ref().map(|t| t.running_work().join(", ")))
+                    .flatten();
+                log::emit(&record, self.inner.interval().get(), work.as_deref());
+            }
             Action::Finish => self.finished = true,
         }
     }
@@ -165,9 +223,10 @@ impl Driver {
                     connection::ping_always_ok(held, conn, patience)
                 });
             }
-            Some(Sabotage::SkipIdleSessionTimeout) | None => {
-                self.start_on(conn, |held| connection::ping(held, conn));
-            }
+            Some(Sabotage::SkipIdleSessionTimeout) | None => match self.granted_pid {
+                Some(pid) => self.start_on(conn, |held| connection::verify(held, conn, pid)),
+                None => self.start_on(conn, |held| connection::ping(held, conn)),
+            },
         }
     }
 
@@ -218,6 +277,22 @@ impl Drop for Driver {
         {
             held.close();
         }
+    }
+}
+
+/// Resolves with the lock connection once it has closed (and was not reported yet); never
+/// resolves while no lock connection is held.
+async fn watch_session(held: &Option<(ConnId, Arc<Held>)>, reported: Option<ConnId>) -> ConnId {
+    match held {
+        Some((conn, held)) if reported != Some(*conn) && matches!(**held, Held::Hijacked(_)) => {
+            loop {
+                if held.lock_session_closed() {
+                    return *conn;
+                }
+                tokio::time::sleep(SESSION_WATCH_PERIOD).await;
+            }
+        }
+        _ => std::future::pending().await,
     }
 }
 

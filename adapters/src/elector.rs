@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use plexsphere_leader_core::work::WorkOutcome;
-use plexsphere_leader_core::{CheckInterval, Election, TermEndCause, TermId};
+use plexsphere_leader_core::{CheckInterval, Election, Options, TermEndCause, TermId};
 use prometheus::IntGauge;
 use tokio_util::sync::CancellationToken;
 
@@ -31,7 +31,7 @@ pub struct Elector {
 
 pub(crate) struct Inner {
     pool: Pool,
-    interval: CheckInterval,
+    options: Options,
     election: Mutex<Election<CheckError>>,
     leading: AtomicBool,
     current: Mutex<Option<Arc<TermShared>>>,
@@ -45,18 +45,18 @@ impl Elector {
     ///
     /// # Errors
     /// [`ConfigError::CheckInterval`] when the interval is below 1 ms or four intervals exceed
-    /// what `idle_session_timeout` holds; [`ConfigError::Metrics`] when the gauge cannot be
-    /// registered.
+    /// what `idle_session_timeout` holds; [`ConfigError::StopGrace`] when the stop grace is
+    /// longer than two intervals; [`ConfigError::Metrics`] when the gauge cannot be registered.
     pub fn new(config: Config) -> Result<Self, ConfigError> {
-        let interval = CheckInterval::new(config.check_interval)?;
+        let options = config.options()?;
         let gauge = match &config.registry {
             Some(registry) => Some(metrics::leader_gauge(registry).map_err(ConfigError::Metrics)?),
             None => None,
         };
         let inner = Inner {
             pool: config.pool,
-            interval,
-            election: Mutex::new(Election::new(interval)),
+            options,
+            election: Mutex::new(Election::with_options(options)),
             leading: AtomicBool::new(false),
             current: Mutex::new(None),
             gauge,
@@ -164,7 +164,7 @@ impl Elector {
 
     /// The validated check interval.
     pub fn check_interval(&self) -> Duration {
-        self.inner.interval.get()
+        self.inner.interval().get()
     }
 }
 
@@ -178,7 +178,7 @@ impl Inner {
     }
 
     pub(crate) fn interval(&self) -> CheckInterval {
-        self.interval
+        self.options.interval()
     }
 
     /// The test-only broken behaviour, if any (always `None` without the `sabotage` feature).
@@ -187,8 +187,9 @@ impl Inner {
     }
 
     /// A term begins: its handles can be taken, then is-leader and the gauge turn on.
-    pub(crate) fn begin_term(&self, id: TermId) {
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(TermShared::new(id));
+    pub(crate) fn begin_term(&self, id: TermId, epoch: Option<u64>) {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(TermShared::new(id, epoch));
         self.leading.store(true, Ordering::Release);
         if let Some(gauge) = &self.gauge {
             gauge.set(1);
@@ -196,7 +197,8 @@ impl Inner {
     }
 
     /// The term ends: is-leader and the gauge turn off, then every handle's token is cancelled.
-    pub(crate) fn end_term(&self, cause: TermEndCause) {
+    /// Returns the ended term, whose work a graceful stop then awaits.
+    pub(crate) fn end_term(&self, cause: TermEndCause) -> Option<Arc<TermShared>> {
         self.leading.store(false, Ordering::Release);
         if let Some(gauge) = &self.gauge {
             gauge.set(0);
@@ -206,16 +208,17 @@ impl Inner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(term) = current {
+        if let Some(term) = &current {
             term.end(cause);
         }
+        current
     }
 }
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Elector")
-            .field("interval", &self.interval)
+            .field("options", &self.options)
             .field("is_leader", &self.leading.load(Ordering::Relaxed))
             .field("election", &*self.election())
             .finish()

@@ -1,6 +1,6 @@
 //! Errors of the elector.
 
-use plexsphere_leader_core::IntervalError;
+use plexsphere_leader_core::{IntervalError, StopGraceTooLong};
 
 /// Why a check (connection acquire, grant statement, ping, unlock) failed. The election logs it
 /// as the cause and carries on; it never contains the DSN or a password.
@@ -23,6 +23,61 @@ pub enum CheckError {
         /// What came back.
         detail: String,
     },
+    /// The grant statement found the server in recovery (a hot standby): the lock is only
+    /// taken on a primary.
+    InRecovery,
+    /// The grant statement found the lock already held by its own session before this replica
+    /// asked: the server session is shared between clients, as behind PgBouncer in transaction
+    /// mode. The elector refuses to lead through such a pooler.
+    SharedSession,
+    /// The leader's check found that its session no longer proves the lock.
+    LockNotVerified(LockFinding),
+    /// The lock connection closed on its own (noticed by the session watch).
+    SessionEnded,
+}
+
+/// What the leader's check found wrong with its session. Each names its likely cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockFinding {
+    /// The check ran on another backend than the one granted the lock.
+    BackendChanged {
+        /// The backend granted the lock.
+        granted: i32,
+        /// The backend that answered the check.
+        now: i32,
+    },
+    /// The server is in recovery.
+    InRecovery,
+    /// The session's row of the lock is gone from `pg_locks`.
+    NotHeld,
+    /// Another client's grant statement ran on this session (the marker says `shared`, or is
+    /// missing).
+    SessionShared,
+}
+
+impl std::fmt::Display for LockFinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::BackendChanged { granted, now } => write!(
+                f,
+                "the check ran on backend {now}, not on backend {granted} that was granted the \
+                 lock: a transaction-mode pooler or a re-routed connection"
+            ),
+            Self::InRecovery => f.write_str(
+                "the server is in recovery: it was demoted by a failover, or the connection was \
+                 re-routed to a standby",
+            ),
+            Self::NotHeld => f.write_str(
+                "the session no longer holds the lock in pg_locks: it was unlocked by a statement \
+                 on the lock session, or the server was replaced by one that never saw it \
+                 (failover)",
+            ),
+            Self::SessionShared => f.write_str(
+                "another client ran the grant statement on this session: the server session is \
+                 shared, as behind PgBouncer in transaction mode",
+            ),
+        }
+    }
 }
 
 impl CheckError {
@@ -61,6 +116,21 @@ impl std::fmt::Display for CheckError {
             Self::UnexpectedReply { statement, detail } => {
                 write!(f, "unexpected answer to {statement}: {detail}")
             }
+            Self::InRecovery => f.write_str(
+                "the server is in recovery (a hot standby): the leader lock is only taken on \
+                 the primary",
+            ),
+            Self::SharedSession => f.write_str(
+                "the session already held the leader lock before this replica asked: the \
+                 server session is shared between clients, as behind PgBouncer in transaction \
+                 mode; the elector refuses to lead through it (use session pooling or a direct \
+                 connection)",
+            ),
+            Self::LockNotVerified(finding) => write!(f, "lock check failed: {finding}"),
+            Self::SessionEnded => f.write_str(
+                "the lock session's connection closed (the server terminated the backend, \
+                 restarted or failed over, or the socket was reset)",
+            ),
         }
     }
 }
@@ -95,6 +165,9 @@ pub enum ConfigError {
     /// different kind uses the name, or the registry refused it.
     #[error("registry: cannot register the plexsphere_background_leader gauge: {0}")]
     Metrics(#[source] prometheus::Error),
+    /// `stop_grace` is longer than two check intervals.
+    #[error(transparent)]
+    StopGrace(#[from] StopGraceTooLong),
 }
 
 /// Why [`Elector::run`](crate::Elector::run) returned an error.

@@ -36,6 +36,7 @@ mod connection;
 mod driver;
 mod elector;
 mod error;
+pub mod fencing;
 #[cfg(feature = "http")]
 pub mod http;
 mod log;
@@ -46,20 +47,22 @@ mod readiness;
 mod sabotage;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
-mod sql;
+pub mod sql;
 mod supervisor;
 mod term;
 
 pub use config::Config;
+pub use driver::SESSION_WATCH_PERIOD;
 pub use elector::Elector;
-pub use error::{CheckError, ConfigError, RunError};
+pub use error::{CheckError, ConfigError, LockFinding, RunError};
 pub use metrics::{LEADER_GAUGE_HELP, LEADER_GAUGE_NAME};
 pub use plexsphere_leader_core::work::Interruption;
 pub use plexsphere_leader_core::{
-    CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, TermEndCause, TermId, UNLOCK_BUDGET,
+    AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, MAX_STOP_GRACE_INTERVALS,
+    StopGraceTooLong, TermEndCause, TermId, UNLOCK_BUDGET,
 };
 pub use sql::{LEADER_QUERY, LOCK_CLASS_ID, LOCK_OBJ_ID};
-pub use term::Term;
+pub use term::{Term, named_work};
 
 pub use loops::{Background, Gate, LeaderTicker, Leadership, WhileLeader, wire_background};
 pub use plexsphere_leader_core::readiness::Tick;

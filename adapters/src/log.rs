@@ -6,18 +6,24 @@ use plexsphere_leader_core::{Level, LogRecord};
 
 use crate::error::CheckError;
 
-/// Emits `record`: the message (with `": <cause>"` appended when there is a cause) and the
-/// fields `term`, `cause` and `interval`.
-pub(crate) fn emit(record: &LogRecord<CheckError>, interval: Duration) {
+/// Emits `record`: the message (with `": <cause>"` appended when there is a cause, and
+/// `": <work>"` when `work` names running work) and the fields `term`, `cause`, `interval` and
+/// `work`.
+pub(crate) fn emit(record: &LogRecord<CheckError>, interval: Duration, work: Option<&str>) {
     let term = record.term.map(|term| term.get());
     let cause = record.cause.as_ref().map(tracing::field::display);
     let interval = tracing::field::debug(interval);
+    let suffix = work.map(|work| format!(": {work}")).unwrap_or_default();
     match record.level() {
         Level::Info => {
-            tracing::info!(target: "plexsphere_leader", term, cause, interval, "{record}");
+            tracing::info!(
+                target: "plexsphere_leader", term, cause, interval, work, "{record}{suffix}"
+            );
         }
         Level::Warn => {
-            tracing::warn!(target: "plexsphere_leader", term, cause, interval, "{record}");
+            tracing::warn!(
+                target: "plexsphere_leader", term, cause, interval, work, "{record}{suffix}"
+            );
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The lock key and the statements the elector sends (simple query protocol only, so a
-//! session-mode pooler can carry them; no prepared statement is ever created).
+//! The lock key and every statement the elector sends, public so that operators, tests and the
+//! simulation replay exactly what goes over the wire. Simple query protocol only, so that a
+//! session-mode pooler can carry them; no prepared statement is ever created.
 
 /// The first `int4` of the leader lock key: `0x706C7873`, ASCII `plxs`. It shows in `pg_locks`
 /// as `classid`.
@@ -19,29 +20,134 @@ pub const LEADER_QUERY: &str = "SELECT pid, granted \
        AND objsubid = 2 \
        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
 
-/// The standby's check: tries the lock and, only when granted, bounds the session with
-/// `idle_session_timeout` in the same statement, so that a reply lost on the way back can never
-/// leave an unbounded orphaned lock.
-pub(crate) fn try_lock(idle_session_timeout_ms: u32) -> String {
+/// The session setting the grant writes, so that the leader's check can tell that no other
+/// client shared its session: `granted` on the session that took the lock, `shared` once a
+/// second client's grant statement found the lock already held by the same session.
+pub const SESSION_MARKER: &str = "plexsphere.leader_session";
+
+/// `EXISTS` of this session's granted row of the lock in `pg_locks`.
+const HELD_BY_THIS_SESSION: &str = "EXISTS (SELECT 1 FROM pg_locks \
+     WHERE locktype = 'advisory' AND classid = 1886156915 AND objid = 1 AND objsubid = 2 \
+     AND pid = pg_backend_pid() AND granted)";
+
+/// The outcomes of a grant statement (its first column).
+pub mod outcome {
+    /// The lock was taken; the session is now the leader's.
+    pub const GRANTED: &str = "granted";
+    /// Another session holds the lock.
+    pub const REFUSED: &str = "refused";
+    /// The server is a hot standby: the lock is never taken there.
+    pub const IN_RECOVERY: &str = "in_recovery";
+    /// The session held the lock before this client asked: it is shared with another client.
+    pub const SHARED: &str = "shared";
+}
+
+/// The standby's check (polling mode): tries the lock and, only when granted, bounds the
+/// session with `idle_session_timeout` and `idle_in_transaction_session_timeout` and marks it,
+/// in the same statement, so that a reply lost on the way back can never leave an unbounded
+/// orphaned lock. Returns `(outcome, pg_backend_pid())`; see [`outcome`].
+///
+/// It refuses a server in recovery, and a session that already holds the lock (a pooler that
+/// shares one server session between clients), which it marks `shared` so that the client
+/// that took the lock first demotes at its next check.
+pub fn try_lock(idle_timeout_ms: u32) -> String {
+    grant(
+        &format!(
+            "WHEN NOT pg_try_advisory_lock({LOCK_CLASS_ID}, {LOCK_OBJ_ID}) THEN '{}' ",
+            outcome::REFUSED
+        ),
+        idle_timeout_ms,
+    )
+}
+
+/// The standby's check (queued mode): waits in the server's lock queue for at most
+/// `lock_timeout_ms` (a transaction-local `lock_timeout`, so the pooled connection keeps its
+/// own setting), then as [`try_lock`]. A wait that times out fails with SQLSTATE 55P03.
+pub fn wait_for_lock(lock_timeout_ms: u32, idle_timeout_ms: u32) -> String {
+    grant(
+        &format!(
+            "WHEN set_config('lock_timeout', '{lock_timeout_ms}', true) IS NULL THEN '{refused}' \
+             WHEN pg_advisory_lock({LOCK_CLASS_ID}, {LOCK_OBJ_ID}) IS NULL THEN '{refused}' ",
+            refused = outcome::REFUSED
+        ),
+        idle_timeout_ms,
+    )
+}
+
+/// The grant statement around `taking`, the `WHEN … THEN 'refused'` branches that take the
+/// lock. `CASE` evaluates its branches in order (unlike `AND`/`OR`, whose operands the planner
+/// may reorder), so nothing runs after a refusal. The two `set_config` branches only sequence
+/// the settings (`set_config` never returns NULL); were one to, the answer would still be
+/// `granted`, since the lock is held, and the missing marker would demote at the first check.
+fn grant(taking: &str, idle_timeout_ms: u32) -> String {
     format!(
-        "SELECT CASE WHEN pg_try_advisory_lock({LOCK_CLASS_ID}, {LOCK_OBJ_ID}) \
-         THEN set_config('idle_session_timeout', '{idle_session_timeout_ms}', false) IS NOT NULL \
-         ELSE false END"
+        "SELECT CASE \
+         WHEN pg_is_in_recovery() THEN '{in_recovery}' \
+         WHEN {HELD_BY_THIS_SESSION} THEN set_config('{SESSION_MARKER}', '{shared}', false) \
+         {taking}\
+         WHEN set_config('idle_session_timeout', '{idle_timeout_ms}', false) IS NULL THEN '{granted}' \
+         WHEN set_config('idle_in_transaction_session_timeout', '{idle_timeout_ms}', false) IS NULL \
+         THEN '{granted}' \
+         ELSE set_config('{SESSION_MARKER}', '{granted}', false) END, pg_backend_pid()",
+        in_recovery = outcome::IN_RECOVERY,
+        shared = outcome::SHARED,
+        granted = outcome::GRANTED,
     )
 }
 
 /// Sabotage only: the grant without `idle_session_timeout`.
-pub(crate) fn try_lock_unbounded() -> String {
-    format!("SELECT pg_try_advisory_lock({LOCK_CLASS_ID}, {LOCK_OBJ_ID})")
+pub fn try_lock_unbounded() -> String {
+    format!(
+        "SELECT CASE WHEN pg_try_advisory_lock({LOCK_CLASS_ID}, {LOCK_OBJ_ID}) \
+         THEN '{granted}' ELSE '{refused}' END, pg_backend_pid()",
+        granted = outcome::GRANTED,
+        refused = outcome::REFUSED,
+    )
 }
 
-/// The leader's check.
-pub(crate) const PING: &str = "SELECT 1";
+/// The plain `SELECT 1` check of the spec, kept for the sabotage variants.
+pub const PING: &str = "SELECT 1";
+
+/// The leader's check: in one round trip, the backend's pid, whether the server is in
+/// recovery, whether this session still holds the lock, and the session marker.
+pub fn verify() -> String {
+    format!(
+        "SELECT pg_backend_pid(), pg_is_in_recovery(), {HELD_BY_THIS_SESSION}, \
+         current_setting('{SESSION_MARKER}', true)"
+    )
+}
 
 /// The graceful release.
-pub(crate) fn unlock() -> String {
+pub fn unlock() -> String {
     format!("SELECT pg_advisory_unlock({LOCK_CLASS_ID}, {LOCK_OBJ_ID})")
 }
+
+/// The table of fencing epochs: one row per election key, its `epoch` advanced by every new
+/// term. Created by [`FENCE_SETUP`], never implicitly.
+pub const FENCE_TABLE: &str = "plexsphere_leader_fence";
+
+/// The idempotent setup step that fencing needs (run once per database, by a migration or
+/// `fencing::setup`).
+pub const FENCE_SETUP: &str = "CREATE TABLE IF NOT EXISTS plexsphere_leader_fence (\
+     classid int4 NOT NULL, objid int4 NOT NULL, epoch bigint NOT NULL, \
+     PRIMARY KEY (classid, objid))";
+
+/// Run by the new leader on its lock session right after the grant: the next epoch, strictly
+/// greater than every earlier term's (a committed row, so it survives crashes and reaches a
+/// synchronous standby).
+pub fn advance_epoch() -> String {
+    format!(
+        "INSERT INTO plexsphere_leader_fence AS f (classid, objid, epoch) \
+         VALUES ({LOCK_CLASS_ID}, {LOCK_OBJ_ID}, 1) \
+         ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 RETURNING f.epoch"
+    )
+}
+
+/// Run by a pass inside its own transaction before its fenced writes: the current epoch,
+/// row-locked (`FOR SHARE`) until the transaction ends, so that a new leader's epoch can only
+/// be advanced after the pass committed or rolled back.
+pub const FENCE_CHECK: &str = "SELECT epoch FROM plexsphere_leader_fence \
+     WHERE classid = 1886156915 AND objid = 1 FOR SHARE";
 
 #[cfg(test)]
 mod tests {
@@ -54,12 +160,26 @@ mod tests {
     }
 
     #[test]
-    fn the_grant_statement_sets_the_idle_timeout_only_when_granted() {
+    fn the_grant_statement_checks_recovery_and_sharing_then_bounds_and_marks_the_session() {
         assert_eq!(
             try_lock(20_000),
-            "SELECT CASE WHEN pg_try_advisory_lock(1886156915, 1) THEN \
-             set_config('idle_session_timeout', '20000', false) IS NOT NULL ELSE false END"
+            "SELECT CASE WHEN pg_is_in_recovery() THEN 'in_recovery' \
+             WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+             AND classid = 1886156915 AND objid = 1 AND objsubid = 2 \
+             AND pid = pg_backend_pid() AND granted) \
+             THEN set_config('plexsphere.leader_session', 'shared', false) \
+             WHEN NOT pg_try_advisory_lock(1886156915, 1) THEN 'refused' \
+             WHEN set_config('idle_session_timeout', '20000', false) IS NULL THEN 'granted' \
+             WHEN set_config('idle_in_transaction_session_timeout', '20000', false) IS NULL \
+             THEN 'granted' \
+             ELSE set_config('plexsphere.leader_session', 'granted', false) END, pg_backend_pid()"
         );
+        assert!(wait_for_lock(5_000, 20_000).contains(
+            "THEN set_config('plexsphere.leader_session', 'shared', false) \
+             WHEN set_config('lock_timeout', '5000', true) IS NULL THEN 'refused' \
+             WHEN pg_advisory_lock(1886156915, 1) IS NULL THEN 'refused' \
+             WHEN set_config('idle_session_timeout', '20000', false)"
+        ));
         assert_eq!(unlock(), "SELECT pg_advisory_unlock(1886156915, 1)");
     }
 }

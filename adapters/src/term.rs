@@ -1,32 +1,84 @@
 //! Terms of leadership as seen by the service: cancellation tokens that end with the term.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use plexsphere_leader_core::work::{Interruption, TermStatus};
 use plexsphere_leader_core::{TermEndCause, TermId};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+tokio::task_local! {
+    /// The name of the work running in this task, given by [`named_work`].
+    static WORK_NAME: Arc<str>;
+}
+
+/// Runs `work` under `name`: a [`Term`] taken inside it (directly, or through
+/// [`Elector::run_if_leader`](crate::Elector::run_if_leader)) carries the name, so a graceful
+/// stop whose grace ends before the work returned names it in its WARN line. The launchers of
+/// [`loops`](crate::loops) name their passes after their loop.
+pub async fn named_work<F: Future>(name: &str, work: F) -> F::Output {
+    WORK_NAME.scope(Arc::from(name), work).await
+}
+
+/// [`named_work`] for a synchronous call that takes a term.
+pub(crate) fn named_sync<R>(name: &Arc<str>, call: impl FnOnce() -> R) -> R {
+    WORK_NAME.sync_scope(Arc::clone(name), call)
+}
 
 /// One term's shared state: its end, and the tokens handed out for it.
 #[derive(Debug)]
 pub(crate) struct TermShared {
     id: TermId,
+    epoch: Option<u64>,
     state: Mutex<TermState>,
+    /// Signalled when the last handle is dropped.
+    drained: Notify,
 }
 
 #[derive(Debug, Default)]
 struct TermState {
     ended: Option<TermEndCause>,
-    tokens: BTreeMap<u64, CancellationToken>,
+    tokens: BTreeMap<u64, (CancellationToken, Option<Arc<str>>)>,
     next_key: u64,
 }
 
 impl TermShared {
-    pub(crate) fn new(id: TermId) -> Arc<Self> {
+    pub(crate) fn new(id: TermId, epoch: Option<u64>) -> Arc<Self> {
         Arc::new(Self {
             id,
+            epoch,
             state: Mutex::new(TermState::default()),
+            drained: Notify::new(),
         })
+    }
+
+    /// Resolves once no handle of the term is alive (at once if none is). Cancel-safe.
+    pub(crate) async fn drained(&self) {
+        loop {
+            let notified = self.drained.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.lock().tokens.is_empty() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The names of the work that still holds a handle of the term (`unnamed` for a handle
+    /// taken outside [`named_work`]), sorted, each once.
+    pub(crate) fn running_work(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .lock()
+            .tokens
+            .values()
+            .map(|(_, name)| name.as_deref().unwrap_or("unnamed").to_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 
     pub(crate) fn id(&self) -> TermId {
@@ -34,16 +86,17 @@ impl TermShared {
     }
 
     /// Ends the term: records the cause and cancels every token handed out for it. Idempotent.
+    /// The handles stay counted until they are dropped, so a graceful stop can await them.
     pub(crate) fn end(&self, cause: TermEndCause) {
-        let tokens = {
+        let tokens: Vec<CancellationToken> = {
             let mut state = self.lock();
             if state.ended.is_some() {
                 return;
             }
             state.ended = Some(cause);
-            std::mem::take(&mut state.tokens)
+            state.tokens.values().map(|(token, _)| token.clone()).collect()
         };
-        for token in tokens.into_values() {
+        for token in tokens {
             token.cancel();
         }
     }
@@ -58,7 +111,8 @@ impl TermShared {
             }
             let key = state.next_key;
             state.next_key += 1;
-            state.tokens.insert(key, token.clone());
+            let name = WORK_NAME.try_with(Arc::clone).ok();
+            state.tokens.insert(key, (token.clone(), name));
             key
         };
         Some(Term {
@@ -98,6 +152,14 @@ impl Term {
         self.shared.id
     }
 
+    /// The term's fencing epoch when fencing is on ([`Config::fencing`](crate::Config::fencing)):
+    /// strictly greater than the epoch of every earlier term of any replica, across restarts,
+    /// crashes and failover to a synchronous standby. Pass it to
+    /// [`fencing::check`](crate::fencing::check) inside the transaction of a fenced write.
+    pub fn epoch(&self) -> Option<u64> {
+        self.shared.epoch
+    }
+
     /// The token that is cancelled when the term ends or the parent is cancelled. Clones of it
     /// are cancelled too when this `Term` is dropped.
     pub fn token(&self) -> &CancellationToken {
@@ -135,7 +197,14 @@ impl Term {
 impl Drop for Term {
     fn drop(&mut self) {
         self.token.cancel();
-        self.shared.lock().tokens.remove(&self.key);
+        let drained = {
+            let mut state = self.shared.lock();
+            state.tokens.remove(&self.key);
+            state.tokens.is_empty()
+        };
+        if drained {
+            self.shared.drained.notify_waiters();
+        }
     }
 }
 
@@ -145,7 +214,7 @@ mod tests {
 
     #[test]
     fn ending_the_term_cancels_its_tokens_with_the_cause() {
-        let shared = TermShared::new(TermId::new(1));
+        let shared = TermShared::new(TermId::new(1), None);
         let parent = CancellationToken::new();
         let term = shared.handle(&parent).unwrap();
         assert!(term.is_live());
@@ -160,7 +229,7 @@ mod tests {
 
     #[test]
     fn a_cancelled_parent_cancels_the_term_token_with_parent_cancelled() {
-        let shared = TermShared::new(TermId::new(1));
+        let shared = TermShared::new(TermId::new(1), None);
         let parent = CancellationToken::new();
         let term = shared.handle(&parent).unwrap();
         parent.cancel();
@@ -170,7 +239,7 @@ mod tests {
 
     #[test]
     fn no_handle_after_the_end_and_dropped_handles_are_forgotten() {
-        let shared = TermShared::new(TermId::new(1));
+        let shared = TermShared::new(TermId::new(1), None);
         let parent = CancellationToken::new();
         for _ in 0..1000 {
             let term = shared.handle(&parent).unwrap();
@@ -181,5 +250,28 @@ mod tests {
         assert!(shared.lock().tokens.is_empty());
         shared.end(TermEndCause::Stopped);
         assert!(shared.handle(&parent).is_none());
+    }
+
+    #[tokio::test]
+    async fn drained_waits_for_the_last_handle_and_names_the_running_work() {
+        let shared = TermShared::new(TermId::new(1), Some(3));
+        let parent = CancellationToken::new();
+        shared.drained().await; // no handle: at once
+        let first = named_work("sweep", async { shared.handle(&parent).unwrap() }).await;
+        let second = shared.handle(&parent).unwrap();
+        assert_eq!(first.epoch(), Some(3));
+        assert_eq!(shared.running_work(), vec!["sweep", "unnamed"]);
+        shared.end(TermEndCause::Stopped);
+        let waiter = {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move { shared.drained().await })
+        };
+        tokio::task::yield_now().await;
+        drop(first);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        assert_eq!(shared.running_work(), vec!["unnamed"]);
+        drop(second);
+        waiter.await.unwrap();
     }
 }

@@ -26,6 +26,15 @@ pub enum Action<C> {
         /// The borrowed connection.
         conn: ConnId,
     },
+    /// Queued mode: run the grant statement that waits in the server's lock queue for at most
+    /// `lock_timeout` (server side), then report like [`Action::TryLock`]; a wait that the
+    /// server's `lock_timeout` ended is `LockRefused`.
+    WaitForLock {
+        /// The borrowed connection.
+        conn: ConnId,
+        /// The server-side bound of the wait.
+        lock_timeout: Duration,
+    },
     /// Give the borrowed connection back to the pool unchanged: the lock was refused.
     ReturnToPool {
         /// The borrowed connection.
@@ -37,7 +46,13 @@ pub enum Action<C> {
         /// The connection that holds the lock.
         conn: ConnId,
     },
-    /// Run `SELECT 1` on the lock connection, then report `PingOk` or `PingFailed`.
+    /// Fencing: advance the fencing epoch on the lock connection, then report `EpochAdvanced` or
+    /// `EpochFailed`.
+    AdvanceEpoch {
+        /// The lock connection.
+        conn: ConnId,
+    },
+    /// Run the leader's check on the lock connection, then report `PingOk` or `PingFailed`.
     Ping {
         /// The lock connection.
         conn: ConnId,
@@ -58,6 +73,15 @@ pub enum Action<C> {
     /// A term begins: the replica leads from now on (is-leader true, gauge 1).
     BeginTerm {
         /// The new term.
+        term: TermId,
+        /// Its fencing epoch, when fencing is on: strictly greater than every earlier epoch this
+        /// election saw.
+        epoch: Option<u64>,
+    },
+    /// A graceful stop ended the term: report [`Event::WorkDrained`](crate::Event::WorkDrained)
+    /// once no work of `term` runs any more (at once if none does).
+    AwaitWork {
+        /// The term whose work is awaited.
         term: TermId,
     },
     /// The term ends: cancel every term token and every leader work in flight, is-leader false,
@@ -80,12 +104,18 @@ impl<C> Action<C> {
         match self {
             Self::AcquireConnection { conn }
             | Self::TryLock { conn }
+            | Self::WaitForLock { conn, .. }
             | Self::ReturnToPool { conn }
             | Self::Hijack { conn }
+            | Self::AdvanceEpoch { conn }
             | Self::Ping { conn }
             | Self::Unlock { conn }
             | Self::CloseConnection { conn } => Some(*conn),
-            Self::BeginTerm { .. } | Self::EndTerm { .. } | Self::Log(_) | Self::Finish => None,
+            Self::BeginTerm { .. }
+            | Self::EndTerm { .. }
+            | Self::AwaitWork { .. }
+            | Self::Log(_)
+            | Self::Finish => None,
         }
     }
 }
@@ -168,6 +198,14 @@ pub enum LogKind {
     AbandonedAfterDrop,
     /// Leader work was interrupted by the end of its term. INFO.
     WorkInterrupted,
+    /// A graceful stop waited its whole grace and leader work still runs; the lock is released
+    /// anyway. WARN (the driver names the work).
+    WorkOutlivedStop,
+    /// Fencing: the new leader could not advance the epoch; the connection is closed (releasing
+    /// the lock) and the replica stays a standby. WARN.
+    FencingFailed,
+    /// The lock session ended while a graceful stop waited for work or released the lock. WARN.
+    SessionEndedWhileStopping,
 }
 
 impl LogKind {
@@ -182,6 +220,9 @@ impl LogKind {
             Self::AbandonedAfterPanic => "background leader lock abandoned after a panic",
             Self::AbandonedAfterDrop => "background leader lock abandoned: election dropped",
             Self::WorkInterrupted => "leader: leadership ended while background work ran",
+            Self::WorkOutlivedStop => "leader: background work still running after the stop grace",
+            Self::FencingFailed => "leader: advance fencing epoch",
+            Self::SessionEndedWhileStopping => "leader: lock session ended while stopping",
         }
     }
 
@@ -193,7 +234,10 @@ impl LogKind {
             | Self::LeadershipLost
             | Self::ReleaseFailed
             | Self::AbandonedAfterPanic
-            | Self::AbandonedAfterDrop => Level::Warn,
+            | Self::AbandonedAfterDrop
+            | Self::WorkOutlivedStop
+            | Self::FencingFailed
+            | Self::SessionEndedWhileStopping => Level::Warn,
         }
     }
 }
@@ -207,6 +251,14 @@ pub enum Cause<C> {
     TimedOut(Duration),
     /// `pg_advisory_unlock` answered `false`: the session did not hold the lock.
     LockNotHeld,
+    /// The fencing epoch the database returned is not greater than one this election already
+    /// used (a restored backup, or a failover to a standby that missed it).
+    EpochDidNotAdvance {
+        /// The epoch returned.
+        epoch: u64,
+        /// The greatest epoch used before.
+        last: u64,
+    },
 }
 
 impl<C: fmt::Display> fmt::Display for Cause<C> {
@@ -217,6 +269,11 @@ impl<C: fmt::Display> fmt::Display for Cause<C> {
             Self::LockNotHeld => {
                 f.write_str("pg_advisory_unlock returned false: the session did not hold the lock")
             }
+            Self::EpochDidNotAdvance { epoch, last } => write!(
+                f,
+                "the fencing epoch did not advance ({epoch} after {last}): the fence table \
+                 went back in time (restored backup, or failover to a standby that missed it)"
+            ),
         }
     }
 }

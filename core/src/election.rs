@@ -8,6 +8,7 @@ use crate::action::{Action, Cause, LogKind, LogRecord, TermEndCause};
 use crate::event::Event;
 use crate::ids::{ConnId, TermId};
 use crate::interval::{CheckInterval, UNLOCK_BUDGET};
+use crate::options::{AcquireMode, Options};
 use crate::schedule::Schedule;
 
 /// The election of one replica: standby, leader, or not running.
@@ -65,11 +66,12 @@ use crate::schedule::Schedule;
 /// Instants must come from one monotonic clock. Deadlines are computed with `Instant + Duration`
 /// and so panic, like `std` does, only for instants within a few days of the platform's limit.
 pub struct Election<C> {
-    interval: CheckInterval,
+    options: Options,
     state: State,
     actions: VecDeque<Action<C>>,
     last_conn: u64,
     last_term: u64,
+    last_epoch: Option<u64>,
 }
 
 /// What became of an input.
@@ -117,8 +119,12 @@ pub enum Timer {
     AcquireDeadline,
     /// A standby's grant statement must have answered.
     TryLockDeadline,
-    /// The leader's `SELECT 1` must have answered.
+    /// The new leader's fencing epoch must have been advanced.
+    FenceDeadline,
+    /// The leader's check must have answered.
     PingDeadline,
+    /// A graceful stop's grace for leader work is over.
+    DrainDeadline,
     /// The graceful release's `pg_advisory_unlock` must have answered.
     UnlockDeadline,
 }
@@ -134,10 +140,14 @@ pub enum Phase {
     Acquiring,
     /// Standby, running the grant statement.
     TryingLock,
+    /// Granted, advancing the fencing epoch before the term begins.
+    Fencing,
     /// Leader, waiting for the next check.
     Leading,
     /// Leader, running its check.
     Pinging,
+    /// Stopping: the term ended and leader work is given its grace to return.
+    Draining,
     /// Stopping: the term ended and the lock is being released.
     Releasing,
 }
@@ -155,6 +165,7 @@ struct Running {
 enum Role {
     Standby(Standby),
     Leader(Leader),
+    Draining(Draining),
     Releasing(Releasing),
 }
 
@@ -162,6 +173,7 @@ enum Standby {
     Waiting { next_check: Instant },
     Acquiring { conn: ConnId, deadline: Instant },
     TryingLock { conn: ConnId, deadline: Instant },
+    Fencing { conn: ConnId, deadline: Instant },
 }
 
 struct Leader {
@@ -173,6 +185,12 @@ struct Leader {
 enum LeaderCheck {
     Waiting { next_check: Instant },
     Pinging { deadline: Instant },
+}
+
+struct Draining {
+    term: TermId,
+    conn: ConnId,
+    deadline: Instant,
 }
 
 struct Releasing {
@@ -189,14 +207,21 @@ enum Abandon {
 }
 
 impl<C> Election<C> {
-    /// A new election that is not running yet.
+    /// A new election that is not running yet, with the spec's behaviour
+    /// ([`Options::new`]).
     pub fn new(interval: CheckInterval) -> Self {
+        Self::with_options(Options::new(interval))
+    }
+
+    /// A new election that is not running yet.
+    pub fn with_options(options: Options) -> Self {
         Self {
-            interval,
+            options,
             state: State::Idle,
             actions: VecDeque::new(),
             last_conn: 0,
             last_term: 0,
+            last_epoch: None,
         }
     }
 
@@ -204,7 +229,12 @@ impl<C> Election<C> {
 
     /// The check interval.
     pub fn interval(&self) -> CheckInterval {
-        self.interval
+        self.options.interval()
+    }
+
+    /// The options.
+    pub fn options(&self) -> Options {
+        self.options
     }
 
     /// Whether a run is in progress (between `start` and [`Action::Finish`]).
@@ -237,6 +267,7 @@ impl<C> Election<C> {
             Role::Standby(Standby::Waiting { .. }) => Phase::StandbyWaiting,
             Role::Standby(Standby::Acquiring { .. }) => Phase::Acquiring,
             Role::Standby(Standby::TryingLock { .. }) => Phase::TryingLock,
+            Role::Standby(Standby::Fencing { .. }) => Phase::Fencing,
             Role::Leader(Leader {
                 check: LeaderCheck::Waiting { .. },
                 ..
@@ -245,6 +276,7 @@ impl<C> Election<C> {
                 check: LeaderCheck::Pinging { .. },
                 ..
             }) => Phase::Pinging,
+            Role::Draining(_) => Phase::Draining,
             Role::Releasing(_) => Phase::Releasing,
         }
     }
@@ -279,6 +311,7 @@ impl<C> Election<C> {
             Role::Standby(Standby::TryingLock { deadline, .. }) => {
                 (Timer::TryLockDeadline, *deadline)
             }
+            Role::Standby(Standby::Fencing { deadline, .. }) => (Timer::FenceDeadline, *deadline),
             Role::Leader(Leader {
                 check: LeaderCheck::Waiting { next_check },
                 ..
@@ -287,6 +320,7 @@ impl<C> Election<C> {
                 check: LeaderCheck::Pinging { deadline },
                 ..
             }) => (Timer::PingDeadline, *deadline),
+            Role::Draining(draining) => (Timer::DrainDeadline, draining.deadline),
             Role::Releasing(releasing) => (Timer::UnlockDeadline, releasing.deadline),
         })
     }
@@ -303,7 +337,7 @@ impl<C> Election<C> {
         if self.is_running() {
             return Err(AlreadyRunning);
         }
-        let schedule = Schedule::starting_at(now, self.interval.get());
+        let schedule = Schedule::starting_at(now, self.interval().get());
         let role = self.begin_standby_check(now);
         self.state = State::Running(Running { schedule, role });
         Ok(())
@@ -345,6 +379,10 @@ impl<C> Election<C> {
             Event::LockQueryFailed { conn, cause } => {
                 self.on_try_failed(now, conn, Cause::Error(cause));
             }
+            Event::EpochAdvanced { conn, epoch } => self.on_epoch(now, conn, epoch),
+            Event::EpochFailed { cause, .. } => self.on_fencing_failed(now, Cause::Error(cause)),
+            Event::SessionEnded { cause, .. } => self.on_session_ended(now, Cause::Error(cause)),
+            Event::WorkDrained { .. } => self.release(now),
             Event::PingOk { .. } => self.on_ping_ok(now),
             Event::PingFailed { cause, .. } => self.demote(now, Cause::Error(cause)),
             Event::UnlockDone { released: true, .. } => self.finish_release(None),
@@ -361,23 +399,30 @@ impl<C> Election<C> {
     // ---- transitions ----
 
     fn fire(&mut self, timer: Timer, now: Instant) {
-        let interval = self.interval.get();
+        let interval = self.interval().get();
         match timer {
             Timer::NextCheck => self.begin_check(now),
             Timer::AcquireDeadline => self.on_acquire_failed(now, Cause::TimedOut(interval)),
             Timer::TryLockDeadline => {
                 if let Some(conn) = self.open_conn() {
-                    self.on_try_failed(now, conn, Cause::TimedOut(interval));
+                    let budget = self.grant_budget();
+                    self.on_try_failed(now, conn, Cause::TimedOut(budget));
                 }
             }
+            Timer::FenceDeadline => self.on_fencing_failed(now, Cause::TimedOut(interval)),
             Timer::PingDeadline => self.demote(now, Cause::TimedOut(interval)),
+            Timer::DrainDeadline => {
+                let term = self.draining().map(|draining| draining.term);
+                self.log(LogKind::WorkOutlivedStop, term, None);
+                self.release(now);
+            }
             Timer::UnlockDeadline => self.finish_release(Some(Cause::TimedOut(UNLOCK_BUDGET))),
         }
     }
 
     /// The check due now: a standby tries the lock, the leader pings its connection.
     fn begin_check(&mut self, now: Instant) {
-        let deadline = now + self.interval.get();
+        let deadline = now + self.interval().get();
         let State::Running(running) = &mut self.state else {
             return;
         };
@@ -408,14 +453,29 @@ impl<C> Election<C> {
         self.push(Action::AcquireConnection { conn });
         Role::Standby(Standby::Acquiring {
             conn,
-            deadline: now + self.interval.get(),
+            deadline: now + self.interval().get(),
         })
     }
 
+    /// A connection came: try the lock (poll mode) or queue for it (queue mode).
     fn on_acquired(&mut self, now: Instant, conn: ConnId) {
-        self.push(Action::TryLock { conn });
-        let deadline = now + self.interval.get();
+        match self.options.acquire_mode() {
+            AcquireMode::Poll => self.push(Action::TryLock { conn }),
+            AcquireMode::Queue => self.push(Action::WaitForLock {
+                conn,
+                lock_timeout: self.options.lock_timeout(),
+            }),
+        }
+        let deadline = now + self.grant_budget();
         self.set_role(Role::Standby(Standby::TryingLock { conn, deadline }));
+    }
+
+    /// How long the grant statement may take: one interval, or the queued wait plus one.
+    fn grant_budget(&self) -> std::time::Duration {
+        match self.options.acquire_mode() {
+            AcquireMode::Poll => self.interval().get(),
+            AcquireMode::Queue => self.options.queued_grant_budget(),
+        }
     }
 
     /// The acquire failed or timed out. A timed-out acquire is abandoned so a connection that
@@ -428,11 +488,46 @@ impl<C> Election<C> {
         self.wait_as_standby(now);
     }
 
+    /// The lock is held: the connection leaves the pool, then the term begins, or first the
+    /// fencing epoch is advanced.
     fn on_granted(&mut self, now: Instant, conn: ConnId) {
         self.push(Action::Hijack { conn });
+        if self.options.is_fencing() {
+            self.push(Action::AdvanceEpoch { conn });
+            let deadline = now + self.interval().get();
+            self.set_role(Role::Standby(Standby::Fencing { conn, deadline }));
+        } else {
+            self.begin_term(now, conn, None);
+        }
+    }
+
+    /// The epoch came back: the term begins if it advanced past every epoch seen before.
+    fn on_epoch(&mut self, now: Instant, conn: ConnId, epoch: u64) {
+        match self.last_epoch {
+            Some(last) if epoch <= last => {
+                self.on_fencing_failed(now, Cause::EpochDidNotAdvance { epoch, last });
+            }
+            _ => {
+                self.last_epoch = Some(epoch);
+                self.begin_term(now, conn, Some(epoch));
+            }
+        }
+    }
+
+    /// No epoch: the lock is given up by closing the connection, and the replica stays a
+    /// standby.
+    fn on_fencing_failed(&mut self, now: Instant, cause: Cause<C>) {
+        if let Some(conn) = self.open_conn() {
+            self.push(Action::CloseConnection { conn });
+        }
+        self.log(LogKind::FencingFailed, None, Some(cause));
+        self.wait_as_standby(now);
+    }
+
+    fn begin_term(&mut self, now: Instant, conn: ConnId, epoch: Option<u64>) {
         self.last_term += 1;
         let term = TermId::new(self.last_term);
-        self.push(Action::BeginTerm { term });
+        self.push(Action::BeginTerm { term, epoch });
         self.log(LogKind::LeadershipAcquired, Some(term), None);
         let next_check = self.next_check(now);
         self.set_role(Role::Leader(Leader {
@@ -476,27 +571,56 @@ impl<C> Election<C> {
         self.wait_as_standby(now);
     }
 
-    /// A stop request: a standby stops at once; a leader ends its term, then releases the lock
-    /// under [`UNLOCK_BUDGET`].
+    /// The lock session ended on its own: a leader demotes at once; a stop in progress
+    /// finishes (the server released the lock); a fencing leader-to-be gives up.
+    fn on_session_ended(&mut self, now: Instant, cause: Cause<C>) {
+        let State::Running(running) = &self.state else {
+            return;
+        };
+        match &running.role {
+            Role::Leader(_) => self.demote(now, cause),
+            Role::Standby(Standby::Fencing { .. }) => self.on_fencing_failed(now, cause),
+            Role::Draining(Draining { term, conn, .. })
+            | Role::Releasing(Releasing { term, conn, .. }) => {
+                let (term, conn) = (*term, *conn);
+                self.push(Action::CloseConnection { conn });
+                self.log(LogKind::SessionEndedWhileStopping, Some(term), Some(cause));
+                self.finish();
+            }
+            Role::Standby(_) => {}
+        }
+    }
+
+    /// A stop request: a standby stops at once; a leader ends its term, gives its work the stop
+    /// grace to return, then releases the lock under [`UNLOCK_BUDGET`].
     fn cancel(&mut self, now: Instant) {
         let State::Running(running) = &self.state else {
             return;
         };
         match &running.role {
-            Role::Releasing(_) => {}
+            Role::Draining(_) | Role::Releasing(_) => {}
             Role::Leader(leader) => {
                 let (term, conn) = (leader.term, leader.conn);
                 self.push(Action::EndTerm {
                     term,
                     cause: TermEndCause::Stopped,
                 });
-                self.push(Action::Unlock { conn });
-                let deadline = now + UNLOCK_BUDGET;
-                self.set_role(Role::Releasing(Releasing {
-                    term,
-                    conn,
-                    deadline,
-                }));
+                let grace = self.options.grace();
+                if grace.is_zero() {
+                    self.set_role(Role::Draining(Draining {
+                        term,
+                        conn,
+                        deadline: now,
+                    }));
+                    self.release(now);
+                } else {
+                    self.push(Action::AwaitWork { term });
+                    self.set_role(Role::Draining(Draining {
+                        term,
+                        conn,
+                        deadline: now + grace,
+                    }));
+                }
             }
             Role::Standby(_) => {
                 if let Some(conn) = self.open_conn() {
@@ -505,6 +629,20 @@ impl<C> Election<C> {
                 self.finish();
             }
         }
+    }
+
+    /// The work of the stopped term returned, or its grace is over: unlock.
+    fn release(&mut self, now: Instant) {
+        let Some((term, conn)) = self.draining().map(|draining| (draining.term, draining.conn))
+        else {
+            return;
+        };
+        self.push(Action::Unlock { conn });
+        self.set_role(Role::Releasing(Releasing {
+            term,
+            conn,
+            deadline: now + UNLOCK_BUDGET,
+        }));
     }
 
     /// The release completed (`None`) or could not be confirmed: close, log, finish.
@@ -540,7 +678,9 @@ impl<C> Election<C> {
                 });
                 Some(term)
             }
-            Role::Releasing(releasing) => Some(releasing.term),
+            Role::Draining(Draining { term, .. }) | Role::Releasing(Releasing { term, .. }) => {
+                Some(*term)
+            }
             Role::Standby(_) => None,
         };
         if let Some(conn) = self.open_conn() {
@@ -581,6 +721,16 @@ impl<C> Election<C> {
         }
     }
 
+    fn draining(&self) -> Option<&Draining> {
+        match &self.state {
+            State::Running(Running {
+                role: Role::Draining(draining),
+                ..
+            }) => Some(draining),
+            _ => None,
+        }
+    }
+
     fn leader_mut(&mut self) -> Option<&mut Leader> {
         match &mut self.state {
             State::Running(Running {
@@ -597,8 +747,10 @@ impl<C> Election<C> {
             State::Running(running) => match &running.role {
                 Role::Standby(Standby::Waiting { .. }) => None,
                 Role::Standby(Standby::Acquiring { conn, .. })
-                | Role::Standby(Standby::TryingLock { conn, .. }) => Some(*conn),
+                | Role::Standby(Standby::TryingLock { conn, .. })
+                | Role::Standby(Standby::Fencing { conn, .. }) => Some(*conn),
                 Role::Leader(leader) => Some(leader.conn),
+                Role::Draining(draining) => Some(draining.conn),
                 Role::Releasing(releasing) => Some(releasing.conn),
             },
             State::Idle => None,
@@ -617,20 +769,35 @@ impl<C> Election<C> {
 /// Whether `role` takes `event`: control events always (but a second stop request), a completion
 /// only when it answers the operation in flight on the awaited connection.
 fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
+    match event {
+        Event::SessionEnded { conn, .. } => return accepts_session_end(role, *conn),
+        Event::WorkDrained { term } => {
+            return match role {
+                Role::Draining(draining) if draining.term == *term => Ok(()),
+                Role::Draining(_) => Err(Ignored::StaleConnection),
+                _ => Err(Ignored::Unexpected),
+            };
+        }
+        _ => {}
+    }
     let Some(conn) = event.conn() else {
         return match (role, event) {
-            (Role::Releasing(_), Event::Cancelled) => Err(Ignored::AlreadyStopping),
+            (Role::Draining(_) | Role::Releasing(_), Event::Cancelled) => {
+                Err(Ignored::AlreadyStopping)
+            }
             _ => Ok(()),
         };
     };
     let awaited = match role {
         Role::Standby(Standby::Waiting { .. })
+        | Role::Draining(_)
         | Role::Leader(Leader {
             check: LeaderCheck::Waiting { .. },
             ..
         }) => None,
         Role::Standby(Standby::Acquiring { conn, .. })
         | Role::Standby(Standby::TryingLock { conn, .. })
+        | Role::Standby(Standby::Fencing { conn, .. })
         | Role::Leader(Leader {
             conn,
             check: LeaderCheck::Pinging { .. },
@@ -652,11 +819,15 @@ fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
             event,
             Event::LockGranted { .. } | Event::LockRefused { .. } | Event::LockQueryFailed { .. }
         ),
+        Role::Standby(Standby::Fencing { .. }) => matches!(
+            event,
+            Event::EpochAdvanced { .. } | Event::EpochFailed { .. }
+        ),
         Role::Leader(_) => matches!(event, Event::PingOk { .. } | Event::PingFailed { .. }),
         Role::Releasing(_) => {
             matches!(event, Event::UnlockDone { .. } | Event::UnlockFailed { .. })
         }
-        Role::Standby(Standby::Waiting { .. }) => false,
+        Role::Standby(Standby::Waiting { .. }) | Role::Draining(_) => false,
     };
     if answers {
         Ok(())
@@ -665,10 +836,26 @@ fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
     }
 }
 
+/// A session end is taken for the connection that carries the lock, whatever is in flight.
+fn accepts_session_end(role: &Role, ended: ConnId) -> Result<(), Ignored> {
+    let lock_conn = match role {
+        Role::Leader(Leader { conn, .. })
+        | Role::Standby(Standby::Fencing { conn, .. })
+        | Role::Draining(Draining { conn, .. })
+        | Role::Releasing(Releasing { conn, .. }) => *conn,
+        Role::Standby(_) => return Err(Ignored::StaleConnection),
+    };
+    if lock_conn == ended {
+        Ok(())
+    } else {
+        Err(Ignored::StaleConnection)
+    }
+}
+
 impl<C> fmt::Debug for Election<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Election")
-            .field("interval", &self.interval)
+            .field("options", &self.options)
             .field("phase", &self.phase())
             .field("term", &self.term())
             .field("poll_timeout", &self.poll_timeout())

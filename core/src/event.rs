@@ -1,6 +1,6 @@
 //! What the driver reports to the election.
 
-use crate::ids::ConnId;
+use crate::ids::{ConnId, TermId};
 
 /// Something that happened, reported by the driver through
 /// [`Election::handle_event`](crate::Election::handle_event).
@@ -42,6 +42,33 @@ pub enum Event<C> {
         /// Why it failed.
         cause: C,
     },
+    /// [`Action::AdvanceEpoch`](crate::Action::AdvanceEpoch) returned the new epoch.
+    EpochAdvanced {
+        /// The lock connection.
+        conn: ConnId,
+        /// The epoch the database returned.
+        epoch: u64,
+    },
+    /// [`Action::AdvanceEpoch`](crate::Action::AdvanceEpoch) failed.
+    EpochFailed {
+        /// The lock connection.
+        conn: ConnId,
+        /// Why it failed.
+        cause: C,
+    },
+    /// The lock connection ended on its own (the server terminated the backend, restarted, or
+    /// the socket was reset): reported as soon as the driver notices, whatever is in flight.
+    SessionEnded {
+        /// The lock connection.
+        conn: ConnId,
+        /// How it ended.
+        cause: C,
+    },
+    /// [`Action::AwaitWork`](crate::Action::AwaitWork): no work of the term runs any more.
+    WorkDrained {
+        /// The term whose work ended.
+        term: TermId,
+    },
     /// [`Action::Ping`](crate::Action::Ping) answered.
     PingOk {
         /// The lock connection.
@@ -78,7 +105,8 @@ pub enum Event<C> {
 }
 
 impl<C> Event<C> {
-    /// The connection a completion event concerns; `None` for the control events.
+    /// The connection a completion event concerns; `None` for the control events and
+    /// [`Event::WorkDrained`].
     pub fn conn(&self) -> Option<ConnId> {
         match self {
             Self::ConnectionAcquired { conn }
@@ -89,8 +117,11 @@ impl<C> Event<C> {
             | Self::PingOk { conn }
             | Self::PingFailed { conn, .. }
             | Self::UnlockDone { conn, .. }
-            | Self::UnlockFailed { conn, .. } => Some(*conn),
-            Self::Cancelled | Self::Panicked | Self::Dropped => None,
+            | Self::UnlockFailed { conn, .. }
+            | Self::EpochAdvanced { conn, .. }
+            | Self::EpochFailed { conn, .. }
+            | Self::SessionEnded { conn, .. } => Some(*conn),
+            Self::WorkDrained { .. } | Self::Cancelled | Self::Panicked | Self::Dropped => None,
         }
     }
 }

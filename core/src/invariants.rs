@@ -8,10 +8,12 @@
 //! - at most one term is open, term ids strictly increase, and every `BeginTerm` is matched by
 //!   exactly one `EndTerm`, with cause `Stopped` only on a stop request;
 //! - `Hijack` only in answer to `LockGranted` and `ReturnToPool` only in answer to `LockRefused`
-//!   for the same connection, and a term begins only with a hijack;
+//!   for the same connection; a term begins only on a hijacked connection, in answer to
+//!   `LockGranted` or (fencing) `EpochAdvanced`, and fencing epochs strictly increase;
 //! - actions only ever name the newest connection, and nothing is done with a connection after it
 //!   was closed or returned (so nothing is sent after its check timed out);
-//! - `Unlock` only in answer to a stop request of a leader, never in the step of a panic or a drop;
+//! - `Unlock` only after the term ended on a stop request (in answer to it, to `WorkDrained` or
+//!   to the end of the grace), never in the step of a panic or a drop;
 //! - a run finishes with no term open and no connection left (the gauge reads 0);
 //! - an ignored input queues nothing, and nothing is queued while not running;
 //! - the next deadline is never earlier than the time of the input, and later than it after a
@@ -77,6 +79,8 @@ pub struct Checker {
     now: Option<Instant>,
     open_term: Option<TermId>,
     last_term: Option<TermId>,
+    last_epoch: Option<u64>,
+    stopped: bool,
     newest: Option<(ConnId, ConnState)>,
 }
 
@@ -148,22 +152,16 @@ impl Checker {
             // A failed acquire yields no connection: nothing is left to close.
             self.newest = Some((*conn, ConnState::Done));
         }
-        let mut hijacked_now = false;
         for action in actions {
             if !self.running {
                 return Err("an action after Finish or while not running".into());
             }
-            self.check_action(input, action, &mut hijacked_now)?;
+            self.check_action(input, action)?;
         }
         self.check_timeout(now, input, poll_timeout)
     }
 
-    fn check_action<C>(
-        &mut self,
-        input: &Input<'_, C>,
-        action: &Action<C>,
-        hijacked_now: &mut bool,
-    ) -> Result<(), String> {
+    fn check_action<C>(&mut self, input: &Input<'_, C>, action: &Action<C>) -> Result<(), String> {
         let event = match input {
             Input::Event { event, .. } => Some(*event),
             _ => None,
@@ -172,19 +170,33 @@ impl Checker {
             self.check_conn_action(event, action, conn)?;
         }
         match action {
-            Action::Hijack { .. } => *hijacked_now = true,
-            Action::BeginTerm { term } => {
+            Action::BeginTerm { term, epoch } => {
                 if let Some(open) = self.open_term {
                     return Err(format!("term {term} began while term {open} is open"));
                 }
                 if self.last_term.is_some_and(|last| *term <= last) {
                     return Err(format!("term {term} does not increase"));
                 }
-                if !*hijacked_now {
-                    return Err(format!("term {term} began without a hijack"));
+                let hijacked = matches!(self.newest, Some((_, ConnState::Hijacked)));
+                let granted = matches!(
+                    event,
+                    Some(Event::LockGranted { .. } | Event::EpochAdvanced { .. })
+                );
+                if !hijacked || !granted {
+                    return Err(format!(
+                        "term {term} began in answer to {} without a hijacked connection",
+                        input_name(event)
+                    ));
+                }
+                if let Some(epoch) = epoch {
+                    if self.last_epoch.is_some_and(|last| *epoch <= last) {
+                        return Err(format!("epoch {epoch} does not increase"));
+                    }
+                    self.last_epoch = Some(*epoch);
                 }
                 self.open_term = Some(*term);
                 self.last_term = Some(*term);
+                self.stopped = false;
             }
             Action::EndTerm { term, cause } => {
                 if self.open_term != Some(*term) {
@@ -198,6 +210,12 @@ impl Checker {
                     ));
                 }
                 self.open_term = None;
+                self.stopped = stop;
+            }
+            Action::AwaitWork { term } => {
+                if !self.stopped || self.last_term != Some(*term) {
+                    return Err(format!("AwaitWork {term} without a stopped term"));
+                }
             }
             Action::Finish => {
                 if let Some(term) = self.open_term {
@@ -250,7 +268,7 @@ impl Checker {
             (_, ConnState::Done) => {
                 return Err(format!("{} on {conn} after it was closed", name(action)));
             }
-            (Action::TryLock { .. }, ConnState::Acquiring)
+            (Action::TryLock { .. } | Action::WaitForLock { .. }, ConnState::Acquiring)
                 if answered(|e| matches!(e, Event::ConnectionAcquired { .. })) =>
             {
                 ConnState::Borrowed
@@ -265,9 +283,19 @@ impl Checker {
             {
                 ConnState::Hijacked
             }
+            (Action::AdvanceEpoch { .. }, ConnState::Hijacked)
+                if answered(|e| matches!(e, Event::LockGranted { .. })) =>
+            {
+                ConnState::Hijacked
+            }
             (Action::Ping { .. }, ConnState::Hijacked) if event.is_none() => ConnState::Hijacked,
             (Action::Unlock { .. }, ConnState::Hijacked)
-                if answered(|e| matches!(e, Event::Cancelled)) =>
+                if self.stopped
+                    && self.open_term.is_none()
+                    && (event.is_none()
+                        || answered(|e| {
+                            matches!(e, Event::Cancelled | Event::WorkDrained { .. })
+                        })) =>
             {
                 ConnState::Hijacked
             }
@@ -307,6 +335,9 @@ fn name<C>(action: &Action<C>) -> &'static str {
     match action {
         Action::AcquireConnection { .. } => "AcquireConnection",
         Action::TryLock { .. } => "TryLock",
+        Action::WaitForLock { .. } => "WaitForLock",
+        Action::AdvanceEpoch { .. } => "AdvanceEpoch",
+        Action::AwaitWork { .. } => "AwaitWork",
         Action::ReturnToPool { .. } => "ReturnToPool",
         Action::Hijack { .. } => "Hijack",
         Action::Ping { .. } => "Ping",
@@ -327,6 +358,10 @@ fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
         Some(Event::LockGranted { .. }) => "LockGranted",
         Some(Event::LockRefused { .. }) => "LockRefused",
         Some(Event::LockQueryFailed { .. }) => "LockQueryFailed",
+        Some(Event::EpochAdvanced { .. }) => "EpochAdvanced",
+        Some(Event::EpochFailed { .. }) => "EpochFailed",
+        Some(Event::SessionEnded { .. }) => "SessionEnded",
+        Some(Event::WorkDrained { .. }) => "WorkDrained",
         Some(Event::PingOk { .. }) => "PingOk",
         Some(Event::PingFailed { .. }) => "PingFailed",
         Some(Event::UnlockDone { .. }) => "UnlockDone",
@@ -396,7 +431,7 @@ mod tests {
                     &[A::TryLock { conn: C1 }],
                 )
                 .unwrap();
-            let granted = [A::Hijack { conn: C1 }, A::BeginTerm { term: T1 }];
+            let granted = [A::Hijack { conn: C1 }, A::BeginTerm { term: T1, epoch: None }];
             trace
                 .event(2, E::LockGranted { conn: C1 }, &granted)
                 .unwrap();
@@ -446,6 +481,7 @@ mod tests {
                 E::PingOk { conn: C1 },
                 &[A::BeginTerm {
                     term: TermId::new(2),
+                    epoch: None,
                 }],
             ),
             "step 4: term 2 began while term 1 is open",
@@ -457,7 +493,7 @@ mod tests {
         let mut trace = Trace::new();
         trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
         violation(
-            trace.event(1, E::LockGranted { conn: C1 }, &[A::BeginTerm { term: T1 }]),
+            trace.event(1, E::LockGranted { conn: C1 }, &[A::BeginTerm { term: T1, epoch: None }]),
             "without a hijack",
         );
         let mut trace = Trace::leading();
@@ -485,7 +521,7 @@ mod tests {
                 &[A::TryLock { conn: C2 }],
             )
             .unwrap();
-        let stale = [A::Hijack { conn: C2 }, A::BeginTerm { term: T1 }];
+        let stale = [A::Hijack { conn: C2 }, A::BeginTerm { term: T1, epoch: None }];
         violation(
             trace.event(6, E::LockGranted { conn: C2 }, &stale),
             "does not increase",

@@ -20,6 +20,7 @@ mod election;
 mod event;
 mod ids;
 mod interval;
+mod options;
 pub mod invariants;
 pub mod readiness;
 mod schedule;
@@ -30,6 +31,7 @@ pub use action::{Action, Cause, Level, LogKind, LogRecord, TermEndCause};
 pub use election::{AlreadyRunning, Election, Handled, Ignored, Phase, Timer};
 pub use event::Event;
 pub use ids::{ConnId, TermId};
+pub use options::{AcquireMode, MAX_STOP_GRACE_INTERVALS, Options, StopGraceTooLong};
 pub use interval::{
     CheckInterval, DEFAULT_CHECK_INTERVAL, IDLE_SESSION_TIMEOUT_INTERVALS, IntervalError,
     MAX_CHECK_INTERVAL, MIN_CHECK_INTERVAL, UNLOCK_BUDGET,

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{I, World};
-use plexsphere_leader_core::Event;
+use plexsphere_leader_core::{AcquireMode, Event, Options, UNLOCK_BUDGET};
 use proptest::prelude::*;
 
 const REPLICAS: usize = 3;
@@ -21,6 +21,7 @@ enum Op {
     Panic(usize),
     Drop(usize),
     Terminate(usize),
+    TerminateSilently(usize),
     Latency(usize, u16),
     LoseNextReply(usize),
     FailNext(usize),
@@ -35,14 +36,33 @@ fn op() -> impl Strategy<Value = Op> {
         1 => r.clone().prop_map(Op::Panic),
         1 => r.clone().prop_map(Op::Drop),
         2 => r.clone().prop_map(Op::Terminate),
+        1 => r.clone().prop_map(Op::TerminateSilently),
         2 => (r.clone(), 0u16..300).prop_map(|(r, ms)| Op::Latency(r, ms)),
         1 => r.clone().prop_map(Op::LoseNextReply),
         1 => r.prop_map(Op::FailNext),
     ]
 }
 
-fn run(ops: &[Op]) -> Result<(), String> {
-    let mut world = World::new(REPLICAS, Duration::from_millis(1));
+/// The options of a case: either acquire mode, fencing on or off, any stop grace.
+fn options() -> impl Strategy<Value = Options> {
+    (any::<bool>(), any::<bool>(), 0..=2 * I.as_millis() as u64).prop_map(
+        |(queue, fencing, grace_ms)| {
+            let mode = if queue {
+                AcquireMode::Queue
+            } else {
+                AcquireMode::Poll
+            };
+            common::options()
+                .acquire(mode)
+                .fencing(fencing)
+                .stop_grace(Duration::from_millis(grace_ms))
+                .expect("a grace within two intervals")
+        },
+    )
+}
+
+fn run(options: Options, ops: &[Op]) -> Result<(), String> {
+    let mut world = World::with_options(REPLICAS, Duration::from_millis(1), options);
     for r in 0..REPLICAS {
         world.start(r)?;
     }
@@ -54,6 +74,9 @@ fn run(ops: &[Op]) -> Result<(), String> {
             Op::Panic(r) => world.event(r, Event::Panicked)?,
             Op::Drop(r) => world.event(r, Event::Dropped)?,
             Op::Terminate(r) => world.terminate(r),
+            Op::TerminateSilently(r) => {
+                world.terminate_silently(r);
+            }
             Op::Latency(r, ms) => world.replicas[r].latency = Duration::from_millis(ms.into()),
             Op::LoseNextReply(r) => world.replicas[r].lose_next_reply = true,
             Op::FailNext(r) => world.replicas[r].fail_next = true,
@@ -65,17 +88,21 @@ fn run(ops: &[Op]) -> Result<(), String> {
 /// Faults stop, every replica runs with a short latency: within a few intervals exactly one
 /// replica leads, on the session that holds the lock, and every other replica stays standby.
 fn liveness(world: &mut World) -> Result<(), String> {
-    for r in 0..REPLICAS {
-        let replica = &mut world.replicas[r];
+    for replica in &mut world.replicas {
         replica.latency = Duration::from_millis(1);
         replica.lose_next_reply = false;
         replica.fail_next = false;
-        if !replica.election.is_running() {
+    }
+    // A stop in progress ends within its grace (two intervals at most) and the unlock budget.
+    world.advance(2 * I + UNLOCK_BUDGET)?;
+    for r in 0..REPLICAS {
+        if !world.replicas[r].election.is_running() {
             world.start(r)?;
         }
     }
-    // Old answers drain within the longest latency (300 ms); an orphan grant closes within I.
-    world.advance(Duration::from_millis(300) + 3 * I)?;
+    // Old answers drain within the longest latency (300 ms); an orphan grant closes within its
+    // budget (two intervals when queued); a stop's grace is at most two intervals.
+    world.advance(Duration::from_millis(300) + 5 * I)?;
     let leaders = world.leaders();
     if leaders.len() != 1 {
         return Err(format!(
@@ -87,7 +114,8 @@ fn liveness(world: &mut World) -> Result<(), String> {
     for r in 0..REPLICAS {
         world.event(r, Event::Cancelled)?;
     }
-    world.advance(Duration::from_millis(10))?;
+    // The work answers at once (or never, after a FailNext: the grace bounds it).
+    world.advance(2 * I + Duration::from_millis(10))?;
     if world.server.holder.is_some() || !world.leaders().is_empty() {
         return Err("after stopping every replica a lock or a term remains".into());
     }
@@ -98,8 +126,11 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     #[test]
-    fn invariants_and_bounds_hold_under_random_faults(ops in prop::collection::vec(op(), 0..120)) {
-        if let Err(violation) = run(&ops) {
+    fn invariants_and_bounds_hold_under_random_faults(
+        options in options(),
+        ops in prop::collection::vec(op(), 0..120),
+    ) {
+        if let Err(violation) = run(options, &ops) {
             prop_assert!(false, "{violation}");
         }
     }

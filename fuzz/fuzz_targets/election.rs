@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use plexsphere_leader_core::invariants::{Checker, Input};
-use plexsphere_leader_core::{CheckInterval, ConnId, Election, Event};
+use plexsphere_leader_core::{AcquireMode, CheckInterval, ConnId, Election, Event, Options, TermId};
 
 #[derive(Debug, Arbitrary)]
 struct Step {
@@ -29,6 +29,10 @@ enum FuzzInput {
     PingFailed(Which),
     Unlocked(Which, bool),
     UnlockFailed(Which),
+    EpochAdvanced(Which, u8),
+    EpochFailed(Which),
+    SessionEnded(Which),
+    WorkDrained(u8),
     Cancelled,
     Panicked,
     Dropped,
@@ -42,13 +46,33 @@ enum Which {
     Number(u8),
 }
 
-fuzz_target!(|input: (u16, Vec<Step>)| {
-    let (interval_ms, steps) = input;
+/// The election's options beyond the interval.
+#[derive(Debug, Arbitrary)]
+struct FuzzOptions {
+    queue: bool,
+    fencing: bool,
+    grace_ms: u16,
+}
+
+fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
+    let (interval_ms, fuzz_options, steps) = input;
     let interval = Duration::from_millis(u64::from(interval_ms.max(1)));
     let Ok(interval) = CheckInterval::new(interval) else {
         return;
     };
-    let mut election = Election::<u8>::new(interval);
+    let mode = if fuzz_options.queue {
+        AcquireMode::Queue
+    } else {
+        AcquireMode::Poll
+    };
+    let Ok(options) = Options::new(interval)
+        .acquire(mode)
+        .fencing(fuzz_options.fencing)
+        .stop_grace(Duration::from_millis(u64::from(fuzz_options.grace_ms)))
+    else {
+        return;
+    };
+    let mut election = Election::<u8>::with_options(options);
     let mut checker = Checker::new();
     let mut now = Instant::now();
     let mut newest = 0u64;
@@ -101,6 +125,21 @@ fuzz_target!(|input: (u16, Vec<Step>)| {
             FuzzInput::UnlockFailed(w) => Event::UnlockFailed {
                 conn: conn(w),
                 cause: 4,
+            },
+            FuzzInput::EpochAdvanced(w, epoch) => Event::EpochAdvanced {
+                conn: conn(w),
+                epoch: u64::from(*epoch),
+            },
+            FuzzInput::EpochFailed(w) => Event::EpochFailed {
+                conn: conn(w),
+                cause: 5,
+            },
+            FuzzInput::SessionEnded(w) => Event::SessionEnded {
+                conn: conn(w),
+                cause: 6,
+            },
+            FuzzInput::WorkDrained(term) => Event::WorkDrained {
+                term: TermId::new(u64::from(*term)),
             },
             FuzzInput::Cancelled => Event::Cancelled,
             FuzzInput::Panicked => Event::Panicked,

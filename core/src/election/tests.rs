@@ -21,17 +21,32 @@ struct Fixture {
     t0: Instant,
 }
 
+fn spec_options() -> Options {
+    // The spec's stop: unlock at once after the term ended.
+    Options::new(CheckInterval::new(I).unwrap())
+        .stop_grace(Duration::ZERO)
+        .unwrap()
+}
+
 impl Fixture {
     fn new() -> Self {
+        Self::with(spec_options())
+    }
+
+    fn with(options: Options) -> Self {
         Self {
-            election: Election::new(CheckInterval::new(I).unwrap()),
+            election: Election::with_options(options),
             t0: Instant::now(),
         }
     }
 
     /// Started at t0; the first check's AcquireConnection drained.
     fn started() -> Self {
-        let mut f = Self::new();
+        Self::started_with(spec_options())
+    }
+
+    fn started_with(options: Options) -> Self {
+        let mut f = Self::with(options);
         f.election.start(f.t0).unwrap();
         assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C1 }]);
         f
@@ -39,7 +54,11 @@ impl Fixture {
 
     /// Leading with term 1 on conn 1 since t0 + 10 ms; actions drained.
     fn leader() -> Self {
-        let mut f = Self::started();
+        Self::leader_with(spec_options())
+    }
+
+    fn leader_with(options: Options) -> Self {
+        let mut f = Self::started_with(options);
         f.event(10, E::ConnectionAcquired { conn: C1 });
         f.event(10, E::LockGranted { conn: C1 });
         f.drain();
@@ -126,7 +145,7 @@ fn a_granted_lock_hijacks_the_connection_begins_a_term_and_logs() {
         f.drain(),
         vec![
             A::Hijack { conn: C1 },
-            A::BeginTerm { term: T1 },
+            A::BeginTerm { term: T1, epoch: None },
             log(LogKind::LeadershipAcquired, Some(T1), None),
         ]
     );
@@ -388,7 +407,7 @@ fn a_demoted_replica_can_lead_again_in_a_newer_term() {
         f.drain(),
         vec![
             A::Hijack { conn: C2 },
-            A::BeginTerm { term: T2 },
+            A::BeginTerm { term: T2, epoch: None },
             log(LogKind::LeadershipAcquired, Some(T2), None),
         ]
     );
@@ -731,7 +750,7 @@ fn the_election_can_run_again_after_it_finished_with_fresh_ids() {
     assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
     f.event(201, E::ConnectionAcquired { conn: C2 });
     f.event(202, E::LockGranted { conn: C2 });
-    assert!(f.drain().contains(&A::BeginTerm { term: T2 }));
+    assert!(f.drain().contains(&A::BeginTerm { term: T2, epoch: None }));
     // The new run's schedule starts at its own start.
     assert_eq!(f.election.poll_timeout(), Some(f.at(200 + IMS)));
 }
@@ -789,7 +808,7 @@ fn actions_and_events_name_their_connection() {
     ];
     assert!(with_conn.iter().all(|a| a.conn() == Some(C2)));
     let without: Vec<A> = vec![
-        A::BeginTerm { term: T1 },
+        A::BeginTerm { term: T1, epoch: None },
         A::EndTerm {
             term: T1,
             cause: TermEndCause::Stopped,
@@ -851,4 +870,333 @@ fn causes_render_for_the_log() {
         "leader: released background leader lock"
     );
     assert_eq!(record.level(), Level::Info);
+}
+
+// ---- beyond the spec: the session watch ----
+
+#[test]
+fn a_lock_session_that_ends_demotes_the_leader_at_once() {
+    let mut f = Fixture::leader();
+    let cause = "db error: FATAL: terminating connection due to administrator command";
+    f.event(20, E::SessionEnded { conn: C1, cause });
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::LeadershipLost
+            },
+            A::CloseConnection { conn: C1 },
+            log(LogKind::LeadershipLost, Some(T1), Some(Cause::Error(cause))),
+        ]
+    );
+    assert_eq!(f.election.phase(), Phase::StandbyWaiting);
+    assert_eq!(f.election.poll_timeout(), Some(f.at(IMS)));
+}
+
+#[test]
+fn a_session_end_during_the_check_demotes_and_the_late_ping_answer_is_ignored() {
+    let mut f = Fixture::leader();
+    f.timeout(IMS);
+    assert_eq!(f.drain(), vec![A::Ping { conn: C1 }]);
+    f.event(IMS + 1, E::SessionEnded { conn: C1, cause: "reset" });
+    assert!(!f.election.is_leader());
+    f.drain();
+    assert_eq!(
+        f.event(IMS + 2, E::PingFailed { conn: C1, cause: "closed" }),
+        Handled::Ignored(Ignored::StaleConnection)
+    );
+}
+
+#[test]
+fn a_session_end_of_another_connection_or_on_a_standby_is_ignored() {
+    let mut f = Fixture::leader();
+    assert_eq!(
+        f.event(20, E::SessionEnded { conn: C2, cause: "x" }),
+        Handled::Ignored(Ignored::StaleConnection)
+    );
+    let mut standby = Fixture::started();
+    standby.event(1, E::ConnectionAcquired { conn: C1 });
+    standby.drain();
+    assert_eq!(
+        standby.event(2, E::SessionEnded { conn: C1, cause: "x" }),
+        Handled::Ignored(Ignored::StaleConnection)
+    );
+}
+
+#[test]
+fn a_session_end_while_releasing_finishes_without_waiting_for_the_unlock() {
+    let mut f = Fixture::leader();
+    f.event(100, E::Cancelled);
+    f.drain();
+    f.event(101, E::SessionEnded { conn: C1, cause: "reset" });
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(
+                LogKind::SessionEndedWhileStopping,
+                Some(T1),
+                Some(Cause::Error("reset"))
+            ),
+            A::Finish
+        ]
+    );
+}
+
+// ---- beyond the spec: the ordered graceful stop ----
+
+fn graceful(grace_ms: u64) -> Options {
+    Options::new(CheckInterval::new(I).unwrap())
+        .stop_grace(Duration::from_millis(grace_ms))
+        .unwrap()
+}
+
+#[test]
+fn a_graceful_stop_ends_the_term_then_awaits_the_work_before_unlocking() {
+    let mut f = Fixture::leader_with(graceful(3_000));
+    f.event(100, E::Cancelled);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::Stopped
+            },
+            A::AwaitWork { term: T1 }
+        ]
+    );
+    assert_eq!(f.election.phase(), Phase::Draining);
+    assert_eq!(f.election.timeout_reason(), Some(Timer::DrainDeadline));
+    assert_eq!(f.election.poll_timeout(), Some(f.at(3_100)));
+    assert_eq!(
+        f.event(101, E::Cancelled),
+        Handled::Ignored(Ignored::AlreadyStopping)
+    );
+    assert_eq!(
+        f.event(150, E::WorkDrained { term: T2 }),
+        Handled::Ignored(Ignored::StaleConnection)
+    );
+    f.event(200, E::WorkDrained { term: T1 });
+    assert_eq!(f.drain(), vec![A::Unlock { conn: C1 }]);
+    assert_eq!(f.election.phase(), Phase::Releasing);
+    assert_eq!(f.election.poll_timeout(), Some(f.at(2_200)));
+}
+
+#[test]
+fn work_that_outlives_the_grace_is_reported_and_the_lock_released_anyway() {
+    let mut f = Fixture::leader_with(graceful(3_000));
+    f.event(100, E::Cancelled);
+    f.drain();
+    f.timeout(3_099);
+    assert_eq!(f.drain(), vec![]);
+    f.timeout(3_100);
+    assert_eq!(
+        f.drain(),
+        vec![
+            log(LogKind::WorkOutlivedStop, Some(T1), None),
+            A::Unlock { conn: C1 }
+        ]
+    );
+    assert_eq!(
+        f.event(3_101, E::WorkDrained { term: T1 }),
+        Handled::Ignored(Ignored::Unexpected)
+    );
+}
+
+#[test]
+fn a_session_end_or_a_panic_while_draining_ends_the_run_without_unlocking() {
+    let mut f = Fixture::leader_with(graceful(3_000));
+    f.event(100, E::Cancelled);
+    f.drain();
+    f.event(200, E::SessionEnded { conn: C1, cause: "reset" });
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(
+                LogKind::SessionEndedWhileStopping,
+                Some(T1),
+                Some(Cause::Error("reset"))
+            ),
+            A::Finish
+        ]
+    );
+    let mut g = Fixture::leader_with(graceful(3_000));
+    g.event(100, E::Cancelled);
+    g.drain();
+    g.event(200, E::Panicked);
+    assert_eq!(
+        g.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::AbandonedAfterPanic, Some(T1), None),
+            A::Finish
+        ]
+    );
+}
+
+#[test]
+fn no_check_runs_while_draining() {
+    let mut f = Fixture::leader_with(graceful(IMS * 2));
+    f.event(100, E::Cancelled);
+    f.drain();
+    f.timeout(IMS);
+    assert_eq!(f.drain(), vec![]);
+    assert_eq!(f.election.phase(), Phase::Draining);
+}
+
+// ---- beyond the spec: queued acquire ----
+
+#[test]
+fn a_queued_standby_waits_for_the_lock_under_a_lock_timeout_of_one_interval() {
+    let options = spec_options().acquire(AcquireMode::Queue);
+    let mut f = Fixture::started_with(options);
+    f.event(1, E::ConnectionAcquired { conn: C1 });
+    assert_eq!(
+        f.drain(),
+        vec![A::WaitForLock {
+            conn: C1,
+            lock_timeout: I
+        }]
+    );
+    // The client gives the server's lock_timeout one more interval to answer.
+    assert_eq!(f.election.poll_timeout(), Some(f.at(1 + 2 * IMS)));
+    // The server's lock_timeout refused it: the next check is already due, so it queues again.
+    f.event(IMS + 2, E::LockRefused { conn: C1 });
+    assert_eq!(f.drain(), vec![A::ReturnToPool { conn: C1 }]);
+    assert_eq!(f.election.poll_timeout(), Some(f.at(IMS + 2)));
+    f.timeout(IMS + 2);
+    assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
+}
+
+#[test]
+fn a_queued_grant_that_never_answers_is_abandoned_after_its_budget() {
+    let options = spec_options().acquire(AcquireMode::Queue);
+    let mut f = Fixture::started_with(options);
+    f.event(1, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.timeout(1 + 2 * IMS);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(
+                LogKind::AcquireFailed,
+                None,
+                Some(Cause::TimedOut(2 * I))
+            ),
+            A::AcquireConnection { conn: C2 }
+        ]
+    );
+}
+
+// ---- beyond the spec: fencing ----
+
+fn fencing() -> Options {
+    spec_options().fencing(true)
+}
+
+fn granted_fencing() -> Fixture {
+    let mut f = Fixture::started_with(fencing());
+    f.event(1, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.event(2, E::LockGranted { conn: C1 });
+    assert_eq!(
+        f.drain(),
+        vec![A::Hijack { conn: C1 }, A::AdvanceEpoch { conn: C1 }]
+    );
+    assert_eq!(f.election.phase(), Phase::Fencing);
+    assert!(!f.election.is_leader());
+    f
+}
+
+#[test]
+fn with_fencing_the_term_begins_with_the_epoch_the_database_returned() {
+    let mut f = granted_fencing();
+    assert_eq!(f.election.poll_timeout(), Some(f.at(2 + IMS)));
+    f.event(3, E::EpochAdvanced { conn: C1, epoch: 7 });
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::BeginTerm {
+                term: T1,
+                epoch: Some(7)
+            },
+            log(LogKind::LeadershipAcquired, Some(T1), None)
+        ]
+    );
+    assert!(f.election.is_leader());
+}
+
+#[test]
+fn an_epoch_that_does_not_advance_refuses_the_term_and_closes_the_lock_session() {
+    let mut f = granted_fencing();
+    f.event(3, E::EpochAdvanced { conn: C1, epoch: 7 });
+    f.drain();
+    f.event(4, E::SessionEnded { conn: C1, cause: "terminated" });
+    f.drain();
+    f.timeout(IMS);
+    assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
+    f.event(IMS + 1, E::ConnectionAcquired { conn: C2 });
+    f.event(IMS + 2, E::LockGranted { conn: C2 });
+    f.drain();
+    f.event(IMS + 3, E::EpochAdvanced { conn: C2, epoch: 7 });
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C2 },
+            log(
+                LogKind::FencingFailed,
+                None,
+                Some(Cause::EpochDidNotAdvance { epoch: 7, last: 7 })
+            ),
+        ]
+    );
+    assert!(!f.election.is_leader());
+    assert_eq!(f.election.phase(), Phase::StandbyWaiting);
+}
+
+#[test]
+fn a_failed_or_unanswered_epoch_closes_the_lock_session_and_stays_standby() {
+    let mut f = granted_fencing();
+    f.event(3, E::EpochFailed { conn: C1, cause: "relation does not exist" });
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(
+                LogKind::FencingFailed,
+                None,
+                Some(Cause::Error("relation does not exist"))
+            ),
+        ]
+    );
+    let mut g = granted_fencing();
+    g.timeout(2 + IMS);
+    assert_eq!(
+        g.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::FencingFailed, None, Some(Cause::TimedOut(I))),
+            // The check that fell due meanwhile starts at once.
+            A::AcquireConnection { conn: C2 },
+        ]
+    );
+}
+
+#[test]
+fn cancelling_or_losing_the_session_while_fencing_closes_it() {
+    let mut f = granted_fencing();
+    f.event(3, E::Cancelled);
+    assert_eq!(f.drain(), vec![A::CloseConnection { conn: C1 }, A::Finish]);
+    let mut g = granted_fencing();
+    g.event(3, E::SessionEnded { conn: C1, cause: "reset" });
+    assert_eq!(
+        g.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::FencingFailed, None, Some(Cause::Error("reset"))),
+        ]
+    );
 }

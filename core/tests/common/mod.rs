@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use plexsphere_leader_core::invariants::{Checker, Input};
-use plexsphere_leader_core::{Action, CheckInterval, ConnId, Election, Event};
+use plexsphere_leader_core::{AcquireMode, Action, CheckInterval, ConnId, Election, Event, Options};
 
 /// The check interval of the world.
 pub(crate) const I: Duration = Duration::from_millis(100);
@@ -41,6 +41,11 @@ pub(crate) struct Server {
     open: BTreeMap<(usize, ConnId), ()>,
     /// Sessions that held the lock when they ended, and when they ended.
     lost: BTreeMap<(usize, ConnId), Instant>,
+    /// Sessions waiting in the lock queue (queued mode), first first, with the sequence number
+    /// of the refusal their `lock_timeout` will deliver.
+    waiters: Vec<((usize, ConnId), u64)>,
+    /// The fencing epoch last handed out.
+    pub(crate) epoch: u64,
 }
 
 /// The world.
@@ -53,15 +58,24 @@ pub(crate) struct World {
     /// answers reach the elections too.
     pending: Vec<(Instant, u64, usize, Event<Cause>)>,
     seq: u64,
+    /// How long a session granted the lock may go unled (an unanswered grant's budget).
+    grant_budget: Duration,
 }
 
 impl World {
     pub(crate) fn new(replicas: usize, latency: Duration) -> Self {
+        Self::with_options(replicas, latency, options())
+    }
+
+    pub(crate) fn with_options(replicas: usize, latency: Duration, options: Options) -> Self {
         let t0 = Instant::now();
-        let interval = CheckInterval::new(I).expect("valid interval");
+        let grant_budget = match options.acquire_mode() {
+            AcquireMode::Poll => I,
+            AcquireMode::Queue => options.queued_grant_budget(),
+        };
         let replicas = (0..replicas)
             .map(|_| Replica {
-                election: Election::new(interval),
+                election: Election::with_options(options),
                 checker: Checker::new(),
                 latency,
                 lose_next_reply: false,
@@ -78,6 +92,7 @@ impl World {
             server: Server::default(),
             pending: Vec::new(),
             seq: 0,
+            grant_budget,
         }
     }
 
@@ -109,18 +124,39 @@ impl World {
         )
     }
 
-    /// The server ends replica `r`'s newest session (pg_terminate_backend).
+    /// The server ends replica `r`'s newest session (pg_terminate_backend); the replica's
+    /// driver notices the closed lock connection after its latency.
     pub(crate) fn terminate(&mut self, r: usize) {
+        if let Some((_, conn)) = self.terminate_silently(r)
+            && self.replicas[r].lock_conn == Some(conn)
+        {
+            let event = Event::SessionEnded {
+                conn,
+                cause: "terminated",
+            };
+            self.deliver(r, event);
+        }
+    }
+
+    /// The server ends replica `r`'s newest session and the replica hears nothing (the FIN is
+    /// lost: a partition).
+    pub(crate) fn terminate_silently(&mut self, r: usize) -> Option<(usize, ConnId)> {
         let session = self
             .server
             .open
             .keys()
             .rev()
             .find(|(owner, _)| *owner == r)
-            .copied();
-        if let Some(session) = session {
-            self.end_session(session);
-        }
+            .copied()?;
+        self.end_session(session);
+        Some(session)
+    }
+
+    fn deliver(&mut self, r: usize, event: Event<Cause>) -> u64 {
+        self.seq += 1;
+        let at = self.now + self.replicas[r].latency;
+        self.pending.push((at, self.seq, r, event));
+        self.seq
     }
 
     /// Advances virtual time by `by`, firing every deadline and delivering every answer due on
@@ -148,7 +184,8 @@ impl World {
                         self.after_input(r, Input::Timeout)?;
                     } else if let Some(seq) = answer {
                         let index = self.pending.iter().position(|p| p.1 == seq).ok_or("lost")?;
-                        let (_, _, r, event) = self.pending.remove(index);
+                        let (_, seq, r, event) = self.pending.remove(index);
+                        self.server.waiters.retain(|(_, refusal)| *refusal != seq);
                         self.event(r, event)?;
                     }
                 }
@@ -193,6 +230,36 @@ impl World {
                 cause: "query error",
             }),
             Action::TryLock { conn } => Some(self.try_lock(r, conn)),
+            Action::WaitForLock { conn, .. } if fail => Some(Event::LockQueryFailed {
+                conn,
+                cause: "query error",
+            }),
+            Action::WaitForLock { conn, lock_timeout } => match self.try_lock(r, conn) {
+                Event::LockRefused { conn } => {
+                    // Queued: refused when lock_timeout ends, unless granted first.
+                    self.seq += 1;
+                    let at = self.now + lock_timeout + self.replicas[r].latency;
+                    self.pending
+                        .push((at, self.seq, r, Event::LockRefused { conn }));
+                    self.server.waiters.push(((r, conn), self.seq));
+                    None
+                }
+                answer => Some(answer),
+            },
+            Action::AdvanceEpoch { conn } if fail => Some(Event::EpochFailed {
+                conn,
+                cause: "fence error",
+            }),
+            Action::AdvanceEpoch { conn } => {
+                self.server.epoch += 1;
+                Some(Event::EpochAdvanced {
+                    conn,
+                    epoch: self.server.epoch,
+                })
+            }
+            // A failure here stands for work that ignores its cancelled token.
+            Action::AwaitWork { .. } if fail => None,
+            Action::AwaitWork { term } => Some(Event::WorkDrained { term }),
             Action::ReturnToPool { conn } => {
                 // Back in the pool: the session lives on but is no longer the election's.
                 self.server.open.remove(&(r, conn));
@@ -222,6 +289,7 @@ impl World {
                 let held = self.server.holder.is_some_and(|(s, _)| s == (r, conn));
                 if held {
                     self.server.holder = None;
+                    self.grant_next_waiter();
                 }
                 Some(Event::UnlockDone {
                     conn,
@@ -243,14 +311,25 @@ impl World {
             }
             Action::EndTerm { .. } | Action::Log(_) | Action::Finish => None,
         };
-        let replica = &mut self.replicas[r];
         if let Some(event) = answer {
-            if std::mem::take(&mut replica.lose_next_reply) {
+            if std::mem::take(&mut self.replicas[r].lose_next_reply) {
                 return;
             }
-            self.seq += 1;
-            self.pending
-                .push((self.now + replica.latency, self.seq, r, event));
+            self.deliver(r, event);
+        }
+    }
+
+    /// The lock was released: the first queued session that is still open gets it.
+    fn grant_next_waiter(&mut self) {
+        while !self.server.waiters.is_empty() {
+            let ((r, conn), refusal) = self.server.waiters.remove(0);
+            if !self.server.open.contains_key(&(r, conn)) {
+                continue;
+            }
+            self.pending.retain(|(_, seq, _, _)| *seq != refusal);
+            self.server.holder = Some(((r, conn), self.now));
+            self.deliver(r, Event::LockGranted { conn });
+            return;
         }
     }
 
@@ -272,10 +351,12 @@ impl World {
 
     fn end_session(&mut self, session: (usize, ConnId)) {
         self.server.open.remove(&session);
+        self.server.waiters.retain(|(waiter, _)| *waiter != session);
         if self.server.holder.is_some_and(|(s, _)| s == session) {
             self.server.holder = None;
             // The replica may not know it was granted yet: the answer can still be on its way.
             self.server.lost.insert(session, self.now);
+            self.grant_next_waiter();
         }
     }
 
@@ -308,13 +389,19 @@ impl World {
             let replica = &self.replicas[owner];
             let led = replica.election.is_leader() && replica.lock_conn == Some(conn);
             let releasing = replica.lock_conn == Some(conn);
-            if !led && !releasing && self.now - granted > I {
+            if !led && !releasing && self.now - granted > self.grant_budget {
                 return Err(format!(
-                    "lock held by replica {owner}'s {conn} that does not lead, for {:?} (bound {I:?})",
-                    self.now - granted
+                    "lock held by replica {owner}'s {conn} that does not lead, for {:?} (bound {:?})",
+                    self.now - granted,
+                    self.grant_budget
                 ));
             }
         }
         Ok(())
     }
+}
+
+/// The spec's options with the world's interval.
+pub(crate) fn options() -> Options {
+    Options::new(CheckInterval::new(I).expect("valid interval"))
 }

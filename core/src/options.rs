@@ -1,0 +1,166 @@
+//! The options of an election beyond its check interval: how a standby waits for the lock, how
+//! long a graceful stop waits for leader work, and fencing epochs.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::interval::CheckInterval;
+
+/// How a standby asks for the lock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum AcquireMode {
+    /// The spec's behaviour: try the lock once per check interval (`pg_try_advisory_lock`). A
+    /// standby notices a released lock at its next check, up to one interval later.
+    #[default]
+    Poll,
+    /// Wait in the server's lock queue (`pg_advisory_lock` under a transaction-local
+    /// `lock_timeout` of one interval, repeated), so a standby leads as soon as the lock is
+    /// released. Costs one busy backend per standby; see the reference documentation.
+    Queue,
+}
+
+/// The validated options of one [`Election`](crate::Election).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Options {
+    interval: CheckInterval,
+    acquire: AcquireMode,
+    stop_grace: Duration,
+    fencing: bool,
+}
+
+/// How many check intervals a graceful stop may wait for leader work at most: the lock session
+/// is idle meanwhile, and one check interval plus the grace must stay well inside the
+/// `idle_session_timeout` of four intervals.
+pub const MAX_STOP_GRACE_INTERVALS: u32 = 2;
+
+impl Options {
+    /// The spec's behaviour with `interval`: polling, a stop grace of one interval, no fencing.
+    pub fn new(interval: CheckInterval) -> Self {
+        Self {
+            interval,
+            acquire: AcquireMode::Poll,
+            stop_grace: interval.get(),
+            fencing: false,
+        }
+    }
+
+    /// How a standby asks for the lock.
+    #[must_use]
+    pub fn acquire(mut self, mode: AcquireMode) -> Self {
+        self.acquire = mode;
+        self
+    }
+
+    /// How long a graceful stop waits, after the term ended, for leader work to return before it
+    /// unlocks. Zero unlocks at once.
+    ///
+    /// # Errors
+    /// [`StopGraceTooLong`] above [`MAX_STOP_GRACE_INTERVALS`] check intervals.
+    pub fn stop_grace(mut self, grace: Duration) -> Result<Self, StopGraceTooLong> {
+        let max = self.max_stop_grace();
+        if grace > max {
+            return Err(StopGraceTooLong { given: grace, max });
+        }
+        self.stop_grace = grace;
+        Ok(self)
+    }
+
+    /// Whether every term gets a fencing epoch from the database before it begins.
+    #[must_use]
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.fencing = enabled;
+        self
+    }
+
+    /// The check interval.
+    pub fn interval(&self) -> CheckInterval {
+        self.interval
+    }
+
+    /// The acquire mode.
+    pub fn acquire_mode(&self) -> AcquireMode {
+        self.acquire
+    }
+
+    /// The stop grace.
+    pub fn grace(&self) -> Duration {
+        self.stop_grace
+    }
+
+    /// Whether fencing is on.
+    pub fn is_fencing(&self) -> bool {
+        self.fencing
+    }
+
+    /// The longest stop grace accepted with this interval.
+    pub fn max_stop_grace(&self) -> Duration {
+        self.interval.get() * MAX_STOP_GRACE_INTERVALS
+    }
+
+    /// How long the server may keep a queued standby waiting (`lock_timeout`): one interval.
+    pub fn lock_timeout(&self) -> Duration {
+        self.interval.get()
+    }
+
+    /// How long the election waits for a queued grant statement to answer: the `lock_timeout`
+    /// plus one interval for the round trip, so the server's timeout always comes first.
+    pub fn queued_grant_budget(&self) -> Duration {
+        self.lock_timeout() + self.interval.get()
+    }
+}
+
+/// [`Options::stop_grace`] was given more than [`MAX_STOP_GRACE_INTERVALS`] check intervals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopGraceTooLong {
+    /// The grace asked for.
+    pub given: Duration,
+    /// The longest accepted.
+    pub max: Duration,
+}
+
+impl fmt::Display for StopGraceTooLong {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "stop grace {:?} is longer than {MAX_STOP_GRACE_INTERVALS} check intervals ({:?}): \
+             the idle lock session would outlive its idle_session_timeout",
+            self.given, self.max
+        )
+    }
+}
+
+impl std::error::Error for StopGraceTooLong {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interval(ms: u64) -> CheckInterval {
+        CheckInterval::new(Duration::from_millis(ms)).unwrap()
+    }
+
+    #[test]
+    fn defaults_are_the_spec_behaviour_with_a_grace_of_one_interval() {
+        let options = Options::new(interval(200));
+        assert_eq!(options.acquire_mode(), AcquireMode::Poll);
+        assert_eq!(options.grace(), Duration::from_millis(200));
+        assert!(!options.is_fencing());
+    }
+
+    #[test]
+    fn the_grace_is_bounded_by_two_intervals() {
+        let options = Options::new(interval(200));
+        assert!(options.stop_grace(Duration::from_millis(400)).is_ok());
+        assert!(options.stop_grace(Duration::ZERO).is_ok());
+        let error = options.stop_grace(Duration::from_millis(401)).unwrap_err();
+        assert_eq!(error.max, Duration::from_millis(400));
+        assert!(error.to_string().contains("idle_session_timeout"), "{error}");
+    }
+
+    #[test]
+    fn a_queued_grant_is_given_one_interval_more_than_the_server_lock_timeout() {
+        let options = Options::new(interval(200)).acquire(AcquireMode::Queue);
+        assert_eq!(options.lock_timeout(), Duration::from_millis(200));
+        assert_eq!(options.queued_grant_budget(), Duration::from_millis(400));
+    }
+}
