@@ -168,9 +168,7 @@ async fn verify_on(client: &tokio_postgres::Client, granted_pid: i32) -> Result<
     } else {
         None
     };
-    finding.map_or(Ok(()), |finding| {
-        Err(CheckError::LockNotVerified(finding))
-    })
+    finding.map_or(Ok(()), |finding| Err(CheckError::LockNotVerified(finding)))
 }
 
 /// Fencing ([`sql::advance_epoch`]): the new term's epoch.
@@ -293,7 +291,9 @@ async fn one_row(
         SimpleQueryMessage::Row(row) => Some(row),
         _ => None,
     });
-    let row = rows.next().ok_or_else(|| unexpected(name, "no row".into()))?;
+    let row = rows
+        .next()
+        .ok_or_else(|| unexpected(name, "no row".into()))?;
     if rows.next().is_some() {
         return Err(unexpected(name, "more than one row".into()));
     }

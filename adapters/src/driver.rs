@@ -169,7 +169,10 @@ impl Driver {
                 self.start_on(conn, |held| connection::advance_epoch(held, conn));
             }
             Action::AwaitWork { term } => {
-                let stopped = self.stopped_term.clone().filter(|shared| shared.id() == term);
+                let stopped = self
+                    .stopped_term
+                    .clone()
+                    .filter(|shared| shared.id() == term);
                 self.in_flight = Some(match stopped {
                     Some(shared) => connection::await_work(shared),
                     None => Box::pin(std::future::ready(Completion::of(Event::WorkDrained {
@@ -202,7 +205,11 @@ impl Driver {
             Action::EndTerm { cause, .. } => self.stopped_term = self.inner.end_term(cause),
             Action::Log(record) => {
                 let work = (record.kind == LogKind::WorkOutlivedStop)
-                    .then(|| self.stopped_term.as_ref().map(|t| t.running_work().join(", ")))
+                    .then(|| {
+                        self.stopped_term
+                            .as_ref()
+                            .map(|t| t.running_work().join(", "))
+                    })
                     .flatten();
                 log::emit(&record, self.inner.interval().get(), work.as_deref());
             }

@@ -94,7 +94,11 @@ impl TermShared {
                 return;
             }
             state.ended = Some(cause);
-            state.tokens.values().map(|(token, _)| token.clone()).collect()
+            state
+                .tokens
+                .values()
+                .map(|(token, _)| token.clone())
+                .collect()
         };
         for token in tokens {
             token.cancel();

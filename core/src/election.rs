@@ -633,7 +633,9 @@ impl<C> Election<C> {
 
     /// The work of the stopped term returned, or its grace is over: unlock.
     fn release(&mut self, now: Instant) {
-        let Some((term, conn)) = self.draining().map(|draining| (draining.term, draining.conn))
+        let Some((term, conn)) = self
+            .draining()
+            .map(|draining| (draining.term, draining.conn))
         else {
             return;
         };

@@ -431,7 +431,13 @@ mod tests {
                     &[A::TryLock { conn: C1 }],
                 )
                 .unwrap();
-            let granted = [A::Hijack { conn: C1 }, A::BeginTerm { term: T1, epoch: None }];
+            let granted = [
+                A::Hijack { conn: C1 },
+                A::BeginTerm {
+                    term: T1,
+                    epoch: None,
+                },
+            ];
             trace
                 .event(2, E::LockGranted { conn: C1 }, &granted)
                 .unwrap();
@@ -493,7 +499,14 @@ mod tests {
         let mut trace = Trace::new();
         trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
         violation(
-            trace.event(1, E::LockGranted { conn: C1 }, &[A::BeginTerm { term: T1, epoch: None }]),
+            trace.event(
+                1,
+                E::LockGranted { conn: C1 },
+                &[A::BeginTerm {
+                    term: T1,
+                    epoch: None,
+                }],
+            ),
             "without a hijack",
         );
         let mut trace = Trace::leading();
@@ -521,7 +534,13 @@ mod tests {
                 &[A::TryLock { conn: C2 }],
             )
             .unwrap();
-        let stale = [A::Hijack { conn: C2 }, A::BeginTerm { term: T1, epoch: None }];
+        let stale = [
+            A::Hijack { conn: C2 },
+            A::BeginTerm {
+                term: T1,
+                epoch: None,
+            },
+        ];
         violation(
             trace.event(6, E::LockGranted { conn: C2 }, &stale),
             "does not increase",

@@ -20,8 +20,8 @@ mod election;
 mod event;
 mod ids;
 mod interval;
-mod options;
 pub mod invariants;
+mod options;
 pub mod readiness;
 mod schedule;
 pub mod supervision;
@@ -31,8 +31,8 @@ pub use action::{Action, Cause, Level, LogKind, LogRecord, TermEndCause};
 pub use election::{AlreadyRunning, Election, Handled, Ignored, Phase, Timer};
 pub use event::Event;
 pub use ids::{ConnId, TermId};
-pub use options::{AcquireMode, MAX_STOP_GRACE_INTERVALS, Options, StopGraceTooLong};
 pub use interval::{
     CheckInterval, DEFAULT_CHECK_INTERVAL, IDLE_SESSION_TIMEOUT_INTERVALS, IntervalError,
     MAX_CHECK_INTERVAL, MIN_CHECK_INTERVAL, UNLOCK_BUDGET,
 };
+pub use options::{AcquireMode, MAX_STOP_GRACE_INTERVALS, Options, StopGraceTooLong};

@@ -154,7 +154,10 @@ mod tests {
         assert!(options.stop_grace(Duration::ZERO).is_ok());
         let error = options.stop_grace(Duration::from_millis(401)).unwrap_err();
         assert_eq!(error.max, Duration::from_millis(400));
-        assert!(error.to_string().contains("idle_session_timeout"), "{error}");
+        assert!(
+            error.to_string().contains("idle_session_timeout"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -171,7 +171,8 @@ impl<L: Leadership> LeaderTicker<L> {
                 pass(token)
             })
         };
-        let pass = crate::term::named_work(&self.name, self.leadership.run_if_leader(shutdown, work));
+        let pass =
+            crate::term::named_work(&self.name, self.leadership.run_if_leader(shutdown, work));
         let ran = match CatchPanic::new(pass).await {
             Ok(ran) => Ok(ran),
             Err(caught) => {

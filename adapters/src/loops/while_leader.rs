@@ -122,7 +122,8 @@ impl<L: Leadership> WhileLeader<L> {
             if shutdown.is_cancelled() {
                 return None;
             }
-            let term = crate::term::named_sync(&self.name, || self.leadership.leader_term(shutdown));
+            let term =
+                crate::term::named_sync(&self.name, || self.leadership.leader_term(shutdown));
             if let Some(term) = term {
                 return Some(term);
             }

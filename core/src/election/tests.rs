@@ -145,7 +145,10 @@ fn a_granted_lock_hijacks_the_connection_begins_a_term_and_logs() {
         f.drain(),
         vec![
             A::Hijack { conn: C1 },
-            A::BeginTerm { term: T1, epoch: None },
+            A::BeginTerm {
+                term: T1,
+                epoch: None
+            },
             log(LogKind::LeadershipAcquired, Some(T1), None),
         ]
     );
@@ -407,7 +410,10 @@ fn a_demoted_replica_can_lead_again_in_a_newer_term() {
         f.drain(),
         vec![
             A::Hijack { conn: C2 },
-            A::BeginTerm { term: T2, epoch: None },
+            A::BeginTerm {
+                term: T2,
+                epoch: None
+            },
             log(LogKind::LeadershipAcquired, Some(T2), None),
         ]
     );
@@ -750,7 +756,10 @@ fn the_election_can_run_again_after_it_finished_with_fresh_ids() {
     assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
     f.event(201, E::ConnectionAcquired { conn: C2 });
     f.event(202, E::LockGranted { conn: C2 });
-    assert!(f.drain().contains(&A::BeginTerm { term: T2, epoch: None }));
+    assert!(f.drain().contains(&A::BeginTerm {
+        term: T2,
+        epoch: None
+    }));
     // The new run's schedule starts at its own start.
     assert_eq!(f.election.poll_timeout(), Some(f.at(200 + IMS)));
 }
@@ -808,7 +817,10 @@ fn actions_and_events_name_their_connection() {
     ];
     assert!(with_conn.iter().all(|a| a.conn() == Some(C2)));
     let without: Vec<A> = vec![
-        A::BeginTerm { term: T1, epoch: None },
+        A::BeginTerm {
+            term: T1,
+            epoch: None,
+        },
         A::EndTerm {
             term: T1,
             cause: TermEndCause::Stopped,
@@ -899,11 +911,23 @@ fn a_session_end_during_the_check_demotes_and_the_late_ping_answer_is_ignored() 
     let mut f = Fixture::leader();
     f.timeout(IMS);
     assert_eq!(f.drain(), vec![A::Ping { conn: C1 }]);
-    f.event(IMS + 1, E::SessionEnded { conn: C1, cause: "reset" });
+    f.event(
+        IMS + 1,
+        E::SessionEnded {
+            conn: C1,
+            cause: "reset",
+        },
+    );
     assert!(!f.election.is_leader());
     f.drain();
     assert_eq!(
-        f.event(IMS + 2, E::PingFailed { conn: C1, cause: "closed" }),
+        f.event(
+            IMS + 2,
+            E::PingFailed {
+                conn: C1,
+                cause: "closed"
+            }
+        ),
         Handled::Ignored(Ignored::StaleConnection)
     );
 }
@@ -912,14 +936,26 @@ fn a_session_end_during_the_check_demotes_and_the_late_ping_answer_is_ignored() 
 fn a_session_end_of_another_connection_or_on_a_standby_is_ignored() {
     let mut f = Fixture::leader();
     assert_eq!(
-        f.event(20, E::SessionEnded { conn: C2, cause: "x" }),
+        f.event(
+            20,
+            E::SessionEnded {
+                conn: C2,
+                cause: "x"
+            }
+        ),
         Handled::Ignored(Ignored::StaleConnection)
     );
     let mut standby = Fixture::started();
     standby.event(1, E::ConnectionAcquired { conn: C1 });
     standby.drain();
     assert_eq!(
-        standby.event(2, E::SessionEnded { conn: C1, cause: "x" }),
+        standby.event(
+            2,
+            E::SessionEnded {
+                conn: C1,
+                cause: "x"
+            }
+        ),
         Handled::Ignored(Ignored::StaleConnection)
     );
 }
@@ -929,7 +965,13 @@ fn a_session_end_while_releasing_finishes_without_waiting_for_the_unlock() {
     let mut f = Fixture::leader();
     f.event(100, E::Cancelled);
     f.drain();
-    f.event(101, E::SessionEnded { conn: C1, cause: "reset" });
+    f.event(
+        101,
+        E::SessionEnded {
+            conn: C1,
+            cause: "reset",
+        },
+    );
     assert_eq!(
         f.drain(),
         vec![
@@ -1009,7 +1051,13 @@ fn a_session_end_or_a_panic_while_draining_ends_the_run_without_unlocking() {
     let mut f = Fixture::leader_with(graceful(3_000));
     f.event(100, E::Cancelled);
     f.drain();
-    f.event(200, E::SessionEnded { conn: C1, cause: "reset" });
+    f.event(
+        200,
+        E::SessionEnded {
+            conn: C1,
+            cause: "reset",
+        },
+    );
     assert_eq!(
         f.drain(),
         vec![
@@ -1081,11 +1129,7 @@ fn a_queued_grant_that_never_answers_is_abandoned_after_its_budget() {
         f.drain(),
         vec![
             A::CloseConnection { conn: C1 },
-            log(
-                LogKind::AcquireFailed,
-                None,
-                Some(Cause::TimedOut(2 * I))
-            ),
+            log(LogKind::AcquireFailed, None, Some(Cause::TimedOut(2 * I))),
             A::AcquireConnection { conn: C2 }
         ]
     );
@@ -1134,7 +1178,13 @@ fn an_epoch_that_does_not_advance_refuses_the_term_and_closes_the_lock_session()
     let mut f = granted_fencing();
     f.event(3, E::EpochAdvanced { conn: C1, epoch: 7 });
     f.drain();
-    f.event(4, E::SessionEnded { conn: C1, cause: "terminated" });
+    f.event(
+        4,
+        E::SessionEnded {
+            conn: C1,
+            cause: "terminated",
+        },
+    );
     f.drain();
     f.timeout(IMS);
     assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
@@ -1160,7 +1210,13 @@ fn an_epoch_that_does_not_advance_refuses_the_term_and_closes_the_lock_session()
 #[test]
 fn a_failed_or_unanswered_epoch_closes_the_lock_session_and_stays_standby() {
     let mut f = granted_fencing();
-    f.event(3, E::EpochFailed { conn: C1, cause: "relation does not exist" });
+    f.event(
+        3,
+        E::EpochFailed {
+            conn: C1,
+            cause: "relation does not exist",
+        },
+    );
     assert_eq!(
         f.drain(),
         vec![
@@ -1191,7 +1247,13 @@ fn cancelling_or_losing_the_session_while_fencing_closes_it() {
     f.event(3, E::Cancelled);
     assert_eq!(f.drain(), vec![A::CloseConnection { conn: C1 }, A::Finish]);
     let mut g = granted_fencing();
-    g.event(3, E::SessionEnded { conn: C1, cause: "reset" });
+    g.event(
+        3,
+        E::SessionEnded {
+            conn: C1,
+            cause: "reset",
+        },
+    );
     assert_eq!(
         g.drain(),
         vec![

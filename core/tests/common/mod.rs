@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use plexsphere_leader_core::invariants::{Checker, Input};
-use plexsphere_leader_core::{AcquireMode, Action, CheckInterval, ConnId, Election, Event, Options};
+use plexsphere_leader_core::{
+    AcquireMode, Action, CheckInterval, ConnId, Election, Event, Options,
+};
 
 /// The check interval of the world.
 pub(crate) const I: Duration = Duration::from_millis(100);

@@ -1,0 +1,377 @@
+//! The options beyond the spec against a real PostgreSQL: the session watch, the statements of
+//! the lock-verifying check, the ordered graceful stop, queued acquire and fencing epochs.
+//! Bounds are asserted with the documented margins of `support`; figures are in
+//! docs/benchmarks.md.
+
+mod support;
+
+use std::time::Duration;
+
+use plexsphere_leader::fencing::{self, FenceError};
+use plexsphere_leader::{AcquireMode, Config, ConfigError, Elector, named_work, sql};
+use plexsphere_leader_tests::{FaultProxy, Mode as ProxyMode, TestDb};
+use plexsphere_leader_tests::{base_config, pool_for};
+use prometheus::Registry;
+use support::{I, Logs, MARGIN, STARTUP, lock_holders, wait_for, wait_for_async};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Starts `run` of an elector built from `config` in a task.
+fn spawn(config: Config) -> (Elector, CancellationToken, tokio::task::JoinHandle<()>) {
+    let elector = Elector::new(config).expect("valid config");
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let (elector, shutdown) = (elector.clone(), shutdown.clone());
+        async move { elector.run(shutdown).await.expect("run") }
+    });
+    (elector, shutdown, task)
+}
+
+/// `pg_terminate_backend(pid)` without waiting for the backend to exit (the harness's
+/// `TestDb::terminate` waits, in steps of 100 ms, which would hide a detection delay).
+async fn terminate_now(db: &TestDb, pid: i32) {
+    let row = db
+        .admin()
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0));
+}
+
+/// The text of every column of the one row `statement` returns.
+async fn row(client: &tokio_postgres::Client, statement: &str) -> Vec<Option<String>> {
+    let messages = client.simple_query(statement).await.expect(statement);
+    let row = messages
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        })
+        .expect("one row");
+    (0..row.len())
+        .map(|i| row.get(i).map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_terminated_lock_session_demotes_the_leader_long_before_its_next_check() {
+    // A long interval: the check alone would notice only up to 5 s later.
+    let interval = Duration::from_secs(5);
+    let db = TestDb::create("watch_terminate").await.unwrap();
+    let (elector, shutdown, task) =
+        spawn(Config::new(db.pool(2).unwrap()).check_interval(interval));
+    wait_for(STARTUP, || elector.is_leader())
+        .await
+        .expect("leads");
+    let pid = lock_holders(&db).await[0];
+    let terminated = Instant::now();
+    terminate_now(&db, pid).await;
+    wait_for(interval, || !elector.is_leader())
+        .await
+        .expect("demoted");
+    let detected = terminated.elapsed();
+    println!("demoted {detected:?} after pg_terminate_backend");
+    assert!(
+        detected < MARGIN,
+        "the session watch demotes within {MARGIN:?}, not at the next check: {detected:?}"
+    );
+    shutdown.cancel();
+    task.await.unwrap();
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_grant_refuses_a_session_that_already_holds_the_lock_and_the_check_sees_the_mark() {
+    let db = TestDb::create("statements_shared").await.unwrap();
+    let client = db.connect("plx-statements").await.unwrap();
+    let pid = row(&client, "SELECT pg_backend_pid()").await[0].clone();
+    let first = row(&client, &sql::try_lock(800)).await;
+    assert_eq!(first, vec![Some("granted".into()), pid.clone()]);
+    assert_eq!(
+        row(&client, &sql::verify()).await,
+        vec![
+            pid.clone(),
+            Some("f".into()),
+            Some("t".into()),
+            Some("granted".into())
+        ]
+    );
+    // A second grant on the same session (what a transaction-mode pooler produces) is refused
+    // and marks the session, and nothing re-entered the lock.
+    let second = row(&client, &sql::try_lock(800)).await;
+    assert_eq!(second, vec![Some("shared".into()), pid.clone()]);
+    assert_eq!(row(&client, &sql::verify()).await[3], Some("shared".into()));
+    assert_eq!(row(&client, &sql::unlock()).await, vec![Some("t".into())]);
+    assert_eq!(row(&client, &sql::unlock()).await, vec![Some("f".into())]);
+    // Both timeouts are set on the lock session only.
+    assert_eq!(
+        row(&client, "SHOW idle_in_transaction_session_timeout").await,
+        vec![Some("800ms".into())]
+    );
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_queued_grant_times_out_as_a_refusal_and_leaves_the_pooled_session_unchanged() {
+    let db = TestDb::create("statements_queue").await.unwrap();
+    let holder = db.connect("plx-holder").await.unwrap();
+    let waiter = db.connect("plx-waiter").await.unwrap();
+    assert_eq!(
+        row(&holder, &sql::try_lock(60_000)).await[0],
+        Some("granted".into())
+    );
+    let started = Instant::now();
+    let error = waiter
+        .simple_query(&sql::wait_for_lock(200, 800))
+        .await
+        .expect_err("lock_timeout");
+    assert_eq!(
+        error.code(),
+        Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+    );
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(
+        row(&waiter, "SHOW lock_timeout").await,
+        vec![Some("0".into())]
+    );
+    assert_eq!(
+        row(&waiter, "SHOW idle_session_timeout").await,
+        vec![Some("0".into())]
+    );
+    // A waiter is granted as soon as the holder's session ends.
+    let waiting = tokio::spawn(async move {
+        let answer = row(&waiter, &sql::wait_for_lock(10_000, 800)).await;
+        (answer, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(holder);
+    let released = Instant::now();
+    let (answer, granted_at) = waiting.await.unwrap();
+    assert_eq!(answer[0], Some("granted".into()));
+    println!(
+        "queued waiter granted {:?} after the holder closed",
+        granted_at - released
+    );
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn queued_mode_hands_over_at_once_after_a_graceful_stop_and_a_terminated_session() {
+    let db = TestDb::create("queued_handover").await.unwrap();
+    let config = |pool| {
+        Config::new(pool)
+            .check_interval(I)
+            .acquire_mode(AcquireMode::Queue)
+            .registry(&Registry::new())
+    };
+    let (a, a_stop, a_task) = spawn(config(db.pool(2).unwrap()));
+    wait_for(STARTUP, || a.is_leader()).await.expect("a leads");
+    let (b, b_stop, b_task) = spawn(config(db.pool(2).unwrap()));
+    wait_for_async(STARTUP, || async {
+        db.backend_count().await.unwrap_or(0) >= 2
+    })
+    .await
+    .expect("b connected");
+    tokio::time::sleep(2 * I).await; // b waits in the lock queue
+    let stopped = Instant::now();
+    a_stop.cancel();
+    wait_for(MARGIN, || b.is_leader()).await.expect("b leads");
+    let handover = stopped.elapsed();
+    a_task.await.unwrap();
+    println!("queued handover after a graceful stop: {handover:?}");
+    assert!(
+        handover < I,
+        "a queued standby leads before its next check would have run: {handover:?}"
+    );
+
+    let (c, c_stop, c_task) = spawn(config(db.pool(2).unwrap()));
+    tokio::time::sleep(2 * I).await;
+    let pid = lock_holders(&db).await[0];
+    let terminated = Instant::now();
+    terminate_now(&db, pid).await;
+    wait_for(MARGIN, || c.is_leader()).await.expect("c leads");
+    let handover = terminated.elapsed();
+    println!("queued handover after pg_terminate_backend: {handover:?}");
+    assert!(handover < I, "{handover:?}");
+    wait_for(MARGIN, || !b.is_leader())
+        .await
+        .expect("b demoted");
+    for (stop, task) in [(b_stop, b_task), (c_stop, c_task)] {
+        stop.cancel();
+        task.await.unwrap();
+    }
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_graceful_stop_waits_for_work_before_unlocking_and_names_work_that_ignores_it() {
+    let (logs, _guard) = Logs::capture();
+    let db = TestDb::create("graceful_order").await.unwrap();
+    let grace = 2 * I;
+    let (elector, shutdown, task) = spawn(
+        Config::new(db.pool(2).unwrap())
+            .check_interval(I)
+            .stop_grace(grace),
+    );
+    wait_for(STARTUP, || elector.is_leader())
+        .await
+        .expect("leads");
+    // Work that honours cancellation but needs 100 ms to wind down: the lock is held until it
+    // returned.
+    let parent = CancellationToken::new();
+    let polite = tokio::spawn({
+        let (elector, parent) = (elector.clone(), parent.clone());
+        async move {
+            let term = elector.term(&parent).expect("term");
+            term.cancelled().await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Instant::now()
+        }
+    });
+    tokio::time::sleep(I / 4).await;
+    shutdown.cancel();
+    let returned = polite.await.unwrap();
+    wait_for_async(MARGIN, || async { lock_holders(&db).await.is_empty() })
+        .await
+        .expect("released");
+    let released = Instant::now();
+    assert!(released >= returned, "the lock outlived the work");
+    task.await.unwrap();
+    assert!(!logs.contains("WARN", "still running after the stop grace"));
+
+    // Work that ignores cancellation is named when the grace ends, and the lock is released.
+    let (elector, shutdown, task) = spawn(
+        Config::new(db.pool(2).unwrap())
+            .check_interval(I)
+            .stop_grace(grace),
+    );
+    wait_for(STARTUP, || elector.is_leader())
+        .await
+        .expect("leads");
+    let stubborn = tokio::spawn({
+        let (elector, parent) = (elector.clone(), parent.clone());
+        named_work("stubborn-sweep", async move {
+            let _term = elector.term(&parent).expect("term");
+            tokio::time::sleep(10 * I).await;
+        })
+    });
+    tokio::time::sleep(I / 4).await;
+    let stopping = Instant::now();
+    shutdown.cancel();
+    task.await.unwrap();
+    let stopped = stopping.elapsed();
+    assert!(
+        stopped >= grace && stopped < grace + MARGIN,
+        "the stop waited the grace: {stopped:?}"
+    );
+    assert!(
+        logs.contains("WARN", "still running after the stop grace: stubborn-sweep"),
+        "{:?}",
+        logs.lines()
+    );
+    assert!(lock_holders(&db).await.is_empty());
+    stubborn.abort();
+    db.cleanup().await.unwrap();
+}
+
+#[test]
+fn a_stop_grace_longer_than_two_intervals_is_a_typed_error() {
+    let pool = pool_for(base_config().unwrap(), 1).unwrap();
+    let error = Elector::new(
+        Config::new(pool)
+            .check_interval(I)
+            .stop_grace(2 * I + Duration::from_millis(1)),
+    )
+    .unwrap_err();
+    assert!(matches!(error, ConfigError::StopGrace(_)), "{error}");
+    assert!(error.to_string().contains("stop grace"), "{error}");
+}
+
+#[tokio::test]
+async fn fencing_rejects_the_stale_leaders_write_and_accepts_the_new_leaders() {
+    let db = TestDb::create("fencing").await.unwrap();
+    let writer_a = db.connect("plx-writer-a").await.unwrap();
+    let mut writer_b = db.connect("plx-writer-b").await.unwrap();
+    // Without the table, no replica leads, and each check says why.
+    let (logs, _guard) = Logs::capture();
+    let proxy = FaultProxy::in_front_of(&db.config()).await.unwrap();
+    let fenced = |pool| {
+        Config::new(pool)
+            .check_interval(I)
+            .fencing(true)
+            .registry(&Registry::new())
+    };
+    let (a, a_stop, a_task) = spawn(fenced(pool_for(proxy.pg_config(&db.config()), 2).unwrap()));
+    wait_for(STARTUP, || {
+        logs.contains("WARN", "leader: advance fencing epoch")
+    })
+    .await
+    .expect("the missing table is reported");
+    assert!(!a.is_leader());
+    assert!(
+        logs.contains("WARN", "plexsphere_leader_fence"),
+        "{:?}",
+        logs.lines()
+    );
+    fencing::setup(&writer_a).await.unwrap();
+    fencing::setup(&writer_a).await.unwrap(); // idempotent
+    writer_a
+        .batch_execute("CREATE TABLE jobs (id int PRIMARY KEY, done_by bigint)")
+        .await
+        .unwrap();
+    wait_for(STARTUP, || a.is_leader()).await.expect("a leads");
+    let parent = CancellationToken::new();
+    let a_term = a.term(&parent).expect("a's term");
+    let a_epoch = a_term.epoch().expect("an epoch");
+
+    // Cut a off: its lock session goes silent, the server's idle timeout frees the lock, and b
+    // takes over with a greater epoch, while a's pass still holds its old term.
+    let (b, b_stop, b_task) = spawn(fenced(db.pool(2).unwrap()));
+    proxy.set_both(ProxyMode::Blackhole);
+    wait_for(4 * I + I + MARGIN, || b.is_leader())
+        .await
+        .expect("b leads");
+    let b_term = b.term(&parent).expect("b's term");
+    let b_epoch = b_term.epoch().expect("an epoch");
+    assert!(b_epoch > a_epoch, "{b_epoch} > {a_epoch}");
+
+    // a's pass writes through its own connection: fenced off.
+    let stale = async {
+        let mut writer_a = writer_a;
+        let transaction = writer_a.transaction().await?;
+        fencing::check(&transaction, a_epoch).await?;
+        transaction
+            .execute("INSERT INTO jobs VALUES (1, $1)", &[&(a_epoch as i64)])
+            .await?;
+        transaction.commit().await?;
+        Ok::<_, FenceError>(())
+    };
+    let error = stale.await.expect_err("the stale write is rejected");
+    assert!(
+        matches!(error, FenceError::Stale { epoch, current } if epoch == a_epoch && current == b_epoch),
+        "{error}"
+    );
+    let transaction = writer_b.transaction().await.unwrap();
+    fencing::check(&transaction, b_epoch)
+        .await
+        .expect("current");
+    transaction
+        .execute("INSERT INTO jobs VALUES (1, $1)", &[&(b_epoch as i64)])
+        .await
+        .unwrap();
+    transaction.commit().await.unwrap();
+    let done_by: i64 = writer_b
+        .query_one("SELECT done_by FROM jobs WHERE id = 1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(done_by, b_epoch as i64);
+
+    drop((a_term, b_term));
+    proxy.set_both(ProxyMode::Forward);
+    for (stop, task) in [(a_stop, a_task), (b_stop, b_task)] {
+        stop.cancel();
+        task.await.unwrap();
+    }
+    db.cleanup().await.unwrap();
+}
