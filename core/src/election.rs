@@ -571,14 +571,26 @@ impl<C> Election<C> {
         self.wait_as_standby(now);
     }
 
-    /// The lock session ended on its own: a leader demotes at once; a stop in progress
+    /// The lock session ended on its own: a leader demotes at once and tries again no sooner
+    /// than one interval later; a stop in progress
     /// finishes (the server released the lock); a fencing leader-to-be gives up.
     fn on_session_ended(&mut self, now: Instant, cause: Cause<C>) {
         let State::Running(running) = &self.state else {
             return;
         };
         match &running.role {
-            Role::Leader(_) => self.demote(now, cause),
+            Role::Leader(_) => {
+                self.demote(now, cause);
+                // The loss is known at once, long before a check would have found it: the
+                // replica lets the standbys' checks, all due within one interval, come first
+                // (an operator who ends the leader's backend wants leadership to move).
+                if let State::Running(running) = &mut self.state {
+                    let next_check = running
+                        .schedule
+                        .first_at_or_after(now + self.options.interval().get());
+                    running.role = Role::Standby(Standby::Waiting { next_check });
+                }
+            }
             Role::Standby(Standby::Fencing { .. }) => self.on_fencing_failed(now, cause),
             Role::Draining(Draining { term, conn, .. })
             | Role::Releasing(Releasing { term, conn, .. }) => {

@@ -38,6 +38,16 @@ impl Schedule {
         (self.current + self.interval).max(now)
     }
 
+    /// The first grid time at or after `t`.
+    pub(crate) fn first_at_or_after(&self, t: Instant) -> Instant {
+        let before = self.grid_at_or_before(t);
+        if before >= t {
+            before
+        } else {
+            before + self.interval
+        }
+    }
+
     /// The last grid time at or before `t`.
     fn grid_at_or_before(&self, t: Instant) -> Instant {
         let Some(elapsed) = t.checked_duration_since(self.origin) else {
@@ -67,6 +77,18 @@ mod tests {
         let t0 = Instant::now();
         let schedule = Schedule::starting_at(t0, I);
         assert_eq!(schedule.next_after(t0 + Duration::from_millis(3)), t0 + I);
+    }
+
+    #[test]
+    fn the_first_grid_time_at_or_after_an_instant() {
+        let t0 = Instant::now();
+        let schedule = Schedule::starting_at(t0, I);
+        assert_eq!(schedule.first_at_or_after(t0 + I), t0 + I);
+        assert_eq!(
+            schedule.first_at_or_after(t0 + I + Duration::from_nanos(1)),
+            t0 + 2 * I
+        );
+        assert_eq!(schedule.first_at_or_after(t0), t0);
     }
 
     #[test]

@@ -67,6 +67,9 @@ impl World<'_> {
             sim.host(*name, move || server.clone().serve(replica::PORT));
             servers.push(handle);
         }
+        // The second server is the first one's synchronous standby for committed data (the
+        // fence table); advisory locks and sessions are never replicated.
+        servers[0].replicate_to(&servers[1]);
         let primary = Primary::new(SERVERS[0]);
         let recorder: SharedRecorder = Rc::new(RefCell::new(Recorder::default()));
         let mut history = History::default();

@@ -3,6 +3,11 @@
 //! `pg_terminate_backend`'s FATAL 57P01) runs against the simulated server under turmoil and
 //! against the real PostgreSQL on 127.0.0.1:5432 (or `PLEXSPHERE_TEST_DSN`), in a database
 //! created for the test and dropped after it. What the client observes must be the same.
+//!
+//! A second script does the same for the adapter's newer statements (`plexsphere_leader::sql`):
+//! the grant outcomes `granted`/`refused`/`shared`, the leader's `verify()` columns before and
+//! after an unlock, a queued wait that times out with 55P03 and one that is granted when the
+//! holder disconnects, and the fencing statements on a fresh database.
 #![allow(clippy::unwrap_used)] // tests: an unexpected failure is the assertion
 #![allow(missing_docs)] // test functions
 
@@ -80,6 +85,35 @@ impl Session {
 
     /// The one value `query` returns with the notices it raised, or the error's SQLSTATE.
     async fn run(&self, query: &str) -> String {
+        self.run_columns(query, false).await
+    }
+
+    /// As [`Self::run`], with every column of the row, `|`-separated.
+    async fn run_row(&self, query: &str) -> String {
+        self.run_columns(query, true).await
+    }
+
+    /// The column names of the row `query` returns, `|`-separated.
+    async fn names(&self, query: &str) -> String {
+        match self.client.simple_query(query).await {
+            Ok(messages) => messages
+                .iter()
+                .find_map(|m| match m {
+                    SimpleQueryMessage::Row(row) => Some(
+                        row.columns()
+                            .iter()
+                            .map(|c| c.name().to_owned())
+                            .collect::<Vec<_>>()
+                            .join("|"),
+                    ),
+                    _ => None,
+                })
+                .unwrap_or_else(|| "no row".to_owned()),
+            Err(error) => format!("error {error}"),
+        }
+    }
+
+    async fn run_columns(&self, query: &str, all: bool) -> String {
         let result = self.client.simple_query(query).await;
         // A notice arrives before the reply it belongs to; give the connection task a turn.
         tokio::task::yield_now().await;
@@ -88,6 +122,12 @@ impl Session {
             Ok(messages) => messages
                 .iter()
                 .find_map(|m| match m {
+                    SimpleQueryMessage::Row(row) if all => Some(
+                        (0..row.len())
+                            .map(|i| row.get(i).unwrap_or("NULL"))
+                            .collect::<Vec<_>>()
+                            .join("|"),
+                    ),
                     SimpleQueryMessage::Row(row) => Some(row.get(0).unwrap_or("NULL").to_owned()),
                     _ => None,
                 })
@@ -190,7 +230,123 @@ where
     seen
 }
 
-fn observed_on_the_model() -> Vec<String> {
+/// Which scripted sequence to run.
+#[derive(Debug, Clone, Copy)]
+enum Script {
+    /// The original grant/unlock/timeout/terminate sequence.
+    Locks,
+    /// The adapter's grant outcomes, check, queued wait and fencing statements.
+    Elector,
+}
+
+async fn run_script<F, Fut>(which: Script, open: F) -> Vec<String>
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Session>,
+{
+    match which {
+        Script::Locks => script(open).await,
+        Script::Elector => elector_script(open).await,
+    }
+}
+
+/// The idle bound the elector script's grants set, in ms: longer than the script runs.
+const BOUND_MS: u32 = 60_000;
+
+/// The elector's statements, from `plexsphere_leader::sql`. A session's own pid shows as
+/// `<pid>`.
+async fn elector_script<F, Fut>(open: F) -> Vec<String>
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Session>,
+{
+    use plexsphere_leader::sql;
+
+    let mut seen = Vec::new();
+    let a = open("a").await;
+    let b = open("b").await;
+    let c = open("c").await;
+    let mut pids = Vec::new();
+    for s in [&a, &b, &c] {
+        pids.push(s.run("SELECT pg_backend_pid()").await);
+    }
+    let own = |observed: String, who: usize| observed.replace(&pids[who], "<pid>");
+    let mut see = |what: &str, observed: String| seen.push(format!("{what}: {observed}"));
+    see(
+        "a try_lock",
+        own(a.run_row(&sql::try_lock(BOUND_MS)).await, 0),
+    );
+    see(
+        "b try_lock",
+        own(b.run_row(&sql::try_lock(BOUND_MS)).await, 1),
+    );
+    see(
+        "a try_lock again",
+        own(a.run_row(&sql::try_lock(BOUND_MS)).await, 0),
+    );
+    see("grant columns", b.names(&sql::try_lock(BOUND_MS)).await);
+    see(
+        "unbounded columns",
+        b.names(&sql::try_lock_unbounded()).await,
+    );
+    see("verify columns", a.names(&sql::verify()).await);
+    see("a verify", own(a.run_row(&sql::verify()).await, 0));
+    see("b verify", own(b.run_row(&sql::verify()).await, 1));
+    see(
+        "a's idle timeouts",
+        a.run_row("SELECT current_setting('idle_session_timeout'), current_setting('idle_in_transaction_session_timeout')").await,
+    );
+    see(
+        "b wait_for_lock times out",
+        own(b.run_row(&sql::wait_for_lock(200, BOUND_MS)).await, 1),
+    );
+    see("b lock_timeout after", b.run("SHOW lock_timeout").await);
+    see(
+        "b idle timeout after",
+        b.run("SHOW idle_session_timeout").await,
+    );
+    see("a unlock", a.run(&sql::unlock()).await);
+    see(
+        "a verify after unlock",
+        own(a.run_row(&sql::verify()).await, 0),
+    );
+    see(
+        "c try_lock",
+        own(c.run_row(&sql::try_lock(BOUND_MS)).await, 2),
+    );
+    // b queues behind c; c's client goes away; the lock goes to b.
+    let b_pid = pids[1].clone();
+    let waiting = tokio::spawn(async move {
+        let answer = b.run_row(&sql::wait_for_lock(10_000, BOUND_MS)).await;
+        (b, answer.replace(&b_pid, "<pid>"))
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    see(
+        "b answered before c left",
+        waiting.is_finished().to_string(),
+    );
+    drop(c);
+    let (b, answer) = waiting.await.unwrap();
+    see("b wait_for_lock after c disconnects", answer);
+    see("b verify", own(b.run_row(&sql::verify()).await, 1));
+    see("a check before setup", a.run(sql::FENCE_CHECK).await);
+    see("a advance before setup", a.run(&sql::advance_epoch()).await);
+    see("a setup", a.run(sql::FENCE_SETUP).await);
+    see("a setup again", a.run(sql::FENCE_SETUP).await);
+    see("a check after setup", a.run(sql::FENCE_CHECK).await);
+    for n in 1..=3 {
+        see(
+            &format!("b advance {n}"),
+            b.run(&sql::advance_epoch()).await,
+        );
+    }
+    see("a check", a.run(sql::FENCE_CHECK).await);
+    see("a advance columns", a.names(&sql::advance_epoch()).await);
+    see("b unlock", b.run(&sql::unlock()).await);
+    seen
+}
+
+fn observed_on_the_model(which: Script) -> Vec<String> {
     let mut sim = turmoil::Builder::new()
         .rng_seed(1)
         .simulation_duration(Duration::from_secs(60))
@@ -209,7 +365,7 @@ fn observed_on_the_model() -> Vec<String> {
             let (client, connection) = connect_with("pg", 5432, &config).await.unwrap();
             Session::new(client, connection)
         };
-        *out.lock().unwrap() = script(open).await;
+        *out.lock().unwrap() = run_script(which, open).await;
         Ok(())
     });
     sim.run().unwrap();
@@ -224,11 +380,15 @@ fn real_config() -> Config {
     Config::from_str(&dsn).unwrap()
 }
 
-async fn observed_on_postgres() -> Vec<String> {
+async fn observed_on_postgres(which: Script) -> Vec<String> {
     let admin_config = real_config();
     let (admin, connection) = admin_config.connect(NoTls).await.unwrap();
     tokio::spawn(connection);
-    let database = format!("plx_sim_model_{}", std::process::id());
+    let database = format!(
+        "plx_sim_model_{}_{}",
+        format!("{which:?}").to_lowercase(),
+        std::process::id()
+    );
     admin
         .simple_query(&format!("DROP DATABASE IF EXISTS {database}"))
         .await
@@ -245,7 +405,7 @@ async fn observed_on_postgres() -> Vec<String> {
             Session::new(client, connection)
         }
     };
-    let seen = script(open).await;
+    let seen = run_script(which, open).await;
     admin
         .simple_query(&format!("DROP DATABASE {database} WITH (FORCE)"))
         .await
@@ -255,12 +415,7 @@ async fn observed_on_postgres() -> Vec<String> {
 
 #[test]
 fn the_simulated_server_answers_the_adapters_statements_as_postgresql_does() {
-    let model = observed_on_the_model();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let real = runtime.block_on(observed_on_postgres());
+    let (model, real) = compare(Script::Locks);
     assert_eq!(
         model,
         real,
@@ -276,4 +431,42 @@ fn the_simulated_server_answers_the_adapters_statements_as_postgresql_does() {
         model.iter().any(|line| line == "a ended: FATAL 57P01"),
         "{model:?}"
     );
+}
+
+/// The same script on the model and on the real server.
+fn compare(which: Script) -> (Vec<String>, Vec<String>) {
+    let model = observed_on_the_model(which);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let real = runtime.block_on(observed_on_postgres(which));
+    (model, real)
+}
+
+#[test]
+fn the_simulated_server_answers_the_electors_grant_check_wait_and_fence_statements_as_postgresql_does()
+ {
+    let (model, real) = compare(Script::Elector);
+    assert_eq!(
+        model,
+        real,
+        "\nmodel:\n  {}\nreal:\n  {}",
+        model.join("\n  "),
+        real.join("\n  ")
+    );
+    for line in [
+        "grant columns: set_config|pg_backend_pid",
+        "unbounded columns: case|pg_backend_pid",
+        "verify columns: pg_backend_pid|pg_is_in_recovery|exists|current_setting",
+        "a verify after unlock: <pid>|f|f|shared",
+        "a try_lock: granted|<pid>",
+        "b try_lock: refused|<pid>",
+        "a try_lock again: shared|<pid>",
+        "b wait_for_lock times out: error 55P03",
+        "b wait_for_lock after c disconnects: granted|<pid>",
+        "a check: 3",
+    ] {
+        assert!(model.iter().any(|l| l == line), "{line}: {model:?}");
+    }
 }

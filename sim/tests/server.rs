@@ -108,6 +108,31 @@ impl Session {
         Ok(rows[0].clone())
     }
 
+    /// The column names and values (NULL as "NULL") of a query's rows; no row is `None`.
+    async fn row(
+        &self,
+        query: &str,
+    ) -> Result<Option<(Vec<String>, Vec<String>)>, tokio_postgres::Error> {
+        let messages = self.client.simple_query(query).await?;
+        let mut rows = messages.iter().filter_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some((
+                row.columns().iter().map(|c| c.name().to_owned()).collect(),
+                (0..row.len())
+                    .map(|i| row.get(i).unwrap_or("NULL").to_owned())
+                    .collect(),
+            )),
+            _ => None,
+        });
+        let first = rows.next();
+        assert!(rows.next().is_none(), "{query}: more than one row");
+        Ok(first)
+    }
+
+    /// The values of a query's single row.
+    async fn values(&self, query: &str) -> Result<Vec<String>, tokio_postgres::Error> {
+        Ok(self.row(query).await?.expect("one row").1)
+    }
+
     async fn pid(&self) -> i32 {
         self.value("SELECT pg_backend_pid()")
             .await
@@ -1044,4 +1069,747 @@ fn runs_are_deterministic() {
     let first = run_once();
     assert!(first.len() > 6);
     assert_eq!(first, run_once());
+}
+
+// ---------------------------------------------------------------------------------------
+// The adapter's grant, check, queued-wait and fencing statements (`plexsphere_leader::sql`).
+// ---------------------------------------------------------------------------------------
+
+use plexsphere_leader::sql;
+
+/// The sessions' idle timeout the grant statements set, in ms.
+const BOUND_MS: u32 = 20_000;
+
+fn sim_long<'a>() -> Sim<'a> {
+    Builder::new()
+        .simulation_duration(Duration::from_secs(600))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(Duration::from_millis(1))
+        .build()
+}
+
+fn grant_time(handle: &ServerHandle, pid: i32) -> Option<Duration> {
+    handle.log().into_iter().find_map(|e| match e.event {
+        Event::LockGranted {
+            pid: p, count: 1, ..
+        } if p == pid => Some(e.at),
+        _ => None,
+    })
+}
+
+#[test]
+fn try_lock_answers_granted_refused_and_shared_with_the_pid_and_bounds_only_the_winner() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        let (pa, pb) = (a.pid().await, b.pid().await);
+        let (names, values) = a.row(&sql::try_lock(BOUND_MS)).await?.unwrap();
+        assert_eq!(names, ["set_config", "pg_backend_pid"]);
+        assert_eq!(values, ["granted", &pa.to_string()]);
+        assert_eq!(
+            b.values(&sql::try_lock(BOUND_MS)).await?,
+            ["refused", &pb.to_string()]
+        );
+        // The same session asking again: the lock is not taken twice, the session is marked.
+        assert_eq!(
+            a.values(&sql::try_lock(BOUND_MS)).await?,
+            ["shared", &pa.to_string()]
+        );
+        assert_eq!(h.session(pa).unwrap().locks, vec![(LEADER, 1)]);
+        assert_eq!(
+            h.session(pa).unwrap().idle_session_timeout,
+            Duration::from_secs(20)
+        );
+        assert_eq!(h.session(pb).unwrap().idle_session_timeout, Duration::ZERO);
+        assert_eq!(
+            a.value("SHOW idle_in_transaction_session_timeout").await?,
+            "20s"
+        );
+        assert_eq!(
+            b.value("SHOW idle_in_transaction_session_timeout").await?,
+            "0"
+        );
+        assert_eq!(
+            a.value("SELECT current_setting('plexsphere.leader_session')")
+                .await?,
+            "shared"
+        );
+        let (names, _) = b.row(&sql::try_lock_unbounded()).await?.unwrap();
+        assert_eq!(names, ["case", "pg_backend_pid"]);
+        Ok(())
+    });
+    sim.run().unwrap();
+    assert_eq!(handle.check_mutual_exclusion(), Ok(()));
+}
+
+#[test]
+fn a_hot_standby_answers_in_recovery_and_takes_no_lock() {
+    let mut sim = sim();
+    let handle = server(
+        &mut sim,
+        "pg1",
+        ServerConfig::default().with_in_recovery(true),
+    );
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let pa = a.pid().await;
+        assert_eq!(a.value("SELECT pg_is_in_recovery()").await?, "t");
+        assert_eq!(
+            a.values(&sql::try_lock(BOUND_MS)).await?,
+            ["in_recovery", &pa.to_string()]
+        );
+        assert_eq!(
+            a.values(&sql::wait_for_lock(100, BOUND_MS)).await?,
+            ["in_recovery", &pa.to_string()]
+        );
+        assert_eq!(h.locks(), vec![]);
+        // Advisory locks themselves work on a standby, as in PostgreSQL.
+        assert_eq!(a.value("SELECT pg_try_advisory_lock(7)").await?, "t");
+        assert_eq!(
+            a.values(&sql::verify()).await?,
+            [pa.to_string(), "t".into(), "f".into(), "NULL".into()]
+        );
+        h.promote();
+        assert!(!h.is_in_recovery());
+        assert_eq!(
+            a.values(&sql::try_lock(BOUND_MS)).await?,
+            ["granted", &pa.to_string()]
+        );
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn verify_reports_pid_recovery_holding_and_marker_before_and_after_unlock() {
+    let mut sim = sim();
+    server(&mut sim, "pg1", ServerConfig::default());
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        let (pa, pb) = (a.pid().await.to_string(), b.pid().await.to_string());
+        assert_eq!(
+            b.row(&sql::verify()).await?.unwrap(),
+            (
+                vec![
+                    "pg_backend_pid".to_owned(),
+                    "pg_is_in_recovery".to_owned(),
+                    "exists".to_owned(),
+                    "current_setting".to_owned()
+                ],
+                vec![pb.clone(), "f".into(), "f".into(), "NULL".into()]
+            )
+        );
+        a.values(&sql::try_lock(BOUND_MS)).await?;
+        assert_eq!(
+            a.values(&sql::verify()).await?,
+            [pa.clone(), "f".into(), "t".into(), "granted".into()]
+        );
+        assert_eq!(
+            b.values(&sql::verify()).await?,
+            [pb, "f".into(), "f".into(), "NULL".into()],
+            "another session's row is not this session's"
+        );
+        assert_eq!(a.value(&sql::unlock()).await?, "t");
+        assert_eq!(
+            a.values(&sql::verify()).await?,
+            [pa, "f".into(), "f".into(), "granted".into()]
+        );
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn exists_over_pg_locks_tests_each_column_and_sees_waiters_as_not_granted() {
+    let mut sim = sim();
+    server(&mut sim, "pg1", ServerConfig::default());
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        let pa = a.pid().await;
+        a.value("SELECT pg_try_advisory_lock(1886156915, 1)")
+            .await?;
+        a.value("SELECT pg_try_advisory_lock(-1, 5)").await?;
+        a.value("SELECT pg_try_advisory_lock(8589934597)").await?; // 2 << 32 | 5
+        let exists = |cond: &str| {
+            format!("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND {cond})")
+        };
+        for (cond, want) in [
+            ("classid = 1886156915 AND objid = 1 AND objsubid = 2", "t"),
+            ("classid = 1886156915 AND objid = 1 AND objsubid = 1", "f"),
+            ("classid = 4294967295 AND objid = 5", "t"),
+            ("classid = -1 AND objid = 5", "t"),
+            ("classid = 2 AND objid = 5 AND objsubid = 1", "t"),
+            (&format!("pid = {pa} AND granted"), "t"),
+            ("granted = false", "f"),
+        ] {
+            assert_eq!(a.value(&exists(cond)).await?, want, "{cond}");
+        }
+        assert_eq!(
+            b.value(&exists("pid = pg_backend_pid()")).await?,
+            "f",
+            "b holds nothing"
+        );
+        // b waits for the leader lock: its row is there, not granted.
+        let waiting = tokio::task::spawn_local(async move {
+            let answer = b.values("SELECT pg_advisory_lock(1886156915, 1)").await;
+            (b, answer)
+        });
+        sleep(Duration::from_millis(50)).await;
+        assert!(
+            a.value(&exists("objid = 1 AND NOT_GRANTED")).await.is_err(),
+            "unknown column"
+        );
+        assert_eq!(
+            a.value(&exists("objid = 1 AND granted = false")).await?,
+            "t"
+        );
+        assert_eq!(a.value("SELECT pg_advisory_unlock_all()").await?, "");
+        let (b, answer) = waiting.await.unwrap();
+        assert_eq!(answer?, [""]);
+        assert_eq!(
+            b.value(&exists("pid = pg_backend_pid() AND granted"))
+                .await?,
+            "t"
+        );
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn not_and_several_columns_are_one_row_named_as_postgresql_names_them() {
+    let mut sim = sim();
+    server(&mut sim, "pg1", ServerConfig::default());
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let (names, values) = a
+            .row("SELECT 1, 'a', true, NULL, 1 IS NULL, NOT true, NOT NULL, pg_advisory_unlock(3)")
+            .await?
+            .unwrap();
+        assert_eq!(
+            names,
+            [
+                "?column?",
+                "?column?",
+                "bool",
+                "?column?",
+                "?column?",
+                "?column?",
+                "?column?",
+                "pg_advisory_unlock"
+            ]
+        );
+        assert_eq!(values, ["1", "a", "t", "NULL", "f", "f", "NULL", "f"]);
+        let error = a.client.simple_query("SELECT NOT 1").await.unwrap_err();
+        assert_eq!(code(&error), "42804");
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn advisory_lock_returns_void_at_once_when_free_and_is_reentrant() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let pa = a.pid().await;
+        let (names, values) = a
+            .row("SELECT pg_advisory_lock(1886156915, 1), pg_advisory_lock(1886156915, 1) IS NULL")
+            .await?
+            .unwrap();
+        assert_eq!(names, ["pg_advisory_lock", "?column?"]);
+        assert_eq!(values, ["", "f"]);
+        assert_eq!(a.value("SELECT pg_advisory_lock(9)").await?, "");
+        assert_eq!(
+            h.session(pa).unwrap().locks,
+            vec![(LEADER, 2), (LockKey::BigInt(9), 1)]
+        );
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn queued_waiters_are_granted_in_fifo_order_on_unlock_and_on_session_end() {
+    let mut sim = sim_long();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        let c = Session::open("pg1", "c").await?;
+        let (pb, pc) = (b.pid().await, c.pid().await);
+        assert_eq!(a.values(&sql::try_lock(BOUND_MS)).await?[0], "granted");
+        let b_task = tokio::task::spawn_local(async move {
+            let answer = b.values(&sql::wait_for_lock(0, BOUND_MS)).await;
+            (b, answer, now())
+        });
+        sleep(Duration::from_millis(10)).await;
+        // An idle timeout does not run while the session's statement waits.
+        c.client
+            .simple_query("SET idle_session_timeout = 1000")
+            .await?;
+        let c_task = tokio::task::spawn_local(async move {
+            let answer = c.values(&sql::wait_for_lock(0, BOUND_MS)).await;
+            (c, answer, now())
+        });
+        // a's grant set its idle_session_timeout to 20 s: stay below it.
+        sleep(Duration::from_secs(15)).await;
+        // No limit (lock_timeout 0), and no idle timeout while a statement waits.
+        let waiting: Vec<i32> = h.waiters().into_iter().map(|(_, pid)| pid).collect();
+        assert_eq!(waiting, [pb, pc]);
+        assert_eq!(a.value(&sql::unlock()).await?, "t");
+        let (b, answer, b_at) = b_task.await.unwrap();
+        assert_eq!(answer?, ["granted", &pb.to_string()]);
+        assert_eq!(h.holder(DB, LEADER), Some(pb));
+        assert_eq!(grant_time(&h, pb), Some(b_at - Duration::from_millis(1)));
+        assert_eq!(
+            b.value("SHOW lock_timeout").await?,
+            "0",
+            "the local lock_timeout is gone"
+        );
+        assert_eq!(
+            h.session(pb).unwrap().idle_session_timeout,
+            Duration::from_secs(20)
+        );
+        // b's session ends: the lock goes straight to c.
+        sleep(Duration::from_secs(1)).await;
+        let b_end = now();
+        drop(b);
+        let (c, answer, _) = c_task.await.unwrap();
+        assert_eq!(answer?, ["granted", &pc.to_string()]);
+        assert_eq!(h.holder(DB, LEADER), Some(pc));
+        assert_eq!(grant_time(&h, pc), release_time(&h, pb));
+        assert!(grant_time(&h, pc).unwrap() - b_end <= Duration::from_millis(2));
+        assert_eq!(h.waiters(), vec![]);
+        drop(c);
+        Ok(())
+    });
+    sim.run().unwrap();
+    assert_eq!(handle.check_mutual_exclusion(), Ok(()));
+}
+
+#[test]
+fn lock_timeout_fails_the_wait_with_55p03_and_rolls_back_the_local_setting() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        let pb = b.pid().await;
+        a.values(&sql::try_lock(BOUND_MS)).await?;
+        let start = now();
+        let error = b
+            .client
+            .simple_query(&sql::wait_for_lock(200, BOUND_MS))
+            .await
+            .unwrap_err();
+        let took = now() - start;
+        let db = error.as_db_error().unwrap();
+        assert_eq!(
+            (db.code().code(), db.severity(), db.message()),
+            ("55P03", "ERROR", "canceling statement due to lock timeout")
+        );
+        assert!(
+            took >= Duration::from_millis(200) && took <= Duration::from_millis(203),
+            "{took:?}"
+        );
+        assert_eq!(h.waiters(), vec![]);
+        assert_eq!(b.value("SHOW lock_timeout").await?, "0");
+        assert_eq!(h.session(pb).unwrap().idle_session_timeout, Duration::ZERO);
+        assert_eq!(h.session(pb).unwrap().transaction, TransactionStatus::Idle);
+        // The lock is not handed to the session that gave up.
+        assert_eq!(a.value(&sql::unlock()).await?, "t");
+        assert_eq!(h.holder(DB, LEADER), None);
+        // A session-level lock_timeout applies as well, and set_config's local value wins.
+        b.client.simple_query("SET lock_timeout = '5s'").await?;
+        a.values(&sql::try_lock(BOUND_MS)).await?;
+        let start = now();
+        let error = b
+            .client
+            .simple_query("SELECT pg_advisory_lock(1886156915, 1)")
+            .await
+            .unwrap_err();
+        assert_eq!(code(&error), "55P03");
+        assert!(now() - start >= Duration::from_secs(5));
+        assert!(
+            b.client
+                .simple_query(&sql::wait_for_lock(300, BOUND_MS))
+                .await
+                .is_err()
+        );
+        assert_eq!(b.value("SHOW lock_timeout").await?, "5s");
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn lock_timeout_in_a_block_fails_the_block_and_rollback_restores_settings() {
+    let mut sim = sim();
+    server(&mut sim, "pg1", ServerConfig::default());
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        a.values(&sql::try_lock(BOUND_MS)).await?;
+        b.client.simple_query("BEGIN").await?;
+        let error = b
+            .client
+            .simple_query(&sql::wait_for_lock(100, BOUND_MS))
+            .await
+            .unwrap_err();
+        assert_eq!(code(&error), "55P03");
+        let error = b
+            .client
+            .simple_query("SHOW lock_timeout")
+            .await
+            .unwrap_err();
+        assert_eq!(code(&error), "25P02");
+        b.client.simple_query("ROLLBACK").await?;
+        assert_eq!(b.value("SHOW lock_timeout").await?, "0");
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn terminate_backend_ends_a_waiting_session_with_57p01_and_it_leaves_the_queue() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        let pb = b.pid().await;
+        a.values(&sql::try_lock(BOUND_MS)).await?;
+        let b_task = tokio::task::spawn_local(async move {
+            let answer = b
+                .client
+                .simple_query(&sql::wait_for_lock(0, BOUND_MS))
+                .await;
+            answer.map(|_| ()).map_err(|e| code(&e))
+        });
+        sleep(Duration::from_millis(100)).await;
+        assert!(h.terminate_backend(pb));
+        assert_eq!(b_task.await.unwrap(), Err("57P01".to_owned()));
+        assert_eq!(h.waiters(), vec![]);
+        assert_eq!(a.value(&sql::unlock()).await?, "t");
+        assert_eq!(h.holder(DB, LEADER), None);
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+/// As PostgreSQL with `client_connection_check_interval = 0`: the backend does not watch
+/// the socket while it waits, so it is granted the lock in its turn and frees it as soon as
+/// it finds the connection closed.
+#[test]
+fn a_waiter_whose_client_went_away_is_granted_in_turn_and_frees_the_lock_at_once() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        let c = Session::open("pg1", "c").await?;
+        let (pb, pc) = (b.pid().await, c.pid().await);
+        a.values(&sql::try_lock(BOUND_MS)).await?;
+        let b_task = tokio::task::spawn_local(async move {
+            let _lost = b
+                .client
+                .simple_query("SELECT pg_advisory_lock(1886156915, 1)")
+                .await;
+        });
+        sleep(Duration::from_millis(10)).await;
+        let c_task = tokio::task::spawn_local(async move {
+            let answer = c.values(&sql::wait_for_lock(0, BOUND_MS)).await;
+            (c, answer)
+        });
+        sleep(Duration::from_millis(10)).await;
+        b_task.abort(); // drops b's client: its connection closes
+        sleep(Duration::from_millis(100)).await;
+        assert!(
+            h.session(pb).is_some(),
+            "the waiting backend did not notice"
+        );
+        assert_eq!(a.value(&sql::unlock()).await?, "t");
+        let (_c, answer) = c_task.await.unwrap();
+        assert_eq!(answer?, ["granted", &pc.to_string()]);
+        assert!(h.session(pb).is_none());
+        assert_eq!(grant_time(&h, pc), release_time(&h, pb));
+        Ok(())
+    });
+    sim.run().unwrap();
+    assert_eq!(handle.check_mutual_exclusion(), Ok(()));
+}
+
+#[test]
+fn set_config_local_reverts_at_the_end_of_the_transaction_and_placeholders_behave() {
+    let mut sim = sim();
+    server(&mut sim, "pg1", ServerConfig::default());
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        assert_eq!(
+            a.values("SELECT set_config('lock_timeout', '200', true), current_setting('lock_timeout')")
+                .await?,
+            ["200ms", "200ms"]
+        );
+        assert_eq!(a.value("SHOW lock_timeout").await?, "0");
+        assert_eq!(
+            a.value("SELECT set_config('lock_timeout', '200', false)").await?,
+            "200ms"
+        );
+        assert_eq!(a.value("SHOW lock_timeout").await?, "200ms");
+        // In a block, a local value lasts until COMMIT; a later SET in the block is kept.
+        a.client.simple_query("BEGIN").await?;
+        a.value("SELECT set_config('lock_timeout', '1s', true)").await?;
+        assert_eq!(a.value("SHOW lock_timeout").await?, "1s");
+        a.client.simple_query("SET idle_session_timeout = 3000").await?;
+        a.client.simple_query("COMMIT").await?;
+        assert_eq!(a.value("SHOW lock_timeout").await?, "200ms");
+        assert_eq!(a.value("SHOW idle_session_timeout").await?, "3s");
+        a.client.simple_query("SET idle_session_timeout = 0").await?;
+        // Placeholders.
+        let missing = "SELECT current_setting('plexsphere.leader_session', true)";
+        assert_eq!(a.value(missing).await?, "NULL");
+        assert_eq!(a.value("SELECT current_setting('nosuch', true)").await?, "NULL");
+        let error = a
+            .client
+            .simple_query("SELECT current_setting('plexsphere.leader_session')")
+            .await
+            .unwrap_err();
+        let db = error.as_db_error().unwrap();
+        assert_eq!(
+            (db.code().code(), db.message()),
+            (
+                "42704",
+                "unrecognized configuration parameter \"plexsphere.leader_session\""
+            )
+        );
+        assert_eq!(
+            a.value("SELECT set_config('plexsphere.leader_session', 'x', true)")
+                .await?,
+            "x"
+        );
+        assert_eq!(a.value(missing).await?, "", "exists, reset, after the transaction");
+        assert_eq!(
+            a.values("SELECT set_config('Plexsphere.Leader_Session', 'y', false), current_setting('plexsphere.leader_session')")
+                .await?,
+            ["y", "y"]
+        );
+        let error = a.client.simple_query("SELECT set_config('nosuch', '1', false)").await.unwrap_err();
+        assert_eq!(code(&error), "42704");
+        let error = a.client.simple_query("SET lock_timeout = 'x'").await.unwrap_err();
+        assert_eq!(code(&error), "22023");
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn idle_in_transaction_session_timeout_ends_an_idle_open_block_with_25p03() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let pa = a.pid().await;
+        a.values(&sql::try_lock(1000)).await?;
+        // Outside a block only idle_session_timeout applies; queries keep it alive.
+        a.client
+            .simple_query("SET idle_session_timeout = 0")
+            .await?;
+        sleep(Duration::from_secs(3)).await;
+        assert_eq!(a.ended_code(), None);
+        a.client.simple_query("BEGIN").await?;
+        sleep(Duration::from_millis(900)).await;
+        a.value(PING).await?;
+        sleep(Duration::from_millis(900)).await;
+        assert_eq!(a.ended_code(), None, "the timer restarts at each query");
+        sleep(Duration::from_millis(200)).await;
+        let db_end = a.ended.borrow().as_ref().map(|r| match r {
+            Err(e) => e
+                .as_db_error()
+                .map(|d| (d.severity().to_owned(), d.message().to_owned())),
+            Ok(()) => None,
+        });
+        assert_eq!(
+            db_end,
+            Some(Some((
+                "FATAL".to_owned(),
+                "terminating connection due to idle-in-transaction timeout".to_owned()
+            )))
+        );
+        assert_eq!(a.ended_code().as_deref(), Some("25P03"));
+        assert_eq!(h.holder(DB, LEADER), None);
+        assert_eq!(
+            releases(&h),
+            [(
+                pa,
+                0,
+                ReleaseReason::SessionEnd(EndReason::IdleInTransactionSessionTimeout)
+            )]
+        );
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn fence_table_is_absent_until_setup_then_epochs_advance_per_key() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        for query in [sql::FENCE_CHECK.to_owned(), sql::advance_epoch()] {
+            let error = a.client.simple_query(&query).await.unwrap_err();
+            let db = error.as_db_error().unwrap();
+            assert_eq!(
+                (db.code().code(), db.message()),
+                ("42P01", "relation \"plexsphere_leader_fence\" does not exist")
+            );
+        }
+        a.client.simple_query(sql::FENCE_SETUP).await?;
+        assert!(a.notices.borrow().is_empty());
+        a.client.simple_query(sql::FENCE_SETUP).await?;
+        sleep(Duration::from_millis(1)).await;
+        let notices: Vec<(String, String)> = a
+            .notices
+            .borrow()
+            .iter()
+            .map(|n| (n.code().code().to_owned(), n.message().to_owned()))
+            .collect();
+        assert_eq!(
+            notices,
+            [(
+                "42P07".to_owned(),
+                "relation \"plexsphere_leader_fence\" already exists, skipping".to_owned()
+            )]
+        );
+        let error = a
+            .client
+            .simple_query(&sql::FENCE_SETUP.replace(" IF NOT EXISTS", ""))
+            .await
+            .unwrap_err();
+        assert_eq!(code(&error), "42P07");
+        assert_eq!(a.row(sql::FENCE_CHECK).await?, None);
+        for want in ["1", "2", "3"] {
+            let (names, values) = a.row(&sql::advance_epoch()).await?.unwrap();
+            assert_eq!((names, values), (vec!["epoch".to_owned()], vec![want.to_owned()]));
+        }
+        assert_eq!(a.values(sql::FENCE_CHECK).await?, ["3"]);
+        assert_eq!(
+            a.value(
+                "INSERT INTO plexsphere_leader_fence AS f (classid, objid, epoch) VALUES (1886156915, 2, 1) \
+                 ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 RETURNING f.epoch"
+            )
+            .await?,
+            "1",
+            "another key"
+        );
+        assert_eq!(h.fence_epoch(DB, 1_886_156_915, 1), Some(3));
+        assert_eq!(h.fence_epoch("other", 1_886_156_915, 1), None);
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn fence_epochs_survive_a_crash_and_restart_and_a_failover_to_a_synchronous_standby() {
+    let mut sim = sim();
+    let pg1 = server(&mut sim, "pg1", ServerConfig::default());
+    let pg2 = server(
+        &mut sim,
+        "pg2",
+        ServerConfig::default().with_first_pid(5000),
+    );
+    pg1.replicate_to(&pg2);
+    let lone = server(&mut sim, "pg3", ServerConfig::default());
+    let (h1, h2, h3) = (pg1.clone(), pg2.clone(), lone.clone());
+    sim.client("app", async move {
+        let primary = Primary::new("pg1");
+        let a = Session::open(&primary.host(), "a").await?;
+        a.client.simple_query(sql::FENCE_SETUP).await?;
+        assert_eq!(a.value(&sql::advance_epoch()).await?, "1");
+        assert_eq!(a.value(&sql::advance_epoch()).await?, "2");
+        h1.crash();
+        sleep(Duration::from_millis(10)).await;
+        h1.restart();
+        sleep(Duration::from_millis(10)).await;
+        let b = Session::open(&primary.host(), "b").await?;
+        assert_eq!(b.values(sql::FENCE_CHECK).await?, ["2"]);
+        assert_eq!(b.value(&sql::advance_epoch()).await?, "3");
+        h1.crash();
+        primary.fail_over_to("pg2");
+        let c = Session::open(&primary.host(), "c").await?;
+        assert_eq!(c.values(sql::FENCE_CHECK).await?, ["3"]);
+        assert_eq!(c.value(&sql::advance_epoch()).await?, "4");
+        assert_eq!(h2.fence_epoch(DB, 1_886_156_915, 1), Some(4));
+        // An instance that does not replicate has its own (absent) table.
+        let d = Session::open("pg3", "d").await?;
+        let error = d.client.simple_query(sql::FENCE_CHECK).await.unwrap_err();
+        assert_eq!(code(&error), "42P01");
+        assert_eq!(h3.fence_epoch(DB, 1_886_156_915, 1), None);
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn a_hot_standby_refuses_fence_writes_with_25006_and_accepts_them_once_promoted() {
+    let mut sim = sim();
+    let pg1 = server(&mut sim, "pg1", ServerConfig::default());
+    let pg2 = server(
+        &mut sim,
+        "pg2",
+        ServerConfig::default()
+            .with_first_pid(5000)
+            .with_in_recovery(true),
+    );
+    pg1.replicate_to(&pg2);
+    let h2 = pg2.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        a.client.simple_query(sql::FENCE_SETUP).await?;
+        assert_eq!(a.value(&sql::advance_epoch()).await?, "1");
+        let s = Session::open("pg2", "s").await?;
+        for (query, message) in [
+            (
+                sql::FENCE_SETUP.to_owned(),
+                "cannot execute CREATE TABLE in a read-only transaction",
+            ),
+            (
+                sql::advance_epoch(),
+                "cannot execute INSERT in a read-only transaction",
+            ),
+            (
+                sql::FENCE_CHECK.to_owned(),
+                "cannot execute SELECT FOR SHARE in a read-only transaction",
+            ),
+        ] {
+            let error = s.client.simple_query(&query).await.unwrap_err();
+            let db = error.as_db_error().unwrap();
+            assert_eq!((db.code().code(), db.message()), ("25006", message));
+        }
+        assert_eq!(
+            s.values(&sql::FENCE_CHECK.replace(" FOR SHARE", ""))
+                .await?,
+            ["1"],
+            "a plain read works on the standby"
+        );
+        h2.promote();
+        assert_eq!(s.value(&sql::advance_epoch()).await?, "2");
+        Ok(())
+    });
+    sim.run().unwrap();
 }

@@ -63,10 +63,13 @@ pub struct ChildArgs {
     pub interval: Duration,
     /// The pool's `max_size`.
     pub pool_size: usize,
+    /// Whether the elector waits in the server's lock queue (`AcquireMode::Queue`).
+    pub queued: bool,
 }
 
 impl ChildArgs {
-    /// The command line for these arguments: `--name N --dsn D --interval-ms I --pool-size P`.
+    /// The command line for these arguments:
+    /// `--name N --dsn D --interval-ms I --pool-size P --acquire poll|queue`.
     pub fn to_args(&self) -> Vec<String> {
         vec![
             "--name".into(),
@@ -77,6 +80,8 @@ impl ChildArgs {
             self.interval.as_millis().to_string(),
             "--pool-size".into(),
             self.pool_size.to_string(),
+            "--acquire".into(),
+            if self.queued { "queue" } else { "poll" }.into(),
         ]
     }
 
@@ -86,6 +91,7 @@ impl ChildArgs {
     /// A message naming the missing or malformed argument.
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
         let (mut name, mut dsn, mut interval, mut pool_size) = (None, None, None, 2usize);
+        let mut queued = false;
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
             let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -94,6 +100,13 @@ impl ChildArgs {
                 "--dsn" => dsn = Some(value),
                 "--interval-ms" => interval = Some(Duration::from_millis(number(&flag, &value)?)),
                 "--pool-size" => pool_size = number(&flag, &value)?,
+                "--acquire" => {
+                    queued = match value.as_str() {
+                        "poll" => false,
+                        "queue" => true,
+                        other => return Err(format!("--acquire: poll or queue, not {other}")),
+                    }
+                }
                 other => return Err(format!("unknown argument {other}")),
             }
         }
@@ -102,6 +115,7 @@ impl ChildArgs {
             dsn: dsn.ok_or("--dsn is required")?,
             interval: interval.ok_or("--interval-ms is required")?,
             pool_size,
+            queued,
         })
     }
 }
@@ -208,8 +222,17 @@ fn build(args: &ChildArgs) -> Result<(Elector, Pool), String> {
     let mut config = tokio_postgres::Config::from_str(&args.dsn).map_err(|e| e.to_string())?;
     config.application_name(&args.name);
     let pool = pool_for(config, args.pool_size).map_err(|e| e.to_string())?;
-    let elector = Elector::new(Config::new(pool.clone()).check_interval(args.interval))
-        .map_err(|e| e.to_string())?;
+    let mode = if args.queued {
+        plexsphere_leader::AcquireMode::Queue
+    } else {
+        plexsphere_leader::AcquireMode::Poll
+    };
+    let elector = Elector::new(
+        Config::new(pool.clone())
+            .check_interval(args.interval)
+            .acquire_mode(mode),
+    )
+    .map_err(|e| e.to_string())?;
     Ok((elector, pool))
 }
 
@@ -415,6 +438,7 @@ mod tests {
             dsn: "host=127.0.0.1 port=5432 dbname=x".into(),
             interval: Duration::from_millis(250),
             pool_size: 3,
+            queued: true,
         };
         assert_eq!(ChildArgs::parse(args.to_args()), Ok(args));
         assert!(ChildArgs::parse(["--name".to_owned()]).is_err());

@@ -903,7 +903,8 @@ fn a_lock_session_that_ends_demotes_the_leader_at_once() {
         ]
     );
     assert_eq!(f.election.phase(), Phase::StandbyWaiting);
-    assert_eq!(f.election.poll_timeout(), Some(f.at(IMS)));
+    // It lets the standbys try first: its next check is the first one a whole interval later.
+    assert_eq!(f.election.poll_timeout(), Some(f.at(2 * IMS)));
 }
 
 #[test]
@@ -1186,12 +1187,13 @@ fn an_epoch_that_does_not_advance_refuses_the_term_and_closes_the_lock_session()
         },
     );
     f.drain();
-    f.timeout(IMS);
+    // After a session end the next check is a whole interval later (the grid time 2·I).
+    f.timeout(2 * IMS);
     assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
-    f.event(IMS + 1, E::ConnectionAcquired { conn: C2 });
-    f.event(IMS + 2, E::LockGranted { conn: C2 });
+    f.event(2 * IMS + 1, E::ConnectionAcquired { conn: C2 });
+    f.event(2 * IMS + 2, E::LockGranted { conn: C2 });
     f.drain();
-    f.event(IMS + 3, E::EpochAdvanced { conn: C2, epoch: 7 });
+    f.event(2 * IMS + 3, E::EpochAdvanced { conn: C2, epoch: 7 });
     assert_eq!(
         f.drain(),
         vec![

@@ -10,17 +10,19 @@ pub struct ServerConfig {
     pub(crate) query_latency: Duration,
     pub(crate) startup_timeout: Duration,
     pub(crate) server_version: String,
+    pub(crate) in_recovery: bool,
 }
 
 impl Default for ServerConfig {
     /// First pid 1000, no query latency, a 60 s startup timeout (PostgreSQL's
-    /// `authentication_timeout`), `server_version` 16.0.
+    /// `authentication_timeout`), `server_version` 16.0, a primary (not in recovery).
     fn default() -> Self {
         Self {
             first_pid: 1000,
             query_latency: Duration::ZERO,
             startup_timeout: Duration::from_secs(60),
             server_version: "16.0 (plexsphere-leader-sim)".to_owned(),
+            in_recovery: false,
         }
     }
 }
@@ -54,6 +56,15 @@ impl ServerConfig {
     #[must_use]
     pub fn with_server_version(mut self, version: impl Into<String>) -> Self {
         self.server_version = version.into();
+        self
+    }
+
+    /// Starts the instance as a hot standby: `pg_is_in_recovery()` is true and writes fail
+    /// with 25006, until [`ServerHandle::promote`](super::ServerHandle::promote). Advisory
+    /// locks work as on a primary (PostgreSQL does not WAL-log them).
+    #[must_use]
+    pub fn with_in_recovery(mut self, in_recovery: bool) -> Self {
+        self.in_recovery = in_recovery;
         self
     }
 }

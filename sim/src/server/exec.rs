@@ -1,42 +1,116 @@
 //! Executes one simple Query against the shared state and builds the whole reply, up to
 //! and including ReadyForQuery.
 //!
-//! Synchronous and clock-free: the caller passes the simulated time `at`.
+//! Synchronous and clock-free: the caller passes the simulated time `at`. A statement that
+//! must wait in `pg_advisory_lock` stops with [`Run::Blocked`]; the session waits (in
+//! simulated time, without holding the state) and then calls [`resume`]. Resuming
+//! re-evaluates the waiting statement from its start with every call and `EXISTS` already
+//! evaluated answered from a journal, so no side effect runs twice and the statement
+//! continues exactly where it stopped.
+//!
+//! Transactions: a query string outside a transaction block is one implicit transaction.
+//! Settings (`SET`, `set_config`) are transactional: an error undoes the implicit
+//! transaction's (or the block's, at `ROLLBACK`) changes, and `set_config(…, true)` values
+//! revert when the transaction ends either way. Table writes (the fence table) commit at
+//! once, even inside a block that later rolls back: not modelled.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::guc::{Guc, Gucs};
+use super::guc::{Guc, Gucs, unrecognized};
 use super::handle::TransactionStatus;
 use super::locks::LockKey;
 use super::reply::{PgType, Reply, SqlError, sqlstate};
-use super::sql::{self, Expr, Func, SetValue, Statement};
-use super::state::State;
+use super::sql::{self, Expr, Func, LockColumn, LockCond, SetValue, Statement};
+use super::state::{LockWait, State};
+
+/// What running (or resuming) a query produced.
+pub(crate) enum Run {
+    /// The whole reply, up to and including ReadyForQuery.
+    Done(Reply),
+    /// A statement waits in `pg_advisory_lock`; the session is queued for the lock.
+    Blocked(Blocked),
+}
+
+/// A query stopped in a lock wait, to be continued by [`resume`].
+pub(crate) struct Blocked {
+    statements: Vec<Statement>,
+    /// The index of the waiting statement.
+    next: usize,
+    /// Results of the waiting statement's calls so far, in evaluation order.
+    journal: Vec<Value>,
+    notices: Vec<SqlError>,
+    reply: Reply,
+    before: Gucs,
+}
+
+/// How a lock wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitEnd {
+    /// The lock was handed over to the session.
+    Granted,
+    /// `lock_timeout` expired first: the statement fails with 55P03.
+    TimedOut,
+}
 
 /// Runs `query` for session `pid` at time `at`; `None` when the session is gone.
-pub(crate) fn run_query(state: &mut State, pid: i32, query: &str, at: Duration) -> Option<Reply> {
+pub(crate) fn run_query(state: &mut State, pid: i32, query: &str, at: Duration) -> Option<Run> {
     let session = state.sessions.get_mut(&pid)?;
     session.last_query_at = Some(at);
     let before = session.gucs.clone();
-    let mut ctx = Ctx {
-        state,
-        pid,
-        at,
-        reply: Reply::default(),
-    };
+    let mut ctx = Ctx::new(state, pid, at);
     match sql::parse(query) {
-        Err(error) => ctx.fail(&error, &before),
-        Ok(statements) if statements.is_empty() => ctx.reply.empty_query_response(),
-        Ok(statements) => ctx.run_all(&statements, &before),
+        Err(error) => {
+            ctx.fail(&error, &before);
+            ctx.finish(&before)
+        }
+        Ok(statements) if statements.is_empty() => {
+            ctx.reply.empty_query_response();
+            ctx.finish(&before)
+        }
+        Ok(statements) => ctx.drive(statements, 0, before),
     }
-    let session = ctx.state.sessions.get(&pid)?;
-    let transaction = session.transaction;
-    let application_name = session.gucs.application_name.clone();
-    if application_name != before.application_name {
-        ctx.reply
-            .parameter_status("application_name", &application_name);
+}
+
+/// Continues a query whose lock wait ended with `end`; `None` when the session is gone.
+pub(crate) fn resume(
+    state: &mut State,
+    pid: i32,
+    blocked: Blocked,
+    end: WaitEnd,
+    at: Duration,
+) -> Option<Run> {
+    state.sessions.get(&pid)?;
+    let Blocked {
+        statements,
+        next,
+        journal,
+        notices,
+        reply,
+        before,
+    } = blocked;
+    let mut ctx = Ctx::new(state, pid, at);
+    ctx.reply = reply;
+    ctx.notices = notices;
+    match end {
+        WaitEnd::Granted => {
+            ctx.replay = journal.into();
+            ctx.replay.push_back(Value::Void);
+            ctx.drive(statements, next, before)
+        }
+        WaitEnd::TimedOut => {
+            if let Some(Statement::Select(columns)) = statements.get(next) {
+                ctx.reply.row_description(&describe(columns));
+            }
+            ctx.flush_notices();
+            let error = SqlError::error(
+                sqlstate::LOCK_NOT_AVAILABLE,
+                "canceling statement due to lock timeout",
+            );
+            ctx.fail(&error, &before);
+            ctx.finish(&before)
+        }
     }
-    ctx.reply.ready_for_query(transaction);
-    Some(ctx.reply)
 }
 
 /// The reply to an extended-protocol message: 0A000, and an open block becomes failed.
@@ -59,7 +133,7 @@ pub(crate) fn reject_extended(state: &mut State, pid: i32, tag: u8) -> Reply {
 
 /// A value computed by an expression.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Value {
+pub(crate) enum Value {
     Null,
     Bool(bool),
     Int(i64),
@@ -89,29 +163,103 @@ impl Value {
     }
 }
 
+/// Why an evaluation stopped.
+enum Stop {
+    Error(SqlError),
+    /// Queued in `pg_advisory_lock`.
+    Blocked,
+}
+
+impl From<SqlError> for Stop {
+    fn from(error: SqlError) -> Self {
+        Self::Error(error)
+    }
+}
+
 struct Ctx<'a> {
     state: &'a mut State,
     pid: i32,
     at: Duration,
     reply: Reply,
+    /// Notices raised by the current statement, sent after its RowDescription.
+    notices: Vec<SqlError>,
+    /// Results to answer the current statement's calls with, when resuming it.
+    replay: VecDeque<Value>,
+    /// Results of the current statement's calls so far.
+    journal: Vec<Value>,
 }
 
-impl Ctx<'_> {
-    fn run_all(&mut self, statements: &[Statement], before: &Gucs) {
-        for statement in statements {
+impl<'a> Ctx<'a> {
+    fn new(state: &'a mut State, pid: i32, at: Duration) -> Self {
+        Self {
+            state,
+            pid,
+            at,
+            reply: Reply::default(),
+            notices: Vec::new(),
+            replay: VecDeque::new(),
+            journal: Vec::new(),
+        }
+    }
+
+    /// Runs `statements` from index `next`; stops at the first error or lock wait.
+    fn drive(mut self, statements: Vec<Statement>, next: usize, before: Gucs) -> Option<Run> {
+        for (index, statement) in statements.iter().enumerate().skip(next) {
             if self.transaction() == TransactionStatus::Failed && !statement.ends_transaction() {
                 let error = SqlError::error(
                     sqlstate::IN_FAILED_SQL_TRANSACTION,
                     "current transaction is aborted, commands ignored until end of transaction block",
                 );
-                self.fail(&error, before);
-                return;
+                self.fail(&error, &before);
+                return self.finish(&before);
             }
-            if let Err(error) = self.execute(statement) {
-                self.fail(&error, before);
-                return;
+            match self.execute(statement) {
+                Ok(()) => {
+                    self.journal.clear();
+                    self.replay.clear();
+                    self.notices.clear();
+                }
+                Err(Stop::Error(error)) => {
+                    self.fail(&error, &before);
+                    return self.finish(&before);
+                }
+                Err(Stop::Blocked) => {
+                    return Some(Run::Blocked(Blocked {
+                        next: index,
+                        journal: self.journal,
+                        notices: self.notices,
+                        reply: self.reply,
+                        before,
+                        statements,
+                    }));
+                }
             }
         }
+        self.commit_implicit();
+        self.finish(&before)
+    }
+
+    /// Ends an implicit transaction that succeeded: transaction-local values revert.
+    fn commit_implicit(&mut self) {
+        if let Some(session) = self.state.sessions.get_mut(&self.pid)
+            && session.transaction == TransactionStatus::Idle
+            && let Some(base) = session.local_base.take()
+        {
+            session.gucs = base;
+        }
+    }
+
+    /// Appends ParameterStatus for a changed `application_name` and ReadyForQuery.
+    fn finish(mut self, before: &Gucs) -> Option<Run> {
+        let session = self.state.sessions.get(&self.pid)?;
+        let transaction = session.transaction;
+        let application_name = session.gucs.application_name.clone();
+        if application_name != before.application_name {
+            self.reply
+                .parameter_status("application_name", &application_name);
+        }
+        self.reply.ready_for_query(transaction);
+        Some(Run::Done(self.reply))
     }
 
     /// Sends `error`; an open block becomes failed, an implicit transaction is undone.
@@ -122,7 +270,10 @@ impl Ctx<'_> {
         };
         match session.transaction {
             TransactionStatus::InBlock => session.transaction = TransactionStatus::Failed,
-            TransactionStatus::Idle => session.gucs = before.clone(),
+            TransactionStatus::Idle => {
+                session.gucs = before.clone();
+                session.local_base = None;
+            }
             TransactionStatus::Failed => {}
         }
     }
@@ -134,11 +285,19 @@ impl Ctx<'_> {
             .map_or(TransactionStatus::Idle, |s| s.transaction)
     }
 
-    fn execute(&mut self, statement: &Statement) -> Result<(), SqlError> {
+    fn database(&self) -> Result<String, SqlError> {
+        self.state
+            .sessions
+            .get(&self.pid)
+            .map(|s| s.database.clone())
+            .ok_or_else(gone)
+    }
+
+    fn execute(&mut self, statement: &Statement) -> Result<(), Stop> {
         match statement {
-            Statement::Select(expr) => self.select(expr),
-            Statement::Set { name, value } => self.set(name, value),
-            Statement::Show(name) => self.show(name),
+            Statement::Select(columns) => self.select(columns),
+            Statement::Set { name, value } => Ok(self.set(name, value)?),
+            Statement::Show(name) => Ok(self.show(name)?),
             Statement::Begin => {
                 self.begin();
                 Ok(())
@@ -151,39 +310,101 @@ impl Ctx<'_> {
                 self.end_block(false);
                 Ok(())
             }
+            Statement::CreateFenceTable {
+                name,
+                if_not_exists,
+            } => Ok(self.create_table(name, *if_not_exists)?),
+            Statement::AdvanceEpoch {
+                table,
+                classid,
+                objid,
+                initial,
+            } => Ok(self.advance_epoch(table, (*classid, *objid), *initial)?),
+            Statement::SelectEpoch {
+                table,
+                classid,
+                objid,
+                for_share,
+            } => Ok(self.select_epoch(table, (*classid, *objid), *for_share)?),
         }
     }
 
-    fn select(&mut self, expr: &Expr) -> Result<(), SqlError> {
-        let mut notices = Vec::new();
-        let value = self.eval(expr, &mut notices);
-        let column = column_name(expr);
-        if value.is_ok() {
-            self.reply.row_description(&[(column, type_of(expr))]);
+    /// Evaluates every column, then sends RowDescription, the notices and the row. An
+    /// error found at execution (not at analysis, like an unknown function signature)
+    /// comes after the RowDescription, as PostgreSQL's executor sends it first.
+    fn select(&mut self, columns: &[Expr]) -> Result<(), Stop> {
+        let mut values = Vec::with_capacity(columns.len());
+        for expr in columns {
+            match self.eval(expr) {
+                Ok(value) => values.push(value),
+                Err(Stop::Error(error)) if error.code != sqlstate::UNDEFINED_FUNCTION => {
+                    self.reply.row_description(&describe(columns));
+                    self.flush_notices();
+                    return Err(error.into());
+                }
+                Err(stop) => return Err(stop),
+            }
         }
-        for notice in &notices {
-            self.reply.notice(notice);
-        }
-        let text = value?.text();
-        self.reply.data_row(&[text.as_deref()]);
+        self.reply.row_description(&describe(columns));
+        self.flush_notices();
+        let texts: Vec<Option<String>> = values.iter().map(Value::text).collect();
+        let row: Vec<Option<&str>> = texts.iter().map(Option::as_deref).collect();
+        self.reply.data_row(&row);
         self.reply.command_complete("SELECT 1");
         Ok(())
     }
 
+    fn flush_notices(&mut self) {
+        for notice in std::mem::take(&mut self.notices) {
+            self.reply.notice(&notice);
+        }
+    }
+
     fn set(&mut self, name: &str, value: &SetValue) -> Result<(), SqlError> {
         let guc = Guc::lookup(name)?;
-        let gucs = self.gucs_mut()?;
         match value {
-            SetValue::Value(text) => gucs.set(guc, text)?,
-            SetValue::Default => gucs.reset(guc),
+            SetValue::Value(text) => self.set_guc(&guc, text, false)?,
+            SetValue::Default => {
+                let session = self.state.sessions.get_mut(&self.pid).ok_or_else(gone)?;
+                session.gucs.reset(&guc);
+                if let Some(base) = &mut session.local_base {
+                    base.reset(&guc);
+                }
+            }
         }
         self.reply.command_complete("SET");
         Ok(())
     }
 
+    /// Sets `guc` for the session (`local` false) or until the transaction ends.
+    fn set_guc(&mut self, guc: &Guc, value: &str, local: bool) -> Result<(), SqlError> {
+        let session = self.state.sessions.get_mut(&self.pid).ok_or_else(gone)?;
+        if local {
+            let mut base = session
+                .local_base
+                .take()
+                .unwrap_or_else(|| session.gucs.clone());
+            let set = session.gucs.set(guc, value);
+            // A placeholder a local set created exists afterwards, empty (its reset value).
+            if set.is_ok()
+                && let Guc::Custom(name) = guc
+            {
+                base.custom.entry(name.clone()).or_default();
+            }
+            session.local_base = Some(base);
+            return set;
+        }
+        session.gucs.set(guc, value)?;
+        if let Some(base) = &mut session.local_base {
+            base.set(guc, value)?;
+        }
+        Ok(())
+    }
+
     fn show(&mut self, name: &str) -> Result<(), SqlError> {
         let guc = Guc::lookup(name)?;
-        let text = self.gucs_mut()?.show(guc);
+        let session = self.state.sessions.get(&self.pid).ok_or_else(gone)?;
+        let text = session.gucs.show(&guc).ok_or_else(|| unrecognized(name))?;
         self.reply.row_description(&[(guc.name(), PgType::Text)]);
         self.reply.data_row(&[Some(&text)]);
         self.reply.command_complete("SHOW");
@@ -221,12 +442,16 @@ impl Ctx<'_> {
             }
             TransactionStatus::InBlock if commit => {
                 session.saved_gucs = None;
+                if let Some(base) = session.local_base.take() {
+                    session.gucs = base;
+                }
                 "COMMIT"
             }
             TransactionStatus::InBlock | TransactionStatus::Failed => {
                 if let Some(saved) = session.saved_gucs.take() {
                     session.gucs = saved;
                 }
+                session.local_base = None;
                 "ROLLBACK"
             }
         };
@@ -234,62 +459,259 @@ impl Ctx<'_> {
         self.reply.command_complete(tag);
     }
 
-    fn gucs_mut(&mut self) -> Result<&mut Gucs, SqlError> {
-        self.state
-            .sessions
-            .get_mut(&self.pid)
-            .map(|s| &mut s.gucs)
-            .ok_or_else(|| SqlError::error(sqlstate::PROTOCOL_VIOLATION, "session is gone"))
+    fn read_only(&self, command: &str) -> Result<(), SqlError> {
+        if self.state.in_recovery {
+            return Err(SqlError::error(
+                sqlstate::READ_ONLY_SQL_TRANSACTION,
+                format!("cannot execute {command} in a read-only transaction"),
+            ));
+        }
+        Ok(())
     }
 
-    fn eval(&mut self, expr: &Expr, notices: &mut Vec<SqlError>) -> Result<Value, SqlError> {
+    fn create_table(&mut self, name: &str, if_not_exists: bool) -> Result<(), SqlError> {
+        self.read_only("CREATE TABLE")?;
+        let database = self.database()?;
+        let created = self.state.storage.borrow_mut().create(&database, name);
+        if !created {
+            let message = format!("relation \"{name}\" already exists");
+            if !if_not_exists {
+                return Err(SqlError::error(sqlstate::DUPLICATE_TABLE, message));
+            }
+            self.reply.notice(&SqlError::notice(
+                sqlstate::DUPLICATE_TABLE,
+                format!("{message}, skipping"),
+            ));
+        }
+        self.reply.command_complete("CREATE TABLE");
+        Ok(())
+    }
+
+    fn advance_epoch(
+        &mut self,
+        table: &str,
+        key: (i64, i64),
+        initial: i64,
+    ) -> Result<(), SqlError> {
+        let database = self.database()?;
+        if self
+            .state
+            .storage
+            .borrow()
+            .table(&database, table)
+            .is_none()
+        {
+            return Err(no_table(table));
+        }
+        self.read_only("INSERT")?;
+        let key = int4_key(key)?;
+        let epoch = {
+            let mut storage = self.state.storage.borrow_mut();
+            let rows = storage
+                .table_mut(&database, table)
+                .ok_or_else(|| no_table(table))?;
+            let epoch = match rows.get(&key) {
+                None => initial,
+                Some(epoch) => epoch.checked_add(1).ok_or_else(|| {
+                    SqlError::error(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, "bigint out of range")
+                })?,
+            };
+            rows.insert(key, epoch);
+            epoch
+        };
+        self.reply.row_description(&[("epoch", PgType::Int8)]);
+        self.reply.data_row(&[Some(&epoch.to_string())]);
+        self.reply.command_complete("INSERT 0 1");
+        Ok(())
+    }
+
+    /// The fence check. `FOR SHARE` row locks are not modelled: the row is read, not
+    /// locked, so a concurrent `advance_epoch` does not wait for the reader's transaction.
+    fn select_epoch(
+        &mut self,
+        table: &str,
+        key: (i64, i64),
+        for_share: bool,
+    ) -> Result<(), SqlError> {
+        let database = self.database()?;
+        let epoch = {
+            let storage = self.state.storage.borrow();
+            let rows = storage
+                .table(&database, table)
+                .ok_or_else(|| no_table(table))?;
+            int4_key(key).ok().and_then(|key| rows.get(&key).copied())
+        };
+        if for_share {
+            self.read_only("SELECT FOR SHARE")?;
+        }
+        self.reply.row_description(&[("epoch", PgType::Int8)]);
+        match epoch {
+            Some(epoch) => {
+                self.reply.data_row(&[Some(&epoch.to_string())]);
+                self.reply.command_complete("SELECT 1");
+            }
+            None => self.reply.command_complete("SELECT 0"),
+        }
+        Ok(())
+    }
+
+    fn eval(&mut self, expr: &Expr) -> Result<Value, Stop> {
         match expr {
             Expr::Int(n) => Ok(Value::Int(*n)),
             Expr::Bool(b) => Ok(Value::Bool(*b)),
             Expr::Text(s) => Ok(Value::Text(s.clone())),
             Expr::Null => Ok(Value::Null),
             Expr::IsNull { expr, negated } => {
-                let is_null = self.eval(expr, notices)? == Value::Null;
+                let is_null = self.eval(expr)? == Value::Null;
                 Ok(Value::Bool(is_null != *negated))
             }
+            Expr::Not(expr) => match self.eval(expr)? {
+                Value::Bool(b) => Ok(Value::Bool(!b)),
+                Value::Null => Ok(Value::Null),
+                other => Err(SqlError::error(
+                    sqlstate::DATATYPE_MISMATCH,
+                    format!(
+                        "argument of NOT must be type boolean, not type {}",
+                        other.type_name()
+                    ),
+                )
+                .into()),
+            },
             Expr::Case { arms, otherwise } => {
                 for (when, then) in arms {
-                    if self.eval(when, notices)? == Value::Bool(true) {
-                        return self.eval(then, notices);
+                    if self.eval(when)? == Value::Bool(true) {
+                        return self.eval(then);
                     }
                 }
-                self.eval(otherwise, notices)
+                self.eval(otherwise)
             }
+            Expr::Exists(conds) => self.journaled(|ctx| Ok(ctx.exists(conds)?)),
             Expr::Call(func, args) => {
                 let mut values = Vec::with_capacity(args.len());
                 for arg in args {
-                    values.push(self.eval(arg, notices)?);
+                    values.push(self.eval(arg)?);
                 }
-                self.call(*func, &values, notices)
+                self.journaled(|ctx| ctx.call(*func, &values))
             }
         }
     }
 
-    fn call(
+    /// Answers from the replay journal when resuming, else evaluates `f` and journals it.
+    fn journaled(
         &mut self,
-        func: Func,
-        args: &[Value],
-        notices: &mut Vec<SqlError>,
-    ) -> Result<Value, SqlError> {
+        f: impl FnOnce(&mut Self) -> Result<Value, Stop>,
+    ) -> Result<Value, Stop> {
+        let value = match self.replay.pop_front() {
+            Some(value) => value,
+            None => f(self)?,
+        };
+        self.journal.push(value.clone());
+        Ok(value)
+    }
+
+    /// `EXISTS` over the session database's rows of `pg_locks` (granted and waiting).
+    fn exists(&mut self, conds: &[LockCond]) -> Result<Value, SqlError> {
+        let database = self.database()?;
+        let granted = self
+            .state
+            .locks
+            .held()
+            .into_iter()
+            .map(|l| (l.id, l.pid, true));
+        let waiting = self
+            .state
+            .locks
+            .waiters()
+            .into_iter()
+            .map(|(id, pid)| (id, pid, false));
+        for (id, pid, granted) in granted.chain(waiting) {
+            if id.database != database {
+                continue;
+            }
+            let mut all = true;
+            for cond in conds {
+                all &= self.row_matches(id.key, pid, granted, cond)?;
+            }
+            if all {
+                return Ok(Value::Bool(true));
+            }
+        }
+        Ok(Value::Bool(false))
+    }
+
+    fn row_matches(
+        &self,
+        key: LockKey,
+        pid: i32,
+        granted: bool,
+        cond: &LockCond,
+    ) -> Result<bool, SqlError> {
+        let (classid, objid, objsubid) = match key {
+            LockKey::Pair(a, b) => (oid(a), oid(b), 2),
+            LockKey::BigInt(k) => (k >> 32 & 0xffff_ffff, k & 0xffff_ffff, 1),
+        };
+        let want = match &cond.value {
+            Expr::Call(Func::BackendPid, _) => Value::Int(i64::from(self.pid)),
+            Expr::Int(n) => Value::Int(*n),
+            Expr::Text(t) => Value::Text(t.clone()),
+            Expr::Bool(b) => Value::Bool(*b),
+            _ => Value::Null,
+        };
+        let mismatch = |column: &str, ty: &str| {
+            SqlError::error(
+                sqlstate::UNDEFINED_FUNCTION,
+                format!(
+                    "operator does not exist: {ty} = {} (pg_locks.{column})",
+                    want.type_name()
+                ),
+            )
+        };
+        let int = |column: &str, ty: &str, have: i64, oid_column: bool| match &want {
+            Value::Int(n) if oid_column => Ok(i32::try_from(*n).map_or(*n, oid) == have),
+            Value::Int(n) => Ok(*n == have),
+            Value::Text(t) => Ok(t.trim().parse::<i64>().ok() == Some(have)),
+            _ => Err(mismatch(column, ty)),
+        };
+        match cond.column {
+            LockColumn::LockType => match &want {
+                Value::Text(t) => Ok(t == "advisory"),
+                _ => Err(mismatch("locktype", "text")),
+            },
+            LockColumn::ClassId => int("classid", "oid", classid, true),
+            LockColumn::ObjId => int("objid", "oid", objid, true),
+            LockColumn::ObjSubId => int("objsubid", "smallint", objsubid, false),
+            LockColumn::Pid => int("pid", "integer", i64::from(pid), false),
+            LockColumn::Granted => match &want {
+                Value::Bool(b) => Ok(*b == granted),
+                _ => Err(mismatch("granted", "boolean")),
+            },
+        }
+    }
+
+    fn call(&mut self, func: Func, args: &[Value]) -> Result<Value, Stop> {
         let (pid, at) = (self.pid, self.at);
         match (func, args) {
-            (Func::TryAdvisoryLock | Func::AdvisoryUnlock, _) if args.contains(&Value::Null) => {
+            (Func::TryAdvisoryLock | Func::AdvisoryUnlock | Func::AdvisoryLock, _)
+                if args.contains(&Value::Null) =>
+            {
                 Ok(Value::Null)
             }
             (Func::TryAdvisoryLock, _) => {
                 let key = lock_key(func, args)?;
                 Ok(Value::Bool(self.state.try_lock(pid, key, at)))
             }
+            (Func::AdvisoryLock, _) => {
+                let key = lock_key(func, args)?;
+                match self.state.lock_or_wait(pid, key, at) {
+                    LockWait::Granted => Ok(Value::Void),
+                    LockWait::Queued(_) => Err(Stop::Blocked),
+                }
+            }
             (Func::AdvisoryUnlock, _) => {
                 let key = lock_key(func, args)?;
                 let released = self.state.unlock(pid, key, at);
                 if !released {
-                    notices.push(SqlError::warning(
+                    self.notices.push(SqlError::warning(
                         sqlstate::WARNING,
                         "you don't own a lock of type ExclusiveLock",
                     ));
@@ -301,41 +723,74 @@ impl Ctx<'_> {
                 Ok(Value::Void)
             }
             (Func::SetConfig, [Value::Text(name), Value::Text(value), Value::Bool(local)]) => {
-                self.set_config(name, value, *local)
+                let guc = Guc::lookup(name)?;
+                self.set_guc(&guc, value, *local)?;
+                Ok(self.setting(&guc, name, false)?)
             }
             (Func::CurrentSetting, [Value::Text(name)]) => {
                 let guc = Guc::lookup(name)?;
-                Ok(Value::Text(self.gucs_mut()?.show(guc)))
+                Ok(self.setting(&guc, name, false)?)
+            }
+            (Func::CurrentSetting, [Value::Text(name), Value::Bool(missing_ok)]) => {
+                match Guc::lookup(name) {
+                    Ok(guc) => Ok(self.setting(&guc, name, *missing_ok)?),
+                    Err(_) if *missing_ok => Ok(Value::Null),
+                    Err(error) => Err(error.into()),
+                }
             }
             (Func::BackendPid, []) => Ok(Value::Int(i64::from(pid))),
-            (Func::IsInRecovery, []) => Ok(Value::Bool(false)),
+            (Func::IsInRecovery, []) => Ok(Value::Bool(self.state.in_recovery)),
             (Func::TerminateBackend, [Value::Int(target)]) => {
                 let signalled =
                     i32::try_from(*target).is_ok_and(|target| self.state.request_terminate(target));
                 if !signalled {
-                    notices.push(SqlError::warning(
+                    self.notices.push(SqlError::warning(
                         sqlstate::WARNING,
                         format!("PID {target} is not a PostgreSQL backend process"),
                     ));
                 }
                 Ok(Value::Bool(signalled))
             }
-            _ => Err(no_such_function(func, args)),
+            _ => Err(no_such_function(func, args).into()),
         }
     }
 
-    fn set_config(&mut self, name: &str, value: &str, local: bool) -> Result<Value, SqlError> {
-        if local {
-            return Err(SqlError::error(
-                sqlstate::FEATURE_NOT_SUPPORTED,
-                "the simulated server does not support set_config with is_local = true",
-            ));
+    /// The text of `guc`; a missing placeholder is NULL when `missing_ok`, else 42704.
+    fn setting(&self, guc: &Guc, name: &str, missing_ok: bool) -> Result<Value, SqlError> {
+        let session = self.state.sessions.get(&self.pid).ok_or_else(gone)?;
+        match session.gucs.show(guc) {
+            Some(text) => Ok(Value::Text(text)),
+            None if missing_ok => Ok(Value::Null),
+            None => Err(unrecognized(name)),
         }
-        let guc = Guc::lookup(name)?;
-        let gucs = self.gucs_mut()?;
-        gucs.set(guc, value)?;
-        Ok(Value::Text(gucs.show(guc)))
     }
+}
+
+fn gone() -> SqlError {
+    SqlError::error(sqlstate::PROTOCOL_VIOLATION, "session is gone")
+}
+
+fn no_table(table: &str) -> SqlError {
+    SqlError::error(
+        sqlstate::UNDEFINED_TABLE,
+        format!("relation \"{table}\" does not exist"),
+    )
+}
+
+/// An `int4` key pair of the fence table; 22003 when a value does not fit.
+fn int4_key((classid, objid): (i64, i64)) -> Result<(i32, i32), SqlError> {
+    match (i32::try_from(classid), i32::try_from(objid)) {
+        (Ok(classid), Ok(objid)) => Ok((classid, objid)),
+        _ => Err(SqlError::error(
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+            "integer out of range",
+        )),
+    }
+}
+
+/// An `int4` as the unsigned `oid` `pg_locks` shows it.
+fn oid(value: i32) -> i64 {
+    i64::from(value.cast_unsigned())
 }
 
 fn lock_key(func: Func, args: &[Value]) -> Result<LockKey, SqlError> {
@@ -361,30 +816,52 @@ fn no_such_function(func: Func, args: &[Value]) -> SqlError {
     )
 }
 
-/// The result column's name, as PostgreSQL derives it.
-fn column_name(expr: &Expr) -> &'static str {
+/// The RowDescription columns of a `SELECT` list.
+fn describe(columns: &[Expr]) -> Vec<(&'static str, PgType)> {
+    columns
+        .iter()
+        .map(|expr| (column_name(expr).0, type_of(expr)))
+        .collect()
+}
+
+/// The result column's name and its strength, as PostgreSQL's `FigureColname` derives
+/// them: a function's or `EXISTS`'s name is strong (2); a type name (`bool`) is weak (1);
+/// a `CASE` takes its `ELSE`'s name when strong, else is `case`.
+fn column_name(expr: &Expr) -> (&'static str, u8) {
     match expr {
-        Expr::Call(func, _) => func.name(),
-        Expr::Case { .. } => "case",
-        Expr::Bool(_) => "bool",
-        Expr::Text(_) | Expr::Null | Expr::Int(_) | Expr::IsNull { .. } => "?column?",
+        Expr::Call(func, _) => (func.name(), 2),
+        Expr::Exists(_) => ("exists", 2),
+        Expr::Case { otherwise, .. } => match column_name(otherwise) {
+            (name, 2) => (name, 2),
+            _ => ("case", 1),
+        },
+        Expr::Bool(_) => ("bool", 1),
+        Expr::Text(_) | Expr::Null | Expr::Int(_) | Expr::IsNull { .. } | Expr::Not(_) => {
+            ("?column?", 0)
+        }
     }
 }
 
-/// The result column's type, known before evaluation.
+/// The result column's type, known before evaluation. An untyped literal (`unknown`) or
+/// NULL is text unless another branch of a `CASE` decides.
 fn type_of(expr: &Expr) -> PgType {
     match expr {
         Expr::Int(n) if i32::try_from(*n).is_ok() => PgType::Int4,
         Expr::Int(_) => PgType::Int8,
-        Expr::Bool(_) | Expr::IsNull { .. } => PgType::Bool,
+        Expr::Bool(_) | Expr::IsNull { .. } | Expr::Not(_) | Expr::Exists(_) => PgType::Bool,
         Expr::Text(_) | Expr::Null => PgType::Text,
-        Expr::Case { arms, .. } => arms.first().map_or(PgType::Text, |(_, then)| type_of(then)),
+        Expr::Case { arms, otherwise } => arms
+            .iter()
+            .map(|(_, then)| then)
+            .chain(std::iter::once(otherwise.as_ref()))
+            .find(|e| !matches!(e, Expr::Text(_) | Expr::Null))
+            .map_or(PgType::Text, type_of),
         Expr::Call(func, _) => match func {
             Func::TryAdvisoryLock
             | Func::AdvisoryUnlock
             | Func::IsInRecovery
             | Func::TerminateBackend => PgType::Bool,
-            Func::AdvisoryUnlockAll => PgType::Void,
+            Func::AdvisoryUnlockAll | Func::AdvisoryLock => PgType::Void,
             Func::SetConfig | Func::CurrentSetting => PgType::Text,
             Func::BackendPid => PgType::Int4,
         },
@@ -424,9 +901,10 @@ mod tests {
 
     /// Runs `query` and renders the reply one line per message.
     fn run(state: &mut State, pid: i32, query: &str) -> Vec<String> {
-        let mut buf = run_query(state, pid, query, Duration::from_millis(5))
-            .unwrap()
-            .into_bytes();
+        let Some(Run::Done(reply)) = run_query(state, pid, query, Duration::from_millis(5)) else {
+            panic!("{query:?} did not complete");
+        };
+        let mut buf = reply.into_bytes();
         let mut out = Vec::new();
         while let Some(message) = Message::parse(&mut buf).unwrap() {
             out.push(render(message));
@@ -635,5 +1113,54 @@ mod tests {
             format!("D {a}")
         );
         assert_eq!(run(&mut state, a, "SELECT pg_is_in_recovery()")[1], "D f");
+    }
+
+    #[test]
+    fn a_blocked_statement_resumes_where_it_stopped_without_repeating_side_effects() {
+        let (mut state, a, b) = server();
+        let wait = "SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid()) \
+                    THEN 'shared' WHEN set_config('lock_timeout', '100', true) IS NULL THEN 'x' \
+                    WHEN pg_advisory_lock(1886156915, 1) IS NULL THEN 'x' ELSE 'granted' END, \
+                    pg_try_advisory_lock(5)";
+        run(&mut state, a, "SELECT pg_try_advisory_lock(1886156915, 1)");
+        let Some(Run::Blocked(blocked)) = run_query(&mut state, b, wait, Duration::ZERO) else {
+            panic!("not blocked");
+        };
+        assert_eq!(
+            state.sessions[&b].gucs.lock_timeout,
+            Duration::from_millis(100)
+        );
+        run(&mut state, a, "SELECT pg_advisory_unlock(1886156915, 1)");
+        assert!(state.end_wait(b));
+        let Some(Run::Done(reply)) =
+            resume(&mut state, b, blocked, WaitEnd::Granted, Duration::ZERO)
+        else {
+            panic!("not done");
+        };
+        let mut buf = reply.into_bytes();
+        let mut out = Vec::new();
+        while let Some(message) = Message::parse(&mut buf).unwrap() {
+            out.push(render(message));
+        }
+        // EXISTS was answered from the journal (false), not re-read (true after the grant).
+        assert_eq!(
+            out,
+            [
+                "T case:25,pg_try_advisory_lock:16",
+                "D granted,t",
+                "C SELECT 1",
+                "Z I"
+            ]
+        );
+        assert_eq!(state.sessions[&b].gucs.lock_timeout, Duration::ZERO);
+        assert_eq!(
+            state
+                .locks
+                .held_by(b)
+                .iter()
+                .map(|(_, n)| *n)
+                .collect::<Vec<_>>(),
+            [1, 1]
+        );
     }
 }

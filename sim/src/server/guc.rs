@@ -1,85 +1,137 @@
 //! The configuration parameters (GUCs) a session can set, with PostgreSQL's parsing and
 //! display rules for them.
+//!
+//! Besides the built-in parameters in [`Guc`], a name with a dot (`plexsphere.leader_session`)
+//! is a custom placeholder, as PostgreSQL accepts for an extension's prefix: `SET` and
+//! `set_config` create it, its value is text, and a placeholder never set does not exist
+//! (`current_setting` fails with 42704 unless `missing_ok`).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::reply::{SqlError, sqlstate};
 
-/// The largest `idle_session_timeout`, `INT_MAX` milliseconds.
+/// The largest timeout, `INT_MAX` milliseconds.
 const MAX_TIMEOUT_MS: i64 = i32::MAX as i64;
 
 /// A parameter the simulated server knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Guc {
     /// `idle_session_timeout`, an integer in milliseconds; 0 disables it.
     IdleSessionTimeout,
+    /// `idle_in_transaction_session_timeout`, an integer in milliseconds; 0 disables it.
+    IdleInTransactionSessionTimeout,
+    /// `lock_timeout`, an integer in milliseconds; 0 (the default) waits without a limit.
+    LockTimeout,
     /// `application_name`, reported to the client with ParameterStatus.
     ApplicationName,
+    /// A custom placeholder (its name has a dot), lowercased.
+    Custom(String),
 }
 
 /// A session's values of the parameters in [`Guc`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Gucs {
     pub(crate) idle_session_timeout: Duration,
+    pub(crate) idle_in_transaction_session_timeout: Duration,
+    pub(crate) lock_timeout: Duration,
     pub(crate) application_name: String,
+    /// The custom placeholders that exist in the session, by lowercased name.
+    pub(crate) custom: BTreeMap<String, String>,
 }
 
 impl Guc {
-    /// Looks a parameter up by name, case-insensitively, as PostgreSQL does.
+    /// Looks a parameter up by name, case-insensitively, as PostgreSQL does. A name with a
+    /// dot is a custom placeholder (whether or not it exists yet).
     pub(crate) fn lookup(name: &str) -> Result<Self, SqlError> {
-        match name.to_ascii_lowercase().as_str() {
+        let lower = name.to_ascii_lowercase();
+        match lower.as_str() {
             "idle_session_timeout" => Ok(Self::IdleSessionTimeout),
+            "idle_in_transaction_session_timeout" => Ok(Self::IdleInTransactionSessionTimeout),
+            "lock_timeout" => Ok(Self::LockTimeout),
             "application_name" => Ok(Self::ApplicationName),
-            _ => Err(SqlError::error(
-                sqlstate::UNDEFINED_OBJECT,
-                format!("unrecognized configuration parameter \"{name}\""),
-            )),
+            custom if custom.contains('.') => Ok(Self::Custom(lower)),
+            _ => Err(unrecognized(name)),
         }
     }
 
     /// The parameter's name.
-    pub(crate) fn name(self) -> &'static str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             Self::IdleSessionTimeout => "idle_session_timeout",
+            Self::IdleInTransactionSessionTimeout => "idle_in_transaction_session_timeout",
+            Self::LockTimeout => "lock_timeout",
             Self::ApplicationName => "application_name",
+            Self::Custom(name) => name,
         }
     }
 }
 
+/// 42704 `unrecognized configuration parameter "name"`.
+pub(crate) fn unrecognized(name: &str) -> SqlError {
+    SqlError::error(
+        sqlstate::UNDEFINED_OBJECT,
+        format!("unrecognized configuration parameter \"{name}\""),
+    )
+}
+
 impl Gucs {
-    /// Sets `guc` from its text form, or fails without changing anything.
-    pub(crate) fn set(&mut self, guc: Guc, value: &str) -> Result<(), SqlError> {
+    /// Sets `guc` from its text form, or fails without changing anything. Setting a custom
+    /// placeholder creates it.
+    pub(crate) fn set(&mut self, guc: &Guc, value: &str) -> Result<(), SqlError> {
         match guc {
-            Guc::IdleSessionTimeout => self.idle_session_timeout = parse_timeout(value)?,
+            Guc::IdleSessionTimeout => {
+                self.idle_session_timeout = parse_timeout(guc.name(), value)?;
+            }
+            Guc::IdleInTransactionSessionTimeout => {
+                self.idle_in_transaction_session_timeout = parse_timeout(guc.name(), value)?;
+            }
+            Guc::LockTimeout => self.lock_timeout = parse_timeout(guc.name(), value)?,
             Guc::ApplicationName => self.application_name = value.to_owned(),
+            Guc::Custom(name) => {
+                self.custom.insert(name.clone(), value.to_owned());
+            }
         }
         Ok(())
     }
 
-    /// Resets `guc` to its default.
-    pub(crate) fn reset(&mut self, guc: Guc) {
+    /// Resets `guc` to its default (an existing placeholder to the empty string).
+    pub(crate) fn reset(&mut self, guc: &Guc) {
         match guc {
             Guc::IdleSessionTimeout => self.idle_session_timeout = Duration::ZERO,
+            Guc::IdleInTransactionSessionTimeout => {
+                self.idle_in_transaction_session_timeout = Duration::ZERO;
+            }
+            Guc::LockTimeout => self.lock_timeout = Duration::ZERO,
             Guc::ApplicationName => self.application_name.clear(),
+            Guc::Custom(name) => {
+                self.custom.insert(name.clone(), String::new());
+            }
         }
     }
 
-    /// The text `SHOW` and `set_config` return for `guc`.
-    pub(crate) fn show(&self, guc: Guc) -> String {
-        match guc {
+    /// The text `SHOW`, `current_setting` and `set_config` return for `guc`; `None` for a
+    /// placeholder that does not exist.
+    pub(crate) fn show(&self, guc: &Guc) -> Option<String> {
+        Some(match guc {
             Guc::IdleSessionTimeout => format_timeout(self.idle_session_timeout),
+            Guc::IdleInTransactionSessionTimeout => {
+                format_timeout(self.idle_in_transaction_session_timeout)
+            }
+            Guc::LockTimeout => format_timeout(self.lock_timeout),
             Guc::ApplicationName => self.application_name.clone(),
-        }
+            Guc::Custom(name) => self.custom.get(name)?.clone(),
+        })
     }
 }
 
-/// Parses an `idle_session_timeout` value: an integer with an optional unit among `us`,
+/// Parses a timeout parameter's value: an integer with an optional unit among `us`,
 /// `ms` (the default), `s`, `min`, `h`, `d`, within 0 to `INT_MAX` milliseconds.
-pub(crate) fn parse_timeout(value: &str) -> Result<Duration, SqlError> {
+pub(crate) fn parse_timeout(name: &str, value: &str) -> Result<Duration, SqlError> {
     let invalid = || {
         SqlError::error(
             sqlstate::INVALID_PARAMETER_VALUE,
-            format!("invalid value for parameter \"idle_session_timeout\": \"{value}\""),
+            format!("invalid value for parameter \"{name}\": \"{value}\""),
         )
     };
     let text = value.trim();
@@ -102,7 +154,7 @@ pub(crate) fn parse_timeout(value: &str) -> Result<Duration, SqlError> {
         _ => Err(SqlError::error(
             sqlstate::INVALID_PARAMETER_VALUE,
             format!(
-                "{} ms is outside the valid range for parameter \"idle_session_timeout\" (0 .. {MAX_TIMEOUT_MS})",
+                "{} ms is outside the valid range for parameter \"{name}\" (0 .. {MAX_TIMEOUT_MS})",
                 ms.map_or_else(|| text.to_owned(), |ms| ms.to_string())
             ),
         )),
@@ -139,24 +191,24 @@ mod tests {
 
     #[test]
     fn plain_integer_is_milliseconds() {
-        assert_eq!(parse_timeout("20000"), ms(20_000));
-        assert_eq!(parse_timeout(" 0 "), ms(0));
+        assert_eq!(parse_timeout("t", "20000"), ms(20_000));
+        assert_eq!(parse_timeout("t", " 0 "), ms(0));
     }
 
     #[test]
     fn units_are_converted() {
-        assert_eq!(parse_timeout("20s"), ms(20_000));
-        assert_eq!(parse_timeout("1500ms"), ms(1500));
-        assert_eq!(parse_timeout("2 min"), ms(120_000));
-        assert_eq!(parse_timeout("1h"), ms(3_600_000));
-        assert_eq!(parse_timeout("1d"), ms(86_400_000));
-        assert_eq!(parse_timeout("1500us"), ms(2));
+        assert_eq!(parse_timeout("t", "20s"), ms(20_000));
+        assert_eq!(parse_timeout("t", "1500ms"), ms(1500));
+        assert_eq!(parse_timeout("t", "2 min"), ms(120_000));
+        assert_eq!(parse_timeout("t", "1h"), ms(3_600_000));
+        assert_eq!(parse_timeout("t", "1d"), ms(86_400_000));
+        assert_eq!(parse_timeout("t", "1500us"), ms(2));
     }
 
     #[test]
     fn garbage_and_out_of_range_are_22023() {
         for bad in ["abc", "10 parsecs", "", "-1", "2147483648", "25d"] {
-            let err = parse_timeout(bad).err();
+            let err = parse_timeout("t", bad).err();
             assert_eq!(
                 err.map(|e| e.code),
                 Some(sqlstate::INVALID_PARAMETER_VALUE),
@@ -183,6 +235,10 @@ mod tests {
         assert_eq!(
             Guc::lookup("Idle_Session_Timeout").ok(),
             Some(Guc::IdleSessionTimeout)
+        );
+        assert_eq!(
+            Guc::lookup("Plexsphere.Leader_Session").ok(),
+            Some(Guc::Custom("plexsphere.leader_session".to_owned()))
         );
     }
 }

@@ -1,10 +1,12 @@
 //! The control and observation handle of one server instance.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use super::locks::{HeldLock, LockId, LockKey};
 use super::log::{LogEntry, LogViolation, check_mutual_exclusion};
 use super::state::{Control, QueryRecord, Shared};
+use super::storage::FENCE_TABLE;
 
 /// The transaction state of a session, as ReadyForQuery reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -79,6 +81,55 @@ impl ServerHandle {
         let mut state = self.shared.borrow_mut();
         state.controls.push_back(control);
         state.server_wake.notify_one();
+    }
+
+    /// Promotes a hot standby: `pg_is_in_recovery()` is false from now on and writes
+    /// succeed. A no-op on a primary.
+    pub fn promote(&self) {
+        self.shared.borrow_mut().in_recovery = false;
+    }
+
+    /// Puts the instance into recovery (a hot standby, as after `pg_rewind` and a restart
+    /// with `standby.signal`); sessions see it at their next statement.
+    pub fn demote_to_standby(&self) {
+        self.shared.borrow_mut().in_recovery = true;
+    }
+
+    /// Whether the instance is in recovery (`pg_is_in_recovery()`).
+    pub fn is_in_recovery(&self) -> bool {
+        self.shared.borrow().in_recovery
+    }
+
+    /// Makes `standby` a synchronous replica of this instance: from now on both hold the
+    /// same committed tables (this instance's; `standby`'s own are dropped), so a failover
+    /// to `standby` keeps every committed fencing epoch, across crashes and restarts of
+    /// either. Sessions and advisory locks are not replicated (PostgreSQL does not
+    /// WAL-log advisory locks).
+    ///
+    /// Not modelled: a write on one instance while the other is cut off. A real
+    /// synchronous primary would wait for its standby's acknowledgement; here the write
+    /// commits and the other instance sees it at once. Call it once, when the instances
+    /// are built.
+    pub fn replicate_to(&self, standby: &ServerHandle) {
+        let storage = Rc::clone(&self.shared.borrow().storage);
+        standby.shared.borrow_mut().storage = storage;
+    }
+
+    /// The committed fencing epoch of `(classid, objid)` in table `plexsphere_leader_fence`
+    /// of `database`; `None` when the table or the row does not exist.
+    pub fn fence_epoch(&self, database: &str, classid: i32, objid: i32) -> Option<i64> {
+        let state = self.shared.borrow();
+        let storage = state.storage.borrow();
+        storage
+            .table(database, FENCE_TABLE)?
+            .get(&(classid, objid))
+            .copied()
+    }
+
+    /// The sessions waiting in `pg_advisory_lock`, as `(lock, pid)` in lock order and queue
+    /// order per lock (the rows of `pg_locks` with `granted = false`).
+    pub fn waiters(&self) -> Vec<(LockId, i32)> {
+        self.shared.borrow().locks.waiters()
     }
 
     /// Whether the server accepts connections (started and not crashed).

@@ -2,9 +2,12 @@
 //!
 //! Pure data: no I/O, no clock. A lock is identified by its database and its key; a
 //! session holds it with a re-entrancy count, as `pg_try_advisory_lock` called twice in
-//! one session must be matched by two `pg_advisory_unlock` calls.
+//! one session must be matched by two `pg_advisory_unlock` calls. Sessions blocked in
+//! `pg_advisory_lock` wait in a FIFO queue per lock; when the holder frees the lock, the
+//! first waiter is granted it at once ([`LockTable::hand_over`]), as PostgreSQL's
+//! `ProcLockWakeup` does, so the lock is never free while a session waits for it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// The key of an advisory lock.
 ///
@@ -67,6 +70,8 @@ struct Holder {
 #[derive(Debug, Default)]
 pub(crate) struct LockTable {
     held: BTreeMap<LockId, Holder>,
+    /// Sessions waiting in `pg_advisory_lock`, oldest first; never empty for a key present.
+    waiting: BTreeMap<LockId, VecDeque<i32>>,
 }
 
 impl LockTable {
@@ -98,8 +103,59 @@ impl LockTable {
         Unlock::Released { remaining }
     }
 
-    /// Frees every lock `pid` holds and returns them with the count each had.
+    /// Queues `pid` behind the lock's current waiters.
+    pub(crate) fn enqueue(&mut self, id: LockId, pid: i32) {
+        self.waiting.entry(id).or_default().push_back(pid);
+    }
+
+    /// Takes `pid` out of the queue of `id`; false when it was not waiting there.
+    pub(crate) fn cancel_wait(&mut self, id: &LockId, pid: i32) -> bool {
+        let Some(queue) = self.waiting.get_mut(id) else {
+            return false;
+        };
+        let before = queue.len();
+        queue.retain(|&waiter| waiter != pid);
+        let removed = queue.len() != before;
+        if queue.is_empty() {
+            self.waiting.remove(id);
+        }
+        removed
+    }
+
+    /// Grants a free lock `id` to its first waiter, if any; returns that waiter.
+    pub(crate) fn hand_over(&mut self, id: &LockId) -> Option<i32> {
+        if self.held.contains_key(id) {
+            return None;
+        }
+        let queue = self.waiting.get_mut(id)?;
+        let pid = queue.pop_front()?;
+        if queue.is_empty() {
+            self.waiting.remove(id);
+        }
+        self.held.insert(id.clone(), Holder { pid, count: 1 });
+        Some(pid)
+    }
+
+    /// Every waiting request, as `(lock, pid)` in lock order and queue order per lock.
+    pub(crate) fn waiters(&self) -> Vec<(LockId, i32)> {
+        self.waiting
+            .iter()
+            .flat_map(|(id, queue)| queue.iter().map(move |&pid| (id.clone(), pid)))
+            .collect()
+    }
+
+    /// Frees every lock `pid` holds and returns them with the count each had; a request
+    /// of `pid` still waiting leaves its queue.
     pub(crate) fn release_session(&mut self, pid: i32) -> Vec<(LockId, u64)> {
+        let queued: Vec<LockId> = self
+            .waiting
+            .iter()
+            .filter(|(_, queue)| queue.contains(&pid))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &queued {
+            self.cancel_wait(id, pid);
+        }
         let mine: Vec<LockId> = self
             .held
             .iter()
@@ -224,5 +280,35 @@ mod tests {
         );
         assert_eq!(table.held().len(), 1);
         assert_eq!(table.held()[0].pid, 2);
+    }
+
+    #[test]
+    fn freed_lock_goes_to_the_first_waiter_in_fifo_order() {
+        let mut table = LockTable::default();
+        table.try_lock(id("db", LEADER), 1);
+        table.enqueue(id("db", LEADER), 2);
+        table.enqueue(id("db", LEADER), 3);
+        assert_eq!(table.hand_over(&id("db", LEADER)), None, "still held");
+        table.unlock(&id("db", LEADER), 1);
+        assert_eq!(table.hand_over(&id("db", LEADER)), Some(2));
+        assert_eq!(table.try_lock(id("db", LEADER), 1), TryLock::Refused);
+        assert_eq!(table.waiters(), vec![(id("db", LEADER), 3)]);
+        table.release_session(2);
+        assert_eq!(table.hand_over(&id("db", LEADER)), Some(3));
+        assert_eq!(table.waiters(), vec![]);
+    }
+
+    #[test]
+    fn cancelled_or_ended_waiter_leaves_the_queue() {
+        let mut table = LockTable::default();
+        table.try_lock(id("db", LEADER), 1);
+        table.enqueue(id("db", LEADER), 2);
+        table.enqueue(id("db", LEADER), 3);
+        assert!(table.cancel_wait(&id("db", LEADER), 2));
+        assert!(!table.cancel_wait(&id("db", LEADER), 2));
+        table.release_session(3);
+        table.release_session(1);
+        assert_eq!(table.hand_over(&id("db", LEADER)), None);
+        assert_eq!(table.held(), vec![]);
     }
 }

@@ -80,6 +80,9 @@ pub enum EndReason {
     ProtocolViolation,
     /// `idle_session_timeout` expired; the server sent FATAL 57P05.
     IdleSessionTimeout,
+    /// `idle_in_transaction_session_timeout` expired in an open transaction block; the
+    /// server sent FATAL 25P03.
+    IdleInTransactionSessionTimeout,
     /// [`ServerHandle::terminate_backend`](super::ServerHandle::terminate_backend); the
     /// server sent FATAL 57P01.
     Terminated,

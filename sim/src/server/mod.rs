@@ -5,8 +5,12 @@
 //! authentication, the simple query protocol for the statements in `sql` (the adapter's
 //! grant, `SELECT 1` and unlock statements and a few more), an ErrorResponse 0A000 for
 //! the extended protocol. It models session advisory locks with re-entrancy counts,
-//! `idle_session_timeout` (FATAL 57P05), `pg_terminate_backend` (FATAL 57P01), crash and
-//! restart, and keeps a ground-truth [`LogEntry`] log of sessions and locks and a statement
+//! `idle_session_timeout` (FATAL 57P05), `idle_in_transaction_session_timeout` (FATAL 25P03),
+//! `pg_advisory_lock`'s FIFO wait queue with `lock_timeout` (ERROR 55P03), transaction-local
+//! `set_config`, custom placeholder settings, hot standbys (`pg_is_in_recovery()`, see
+//! [`ServerConfig::with_in_recovery`]), the fencing table (committed data that survives
+//! crashes and, with [`ServerHandle::replicate_to`], failovers), `pg_terminate_backend`
+//! (FATAL 57P01), crash and restart, and keeps a ground-truth [`LogEntry`] log of sessions and locks and a statement
 //! log ([`QueryRecord`]) from which idle periods are measured.
 //!
 //! Deterministic under turmoil: time is read only through `tokio::time` and
@@ -50,6 +54,7 @@ mod route;
 mod session;
 mod sql;
 mod state;
+mod storage;
 
 use std::cell::RefCell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

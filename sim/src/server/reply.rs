@@ -16,6 +16,8 @@ pub(crate) enum Severity {
     Fatal,
     /// A notice the statement raised.
     Warning,
+    /// An informational notice.
+    Notice,
 }
 
 impl Severity {
@@ -24,6 +26,7 @@ impl Severity {
             Self::Error => "ERROR",
             Self::Fatal => "FATAL",
             Self::Warning => "WARNING",
+            Self::Notice => "NOTICE",
         }
     }
 }
@@ -51,6 +54,15 @@ impl SqlError {
     pub(crate) fn fatal(code: &'static str, message: impl Into<String>) -> Self {
         Self {
             severity: Severity::Fatal,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A NOTICE with `code` and `message`.
+    pub(crate) fn notice(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            severity: Severity::Notice,
             code,
             message: message.into(),
         }
@@ -96,6 +108,18 @@ pub(crate) mod sqlstate {
     pub(crate) const ADMIN_SHUTDOWN: &str = "57P01";
     /// idle_session_timeout.
     pub(crate) const IDLE_SESSION_TIMEOUT: &str = "57P05";
+    /// idle_in_transaction_session_timeout.
+    pub(crate) const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: &str = "25P03";
+    /// lock_not_available (`lock_timeout` expired).
+    pub(crate) const LOCK_NOT_AVAILABLE: &str = "55P03";
+    /// read_only_sql_transaction (a write on a hot standby).
+    pub(crate) const READ_ONLY_SQL_TRANSACTION: &str = "25006";
+    /// datatype_mismatch (`NOT` of a non-boolean).
+    pub(crate) const DATATYPE_MISMATCH: &str = "42804";
+    /// undefined_table.
+    pub(crate) const UNDEFINED_TABLE: &str = "42P01";
+    /// duplicate_table (also the notice of `CREATE TABLE IF NOT EXISTS`).
+    pub(crate) const DUPLICATE_TABLE: &str = "42P07";
 }
 
 /// Result column types, by PostgreSQL type OID.

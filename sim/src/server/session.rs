@@ -1,8 +1,16 @@
 //! One client connection: startup, then simple queries until the session ends.
 //!
-//! The idle session timeout follows PostgreSQL's `PostgresMain`: the timer is armed when
-//! ReadyForQuery is sent outside a transaction block with a non-zero
-//! `idle_session_timeout`, and disarmed as soon as a complete message has been read.
+//! The idle timeouts follow PostgreSQL's `PostgresMain`: when ReadyForQuery is sent, the
+//! timer of `idle_session_timeout` is armed outside a transaction block, and that of
+//! `idle_in_transaction_session_timeout` inside an open or failed one (when non-zero); it is
+//! disarmed as soon as a complete message has been read, so neither fires while a statement
+//! runs or waits for a lock.
+//!
+//! A statement blocked in `pg_advisory_lock` waits here, in simulated time, for the lock to
+//! be handed over, for `lock_timeout`, or for a terminate request. As in PostgreSQL with
+//! `client_connection_check_interval = 0` (the default), the socket is not watched during
+//! the wait: a waiter whose client went away stays queued, is granted the lock in its turn,
+//! and releases it when the session then ends on the closed socket.
 
 use std::io;
 use std::rc::Rc;
@@ -14,12 +22,12 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 use turmoil::net::TcpStream;
 
-use super::exec;
+use super::exec::{self, Blocked, Run, WaitEnd};
 use super::frontend::{self, Frame, StartupPacket};
 use super::handle::TransactionStatus;
 use super::log::EndReason;
 use super::reply::{Reply, SqlError, sqlstate};
-use super::state::{Shared, Startup};
+use super::state::{IdleKind, Shared, Startup};
 
 /// Serves one accepted connection until the session ends. Dropping the future (server
 /// crash) ends the session with [`EndReason::Crash`] and sends nothing.
@@ -205,7 +213,7 @@ enum Wake {
     Eof,
     ReadFailed,
     Signalled,
-    IdleTimeout,
+    IdleTimeout(IdleKind),
 }
 
 /// What to do after a message was handled.
@@ -240,13 +248,21 @@ async fn serve(conn: &mut Conn, shared: &Shared, pid: i32) -> EndReason {
                 Wake::Data | Wake::Signalled => continue,
                 Wake::Eof => return EndReason::ClientClosed,
                 Wake::ReadFailed => return EndReason::ConnectionError,
-                Wake::IdleTimeout => {
+                Wake::IdleTimeout(IdleKind::Session) => {
                     conn.fatal(
                         sqlstate::IDLE_SESSION_TIMEOUT,
                         "terminating connection due to idle-session timeout",
                     )
                     .await;
                     return EndReason::IdleSessionTimeout;
+                }
+                Wake::IdleTimeout(IdleKind::InTransaction) => {
+                    conn.fatal(
+                        sqlstate::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+                        "terminating connection due to idle-in-transaction timeout",
+                    )
+                    .await;
+                    return EndReason::IdleInTransactionSessionTimeout;
                 }
             },
         };
@@ -259,15 +275,18 @@ async fn serve(conn: &mut Conn, shared: &Shared, pid: i32) -> EndReason {
     }
 }
 
-fn idle_deadline(shared: &Shared, pid: i32) -> Option<Instant> {
-    let timeout = shared.borrow().idle_timeout(pid)?;
-    Some(Instant::now() + timeout)
+fn idle_deadline(shared: &Shared, pid: i32) -> Option<(Instant, IdleKind)> {
+    let (timeout, kind) = shared.borrow().idle_timeout(pid)?;
+    Some((Instant::now() + timeout, kind))
 }
 
-async fn wait(conn: &mut Conn, wake: &Notify, deadline: Option<Instant>) -> Wake {
+async fn wait(conn: &mut Conn, wake: &Notify, deadline: Option<(Instant, IdleKind)>) -> Wake {
     let idle = async {
         match deadline {
-            Some(deadline) => sleep_until(deadline).await,
+            Some((deadline, kind)) => {
+                sleep_until(deadline).await;
+                kind
+            }
             None => std::future::pending().await,
         }
     };
@@ -279,7 +298,7 @@ async fn wait(conn: &mut Conn, wake: &Notify, deadline: Option<Instant>) -> Wake
             Ok(_) => Wake::Data,
             Err(_) => Wake::ReadFailed,
         },
-        () = idle => Wake::IdleTimeout,
+        kind = idle => Wake::IdleTimeout(kind),
     }
 }
 
@@ -334,18 +353,88 @@ async fn handle(
             if let Latency::Terminated = latency(shared, wake, pid).await {
                 return Next::End(terminate(conn).await);
             }
+            let run = {
+                let mut state = shared.borrow_mut();
+                let at = state.clock();
+                exec::run_query(&mut state, pid, &query, at)
+            };
+            let reply = match run {
+                Some(Run::Done(reply)) => reply,
+                Some(Run::Blocked(blocked)) => {
+                    match wait_for_lock(conn, shared, pid, wake, blocked).await {
+                        Ok(reply) => reply,
+                        Err(reason) => return Next::End(reason),
+                    }
+                }
+                None => return Next::End(EndReason::Crash),
+            };
             let mut state = shared.borrow_mut();
             let at = state.clock();
             state.query_answered(index, at);
-            match exec::run_query(&mut state, pid, &query, at) {
-                Some(reply) => (reply, true),
-                None => return Next::End(EndReason::Crash),
-            }
+            (reply, true)
         }
     };
     match conn.send(&reply.into_bytes()).await {
         Ok(()) => Next::Continue { ready },
         Err(_) => Next::End(EndReason::ConnectionError),
+    }
+}
+
+/// Waits while the query's statement is queued for a lock, then resumes it; the reply, or
+/// why the session ended (a terminate request during the wait).
+async fn wait_for_lock(
+    conn: &mut Conn,
+    shared: &Shared,
+    pid: i32,
+    wake: &Notify,
+    mut blocked: Blocked,
+) -> Result<Reply, EndReason> {
+    let mut deadline = lock_deadline(shared, pid);
+    loop {
+        let timed_out = tokio::select! {
+            biased;
+            () = wake.notified() => false,
+            () = sleep_until_some(deadline) => true,
+        };
+        let run = {
+            let mut state = shared.borrow_mut();
+            if state.take_terminate(pid) {
+                state.end_wait(pid);
+                None
+            } else if timed_out || state.wait_granted(pid) {
+                let end = if state.end_wait(pid) {
+                    WaitEnd::Granted
+                } else {
+                    WaitEnd::TimedOut
+                };
+                let at = state.clock();
+                Some(exec::resume(&mut state, pid, blocked, end, at))
+            } else {
+                continue;
+            }
+        };
+        match run {
+            None => return Err(terminate(conn).await),
+            Some(Some(Run::Done(reply))) => return Ok(reply),
+            Some(Some(Run::Blocked(next))) => {
+                blocked = next;
+                deadline = lock_deadline(shared, pid);
+            }
+            Some(None) => return Err(EndReason::Crash),
+        }
+    }
+}
+
+/// When a lock wait starting now times out: `lock_timeout` from now, none when it is 0.
+fn lock_deadline(shared: &Shared, pid: i32) -> Option<Instant> {
+    let timeout = shared.borrow().sessions.get(&pid)?.gucs.lock_timeout;
+    (!timeout.is_zero()).then(|| Instant::now() + timeout)
+}
+
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -3,11 +3,16 @@
 //! Whitespace- and case-insensitive. A query string is split on `;` into statements,
 //! each parsed whole before anything runs, as PostgreSQL does. Supported:
 //!
-//! - `SELECT <expr>` where `<expr>` is an integer, string, `true`/`false`/`null`, a call
-//!   of a function in [`Func`], `<expr> IS [NOT] NULL`, `CASE WHEN <expr> THEN <expr> …
-//!   [ELSE <expr>] END`, or a parenthesised `<expr>`; this covers the adapter's grant
-//!   statement `SELECT CASE WHEN pg_try_advisory_lock(a, b) THEN set_config(…) IS NOT NULL
-//!   ELSE false END`;
+//! - `SELECT <expr>, <expr>, …` (one row) where `<expr>` is an integer, string,
+//!   `true`/`false`/`null`, a call of a function in [`Func`], `NOT <expr>`,
+//!   `<expr> IS [NOT] NULL`, `CASE WHEN <expr> THEN <expr> … [ELSE <expr>] END`,
+//!   `EXISTS (SELECT 1 FROM pg_locks WHERE <cond> AND …)` (see [`LockCond`]), or a
+//!   parenthesised `<expr>`; this covers the adapter's grant and check statements;
+//! - the fencing statements of the adapter, and only their shape: `CREATE TABLE [IF NOT
+//!   EXISTS] t (classid int4 NOT NULL, objid int4 NOT NULL, epoch bigint NOT NULL, PRIMARY
+//!   KEY (classid, objid))`, `INSERT INTO t AS f (classid, objid, epoch) VALUES (a, b, n)
+//!   ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 RETURNING f.epoch` and
+//!   `SELECT epoch FROM t WHERE classid = a AND objid = b [FOR SHARE]`;
 //! - `SET [SESSION] <name> {=|TO} {<value>|DEFAULT}`, `RESET <name>`, `SHOW <name>`;
 //! - `BEGIN`/`START TRANSACTION`, `COMMIT`/`END`, `ROLLBACK`/`ABORT`;
 //! - `SELECT pg_terminate_backend(pid)` of another backend (terminating one's own backend is
@@ -23,8 +28,25 @@ use super::reply::{SqlError, sqlstate};
 /// One parsed statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Statement {
-    /// `SELECT <expr>`: one row, one column.
-    Select(Expr),
+    /// `SELECT <expr>, …`: one row, a column per expression.
+    Select(Vec<Expr>),
+    /// `CREATE TABLE [IF NOT EXISTS] name (…)` of the fence table's shape.
+    CreateFenceTable { name: String, if_not_exists: bool },
+    /// The epoch upsert: insert `(classid, objid, initial)` or add one to the epoch;
+    /// returns the new epoch.
+    AdvanceEpoch {
+        table: String,
+        classid: i64,
+        objid: i64,
+        initial: i64,
+    },
+    /// `SELECT epoch FROM table WHERE classid = … AND objid = … [FOR SHARE]`.
+    SelectEpoch {
+        table: String,
+        classid: i64,
+        objid: i64,
+        for_share: bool,
+    },
     /// `SET name = value`, `SET name TO DEFAULT`, `RESET name`.
     Set { name: String, value: SetValue },
     /// `SHOW name`.
@@ -65,10 +87,52 @@ pub(crate) enum Expr {
         expr: Box<Expr>,
         negated: bool,
     },
+    Not(Box<Expr>),
+    /// `EXISTS (SELECT 1 FROM pg_locks WHERE <conds joined by AND>)`.
+    Exists(Vec<LockCond>),
     Case {
         arms: Vec<(Expr, Expr)>,
         otherwise: Box<Expr>,
     },
+}
+
+/// A column of `pg_locks` a condition of [`Expr::Exists`] can test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LockColumn {
+    /// `locktype` (text; always `advisory` in the model).
+    LockType,
+    /// `classid` (oid): the first int4 key, or the high half of a bigint key.
+    ClassId,
+    /// `objid` (oid): the second int4 key, or the low half of a bigint key.
+    ObjId,
+    /// `objsubid` (int2): 2 for the two-int4 form, 1 for the bigint form.
+    ObjSubId,
+    /// `pid` (int4): the holding or waiting backend.
+    Pid,
+    /// `granted` (bool): held, or waited for.
+    Granted,
+}
+
+impl LockColumn {
+    fn lookup(name: &str) -> Option<Self> {
+        Some(match name {
+            "locktype" => Self::LockType,
+            "classid" => Self::ClassId,
+            "objid" => Self::ObjId,
+            "objsubid" => Self::ObjSubId,
+            "pid" => Self::Pid,
+            "granted" => Self::Granted,
+            _ => return None,
+        })
+    }
+}
+
+/// One condition of [`Expr::Exists`]: `column = value`, where `value` is a literal or
+/// `pg_backend_pid()`; a bare `granted` is `granted = true`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockCond {
+    pub(crate) column: LockColumn,
+    pub(crate) value: Expr,
 }
 
 /// The functions the server implements.
@@ -78,15 +142,17 @@ pub(crate) enum Func {
     TryAdvisoryLock,
     /// `pg_advisory_unlock(int4, int4)` or `(bigint)` → bool.
     AdvisoryUnlock,
+    /// `pg_advisory_lock(int4, int4)` or `(bigint)` → void: waits in the lock's queue.
+    AdvisoryLock,
     /// `pg_advisory_unlock_all()` → void.
     AdvisoryUnlockAll,
     /// `set_config(name, value, is_local)` → text.
     SetConfig,
-    /// `current_setting(name)` → text.
+    /// `current_setting(name [, missing_ok])` → text.
     CurrentSetting,
     /// `pg_backend_pid()` → int4.
     BackendPid,
-    /// `pg_is_in_recovery()` → bool, always false.
+    /// `pg_is_in_recovery()` → bool: whether the instance is a hot standby.
     IsInRecovery,
     /// `pg_terminate_backend(pid)` → bool: asks backend `pid` to end with FATAL 57P01.
     TerminateBackend,
@@ -97,6 +163,7 @@ impl Func {
         Some(match name {
             "pg_try_advisory_lock" => Self::TryAdvisoryLock,
             "pg_advisory_unlock" => Self::AdvisoryUnlock,
+            "pg_advisory_lock" => Self::AdvisoryLock,
             "pg_advisory_unlock_all" => Self::AdvisoryUnlockAll,
             "set_config" => Self::SetConfig,
             "current_setting" => Self::CurrentSetting,
@@ -112,6 +179,7 @@ impl Func {
         match self {
             Self::TryAdvisoryLock => "pg_try_advisory_lock",
             Self::AdvisoryUnlock => "pg_advisory_unlock",
+            Self::AdvisoryLock => "pg_advisory_lock",
             Self::AdvisoryUnlockAll => "pg_advisory_unlock_all",
             Self::SetConfig => "set_config",
             Self::CurrentSetting => "current_setting",
@@ -129,8 +197,107 @@ pub(crate) fn parse(query: &str) -> Result<Vec<Statement>, SqlError> {
     tokens
         .split(|t| *t == Tok::Semi)
         .filter(|part| !part.is_empty())
-        .map(|part| Parser { toks: part, at: 0 }.statement())
+        .map(|part| {
+            fence_statement(part).map_or_else(|| Parser { toks: part, at: 0 }.statement(), Ok)
+        })
         .collect()
+}
+
+const CREATE_FENCE: &str = "create table $name ( classid int4 not null , objid int4 not null , \
+     epoch bigint not null , primary key ( classid , objid ) )";
+const CREATE_FENCE_IF_NOT_EXISTS: &str = "create table if not exists $name ( classid int4 not \
+     null , objid int4 not null , epoch bigint not null , primary key ( classid , objid ) )";
+const ADVANCE_EPOCH: &str = "insert into $name as $name ( classid , objid , epoch ) values \
+     ( $int , $int , $int ) on conflict ( classid , objid ) do update set epoch = $name . epoch \
+     + 1 returning $name . epoch";
+const SELECT_EPOCH: &str = "select epoch from $name where classid = $int and objid = $int";
+const SELECT_EPOCH_FOR_SHARE: &str =
+    "select epoch from $name where classid = $int and objid = $int for share";
+
+/// Recognises the fencing statements, which are matched as whole token patterns.
+fn fence_statement(toks: &[Tok]) -> Option<Statement> {
+    let create = |text, if_not_exists| pattern(toks, text).map(|caps| (caps, if_not_exists));
+    if let Some((caps, if_not_exists)) =
+        create(CREATE_FENCE_IF_NOT_EXISTS, true).or_else(|| create(CREATE_FENCE, false))
+    {
+        let name = caps.first().map(tok_name)?;
+        return Some(Statement::CreateFenceTable {
+            name,
+            if_not_exists,
+        });
+    }
+    if let Some(caps) = pattern(toks, ADVANCE_EPOCH) {
+        let [
+            table,
+            alias,
+            Tok::Int(classid),
+            Tok::Int(objid),
+            Tok::Int(initial),
+            a1,
+            a2,
+        ] = caps.as_slice()
+        else {
+            return None;
+        };
+        let alias = tok_name(alias);
+        if tok_name(a1) != alias || tok_name(a2) != alias {
+            return None;
+        }
+        return Some(Statement::AdvanceEpoch {
+            table: tok_name(table),
+            classid: *classid,
+            objid: *objid,
+            initial: *initial,
+        });
+    }
+    let (caps, for_share) = match pattern(toks, SELECT_EPOCH_FOR_SHARE) {
+        Some(caps) => (caps, true),
+        None => (pattern(toks, SELECT_EPOCH)?, false),
+    };
+    let [table, Tok::Int(classid), Tok::Int(objid)] = caps.as_slice() else {
+        return None;
+    };
+    Some(Statement::SelectEpoch {
+        table: tok_name(table),
+        classid: *classid,
+        objid: *objid,
+        for_share,
+    })
+}
+
+fn tok_name(tok: &Tok) -> String {
+    match tok {
+        Tok::Word(w) | Tok::Ident(w) => w.clone(),
+        other => show(other),
+    }
+}
+
+/// Matches `toks` against `pattern` (written in SQL, lowercase), where `$name` stands for
+/// an identifier and `$int` for an integer; returns the tokens the placeholders matched.
+fn pattern(toks: &[Tok], pattern: &str) -> Option<Vec<Tok>> {
+    let want = tokenize(pattern).ok()?;
+    let mut caps = Vec::new();
+    let (mut w, mut t) = (0, 0);
+    while let Some(expected) = want.get(w) {
+        let got = toks.get(t)?;
+        if *expected == Tok::Other('$') {
+            let ok = match want.get(w + 1)? {
+                Tok::Word(kind) if kind == "name" => matches!(got, Tok::Word(_) | Tok::Ident(_)),
+                _ => matches!(got, Tok::Int(_)),
+            };
+            if !ok {
+                return None;
+            }
+            caps.push(got.clone());
+            w += 2;
+        } else if expected == got {
+            w += 1;
+        } else {
+            return None;
+        }
+        t += 1;
+    }
+    (t == toks.len()).then_some(caps)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,7 +432,14 @@ impl<'a> Parser<'a> {
             other => return Err(unexpected(other)),
         };
         let statement = match first.as_str() {
-            "select" => Statement::Select(self.expr()?),
+            "select" => {
+                let mut columns = vec![self.expr()?];
+                while self.peek() == Some(&Tok::Comma) {
+                    self.at += 1;
+                    columns.push(self.expr()?);
+                }
+                Statement::Select(columns)
+            }
             "set" => self.set()?,
             "reset" => Statement::Set {
                 name: self.name()?,
@@ -336,7 +510,12 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// `NOT` binds more loosely than `IS [NOT] NULL`, as in PostgreSQL's grammar.
     fn expr(&mut self) -> Result<Expr, SqlError> {
+        if self.peek_word("not") {
+            self.at += 1;
+            return Ok(Expr::Not(Box::new(self.expr()?)));
+        }
         let mut expr = self.primary()?;
         while self.peek_word("is") {
             self.at += 1;
@@ -367,6 +546,7 @@ impl<'a> Parser<'a> {
                 "false" => Ok(Expr::Bool(false)),
                 "null" => Ok(Expr::Null),
                 "case" => self.case(),
+                "exists" if self.peek() == Some(&Tok::LParen) => self.exists(),
                 name if self.peek() == Some(&Tok::LParen) => self.call(name),
                 _ => Err(unexpected(Some(&Tok::Word(word.clone())))),
             },
@@ -397,6 +577,61 @@ impl<'a> Parser<'a> {
             arms,
             otherwise: Box::new(otherwise),
         })
+    }
+
+    /// `EXISTS (SELECT 1 FROM pg_locks WHERE <cond> [AND <cond>]…)`, the word `exists` read.
+    fn exists(&mut self) -> Result<Expr, SqlError> {
+        self.expect(&Tok::LParen)?;
+        self.expect_word("select")?;
+        self.primary()?;
+        self.expect_word("from")?;
+        match self.next() {
+            Some(Tok::Word(table)) if table == "pg_locks" => {}
+            Some(Tok::Word(table) | Tok::Ident(table)) => {
+                return Err(SqlError::error(
+                    sqlstate::FEATURE_NOT_SUPPORTED,
+                    format!("the simulated server supports EXISTS only over pg_locks, not {table}"),
+                ));
+            }
+            other => return Err(unexpected(other)),
+        }
+        self.expect_word("where")?;
+        let mut conds = vec![self.lock_cond()?];
+        while self.peek_word("and") {
+            self.at += 1;
+            conds.push(self.lock_cond()?);
+        }
+        self.expect(&Tok::RParen)?;
+        Ok(Expr::Exists(conds))
+    }
+
+    fn lock_cond(&mut self) -> Result<LockCond, SqlError> {
+        let name = self.name()?;
+        let column = LockColumn::lookup(&name).ok_or_else(|| {
+            SqlError::error(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                format!("the simulated server does not model column pg_locks.{name}"),
+            )
+        })?;
+        if column == LockColumn::Granted && self.peek() != Some(&Tok::Eq) {
+            return Ok(LockCond {
+                column,
+                value: Expr::Bool(true),
+            });
+        }
+        self.expect(&Tok::Eq)?;
+        let value = self.primary()?;
+        match value {
+            Expr::Int(_) | Expr::Text(_) | Expr::Bool(_) => {}
+            Expr::Call(Func::BackendPid, ref args) if args.is_empty() => {}
+            _ => {
+                return Err(SqlError::error(
+                    sqlstate::FEATURE_NOT_SUPPORTED,
+                    "the simulated server compares pg_locks columns only with literals and pg_backend_pid()",
+                ));
+            }
+        }
+        Ok(LockCond { column, value })
     }
 
     fn call(&mut self, name: &str) -> Result<Expr, SqlError> {
@@ -498,6 +733,10 @@ mod tests {
         }
     }
 
+    fn select1(expr: Expr) -> Statement {
+        Statement::Select(vec![expr])
+    }
+
     fn call(func: Func, args: Vec<Expr>) -> Expr {
         Expr::Call(func, args)
     }
@@ -506,7 +745,7 @@ mod tests {
     fn adapter_grant_statement_parses() {
         let query = "SELECT CASE WHEN pg_try_advisory_lock(1886156915, 1) THEN \
                      set_config('idle_session_timeout', '20000', false) IS NOT NULL ELSE false END";
-        let expected = Statement::Select(Expr::Case {
+        let expected = select1(Expr::Case {
             arms: vec![(
                 call(
                     Func::TryAdvisoryLock,
@@ -534,29 +773,29 @@ mod tests {
 
     #[test]
     fn select_one_and_unlock_statements_parse() {
-        assert_eq!(one("SELECT 1"), Statement::Select(Expr::Int(1)));
+        assert_eq!(one("SELECT 1"), select1(Expr::Int(1)));
         assert_eq!(
             one("SELECT pg_advisory_unlock(1886156915, 1)"),
-            Statement::Select(call(
+            select1(call(
                 Func::AdvisoryUnlock,
                 vec![Expr::Int(1_886_156_915), Expr::Int(1)]
             ))
         );
         assert_eq!(
             one("select pg_advisory_unlock_all()"),
-            Statement::Select(call(Func::AdvisoryUnlockAll, vec![]))
+            select1(call(Func::AdvisoryUnlockAll, vec![]))
         );
         assert_eq!(
             one("SELECT pg_try_advisory_lock(-5)"),
-            Statement::Select(call(Func::TryAdvisoryLock, vec![Expr::Int(-5)]))
+            select1(call(Func::TryAdvisoryLock, vec![Expr::Int(-5)]))
         );
         assert_eq!(
             one("SELECT pg_backend_pid()"),
-            Statement::Select(call(Func::BackendPid, vec![]))
+            select1(call(Func::BackendPid, vec![]))
         );
         assert_eq!(
             one("SELECT pg_is_in_recovery()"),
-            Statement::Select(call(Func::IsInRecovery, vec![]))
+            select1(call(Func::IsInRecovery, vec![]))
         );
     }
 
@@ -618,7 +857,7 @@ mod tests {
         assert_eq!(
             parse("SELECT 1; SET application_name = 'a;b'"),
             Ok(vec![
-                Statement::Select(Expr::Int(1)),
+                select1(Expr::Int(1)),
                 Statement::Set {
                     name: "application_name".to_owned(),
                     value: SetValue::Value("a;b".to_owned()),
@@ -631,7 +870,7 @@ mod tests {
     fn quotes_and_comments_are_handled() {
         assert_eq!(
             one("SELECT /* x */ 'it''s'"),
-            Statement::Select(Expr::Text("it's".to_owned()))
+            select1(Expr::Text("it's".to_owned()))
         );
         assert_eq!(code("SELECT 'open"), sqlstate::SYNTAX_ERROR);
     }
@@ -662,6 +901,95 @@ mod tests {
         assert_eq!(
             code("SELECT 99999999999999999999"),
             sqlstate::NUMERIC_VALUE_OUT_OF_RANGE
+        );
+    }
+
+    #[test]
+    fn adapter_check_statement_parses_to_four_columns_with_exists() {
+        let query = "SELECT pg_backend_pid(), pg_is_in_recovery(), EXISTS (select 1 FROM \
+                     pg_locks WHERE locktype = 'advisory' AND classid = 1886156915 AND \
+                     granted AND pid = pg_backend_pid()), current_setting('x.y', true)";
+        let Statement::Select(columns) = one(query) else {
+            panic!("not a select");
+        };
+        assert_eq!(columns.len(), 4);
+        assert_eq!(
+            columns[2],
+            Expr::Exists(vec![
+                LockCond {
+                    column: LockColumn::LockType,
+                    value: Expr::Text("advisory".to_owned()),
+                },
+                LockCond {
+                    column: LockColumn::ClassId,
+                    value: Expr::Int(1_886_156_915),
+                },
+                LockCond {
+                    column: LockColumn::Granted,
+                    value: Expr::Bool(true),
+                },
+                LockCond {
+                    column: LockColumn::Pid,
+                    value: call(Func::BackendPid, vec![]),
+                },
+            ])
+        );
+        assert_eq!(
+            code("SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid = 1)"),
+            sqlstate::FEATURE_NOT_SUPPORTED
+        );
+    }
+
+    #[test]
+    fn not_binds_more_loosely_than_is_null() {
+        assert_eq!(
+            one("SELECT NOT pg_advisory_lock(1, 2) IS NULL"),
+            select1(Expr::Not(Box::new(Expr::IsNull {
+                expr: Box::new(call(Func::AdvisoryLock, vec![Expr::Int(1), Expr::Int(2)])),
+                negated: false,
+            })))
+        );
+    }
+
+    #[test]
+    fn fence_statements_parse_in_any_case_and_spacing() {
+        assert_eq!(
+            one(
+                "create table IF NOT EXISTS plexsphere_leader_fence (classid int4 NOT NULL, \
+                 objid int4 NOT NULL, epoch bigint NOT NULL, PRIMARY KEY (classid,objid))"
+            ),
+            Statement::CreateFenceTable {
+                name: "plexsphere_leader_fence".to_owned(),
+                if_not_exists: true,
+            }
+        );
+        assert_eq!(
+            one(
+                "INSERT INTO t AS g (classid, objid, epoch) VALUES (7, 8, 1) ON CONFLICT \
+                 (classid, objid) DO UPDATE SET epoch = g.epoch + 1 RETURNING g.epoch"
+            ),
+            Statement::AdvanceEpoch {
+                table: "t".to_owned(),
+                classid: 7,
+                objid: 8,
+                initial: 1,
+            }
+        );
+        assert_eq!(
+            code(
+                "INSERT INTO t AS g (classid, objid, epoch) VALUES (7, 8, 1) ON CONFLICT \
+                  (classid, objid) DO UPDATE SET epoch = h.epoch + 1 RETURNING g.epoch"
+            ),
+            sqlstate::FEATURE_NOT_SUPPORTED
+        );
+        assert_eq!(
+            one("select epoch from t where classid = 7 and objid = 8 for share"),
+            Statement::SelectEpoch {
+                table: "t".to_owned(),
+                classid: 7,
+                objid: 8,
+                for_share: true,
+            }
         );
     }
 }

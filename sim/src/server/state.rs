@@ -3,8 +3,8 @@
 //!
 //! turmoil runs every host on one thread, so the state is an `Rc<RefCell<State>>`. No
 //! borrow is ever held across an `.await`. The state outlives the host software: the lock
-//! table and sessions die with a crash, the log, the pid counter and the handle's
-//! settings do not.
+//! table and sessions die with a crash; the log, the pid counter, the handle's settings,
+//! the recovery flag and the committed tables ([`Storage`]) do not.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -18,6 +18,7 @@ use super::guc::Gucs;
 use super::handle::TransactionStatus;
 use super::locks::{LockId, LockKey, LockTable, TryLock, Unlock};
 use super::log::{EndReason, Event, LogEntry, ReleaseReason};
+use super::storage::Storage;
 
 /// The shared state of one instance.
 pub(crate) type Shared = Rc<RefCell<State>>;
@@ -60,6 +61,13 @@ pub(crate) struct Session {
     pub(crate) gucs: Gucs,
     /// The values at `BEGIN`, restored by `ROLLBACK`.
     pub(crate) saved_gucs: Option<Gucs>,
+    /// While transaction-local values (`set_config(…, true)`) are in effect: the values the
+    /// session returns to when the transaction commits.
+    pub(crate) local_base: Option<Gucs>,
+    /// The lock this session waits for in `pg_advisory_lock`, if it waits.
+    pub(crate) waiting: Option<LockId>,
+    /// Set when the lock [`Self::waiting`] names was handed over to this session.
+    pub(crate) wait_granted: bool,
     pub(crate) transaction: TransactionStatus,
     pub(crate) terminate_requested: bool,
     pub(crate) wake: Rc<Notify>,
@@ -80,12 +88,35 @@ pub(crate) struct State {
     /// The latest simulated time the server has read; stamps events when no host clock
     /// can be read (the host's software being dropped by a turmoil crash).
     pub(crate) last_time: Duration,
+    /// Whether the instance is a hot standby (`pg_is_in_recovery()`).
+    pub(crate) in_recovery: bool,
+    /// The committed tables, shared with the instances it replicates to.
+    pub(crate) storage: Rc<RefCell<Storage>>,
+}
+
+/// Outcome of [`State::lock_or_wait`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LockWait {
+    /// Granted at once (free, or re-entrant).
+    Granted,
+    /// Another session holds it: the session is queued for it.
+    Queued(LockId),
+}
+
+/// Which idle timeout is armed while a session waits for its next message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IdleKind {
+    /// `idle_session_timeout`, outside a transaction block.
+    Session,
+    /// `idle_in_transaction_session_timeout`, inside an open or failed block.
+    InTransaction,
 }
 
 impl State {
     pub(crate) fn new(config: ServerConfig) -> Self {
         Self {
             next_pid: config.first_pid,
+            in_recovery: config.in_recovery,
             config,
             running: false,
             controls: VecDeque::new(),
@@ -95,6 +126,7 @@ impl State {
             log: Vec::new(),
             queries: Vec::new(),
             last_time: Duration::ZERO,
+            storage: Rc::new(RefCell::new(Storage::default())),
         }
     }
 
@@ -122,11 +154,12 @@ impl State {
         if !self.running {
             return;
         }
+        // Down first, so that no lock is handed over to a session that dies with the server.
+        self.running = false;
         let pids: Vec<i32> = self.sessions.keys().copied().collect();
         for pid in pids {
             self.end_session(pid, EndReason::Crash, at);
         }
-        self.running = false;
         self.record(at, Event::ServerCrashed);
     }
 
@@ -150,10 +183,13 @@ impl State {
             started_at: at,
             last_query_at: None,
             gucs: Gucs {
-                idle_session_timeout: Duration::ZERO,
                 application_name: startup.application_name,
+                ..Gucs::default()
             },
             saved_gucs: None,
+            local_base: None,
+            waiting: None,
+            wait_granted: false,
             transaction: TransactionStatus::Idle,
             terminate_requested: false,
             wake: Rc::new(Notify::new()),
@@ -168,12 +204,13 @@ impl State {
         let Some(session) = self.sessions.remove(&pid) else {
             return;
         };
-        for (lock, _count) in self.locks.release_session(pid) {
+        let released = self.locks.release_session(pid);
+        for (lock, _count) in &released {
             self.record(
                 at,
                 Event::LockReleased {
                     pid,
-                    lock,
+                    lock: lock.clone(),
                     remaining: 0,
                     reason: ReleaseReason::SessionEnd(reason),
                 },
@@ -187,6 +224,69 @@ impl State {
                 reason,
             },
         );
+        for (lock, _count) in released {
+            self.hand_over(&lock, at);
+        }
+    }
+
+    /// Grants the free lock `lock` to its first waiter, if any, and wakes that session.
+    fn hand_over(&mut self, lock: &LockId, at: Duration) {
+        if !self.running {
+            return;
+        }
+        let Some(pid) = self.locks.hand_over(lock) else {
+            return;
+        };
+        self.record(
+            at,
+            Event::LockGranted {
+                pid,
+                lock: lock.clone(),
+                count: 1,
+            },
+        );
+        if let Some(session) = self.sessions.get_mut(&pid) {
+            session.wait_granted = true;
+            session.wake.notify_one();
+        }
+    }
+
+    /// `pg_advisory_lock` for session `pid`: granted at once if free or held by `pid`,
+    /// else `pid` joins the lock's queue and waits for [`Session::wait_granted`].
+    pub(crate) fn lock_or_wait(&mut self, pid: i32, key: LockKey, at: Duration) -> LockWait {
+        let Some(lock) = self.lock_id(pid, key) else {
+            return LockWait::Granted;
+        };
+        if self.try_lock(pid, key, at) {
+            return LockWait::Granted;
+        }
+        self.locks.enqueue(lock.clone(), pid);
+        if let Some(session) = self.sessions.get_mut(&pid) {
+            session.waiting = Some(lock.clone());
+            session.wait_granted = false;
+        }
+        LockWait::Queued(lock)
+    }
+
+    /// Ends session `pid`'s wait: true when the lock was handed over to it, false when it
+    /// left the queue without it (lock timeout, termination).
+    pub(crate) fn end_wait(&mut self, pid: i32) -> bool {
+        let Some(session) = self.sessions.get_mut(&pid) else {
+            return false;
+        };
+        let granted = std::mem::take(&mut session.wait_granted);
+        let Some(lock) = session.waiting.take() else {
+            return granted;
+        };
+        if !granted {
+            self.locks.cancel_wait(&lock, pid);
+        }
+        granted
+    }
+
+    /// Whether session `pid`'s awaited lock was handed over to it.
+    pub(crate) fn wait_granted(&self, pid: i32) -> bool {
+        self.sessions.get(&pid).is_some_and(|s| s.wait_granted)
     }
 
     fn lock_id(&self, pid: i32, key: LockKey) -> Option<LockId> {
@@ -219,11 +319,14 @@ impl State {
                     at,
                     Event::LockReleased {
                         pid,
-                        lock,
+                        lock: lock.clone(),
                         remaining,
                         reason: ReleaseReason::Unlock,
                     },
                 );
+                if remaining == 0 {
+                    self.hand_over(&lock, at);
+                }
                 true
             }
             Unlock::NotHeld => false,
@@ -237,11 +340,12 @@ impl State {
                 at,
                 Event::LockReleased {
                     pid,
-                    lock,
+                    lock: lock.clone(),
                     remaining: 0,
                     reason: ReleaseReason::UnlockAll,
                 },
             );
+            self.hand_over(&lock, at);
         }
     }
 
@@ -279,10 +383,18 @@ impl State {
             .is_some_and(|s| std::mem::take(&mut s.terminate_requested))
     }
 
-    /// The session's idle timeout if the session is idle outside a transaction block.
-    pub(crate) fn idle_timeout(&self, pid: i32) -> Option<Duration> {
+    /// The idle timeout armed while session `pid` waits for its next message:
+    /// `idle_session_timeout` outside a transaction block, `idle_in_transaction_session_timeout`
+    /// inside an open or failed one (PostgreSQL's `PostgresMain`).
+    pub(crate) fn idle_timeout(&self, pid: i32) -> Option<(Duration, IdleKind)> {
         let session = self.sessions.get(&pid)?;
-        let timeout = session.gucs.idle_session_timeout;
-        (session.transaction == TransactionStatus::Idle && !timeout.is_zero()).then_some(timeout)
+        let (timeout, kind) = match session.transaction {
+            TransactionStatus::Idle => (session.gucs.idle_session_timeout, IdleKind::Session),
+            TransactionStatus::InBlock | TransactionStatus::Failed => (
+                session.gucs.idle_in_transaction_session_timeout,
+                IdleKind::InTransaction,
+            ),
+        };
+        (!timeout.is_zero()).then_some((timeout, kind))
     }
 }

@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p plexsphere-leader-tests --bin bench -- \
 //!     [--check-interval 200ms] [--rounds 5] [--scale-electors 100] [--scale-interval 50ms] \
-//!     [--scale-seconds 10] [--only failover|costs|scale]
+//!     [--scale-seconds 10] [--only failover|costs|scale] [--acquire poll|queue|both]
 //! ```
 //!
 //! 1. **Failover**, one row per fault: the bound the design derives and the median, p99 and
@@ -61,6 +61,15 @@ struct Options {
     scale_interval: Duration,
     scale_window: Duration,
     only: Option<String>,
+    /// The acquire modes of the failover table: `[false]` (poll), `[true]` (queue) or both.
+    queued: Vec<bool>,
+}
+
+/// How the replicas of a failover round run.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    interval: Duration,
+    queued: bool,
 }
 
 impl Options {
@@ -72,6 +81,7 @@ impl Options {
             scale_interval: Duration::from_millis(50),
             scale_window: Duration::from_secs(10),
             only: None,
+            queued: vec![false],
         };
         let mut args = args.iter();
         while let Some(flag) = args.next() {
@@ -85,6 +95,16 @@ impl Options {
                     options.scale_window = Duration::from_secs(count(value)? as u64)
                 }
                 "--only" => options.only = Some(value.clone()),
+                "--acquire" => {
+                    options.queued = match value.as_str() {
+                        "poll" => vec![false],
+                        "queue" => vec![true],
+                        "both" => vec![false, true],
+                        other => {
+                            return Err(format!("--acquire: poll, queue or both, not {other}"));
+                        }
+                    }
+                }
                 other => return Err(format!("unknown argument {other}")),
             }
         }
@@ -259,8 +279,24 @@ struct Sample {
 }
 
 async fn failover_table(options: &Options) -> Result<(), BoxError> {
+    for &queued in &options.queued {
+        let setup = Setup {
+            interval: options.interval,
+            queued,
+        };
+        failover_mode(options, setup).await?;
+    }
+    Ok(())
+}
+
+async fn failover_mode(options: &Options, setup: Setup) -> Result<(), BoxError> {
+    let mode = if setup.queued {
+        "AcquireMode::Queue"
+    } else {
+        "AcquireMode::Poll"
+    };
     println!(
-        "\n## Failover (I = {:?}, {} rounds)\n",
+        "\n## Failover ({mode}, I = {:?}, {} rounds)\n",
         options.interval, options.rounds
     );
     println!(
@@ -271,7 +307,7 @@ async fn failover_table(options: &Options) -> Result<(), BoxError> {
         let mut samples = Vec::new();
         let mut failures = Vec::new();
         for _ in 0..options.rounds {
-            match fault_round(fault, options.interval).await {
+            match fault_round(fault, setup).await {
                 Ok(sample) => samples.push(sample),
                 Err(e) => failures.push(e.to_string()),
             }
@@ -352,7 +388,8 @@ struct Pair {
 }
 
 impl Pair {
-    async fn start(a_dsn: String, b_dsn: String, interval: Duration) -> Result<Self, BoxError> {
+    async fn start(a_dsn: String, b_dsn: String, setup: Setup) -> Result<Self, BoxError> {
+        let Setup { interval, queued } = setup;
         let launcher = replica_launcher()?;
         let timeline = Timeline::new();
         let args = |name: &str, dsn: String| ChildArgs {
@@ -360,6 +397,7 @@ impl Pair {
             dsn,
             interval,
             pool_size: 2,
+            queued,
         };
         let a = launcher.spawn(args("a", a_dsn), &timeline).await?;
         a.wait_for(ROUND_TIMEOUT, |r| r.event == LEAD)
@@ -435,23 +473,24 @@ fn replica_launcher() -> Result<Launcher, BoxError> {
     Ok(Launcher::with_prefix(me, &["replica"]))
 }
 
-async fn fault_round(fault: Fault, interval: Duration) -> Result<Sample, BoxError> {
+async fn fault_round(fault: Fault, setup: Setup) -> Result<Sample, BoxError> {
     match fault {
-        Fault::RestartFast => restart_round(StopMode::Fast, interval).await,
-        Fault::RestartImmediate => restart_round(StopMode::Immediate, interval).await,
-        Fault::Failover => failover_round(interval).await,
-        _ => local_round(fault, interval).await,
+        Fault::RestartFast => restart_round(StopMode::Fast, setup).await,
+        Fault::RestartImmediate => restart_round(StopMode::Immediate, setup).await,
+        Fault::Failover => failover_round(setup).await,
+        _ => local_round(fault, setup).await,
     }
 }
 
 /// A round on its own database of the local server, `a` behind a fault proxy.
-async fn local_round(fault: Fault, interval: Duration) -> Result<Sample, BoxError> {
+async fn local_round(fault: Fault, setup: Setup) -> Result<Sample, BoxError> {
+    let interval = setup.interval;
     let db = TestDb::create("bench").await?;
     let proxy = FaultProxy::in_front_of(&db.config()).await?;
     let mut pair = Pair::start(
         dsn(&proxy.pg_config(&db.config())),
         dsn(&db.config()),
-        interval,
+        setup,
     )
     .await?;
     let holder = lock_holders(db.admin()).await?;
@@ -505,10 +544,10 @@ async fn local_round(fault: Fault, interval: Duration) -> Result<Sample, BoxErro
     sample
 }
 
-async fn restart_round(mode: StopMode, interval: Duration) -> Result<Sample, BoxError> {
+async fn restart_round(mode: StopMode, setup: Setup) -> Result<Sample, BoxError> {
     let cluster = Cluster::start().await?;
     let config = cluster.config("postgres");
-    let pair = Pair::start(dsn(&config), dsn(&config), interval).await?;
+    let pair = Pair::start(dsn(&config), dsn(&config), setup).await?;
     let at = Instant::now();
     cluster.restart(mode).await?;
     let restart = at.elapsed();
@@ -517,7 +556,7 @@ async fn restart_round(mode: StopMode, interval: Duration) -> Result<Sample, Box
     sample
 }
 
-async fn failover_round(interval: Duration) -> Result<Sample, BoxError> {
+async fn failover_round(setup: Setup) -> Result<Sample, BoxError> {
     let primary = Cluster::start().await?;
     let standby = Cluster::start_standby_of(&primary).await?;
     let proxy = FaultProxy::in_front_of(&primary.config("postgres")).await?;
@@ -527,7 +566,7 @@ async fn failover_round(interval: Duration) -> Result<Sample, BoxError> {
         proxy.addr().port(),
         standby.port()
     );
-    let pair = Pair::start(dsn.clone(), dsn, interval).await?;
+    let pair = Pair::start(dsn.clone(), dsn, setup).await?;
     let at = Instant::now();
     proxy.set_refuse_new(true);
     proxy.set_both(Mode::Blackhole);

@@ -58,6 +58,7 @@ impl Fleet {
             dsn,
             interval,
             pool_size,
+            queued: false,
         };
         let replica = self
             .launcher
