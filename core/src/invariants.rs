@@ -212,10 +212,8 @@ impl Checker {
                 self.open_term = None;
                 self.stopped = stop;
             }
-            Action::AwaitWork { term } => {
-                if !self.stopped || self.last_term != Some(*term) {
-                    return Err(format!("AwaitWork {term} without a stopped term"));
-                }
+            Action::AwaitWork { term } if !self.stopped || self.last_term != Some(*term) => {
+                return Err(format!("AwaitWork {term} without a stopped term"));
             }
             Action::Finish => {
                 if let Some(term) = self.open_term {

@@ -84,7 +84,15 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
         .dbname(DATABASE)
         .application_name(application_name(env.index, incarnation));
     let pool = TurmoilConnect::new(env.primary.clone(), PORT).pool(pg, POOL_SIZE)?;
-    let mut config = Config::new(pool.clone()).check_interval(env.params.interval);
+    // Odd seeds run the queued acquire mode, even ones the spec's polling.
+    let mode = if env.seed % 2 == 1 {
+        plexsphere_leader::AcquireMode::Queue
+    } else {
+        plexsphere_leader::AcquireMode::Poll
+    };
+    let mut config = Config::new(pool.clone())
+        .check_interval(env.params.interval)
+        .acquire_mode(mode);
     if let Some(sabotage) = env.sabotage {
         config = config.sabotage(sabotage);
     }

@@ -34,7 +34,7 @@ async fn terminate_now(db: &TestDb, pid: i32) {
         .admin()
         .query_one("SELECT pg_terminate_backend($1)", &[&pid])
         .await
-        .unwrap();
+        .expect("pg_terminate_backend");
     assert!(row.get::<_, bool>(0));
 }
 

@@ -484,7 +484,6 @@ async fn fault_round(fault: Fault, setup: Setup) -> Result<Sample, BoxError> {
 
 /// A round on its own database of the local server, `a` behind a fault proxy.
 async fn local_round(fault: Fault, setup: Setup) -> Result<Sample, BoxError> {
-    let interval = setup.interval;
     let db = TestDb::create("bench").await?;
     let proxy = FaultProxy::in_front_of(&db.config()).await?;
     let mut pair = Pair::start(
