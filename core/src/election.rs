@@ -559,6 +559,12 @@ impl<C> Election<C> {
 
     /// The leader's check failed: end the term, close the connection, log, become a standby.
     fn demote(&mut self, now: Instant, cause: Cause<C>) {
+        let next_check = self.next_check(now);
+        self.demote_until(next_check, cause);
+    }
+
+    /// [`demote`](Self::demote), with the standby's first check at `next_check`.
+    fn demote_until(&mut self, next_check: Instant, cause: Cause<C>) {
         let Some((term, conn)) = self.leader_mut().map(|leader| (leader.term, leader.conn)) else {
             return;
         };
@@ -568,7 +574,7 @@ impl<C> Election<C> {
         });
         self.push(Action::CloseConnection { conn });
         self.log(LogKind::LeadershipLost, Some(term), Some(cause));
-        self.wait_as_standby(now);
+        self.set_role(Role::Standby(Standby::Waiting { next_check }));
     }
 
     /// The lock session ended on its own: a leader demotes at once and tries again no sooner
@@ -580,16 +586,13 @@ impl<C> Election<C> {
         };
         match &running.role {
             Role::Leader(_) => {
-                self.demote(now, cause);
                 // The loss is known at once, long before a check would have found it: the
                 // replica lets the standbys' checks, all due within one interval, come first
                 // (an operator who ends the leader's backend wants leadership to move).
-                if let State::Running(running) = &mut self.state {
-                    let next_check = running
-                        .schedule
-                        .first_at_or_after(now + self.options.interval().get());
-                    running.role = Role::Standby(Standby::Waiting { next_check });
-                }
+                let next_check = running
+                    .schedule
+                    .first_at_or_after(now + self.options.interval().get());
+                self.demote_until(next_check, cause);
             }
             Role::Standby(Standby::Fencing { .. }) => self.on_fencing_failed(now, cause),
             Role::Draining(Draining { term, conn, .. })

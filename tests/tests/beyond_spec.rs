@@ -211,11 +211,12 @@ async fn a_graceful_stop_waits_for_work_before_unlocking_and_names_work_that_ign
     let (logs, _guard) = Logs::capture();
     let db = TestDb::create("graceful_order").await.unwrap();
     let grace = 2 * I;
-    let (elector, shutdown, task) = spawn(
+    let graceful = || {
         Config::new(db.pool(2).unwrap())
             .check_interval(I)
-            .stop_grace(grace),
-    );
+            .stop_grace(grace)
+    };
+    let (elector, shutdown, task) = spawn(graceful());
     wait_for(STARTUP, || elector.is_leader())
         .await
         .expect("leads");
@@ -232,22 +233,20 @@ async fn a_graceful_stop_waits_for_work_before_unlocking_and_names_work_that_ign
         }
     });
     tokio::time::sleep(I / 4).await;
+    // Watch for the release while the stop runs, so that an unlock before the work returned
+    // would be seen before it.
+    let watched = wait_for_async(MARGIN, || async { lock_holders(&db).await.is_empty() });
     shutdown.cancel();
-    let returned = polite.await.unwrap();
-    wait_for_async(MARGIN, || async { lock_holders(&db).await.is_empty() })
-        .await
-        .expect("released");
-    let released = Instant::now();
-    assert!(released >= returned, "the lock outlived the work");
+    let (returned, released) = tokio::join!(polite, async {
+        watched.await.expect("released");
+        Instant::now()
+    });
+    assert!(released >= returned.unwrap(), "the lock outlived the work");
     task.await.unwrap();
     assert!(!logs.contains("WARN", "still running after the stop grace"));
 
     // Work that ignores cancellation is named when the grace ends, and the lock is released.
-    let (elector, shutdown, task) = spawn(
-        Config::new(db.pool(2).unwrap())
-            .check_interval(I)
-            .stop_grace(grace),
-    );
+    let (elector, shutdown, task) = spawn(graceful());
     wait_for(STARTUP, || elector.is_leader())
         .await
         .expect("leads");
