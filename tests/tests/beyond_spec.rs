@@ -1,5 +1,6 @@
 //! The options beyond the spec against a real PostgreSQL: the session watch, the statements of
-//! the lock-verifying check, the ordered graceful stop, queued acquire and fencing epochs.
+//! the lock-verifying check, the ordered graceful stop, queued acquire, fencing epochs, and a
+//! hot standby that refuses the grant until it is promoted.
 //! Bounds are asserted with the documented margins of `support`; figures are in
 //! docs/benchmarks.md.
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use plexsphere_leader::fencing::{self, FenceError};
 use plexsphere_leader::{AcquireMode, Config, ConfigError, Elector, named_work, sql};
-use plexsphere_leader_tests::{FaultProxy, Mode as ProxyMode, TestDb};
+use plexsphere_leader_tests::{Cluster, FaultProxy, Mode as ProxyMode, StopMode, TestDb};
 use plexsphere_leader_tests::{base_config, pool_for};
 use prometheus::Registry;
 use support::{I, Logs, MARGIN, STARTUP, lock_holders, wait_for, wait_for_async};
@@ -376,4 +377,87 @@ async fn fencing_rejects_the_stale_leaders_write_and_accepts_the_new_leaders() {
         task.await.unwrap();
     }
     db.cleanup().await.unwrap();
+}
+
+/// The fencing epoch of the election on `client`'s server, if the row exists.
+async fn fence_epoch(client: &tokio_postgres::Client) -> Option<i64> {
+    client
+        .query_opt(sql::FENCE_CHECK.trim_end_matches(" FOR SHARE"), &[])
+        .await
+        .expect("read the fence row")
+        .map(|row| row.get(0))
+}
+
+#[tokio::test]
+async fn a_hot_standby_refuses_the_grant_and_after_failover_the_epoch_keeps_rising() {
+    let (logs, _guard) = Logs::capture();
+    let primary = Cluster::start().await.unwrap();
+    let primary_admin = primary.connect("postgres").await.unwrap();
+    fencing::setup(&primary_admin).await.unwrap();
+    let standby = Cluster::start_standby_of(&primary).await.unwrap();
+    let standby_admin = standby.connect("postgres").await.unwrap();
+    let fenced = |cluster: &Cluster| {
+        Config::new(pool_for(cluster.config("postgres"), 2).unwrap())
+            .check_interval(I)
+            .fencing(true)
+            .registry(&Registry::new())
+    };
+    let (a, a_stop, a_task) = spawn(fenced(&primary));
+    wait_for(STARTUP, || a.is_leader()).await.expect("a leads");
+    let parent = CancellationToken::new();
+    let first = a.term(&parent).expect("a's term").epoch().expect("epoch");
+
+    // A replica connected to the hot standby is refused at every check, says why, and takes no
+    // lock there (advisory locks work on a standby, so only the grant statement stops it).
+    let (b, b_stop, b_task) = spawn(fenced(&standby));
+    let refusals = || {
+        logs.lines()
+            .iter()
+            .filter(|l| l.starts_with("WARN") && l.contains("the server is in recovery"))
+            .count()
+    };
+    wait_for(STARTUP + 3 * I, || refusals() >= 3)
+        .await
+        .expect("three refused checks");
+    assert!(!b.is_leader());
+    let standby_locks: i64 = standby_admin
+        .query_one(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(standby_locks, 0);
+
+    // The standby replayed the first term's epoch; then the primary crashes and the standby is
+    // promoted: b leads there with a greater epoch.
+    wait_for_async(STARTUP, || async {
+        fence_epoch(&standby_admin).await == Some(first as i64)
+    })
+    .await
+    .expect("the standby replayed the epoch");
+    primary.stop(StopMode::Immediate).await.unwrap();
+    wait_for(MARGIN, || !a.is_leader())
+        .await
+        .expect("a demoted by the crash");
+    assert!(!b.is_leader());
+    let promoting = Instant::now();
+    standby.promote().await.unwrap();
+    let promoted = promoting.elapsed();
+    wait_for(I + MARGIN, || b.is_leader())
+        .await
+        .expect("b leads on the promoted standby");
+    println!(
+        "promotion took {promoted:?}; b led {:?} after it began",
+        promoting.elapsed()
+    );
+    let second = b.term(&parent).expect("b's term").epoch().expect("epoch");
+    assert!(second > first, "{second} > {first}");
+    assert_eq!(fence_epoch(&standby_admin).await, Some(second as i64));
+
+    for (stop, task) in [(a_stop, a_task), (b_stop, b_task)] {
+        stop.cancel();
+        task.await.unwrap();
+    }
 }
