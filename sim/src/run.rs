@@ -279,5 +279,26 @@ fn describe(entry: &LogEntry) -> String {
             reason,
             ..
         } => format!("lock released by {pid} (count {remaining} left): {reason:?}"),
+        Event::EpochAdvanced {
+            pid, epoch, waited, ..
+        } if waited.is_zero() => format!("epoch advanced to {epoch} by {pid}"),
+        Event::EpochAdvanced {
+            pid, epoch, waited, ..
+        } => format!(
+            "epoch advanced to {epoch} by {pid} (waited {} for fenced transactions)",
+            checker::ms(*waited)
+        ),
+        Event::FenceChecked { pid, epoch, .. } => {
+            format!("fence checked by {pid}: epoch {epoch} (row share-locked)")
+        }
+        Event::FencedCommit {
+            pid,
+            epoch,
+            current,
+            ..
+        } => format!(
+            "fenced transaction of {pid} (epoch {epoch}) committed; current epoch {}",
+            current.map_or_else(|| "none".to_owned(), |c| c.to_string())
+        ),
     }
 }

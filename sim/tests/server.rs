@@ -615,7 +615,7 @@ fn timeout_set_forms_show_and_errors() {
 }
 
 #[test]
-fn unsupported_statements_and_extended_protocol_fail_but_session_goes_on() {
+fn unsupported_statements_and_function_calls_fail_but_session_goes_on() {
     let mut sim = sim();
     server(&mut sim, "pg1", ServerConfig::default());
     sim.client("app", async move {
@@ -628,8 +628,12 @@ fn unsupported_statements_and_extended_protocol_fail_but_session_goes_on() {
         assert_eq!(code(&err), "0A000");
         let err = a.client.simple_query("SELECT CASE").await.unwrap_err();
         assert_eq!(code(&err), "42601");
-        let err = a.client.query("SELECT 1", &[]).await.unwrap_err();
-        assert_eq!(code(&err), "0A000");
+        let err = a
+            .client
+            .query("SELECT $1::int4", &[&1_i32])
+            .await
+            .unwrap_err();
+        assert_eq!(code(&err), "42601", "parameters are not modelled");
         let messages = a.client.simple_query("").await?;
         assert!(matches!(
             messages[..],
@@ -811,6 +815,7 @@ fn crash_drops_every_session_and_restart_starts_empty_with_new_pids() {
             Event::SessionEnded { pid, reason, .. } => format!("end {pid} {reason:?}"),
             Event::LockGranted { pid, .. } => format!("grant {pid}"),
             Event::LockReleased { pid, reason, .. } => format!("release {pid} {reason:?}"),
+            other => format!("{other:?}"),
         })
         .collect();
     assert_eq!(
@@ -1809,6 +1814,305 @@ fn a_hot_standby_refuses_fence_writes_with_25006_and_accepts_them_once_promoted(
         );
         h2.promote();
         assert_eq!(s.value(&sql::advance_epoch()).await?, "2");
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+// Row locks on the fence row: `SELECT … FOR SHARE` in a transaction block against the epoch
+// advance (`ON CONFLICT DO UPDATE`) of another session.
+
+/// The advances of the fence row in the ground-truth log: (pid, epoch, waited).
+fn advances(handle: &ServerHandle) -> Vec<(i32, i64, Duration)> {
+    handle
+        .log()
+        .into_iter()
+        .filter_map(|e| match e.event {
+            Event::EpochAdvanced {
+                pid, epoch, waited, ..
+            } => Some((pid, epoch, waited)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Sets the fence table up with epoch 1.
+async fn fence_at_epoch_one(session: &Session) -> Result<(), tokio_postgres::Error> {
+    session.client.simple_query(sql::FENCE_SETUP).await?;
+    assert_eq!(session.value(&sql::advance_epoch()).await?, "1");
+    Ok(())
+}
+
+#[test]
+fn a_fence_check_in_an_open_block_makes_an_advance_wait_until_the_block_commits() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        let (pa, pb) = (a.pid().await, b.pid().await);
+        fence_at_epoch_one(&a).await?;
+        a.client.simple_query("BEGIN").await?;
+        assert_eq!(a.values(sql::FENCE_CHECK).await?, ["1"]);
+        let rows: Vec<i32> = h.row_locks().into_iter().map(|(_, pid)| pid).collect();
+        assert_eq!(rows, [pa]);
+        let b_task = tokio::task::spawn_local(async move {
+            let answer = b.value(&sql::advance_epoch()).await;
+            (b, answer, now())
+        });
+        sleep(Duration::from_millis(100)).await;
+        let waiting: Vec<i32> = h.row_waiters().into_iter().map(|(_, pid)| pid).collect();
+        assert_eq!(waiting, [pb]);
+        assert_eq!(h.fence_epoch(DB, 1_886_156_915, 1), Some(1));
+        // A second fence check is granted at once while the advance waits.
+        assert_eq!(a.values(sql::FENCE_CHECK).await?, ["1"]);
+        let committed = now();
+        a.client.simple_query("COMMIT").await?;
+        let (_b, answer, answered) = b_task.await.unwrap();
+        assert_eq!(
+            answer?, "2",
+            "the advance reads the committed epoch after the wait"
+        );
+        // COMMIT arrives 1 ms after it was sent, the answer 1 ms after that.
+        assert_eq!(answered - committed, Duration::from_millis(2));
+        assert_eq!(h.row_locks(), vec![]);
+        assert_eq!(h.row_waiters(), vec![]);
+        let waited = advances(&h)[1];
+        assert_eq!((waited.0, waited.1), (pb, 2));
+        assert!(waited.2 >= Duration::from_millis(100), "{waited:?}");
+        let commits: Vec<(i32, i64, Option<i64>)> = h
+            .log()
+            .into_iter()
+            .filter_map(|e| match e.event {
+                Event::FencedCommit {
+                    pid,
+                    epoch,
+                    current,
+                    ..
+                } => Some((pid, epoch, current)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(commits, [(pa, 1, Some(1))]);
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn a_waiting_advance_fails_with_55p03_after_its_lock_timeout_and_the_epoch_stays() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        fence_at_epoch_one(&a).await?;
+        a.client.simple_query("BEGIN").await?;
+        a.values(sql::FENCE_CHECK).await?;
+        b.client.simple_query("SET lock_timeout = 100").await?;
+        let start = now();
+        let error = b
+            .client
+            .simple_query(&sql::advance_epoch())
+            .await
+            .unwrap_err();
+        let db = error.as_db_error().unwrap();
+        assert_eq!(
+            (db.code().code(), db.message()),
+            ("55P03", "canceling statement due to lock timeout")
+        );
+        let took = now() - start;
+        assert!(took >= Duration::from_millis(100) && took <= Duration::from_millis(103));
+        assert_eq!(h.row_waiters(), vec![]);
+        a.client.simple_query("COMMIT").await?;
+        assert_eq!(h.fence_epoch(DB, 1_886_156_915, 1), Some(1));
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+/// A fenced block ends with its session: terminated, or ended by the transaction-local
+/// `idle_in_transaction_session_timeout` a fenced pass sets (FATAL 25P03).
+#[test]
+fn the_end_of_the_fenced_session_wakes_the_waiting_advance() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        let c = Session::open("pg1", "c").await?;
+        let pa = a.pid().await;
+        fence_at_epoch_one(&a).await?;
+        a.client.simple_query("BEGIN").await?;
+        a.values(sql::FENCE_CHECK).await?;
+        let b_task = tokio::task::spawn_local(async move {
+            let answer = b.value(&sql::advance_epoch()).await;
+            (b, answer)
+        });
+        sleep(Duration::from_millis(50)).await;
+        assert!(h.terminate_backend(pa));
+        let (b, answer) = b_task.await.unwrap();
+        assert_eq!(answer?, "2");
+        c.client
+            .simple_query("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '50ms'")
+            .await?;
+        assert_eq!(c.values(sql::FENCE_CHECK).await?, ["2"]);
+        let checked = now();
+        assert_eq!(b.value(&sql::advance_epoch()).await?, "3");
+        // The check's answer left 1 ms before `checked`; the timeout fires 50 ms after it.
+        assert_eq!(now() - checked, Duration::from_millis(49 + 1));
+        assert_eq!(c.ended_code().as_deref(), Some("25P03"));
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+/// As with `pg_advisory_lock`, the waiting backend does not watch its socket: an advance
+/// whose client went away still commits once the row is free, then the session ends.
+#[test]
+fn an_advance_whose_client_went_away_still_commits_once_the_row_is_free() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        let pb = b.pid().await;
+        fence_at_epoch_one(&a).await?;
+        a.client.simple_query("BEGIN").await?;
+        a.values(sql::FENCE_CHECK).await?;
+        let b_task = tokio::task::spawn_local(async move {
+            let _lost = b.client.simple_query(&sql::advance_epoch()).await;
+        });
+        sleep(Duration::from_millis(10)).await;
+        b_task.abort();
+        sleep(Duration::from_millis(100)).await;
+        assert!(
+            h.session(pb).is_some(),
+            "the waiting backend did not notice"
+        );
+        a.client.simple_query("COMMIT").await?;
+        sleep(Duration::from_millis(10)).await;
+        assert!(h.session(pb).is_none());
+        assert_eq!(h.fence_epoch(DB, 1_886_156_915, 1), Some(2));
+        assert_eq!(a.values(sql::FENCE_CHECK).await?, ["2"]);
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+// The extended query protocol, for statements without parameters (`server::extended`).
+
+#[test]
+fn extended_protocol_queries_return_typed_rows_in_binary() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let pid = a.pid().await;
+        let row = a
+            .client
+            .query_one(
+                "SELECT 1, 'x', pg_backend_pid(), pg_try_advisory_lock(7)",
+                &[],
+            )
+            .await?;
+        assert_eq!(row.get::<_, i32>(0), 1);
+        assert_eq!(row.get::<_, &str>(1), "x");
+        assert_eq!(row.get::<_, i32>(2), pid);
+        assert!(row.get::<_, bool>(3));
+        assert_eq!(h.session(pid).unwrap().locks, [(LockKey::BigInt(7), 1)]);
+        let show = a.client.prepare("SHOW lock_timeout").await?;
+        assert_eq!(show.columns()[0].name(), "lock_timeout");
+        assert_eq!(a.client.execute("SET lock_timeout = 100", &[]).await?, 0);
+        assert_eq!(
+            a.client.query_one(&show, &[]).await?.get::<_, &str>(0),
+            "100ms"
+        );
+        assert!(a.client.query("", &[]).await?.is_empty());
+        let err = a.client.query("SELECT 1; SELECT 2", &[]).await.unwrap_err();
+        assert_eq!(code(&err), "42601");
+        // Every Execute of a statement is in the statement log.
+        let statements = h.queries().iter().filter(|q| q.pid == pid).count();
+        assert_eq!(
+            statements,
+            1 + 3,
+            "the pid query and three Executes of a statement"
+        );
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn an_extended_protocol_error_fails_the_block_until_rollback() {
+    let mut sim = sim();
+    server(&mut sim, "pg1", ServerConfig::default());
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        a.client.simple_query("BEGIN").await?;
+        let err = a.client.query("SELECT nope()", &[]).await.unwrap_err();
+        assert_eq!(code(&err), "42883");
+        let err = a.client.query("SELECT 1", &[]).await.unwrap_err();
+        assert_eq!(code(&err), "25P02");
+        a.client.query("ROLLBACK", &[]).await?;
+        assert_eq!(
+            a.client.query_one("SELECT 2", &[]).await?.get::<_, i32>(0),
+            2
+        );
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+/// `fencing::check` runs its statement with `query` (the extended protocol) in the caller's
+/// transaction: the fence row stays share-locked until the transaction ends.
+#[test]
+fn the_adapters_fence_check_runs_unmodified_in_a_transaction() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let mut a = Session::open("pg1", "a").await?;
+        let pa = a.pid().await;
+        fence_at_epoch_one(&a).await?;
+        let transaction = a.client.transaction().await?;
+        plexsphere_leader::fencing::check(&transaction, 1)
+            .await
+            .unwrap();
+        let stale = plexsphere_leader::fencing::check(&transaction, 2).await;
+        assert!(
+            matches!(
+                stale,
+                Err(plexsphere_leader::fencing::FenceError::Stale {
+                    epoch: 2,
+                    current: 1
+                })
+            ),
+            "{stale:?}"
+        );
+        let rows: Vec<i32> = h.row_locks().into_iter().map(|(_, pid)| pid).collect();
+        assert_eq!(rows, [pa]);
+        transaction.commit().await?;
+        assert_eq!(h.row_locks(), vec![]);
+        let checks = h
+            .log()
+            .into_iter()
+            .filter(|e| {
+                matches!(
+                    e.event,
+                    Event::FenceChecked { .. } | Event::FencedCommit { .. }
+                )
+            })
+            .count();
+        assert_eq!(
+            checks, 2,
+            "one check (the first of the block) and its commit"
+        );
         Ok(())
     });
     sim.run().unwrap();

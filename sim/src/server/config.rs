@@ -11,11 +11,13 @@ pub struct ServerConfig {
     pub(crate) startup_timeout: Duration,
     pub(crate) server_version: String,
     pub(crate) in_recovery: bool,
+    pub(crate) row_locks: bool,
 }
 
 impl Default for ServerConfig {
     /// First pid 1000, no query latency, a 60 s startup timeout (PostgreSQL's
-    /// `authentication_timeout`), `server_version` 16.0, a primary (not in recovery).
+    /// `authentication_timeout`), `server_version` 16.0, a primary (not in recovery), row
+    /// locks on.
     fn default() -> Self {
         Self {
             first_pid: 1000,
@@ -23,6 +25,7 @@ impl Default for ServerConfig {
             startup_timeout: Duration::from_secs(60),
             server_version: "16.0 (plexsphere-leader-sim)".to_owned(),
             in_recovery: false,
+            row_locks: true,
         }
     }
 }
@@ -65,6 +68,16 @@ impl ServerConfig {
     #[must_use]
     pub fn with_in_recovery(mut self, in_recovery: bool) -> Self {
         self.in_recovery = in_recovery;
+        self
+    }
+
+    /// Whether `SELECT … FOR SHARE` locks the fence row it reads (default on, as PostgreSQL
+    /// does). Off, the row is read but not locked, so an epoch advance never waits for a
+    /// fenced transaction: a deliberately broken server, for the checker-must-fail test
+    /// (sabotage `fence-without-row-lock`).
+    #[must_use]
+    pub fn with_row_locks(mut self, row_locks: bool) -> Self {
+        self.row_locks = row_locks;
         self
     }
 }

@@ -1,5 +1,6 @@
 //! Executes one simple Query against the shared state and builds the whole reply, up to
-//! and including ReadyForQuery.
+//! and including ReadyForQuery; or one statement of an extended-protocol Execute, whose
+//! reply is its rows in the Bind's formats and its CommandComplete (see `extended`).
 //!
 //! Synchronous and clock-free: the caller passes the simulated time `at`. A statement that
 //! must wait in `pg_advisory_lock` stops with [`Run::Blocked`]; the session waits (in
@@ -10,9 +11,15 @@
 //!
 //! Transactions: a query string outside a transaction block is one implicit transaction.
 //! Settings (`SET`, `set_config`) are transactional: an error undoes the implicit
-//! transaction's (or the block's, at `ROLLBACK`) changes, and `set_config(…, true)` values
-//! revert when the transaction ends either way. Table writes (the fence table) commit at
-//! once, even inside a block that later rolls back: not modelled.
+//! transaction's (or the block's, at `ROLLBACK`) changes, and `set_config(…, true)` and
+//! `SET LOCAL` values revert when the transaction ends either way. Table writes (the fence
+//! table) commit at once, even inside a block that later rolls back: not modelled.
+//!
+//! Row locks: `SELECT … FOR SHARE` of a fence row share-locks it until the transaction ends
+//! (`COMMIT`, `ROLLBACK`, the end of the implicit transaction, the session's end); an epoch
+//! advance of a row another session share-locks stops with [`Run::Blocked`] like
+//! `pg_advisory_lock`, and resumes, reading the committed epoch again, once no other session
+//! share-locks the row (see `rows`).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -20,20 +27,34 @@ use std::time::Duration;
 use super::guc::{Guc, Gucs, unrecognized};
 use super::handle::TransactionStatus;
 use super::locks::LockKey;
-use super::reply::{PgType, Reply, SqlError, sqlstate};
+use super::log::Event;
+use super::reply::{self, PgType, Reply, SqlError, sqlstate};
+use super::rows::RowId;
 use super::sql::{self, Expr, Func, LockColumn, LockCond, SetValue, Statement};
-use super::state::{LockWait, State};
+use super::state::{FenceCheck, LockWait, State};
 
 /// What running (or resuming) a query produced.
 pub(crate) enum Run {
     /// The whole reply, up to and including ReadyForQuery.
     Done(Reply),
-    /// A statement waits in `pg_advisory_lock`; the session is queued for the lock.
-    Blocked(Blocked),
+    /// A statement waits in `pg_advisory_lock`, or for a row lock; the session is queued.
+    Blocked(Box<Blocked>),
+}
+
+/// How a reply carries results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// A simple Query: RowDescription, rows in text, and ReadyForQuery at the end.
+    Simple,
+    /// An Execute of the extended protocol: rows in the Bind's format codes (see
+    /// [`reply::format_of`]); no RowDescription (Describe sends it) and no ReadyForQuery
+    /// (Sync does). An implicit transaction ends with the Execute.
+    Extended { formats: Vec<i16> },
 }
 
 /// A query stopped in a lock wait, to be continued by [`resume`].
 pub(crate) struct Blocked {
+    protocol: Protocol,
     statements: Vec<Statement>,
     /// The index of the waiting statement.
     next: usize,
@@ -42,12 +63,15 @@ pub(crate) struct Blocked {
     notices: Vec<SqlError>,
     reply: Reply,
     before: Gucs,
+    /// When the statement first blocked.
+    since: Duration,
 }
 
 /// How a lock wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WaitEnd {
-    /// The lock was handed over to the session.
+    /// The advisory lock was handed over to the session, or the row it waits for is no
+    /// longer share-locked by another session.
     Granted,
     /// `lock_timeout` expired first: the statement fails with 55P03.
     TimedOut,
@@ -72,26 +96,72 @@ pub(crate) fn run_query(state: &mut State, pid: i32, query: &str, at: Duration) 
     }
 }
 
+/// Executes `statement` for session `pid` as an extended-protocol Execute with the result
+/// `formats` of its Bind; `None` when the session is gone.
+pub(crate) fn execute(
+    state: &mut State,
+    pid: i32,
+    statement: Statement,
+    formats: Vec<i16>,
+    at: Duration,
+) -> Option<Run> {
+    let session = state.sessions.get_mut(&pid)?;
+    session.last_query_at = Some(at);
+    let before = session.gucs.clone();
+    let mut ctx = Ctx::new(state, pid, at);
+    ctx.protocol = Protocol::Extended { formats };
+    ctx.drive(vec![statement], 0, before)
+}
+
+/// The result columns of `statement`, as a Describe reports them; `None` when it returns
+/// no rows (NoData).
+pub(crate) fn result_columns(statement: &Statement) -> Option<Vec<(String, PgType)>> {
+    match statement {
+        Statement::Select(columns) => Some(
+            describe(columns)
+                .into_iter()
+                .map(|(name, ty)| (name.to_owned(), ty))
+                .collect(),
+        ),
+        Statement::SelectEpoch { .. } | Statement::AdvanceEpoch { .. } => {
+            Some(vec![("epoch".to_owned(), PgType::Int8)])
+        }
+        Statement::Show(name) => {
+            let name = Guc::lookup(name).map_or_else(|_| name.clone(), |g| g.name().to_owned());
+            Some(vec![(name, PgType::Text)])
+        }
+        Statement::Set { .. }
+        | Statement::Begin
+        | Statement::Commit
+        | Statement::Rollback
+        | Statement::CreateFenceTable { .. } => None,
+    }
+}
+
 /// Continues a query whose lock wait ended with `end`; `None` when the session is gone.
 pub(crate) fn resume(
     state: &mut State,
     pid: i32,
-    blocked: Blocked,
+    blocked: Box<Blocked>,
     end: WaitEnd,
     at: Duration,
 ) -> Option<Run> {
     state.sessions.get(&pid)?;
     let Blocked {
+        protocol,
         statements,
         next,
         journal,
         notices,
         reply,
         before,
-    } = blocked;
+        since,
+    } = *blocked;
     let mut ctx = Ctx::new(state, pid, at);
+    ctx.protocol = protocol;
     ctx.reply = reply;
     ctx.notices = notices;
+    ctx.blocked_since = Some(since);
     match end {
         WaitEnd::Granted => {
             ctx.replay = journal.into();
@@ -100,7 +170,7 @@ pub(crate) fn resume(
         }
         WaitEnd::TimedOut => {
             if let Some(Statement::Select(columns)) = statements.get(next) {
-                ctx.reply.row_description(&describe(columns));
+                ctx.describe_row(&describe(columns));
             }
             ctx.flush_notices();
             let error = SqlError::error(
@@ -180,6 +250,7 @@ struct Ctx<'a> {
     state: &'a mut State,
     pid: i32,
     at: Duration,
+    protocol: Protocol,
     reply: Reply,
     /// Notices raised by the current statement, sent after its RowDescription.
     notices: Vec<SqlError>,
@@ -187,6 +258,8 @@ struct Ctx<'a> {
     replay: VecDeque<Value>,
     /// Results of the current statement's calls so far.
     journal: Vec<Value>,
+    /// When the current statement first blocked, when it is being resumed.
+    blocked_since: Option<Duration>,
 }
 
 impl<'a> Ctx<'a> {
@@ -195,10 +268,12 @@ impl<'a> Ctx<'a> {
             state,
             pid,
             at,
+            protocol: Protocol::Simple,
             reply: Reply::default(),
             notices: Vec::new(),
             replay: VecDeque::new(),
             journal: Vec::new(),
+            blocked_since: None,
         }
     }
 
@@ -218,20 +293,23 @@ impl<'a> Ctx<'a> {
                     self.journal.clear();
                     self.replay.clear();
                     self.notices.clear();
+                    self.blocked_since = None;
                 }
                 Err(Stop::Error(error)) => {
                     self.fail(&error, &before);
                     return self.finish(&before);
                 }
                 Err(Stop::Blocked) => {
-                    return Some(Run::Blocked(Blocked {
+                    return Some(Run::Blocked(Box::new(Blocked {
+                        protocol: self.protocol,
                         next: index,
                         journal: self.journal,
                         notices: self.notices,
                         reply: self.reply,
                         before,
+                        since: self.blocked_since.unwrap_or(self.at),
                         statements,
-                    }));
+                    })));
                 }
             }
         }
@@ -239,19 +317,28 @@ impl<'a> Ctx<'a> {
         self.finish(&before)
     }
 
-    /// Ends an implicit transaction that succeeded: transaction-local values revert.
+    /// Ends an implicit transaction that succeeded: transaction-local values revert and its
+    /// row locks end.
     fn commit_implicit(&mut self) {
-        if let Some(session) = self.state.sessions.get_mut(&self.pid)
-            && session.transaction == TransactionStatus::Idle
-            && let Some(base) = session.local_base.take()
-        {
+        let Some(session) = self.state.sessions.get_mut(&self.pid) else {
+            return;
+        };
+        if session.transaction != TransactionStatus::Idle {
+            return;
+        }
+        if let Some(base) = session.local_base.take() {
             session.gucs = base;
         }
+        self.state.end_row_locks(self.pid);
     }
 
-    /// Appends ParameterStatus for a changed `application_name` and ReadyForQuery.
+    /// Appends ParameterStatus for a changed `application_name` and ReadyForQuery (a simple
+    /// Query; an Execute's reply ends with its statement's).
     fn finish(mut self, before: &Gucs) -> Option<Run> {
         let session = self.state.sessions.get(&self.pid)?;
+        if self.protocol != Protocol::Simple {
+            return Some(Run::Done(self.reply));
+        }
         let transaction = session.transaction;
         let application_name = session.gucs.application_name.clone();
         if application_name != before.application_name {
@@ -262,7 +349,8 @@ impl<'a> Ctx<'a> {
         Some(Run::Done(self.reply))
     }
 
-    /// Sends `error`; an open block becomes failed, an implicit transaction is undone.
+    /// Sends `error`; an open block becomes failed (keeping its row locks until it ends), an
+    /// implicit transaction is undone and its row locks end.
     fn fail(&mut self, error: &SqlError, before: &Gucs) {
         self.reply.error(error);
         let Some(session) = self.state.sessions.get_mut(&self.pid) else {
@@ -273,6 +361,7 @@ impl<'a> Ctx<'a> {
             TransactionStatus::Idle => {
                 session.gucs = before.clone();
                 session.local_base = None;
+                self.state.end_row_locks(self.pid);
             }
             TransactionStatus::Failed => {}
         }
@@ -296,7 +385,7 @@ impl<'a> Ctx<'a> {
     fn execute(&mut self, statement: &Statement) -> Result<(), Stop> {
         match statement {
             Statement::Select(columns) => self.select(columns),
-            Statement::Set { name, value } => Ok(self.set(name, value)?),
+            Statement::Set { name, value, local } => Ok(self.set(name, value, *local)?),
             Statement::Show(name) => Ok(self.show(name)?),
             Statement::Begin => {
                 self.begin();
@@ -319,7 +408,7 @@ impl<'a> Ctx<'a> {
                 classid,
                 objid,
                 initial,
-            } => Ok(self.advance_epoch(table, (*classid, *objid), *initial)?),
+            } => self.advance_epoch(table, (*classid, *objid), *initial),
             Statement::SelectEpoch {
                 table,
                 classid,
@@ -338,20 +427,50 @@ impl<'a> Ctx<'a> {
             match self.eval(expr) {
                 Ok(value) => values.push(value),
                 Err(Stop::Error(error)) if error.code != sqlstate::UNDEFINED_FUNCTION => {
-                    self.reply.row_description(&describe(columns));
+                    self.describe_row(&describe(columns));
                     self.flush_notices();
                     return Err(error.into());
                 }
                 Err(stop) => return Err(stop),
             }
         }
-        self.reply.row_description(&describe(columns));
+        self.describe_row(&describe(columns));
         self.flush_notices();
         let texts: Vec<Option<String>> = values.iter().map(Value::text).collect();
-        let row: Vec<Option<&str>> = texts.iter().map(Option::as_deref).collect();
-        self.reply.data_row(&row);
+        self.send_row(&describe(columns), &texts);
         self.reply.command_complete("SELECT 1");
         Ok(())
+    }
+
+    /// RowDescription of a result, in the simple protocol (in the extended one Describe
+    /// sends it).
+    fn describe_row(&mut self, columns: &[(&str, PgType)]) {
+        if self.protocol == Protocol::Simple {
+            self.reply.row_description(columns);
+        }
+    }
+
+    /// A DataRow of `texts` (NULL as `None`): text in the simple protocol, each column in
+    /// its Bind format in the extended one.
+    fn send_row(&mut self, columns: &[(&str, PgType)], texts: &[Option<String>]) {
+        let formats = match &self.protocol {
+            Protocol::Simple => &[][..],
+            Protocol::Extended { formats } => formats.as_slice(),
+        };
+        let encoded: Vec<Option<Vec<u8>>> = texts
+            .iter()
+            .enumerate()
+            .map(|(index, text)| {
+                let text = text.as_deref()?;
+                let ty = columns.get(index).map_or(PgType::Text, |(_, ty)| *ty);
+                match reply::format_of(formats, index) {
+                    1 => reply::binary(ty, text),
+                    _ => Some(text.as_bytes().to_vec()),
+                }
+            })
+            .collect();
+        let row: Vec<Option<&[u8]>> = encoded.iter().map(Option::as_deref).collect();
+        self.reply.data_row_bytes(&row);
     }
 
     fn flush_notices(&mut self) {
@@ -360,10 +479,23 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn set(&mut self, name: &str, value: &SetValue) -> Result<(), SqlError> {
+    /// `SET`, or `SET LOCAL` (`local`): a local value lasts until the transaction ends, and
+    /// outside a block (where it would end with the statement) PostgreSQL warns 25P01.
+    fn set(&mut self, name: &str, value: &SetValue, local: bool) -> Result<(), SqlError> {
         let guc = Guc::lookup(name)?;
+        if local && self.transaction() == TransactionStatus::Idle {
+            self.reply.notice(&SqlError::warning(
+                sqlstate::NO_ACTIVE_SQL_TRANSACTION,
+                "SET LOCAL can only be used in transaction blocks",
+            ));
+        }
         match value {
-            SetValue::Value(text) => self.set_guc(&guc, text, false)?,
+            SetValue::Value(text) => self.set_guc(&guc, text, local)?,
+            SetValue::Default if local => {
+                let default = Gucs::default();
+                let text = default.show(&guc).unwrap_or_default();
+                self.set_guc(&guc, &text, true)?;
+            }
             SetValue::Default => {
                 let session = self.state.sessions.get_mut(&self.pid).ok_or_else(gone)?;
                 session.gucs.reset(&guc);
@@ -405,8 +537,9 @@ impl<'a> Ctx<'a> {
         let guc = Guc::lookup(name)?;
         let session = self.state.sessions.get(&self.pid).ok_or_else(gone)?;
         let text = session.gucs.show(&guc).ok_or_else(|| unrecognized(name))?;
-        self.reply.row_description(&[(guc.name(), PgType::Text)]);
-        self.reply.data_row(&[Some(&text)]);
+        let columns = [(guc.name(), PgType::Text)];
+        self.describe_row(&columns);
+        self.send_row(&columns, &[Some(text)]);
         self.reply.command_complete("SHOW");
         Ok(())
     }
@@ -427,11 +560,15 @@ impl<'a> Ctx<'a> {
         self.reply.command_complete("BEGIN");
     }
 
-    /// `COMMIT` (`commit` true) or `ROLLBACK`; a failed block's COMMIT rolls back.
+    /// `COMMIT` (`commit` true) or `ROLLBACK`; a failed block's COMMIT rolls back. The
+    /// block's row locks end; a committed block that checked a fence row is logged
+    /// ([`Event::FencedCommit`]).
     fn end_block(&mut self, commit: bool) {
         let Some(session) = self.state.sessions.get_mut(&self.pid) else {
             return;
         };
+        let committed = commit && session.transaction == TransactionStatus::InBlock;
+        let fence_check = session.fence_check.take();
         let tag = match session.transaction {
             TransactionStatus::Idle => {
                 self.reply.notice(&SqlError::warning(
@@ -457,6 +594,27 @@ impl<'a> Ctx<'a> {
         };
         session.transaction = TransactionStatus::Idle;
         self.reply.command_complete(tag);
+        if let Some(check) = fence_check.filter(|_| committed) {
+            let current = self.committed_epoch(&check.row);
+            let event = Event::FencedCommit {
+                pid: self.pid,
+                epoch: check.epoch,
+                checked_at: check.at,
+                current,
+                row: check.row,
+            };
+            self.state.record(self.at, event);
+        }
+        self.state.end_row_locks(self.pid);
+    }
+
+    /// The committed epoch of a fence row, if the row exists.
+    fn committed_epoch(&self, row: &RowId) -> Option<i64> {
+        let storage = self.state.storage.borrow();
+        storage
+            .table(&row.database, &row.table)?
+            .get(&row.key)
+            .copied()
     }
 
     fn read_only(&self, command: &str) -> Result<(), SqlError> {
@@ -487,12 +645,9 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
-    fn advance_epoch(
-        &mut self,
-        table: &str,
-        key: (i64, i64),
-        initial: i64,
-    ) -> Result<(), SqlError> {
+    /// The epoch upsert. When the row exists and another session share-locks it, the
+    /// statement waits ([`Stop::Blocked`]) and, resumed, reads the committed epoch again.
+    fn advance_epoch(&mut self, table: &str, key: (i64, i64), initial: i64) -> Result<(), Stop> {
         let database = self.database()?;
         if self
             .state
@@ -501,14 +656,22 @@ impl<'a> Ctx<'a> {
             .table(&database, table)
             .is_none()
         {
-            return Err(no_table(table));
+            return Err(no_table(table).into());
         }
         self.read_only("INSERT")?;
         let key = int4_key(key)?;
+        let row = RowId {
+            database,
+            table: table.to_owned(),
+            key,
+        };
+        if self.committed_epoch(&row).is_some() && !self.state.update_or_wait(self.pid, &row) {
+            return Err(Stop::Blocked);
+        }
         let epoch = {
             let mut storage = self.state.storage.borrow_mut();
             let rows = storage
-                .table_mut(&database, table)
+                .table_mut(&row.database, table)
                 .ok_or_else(|| no_table(table))?;
             let epoch = match rows.get(&key) {
                 None => initial,
@@ -519,14 +682,25 @@ impl<'a> Ctx<'a> {
             rows.insert(key, epoch);
             epoch
         };
-        self.reply.row_description(&[("epoch", PgType::Int8)]);
-        self.reply.data_row(&[Some(&epoch.to_string())]);
+        let waited = self
+            .blocked_since
+            .map_or(Duration::ZERO, |since| self.at.saturating_sub(since));
+        let event = Event::EpochAdvanced {
+            pid: self.pid,
+            row,
+            epoch,
+            waited,
+        };
+        self.state.record(self.at, event);
+        self.describe_row(&EPOCH_COLUMN);
+        self.send_row(&EPOCH_COLUMN, &[Some(epoch.to_string())]);
         self.reply.command_complete("INSERT 0 1");
         Ok(())
     }
 
-    /// The fence check. `FOR SHARE` row locks are not modelled: the row is read, not
-    /// locked, so a concurrent `advance_epoch` does not wait for the reader's transaction.
+    /// The fence read. `FOR SHARE` share-locks the row it returns until the transaction ends
+    /// (see `rows`); in a transaction block the first such read is the block's fence check,
+    /// logged ([`Event::FenceChecked`]) and logged again if the block commits.
     fn select_epoch(
         &mut self,
         table: &str,
@@ -543,16 +717,46 @@ impl<'a> Ctx<'a> {
         };
         if for_share {
             self.read_only("SELECT FOR SHARE")?;
+            if let (Some(epoch), Ok(key)) = (epoch, int4_key(key)) {
+                let row = RowId {
+                    database,
+                    table: table.to_owned(),
+                    key,
+                };
+                self.lock_for_share(row, epoch);
+            }
         }
-        self.reply.row_description(&[("epoch", PgType::Int8)]);
+        self.describe_row(&EPOCH_COLUMN);
         match epoch {
             Some(epoch) => {
-                self.reply.data_row(&[Some(&epoch.to_string())]);
+                self.send_row(&EPOCH_COLUMN, &[Some(epoch.to_string())]);
                 self.reply.command_complete("SELECT 1");
             }
             None => self.reply.command_complete("SELECT 0"),
         }
         Ok(())
+    }
+
+    /// Share-locks `row`, read at `epoch`; in a block, the first one is the fence check.
+    fn lock_for_share(&mut self, row: RowId, epoch: i64) {
+        self.state.share_row(self.pid, row.clone());
+        let Some(session) = self.state.sessions.get_mut(&self.pid) else {
+            return;
+        };
+        if session.transaction != TransactionStatus::InBlock || session.fence_check.is_some() {
+            return;
+        }
+        session.fence_check = Some(FenceCheck {
+            row: row.clone(),
+            epoch,
+            at: self.at,
+        });
+        let event = Event::FenceChecked {
+            pid: self.pid,
+            row,
+            epoch,
+        };
+        self.state.record(self.at, event);
     }
 
     fn eval(&mut self, expr: &Expr) -> Result<Value, Stop> {
@@ -765,6 +969,9 @@ impl<'a> Ctx<'a> {
         }
     }
 }
+
+/// The one column the fence statements return.
+const EPOCH_COLUMN: [(&str, PgType); 1] = [("epoch", PgType::Int8)];
 
 fn gone() -> SqlError {
     SqlError::error(sqlstate::PROTOCOL_VIOLATION, "session is gone")
@@ -1162,5 +1369,245 @@ mod tests {
                 .collect::<Vec<_>>(),
             [1, 1]
         );
+    }
+
+    /// The reply rendered one line per message.
+    fn lines(reply: Reply) -> Vec<String> {
+        let mut buf = reply.into_bytes();
+        let mut out = Vec::new();
+        while let Some(message) = Message::parse(&mut buf).unwrap() {
+            out.push(render(message));
+        }
+        out
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A server whose fence table exists with epoch 1, and sessions a and b.
+    fn fenced_server(config: ServerConfig) -> (State, i32, i32) {
+        let (mut state, a, b) = server();
+        state.config = config;
+        run(&mut state, a, plexsphere_leader::sql::FENCE_SETUP);
+        assert_eq!(run(&mut state, a, &advance())[1], "D 1");
+        (state, a, b)
+    }
+
+    fn advance() -> String {
+        plexsphere_leader::sql::advance_epoch()
+    }
+
+    const CHECK: &str = plexsphere_leader::sql::FENCE_CHECK;
+
+    /// The fence events of the log, rendered.
+    fn fence_log(state: &State) -> Vec<String> {
+        state
+            .log
+            .iter()
+            .filter_map(|entry| match &entry.event {
+                Event::EpochAdvanced {
+                    pid, epoch, waited, ..
+                } => Some(format!(
+                    "{:?} advance {pid} {epoch} waited {waited:?}",
+                    entry.at
+                )),
+                Event::FenceChecked { pid, epoch, .. } => {
+                    Some(format!("{:?} check {pid} {epoch}", entry.at))
+                }
+                Event::FencedCommit {
+                    pid,
+                    epoch,
+                    checked_at,
+                    current,
+                    ..
+                } => Some(format!(
+                    "{:?} commit {pid} {epoch} checked {checked_at:?} current {current:?}",
+                    entry.at
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_advance_waits_for_a_fence_check_until_its_block_commits_then_reads_the_new_epoch() {
+        let (mut state, a, b) = fenced_server(ServerConfig::default());
+        run(&mut state, a, "BEGIN");
+        assert_eq!(
+            lines(match run_query(&mut state, a, CHECK, ms(10)) {
+                Some(Run::Done(reply)) => reply,
+                _ => panic!("the check waits"),
+            }),
+            ["T epoch:20", "D 1", "C SELECT 1", "Z T"]
+        );
+        let Some(Run::Blocked(blocked)) = run_query(&mut state, b, &advance(), ms(20)) else {
+            panic!("the advance did not wait");
+        };
+        assert_eq!(state.rows.waiters().len(), 1);
+        assert!(!state.wait_granted(b));
+        let Some(Run::Done(reply)) = run_query(&mut state, a, "COMMIT", ms(50)) else {
+            panic!("COMMIT did not complete");
+        };
+        assert_eq!(lines(reply), ["C COMMIT", "Z I"]);
+        assert!(
+            state.wait_granted(b),
+            "the commit wakes the waiting advance"
+        );
+        assert!(state.end_wait(b));
+        let Some(Run::Done(reply)) = resume(&mut state, b, blocked, WaitEnd::Granted, ms(51))
+        else {
+            panic!("the advance did not complete");
+        };
+        assert_eq!(lines(reply), ["T epoch:20", "D 2", "C INSERT 0 1", "Z I"]);
+        assert_eq!(
+            fence_log(&state)[1..],
+            [
+                format!("10ms check {a} 1"),
+                format!("50ms commit {a} 1 checked 10ms current Some(1)"),
+                format!("51ms advance {b} 2 waited 31ms"),
+            ]
+        );
+        assert_eq!(state.rows.shared(), vec![]);
+    }
+
+    #[test]
+    fn a_fence_read_outside_a_block_locks_the_row_only_for_its_statement() {
+        let (mut state, a, b) = fenced_server(ServerConfig::default());
+        assert_eq!(run(&mut state, a, CHECK)[1], "D 1");
+        assert_eq!(state.rows.shared(), vec![]);
+        assert_eq!(run(&mut state, b, &advance())[1], "D 2");
+        assert_eq!(fence_log(&state).len(), 2, "no fence check outside a block");
+    }
+
+    #[test]
+    fn a_rolled_back_or_failed_block_releases_its_row_without_a_fenced_commit() {
+        let (mut state, a, b) = fenced_server(ServerConfig::default());
+        run(&mut state, a, "BEGIN");
+        run(&mut state, a, CHECK);
+        assert_eq!(run(&mut state, a, "SELECT nope()"), ["E 42883", "Z E"]);
+        assert!(
+            matches!(
+                run_query(&mut state, b, &advance(), ms(5)),
+                Some(Run::Blocked(_))
+            ),
+            "a failed block keeps its row lock"
+        );
+        assert!(!state.end_wait(b), "b gives up waiting");
+        run(&mut state, a, "ROLLBACK");
+        assert_eq!(run(&mut state, b, &advance())[1], "D 2");
+        let log = fence_log(&state);
+        assert!(log.iter().all(|line| !line.contains("commit")), "{log:?}");
+    }
+
+    #[test]
+    fn the_end_of_a_session_releases_its_row_and_wakes_the_waiting_advance() {
+        let (mut state, a, b) = fenced_server(ServerConfig::default());
+        run(
+            &mut state,
+            a,
+            "BEGIN; SELECT epoch FROM plexsphere_leader_fence WHERE classid = 1886156915 AND objid = 1 FOR SHARE",
+        );
+        let Some(Run::Blocked(blocked)) = run_query(&mut state, b, &advance(), ms(5)) else {
+            panic!("the advance did not wait");
+        };
+        state.end_session(a, crate::server::EndReason::Terminated, ms(9));
+        assert!(state.end_wait(b));
+        let Some(Run::Done(reply)) = resume(&mut state, b, blocked, WaitEnd::Granted, ms(9)) else {
+            panic!("the advance did not complete");
+        };
+        assert_eq!(lines(reply)[1], "D 2");
+    }
+
+    #[test]
+    fn a_waiting_advance_whose_lock_timeout_expires_fails_with_55p03_and_changes_nothing() {
+        let (mut state, a, b) = fenced_server(ServerConfig::default());
+        run(&mut state, a, "BEGIN");
+        run(&mut state, a, CHECK);
+        let Some(Run::Blocked(blocked)) = run_query(&mut state, b, &advance(), ms(5)) else {
+            panic!("the advance did not wait");
+        };
+        assert!(
+            !state.end_wait(b),
+            "nothing woke it: the lock timeout ends the wait"
+        );
+        assert_eq!(state.rows.waiters(), vec![], "it left the queue");
+        let Some(Run::Done(reply)) = resume(&mut state, b, blocked, WaitEnd::TimedOut, ms(105))
+        else {
+            panic!("the advance did not fail");
+        };
+        assert_eq!(lines(reply), ["E 55P03", "Z I"]);
+        run(&mut state, a, "COMMIT");
+        assert_eq!(run(&mut state, b, CHECK)[1], "D 1");
+    }
+
+    #[test]
+    fn a_share_lock_is_granted_while_an_advance_waits_which_then_waits_for_both() {
+        let (mut state, a, b) = fenced_server(ServerConfig::default());
+        let startup = Startup {
+            user: "c".to_owned(),
+            database: "db".to_owned(),
+            application_name: String::new(),
+        };
+        let c = state.open_session(startup, Duration::ZERO);
+        run(&mut state, a, "BEGIN");
+        run(&mut state, a, CHECK);
+        let Some(Run::Blocked(_)) = run_query(&mut state, b, &advance(), ms(5)) else {
+            panic!("the advance did not wait");
+        };
+        run(&mut state, c, "BEGIN");
+        assert_eq!(
+            run(&mut state, c, CHECK),
+            ["T epoch:20", "D 1", "C SELECT 1", "Z T"]
+        );
+        run(&mut state, a, "COMMIT");
+        assert!(!state.wait_granted(b), "c still shares the row");
+        run(&mut state, c, "COMMIT");
+        assert!(state.wait_granted(b));
+    }
+
+    #[test]
+    fn without_row_locks_an_advance_does_not_wait_and_the_commit_shows_the_newer_epoch() {
+        let (mut state, a, b) = fenced_server(ServerConfig::default().with_row_locks(false));
+        run(&mut state, a, "BEGIN");
+        run(&mut state, a, CHECK);
+        assert_eq!(run(&mut state, b, &advance())[1], "D 2");
+        run(&mut state, a, "COMMIT");
+        let log = fence_log(&state);
+        assert!(
+            log[3].ends_with("commit 1000 1 checked 5ms current Some(2)"),
+            "{log:?}"
+        );
+    }
+
+    #[test]
+    fn set_local_lasts_until_the_block_ends_and_warns_outside_one() {
+        let (mut state, a, _) = server();
+        assert_eq!(
+            run(&mut state, a, "SET LOCAL lock_timeout = 100"),
+            ["N 25P01", "C SET", "Z I"]
+        );
+        assert_eq!(state.sessions[&a].gucs.lock_timeout, Duration::ZERO);
+        run(
+            &mut state,
+            a,
+            "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '50ms'",
+        );
+        assert_eq!(
+            state.sessions[&a].gucs.idle_in_transaction_session_timeout,
+            ms(50)
+        );
+        run(
+            &mut state,
+            a,
+            "SET LOCAL idle_in_transaction_session_timeout TO DEFAULT",
+        );
+        assert_eq!(
+            state.sessions[&a].gucs.idle_in_transaction_session_timeout,
+            Duration::ZERO
+        );
+        run(&mut state, a, "SET LOCAL lock_timeout = '1s'");
+        run(&mut state, a, "COMMIT");
+        assert_eq!(state.sessions[&a].gucs.lock_timeout, Duration::ZERO);
     }
 }

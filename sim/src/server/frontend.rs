@@ -25,6 +25,9 @@ pub(crate) enum ProtocolError {
     /// A string field without its terminating NUL, or not UTF-8.
     #[error("invalid string in message")]
     BadString,
+    /// A message body shorter than its fields.
+    #[error("insufficient data left in message")]
+    Truncated,
 }
 
 /// The first packet of a connection.
@@ -61,12 +64,41 @@ pub(crate) enum Frame {
     Sync,
     /// `H` Flush.
     Flush,
-    /// An extended-protocol message (`P`, `B`, `D`, `E`, `C`, `F`), by tag.
+    /// `P` Parse: a statement to prepare, with the types of its parameters.
+    Parse {
+        name: String,
+        query: String,
+        param_types: usize,
+    },
+    /// `B` Bind: a portal of a prepared statement, with how many parameter values it
+    /// supplies and the format codes of the result columns.
+    Bind {
+        portal: String,
+        statement: String,
+        params: usize,
+        result_formats: Vec<i16>,
+    },
+    /// `D` Describe of a prepared statement (`S`) or a portal (`P`).
+    Describe { target: Target, name: String },
+    /// `E` Execute of a portal (the row limit is not modelled: every row is sent).
+    Execute { portal: String },
+    /// `C` Close of a prepared statement (`S`) or a portal (`P`).
+    Close { target: Target, name: String },
+    /// Another extended-protocol message (`F` FunctionCall), by tag.
     Extended(u8),
     /// A COPY sub-protocol message (`d`, `c`, `f`), ignored outside COPY like PostgreSQL.
     Copy(u8),
     /// Any other tag.
     Unknown(u8),
+}
+
+/// What a Describe or Close names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// `S`: a prepared statement.
+    Statement,
+    /// `P`: a portal.
+    Portal,
 }
 
 /// Consumes one startup packet from the front of `buf`.
@@ -115,10 +147,95 @@ pub(crate) fn parse_frame(buf: &mut BytesMut) -> Result<Option<Frame>, ProtocolE
         b'X' => Frame::Terminate,
         b'S' => Frame::Sync,
         b'H' => Frame::Flush,
-        b'P' | b'B' | b'D' | b'E' | b'C' | b'F' => Frame::Extended(tag),
+        b'P' => parse_parse(&body)?,
+        b'B' => parse_bind(&body)?,
+        b'D' => {
+            let (target, name) = parse_target(&body)?;
+            Frame::Describe { target, name }
+        }
+        b'E' => Frame::Execute {
+            portal: read_cstr(&body)?.0,
+        },
+        b'C' => {
+            let (target, name) = parse_target(&body)?;
+            Frame::Close { target, name }
+        }
+        b'F' => Frame::Extended(tag),
         b'd' | b'c' | b'f' => Frame::Copy(tag),
         other => Frame::Unknown(other),
     }))
+}
+
+/// `P`: name, query, then an `int16` count of parameter type OIDs and the OIDs.
+fn parse_parse(body: &[u8]) -> Result<Frame, ProtocolError> {
+    let (name, rest) = read_cstr(body)?;
+    let (query, mut rest) = read_cstr(rest)?;
+    let count = take_count(&mut rest)?;
+    take(&mut rest, count * 4)?;
+    Ok(Frame::Parse {
+        name,
+        query,
+        param_types: count,
+    })
+}
+
+/// `B`: portal, statement, parameter format codes, parameter values (each an `int32`
+/// length, -1 for NULL, and that many bytes), result format codes.
+fn parse_bind(body: &[u8]) -> Result<Frame, ProtocolError> {
+    let (portal, rest) = read_cstr(body)?;
+    let (statement, mut rest) = read_cstr(rest)?;
+    let formats = take_count(&mut rest)?;
+    take(&mut rest, formats * 2)?;
+    let params = take_count(&mut rest)?;
+    for _ in 0..params {
+        let len = i32::from_be_bytes(take_array(&mut rest)?);
+        if let Ok(len) = usize::try_from(len) {
+            take(&mut rest, len)?;
+        }
+    }
+    let results = take_count(&mut rest)?;
+    let mut result_formats = Vec::with_capacity(results);
+    for _ in 0..results {
+        result_formats.push(i16::from_be_bytes(take_array(&mut rest)?));
+    }
+    Ok(Frame::Bind {
+        portal,
+        statement,
+        params,
+        result_formats,
+    })
+}
+
+/// `D` and `C`: a target byte (`S` or `P`) and a name.
+fn parse_target(body: &[u8]) -> Result<(Target, String), ProtocolError> {
+    let (&kind, rest) = body.split_first().ok_or(ProtocolError::Truncated)?;
+    let target = match kind {
+        b'S' => Target::Statement,
+        b'P' => Target::Portal,
+        _ => return Err(ProtocolError::Truncated),
+    };
+    Ok((target, read_cstr(rest)?.0))
+}
+
+/// Takes `n` bytes off the front of `rest`.
+fn take<'a>(rest: &mut &'a [u8], n: usize) -> Result<&'a [u8], ProtocolError> {
+    if rest.len() < n {
+        return Err(ProtocolError::Truncated);
+    }
+    let (taken, left) = rest.split_at(n);
+    *rest = left;
+    Ok(taken)
+}
+
+fn take_array<const N: usize>(rest: &mut &[u8]) -> Result<[u8; N], ProtocolError> {
+    let bytes = take(rest, N)?;
+    bytes.try_into().map_err(|_| ProtocolError::Truncated)
+}
+
+/// An `int16` count, never negative.
+fn take_count(rest: &mut &[u8]) -> Result<usize, ProtocolError> {
+    let count = i16::from_be_bytes(take_array(rest)?);
+    usize::try_from(count).map_err(|_| ProtocolError::BadLength(count.into()))
 }
 
 fn peek_i32(buf: &[u8], at: usize) -> Option<i32> {
@@ -209,7 +326,14 @@ mod tests {
             parse_frame(&mut buf),
             Ok(Some(Frame::Query("SELECT 1".to_owned())))
         );
-        assert_eq!(parse_frame(&mut buf), Ok(Some(Frame::Extended(b'P'))));
+        assert_eq!(
+            parse_frame(&mut buf),
+            Ok(Some(Frame::Parse {
+                name: String::new(),
+                query: "SELECT 1".to_owned(),
+                param_types: 0
+            }))
+        );
         assert_eq!(parse_frame(&mut buf), Ok(Some(Frame::Sync)));
         assert_eq!(parse_frame(&mut buf), Ok(Some(Frame::Flush)));
         assert_eq!(parse_frame(&mut buf), Ok(Some(Frame::Terminate)));
@@ -229,5 +353,71 @@ mod tests {
     fn negative_frame_length_is_rejected() {
         let mut buf = BytesMut::from(&[b'Q', 0xff, 0xff, 0xff, 0xff][..]);
         assert_eq!(parse_frame(&mut buf), Err(ProtocolError::BadLength(-1)));
+    }
+
+    #[test]
+    fn what_tokio_postgres_sends_for_a_query_parses_field_by_field() {
+        let mut buf = BytesMut::new();
+        frontend::parse("s0", "SELECT $1", [20], &mut buf).unwrap();
+        frontend::describe(b'S', "s0", &mut buf).unwrap();
+        frontend::bind(
+            "",
+            "s0",
+            [1],
+            [Some(7_i64)],
+            |value, buf| {
+                buf.extend_from_slice(&value.unwrap().to_be_bytes());
+                Ok(postgres_protocol::IsNull::No)
+            },
+            Some(1),
+            &mut buf,
+        )
+        .map_err(|_| "bind")
+        .unwrap();
+        frontend::execute("", 0, &mut buf).unwrap();
+        frontend::close(b'P', "", &mut buf).unwrap();
+        assert_eq!(
+            parse_frame(&mut buf),
+            Ok(Some(Frame::Parse {
+                name: "s0".to_owned(),
+                query: "SELECT $1".to_owned(),
+                param_types: 1
+            }))
+        );
+        assert_eq!(
+            parse_frame(&mut buf),
+            Ok(Some(Frame::Describe {
+                target: Target::Statement,
+                name: "s0".to_owned()
+            }))
+        );
+        assert_eq!(
+            parse_frame(&mut buf),
+            Ok(Some(Frame::Bind {
+                portal: String::new(),
+                statement: "s0".to_owned(),
+                params: 1,
+                result_formats: vec![1]
+            }))
+        );
+        assert_eq!(
+            parse_frame(&mut buf),
+            Ok(Some(Frame::Execute {
+                portal: String::new()
+            }))
+        );
+        assert_eq!(
+            parse_frame(&mut buf),
+            Ok(Some(Frame::Close {
+                target: Target::Portal,
+                name: String::new()
+            }))
+        );
+    }
+
+    #[test]
+    fn a_truncated_bind_is_a_protocol_error() {
+        let mut buf = BytesMut::from(&[b'B', 0, 0, 0, 8, 0, 0, 0, 5][..]);
+        assert_eq!(parse_frame(&mut buf), Err(ProtocolError::Truncated));
     }
 }

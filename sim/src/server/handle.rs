@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::locks::{HeldLock, LockId, LockKey};
 use super::log::{LogEntry, LogViolation, check_mutual_exclusion};
+use super::rows::RowId;
 use super::state::{Control, QueryRecord, Shared};
 use super::storage::FENCE_TABLE;
 
@@ -130,6 +131,19 @@ impl ServerHandle {
     /// order per lock (the rows of `pg_locks` with `granted = false`).
     pub fn waiters(&self) -> Vec<(LockId, i32)> {
         self.shared.borrow().locks.waiters()
+    }
+
+    /// The share locks on fence rows (`SELECT … FOR SHARE`), as `(row, pid)` in row and pid
+    /// order (the rows of `pg_locks` of locktype `tuple` and `transactionid` tell the same in
+    /// PostgreSQL).
+    pub fn row_locks(&self) -> Vec<(RowId, i32)> {
+        self.shared.borrow().rows.shared()
+    }
+
+    /// The epoch advances waiting for other sessions' share locks on their row, as
+    /// `(row, pid)` in row and queue order.
+    pub fn row_waiters(&self) -> Vec<(RowId, i32)> {
+        self.shared.borrow().rows.waiters()
     }
 
     /// Whether the server accepts connections (started and not crashed).

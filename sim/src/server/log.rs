@@ -1,13 +1,15 @@
 //! The ground-truth log of one simulated server, and a mutual-exclusion check over it.
 //!
 //! The server appends an entry for every session start and end, every lock grant and
-//! every release, with the simulated time ([`turmoil::sim_elapsed`]) at which it happened.
+//! every release, every fencing epoch advance, and every fence check and commit of a fenced
+//! transaction, with the simulated time ([`turmoil::sim_elapsed`]) at which it happened.
 //! A checker replays it with [`check_mutual_exclusion`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::locks::{LockId, LockKey};
+use super::rows::RowId;
 
 /// One event of the ground-truth log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +66,40 @@ pub enum Event {
         remaining: u64,
         /// Why.
         reason: ReleaseReason,
+    },
+    /// A fencing epoch advance (the fence table's upsert) committed.
+    EpochAdvanced {
+        /// Backend pid of the session that ran it.
+        pid: i32,
+        /// The fence row.
+        row: RowId,
+        /// The epoch it committed.
+        epoch: i64,
+        /// How long it waited for other sessions' share locks on the row (zero if it did not).
+        waited: Duration,
+    },
+    /// A transaction block read a fence row `FOR SHARE`: a fenced transaction's check. Only
+    /// the first such read of a block is logged.
+    FenceChecked {
+        /// Backend pid.
+        pid: i32,
+        /// The fence row.
+        row: RowId,
+        /// The epoch read.
+        epoch: i64,
+    },
+    /// A transaction block that had checked a fence row committed.
+    FencedCommit {
+        /// Backend pid.
+        pid: i32,
+        /// The fence row.
+        row: RowId,
+        /// The epoch its check read.
+        epoch: i64,
+        /// When its check ran (its [`Event::FenceChecked`]).
+        checked_at: Duration,
+        /// The row's committed epoch at the commit; `None` when the row is gone.
+        current: Option<i64>,
     },
 }
 

@@ -44,6 +44,7 @@
 mod client;
 mod config;
 mod exec;
+mod extended;
 mod frontend;
 mod guc;
 mod handle;
@@ -51,6 +52,7 @@ mod locks;
 mod log;
 mod reply;
 mod route;
+mod rows;
 mod session;
 mod sql;
 mod state;
@@ -70,6 +72,7 @@ pub use handle::{ServerHandle, SessionInfo, TransactionStatus};
 pub use locks::{HeldLock, LockId, LockKey};
 pub use log::{EndReason, Event, LogEntry, LogViolation, ReleaseReason, check_mutual_exclusion};
 pub use route::Primary;
+pub use rows::RowId;
 pub use state::QueryRecord;
 
 use state::{Control, Shared, State};

@@ -120,6 +120,12 @@ pub(crate) mod sqlstate {
     pub(crate) const UNDEFINED_TABLE: &str = "42P01";
     /// duplicate_table (also the notice of `CREATE TABLE IF NOT EXISTS`).
     pub(crate) const DUPLICATE_TABLE: &str = "42P07";
+    /// duplicate_prepared_statement.
+    pub(crate) const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
+    /// invalid_sql_statement_name (no such prepared statement).
+    pub(crate) const INVALID_SQL_STATEMENT_NAME: &str = "26000";
+    /// invalid_cursor_name (no such portal).
+    pub(crate) const INVALID_CURSOR_NAME: &str = "34000";
 }
 
 /// Result column types, by PostgreSQL type OID.
@@ -157,12 +163,20 @@ impl PgType {
 #[derive(Debug, Default)]
 pub(crate) struct Reply {
     buf: BytesMut,
+    /// Whether an ErrorResponse was appended.
+    failed: bool,
 }
 
 impl Reply {
     /// The encoded messages.
     pub(crate) fn into_bytes(self) -> BytesMut {
         self.buf
+    }
+
+    /// Whether the reply carries an ErrorResponse (the extended protocol then skips messages
+    /// until Sync).
+    pub(crate) fn failed(&self) -> bool {
+        self.failed
     }
 
     /// `R` AuthenticationOk.
@@ -198,34 +212,64 @@ impl Reply {
 
     /// `T` RowDescription of text-format columns.
     pub(crate) fn row_description(&mut self, columns: &[(&str, PgType)]) {
+        self.row_description_in(columns, &[]);
+    }
+
+    /// `T` RowDescription with the format codes a Bind asked for (see [`format_of`]).
+    pub(crate) fn row_description_in(&mut self, columns: &[(&str, PgType)], formats: &[i16]) {
         self.message(b'T', |b| {
             b.put_i16(len_i16(columns.len()));
-            for (name, ty) in columns {
+            for (index, (name, ty)) in columns.iter().enumerate() {
                 put_cstr(b, name);
                 b.put_i32(0); // table oid
                 b.put_i16(0); // column attribute number
                 b.put_i32(ty.oid());
                 b.put_i16(ty.size());
                 b.put_i32(-1); // type modifier
-                b.put_i16(0); // text format
+                b.put_i16(format_of(formats, index));
             }
         });
     }
 
-    /// `D` DataRow of text values (`None` is SQL NULL).
-    pub(crate) fn data_row(&mut self, values: &[Option<&str>]) {
+    /// `D` DataRow of encoded values, text or binary (`None` is SQL NULL).
+    pub(crate) fn data_row_bytes(&mut self, values: &[Option<&[u8]>]) {
         self.message(b'D', |b| {
             b.put_i16(len_i16(values.len()));
             for value in values {
                 match value {
-                    Some(text) => {
-                        b.put_i32(len_i32(text.len()));
-                        b.put_slice(text.as_bytes());
+                    Some(bytes) => {
+                        b.put_i32(len_i32(bytes.len()));
+                        b.put_slice(bytes);
                     }
                     None => b.put_i32(-1),
                 }
             }
         });
+    }
+
+    /// `1` ParseComplete.
+    pub(crate) fn parse_complete(&mut self) {
+        self.message(b'1', |_| {});
+    }
+
+    /// `2` BindComplete.
+    pub(crate) fn bind_complete(&mut self) {
+        self.message(b'2', |_| {});
+    }
+
+    /// `3` CloseComplete.
+    pub(crate) fn close_complete(&mut self) {
+        self.message(b'3', |_| {});
+    }
+
+    /// `n` NoData: the described statement or portal returns no rows.
+    pub(crate) fn no_data(&mut self) {
+        self.message(b'n', |_| {});
+    }
+
+    /// `t` ParameterDescription of a statement without parameters.
+    pub(crate) fn no_parameters(&mut self) {
+        self.message(b't', |b| b.put_i16(0));
     }
 
     /// `C` CommandComplete.
@@ -240,6 +284,7 @@ impl Reply {
 
     /// `E` ErrorResponse.
     pub(crate) fn error(&mut self, error: &SqlError) {
+        self.failed = true;
         self.message(b'E', |b| put_fields(b, error));
     }
 
@@ -255,6 +300,29 @@ impl Reply {
         body(&mut self.buf);
         let len = len_i32(self.buf.len() - at);
         self.buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    }
+}
+
+/// The format code of result column `index` under a Bind's `formats`: none means text, one
+/// applies to every column, otherwise one per column.
+pub(crate) fn format_of(formats: &[i16], index: usize) -> i16 {
+    match formats {
+        [] => 0,
+        [one] => *one,
+        many => many.get(index).copied().unwrap_or(0),
+    }
+}
+
+/// A value in PostgreSQL's binary send format for `ty` (from its text form): `bool` one
+/// byte, `int4` and `int8` big-endian, `text` its bytes, `void` nothing. `None` when the
+/// text does not fit the type.
+pub(crate) fn binary(ty: PgType, text: &str) -> Option<Vec<u8>> {
+    match ty {
+        PgType::Bool => Some(vec![u8::from(text == "t")]),
+        PgType::Int4 => text.parse::<i32>().ok().map(|n| n.to_be_bytes().to_vec()),
+        PgType::Int8 => text.parse::<i64>().ok().map(|n| n.to_be_bytes().to_vec()),
+        PgType::Text => Some(text.as_bytes().to_vec()),
+        PgType::Void => Some(Vec::new()),
     }
 }
 
@@ -333,7 +401,7 @@ mod tests {
     fn row_messages_parse() {
         let mut reply = Reply::default();
         reply.row_description(&[("case", PgType::Bool), ("x", PgType::Text)]);
-        reply.data_row(&[Some("t"), None]);
+        reply.data_row_bytes(&[Some(b"t"), None]);
         reply.command_complete("SELECT 1");
         reply.empty_query_response();
         let messages = parse_all(reply);
@@ -389,5 +457,62 @@ mod tests {
             ]
         );
         assert!(matches!(messages[1], Message::NoticeResponse(_)));
+    }
+
+    #[test]
+    fn extended_protocol_messages_and_binary_rows_parse() {
+        let mut reply = Reply::default();
+        reply.parse_complete();
+        reply.no_parameters();
+        reply.row_description_in(&[("epoch", PgType::Int8)], &[1]);
+        reply.bind_complete();
+        let epoch = binary(PgType::Int8, "7").unwrap();
+        reply.data_row_bytes(&[Some(&epoch)]);
+        reply.no_data();
+        reply.close_complete();
+        assert!(!reply.failed());
+        let messages = parse_all(reply);
+        assert!(matches!(messages[0], Message::ParseComplete));
+        let Message::ParameterDescription(body) = &messages[1] else {
+            panic!("not ParameterDescription");
+        };
+        assert_eq!(body.parameters().count().unwrap(), 0);
+        let Message::RowDescription(body) = &messages[2] else {
+            panic!("not RowDescription");
+        };
+        let fields: Vec<_> = body
+            .fields()
+            .map(|f| Ok((f.type_oid(), f.format())))
+            .collect()
+            .unwrap();
+        assert_eq!(fields, vec![(20, 1)]);
+        assert!(matches!(messages[3], Message::BindComplete));
+        let Message::DataRow(body) = &messages[4] else {
+            panic!("not DataRow");
+        };
+        let ranges: Vec<_> = body.ranges().collect().unwrap();
+        assert_eq!(
+            &body.buffer()[ranges[0].clone().unwrap()],
+            &7_i64.to_be_bytes()
+        );
+        assert!(matches!(messages[5], Message::NoData));
+        assert!(matches!(messages[6], Message::CloseComplete));
+    }
+
+    #[test]
+    fn binary_forms_and_format_codes() {
+        assert_eq!(binary(PgType::Bool, "t"), Some(vec![1]));
+        assert_eq!(
+            binary(PgType::Int4, "-2"),
+            Some((-2_i32).to_be_bytes().to_vec())
+        );
+        assert_eq!(binary(PgType::Int4, "x"), None);
+        assert_eq!(binary(PgType::Void, ""), Some(vec![]));
+        assert_eq!(format_of(&[], 3), 0);
+        assert_eq!(format_of(&[1], 3), 1);
+        assert_eq!(format_of(&[0, 1], 1), 1);
+        let mut reply = Reply::default();
+        reply.error(&SqlError::error(sqlstate::SYNTAX_ERROR, "no"));
+        assert!(reply.failed());
     }
 }

@@ -6,8 +6,9 @@
 //! disarmed as soon as a complete message has been read, so neither fires while a statement
 //! runs or waits for a lock.
 //!
-//! A statement blocked in `pg_advisory_lock` waits here, in simulated time, for the lock to
-//! be handed over, for `lock_timeout`, or for a terminate request. As in PostgreSQL with
+//! A statement blocked in `pg_advisory_lock`, or an epoch advance blocked by another
+//! session's `FOR SHARE` row lock, waits here, in simulated time, for the lock to be handed
+//! over (the row to be free), for `lock_timeout`, or for a terminate request. As in PostgreSQL with
 //! `client_connection_check_interval = 0` (the default), the socket is not watched during
 //! the wait: a waiter whose client went away stays queued, is granted the lock in its turn,
 //! and releases it when the session then ends on the closed socket.
@@ -23,11 +24,12 @@ use tokio::time::{Instant, sleep_until};
 use turmoil::net::TcpStream;
 
 use super::exec::{self, Blocked, Run, WaitEnd};
+use super::extended::{self, Execution};
 use super::frontend::{self, Frame, StartupPacket};
 use super::handle::TransactionStatus;
 use super::log::EndReason;
 use super::reply::{Reply, SqlError, sqlstate};
-use super::state::{IdleKind, Shared, Startup};
+use super::state::{IdleKind, Shared, Startup, State};
 
 /// Serves one accepted connection until the session ends. Dropping the future (server
 /// crash) ends the session with [`EndReason::Crash`] and sends nothing.
@@ -337,47 +339,90 @@ async fn handle(
         }
         _ if *ignore_till_sync => return Next::Continue { ready: false },
         Frame::Flush | Frame::Copy(_) => return Next::Continue { ready: false },
-        Frame::Extended(tag) => {
-            *ignore_till_sync = true;
-            (
-                exec::reject_extended(&mut shared.borrow_mut(), pid, tag),
-                false,
-            )
-        }
         Frame::Query(query) => {
-            let index = {
-                let mut state = shared.borrow_mut();
-                let at = state.clock();
-                state.query_received(pid, at)
-            };
-            if let Latency::Terminated = latency(shared, wake, pid).await {
-                return Next::End(terminate(conn).await);
+            let run = |state: &mut State, at| exec::run_query(state, pid, &query, at);
+            match statement(conn, shared, pid, wake, run).await {
+                Ok(reply) => (reply, true),
+                Err(reason) => return Next::End(reason),
             }
-            let run = {
-                let mut state = shared.borrow_mut();
-                let at = state.clock();
-                exec::run_query(&mut state, pid, &query, at)
-            };
-            let reply = match run {
-                Some(Run::Done(reply)) => reply,
-                Some(Run::Blocked(blocked)) => {
-                    match wait_for_lock(conn, shared, pid, wake, blocked).await {
+        }
+        Frame::Execute { portal } => {
+            let execution = extended::execution(&mut shared.borrow_mut(), pid, &portal);
+            let reply = match execution {
+                Execution::Reply(reply) => reply,
+                Execution::Statement(statement, formats) => {
+                    let run =
+                        |state: &mut State, at| exec::execute(state, pid, statement, formats, at);
+                    match self::statement(conn, shared, pid, wake, run).await {
                         Ok(reply) => reply,
                         Err(reason) => return Next::End(reason),
                     }
                 }
-                None => return Next::End(EndReason::Crash),
             };
-            let mut state = shared.borrow_mut();
-            let at = state.clock();
-            state.query_answered(index, at);
-            (reply, true)
+            *ignore_till_sync = reply.failed();
+            (reply, false)
+        }
+        other => {
+            let reply = extended_message(&mut shared.borrow_mut(), pid, other);
+            *ignore_till_sync = reply.failed();
+            (reply, false)
         }
     };
     match conn.send(&reply.into_bytes()).await {
         Ok(()) => Next::Continue { ready },
         Err(_) => Next::End(EndReason::ConnectionError),
     }
+}
+
+/// The reply to an extended-protocol message other than Execute and Sync.
+fn extended_message(state: &mut State, pid: i32, frame: Frame) -> Reply {
+    match frame {
+        Frame::Parse { name, query, .. } => extended::parse(state, pid, &name, &query),
+        Frame::Bind {
+            portal,
+            statement,
+            params,
+            result_formats,
+        } => extended::bind(state, pid, &portal, &statement, params, result_formats),
+        Frame::Describe { target, name } => extended::describe(state, pid, target, &name),
+        Frame::Close { target, name } => extended::close(state, pid, target, &name),
+        Frame::Extended(tag) => exec::reject_extended(state, pid, tag),
+        _ => Reply::default(),
+    }
+}
+
+/// Runs a simple Query or an Execute (`run`) as a statement of the statement log: waits out
+/// the query latency, runs it, waits while it is queued for a lock; the reply, or why the
+/// session ended.
+async fn statement(
+    conn: &mut Conn,
+    shared: &Shared,
+    pid: i32,
+    wake: &Notify,
+    run: impl FnOnce(&mut State, Duration) -> Option<Run>,
+) -> Result<Reply, EndReason> {
+    let index = {
+        let mut state = shared.borrow_mut();
+        let at = state.clock();
+        state.query_received(pid, at)
+    };
+    if let Latency::Terminated = latency(shared, wake, pid).await {
+        return Err(terminate(conn).await);
+    }
+    let ran = {
+        let mut state = shared.borrow_mut();
+        let at = state.clock();
+        run(&mut state, at)
+    };
+    let reply = match ran {
+        Some(Run::Done(reply)) => reply,
+        Some(Run::Blocked(blocked)) => wait_for_lock(conn, shared, pid, wake, blocked).await?,
+        None => return Err(EndReason::Crash),
+    };
+    let mut state = shared.borrow_mut();
+    let at = state.clock();
+    state.query_answered(index, at);
+    Ok(reply)
 }
 
 /// Waits while the query's statement is queued for a lock, then resumes it; the reply, or
@@ -387,7 +432,7 @@ async fn wait_for_lock(
     shared: &Shared,
     pid: i32,
     wake: &Notify,
-    mut blocked: Blocked,
+    mut blocked: Box<Blocked>,
 ) -> Result<Reply, EndReason> {
     let mut deadline = lock_deadline(shared, pid);
     loop {

@@ -13,7 +13,7 @@
 //!   KEY (classid, objid))`, `INSERT INTO t AS f (classid, objid, epoch) VALUES (a, b, n)
 //!   ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 RETURNING f.epoch` and
 //!   `SELECT epoch FROM t WHERE classid = a AND objid = b [FOR SHARE]`;
-//! - `SET [SESSION] <name> {=|TO} {<value>|DEFAULT}`, `RESET <name>`, `SHOW <name>`;
+//! - `SET [SESSION | LOCAL] <name> {=|TO} {<value>|DEFAULT}`, `RESET <name>`, `SHOW <name>`;
 //! - `BEGIN`/`START TRANSACTION`, `COMMIT`/`END`, `ROLLBACK`/`ABORT`;
 //! - `SELECT pg_terminate_backend(pid)` of another backend (terminating one's own backend is
 //!   not modelled: the reply comes before the FATAL).
@@ -47,8 +47,13 @@ pub(crate) enum Statement {
         objid: i64,
         for_share: bool,
     },
-    /// `SET name = value`, `SET name TO DEFAULT`, `RESET name`.
-    Set { name: String, value: SetValue },
+    /// `SET name = value`, `SET name TO DEFAULT`, `RESET name`; `SET LOCAL` (`local`) until
+    /// the transaction ends.
+    Set {
+        name: String,
+        value: SetValue,
+        local: bool,
+    },
     /// `SHOW name`.
     Show(String),
     /// `BEGIN`.
@@ -444,6 +449,7 @@ impl<'a> Parser<'a> {
             "reset" => Statement::Set {
                 name: self.name()?,
                 value: SetValue::Default,
+                local: false,
             },
             "show" => Statement::Show(self.name()?),
             "begin" => {
@@ -479,13 +485,8 @@ impl<'a> Parser<'a> {
     }
 
     fn set(&mut self) -> Result<Statement, SqlError> {
-        if self.peek_word("local") {
-            return Err(SqlError::error(
-                sqlstate::FEATURE_NOT_SUPPORTED,
-                "the simulated server does not support SET LOCAL",
-            ));
-        }
-        self.optional_words(&["session"]);
+        let local = self.peek_word("local");
+        self.optional_words(&["session", "local"]);
         let name = self.name()?;
         match self.next() {
             Some(Tok::Eq) => {}
@@ -500,7 +501,7 @@ impl<'a> Parser<'a> {
             Some(Tok::Int(n)) => SetValue::Value(n.to_string()),
             other => return Err(unexpected(other)),
         };
-        Ok(Statement::Set { name, value })
+        Ok(Statement::Set { name, value, local })
     }
 
     fn name(&mut self) -> Result<String, SqlError> {
@@ -804,6 +805,7 @@ mod tests {
         let timeout = |value: &str| Statement::Set {
             name: "idle_session_timeout".to_owned(),
             value: SetValue::Value(value.to_owned()),
+            local: false,
         };
         assert_eq!(one("SET idle_session_timeout = 20000"), timeout("20000"));
         assert_eq!(one("set idle_session_timeout to '20s'"), timeout("20s"));
@@ -813,6 +815,7 @@ mod tests {
             Statement::Set {
                 name: "application_name".to_owned(),
                 value: SetValue::Value("replica-1".to_owned()),
+                local: false,
             }
         );
         assert_eq!(
@@ -820,6 +823,7 @@ mod tests {
             Statement::Set {
                 name: "idle_session_timeout".to_owned(),
                 value: SetValue::Default,
+                local: false,
             }
         );
         assert_eq!(
@@ -827,6 +831,15 @@ mod tests {
             Statement::Set {
                 name: "idle_session_timeout".to_owned(),
                 value: SetValue::Default,
+                local: false,
+            }
+        );
+        assert_eq!(
+            one("SET LOCAL idle_in_transaction_session_timeout = '50ms'"),
+            Statement::Set {
+                name: "idle_in_transaction_session_timeout".to_owned(),
+                value: SetValue::Value("50ms".to_owned()),
+                local: true,
             }
         );
         assert_eq!(
@@ -861,6 +874,7 @@ mod tests {
                 Statement::Set {
                     name: "application_name".to_owned(),
                     value: SetValue::Value("a;b".to_owned()),
+                    local: false,
                 },
             ])
         );
@@ -879,10 +893,6 @@ mod tests {
     fn unsupported_and_malformed_statements_are_rejected() {
         assert_eq!(
             code("INSERT INTO t VALUES (1)"),
-            sqlstate::FEATURE_NOT_SUPPORTED
-        );
-        assert_eq!(
-            code("SET LOCAL idle_session_timeout = 1"),
             sqlstate::FEATURE_NOT_SUPPORTED
         );
         assert_eq!(code("SELECT"), sqlstate::SYNTAX_ERROR);

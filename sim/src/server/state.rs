@@ -14,10 +14,12 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::config::ServerConfig;
+use super::extended::Prepared;
 use super::guc::Gucs;
 use super::handle::TransactionStatus;
 use super::locks::{LockId, LockKey, LockTable, TryLock, Unlock};
 use super::log::{EndReason, Event, LogEntry, ReleaseReason};
+use super::rows::{RowId, RowLocks};
 use super::storage::Storage;
 
 /// The shared state of one instance.
@@ -64,13 +66,36 @@ pub(crate) struct Session {
     /// While transaction-local values (`set_config(…, true)`) are in effect: the values the
     /// session returns to when the transaction commits.
     pub(crate) local_base: Option<Gucs>,
-    /// The lock this session waits for in `pg_advisory_lock`, if it waits.
-    pub(crate) waiting: Option<LockId>,
-    /// Set when the lock [`Self::waiting`] names was handed over to this session.
+    /// What this session's statement waits for, if it waits.
+    pub(crate) waiting: Option<Wait>,
+    /// Set when the wait [`Self::waiting`] names is over: the advisory lock was handed over
+    /// to this session, or no other session share-locks the row any more.
     pub(crate) wait_granted: bool,
+    /// The first fence check (`SELECT … FOR SHARE` of a fence row) of the open transaction
+    /// block, logged again when the block commits.
+    pub(crate) fence_check: Option<FenceCheck>,
+    /// Prepared statements and portals of the extended query protocol.
+    pub(crate) prepared: Prepared,
     pub(crate) transaction: TransactionStatus,
     pub(crate) terminate_requested: bool,
     pub(crate) wake: Rc<Notify>,
+}
+
+/// What a blocked statement waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Its turn in the queue of an advisory lock (`pg_advisory_lock`).
+    Advisory(LockId),
+    /// The end of other sessions' share locks on a row (an update of a `FOR SHARE`d row).
+    Row(RowId),
+}
+
+/// A fence check made in a transaction block: which row, the epoch read, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FenceCheck {
+    pub(crate) row: RowId,
+    pub(crate) epoch: i64,
+    pub(crate) at: Duration,
 }
 
 /// Everything one instance knows.
@@ -83,6 +108,8 @@ pub(crate) struct State {
     next_pid: i32,
     pub(crate) sessions: BTreeMap<i32, Session>,
     pub(crate) locks: LockTable,
+    /// Row locks on the fence table (`FOR SHARE`).
+    pub(crate) rows: RowLocks,
     pub(crate) log: Vec<LogEntry>,
     pub(crate) queries: Vec<QueryRecord>,
     /// The latest simulated time the server has read; stamps events when no host clock
@@ -123,6 +150,7 @@ impl State {
             server_wake: Rc::new(Notify::new()),
             sessions: BTreeMap::new(),
             locks: LockTable::default(),
+            rows: RowLocks::default(),
             log: Vec::new(),
             queries: Vec::new(),
             last_time: Duration::ZERO,
@@ -139,7 +167,7 @@ impl State {
         self.last_time
     }
 
-    fn record(&mut self, at: Duration, event: Event) {
+    pub(crate) fn record(&mut self, at: Duration, event: Event) {
         self.log.push(LogEntry { at, event });
     }
 
@@ -190,6 +218,8 @@ impl State {
             local_base: None,
             waiting: None,
             wait_granted: false,
+            fence_check: None,
+            prepared: Prepared::default(),
             transaction: TransactionStatus::Idle,
             terminate_requested: false,
             wake: Rc::new(Notify::new()),
@@ -204,6 +234,7 @@ impl State {
         let Some(session) = self.sessions.remove(&pid) else {
             return;
         };
+        self.end_row_locks(pid);
         let released = self.locks.release_session(pid);
         for (lock, _count) in &released {
             self.record(
@@ -262,29 +293,73 @@ impl State {
         }
         self.locks.enqueue(lock.clone(), pid);
         if let Some(session) = self.sessions.get_mut(&pid) {
-            session.waiting = Some(lock.clone());
+            session.waiting = Some(Wait::Advisory(lock.clone()));
             session.wait_granted = false;
         }
         LockWait::Queued(lock)
     }
 
-    /// Ends session `pid`'s wait: true when the lock was handed over to it, false when it
-    /// left the queue without it (lock timeout, termination).
+    /// An update of `row` by session `pid`: true when it may go on now, false when another
+    /// session share-locks the row and `pid` was queued to wait for [`Session::wait_granted`].
+    /// With row locks switched off ([`ServerConfig::with_row_locks`]) it never waits.
+    ///
+    /// [`ServerConfig::with_row_locks`]: super::ServerConfig::with_row_locks
+    pub(crate) fn update_or_wait(&mut self, pid: i32, row: &RowId) -> bool {
+        if !self.config.row_locks || !self.rows.others_share(row, pid) {
+            return true;
+        }
+        self.rows.enqueue(row.clone(), pid);
+        if let Some(session) = self.sessions.get_mut(&pid) {
+            session.waiting = Some(Wait::Row(row.clone()));
+            session.wait_granted = false;
+        }
+        false
+    }
+
+    /// `SELECT … FOR SHARE` of `row` by session `pid`: a share lock until its transaction
+    /// ends (none with row locks switched off).
+    pub(crate) fn share_row(&mut self, pid: i32, row: RowId) {
+        if self.config.row_locks {
+            self.rows.share(row, pid);
+        }
+    }
+
+    /// Ends session `pid`'s row locks (its transaction or session ended), and its own row
+    /// waits; wakes the updates nothing blocks any more.
+    pub(crate) fn end_row_locks(&mut self, pid: i32) {
+        for (_row, waiter) in self.rows.release(pid) {
+            if let Some(session) = self.sessions.get_mut(&waiter) {
+                session.wait_granted = true;
+                session.wake.notify_one();
+            }
+        }
+    }
+
+    /// Ends session `pid`'s wait: true when it may go on (the advisory lock was handed over
+    /// to it, or the row is no longer share-locked by others), false when it left the queue
+    /// without that (lock timeout, termination).
     pub(crate) fn end_wait(&mut self, pid: i32) -> bool {
         let Some(session) = self.sessions.get_mut(&pid) else {
             return false;
         };
         let granted = std::mem::take(&mut session.wait_granted);
-        let Some(lock) = session.waiting.take() else {
+        let Some(wait) = session.waiting.take() else {
             return granted;
         };
         if !granted {
-            self.locks.cancel_wait(&lock, pid);
+            match wait {
+                Wait::Advisory(lock) => {
+                    self.locks.cancel_wait(&lock, pid);
+                }
+                Wait::Row(row) => {
+                    self.rows.cancel_wait(&row, pid);
+                }
+            }
         }
         granted
     }
 
-    /// Whether session `pid`'s awaited lock was handed over to it.
+    /// Whether session `pid`'s wait is over (see [`Session::wait_granted`]).
     pub(crate) fn wait_granted(&self, pid: i32) -> bool {
         self.sessions.get(&pid).is_some_and(|s| s.wait_granted)
     }
