@@ -8,6 +8,14 @@
 //! the grant outcomes `granted`/`refused`/`shared`, the leader's `verify()` columns before and
 //! after an unlock, a queued wait that times out with 55P03 and one that is granted when the
 //! holder disconnects, and the fencing statements on a fresh database.
+//!
+//! A third script checks the fence row's locks: a fence check (`SELECT … FOR SHARE`) in an open
+//! transaction block makes another session's epoch advance wait until the block ends (and a
+//! second check is granted while the advance waits), `lock_timeout` ends such a wait with
+//! 55P03, a check outside a block holds nothing, a block bounded by `SET LOCAL
+//! idle_in_transaction_session_timeout` ends with FATAL 25P03 and frees the advance, and
+//! `plexsphere_leader::fencing::check` (the extended protocol, in a `Transaction`) answers as on
+//! PostgreSQL.
 #![allow(clippy::unwrap_used)] // tests: an unexpected failure is the assertion
 #![allow(missing_docs)] // test functions
 
@@ -237,6 +245,8 @@ enum Script {
     Locks,
     /// The adapter's grant outcomes, check, queued wait and fencing statements.
     Elector,
+    /// The fence row's locks: `FOR SHARE` against the epoch advance.
+    Fence,
 }
 
 async fn run_script<F, Fut>(which: Script, open: F) -> Vec<String>
@@ -247,6 +257,7 @@ where
     match which {
         Script::Locks => script(open).await,
         Script::Elector => elector_script(open).await,
+        Script::Fence => fence_script(open).await,
     }
 }
 
@@ -343,6 +354,92 @@ where
     see("a check", a.run(sql::FENCE_CHECK).await);
     see("a advance columns", a.names(&sql::advance_epoch()).await);
     see("b unlock", b.run(&sql::unlock()).await);
+    seen
+}
+
+/// The fence row's locks, with the statements of `plexsphere_leader::sql` and
+/// `plexsphere_leader::fencing::check`.
+async fn fence_script<F, Fut>(open: F) -> Vec<String>
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Session>,
+{
+    use plexsphere_leader::{fencing, sql};
+
+    let mut seen = Vec::new();
+    let mut see = |what: &str, observed: String| seen.push(format!("{what}: {observed}"));
+    let a = open("a").await;
+    let b = open("b").await;
+    let mut c = open("c").await;
+    see("a setup", a.run(sql::FENCE_SETUP).await);
+    see("a advance", a.run(&sql::advance_epoch()).await);
+    see("a begin", a.run("BEGIN").await);
+    see("a check in its block", a.run(sql::FENCE_CHECK).await);
+    let waiting = tokio::spawn(async move {
+        let answer = b.run(&sql::advance_epoch()).await;
+        (b, answer)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    see(
+        "b's advance answered while a's block is open",
+        waiting.is_finished().to_string(),
+    );
+    see("c begin", c.run("BEGIN").await);
+    see("c check while b waits", c.run(sql::FENCE_CHECK).await);
+    see("a commit", a.run("COMMIT").await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    see(
+        "b's advance answered while c's block is open",
+        waiting.is_finished().to_string(),
+    );
+    see("c commit", c.run("COMMIT").await);
+    let (b, answer) = waiting.await.unwrap();
+    see("b's advance once both blocks ended", answer);
+    see("a begin again", a.run("BEGIN").await);
+    see("a check again", a.run(sql::FENCE_CHECK).await);
+    see("b lock_timeout", b.run("SET lock_timeout = '200ms'").await);
+    see(
+        "b advance under lock_timeout",
+        b.run(&sql::advance_epoch()).await,
+    );
+    see("a rollback", a.run("ROLLBACK").await);
+    see("a check outside a block", a.run(sql::FENCE_CHECK).await);
+    see("b advance after it", b.run(&sql::advance_epoch()).await);
+    see("b lock_timeout off", b.run("SET lock_timeout = 0").await);
+    see(
+        "b SET LOCAL outside a block",
+        b.run("SET LOCAL lock_timeout = '1s'").await,
+    );
+    see("b lock_timeout after it", b.run("SHOW lock_timeout").await);
+    see(
+        "a bounded block",
+        a.run("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '300ms'")
+            .await,
+    );
+    see(
+        "a check in the bounded block",
+        a.run(sql::FENCE_CHECK).await,
+    );
+    let waiting = tokio::spawn(async move { b.run(&sql::advance_epoch()).await });
+    see("a ended", a.wait_end(Duration::from_secs(2)).await);
+    see(
+        "b's advance after a's idle-in-transaction timeout",
+        waiting.await.unwrap(),
+    );
+    let transaction = c.client.transaction().await.unwrap();
+    let outcome = |result: Result<(), fencing::FenceError>| match result {
+        Ok(()) => "ok".to_owned(),
+        Err(error) => error.to_string(),
+    };
+    see(
+        "c fencing::check of the current epoch",
+        outcome(fencing::check(&transaction, 4).await),
+    );
+    see(
+        "c fencing::check of an older epoch",
+        outcome(fencing::check(&transaction, 3).await),
+    );
+    transaction.rollback().await.unwrap();
     seen
 }
 
@@ -466,6 +563,31 @@ fn the_simulated_server_answers_the_electors_grant_check_wait_and_fence_statemen
         "b wait_for_lock times out: error 55P03",
         "b wait_for_lock after c disconnects: granted|<pid>",
         "a check: 3",
+    ] {
+        assert!(model.iter().any(|l| l == line), "{line}: {model:?}");
+    }
+}
+
+#[test]
+fn the_simulated_server_locks_the_fence_row_as_postgresql_does() {
+    let (model, real) = compare(Script::Fence);
+    assert_eq!(
+        model,
+        real,
+        "\nmodel:\n  {}\nreal:\n  {}",
+        model.join("\n  "),
+        real.join("\n  ")
+    );
+    for line in [
+        "b's advance answered while a's block is open: false",
+        "c check while b waits: 1",
+        "b's advance answered while c's block is open: false",
+        "b's advance once both blocks ended: 2",
+        "b advance under lock_timeout: error 55P03",
+        "b advance after it: 3",
+        "a ended: FATAL 25P03",
+        "b's advance after a's idle-in-transaction timeout: 4",
+        "c fencing::check of the current epoch: ok",
     ] {
         assert!(model.iter().any(|l| l == line), "{line}: {model:?}");
     }

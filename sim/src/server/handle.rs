@@ -105,7 +105,8 @@ impl ServerHandle {
     /// same committed tables (this instance's; `standby`'s own are dropped), so a failover
     /// to `standby` keeps every committed fencing epoch, across crashes and restarts of
     /// either. Sessions and advisory locks are not replicated (PostgreSQL does not
-    /// WAL-log advisory locks).
+    /// WAL-log advisory locks), nor are row locks (`FOR SHARE`): a fenced transaction on one
+    /// instance does not hold back an epoch advance on the other.
     ///
     /// Not modelled: a write on one instance while the other is cut off. A real
     /// synchronous primary would wait for its standby's acknowledgement; here the write

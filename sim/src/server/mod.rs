@@ -3,13 +3,15 @@
 //! It speaks enough of protocol v3 for an unmodified `tokio_postgres` client connected
 //! with `Config::connect_raw` over a `turmoil::net::TcpStream` (see [`connect`]): trust
 //! authentication, the simple query protocol for the statements in `sql` (the adapter's
-//! grant, `SELECT 1` and unlock statements and a few more), an ErrorResponse 0A000 for
-//! the extended protocol. It models session advisory locks with re-entrancy counts,
+//! grant, `SELECT 1` and unlock statements and a few more), and the extended protocol for
+//! those statements without parameters (what `tokio_postgres`'s `query` sends). It models
+//! session advisory locks with re-entrancy counts,
 //! `idle_session_timeout` (FATAL 57P05), `idle_in_transaction_session_timeout` (FATAL 25P03),
 //! `pg_advisory_lock`'s FIFO wait queue with `lock_timeout` (ERROR 55P03), transaction-local
 //! `set_config`, custom placeholder settings, hot standbys (`pg_is_in_recovery()`, see
 //! [`ServerConfig::with_in_recovery`]), the fencing table (committed data that survives
-//! crashes and, with [`ServerHandle::replicate_to`], failovers), `pg_terminate_backend`
+//! crashes and, with [`ServerHandle::replicate_to`], failovers) with `FOR SHARE` row locks
+//! that make an epoch advance wait for fenced transactions, `pg_terminate_backend`
 //! (FATAL 57P01), crash and restart, and keeps a ground-truth [`LogEntry`] log of sessions and locks and a statement
 //! log ([`QueryRecord`]) from which idle periods are measured.
 //!

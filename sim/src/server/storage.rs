@@ -6,8 +6,9 @@
 //! other committed, so a failover to it keeps the fencing epochs.
 //!
 //! Only the fence table's shape is modelled: `(classid int4, objid int4)` primary key and
-//! a `bigint` epoch. Row locks (`FOR SHARE`) and MVCC visibility are not: every statement
-//! commits on its own and sees every committed row.
+//! a `bigint` epoch. MVCC visibility is not: every write commits on its own and every
+//! statement sees every committed row. Row locks (`FOR SHARE`) belong to each instance, not
+//! to the committed data (see `rows`).
 
 use std::collections::BTreeMap;
 
