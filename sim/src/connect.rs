@@ -17,8 +17,12 @@ use turmoil::net::TcpStream;
 use crate::server::Primary;
 
 /// The connections of one replica's pool: a TCP connect to whichever host [`Primary`] names at
-/// the moment, then the PostgreSQL startup. The connection future runs in a `tokio::spawn`ed
-/// task of the replica's host, aborted when the pool drops the client.
+/// the moment, then the PostgreSQL startup. The connection future runs in a task of the host's
+/// `LocalSet` (`spawn_local`; connect only from a turmoil host's software, which runs in
+/// one), aborted when the pool drops the client. Not `tokio::spawn`: the runtime shards its
+/// task list by a process-wide task id, so when turmoil drops a crashed host's runtime it
+/// would drop such tasks, and so close their sockets (their FINs), in an order that differs
+/// from one run of a seed to the next; the `LocalSet` keeps one list, in spawn order.
 #[derive(Debug, Clone)]
 pub struct TurmoilConnect {
     primary: Primary,
@@ -66,7 +70,7 @@ impl deadpool_postgres::Connect for TurmoilConnect {
                 Err(error) => return Err(tcp_error(&config, error).await),
             };
             let (client, connection) = config.connect_raw(stream, NoTls).await?;
-            let task = tokio::spawn(async move {
+            let task = tokio::task::spawn_local(async move {
                 // The outcome reaches the client as a closed connection; nothing to add here.
                 let _ended = connection.await;
             });

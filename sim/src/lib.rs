@@ -21,12 +21,14 @@
 mod capture;
 mod checker;
 mod connect;
+mod fenced;
 mod nemesis;
 mod params;
 mod record;
 mod replica;
 mod report;
 mod run;
+mod sabotage;
 pub mod server;
 mod world;
 
@@ -34,6 +36,6 @@ pub use checker::{Cases, Measurements, Property, Violation};
 pub use connect::TurmoilConnect;
 pub use nemesis::{FaultKind, RunKind};
 pub use params::Params;
-pub use plexsphere_leader::sabotage::Sabotage;
 pub use report::Report;
-pub use run::{RunOptions, RunOutcome, SABOTAGES, run, run_once, sabotage_name};
+pub use run::{RunOptions, RunOutcome, run, run_once};
+pub use sabotage::{DriverSabotage, Sabotage};

@@ -3,13 +3,16 @@
 //! with `seeds: N, violations: V`. Exits non-zero on any violation.
 //!
 //! ```text
-//! plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--sabotage NAME]
+//! plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--fencing on|off]
+//!     [--sabotage NAME]
 //! ```
 //!
 //! `--seed S` starts at seed S (default 0); given without `--seeds` it runs that one seed and
-//! prints its trace. `--jobs J` runs seeds on J threads. `--sabotage` switches on a
-//! deliberately broken driver behaviour (never-ping, return-granted-to-pool,
-//! skip-idle-session-timeout, keep-term-on-failed-ping), to see the checker fail.
+//! prints its trace. `--jobs J` runs seeds on J threads. `--fencing` forces fencing on or off
+//! for every seed (by default seeds with `(seed / 2) % 2 == 1` fence). `--sabotage` switches
+//! on a deliberately broken behaviour (never-ping, return-granted-to-pool,
+//! skip-idle-session-timeout, keep-term-on-failed-ping of the driver; fence-without-row-lock
+//! of the simulated server), to see the checker fail.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::process::ExitCode;
@@ -17,15 +20,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use plexsphere_leader_sim::{
-    Params, Report, RunKind, RunOptions, RunOutcome, SABOTAGES, Sabotage, run, sabotage_name,
-};
+use plexsphere_leader_sim::{Params, Report, RunKind, RunOptions, RunOutcome, Sabotage, run};
 
 struct Args {
     first: u64,
     seeds: u64,
     replicas: usize,
     jobs: usize,
+    /// `--fencing`: fencing forced on or off; `None` follows the seed.
+    fencing: Option<bool>,
     sabotage: Option<Sabotage>,
     trace: bool,
 }
@@ -36,6 +39,7 @@ fn parse() -> Result<Args, String> {
         seeds: 1,
         replicas: 3,
         jobs: 1,
+        fencing: None,
         sabotage: None,
         trace: false,
     };
@@ -52,10 +56,17 @@ fn parse() -> Result<Args, String> {
             "--jobs" => {
                 args.jobs = usize::try_from(number(&value()?)?).map_err(|e| e.to_string())?
             }
+            "--fencing" => {
+                args.fencing = match value()?.as_str() {
+                    "on" => Some(true),
+                    "off" => Some(false),
+                    other => return Err(format!("--fencing takes on or off, not {other}")),
+                }
+            }
             "--sabotage" => {
                 let name = value()?;
-                let sabotage = SABOTAGES.iter().find(|s| sabotage_name(**s) == name);
-                args.sabotage = Some(*sabotage.ok_or_else(|| format!("unknown sabotage {name}"))?);
+                let sabotage = Sabotage::from_name(&name);
+                args.sabotage = Some(sabotage.ok_or_else(|| format!("unknown sabotage {name}"))?);
             }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
@@ -77,6 +88,7 @@ fn number(text: &str) -> Result<u64, String> {
 fn options(args: &Args, seed: u64) -> RunOptions {
     RunOptions {
         replicas: args.replicas,
+        fencing: args.fencing.unwrap_or(RunOptions::fencing_for_seed(seed)),
         sabotage: args.sabotage,
         ..RunOptions::new(seed)
     }
@@ -93,7 +105,7 @@ fn run_seed(args: &Args, seed: u64) -> Result<RunOutcome, String> {
             .unwrap_or_default();
         format!(
             "seed {seed} ({}): the simulation panicked: {what}\n  replay: {}\n",
-            options.kind,
+            options.describe(),
             options.replay_command()
         )
     })
@@ -104,7 +116,7 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(error) => {
             eprintln!(
-                "{error}\nusage: plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--sabotage NAME]"
+                "{error}\nusage: plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--fencing on|off] [--sabotage NAME]"
             );
             return ExitCode::from(2);
         }

@@ -20,6 +20,13 @@ pub struct Params {
     pub longest_work: Duration,
     /// How often the simulated service asks for a unit of leader work.
     pub work_period: Duration,
+    /// Fencing runs: how long a fenced unit of work may take, from its start to its commit's
+    /// answer, before the service gives up on it and closes its connection.
+    pub fenced_budget: Duration,
+    /// Fencing runs: the `idle_in_transaction_session_timeout` a fenced transaction sets
+    /// (`SET LOCAL`), which bounds how long a cut-off leader's transaction can hold the fence
+    /// row (and so hold back the next leader's epoch advance).
+    pub fenced_idle_timeout: Duration,
     /// How long the nemesis injects faults.
     pub fault_phase: Duration,
     /// How long the liveness phase lasts: faults healed, a leader must appear and stay.
@@ -30,8 +37,9 @@ pub struct Params {
 }
 
 impl Default for Params {
-    /// I = 100 ms, ticks of 1 ms, latency up to 5 ms, work units up to I/4 every I/2, 40 I of
-    /// faults, 12 I of liveness, and the 2 s unlock budget plus 10 I to stop.
+    /// I = 100 ms, ticks of 1 ms, latency up to 5 ms, work units up to I/4 every I/2 (fenced
+    /// ones within I, their transactions idle at most I/2), 40 I of faults, 12 I of liveness,
+    /// and the 2 s unlock budget plus 10 I to stop.
     fn default() -> Self {
         let interval = Duration::from_millis(100);
         Self {
@@ -40,6 +48,8 @@ impl Default for Params {
             max_latency: Duration::from_millis(5),
             longest_work: interval / 4,
             work_period: interval / 2,
+            fenced_budget: interval,
+            fenced_idle_timeout: interval / 2,
             fault_phase: interval * 40,
             liveness_phase: interval * 12,
             stop_budget: UNLOCK_BUDGET + interval * 10,

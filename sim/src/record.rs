@@ -38,8 +38,44 @@ impl Span {
 pub(crate) struct Recorder {
     /// The simulated time of the current step, as the harness last set it.
     pub(crate) now: Duration,
-    /// Every unit of leader work: the replica and its span.
+    /// Every unit of leader work: the replica and the span in which it acted as leader (the
+    /// whole unit; in fencing runs only the hold between an accepted fence check and the
+    /// commit).
     pub(crate) work: Vec<(usize, Span)>,
+    /// Fencing runs: every fenced unit of work, as the service saw it.
+    pub(crate) fenced: Vec<FencedWrite>,
+}
+
+/// How a fenced unit of work ended, as the service saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FenceOutcome {
+    /// Still running when the run ended, or cut short by a crash of its host.
+    Unfinished,
+    /// The check found the term's epoch current and the transaction committed.
+    Accepted,
+    /// The check found a newer epoch; the transaction rolled back.
+    Stale {
+        /// The epoch the check read.
+        current: u64,
+    },
+    /// Anything else: no connection, a server error, the budget exhausted (the connection is
+    /// then closed, and the server may still have committed).
+    Failed(String),
+}
+
+/// One fenced unit of work: `BEGIN`, the fence check, the work, `COMMIT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FencedWrite {
+    pub(crate) replica: usize,
+    pub(crate) incarnation: u32,
+    /// The term's epoch it checked against.
+    pub(crate) epoch: Option<u64>,
+    pub(crate) started: Duration,
+    /// When the check's answer came back.
+    pub(crate) checked: Option<Duration>,
+    /// When the commit's (or rollback's) answer came back, or the unit gave up.
+    pub(crate) ended: Option<Duration>,
+    pub(crate) outcome: FenceOutcome,
 }
 
 impl Recorder {
@@ -65,6 +101,41 @@ impl Recorder {
             }
         }
     }
+
+    /// A fenced unit of work begins; returns its index for the calls below.
+    pub(crate) fn begin_fenced(
+        &mut self,
+        replica: usize,
+        incarnation: u32,
+        epoch: Option<u64>,
+        at: Duration,
+    ) -> usize {
+        self.fenced.push(FencedWrite {
+            replica,
+            incarnation,
+            epoch,
+            started: at,
+            checked: None,
+            ended: None,
+            outcome: FenceOutcome::Unfinished,
+        });
+        self.fenced.len() - 1
+    }
+
+    /// The fence check of unit `index` answered.
+    pub(crate) fn fence_checked(&mut self, index: usize, at: Duration) {
+        if let Some(write) = self.fenced.get_mut(index) {
+            write.checked = Some(at);
+        }
+    }
+
+    /// Unit `index` ended with `outcome`.
+    pub(crate) fn end_fenced(&mut self, index: usize, at: Duration, outcome: FenceOutcome) {
+        if let Some(write) = self.fenced.get_mut(index) {
+            write.ended = Some(at);
+            write.outcome = outcome;
+        }
+    }
 }
 
 /// How a term ended, as its `Term` handle reported it.
@@ -84,6 +155,8 @@ pub(crate) struct TermRecord {
     pub(crate) replica: usize,
     pub(crate) incarnation: u32,
     pub(crate) id: u64,
+    /// The term's fencing epoch ([`Term::epoch`]), read when it began.
+    pub(crate) epoch: Option<u64>,
     pub(crate) span: Span,
     pub(crate) end: TermEnd,
     /// A handle on the term, to read its cause when it ends.

@@ -1,13 +1,12 @@
 //! The software of one replica host: the real `Elector::run` of the adapter, on a pool of
 //! turmoil connections, and a simulated service that runs units of leader work through
-//! `run_if_leader`.
+//! `run_if_leader` (fenced ones in fencing runs, see [`crate::fenced`]).
 
 use std::cell::RefCell;
 use std::convert::Infallible;
 use std::rc::Rc;
 use std::time::Duration;
 
-use plexsphere_leader::sabotage::Sabotage;
 use plexsphere_leader::{Config, Elector};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -16,8 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::capture::Tagged;
 use crate::connect::TurmoilConnect;
+use crate::fenced::{self, FencedUnit};
 use crate::params::Params;
 use crate::record::{Recorder, SharedRecorder};
+use crate::sabotage::DriverSabotage;
 use crate::server::Primary;
 
 /// The port every simulated server listens on.
@@ -53,7 +54,10 @@ pub(crate) struct ReplicaEnv {
     pub(crate) seed: u64,
     pub(crate) params: Params,
     pub(crate) primary: Primary,
-    pub(crate) sabotage: Option<Sabotage>,
+    pub(crate) sabotage: Option<DriverSabotage>,
+    /// Whether the run fences: the elector advances an epoch per term and the service's
+    /// units of work are fenced writes.
+    pub(crate) fencing: bool,
     pub(crate) slot: Rc<RefCell<Slot>>,
     pub(crate) recorder: SharedRecorder,
 }
@@ -70,8 +74,9 @@ pub(crate) fn parse_application_name(name: &str) -> Option<(usize, u32)> {
     Some((replica.parse().ok()?, incarnation.parse().ok()?))
 }
 
-/// One incarnation of the replica's software: runs the election until the harness cancels
-/// it, then closes the pool so that no session is left behind.
+/// One incarnation of the replica's software: in fencing runs first sets the fence table up,
+/// then runs the election until the harness cancels it, then closes the pool so that no
+/// session is left behind.
 pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     let incarnation = {
         let mut slot = env.slot.borrow_mut();
@@ -92,7 +97,8 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     };
     let mut config = Config::new(pool.clone())
         .check_interval(env.params.interval)
-        .acquire_mode(mode);
+        .acquire_mode(mode)
+        .fencing(env.fencing);
     if let Some(sabotage) = env.sabotage {
         config = config.sabotage(sabotage);
     }
@@ -108,6 +114,9 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
             shutdown: shutdown.clone(),
         });
     }
+    if env.fencing {
+        fenced::set_up(&pool, &shutdown, &env.params).await;
+    }
     let service = tokio::task::spawn_local(Tagged::new(
         env.index,
         service(
@@ -115,6 +124,7 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
             elector.clone(),
             shutdown.clone(),
             incarnation,
+            pool.clone(),
         ),
     ));
     let result = Tagged::new(env.index, elector.run(shutdown.clone())).await;
@@ -135,12 +145,14 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
 
 /// The simulated service: every `work_period` it asks for one unit of leader work, which
 /// runs for a random time up to `longest_work` without looking at its term's token (the
-/// worst case the overlap bound allows for).
+/// worst case the overlap bound allows for). In fencing runs the unit is a fenced write on a
+/// connection of `pool` that holds its transaction open that long.
 async fn service(
     env: Rc<ReplicaEnv>,
     elector: Elector,
     shutdown: CancellationToken,
     incarnation: u32,
+    pool: deadpool_postgres::Pool,
 ) {
     let mut rng = StdRng::seed_from_u64(
         env.seed ^ ((env.index as u64) << 48) ^ (u64::from(incarnation) << 32) ^ 0x5e41_71ce,
@@ -157,6 +169,25 @@ async fn service(
         let length = Duration::from_micros(rng.random_range(0..=longest));
         let recorder = Rc::clone(&env.recorder);
         let index = env.index;
+        if env.fencing {
+            // The epoch of the term `run_if_leader` takes: nothing awaits in between.
+            let epoch = elector.term(&shutdown).and_then(|term| term.epoch());
+            let unit = FencedUnit {
+                recorder,
+                replica: index,
+                incarnation,
+                epoch,
+                length,
+            };
+            let (pool, params) = (&pool, &env.params);
+            let _ran = elector
+                .run_if_leader(&shutdown, |_term| async move {
+                    unit.run(pool, params).await;
+                    Ok::<(), Infallible>(())
+                })
+                .await;
+            continue;
+        }
         let _ran = elector
             .run_if_leader(&shutdown, |_term| async move {
                 let _work = WorkGuard::begin(recorder, index);
@@ -168,14 +199,15 @@ async fn service(
 }
 
 /// Records one unit of leader work from its start to its end (or to the crash that drops it).
-struct WorkGuard {
+pub(crate) struct WorkGuard {
     recorder: SharedRecorder,
     index: usize,
     span: usize,
 }
 
 impl WorkGuard {
-    fn begin(recorder: SharedRecorder, index: usize) -> Self {
+    /// Replica `index` begins acting as leader.
+    pub(crate) fn begin(recorder: SharedRecorder, index: usize) -> Self {
         let at = sim_time(&recorder);
         let span = recorder.borrow_mut().begin_work(index, at);
         Self {
@@ -197,7 +229,7 @@ impl Drop for WorkGuard {
 
 /// The simulated time inside a host. While turmoil drops a crashed host's software no runtime
 /// is entered and tokio would read the real clock, so the harness's time of the crash is used.
-fn sim_time(recorder: &RefCell<Recorder>) -> Duration {
+pub(crate) fn sim_time(recorder: &RefCell<Recorder>) -> Duration {
     let harness = recorder.try_borrow().map(|r| r.now).unwrap_or_default();
     if tokio::runtime::Handle::try_current().is_ok() {
         turmoil::sim_elapsed().unwrap_or(harness)

@@ -1,5 +1,5 @@
 //! The summary of many runs: per kind of fault, the runs, the largest measurements against
-//! their bounds, and the violations.
+//! their bounds, and the violations; then the cases measured and what fencing runs came to.
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
@@ -99,7 +99,7 @@ impl fmt::Display for Report {
         );
         let _ = writeln!(
             out,
-            "{:<17} {:>6} {:>7} {:>14} {:>10} {:>14} {:>13} {:>10}",
+            "{:<17} {:>6} {:>7} {:>14} {:>10} {:>14} {:>13} {:>11} {:>10}",
             "fault kind",
             "runs",
             "faults",
@@ -107,11 +107,12 @@ impl fmt::Display for Report {
             "gap",
             "detection",
             "orphan idle",
+            "fence wait",
             "violations"
         );
         let _ = writeln!(
             out,
-            "{:<17} {:>6} {:>7} {:>14} {:>10} {:>14} {:>13} {:>10}",
+            "{:<17} {:>6} {:>7} {:>14} {:>10} {:>14} {:>13} {:>11} {:>10}",
             "(bound)",
             "",
             "",
@@ -119,6 +120,7 @@ impl fmt::Display for Report {
             format!("({})", p.gap_bound().as_millis()),
             format!("({})", p.detection_bound().as_millis()),
             format!("({})", p.orphan_bound().as_millis()),
+            "(-)",
             ""
         );
         let mut all = Row::default();
@@ -135,6 +137,19 @@ impl fmt::Display for Report {
             "cases measured: {} overlaps, {} leaderless gaps with a healthy standby, {} detections, {} idle periods of lock holders",
             cases.overlaps, cases.gaps, cases.detections, cases.idle_periods
         );
+        let fence = all.measured.fence;
+        let _ = writeln!(
+            out,
+            "fencing runs: {}, terms with epochs: {} ({} began after their session was lost), fenced writes: {} accepted, {} stale, {} failed; fenced commits checked: {} (on a deposed primary: {})",
+            fence.runs,
+            fence.epochs,
+            fence.late_terms,
+            fence.accepted,
+            fence.stale,
+            fence.failed,
+            fence.commits,
+            fence.deposed_commits
+        );
         write!(
             out,
             "seeds: {}, violations: {}",
@@ -148,7 +163,7 @@ fn write_row(out: &mut String, name: &str, row: &Row) {
     let m = &row.measured;
     let _ = writeln!(
         out,
-        "{:<17} {:>6} {:>7} {:>14} {:>10} {:>14} {:>13} {:>10}",
+        "{:<17} {:>6} {:>7} {:>14} {:>10} {:>14} {:>13} {:>11} {:>10}",
         name,
         row.runs,
         m.faults,
@@ -156,6 +171,7 @@ fn write_row(out: &mut String, name: &str, row: &Row) {
         cell(m.gap),
         cell(m.detection),
         cell(m.orphan_idle),
+        cell(m.advance_wait),
         row.violations
     );
 }

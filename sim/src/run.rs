@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use plexsphere_leader::sabotage::Sabotage;
-
 use crate::capture::Capture;
 use crate::checker::{self, Evidence, Measurements, Property, ServerEvidence, Violation, secs};
 use crate::nemesis::{Nemesis, RunKind};
 use crate::params::Params;
+use crate::record::{FenceOutcome, FencedWrite};
+use crate::sabotage::Sabotage;
 use crate::server::{Event, LogEntry};
 use crate::world::{SERVERS, World};
 
@@ -21,24 +21,37 @@ pub struct RunOptions {
     pub replicas: usize,
     /// The timing.
     pub params: Params,
-    /// A deliberately broken driver behaviour, for the checker-must-fail test; `None` checks
-    /// the real adapter.
+    /// Whether the electors fence their terms and the service's work is fenced writes
+    /// ([`RunOptions::fencing_for_seed`] by default).
+    pub fencing: bool,
+    /// A deliberately broken behaviour, for the checker-must-fail test; `None` checks the
+    /// real adapter.
     pub sabotage: Option<Sabotage>,
     /// Which faults the nemesis injects.
     pub kind: RunKind,
 }
 
 impl RunOptions {
-    /// Seed `seed` with three replicas, the default timing, no sabotage, and the seed's kind
-    /// of faults ([`RunKind::for_seed`]).
+    /// Seed `seed` with three replicas, the default timing, no sabotage, the seed's kind
+    /// of faults ([`RunKind::for_seed`]) and the seed's fencing
+    /// ([`RunOptions::fencing_for_seed`]).
     pub fn new(seed: u64) -> Self {
         Self {
             seed,
             replicas: 3,
             params: Params::default(),
+            fencing: Self::fencing_for_seed(seed),
             sabotage: None,
             kind: RunKind::for_seed(seed),
         }
+    }
+
+    /// Whether seed `seed` fences by default: when `(seed / 2) % 2 == 1`, that is seeds 2, 3,
+    /// 6, 7, 10, 11, … Half of the seeds, and as many of them polling (even seeds) as queued
+    /// (odd seeds); every fault kind (seed mod 13) meets all four combinations within 52
+    /// seeds.
+    pub const fn fencing_for_seed(seed: u64) -> bool {
+        (seed / 2) % 2 == 1
     }
 
     /// The command that replays this run with a readable trace.
@@ -50,30 +63,25 @@ impl RunOptions {
         if self.replicas != 3 {
             command.push_str(&format!(" --replicas {}", self.replicas));
         }
+        if self.fencing != Self::fencing_for_seed(self.seed) {
+            let on = if self.fencing { "on" } else { "off" };
+            command.push_str(&format!(" --fencing {on}"));
+        }
         if let Some(sabotage) = self.sabotage {
-            command.push_str(&format!(" --sabotage {}", sabotage_name(sabotage)));
+            command.push_str(&format!(" --sabotage {sabotage}"));
         }
         command
     }
-}
 
-/// The CLI name of a sabotage.
-pub fn sabotage_name(sabotage: Sabotage) -> &'static str {
-    match sabotage {
-        Sabotage::NeverPing => "never-ping",
-        Sabotage::ReturnGrantedToPool => "return-granted-to-pool",
-        Sabotage::SkipIdleSessionTimeout => "skip-idle-session-timeout",
-        Sabotage::KeepTermOnFailedPing => "keep-term-on-failed-ping",
+    /// The run's name in reports: its fault kind, and whether it fences.
+    pub fn describe(&self) -> String {
+        if self.fencing {
+            format!("{}, fencing", self.kind)
+        } else {
+            self.kind.to_string()
+        }
     }
 }
-
-/// Every sabotage, for the CLI and the checker-must-fail test.
-pub const SABOTAGES: [Sabotage; 4] = [
-    Sabotage::NeverPing,
-    Sabotage::ReturnGrantedToPool,
-    Sabotage::SkipIdleSessionTimeout,
-    Sabotage::KeepTermOnFailedPing,
-];
 
 /// What a run produced.
 #[derive(Debug, Clone)]
@@ -95,7 +103,7 @@ impl RunOutcome {
         let mut out = format!(
             "seed {} ({}): {} violation(s)\n",
             self.options.seed,
-            self.options.kind,
+            self.options.describe(),
             self.violations.len()
         );
         for violation in &self.violations {
@@ -139,11 +147,18 @@ pub fn run_once(options: &RunOptions) -> RunOutcome {
 
 fn simulate(options: &RunOptions) -> RunOutcome {
     let params = options.params;
-    let mut world = World::new(options.seed, options.replicas, params, options.sabotage);
+    let mut world = World::new(
+        options.seed,
+        options.replicas,
+        params,
+        options.fencing,
+        options.sabotage,
+    );
     let mut nemesis = Nemesis::new(options.seed, options.kind, params.interval);
     let _completed = phases(&mut world, &mut nemesis);
     world.history.end = world.now();
     let work = world.recorder.borrow().work.clone();
+    let fenced = world.recorder.borrow().fenced.clone();
     let servers = world
         .servers
         .iter()
@@ -154,12 +169,14 @@ fn simulate(options: &RunOptions) -> RunOutcome {
             locks: handle.locks(),
         })
         .collect::<Vec<_>>();
-    let trace = trace(&world, &servers);
+    let trace = trace(&world, &servers, &fenced);
     let evidence = Evidence {
         params,
         replicas: options.replicas,
+        fencing: options.fencing,
         history: &world.history,
         work: &work,
+        fenced: &fenced,
         servers,
     };
     let (measurements, violations) = checker::check(&evidence);
@@ -235,8 +252,9 @@ fn stop_all(world: &mut World<'_>) -> Result<(), ()> {
     Ok(())
 }
 
-/// The readable trace: the harness's notes and the servers' logs, merged in time order.
-fn trace(world: &World<'_>, servers: &[ServerEvidence]) -> Vec<String> {
+/// The readable trace: the harness's notes, the fenced writes as the service saw them (at
+/// their end) and the servers' logs, merged in time order.
+fn trace(world: &World<'_>, servers: &[ServerEvidence], fenced: &[FencedWrite]) -> Vec<String> {
     let mut lines: Vec<(Duration, usize, String, String)> = world
         .history
         .trace
@@ -244,6 +262,12 @@ fn trace(world: &World<'_>, servers: &[ServerEvidence]) -> Vec<String> {
         .enumerate()
         .map(|(order, (at, who, what))| (*at, order, who.clone(), what.clone()))
         .collect();
+    let base = lines.len();
+    for (order, write) in fenced.iter().enumerate() {
+        let who = crate::replica::application_name(write.replica, write.incarnation);
+        let at = write.ended.unwrap_or(world.history.end);
+        lines.push((at, base + order, who, describe_fenced(write)));
+    }
     let base = lines.len();
     for (index, server) in servers.iter().enumerate() {
         for (order, entry) in server.log.iter().enumerate() {
@@ -260,6 +284,26 @@ fn trace(world: &World<'_>, servers: &[ServerEvidence]) -> Vec<String> {
         .into_iter()
         .map(|(at, _, who, what)| format!("{:>9}  {who:<7} {what}", secs(at)))
         .collect()
+}
+
+fn describe_fenced(write: &FencedWrite) -> String {
+    let epoch = write
+        .epoch
+        .map_or_else(|| "no epoch".to_owned(), |e| format!("epoch {e}"));
+    let checked = write.checked.map_or_else(
+        || "no check".to_owned(),
+        |at| format!("checked {}", secs(at)),
+    );
+    let outcome = match &write.outcome {
+        FenceOutcome::Unfinished => "unfinished".to_owned(),
+        FenceOutcome::Accepted => "accepted, committed".to_owned(),
+        FenceOutcome::Stale { current } => format!("stale (current {current}), rolled back"),
+        FenceOutcome::Failed(why) => format!("failed: {why}"),
+    };
+    format!(
+        "fenced write ({epoch}, begun {}, {checked}): {outcome}",
+        secs(write.started)
+    )
 }
 
 fn describe(entry: &LogEntry) -> String {

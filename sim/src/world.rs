@@ -5,7 +5,6 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use plexsphere_leader::sabotage::Sabotage;
 use plexsphere_leader::{Interruption, TermEndCause};
 use tokio_util::sync::CancellationToken;
 use turmoil::{Builder, Sim};
@@ -16,6 +15,7 @@ use crate::record::{
     History, LinkFault, Recorder, SharedRecorder, Span, TermEnd, TermRecord, UpSpan,
 };
 use crate::replica::{self, ReplicaEnv, Slot};
+use crate::sabotage::Sabotage;
 use crate::server::{Primary, ServerConfig, ServerHandle, SimPostgres};
 
 /// The server host names; index 0 is the first primary.
@@ -46,10 +46,13 @@ pub(crate) struct World<'a> {
 }
 
 impl World<'_> {
+    /// The world of seed `seed`: `replicas` replicas, with fencing on or off, and at most one
+    /// deliberately broken behaviour.
     pub(crate) fn new(
         seed: u64,
         replicas: usize,
         params: Params,
+        fencing: bool,
         sabotage: Option<Sabotage>,
     ) -> Self {
         let mut sim = Builder::new()
@@ -60,10 +63,13 @@ impl World<'_> {
             .max_message_latency(params.max_latency)
             .build();
         let mut servers = Vec::new();
+        let row_locks = sabotage != Some(Sabotage::FenceWithoutRowLock);
         for (index, name) in SERVERS.iter().enumerate() {
             let first_pid = 1000 + 100_000 * i32::try_from(index).unwrap_or(0);
-            let (server, handle) =
-                SimPostgres::new(ServerConfig::default().with_first_pid(first_pid));
+            let config = ServerConfig::default()
+                .with_first_pid(first_pid)
+                .with_row_locks(row_locks);
+            let (server, handle) = SimPostgres::new(config);
             sim.host(*name, move || server.clone().serve(replica::PORT));
             servers.push(handle);
         }
@@ -83,7 +89,8 @@ impl World<'_> {
                 seed,
                 params,
                 primary: primary.clone(),
-                sabotage,
+                sabotage: sabotage.and_then(Sabotage::driver),
+                fencing,
                 slot: Rc::clone(&slot),
                 recorder: Rc::clone(&recorder),
             });
@@ -216,17 +223,23 @@ impl World<'_> {
         }
         if let Some((id, live)) = current {
             let handle = live.elector.term(&CancellationToken::new());
+            let epoch = handle.as_ref().and_then(plexsphere_leader::Term::epoch);
             self.history.terms.push(TermRecord {
                 replica: index,
                 incarnation,
                 id,
+                epoch,
                 span: Span::open(now),
                 end: TermEnd::Open,
                 handle,
             });
             self.replicas[index].open_term = Some(self.history.terms.len() - 1);
             let who = replica::application_name(index, incarnation);
-            self.history.note(now, who, format!("term {id} begins"));
+            let what = match epoch {
+                Some(epoch) => format!("term {id} begins (epoch {epoch})"),
+                None => format!("term {id} begins"),
+            };
+            self.history.note(now, who, what);
         }
     }
 

@@ -3,9 +3,9 @@
 //! release binary, see .ci/test; these debug-build tests keep to a few seeds.
 #![allow(missing_docs)] // test functions
 
-use plexsphere_leader_sim::{FaultKind, Params, RunKind, RunOptions, run};
+use plexsphere_leader_sim::{FaultKind, Params, RunKind, RunOptions, RunOutcome, Sabotage, run};
 
-fn assert_clean(options: &RunOptions) {
+fn assert_clean(options: &RunOptions) -> RunOutcome {
     let outcome = run(options);
     assert!(
         outcome.violations.is_empty(),
@@ -22,6 +22,7 @@ fn assert_clean(options: &RunOptions) {
         "no fault in seed {}",
         options.seed
     );
+    outcome
 }
 
 /// Every fault kind at once, run twice with identical traces.
@@ -51,6 +52,23 @@ fn a_silent_death_seed_with_two_replicas_runs_clean() {
     assert_clean(&options);
 }
 
+/// Terminations with fencing on and the queued acquire mode: the lock passes at once, while
+/// the old leader's fenced transaction may still hold the fence row.
+#[test]
+fn a_terminate_seed_with_fencing_runs_clean_and_every_term_has_its_epoch() {
+    let options = RunOptions::new(7);
+    assert_eq!(options.kind, RunKind::Only(FaultKind::Terminate));
+    assert!(options.fencing);
+    let outcome = assert_clean(&options);
+    let fence = outcome.measurements.fence;
+    assert_eq!(fence.epochs, outcome.measurements.terms);
+    assert!(
+        fence.accepted > 0 && fence.commits >= fence.accepted,
+        "{fence:?}"
+    );
+    assert!(outcome.measurements.advance_wait.is_some());
+}
+
 #[test]
 fn a_failure_report_names_the_seed_and_the_replay_command() {
     let options = RunOptions {
@@ -61,5 +79,20 @@ fn a_failure_report_names_the_seed_and_the_replay_command() {
     assert_eq!(
         options.replay_command(),
         "cargo run --release -p plexsphere-leader-sim -- --seed 4242 --replicas 5"
+    );
+    let forced = RunOptions {
+        fencing: true,
+        sabotage: Some(Sabotage::FenceWithoutRowLock),
+        ..RunOptions::new(4)
+    };
+    assert_eq!(
+        forced.replay_command(),
+        "cargo run --release -p plexsphere-leader-sim -- --seed 4 --fencing on --sabotage fence-without-row-lock"
+    );
+    assert_eq!(
+        (0..8)
+            .filter(|&seed| RunOptions::fencing_for_seed(seed))
+            .collect::<Vec<_>>(),
+        [2, 3, 6, 7]
     );
 }

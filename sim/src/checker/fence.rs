@@ -1,0 +1,493 @@
+//! The fencing properties, over the terms the harness observed, the fenced units of work the
+//! service recorded, and the servers' ground truth (epoch advances, fence checks, fenced
+//! commits).
+//!
+//! - **epochs rise**: with fencing on every term has an epoch, the one its lock session
+//!   advanced to (the server's log), and ordered by the time the terms began (across replicas,
+//!   incarnations and servers) the epochs strictly increase. A term that began after its
+//!   session had already lost the lock (the answers on their way to it were late, while a
+//!   newer leader began) is exempt from the order: its epoch is stale, so fenced writes reject
+//!   it, and the detection check bounds how long it lasts. With fencing off no term has an
+//!   epoch.
+//! - **fence holds**: for every fenced transaction the primary of the moment committed, no
+//!   epoch advance of its row committed between its check and its commit, and the row's epoch
+//!   at the commit is the one it checked. A commit on a server that was no longer the primary
+//!   is counted, not checked: fencing protects writes to one database, and the real
+//!   deposed primary's commit would wait for its synchronous standby's acknowledgement that
+//!   never comes (the model commits it). And every write the service saw accepted is one
+//!   the servers logged as a fenced commit of that replica incarnation and epoch.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{Checker, Evidence, Hold, Property, secs};
+use crate::record::{FenceOutcome, TermRecord};
+use crate::server::{Event, RowId};
+use crate::world::SERVERS;
+
+/// One committed epoch advance: when, on which server (and where in its log), by which
+/// session, of which row.
+struct Advance<'a> {
+    at: Duration,
+    server: usize,
+    index: usize,
+    pid: i32,
+    row: &'a RowId,
+    epoch: i64,
+    /// How long it waited for other sessions' fenced transactions.
+    waited: Duration,
+}
+
+/// Every epoch advance of every server, in the order of its log.
+fn advances<'e>(evidence: &'e Evidence<'_>) -> Vec<Advance<'e>> {
+    let mut advances = Vec::new();
+    for (server, server_evidence) in evidence.servers.iter().enumerate() {
+        for (index, entry) in server_evidence.log.iter().enumerate() {
+            if let Event::EpochAdvanced {
+                pid,
+                row,
+                epoch,
+                waited,
+            } = &entry.event
+            {
+                advances.push(Advance {
+                    at: entry.at,
+                    server,
+                    index,
+                    pid: *pid,
+                    row,
+                    epoch: *epoch,
+                    waited: *waited,
+                });
+            }
+        }
+    }
+    advances
+}
+
+impl Checker<'_> {
+    /// How long the epoch advance of `grant`'s session waited for fenced transactions (zero
+    /// without fencing).
+    pub(super) fn advance_wait(&self, grant: &Hold) -> Duration {
+        self.e.servers[grant.server]
+            .log
+            .iter()
+            .filter(|entry| entry.at >= grant.granted)
+            .find_map(|entry| match &entry.event {
+                Event::EpochAdvanced { pid, waited, .. } if *pid == grant.pid => Some(*waited),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    pub(super) fn epochs_rise(&mut self) {
+        let e = self.e;
+        let terms = &e.history.terms;
+        if !e.fencing {
+            for term in terms.iter().filter(|t| t.epoch.is_some()) {
+                let detail = format!("{} has an epoch though fencing is off", who(term));
+                self.violate(term.span.start, Property::EpochsRise, detail);
+            }
+            return;
+        }
+        self.measured.fence.runs = 1;
+        let advances = advances(e);
+        self.measured.advance_wait = advances.iter().map(|a| a.waited).max();
+        let mut live: Vec<(&TermRecord, u64)> = Vec::new();
+        for term in terms {
+            let Some(epoch) = term.epoch else {
+                let detail = format!("{} began without an epoch", who(term));
+                self.violate(term.span.start, Property::EpochsRise, detail);
+                continue;
+            };
+            self.measured.fence.epochs += 1;
+            let Some(hold) = self.hold_of(term) else {
+                continue; // the detection check reports a term without a grant
+            };
+            let advanced = advances
+                .iter()
+                .find(|a| a.server == hold.server && a.pid == hold.pid && a.at >= hold.granted);
+            match advanced {
+                Some(advance) if u64::try_from(advance.epoch) == Ok(epoch) => {}
+                Some(advance) => {
+                    let detail = format!(
+                        "{} has epoch {epoch}, but its session (pid {} on {}) advanced to {}",
+                        who(term),
+                        hold.pid,
+                        SERVERS[hold.server],
+                        advance.epoch
+                    );
+                    self.violate(term.span.start, Property::EpochsRise, detail);
+                }
+                None => {
+                    let detail = format!(
+                        "{} has epoch {epoch}, but its session (pid {} on {}) advanced none",
+                        who(term),
+                        hold.pid,
+                        SERVERS[hold.server]
+                    );
+                    self.violate(term.span.start, Property::EpochsRise, detail);
+                }
+            }
+            if self.loss(&hold) < term.span.start {
+                self.measured.fence.late_terms += 1;
+            } else {
+                live.push((term, epoch));
+            }
+        }
+        live.sort_by_key(|(term, epoch)| (term.span.start, *epoch));
+        for pair in live.windows(2) {
+            let [(before, earlier), (term, epoch)] = pair else {
+                continue;
+            };
+            if epoch <= earlier {
+                let detail = format!(
+                    "{} began at {} with epoch {epoch}, not above the epoch {earlier} of {}, which began at {}",
+                    who(term),
+                    secs(term.span.start),
+                    who(before),
+                    secs(before.span.start)
+                );
+                self.violate(term.span.start, Property::EpochsRise, detail);
+            }
+        }
+    }
+
+    pub(super) fn fence_holds(&mut self) {
+        if !self.e.fencing {
+            return;
+        }
+        self.count_fenced_writes();
+        let e = self.e;
+        let advances = advances(e);
+        let mut committed: BTreeMap<((usize, u32), u64), usize> = BTreeMap::new();
+        let mut found = Vec::new();
+        for (server, evidence) in e.servers.iter().enumerate() {
+            // The log index of each session's latest fence check.
+            let mut checks: BTreeMap<i32, usize> = BTreeMap::new();
+            for (index, entry) in evidence.log.iter().enumerate() {
+                if let Event::FenceChecked { pid, .. } = &entry.event {
+                    checks.insert(*pid, index);
+                }
+                let Event::FencedCommit {
+                    pid,
+                    row,
+                    epoch,
+                    checked_at,
+                    current,
+                } = &entry.event
+                else {
+                    continue;
+                };
+                let owner = self.owners[server].get(pid).copied();
+                if let (Some(owner), Ok(epoch)) = (owner, u64::try_from(*epoch)) {
+                    *committed.entry((owner, epoch)).or_default() += 1;
+                }
+                if e.history.primary_at(entry.at) != server {
+                    self.measured.fence.deposed_commits += 1;
+                    continue;
+                }
+                self.measured.fence.commits += 1;
+                // On the same server the log orders events of one instant; across servers
+                // only time does (the epoch at the commit covers a tie).
+                let checked = checks.get(pid).copied().unwrap_or(0);
+                let between = advances.iter().find(|a| {
+                    let inside = if a.server == server {
+                        checked < a.index && a.index < index
+                    } else {
+                        *checked_at < a.at && a.at < entry.at
+                    };
+                    a.row == row && a.epoch > *epoch && inside
+                });
+                let what = format!(
+                    "the fenced transaction of pid {pid} on {} ({}) checked epoch {epoch} at {} and committed at {}",
+                    SERVERS[server],
+                    owner.map_or_else(|| "?".to_owned(), |(r, i)| format!("r{r}.{i}")),
+                    secs(*checked_at),
+                    secs(entry.at)
+                );
+                if let Some(advance) = between {
+                    let detail = format!(
+                        "{what}, but pid {} on {} advanced the epoch to {} at {} in between",
+                        advance.pid,
+                        SERVERS[advance.server],
+                        advance.epoch,
+                        secs(advance.at)
+                    );
+                    found.push((*checked_at, detail));
+                } else if *current != Some(*epoch) {
+                    let current = current.map_or_else(|| "none".to_owned(), |c| c.to_string());
+                    let detail = format!("{what}, when the epoch was {current}");
+                    found.push((*checked_at, detail));
+                }
+            }
+        }
+        for (at, detail) in found {
+            self.violate(at, Property::FenceHolds, detail);
+        }
+        self.accepted_writes_were_committed(&committed);
+    }
+
+    /// Counts the service's fenced units of work by outcome.
+    fn count_fenced_writes(&mut self) {
+        for write in self.e.fenced {
+            match write.outcome {
+                FenceOutcome::Accepted => self.measured.fence.accepted += 1,
+                FenceOutcome::Stale { .. } => self.measured.fence.stale += 1,
+                FenceOutcome::Failed(_) => self.measured.fence.failed += 1,
+                FenceOutcome::Unfinished => {}
+            }
+        }
+    }
+
+    /// Every write the service saw accepted is a fenced commit of the servers' logs, of the
+    /// same replica incarnation and epoch.
+    fn accepted_writes_were_committed(&mut self, committed: &BTreeMap<((usize, u32), u64), usize>) {
+        let mut accepted: BTreeMap<((usize, u32), u64), (usize, Duration)> = BTreeMap::new();
+        for write in self.e.fenced {
+            if let (FenceOutcome::Accepted, Some(epoch)) = (&write.outcome, write.epoch) {
+                let entry = accepted
+                    .entry(((write.replica, write.incarnation), epoch))
+                    .or_insert((0, write.started));
+                entry.0 += 1;
+            }
+        }
+        for (((replica, incarnation), epoch), (count, first)) in accepted {
+            let logged = committed
+                .get(&((replica, incarnation), epoch))
+                .copied()
+                .unwrap_or(0);
+            if logged < count {
+                let detail = format!(
+                    "r{replica}.{incarnation} saw {count} fenced write(s) of epoch {epoch} accepted, the servers logged {logged} such commit(s)"
+                );
+                self.violate(first, Property::FenceHolds, detail);
+            }
+        }
+    }
+}
+
+fn who(term: &TermRecord) -> String {
+    format!("r{}.{} term {}", term.replica, term.incarnation, term.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::{Evidence, ServerEvidence};
+    use crate::params::Params;
+    use crate::record::{History, Span, TermEnd};
+    use crate::server::{LockId, LockKey, LogEntry};
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn row() -> RowId {
+        RowId {
+            database: "plexsphere".to_owned(),
+            table: "plexsphere_leader_fence".to_owned(),
+            key: (1_886_156_915, 1),
+        }
+    }
+
+    fn at(n: u64, event: Event) -> LogEntry {
+        LogEntry { at: ms(n), event }
+    }
+
+    fn opened(n: u64, pid: i32, replica: usize) -> LogEntry {
+        at(
+            n,
+            Event::SessionStarted {
+                pid,
+                database: "plexsphere".to_owned(),
+                user: "app".to_owned(),
+                application_name: format!("r{replica}.1"),
+            },
+        )
+    }
+
+    fn granted(n: u64, pid: i32) -> LogEntry {
+        let lock = LockId {
+            database: "plexsphere".to_owned(),
+            key: LockKey::Pair(1_886_156_915, 1),
+        };
+        at(
+            n,
+            Event::LockGranted {
+                pid,
+                lock,
+                count: 1,
+            },
+        )
+    }
+
+    fn advanced(n: u64, pid: i32, epoch: i64) -> LogEntry {
+        let waited = Duration::ZERO;
+        let row = row();
+        at(
+            n,
+            Event::EpochAdvanced {
+                pid,
+                row,
+                epoch,
+                waited,
+            },
+        )
+    }
+
+    fn checked(n: u64, pid: i32, epoch: i64) -> LogEntry {
+        at(
+            n,
+            Event::FenceChecked {
+                pid,
+                row: row(),
+                epoch,
+            },
+        )
+    }
+
+    fn commit(n: u64, pid: i32, epoch: i64, checked_at: u64, current: i64) -> LogEntry {
+        let event = Event::FencedCommit {
+            pid,
+            row: row(),
+            epoch,
+            checked_at: ms(checked_at),
+            current: Some(current),
+        };
+        at(n, event)
+    }
+
+    fn server(log: Vec<LogEntry>) -> ServerEvidence {
+        ServerEvidence {
+            log,
+            queries: Vec::new(),
+            sessions: Vec::new(),
+            locks: Vec::new(),
+        }
+    }
+
+    fn term(replica: usize, begins: u64, epoch: Option<u64>) -> TermRecord {
+        TermRecord {
+            replica,
+            incarnation: 1,
+            id: 1,
+            epoch,
+            span: Span {
+                start: ms(begins),
+                end: Some(ms(begins + 50)),
+            },
+            end: TermEnd::Lost,
+            handle: None,
+        }
+    }
+
+    /// The properties `run` checks over `servers` and `history`, in a fencing run.
+    fn violations(
+        servers: Vec<ServerEvidence>,
+        history: &History,
+        run: impl FnOnce(&mut Checker<'_>),
+    ) -> Vec<String> {
+        let evidence = Evidence {
+            params: Params::default(),
+            replicas: 3,
+            fencing: true,
+            history,
+            work: &[],
+            fenced: &[],
+            servers,
+        };
+        let mut checker = Checker::new(&evidence);
+        run(&mut checker);
+        checker.violations.iter().map(ToString::to_string).collect()
+    }
+
+    fn history(terms: Vec<TermRecord>) -> History {
+        let mut history = History {
+            terms,
+            end: ms(1000),
+            ..History::default()
+        };
+        history.primaries.push((Duration::ZERO, 0));
+        history
+    }
+
+    #[test]
+    fn an_advance_logged_after_a_commit_of_the_same_instant_is_not_in_between() {
+        let log = vec![
+            opened(0, 1, 0),
+            checked(10, 1, 1),
+            commit(20, 1, 1, 10, 1),
+            advanced(20, 2, 2),
+        ];
+        let found = violations(vec![server(log)], &history(vec![]), |c| c.fence_holds());
+        assert_eq!(found, Vec::<String>::new());
+        let log = vec![
+            opened(0, 1, 0),
+            checked(10, 1, 1),
+            advanced(20, 2, 2),
+            commit(20, 1, 1, 10, 2),
+        ];
+        let found = violations(vec![server(log)], &history(vec![]), |c| c.fence_holds());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains("advanced the epoch to 2 at 0.020s in between"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_commit_on_a_deposed_primary_is_counted_not_checked() {
+        let mut history = history(vec![]);
+        history.primaries.push((ms(15), 1));
+        let pg1 = vec![opened(0, 1, 0), checked(10, 1, 1), commit(20, 1, 1, 10, 2)];
+        let pg2 = vec![advanced(18, 100_001, 2)];
+        let evidence_servers = vec![server(pg1), server(pg2)];
+        let evidence = Evidence {
+            params: Params::default(),
+            replicas: 3,
+            fencing: true,
+            history: &history,
+            work: &[],
+            fenced: &[],
+            servers: evidence_servers,
+        };
+        let mut checker = Checker::new(&evidence);
+        checker.fence_holds();
+        assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+        assert_eq!(checker.measured.fence.deposed_commits, 1);
+        assert_eq!(checker.measured.fence.commits, 0);
+    }
+
+    #[test]
+    fn epochs_must_be_present_match_the_session_and_rise_with_the_terms() {
+        let log = vec![
+            opened(0, 1, 0),
+            opened(0, 2, 1),
+            opened(0, 3, 2),
+            granted(1, 1),
+            advanced(2, 1, 1),
+            granted(100, 2),
+            advanced(101, 2, 3),
+            granted(200, 3),
+            advanced(201, 3, 2),
+        ];
+        let terms = vec![
+            term(0, 3, Some(1)),
+            term(1, 102, Some(3)),
+            term(2, 202, Some(2)),
+        ];
+        let found = violations(vec![server(log.clone())], &history(terms), |c| {
+            c.epochs_rise()
+        });
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains("r2.1 term 1 began at 0.202s with epoch 2, not above the epoch 3")
+        );
+        let terms = vec![term(0, 3, None), term(1, 102, Some(4))];
+        let found = violations(vec![server(log)], &history(terms), |c| c.epochs_rise());
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].contains("r0.1 term 1 began without an epoch"));
+        assert!(found[1].contains("has epoch 4, but its session (pid 2 on pg1) advanced to 3"));
+    }
+}
