@@ -121,9 +121,33 @@ pub(crate) fn try_lock(held: Arc<Held>, conn: ConnId, statement: String) -> Oper
                 };
                 Completion::of(Event::LockQueryFailed { conn, cause })
             }
-            // The server's lock_timeout ended a queued wait: refused, nothing held, and the
-            // transaction-local setting is gone with the rolled-back statement.
-            Err(cause) if is_lock_timeout(&cause) => Completion::of(Event::LockRefused { conn }),
+            // The server's lock_timeout ended a queued wait (the transaction-local setting is
+            // gone with the rolled-back statement). The grant may have come at the instant of
+            // the timeout, and then the session holds the lock despite the error: it is a
+            // refusal only once the session is known not to hold it; if that cannot be made
+            // sure, the outcome is unknown and the connection is closed.
+            Err(cause) if is_lock_timeout(&cause) => {
+                let name = "the release after a lock wait timed out";
+                match single_value(held.client(), &sql::release_if_held(), name).await {
+                    Ok(released) if released == "t" || released == "f" => {
+                        if released == "t" {
+                            tracing::debug!(
+                                target: "plexsphere_leader",
+                                "leader: a lock wait timed out as it was granted; released"
+                            );
+                        }
+                        Completion::of(Event::LockRefused { conn })
+                    }
+                    Ok(other) => Completion::of(Event::LockQueryFailed {
+                        conn,
+                        cause: CheckError::UnexpectedReply {
+                            statement: name,
+                            detail: format!("{other:?}"),
+                        },
+                    }),
+                    Err(cause) => Completion::of(Event::LockQueryFailed { conn, cause }),
+                }
+            }
             Err(cause) => Completion::of(Event::LockQueryFailed { conn, cause }),
         }
     })

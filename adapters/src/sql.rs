@@ -122,6 +122,18 @@ pub fn unlock() -> String {
     format!("SELECT pg_advisory_unlock({LOCK_CLASS_ID}, {LOCK_OBJ_ID})")
 }
 
+/// Run on a standby's connection after its queued wait ([`wait_for_lock`]) ended with
+/// `lock_timeout` (SQLSTATE 55P03): releases the lock if the session holds it, and answers
+/// whether it did. PostgreSQL can grant a waiting lock at the instant the timeout fires and
+/// raise the error anyway (`LockErrorCleanup` keeps the grant), and a session-level advisory
+/// lock outlives the failed statement; without this the pooled session would keep the lock.
+pub fn release_if_held() -> String {
+    format!(
+        "SELECT CASE WHEN {HELD_BY_THIS_SESSION} \
+         THEN pg_advisory_unlock({LOCK_CLASS_ID}, {LOCK_OBJ_ID}) ELSE false END"
+    )
+}
+
 /// The table of fencing epochs: one row per election key, its `epoch` advanced by every new
 /// term. Created by [`FENCE_SETUP`], never implicitly.
 pub const FENCE_TABLE: &str = "plexsphere_leader_fence";

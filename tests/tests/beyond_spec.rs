@@ -113,6 +113,36 @@ async fn the_grant_refuses_a_session_that_already_holds_the_lock_and_the_check_s
 }
 
 #[tokio::test]
+async fn after_a_timed_out_wait_the_release_frees_a_lock_the_session_was_granted_anyway() {
+    // PostgreSQL may grant a waiting lock at the instant lock_timeout fires and still raise
+    // 55P03; the session then holds the lock. That instant cannot be scheduled here, so the
+    // session takes the lock itself, which leaves the state that race leaves.
+    let db = TestDb::create("release_if_held").await.unwrap();
+    let client = db.connect("plx-release").await.unwrap();
+    let pid: i32 = row(&client, "SELECT pg_backend_pid()").await[0]
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap();
+    client
+        .batch_execute("SELECT pg_advisory_lock(1886156915, 1)")
+        .await
+        .unwrap();
+    assert_eq!(lock_holders(&db).await, vec![pid]);
+    assert_eq!(
+        row(&client, &sql::release_if_held()).await,
+        vec![Some("t".into())]
+    );
+    assert!(lock_holders(&db).await.is_empty());
+    // Not held: false (the CASE keeps pg_advisory_unlock from running and warning).
+    assert_eq!(
+        row(&client, &sql::release_if_held()).await,
+        vec![Some("f".into())]
+    );
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_queued_grant_times_out_as_a_refusal_and_leaves_the_pooled_session_unchanged() {
     let db = TestDb::create("statements_queue").await.unwrap();
     let holder = db.connect("plx-holder").await.unwrap();

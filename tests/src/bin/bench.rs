@@ -3,8 +3,14 @@
 //! ```text
 //! cargo run --release -p plexsphere-leader-tests --bin bench -- \
 //!     [--check-interval 200ms] [--rounds 5] [--scale-electors 100] [--scale-interval 50ms] \
-//!     [--scale-seconds 10] [--only failover|costs|scale] [--acquire poll|queue|both]
+//!     [--scale-seconds 10] [--only failover|costs|scale] [--acquire poll|queue|both] \
+//!     [--faults graceful,sigkill,...] [--explain-over 50ms]
 //! ```
+//!
+//! `--faults` restricts the failover table to the named faults (see [`Fault::key`]), for runs
+//! with many rounds of a few faults. `--explain-over D` prints to stderr, for every round
+//! without a leader for longer than D, both replicas' records (terms and log lines) relative
+//! to the fault.
 //!
 //! 1. **Failover**, one row per fault: the bound the design derives and the median, p99 and
 //!    maximum over the rounds of (a) the time without a leader, (b) the time until the old
@@ -63,6 +69,10 @@ struct Options {
     only: Option<String>,
     /// The acquire modes of the failover table: `[false]` (poll), `[true]` (queue) or both.
     queued: Vec<bool>,
+    /// The faults of the failover table, in table order.
+    faults: Vec<Fault>,
+    /// Print the replicas' records of every round whose time without a leader exceeds this.
+    explain_over: Option<Duration>,
 }
 
 /// How the replicas of a failover round run.
@@ -70,6 +80,7 @@ struct Options {
 struct Setup {
     interval: Duration,
     queued: bool,
+    explain_over: Option<Duration>,
 }
 
 impl Options {
@@ -82,6 +93,8 @@ impl Options {
             scale_window: Duration::from_secs(10),
             only: None,
             queued: vec![false],
+            faults: Fault::ALL.to_vec(),
+            explain_over: None,
         };
         let mut args = args.iter();
         while let Some(flag) = args.next() {
@@ -105,6 +118,8 @@ impl Options {
                         }
                     }
                 }
+                "--faults" => options.faults = Fault::parse_list(value)?,
+                "--explain-over" => options.explain_over = Some(duration(value)?),
                 other => return Err(format!("unknown argument {other}")),
             }
         }
@@ -236,6 +251,41 @@ impl Fault {
         Self::Failover,
     ];
 
+    /// The fault's name on the command line (`--faults`).
+    fn key(self) -> &'static str {
+        match self {
+            Self::Graceful => "graceful",
+            Self::Sigkill => "sigkill",
+            Self::SilentDeath => "silent-death",
+            Self::Partition => "partition",
+            Self::Terminate => "terminate",
+            Self::DropServerToClient => "drop-server-to-client",
+            Self::DropClientToServer => "drop-client-to-server",
+            Self::RestartFast => "restart-fast",
+            Self::RestartImmediate => "restart-immediate",
+            Self::Failover => "failover",
+        }
+    }
+
+    /// A comma-separated list of [`Fault::key`]s, in table order.
+    fn parse_list(text: &str) -> Result<Vec<Self>, String> {
+        let keys: Vec<&str> = text.split(',').map(str::trim).collect();
+        if let Some(unknown) = keys
+            .iter()
+            .find(|key| !Self::ALL.iter().any(|f| f.key() == **key))
+        {
+            let known: Vec<&str> = Self::ALL.iter().map(|f| f.key()).collect();
+            return Err(format!(
+                "--faults: unknown fault {unknown} (known: {})",
+                known.join(", ")
+            ));
+        }
+        Ok(Self::ALL
+            .into_iter()
+            .filter(|f| keys.contains(&f.key()))
+            .collect())
+    }
+
     fn name(self) -> &'static str {
         match self {
             Self::Graceful => "graceful stop (SIGTERM)",
@@ -252,9 +302,13 @@ impl Fault {
     }
 
     /// The design's bounds (section 6) for (a) no leader, (b) detection, (c) overlap, in
-    /// intervals, as text.
-    fn bounds(self) -> [&'static str; 3] {
+    /// intervals, as text; in the queued mode, the handover target of issue 7 where the server
+    /// releases the lock at once (a graceful release, a closed or terminated session).
+    fn bounds(self, queued: bool) -> [&'static str; 3] {
         match self {
+            Self::Graceful if queued => ["10 ms p99 (target)", "0 (ends its term first)", "0"],
+            Self::Sigkill if queued => ["10 ms p99 (target)", "— (dead)", "0"],
+            Self::Terminate if queued => ["10 ms p99 (target)", "2·I", "2·I"],
             Self::Graceful => ["I", "0 (ends its term first)", "0"],
             Self::Sigkill => ["I", "— (dead)", "0"],
             Self::SilentDeath => ["5·I (4·I idle timeout + I)", "— (dead)", "0"],
@@ -283,6 +337,7 @@ async fn failover_table(options: &Options) -> Result<(), BoxError> {
         let setup = Setup {
             interval: options.interval,
             queued,
+            explain_over: options.explain_over,
         };
         failover_mode(options, setup).await?;
     }
@@ -303,7 +358,7 @@ async fn failover_mode(options: &Options, setup: Setup) -> Result<(), BoxError> 
         "| fault | (a) no leader: bound | median | p99 | max | (b) old leader knows: bound | median | p99 | max | (c) overlap: bound | median | p99 | max |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for fault in Fault::ALL {
+    for &fault in &options.faults {
         let mut samples = Vec::new();
         let mut failures = Vec::new();
         for _ in 0..options.rounds {
@@ -312,7 +367,7 @@ async fn failover_mode(options: &Options, setup: Setup) -> Result<(), BoxError> 
                 Err(e) => failures.push(e.to_string()),
             }
         }
-        print_row(fault, &samples);
+        print_row(fault, setup.queued, &samples);
         for failure in failures {
             eprintln!("  {}: a round failed: {failure}", fault.name());
         }
@@ -326,8 +381,8 @@ async fn failover_mode(options: &Options, setup: Setup) -> Result<(), BoxError> 
     Ok(())
 }
 
-fn print_row(fault: Fault, samples: &[Sample]) {
-    let [gap_bound, detect_bound, overlap_bound] = fault.bounds();
+fn print_row(fault: Fault, queued: bool, samples: &[Sample]) {
+    let [gap_bound, detect_bound, overlap_bound] = fault.bounds(queued);
     let server: Vec<Duration> = samples.iter().filter_map(|s| s.server).collect();
     // Per round: how far (a) went beyond that round's restart or promotion time.
     let beyond: Vec<Duration> = samples
@@ -383,13 +438,19 @@ fn ms(d: Duration) -> String {
 /// Two replica processes, `a` (the leader, possibly behind a proxy) and `b` (a standby).
 struct Pair {
     timeline: Timeline,
+    /// Explain rounds whose time without a leader exceeds this.
+    explain_over: Option<Duration>,
     a: ReplicaProcess,
     b: ReplicaProcess,
 }
 
 impl Pair {
     async fn start(a_dsn: String, b_dsn: String, setup: Setup) -> Result<Self, BoxError> {
-        let Setup { interval, queued } = setup;
+        let Setup {
+            interval,
+            queued,
+            explain_over,
+        } = setup;
         let launcher = replica_launcher()?;
         let timeline = Timeline::new();
         let args = |name: &str, dsn: String| ChildArgs {
@@ -410,7 +471,12 @@ impl Pair {
         tokio::time::sleep(2 * interval).await;
         let phase = monotonic_ns() % u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
         tokio::time::sleep(Duration::from_nanos(phase)).await;
-        Ok(Self { timeline, a, b })
+        Ok(Self {
+            timeline,
+            explain_over,
+            a,
+            b,
+        })
     }
 
     /// Measures the round whose fault began at `fault`; `server` is the restart or promotion
@@ -453,12 +519,35 @@ impl Pair {
             start: fault,
             end: first_lead,
         };
+        let gap = timeline::max_gap(&intervals, window);
+        if self.explain_over.is_some_and(|over| gap > over) {
+            self.explain(fault, gap);
+        }
         Ok(Sample {
-            no_leader: timeline::max_gap(&intervals, window),
+            no_leader: gap,
             detection,
             overlap: timeline::max_overlap(&intervals),
             server,
         })
+    }
+
+    /// Prints, to stderr, every record of both replicas relative to the fault.
+    fn explain(&self, fault: Instant, gap: Duration) {
+        let mut records: Vec<_> = self
+            .a
+            .records()
+            .into_iter()
+            .chain(self.b.records())
+            .collect();
+        records.sort_by_key(|r| r.at);
+        eprintln!("--- a round without a leader for {gap:?}; times from the fault:");
+        for r in records {
+            let at = match r.at.checked_duration_since(fault) {
+                Some(after) => format!("+{after:?}"),
+                None => format!("-{:?}", fault - r.at),
+            };
+            eprintln!("{at} {} {} {}", r.replica, r.event, r.fields);
+        }
     }
 
     async fn stop(mut self) -> Result<(), BoxError> {
