@@ -839,7 +839,7 @@ async fn costs(_options: &Options) -> Result<(), BoxError> {
         idle.row("no elector: harness and idle runtime, per interval")
     );
     println!("{}", standby.row("standby (lock refused)"));
-    println!("{}", leader.row("leader (`SELECT 1`)"));
+    println!("{}", leader.row("leader (the lock-verifying check)"));
     println!(
         "\nFailed checks (WARN lines) in the windows: standby {standby_failed}, leader {leader_failed}."
     );
