@@ -684,6 +684,77 @@ mod tests {
     }
 
     #[test]
+    fn an_unlock_without_a_stopped_term_is_reported() {
+        // While fencing: the lock is held on a hijacked connection, but no term began or was
+        // stopped.
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        trace
+            .event(
+                1,
+                E::ConnectionAcquired { conn: C1 },
+                &[A::TryLock { conn: C1 }],
+            )
+            .unwrap();
+        let fence = [A::Hijack { conn: C1 }, A::AdvanceEpoch { conn: C1 }];
+        trace.event(2, E::LockGranted { conn: C1 }, &fence).unwrap();
+        let unlock = [A::Unlock { conn: C1 }];
+        violation(
+            trace
+                .checker
+                .check(trace.at(50), Input::Timeout, &unlock, Some(trace.at(100))),
+            "Unlock on conn#1 (Hijacked) in answer to a timeout or start",
+        );
+        // On a stop request, before the term ended.
+        let mut trace = Trace::leading();
+        violation(
+            trace.event(3, E::Cancelled, &unlock),
+            "Unlock on conn#1 (Hijacked) in answer to Cancelled",
+        );
+    }
+
+    #[test]
+    fn an_epoch_advance_not_answering_the_grant_is_reported() {
+        let mut trace = Trace::leading();
+        violation(
+            trace.event(3, E::PingOk { conn: C1 }, &[A::AdvanceEpoch { conn: C1 }]),
+            "AdvanceEpoch on conn#1 (Hijacked) in answer to PingOk",
+        );
+    }
+
+    #[test]
+    fn awaiting_work_of_a_term_not_stopped_is_reported() {
+        let stopped = A::EndTerm {
+            term: T1,
+            cause: TermEndCause::Stopped,
+        };
+        // The term stopped: its work is awaited.
+        let mut trace = Trace::leading();
+        trace
+            .event(
+                3,
+                E::Cancelled,
+                &[stopped.clone(), A::AwaitWork { term: T1 }],
+            )
+            .unwrap();
+        // The term is still open.
+        let mut trace = Trace::leading();
+        violation(
+            trace.event(3, E::PingOk { conn: C1 }, &[A::AwaitWork { term: T1 }]),
+            "AwaitWork 1 without a stopped term",
+        );
+        // Another term than the stopped one.
+        let mut trace = Trace::leading();
+        let other = A::AwaitWork {
+            term: TermId::new(2),
+        };
+        violation(
+            trace.event(3, E::Cancelled, &[stopped, other]),
+            "AwaitWork 2 without a stopped term",
+        );
+    }
+
+    #[test]
     fn finishing_with_a_term_or_a_connection_left_is_reported() {
         let mut trace = Trace::leading();
         violation(

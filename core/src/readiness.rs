@@ -308,6 +308,15 @@ mod tests {
     }
 
     #[test]
+    fn the_probe_names_its_loop_and_knows_whether_a_tick_ran() {
+        let mut probe = booted(Ok(()));
+        assert_eq!(probe.loop_name(), "access-session-sweep");
+        assert!(!probe.has_ticked());
+        probe.tick(Tick::Standby);
+        assert!(probe.has_ticked());
+    }
+
+    #[test]
     fn a_late_boot_record_never_overrides_a_tick() {
         let mut probe = Probe::new("x");
         probe.tick(Tick::Passed);

@@ -238,6 +238,7 @@ mod tests {
         let mut budget = RestartBudget::new(RestartPolicy::default());
         let mut at = start;
         for (n, backoff) in [100, 200, 400, 800, 1600].into_iter().enumerate() {
+            assert!(!budget.is_exhausted());
             let decision = budget.on_exit(at, &failed());
             assert_eq!(
                 decision,
@@ -282,6 +283,23 @@ mod tests {
         assert_eq!(budget.restarts_in_window(later), 0);
         assert_eq!(
             budget.on_exit(later, &failed()),
+            Decision::Restart {
+                after: 100 * MS,
+                restart: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_restart_exactly_one_window_old_is_out_of_the_window() {
+        let start = Instant::now();
+        let window = RestartPolicy::default().window;
+        let mut budget = RestartBudget::new(RestartPolicy::default());
+        budget.on_exit(start, &failed());
+        assert_eq!(budget.restarts_in_window(start + window - MS), 1);
+        assert_eq!(budget.restarts_in_window(start + window), 0);
+        assert_eq!(
+            budget.on_exit(start + window, &failed()),
             Decision::Restart {
                 after: 100 * MS,
                 restart: 1
