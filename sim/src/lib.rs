@@ -5,7 +5,10 @@
 //! pool whose connections are `turmoil::net::TcpStream`s ([`TurmoilConnect`]). Two
 //! [`server`] hosts play the primary and the failover target. A seeded nemesis injects faults
 //! ([`FaultKind`]), a liveness phase follows, then every replica is stopped gracefully; the
-//! checker then holds the run against the bounds of design.md section 6 ([`Property`]).
+//! checker then holds the run against the bounds of design.md section 6 ([`Property`]). Half
+//! the seeds ([`RunOptions::fencing_for_seed`]) run with fencing on: every term gets an epoch
+//! and the simulated service's work is fenced writes, checked for rising epochs and a fence
+//! that holds.
 //!
 //! ```no_run
 //! use plexsphere_leader_sim::{RunOptions, run};
