@@ -640,6 +640,17 @@ impl<'a> Checker<'a> {
             let Some((replica, incarnation)) = grant.owner else {
                 continue;
             };
+            // A grant to a session of an incarnation that no longer runs (a queued wait whose
+            // client crashed: the waiting backend does not watch its socket) is no grant to a
+            // standby; that session releases the lock as soon as it finds its client gone, and
+            // that release is checked as a moment the lock becomes free.
+            if !self
+                .e
+                .history
+                .is_current(replica, incarnation, grant.granted)
+            {
+                continue;
+            }
             // From a tick before the grant: an incarnation restarted at the grant is another one.
             let before = grant.granted.saturating_sub(self.p.tick);
             if !self.healthy(replica, before, grant.granted + margin) {

@@ -187,6 +187,8 @@ pub(crate) struct UpSpan {
 pub(crate) struct History {
     pub(crate) terms: Vec<TermRecord>,
     pub(crate) up: Vec<UpSpan>,
+    /// Every incarnation the harness saw start: (replica, incarnation, when), in time order.
+    pub(crate) incarnations: Vec<(usize, u32, Duration)>,
     pub(crate) link_faults: Vec<LinkFault>,
     /// Other events that disturb one replica's checks, such as the termination of one of its
     /// sessions (a check may be running on it): (replica, span).
@@ -223,6 +225,16 @@ impl History {
         self.trace.push((at, who.into(), what.into()));
     }
 
+    /// Whether `incarnation` is replica `replica`'s latest incarnation seen to start by `at`
+    /// (a later one has not started yet).
+    pub(crate) fn is_current(&self, replica: usize, incarnation: u32, at: Duration) -> bool {
+        self.incarnations
+            .iter()
+            .rev()
+            .find(|(r, _, started)| *r == replica && *started <= at)
+            .is_some_and(|(_, current, _)| *current == incarnation)
+    }
+
     /// The primary at time `at`.
     pub(crate) fn primary_at(&self, at: Duration) -> usize {
         self.primaries
@@ -230,5 +242,24 @@ impl History {
             .take_while(|(since, _)| *since <= at)
             .last()
             .map_or(0, |(_, server)| *server)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_current_incarnation_is_the_latest_seen_to_start() {
+        let ms = Duration::from_millis;
+        let history = History {
+            incarnations: vec![(1, 1, ms(0)), (0, 1, ms(0)), (1, 2, ms(300))],
+            ..History::default()
+        };
+        assert!(history.is_current(1, 1, ms(299)));
+        assert!(!history.is_current(1, 1, ms(300)), "r1.2 started");
+        assert!(history.is_current(1, 2, ms(301)));
+        assert!(!history.is_current(1, 2, ms(299)), "not started yet");
+        assert!(history.is_current(0, 1, ms(500)));
     }
 }

@@ -181,6 +181,7 @@ impl World<'_> {
                 host.seen_finished = false;
                 let who = replica::application_name(index, incarnation);
                 self.history.note(now, who, "starts");
+                self.history.incarnations.push((index, incarnation, now));
             }
             if finished && !self.replicas[index].seen_finished {
                 self.replicas[index].seen_finished = true;
