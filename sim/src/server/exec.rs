@@ -1181,6 +1181,28 @@ mod tests {
     }
 
     #[test]
+    fn release_if_held_unlocks_only_a_held_lock_and_never_warns() {
+        let (mut state, a, b) = server();
+        let release = plexsphere_leader::sql::release_if_held();
+        assert_eq!(
+            run(&mut state, a, "SELECT pg_advisory_lock(1886156915, 1)"),
+            ["T pg_advisory_lock:2278", "D ", "C SELECT 1", "Z I"]
+        );
+        assert_eq!(
+            run(&mut state, b, &release),
+            ["T case:16", "D f", "C SELECT 1", "Z I"]
+        );
+        assert_eq!(
+            run(&mut state, a, &release),
+            ["T case:16", "D t", "C SELECT 1", "Z I"]
+        );
+        assert_eq!(
+            run(&mut state, a, &release),
+            ["T case:16", "D f", "C SELECT 1", "Z I"]
+        );
+    }
+
+    #[test]
     fn select_one_is_an_int4_row() {
         let (mut state, a, _) = server();
         assert_eq!(
