@@ -124,9 +124,9 @@ pub struct FenceCounts {
     pub runs: usize,
     /// Terms whose epoch was checked (every term of a fencing run).
     pub epochs: usize,
-    /// Terms that began after their lock session had already lost the lock (the answers on
-    /// the way to it were late): exempt from the rising order, which binds the terms that
-    /// began holding the lock.
+    /// Terms that began after their lock session had already lost the lock (the server
+    /// crashed, or the lock moved on, while the answer to the advance was on its way): exempt
+    /// from the rising order, which binds the terms that began holding the lock.
     pub late_terms: usize,
     /// Fenced units of work the service saw committed.
     pub accepted: usize,

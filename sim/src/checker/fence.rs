@@ -5,10 +5,10 @@
 //! - **epochs rise**: with fencing on every term has an epoch, the one its lock session
 //!   advanced to (the server's log), and ordered by the time the terms began (across replicas,
 //!   incarnations and servers) the epochs strictly increase. A term that began after its
-//!   session had already lost the lock (the answers on their way to it were late, while a
-//!   newer leader began) is exempt from the order: its epoch is stale, so fenced writes reject
-//!   it, and the detection check bounds how long it lasts. With fencing off no term has an
-//!   epoch.
+//!   session had already lost the lock (its server crashed, or the lock moved on, while the
+//!   answer to its advance was on its way) is exempt from the order: its epoch is stale, so
+//!   fenced writes reject it, and the detection check bounds how long it lasts. With fencing
+//!   off no term has an epoch.
 //! - **fence holds**: for every fenced transaction the primary of the moment committed, no
 //!   epoch advance of its row committed between its check and its commit, and the row's epoch
 //!   at the commit is the one it checked. A commit on a server that was no longer the primary
