@@ -39,7 +39,10 @@ pub async fn setup(client: &impl GenericClient) -> Result<(), tokio_postgres::Er
 /// Checks, inside the caller's transaction, that `epoch` is still the current one, and holds
 /// the fence row (`FOR SHARE`) until the transaction ends, so no newer term can begin before
 /// the caller commits or rolls back. Call it in the transaction of the fenced writes, never
-/// outside one (the row lock would end with the statement).
+/// outside one (the row lock would end with the statement). Bound the transaction's idle time
+/// (`SET LOCAL idle_in_transaction_session_timeout`, or the writer role's setting): a leader cut
+/// off inside a fenced transaction holds the row until the server ends that session, and every
+/// newer term's epoch advance waits for it.
 ///
 /// # Errors
 /// [`FenceError::Stale`] when a newer term began (do not write; roll back),
