@@ -7,7 +7,9 @@
 //! first waiter is granted it at once ([`LockTable::hand_over`]), as PostgreSQL's
 //! `ProcLockWakeup` does, so the lock is never free while a session waits for it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
+
+use super::queues::WaitQueues;
 
 /// The key of an advisory lock.
 ///
@@ -70,8 +72,8 @@ struct Holder {
 #[derive(Debug, Default)]
 pub(crate) struct LockTable {
     held: BTreeMap<LockId, Holder>,
-    /// Sessions waiting in `pg_advisory_lock`, oldest first; never empty for a key present.
-    waiting: BTreeMap<LockId, VecDeque<i32>>,
+    /// Sessions waiting in `pg_advisory_lock`, oldest first.
+    waiting: WaitQueues<LockId>,
 }
 
 impl LockTable {
@@ -105,21 +107,12 @@ impl LockTable {
 
     /// Queues `pid` behind the lock's current waiters.
     pub(crate) fn enqueue(&mut self, id: LockId, pid: i32) {
-        self.waiting.entry(id).or_default().push_back(pid);
+        self.waiting.enqueue(id, pid);
     }
 
     /// Takes `pid` out of the queue of `id`; false when it was not waiting there.
     pub(crate) fn cancel_wait(&mut self, id: &LockId, pid: i32) -> bool {
-        let Some(queue) = self.waiting.get_mut(id) else {
-            return false;
-        };
-        let before = queue.len();
-        queue.retain(|&waiter| waiter != pid);
-        let removed = queue.len() != before;
-        if queue.is_empty() {
-            self.waiting.remove(id);
-        }
-        removed
+        self.waiting.cancel(id, pid)
     }
 
     /// Grants a free lock `id` to its first waiter, if any; returns that waiter.
@@ -127,35 +120,20 @@ impl LockTable {
         if self.held.contains_key(id) {
             return None;
         }
-        let queue = self.waiting.get_mut(id)?;
-        let pid = queue.pop_front()?;
-        if queue.is_empty() {
-            self.waiting.remove(id);
-        }
+        let pid = self.waiting.pop_front(id)?;
         self.held.insert(id.clone(), Holder { pid, count: 1 });
         Some(pid)
     }
 
     /// Every waiting request, as `(lock, pid)` in lock order and queue order per lock.
     pub(crate) fn waiters(&self) -> Vec<(LockId, i32)> {
-        self.waiting
-            .iter()
-            .flat_map(|(id, queue)| queue.iter().map(move |&pid| (id.clone(), pid)))
-            .collect()
+        self.waiting.all()
     }
 
     /// Frees every lock `pid` holds and returns them with the count each had; a request
     /// of `pid` still waiting leaves its queue.
     pub(crate) fn release_session(&mut self, pid: i32) -> Vec<(LockId, u64)> {
-        let queued: Vec<LockId> = self
-            .waiting
-            .iter()
-            .filter(|(_, queue)| queue.contains(&pid))
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in &queued {
-            self.cancel_wait(id, pid);
-        }
+        self.waiting.cancel_everywhere(pid);
         let mine: Vec<LockId> = self
             .held
             .iter()

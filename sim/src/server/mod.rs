@@ -52,6 +52,7 @@ mod guc;
 mod handle;
 mod locks;
 mod log;
+mod queues;
 mod reply;
 mod route;
 mod rows;

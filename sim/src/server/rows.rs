@@ -17,6 +17,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::queues::WaitQueues;
+
 /// One row of a table: a fence table's row is named by its `(classid, objid)` key.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RowId {
@@ -33,8 +35,8 @@ pub struct RowId {
 pub(crate) struct RowLocks {
     /// The sessions holding a share lock on each row; never empty for a row present.
     shared: BTreeMap<RowId, BTreeSet<i32>>,
-    /// Sessions whose update waits for a row, oldest first; never empty for a row present.
-    waiting: BTreeMap<RowId, Vec<i32>>,
+    /// Sessions whose update waits for a row, oldest first.
+    waiting: WaitQueues<RowId>,
 }
 
 impl RowLocks {
@@ -46,28 +48,17 @@ impl RowLocks {
     /// Whether a session other than `pid` holds a share lock on `row`: an update by `pid`
     /// must wait.
     pub(crate) fn others_share(&self, row: &RowId, pid: i32) -> bool {
-        self.shared
-            .get(row)
-            .is_some_and(|holders| holders.iter().any(|&holder| holder != pid))
+        others_share(&self.shared, row, pid)
     }
 
     /// Queues `pid`'s update behind the row's other waiters.
     pub(crate) fn enqueue(&mut self, row: RowId, pid: i32) {
-        self.waiting.entry(row).or_default().push(pid);
+        self.waiting.enqueue(row, pid);
     }
 
     /// Takes `pid` out of the queue of `row`; false when it was not waiting there.
     pub(crate) fn cancel_wait(&mut self, row: &RowId, pid: i32) -> bool {
-        let Some(queue) = self.waiting.get_mut(row) else {
-            return false;
-        };
-        let before = queue.len();
-        queue.retain(|&waiter| waiter != pid);
-        let removed = queue.len() != before;
-        if queue.is_empty() {
-            self.waiting.remove(row);
-        }
-        removed
+        self.waiting.cancel(row, pid)
     }
 
     /// Ends `pid`'s share locks (its transaction ended) and takes its own waits out of every
@@ -78,28 +69,15 @@ impl RowLocks {
             holders.remove(&pid);
             !holders.is_empty()
         });
-        let rows: Vec<RowId> = self.waiting.keys().cloned().collect();
-        for row in &rows {
-            self.cancel_wait(row, pid);
-        }
+        self.waiting.cancel_everywhere(pid);
         self.wakeable()
     }
 
     /// The waiters no other session blocks any more, taken out of their queues.
     fn wakeable(&mut self) -> Vec<(RowId, i32)> {
-        let mut woken = Vec::new();
-        for (row, queue) in &mut self.waiting {
-            let holders = self.shared.get(row);
-            queue.retain(|&waiter| {
-                let blocked = holders.is_some_and(|h| h.iter().any(|&holder| holder != waiter));
-                if !blocked {
-                    woken.push((row.clone(), waiter));
-                }
-                blocked
-            });
-        }
-        self.waiting.retain(|_, queue| !queue.is_empty());
-        woken
+        let shared = &self.shared;
+        self.waiting
+            .take_where(|row, waiter| !others_share(shared, row, waiter))
     }
 
     /// Every share lock, as `(row, pid)` in row and pid order.
@@ -112,11 +90,15 @@ impl RowLocks {
 
     /// Every waiting update, as `(row, pid)` in row and queue order.
     pub(crate) fn waiters(&self) -> Vec<(RowId, i32)> {
-        self.waiting
-            .iter()
-            .flat_map(|(row, queue)| queue.iter().map(move |&pid| (row.clone(), pid)))
-            .collect()
+        self.waiting.all()
     }
+}
+
+/// Whether a session other than `pid` holds a share lock on `row` in `shared`.
+fn others_share(shared: &BTreeMap<RowId, BTreeSet<i32>>, row: &RowId, pid: i32) -> bool {
+    shared
+        .get(row)
+        .is_some_and(|holders| holders.iter().any(|&holder| holder != pid))
 }
 
 #[cfg(test)]
