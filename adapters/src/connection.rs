@@ -128,9 +128,9 @@ pub(crate) fn try_lock(held: Arc<Held>, conn: ConnId, statement: String) -> Oper
             // sure, the outcome is unknown and the connection is closed.
             Err(cause) if is_lock_timeout(&cause) => {
                 let name = "the release after a lock wait timed out";
-                match single_value(held.client(), &sql::release_if_held(), name).await {
-                    Ok(released) if released == "t" || released == "f" => {
-                        if released == "t" {
+                match boolean(held.client(), &sql::release_if_held(), name).await {
+                    Ok(released) => {
+                        if released {
                             tracing::debug!(
                                 target: "plexsphere_leader",
                                 "leader: a lock wait timed out as it was granted; released"
@@ -138,13 +138,6 @@ pub(crate) fn try_lock(held: Arc<Held>, conn: ConnId, statement: String) -> Oper
                         }
                         Completion::of(Event::LockRefused { conn })
                     }
-                    Ok(other) => Completion::of(Event::LockQueryFailed {
-                        conn,
-                        cause: CheckError::UnexpectedReply {
-                            statement: name,
-                            detail: format!("{other:?}"),
-                        },
-                    }),
                     Err(cause) => Completion::of(Event::LockQueryFailed { conn, cause }),
                 }
             }
