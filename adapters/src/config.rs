@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use plexsphere_leader_core::{AcquireMode, CheckInterval, Options};
+use plexsphere_leader_core::{AcquireMode, CheckInterval, MAX_HOLD_OFF, Options};
 use prometheus::Registry;
 
 use crate::error::ConfigError;
@@ -19,6 +19,9 @@ use crate::error::ConfigError;
 /// | `acquire_mode`   | [`AcquireMode::Poll`] (the spec)        | poll the lock every interval, or wait in the server's lock queue |
 /// | `stop_grace`     | one check interval; at most two         | how long a graceful stop waits for leader work before it unlocks |
 /// | `fencing`        | off                                     | give every term an epoch from the `plexsphere_leader_fence` table |
+/// | `eligible`       | `true`                                  | whether this replica may lead at all ([`Elector::set_eligible`](crate::Elector::set_eligible) changes it) |
+/// | `resign_hold_off`| two check intervals                     | how long [`Elector::resign`](crate::Elector::resign) keeps the replica from trying the lock |
+/// | `work_deadline`  | none                                    | report (and optionally abort) leader work still running this long after its term ended |
 ///
 /// Logging goes through `tracing` (target `plexsphere_leader`); instrument the `run` future with
 /// a span to add context. The pool must reach PostgreSQL 14 or newer directly or through a
@@ -31,7 +34,22 @@ pub struct Config {
     pub(crate) acquire_mode: AcquireMode,
     pub(crate) stop_grace: Option<Duration>,
     pub(crate) fencing: bool,
+    pub(crate) eligible: bool,
+    pub(crate) resign_hold_off: Option<Duration>,
+    pub(crate) work_deadline: Option<(Duration, OnOverdue)>,
     pub(crate) sabotage: Option<crate::sabotage::Sabotage>,
+}
+
+/// What happens to leader work still running [`Config::work_deadline`] after its term ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnOverdue {
+    /// Log it at WARN (naming the work) and count it in the metrics; the work runs on.
+    Report,
+    /// Report it, then abort what can be aborted: work run through
+    /// [`Elector::run_if_leader`](crate::Elector::run_if_leader) (and the launchers built on
+    /// it) is dropped at its next await point, and `run_if_leader` returns `Ok(false)`. Work
+    /// holding a [`Term`](crate::Term) taken directly can only be reported.
+    Abort,
 }
 
 impl Config {
@@ -44,6 +62,9 @@ impl Config {
             acquire_mode: AcquireMode::Poll,
             stop_grace: None,
             fencing: false,
+            eligible: true,
+            resign_hold_off: None,
+            work_deadline: None,
             sabotage: None,
         }
     }
@@ -100,12 +121,57 @@ impl Config {
         self
     }
 
+    /// Whether this replica may lead (default `true`). An ineligible replica takes part in the
+    /// election without ever trying the lock, for example a canary; change it at run time with
+    /// [`Elector::set_eligible`](crate::Elector::set_eligible).
+    #[must_use]
+    pub fn eligible(mut self, eligible: bool) -> Self {
+        self.eligible = eligible;
+        self
+    }
+
+    /// How long [`Elector::resign`](crate::Elector::resign) keeps this replica from trying the
+    /// lock again, counted from the request. Default two check intervals, so that a standby's
+    /// next check (at most one interval away) finds the lock free first. Validated by
+    /// [`Elector::new`](crate::Elector::new): at most [`MAX_HOLD_OFF`] (seven days).
+    #[must_use]
+    pub fn resign_hold_off(mut self, hold_off: Duration) -> Self {
+        self.resign_hold_off = Some(hold_off);
+        self
+    }
+
+    /// A hard deadline for leader work after its term ended (any cause: lost, stopped,
+    /// resigned). Work still holding a [`Term`](crate::Term) `deadline` after the end is logged
+    /// at WARN (`leader: background work still running after the work deadline: <names>`) and
+    /// counted, and with [`OnOverdue::Abort`] aborted. Off by default.
+    #[must_use]
+    pub fn work_deadline(mut self, deadline: Duration, on_overdue: OnOverdue) -> Self {
+        self.work_deadline = Some((deadline, on_overdue));
+        self
+    }
+
+    /// The resign hold-off, validated.
+    pub(crate) fn validated_hold_off(
+        &self,
+        interval: CheckInterval,
+    ) -> Result<Duration, ConfigError> {
+        let hold_off = self.resign_hold_off.unwrap_or(interval.get() * 2);
+        if hold_off > MAX_HOLD_OFF {
+            return Err(ConfigError::HoldOff {
+                given: hold_off,
+                max: MAX_HOLD_OFF,
+            });
+        }
+        Ok(hold_off)
+    }
+
     /// The validated options of the core election.
     pub(crate) fn options(&self) -> Result<Options, ConfigError> {
         let interval = CheckInterval::new(self.check_interval)?;
         let options = Options::new(interval)
             .acquire(self.acquire_mode)
-            .fencing(self.fencing);
+            .fencing(self.fencing)
+            .eligible(self.eligible);
         Ok(match self.stop_grace {
             Some(grace) => options.stop_grace(grace)?,
             None => options,
@@ -132,6 +198,9 @@ impl fmt::Debug for Config {
             .field("acquire_mode", &self.acquire_mode)
             .field("stop_grace", &self.stop_grace)
             .field("fencing", &self.fencing)
+            .field("eligible", &self.eligible)
+            .field("resign_hold_off", &self.resign_hold_off)
+            .field("work_deadline", &self.work_deadline)
             .finish()
     }
 }

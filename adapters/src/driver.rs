@@ -42,6 +42,7 @@ enum Wake {
     Stop,
     Completed(Completion),
     SessionEnded(ConnId),
+    Control,
     Deadline,
 }
 
@@ -84,6 +85,7 @@ impl Driver {
                 () = shutdown.cancelled(), if !stop_reported => Wake::Stop,
                 completion = in_flight(&mut self.in_flight) => Wake::Completed(completion),
                 conn = watch_session(&self.held, self.watch_reported) => Wake::SessionEnded(conn),
+                () = self.inner.control_queued() => Wake::Control,
                 () = &mut sleep, if armed.is_some() => Wake::Deadline,
             };
             match wake {
@@ -102,11 +104,22 @@ impl Driver {
                         cause: CheckError::SessionEnded,
                     });
                 }
+                Wake::Control => self.apply_controls(),
                 Wake::Deadline => {
                     self.inner.election().handle_timeout(now());
                     self.perform_queued();
                 }
             }
+        }
+        // Requests queued as the run finished: an eligibility setting still applies (the
+        // election records it while not running); a resign finds nothing to do.
+        self.apply_controls();
+    }
+
+    /// Hands the queued operator requests (resign, eligibility) to the election, in order.
+    fn apply_controls(&mut self) {
+        for request in self.inner.take_controls() {
+            self.handle(request);
         }
     }
 
@@ -313,6 +326,6 @@ async fn in_flight(operation: &mut Option<Operation>) -> Completion {
 
 /// The current time: the only place the adapter reads the clock, through tokio so that paused
 /// time and the simulation's clock apply.
-fn now() -> std::time::Instant {
+pub(crate) fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }

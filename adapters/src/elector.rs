@@ -6,12 +6,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use plexsphere_leader_core::work::WorkOutcome;
-use plexsphere_leader_core::{CheckInterval, Election, Options, TermEndCause, TermId};
+use futures_util::future::{AbortHandle, Abortable};
+use plexsphere_leader_core::work::{TermStatus, WorkOutcome};
+use plexsphere_leader_core::{CheckInterval, Election, Event, Options, TermEndCause, TermId};
 use prometheus::IntGauge;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, OnOverdue};
 use crate::driver::Driver;
 use crate::error::{CheckError, ConfigError, RunError};
 use crate::metrics;
@@ -37,6 +39,22 @@ pub(crate) struct Inner {
     current: Mutex<Option<Arc<TermShared>>>,
     gauge: Option<IntGauge>,
     sabotage: Option<Sabotage>,
+    hold_off: Duration,
+    work_deadline: Option<(Duration, OnOverdue)>,
+    /// Operator requests (resign, eligibility) for the running driver, in order.
+    controls: Mutex<Vec<Event<CheckError>>>,
+    /// Wakes the driver when a request is queued.
+    control_queued: Notify,
+}
+
+/// What became of [`Elector::resign`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Resignation {
+    /// The running election took the request: a leader ends its term and releases the lock
+    /// (after the stop grace), and no check begins before the hold-off has passed.
+    Requested,
+    /// The election is not running: nothing changed.
+    NotRunning,
 }
 
 impl Elector {
@@ -49,6 +67,7 @@ impl Elector {
     /// longer than two intervals; [`ConfigError::Metrics`] when the gauge cannot be registered.
     pub fn new(config: Config) -> Result<Self, ConfigError> {
         let options = config.options()?;
+        let hold_off = config.validated_hold_off(options.interval())?;
         let gauge = match &config.registry {
             Some(registry) => Some(metrics::leader_gauge(registry).map_err(ConfigError::Metrics)?),
             None => None,
@@ -61,6 +80,10 @@ impl Elector {
             current: Mutex::new(None),
             gauge,
             sabotage: config.sabotage,
+            hold_off,
+            work_deadline: config.work_deadline,
+            controls: Mutex::new(Vec::new()),
+            control_queued: Notify::new(),
         };
         Ok(Self {
             inner: Arc::new(inner),
@@ -116,7 +139,9 @@ impl Elector {
     ///
     /// A demotion never counts as a failure, and neither does a `parent` cancelled while `work`
     /// ran (`Ok(false)`, not logged). A panic in `work` propagates to the caller; the term's
-    /// token handed to it is cancelled as the panic unwinds.
+    /// token handed to it is cancelled as the panic unwinds. With
+    /// [`Config::work_deadline`](crate::Config::work_deadline) and [`OnOverdue::Abort`], `work`
+    /// still running that long after its term ended is dropped and the result is `Ok(false)`.
     ///
     /// # Errors
     /// `work`'s own error, when the term held until it returned.
@@ -132,8 +157,16 @@ impl Elector {
         let Some(term) = self.term(parent) else {
             return WorkOutcome::<T, E>::Skipped.into_result();
         };
-        let result = work(term.token().clone()).await;
-        let outcome = WorkOutcome::settle(term.status(), result);
+        let (abort, registration) = AbortHandle::new_pair();
+        term.abort_with(abort);
+        let outcome = match Abortable::new(work(term.token().clone()), registration).await {
+            Ok(result) => WorkOutcome::settle(term.status(), result),
+            // Only the work deadline aborts, and only after the term ended.
+            Err(_aborted) => match term.status() {
+                TermStatus::Ended(why) => WorkOutcome::Interrupted(why),
+                TermStatus::Live => WorkOutcome::Skipped,
+            },
+        };
         if let Some(kind) = outcome.log_kind() {
             tracing::info!(
                 target: "plexsphere_leader",
@@ -166,6 +199,51 @@ impl Elector {
     pub fn check_interval(&self) -> Duration {
         self.inner.interval().get()
     }
+
+    /// Asks this replica to give up leadership for the configured
+    /// [`resign_hold_off`](crate::Config::resign_hold_off) (see [`resign_for`](Self::resign_for)).
+    pub fn resign(&self) -> Resignation {
+        self.resign_for(self.inner.hold_off)
+    }
+
+    /// Asks this replica to give up leadership and not to try the lock for `hold_off` (at most
+    /// [`MAX_HOLD_OFF`](crate::MAX_HOLD_OFF); longer is shortened to it), so that another
+    /// replica takes over. A leader ends its term ([`TermEndCause::Resigned`]), gives its work
+    /// the stop grace, releases the lock with `pg_advisory_unlock`, logs
+    /// `leader: released background leader lock after resigning` and stays a standby; a
+    /// standby abandons a check in progress and sits the hold-off out. Returns at once; the
+    /// release happens on the task running [`run`](Self::run). Ignored while a stop or an
+    /// earlier resign is releasing the lock.
+    pub fn resign_for(&self, hold_off: Duration) -> Resignation {
+        let election = self.inner.election();
+        if !election.is_running() {
+            return Resignation::NotRunning;
+        }
+        self.inner.queue_control(Event::Resign { hold_off });
+        drop(election);
+        Resignation::Requested
+    }
+
+    /// Makes this replica eligible to lead, or not (for example a canary). An ineligible
+    /// replica never tries the lock; a leader made ineligible resigns as with
+    /// [`resign`](Self::resign) and stays out until made eligible again. The setting outlives
+    /// runs; [`Config::eligible`](crate::Config::eligible) gives the initial one.
+    pub fn set_eligible(&self, eligible: bool) {
+        let mut election = self.inner.election();
+        let event = Event::SetEligible { eligible };
+        if election.is_running() {
+            self.inner.queue_control(event);
+        } else {
+            // Not running: the election only records the setting and queues nothing.
+            election.handle_event(crate::driver::now(), event);
+        }
+    }
+
+    /// Whether this replica may lead: the last [`set_eligible`](Self::set_eligible) once the
+    /// running election applied it.
+    pub fn is_eligible(&self) -> bool {
+        self.inner.election().is_eligible()
+    }
 }
 
 impl Inner {
@@ -175,6 +253,26 @@ impl Inner {
 
     pub(crate) fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// Queues an operator request for the driver. Called with the election locked, so that the
+    /// driver, which takes the queue after every input, cannot finish in between unnoticed.
+    fn queue_control(&self, event: Event<CheckError>) {
+        self.controls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(event);
+        self.control_queued.notify_one();
+    }
+
+    /// Resolves when an operator request may be queued. Cancel-safe.
+    pub(crate) async fn control_queued(&self) {
+        self.control_queued.notified().await;
+    }
+
+    /// Takes the queued operator requests, in order.
+    pub(crate) fn take_controls(&self) -> Vec<Event<CheckError>> {
+        std::mem::take(&mut *self.controls.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     pub(crate) fn interval(&self) -> CheckInterval {
@@ -210,6 +308,9 @@ impl Inner {
             .take();
         if let Some(term) = &current {
             term.end(cause);
+            if let Some((deadline, on_overdue)) = self.work_deadline {
+                crate::overdue::watch(Arc::clone(term), deadline, on_overdue, |_, _| {});
+            }
         }
         current
     }

@@ -168,6 +168,16 @@ pub enum ConfigError {
     /// `stop_grace` is longer than two check intervals.
     #[error(transparent)]
     StopGrace(#[from] StopGraceTooLong),
+    /// `resign_hold_off` is longer than the longest hold-off the election takes.
+    #[error(
+        "resign hold-off {given:?} is longer than {max:?}: make the replica ineligible instead"
+    )]
+    HoldOff {
+        /// The hold-off asked for.
+        given: std::time::Duration,
+        /// The longest accepted.
+        max: std::time::Duration,
+    },
 }
 
 /// Why [`Elector::run`](crate::Elector::run) returned an error.

@@ -42,6 +42,7 @@ pub mod http;
 mod log;
 pub mod loops;
 mod metrics;
+mod overdue;
 mod readiness;
 #[cfg(not(feature = "sabotage"))]
 mod sabotage;
@@ -51,15 +52,16 @@ pub mod sql;
 mod supervisor;
 mod term;
 
-pub use config::Config;
+pub use config::{Config, OnOverdue};
 pub use driver::SESSION_WATCH_PERIOD;
-pub use elector::Elector;
+pub use elector::{Elector, Resignation};
 pub use error::{CheckError, ConfigError, LockFinding, RunError};
 pub use metrics::{LEADER_GAUGE_HELP, LEADER_GAUGE_NAME};
+pub use overdue::OVERDUE_WORK_MESSAGE;
 pub use plexsphere_leader_core::work::Interruption;
 pub use plexsphere_leader_core::{
-    AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, MAX_STOP_GRACE_INTERVALS,
-    StopGraceTooLong, TermEndCause, TermId, UNLOCK_BUDGET,
+    AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, MAX_HOLD_OFF,
+    MAX_STOP_GRACE_INTERVALS, StopGraceTooLong, TermEndCause, TermId, UNLOCK_BUDGET,
 };
 pub use sql::{LEADER_QUERY, LOCK_CLASS_ID, LOCK_OBJ_ID};
 pub use term::{Term, named_work};

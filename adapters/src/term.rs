@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use futures_util::future::AbortHandle;
 use plexsphere_leader_core::work::{Interruption, TermStatus};
 use plexsphere_leader_core::{TermEndCause, TermId};
 use tokio::sync::Notify;
@@ -40,8 +41,19 @@ pub(crate) struct TermShared {
 #[derive(Debug, Default)]
 struct TermState {
     ended: Option<TermEndCause>,
-    tokens: BTreeMap<u64, (CancellationToken, Option<Arc<str>>)>,
+    tokens: BTreeMap<u64, Handle>,
     next_key: u64,
+}
+
+/// One live [`Term`] of the term.
+#[derive(Debug)]
+struct Handle {
+    token: CancellationToken,
+    /// The work it runs, given by [`named_work`].
+    name: Option<Arc<str>>,
+    /// Aborts the work, when it was started through
+    /// [`Elector::run_if_leader`](crate::Elector::run_if_leader).
+    abort: Option<AbortHandle>,
 }
 
 impl TermShared {
@@ -74,7 +86,7 @@ impl TermShared {
             .lock()
             .tokens
             .values()
-            .map(|(_, name)| name.as_deref().unwrap_or("unnamed").to_owned())
+            .map(|handle| handle.name.as_deref().unwrap_or("unnamed").to_owned())
             .collect();
         names.sort();
         names.dedup();
@@ -97,7 +109,7 @@ impl TermShared {
             state
                 .tokens
                 .values()
-                .map(|(token, _)| token.clone())
+                .map(|handle| handle.token.clone())
                 .collect()
         };
         for token in tokens {
@@ -116,7 +128,14 @@ impl TermShared {
             let key = state.next_key;
             state.next_key += 1;
             let name = WORK_NAME.try_with(Arc::clone).ok();
-            state.tokens.insert(key, (token.clone(), name));
+            state.tokens.insert(
+                key,
+                Handle {
+                    token: token.clone(),
+                    name,
+                    abort: None,
+                },
+            );
             key
         };
         Some(Term {
@@ -127,8 +146,28 @@ impl TermShared {
         })
     }
 
-    fn ended(&self) -> Option<TermEndCause> {
+    /// Why the term ended, once it did.
+    pub(crate) fn ended(&self) -> Option<TermEndCause> {
         self.lock().ended
+    }
+
+    /// Aborts the work of every live handle that can be aborted; returns how many were.
+    pub(crate) fn abort_work(&self) -> usize {
+        let handles: Vec<AbortHandle> = self
+            .lock()
+            .tokens
+            .values()
+            .filter_map(|handle| handle.abort.clone())
+            .collect();
+        for handle in &handles {
+            handle.abort();
+        }
+        handles.len()
+    }
+
+    /// How many handles of the term are alive.
+    pub(crate) fn live_handles(&self) -> usize {
+        self.lock().tokens.len()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, TermState> {
@@ -195,6 +234,13 @@ impl Term {
 
     pub(crate) fn status(&self) -> TermStatus {
         self.cause().map_or(TermStatus::Live, TermStatus::Ended)
+    }
+
+    /// Lets the work deadline abort the work this handle runs ([`crate::OnOverdue::Abort`]).
+    pub(crate) fn abort_with(&self, abort: AbortHandle) {
+        if let Some(handle) = self.shared.lock().tokens.get_mut(&self.key) {
+            handle.abort = Some(abort);
+        }
     }
 }
 

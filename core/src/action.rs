@@ -120,7 +120,7 @@ impl<C> Action<C> {
     }
 }
 
-/// Why a term ended. Closed: these are the only two ways.
+/// Why a term ended. Closed: these are the only three ways.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TermEndCause {
     /// The lock is, or may be, lost: the check failed or did not answer in time, or the run
@@ -128,6 +128,9 @@ pub enum TermEndCause {
     LeadershipLost,
     /// The run was cancelled: the replica gives the lock up on purpose.
     Stopped,
+    /// An operator asked the leader to resign, or made it ineligible: it gives the lock up on
+    /// purpose and stays a standby.
+    Resigned,
 }
 
 impl fmt::Display for TermEndCause {
@@ -135,6 +138,7 @@ impl fmt::Display for TermEndCause {
         f.write_str(match self {
             Self::LeadershipLost => "leadership lost",
             Self::Stopped => "election stopped",
+            Self::Resigned => "leadership resigned",
         })
     }
 }
@@ -206,6 +210,11 @@ pub enum LogKind {
     FencingFailed,
     /// The lock session ended while a graceful stop waited for work or released the lock. WARN.
     SessionEndedWhileStopping,
+    /// The leader resigned on request, or because it was made ineligible: its term ended and it
+    /// releases the lock, then stays a standby. INFO.
+    Resigned,
+    /// A resigned leader released the lock and is a standby again. INFO.
+    ResignReleased,
 }
 
 impl LogKind {
@@ -223,13 +232,19 @@ impl LogKind {
             Self::WorkOutlivedStop => "leader: background work still running after the stop grace",
             Self::FencingFailed => "leader: advance fencing epoch",
             Self::SessionEndedWhileStopping => "leader: lock session ended while stopping",
+            Self::Resigned => "leader: resigned background leadership",
+            Self::ResignReleased => "leader: released background leader lock after resigning",
         }
     }
 
     /// The level records of this kind are emitted at.
     pub const fn level(self) -> Level {
         match self {
-            Self::LeadershipAcquired | Self::LockReleased | Self::WorkInterrupted => Level::Info,
+            Self::LeadershipAcquired
+            | Self::LockReleased
+            | Self::WorkInterrupted
+            | Self::Resigned
+            | Self::ResignReleased => Level::Info,
             Self::AcquireFailed
             | Self::LeadershipLost
             | Self::ReleaseFailed

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::action::{Action, Cause, LogKind, LogRecord, TermEndCause};
 use crate::event::Event;
@@ -72,7 +72,12 @@ pub struct Election<C> {
     last_conn: u64,
     last_term: u64,
     last_epoch: Option<u64>,
+    eligible: bool,
 }
+
+/// The longest hold-off a [`Event::Resign`] takes; a longer one is shortened to this (make the
+/// replica ineligible to keep it out of the election for good).
+pub const MAX_HOLD_OFF: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// What became of an input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,8 +99,11 @@ pub enum Ignored {
     /// The completion names the awaited connection but answers another operation than the one
     /// in flight (for example `PingOk` while the grant statement runs).
     Unexpected,
-    /// The election is already stopping; a second stop request changes nothing.
+    /// The election is already stopping; a second stop request changes nothing. Also a resign
+    /// request while the lock is being given up.
     AlreadyStopping,
+    /// [`Event::SetEligible`] with the setting the election already has.
+    Unchanged,
 }
 
 /// [`Election::start`] was called while a run is in progress.
@@ -160,6 +168,17 @@ enum State {
 struct Running {
     schedule: Schedule,
     role: Role,
+    /// No check begins before this instant (a resign's hold-off).
+    hold_until: Option<Instant>,
+}
+
+/// What a replica does once its lock is given up on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterRelease {
+    /// The run finishes (a stop request).
+    Finish,
+    /// The replica stays a standby (a resign, or ineligibility).
+    Standby,
 }
 
 enum Role {
@@ -191,12 +210,14 @@ struct Draining {
     term: TermId,
     conn: ConnId,
     deadline: Instant,
+    then: AfterRelease,
 }
 
 struct Releasing {
     term: TermId,
     conn: ConnId,
     deadline: Instant,
+    then: AfterRelease,
 }
 
 /// How a run ends abruptly.
@@ -222,6 +243,7 @@ impl<C> Election<C> {
             last_conn: 0,
             last_term: 0,
             last_epoch: None,
+            eligible: options.is_eligible(),
         }
     }
 
@@ -240,6 +262,21 @@ impl<C> Election<C> {
     /// Whether a run is in progress (between `start` and [`Action::Finish`]).
     pub fn is_running(&self) -> bool {
         matches!(self.state, State::Running(_))
+    }
+
+    /// Whether this replica may lead ([`Event::SetEligible`]; initially
+    /// [`Options::is_eligible`]).
+    pub fn is_eligible(&self) -> bool {
+        self.eligible
+    }
+
+    /// Until when a resign keeps this replica from trying the lock, while that lies ahead of
+    /// `now`.
+    pub fn held_off_until(&self, now: Instant) -> Option<Instant> {
+        match &self.state {
+            State::Running(running) => running.hold_until.filter(|until| *until > now),
+            State::Idle => None,
+        }
     }
 
     /// Whether a term is open: the replica leads.
@@ -328,7 +365,8 @@ impl<C> Election<C> {
     // ---- inputs ----
 
     /// Starts a run at `now`: the first check begins at once (a connection is asked for) and the
-    /// next ones fall due every interval after `now`.
+    /// next ones fall due every interval after `now`. An ineligible replica only waits for its
+    /// checks, which do nothing until it is made eligible.
     ///
     /// # Errors
     /// [`AlreadyRunning`] while a run is in progress; nothing changes. A run that finished (after
@@ -338,8 +376,18 @@ impl<C> Election<C> {
             return Err(AlreadyRunning);
         }
         let schedule = Schedule::starting_at(now, self.interval().get());
-        let role = self.begin_standby_check(now);
-        self.state = State::Running(Running { schedule, role });
+        let role = if self.eligible {
+            self.begin_standby_check(now)
+        } else {
+            Role::Standby(Standby::Waiting {
+                next_check: schedule.next_after(now),
+            })
+        };
+        self.state = State::Running(Running {
+            schedule,
+            role,
+            hold_until: None,
+        });
         Ok(())
     }
 
@@ -362,6 +410,9 @@ impl<C> Election<C> {
     /// A completion is applied only when it answers the operation the election waits for: same
     /// connection, matching kind. Anything else is [`Handled::Ignored`] and changes nothing.
     pub fn handle_event(&mut self, now: Instant, event: Event<C>) -> Handled {
+        if let Event::SetEligible { eligible } = event {
+            return self.set_eligible(now, eligible);
+        }
         let State::Running(running) = &self.state else {
             return Handled::Ignored(Ignored::NotRunning);
         };
@@ -370,6 +421,9 @@ impl<C> Election<C> {
         }
         match event {
             Event::Cancelled => self.cancel(now),
+            Event::Resign { hold_off } => self.resign(now, hold_off),
+            // Applied before the election's state is looked at.
+            Event::SetEligible { .. } => {}
             Event::Panicked => self.abandon(Abandon::Panic),
             Event::Dropped => self.abandon(Abandon::Drop),
             Event::ConnectionAcquired { conn } => self.on_acquired(now, conn),
@@ -385,13 +439,15 @@ impl<C> Election<C> {
             Event::WorkDrained { .. } => self.release(now),
             Event::PingOk { .. } => self.on_ping_ok(now),
             Event::PingFailed { cause, .. } => self.demote(now, Cause::Error(cause)),
-            Event::UnlockDone { released: true, .. } => self.finish_release(None),
+            Event::UnlockDone { released: true, .. } => self.finish_release(now, None),
             Event::UnlockDone {
                 released: false, ..
             } => {
-                self.finish_release(Some(Cause::LockNotHeld));
+                self.finish_release(now, Some(Cause::LockNotHeld));
             }
-            Event::UnlockFailed { cause, .. } => self.finish_release(Some(Cause::Error(cause))),
+            Event::UnlockFailed { cause, .. } => {
+                self.finish_release(now, Some(Cause::Error(cause)));
+            }
         }
         Handled::Applied
     }
@@ -416,7 +472,9 @@ impl<C> Election<C> {
                 self.log(LogKind::WorkOutlivedStop, term, None);
                 self.release(now);
             }
-            Timer::UnlockDeadline => self.finish_release(Some(Cause::TimedOut(UNLOCK_BUDGET))),
+            Timer::UnlockDeadline => {
+                self.finish_release(now, Some(Cause::TimedOut(UNLOCK_BUDGET)));
+            }
         }
     }
 
@@ -437,6 +495,12 @@ impl<C> Election<C> {
             return;
         }
         running.schedule.begin(now);
+        let held_off = running.hold_until.is_some_and(|until| until > now);
+        if matches!(running.role, Role::Standby(_)) && (held_off || !self.eligible) {
+            // Nothing is tried: the next check falls due as usual, or when the hold-off ends.
+            self.wait_as_standby(now);
+            return;
+        }
         if let Role::Leader(leader) = &mut running.role {
             leader.check = LeaderCheck::Pinging { deadline };
             let conn = leader.conn;
@@ -595,47 +659,35 @@ impl<C> Election<C> {
                 self.demote_until(next_check, cause);
             }
             Role::Standby(Standby::Fencing { .. }) => self.on_fencing_failed(now, cause),
-            Role::Draining(Draining { term, conn, .. })
-            | Role::Releasing(Releasing { term, conn, .. }) => {
-                let (term, conn) = (*term, *conn);
+            Role::Draining(Draining {
+                term, conn, then, ..
+            })
+            | Role::Releasing(Releasing {
+                term, conn, then, ..
+            }) => {
+                let (term, conn, then) = (*term, *conn, *then);
                 self.push(Action::CloseConnection { conn });
                 self.log(LogKind::SessionEndedWhileStopping, Some(term), Some(cause));
-                self.finish();
+                self.after_release(now, then);
             }
             Role::Standby(_) => {}
         }
     }
 
     /// A stop request: a standby stops at once; a leader ends its term, gives its work the stop
-    /// grace to return, then releases the lock under [`UNLOCK_BUDGET`].
+    /// grace to return, then releases the lock under [`UNLOCK_BUDGET`]. A resign in progress
+    /// finishes instead of going back to standby.
     fn cancel(&mut self, now: Instant) {
-        let State::Running(running) = &self.state else {
+        let State::Running(running) = &mut self.state else {
             return;
         };
-        match &running.role {
-            Role::Draining(_) | Role::Releasing(_) => {}
+        match &mut running.role {
+            Role::Draining(Draining { then, .. }) | Role::Releasing(Releasing { then, .. }) => {
+                *then = AfterRelease::Finish;
+            }
             Role::Leader(leader) => {
                 let (term, conn) = (leader.term, leader.conn);
-                self.push(Action::EndTerm {
-                    term,
-                    cause: TermEndCause::Stopped,
-                });
-                let grace = self.options.grace();
-                if grace.is_zero() {
-                    self.set_role(Role::Draining(Draining {
-                        term,
-                        conn,
-                        deadline: now,
-                    }));
-                    self.release(now);
-                } else {
-                    self.push(Action::AwaitWork { term });
-                    self.set_role(Role::Draining(Draining {
-                        term,
-                        conn,
-                        deadline: now + grace,
-                    }));
-                }
+                self.give_up(now, term, conn, TermEndCause::Stopped, AfterRelease::Finish);
             }
             Role::Standby(_) => {
                 if let Some(conn) = self.open_conn() {
@@ -646,11 +698,96 @@ impl<C> Election<C> {
         }
     }
 
+    /// A resign request: no check begins before `hold_off` has passed, and the replica steps
+    /// down.
+    fn resign(&mut self, now: Instant, hold_off: Duration) {
+        let until = now + hold_off.min(MAX_HOLD_OFF);
+        if let State::Running(running) = &mut self.state {
+            running.hold_until = Some(running.hold_until.map_or(until, |held| held.max(until)));
+        }
+        self.step_down(now);
+    }
+
+    /// [`Event::SetEligible`]: records the setting; a replica made ineligible steps down.
+    fn set_eligible(&mut self, now: Instant, eligible: bool) -> Handled {
+        if self.eligible == eligible {
+            return Handled::Ignored(Ignored::Unchanged);
+        }
+        self.eligible = eligible;
+        if !eligible {
+            self.step_down(now);
+        }
+        Handled::Applied
+    }
+
+    /// Gives leadership up on purpose and stays a standby: a leader ends its term as
+    /// [`TermEndCause::Resigned`] and releases the lock after the stop grace; a standby abandons
+    /// a check in progress (closing its connection, which may already carry the lock) and waits.
+    fn step_down(&mut self, now: Instant) {
+        let State::Running(running) = &self.state else {
+            return;
+        };
+        match &running.role {
+            Role::Leader(leader) => {
+                let (term, conn) = (leader.term, leader.conn);
+                self.give_up(
+                    now,
+                    term,
+                    conn,
+                    TermEndCause::Resigned,
+                    AfterRelease::Standby,
+                );
+            }
+            Role::Standby(Standby::Waiting { .. }) => self.wait_as_standby(now),
+            Role::Standby(_) => {
+                if let Some(conn) = self.open_conn() {
+                    self.push(Action::CloseConnection { conn });
+                }
+                self.wait_as_standby(now);
+            }
+            Role::Draining(_) | Role::Releasing(_) => {}
+        }
+    }
+
+    /// The leader gives the lock up on purpose: the term ends, its work gets the stop grace, then
+    /// the lock is released; `then` says what follows the release.
+    fn give_up(
+        &mut self,
+        now: Instant,
+        term: TermId,
+        conn: ConnId,
+        cause: TermEndCause,
+        then: AfterRelease,
+    ) {
+        self.push(Action::EndTerm { term, cause });
+        if cause == TermEndCause::Resigned {
+            self.log(LogKind::Resigned, Some(term), None);
+        }
+        let grace = self.options.grace();
+        if grace.is_zero() {
+            self.set_role(Role::Draining(Draining {
+                term,
+                conn,
+                deadline: now,
+                then,
+            }));
+            self.release(now);
+        } else {
+            self.push(Action::AwaitWork { term });
+            self.set_role(Role::Draining(Draining {
+                term,
+                conn,
+                deadline: now + grace,
+                then,
+            }));
+        }
+    }
+
     /// The work of the stopped term returned, or its grace is over: unlock.
     fn release(&mut self, now: Instant) {
-        let Some((term, conn)) = self
+        let Some((term, conn, then)) = self
             .draining()
-            .map(|draining| (draining.term, draining.conn))
+            .map(|draining| (draining.term, draining.conn, draining.then))
         else {
             return;
         };
@@ -659,11 +796,13 @@ impl<C> Election<C> {
             term,
             conn,
             deadline: now + UNLOCK_BUDGET,
+            then,
         }));
     }
 
-    /// The release completed (`None`) or could not be confirmed: close, log, finish.
-    fn finish_release(&mut self, failure: Option<Cause<C>>) {
+    /// The release completed (`None`) or could not be confirmed: close, log, then finish or
+    /// (after a resign) wait as a standby.
+    fn finish_release(&mut self, now: Instant, failure: Option<Cause<C>>) {
         let State::Running(Running {
             role: Role::Releasing(releasing),
             ..
@@ -671,13 +810,21 @@ impl<C> Election<C> {
         else {
             return;
         };
-        let (term, conn) = (releasing.term, releasing.conn);
+        let (term, conn, then) = (releasing.term, releasing.conn, releasing.then);
         self.push(Action::CloseConnection { conn });
-        match failure {
-            None => self.log(LogKind::LockReleased, Some(term), None),
-            Some(cause) => self.log(LogKind::ReleaseFailed, Some(term), Some(cause)),
+        match (failure, then) {
+            (None, AfterRelease::Finish) => self.log(LogKind::LockReleased, Some(term), None),
+            (None, AfterRelease::Standby) => self.log(LogKind::ResignReleased, Some(term), None),
+            (Some(cause), _) => self.log(LogKind::ReleaseFailed, Some(term), Some(cause)),
         }
-        self.finish();
+        self.after_release(now, then);
+    }
+
+    fn after_release(&mut self, now: Instant, then: AfterRelease) {
+        match then {
+            AfterRelease::Finish => self.finish(),
+            AfterRelease::Standby => self.wait_as_standby(now),
+        }
     }
 
     /// A panic or a drop: end an open term as lost, close any connection without unlocking (it
@@ -720,8 +867,16 @@ impl<C> Election<C> {
 
     // ---- helpers ----
 
+    /// Waits for the next check, or for the end of a hold-off when that comes later.
     fn wait_as_standby(&mut self, now: Instant) {
-        let next_check = self.next_check(now);
+        let mut next_check = self.next_check(now);
+        if let State::Running(Running {
+            hold_until: Some(until),
+            ..
+        }) = &self.state
+        {
+            next_check = next_check.max(*until);
+        }
         self.set_role(Role::Standby(Standby::Waiting { next_check }));
     }
 
@@ -799,7 +954,18 @@ fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
     }
     let Some(conn) = event.conn() else {
         return match (role, event) {
-            (Role::Draining(_) | Role::Releasing(_), Event::Cancelled) => {
+            (
+                Role::Draining(Draining {
+                    then: AfterRelease::Finish,
+                    ..
+                })
+                | Role::Releasing(Releasing {
+                    then: AfterRelease::Finish,
+                    ..
+                }),
+                Event::Cancelled,
+            )
+            | (Role::Draining(_) | Role::Releasing(_), Event::Resign { .. }) => {
                 Err(Ignored::AlreadyStopping)
             }
             _ => Ok(()),

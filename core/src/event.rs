@@ -1,5 +1,7 @@
 //! What the driver reports to the election.
 
+use std::time::Duration;
+
 use crate::ids::{ConnId, TermId};
 
 /// Something that happened, reported by the driver through
@@ -98,6 +100,21 @@ pub enum Event<C> {
     },
     /// The run was asked to stop (its cancellation token was cancelled).
     Cancelled,
+    /// An operator asked this replica to give up leadership: a leader ends its term
+    /// ([`TermEndCause::Resigned`](crate::TermEndCause::Resigned)), gives its work the stop grace,
+    /// releases the lock and stays a standby; a standby abandons a check in progress. Either way
+    /// no check begins before `hold_off` has passed, so another replica can take the lock.
+    Resign {
+        /// How long the replica does not try the lock, from now.
+        hold_off: Duration,
+    },
+    /// Whether this replica may lead. An ineligible replica never tries the lock; a leader made
+    /// ineligible resigns as on [`Event::Resign`], until it is made eligible again. Applied also
+    /// while the election is not running (the setting outlives runs).
+    SetEligible {
+        /// The new setting.
+        eligible: bool,
+    },
     /// A panic is unwinding through the run.
     Panicked,
     /// The run was dropped before it finished (its task was aborted or its future dropped).
@@ -121,7 +138,12 @@ impl<C> Event<C> {
             | Self::EpochAdvanced { conn, .. }
             | Self::EpochFailed { conn, .. }
             | Self::SessionEnded { conn, .. } => Some(*conn),
-            Self::WorkDrained { .. } | Self::Cancelled | Self::Panicked | Self::Dropped => None,
+            Self::WorkDrained { .. }
+            | Self::Cancelled
+            | Self::Resign { .. }
+            | Self::SetEligible { .. }
+            | Self::Panicked
+            | Self::Dropped => None,
         }
     }
 }

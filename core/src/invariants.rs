@@ -6,14 +6,17 @@
 //!
 //! Properties checked:
 //! - at most one term is open, term ids strictly increase, and every `BeginTerm` is matched by
-//!   exactly one `EndTerm`, with cause `Stopped` only on a stop request;
+//!   exactly one `EndTerm`, with cause `Stopped` only on a stop request and `Resigned` only on a
+//!   resign request or when the replica was made ineligible;
 //! - `Hijack` only in answer to `LockGranted` and `ReturnToPool` only in answer to `LockRefused`
 //!   for the same connection; a term begins only on a hijacked connection, in answer to
 //!   `LockGranted` or (fencing) `EpochAdvanced`, and fencing epochs strictly increase;
 //! - actions only ever name the newest connection, and nothing is done with a connection after it
 //!   was closed or returned (so nothing is sent after its check timed out);
-//! - `Unlock` only after the term ended on a stop request (in answer to it, to `WorkDrained` or
-//!   to the end of the grace), never in the step of a panic or a drop;
+//! - `Unlock` only after the term ended on a stop or resign request (in answer to it, to
+//!   `WorkDrained` or to the end of the grace), never in the step of a panic or a drop;
+//! - no connection is asked for while the replica is ineligible, or before a resign's hold-off
+//!   has passed;
 //! - a run finishes with no term open and no connection left (the gauge reads 0);
 //! - an ignored input queues nothing, and nothing is queued while not running;
 //! - the next deadline is never earlier than the time of the input, and later than it after a
@@ -23,7 +26,7 @@ use std::fmt;
 use std::time::Instant;
 
 use crate::action::{Action, TermEndCause};
-use crate::election::Handled;
+use crate::election::{Handled, MAX_HOLD_OFF};
 use crate::event::Event;
 use crate::ids::{ConnId, TermId};
 
@@ -80,14 +83,25 @@ pub struct Checker {
     open_term: Option<TermId>,
     last_term: Option<TermId>,
     last_epoch: Option<u64>,
+    /// The open term ended on purpose (a stop or resign request): the lock may be released.
     stopped: bool,
     newest: Option<(ConnId, ConnState)>,
+    ineligible: bool,
+    hold_until: Option<Instant>,
 }
 
 impl Checker {
     /// A checker for a fresh election.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A checker for a fresh election created ineligible
+    /// ([`Options::eligible`](crate::Options::eligible)).
+    #[must_use]
+    pub fn starting_ineligible(mut self) -> Self {
+        self.ineligible = true;
+        self
     }
 
     /// Whether a term is open in the trace seen so far (the gauge would read 1).
@@ -135,6 +149,9 @@ impl Checker {
                     ));
                 }
                 self.running |= *accepted;
+                if *accepted {
+                    self.hold_until = None;
+                }
                 !accepted
             }
             Input::Event { handled, .. } => matches!(handled, Handled::Ignored(_)),
@@ -142,6 +159,20 @@ impl Checker {
         };
         if ignored && !actions.is_empty() {
             return Err(format!("an ignored input queued {} actions", actions.len()));
+        }
+        if let Input::Event {
+            event,
+            handled: Handled::Applied,
+        } = input
+        {
+            match event {
+                Event::SetEligible { eligible } => self.ineligible = !eligible,
+                Event::Resign { hold_off } if self.running => {
+                    let until = now + (*hold_off).min(MAX_HOLD_OFF);
+                    self.hold_until = Some(self.hold_until.map_or(until, |held| held.max(until)));
+                }
+                _ => {}
+            }
         }
         if let Input::Event {
             event: Event::AcquireFailed { conn, .. },
@@ -202,15 +233,21 @@ impl Checker {
                 if self.open_term != Some(*term) {
                     return Err(format!("EndTerm {term} but open is {:?}", self.open_term));
                 }
-                let stop = matches!(event, Some(Event::Cancelled));
-                if (*cause == TermEndCause::Stopped) != stop {
+                let expected = match event {
+                    Some(Event::Cancelled) => TermEndCause::Stopped,
+                    Some(Event::Resign { .. } | Event::SetEligible { eligible: false }) => {
+                        TermEndCause::Resigned
+                    }
+                    _ => TermEndCause::LeadershipLost,
+                };
+                if *cause != expected {
                     return Err(format!(
                         "EndTerm cause {cause:?} for input {:?}",
                         input_name(event)
                     ));
                 }
                 self.open_term = None;
-                self.stopped = stop;
+                self.stopped = expected != TermEndCause::LeadershipLost;
             }
             Action::AwaitWork { term } if !self.stopped || self.last_term != Some(*term) => {
                 return Err(format!("AwaitWork {term} without a stopped term"));
@@ -238,6 +275,16 @@ impl Checker {
         conn: ConnId,
     ) -> Result<(), String> {
         if let Action::AcquireConnection { .. } = action {
+            if self.ineligible {
+                return Err(format!("{conn} asked for while the replica is ineligible"));
+            }
+            if let (Some(until), Some(now)) = (self.hold_until, self.now)
+                && now < until
+            {
+                return Err(format!(
+                    "{conn} asked for before the resign's hold-off ended"
+                ));
+            }
             if let Some((newest, state)) = self.newest {
                 if conn <= newest {
                     return Err(format!("{conn} asked for after {newest}"));
@@ -292,7 +339,13 @@ impl Checker {
                     && self.open_term.is_none()
                     && (event.is_none()
                         || answered(|e| {
-                            matches!(e, Event::Cancelled | Event::WorkDrained { .. })
+                            matches!(
+                                e,
+                                Event::Cancelled
+                                    | Event::WorkDrained { .. }
+                                    | Event::Resign { .. }
+                                    | Event::SetEligible { eligible: false }
+                            )
                         })) =>
             {
                 ConnState::Hijacked
@@ -365,6 +418,8 @@ fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
         Some(Event::UnlockDone { .. }) => "UnlockDone",
         Some(Event::UnlockFailed { .. }) => "UnlockFailed",
         Some(Event::Cancelled) => "Cancelled",
+        Some(Event::Resign { .. }) => "Resign",
+        Some(Event::SetEligible { .. }) => "SetEligible",
         Some(Event::Panicked) => "Panicked",
         Some(Event::Dropped) => "Dropped",
     }

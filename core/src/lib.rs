@@ -28,7 +28,7 @@ pub mod supervision;
 pub mod work;
 
 pub use action::{Action, Cause, Level, LogKind, LogRecord, TermEndCause};
-pub use election::{AlreadyRunning, Election, Handled, Ignored, Phase, Timer};
+pub use election::{AlreadyRunning, Election, Handled, Ignored, MAX_HOLD_OFF, Phase, Timer};
 pub use event::Event;
 pub use ids::{ConnId, TermId};
 pub use interval::{

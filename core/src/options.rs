@@ -26,6 +26,7 @@ pub struct Options {
     acquire: AcquireMode,
     stop_grace: Duration,
     fencing: bool,
+    eligible: bool,
 }
 
 /// How many check intervals a graceful stop may wait for leader work at most: the lock session
@@ -41,6 +42,7 @@ impl Options {
             acquire: AcquireMode::Poll,
             stop_grace: interval.get(),
             fencing: false,
+            eligible: true,
         }
     }
 
@@ -70,6 +72,20 @@ impl Options {
     pub fn fencing(mut self, enabled: bool) -> Self {
         self.fencing = enabled;
         self
+    }
+
+    /// Whether the replica may lead when the election is created (default `true`); changed
+    /// later with [`Event::SetEligible`](crate::Event::SetEligible). An ineligible replica never
+    /// tries the lock.
+    #[must_use]
+    pub fn eligible(mut self, eligible: bool) -> Self {
+        self.eligible = eligible;
+        self
+    }
+
+    /// Whether the replica may lead when the election is created.
+    pub fn is_eligible(&self) -> bool {
+        self.eligible
     }
 
     /// The check interval.
@@ -145,6 +161,8 @@ mod tests {
         assert_eq!(options.acquire_mode(), AcquireMode::Poll);
         assert_eq!(options.grace(), Duration::from_millis(200));
         assert!(!options.is_fencing());
+        assert!(options.is_eligible());
+        assert!(!options.eligible(false).is_eligible());
     }
 
     #[test]

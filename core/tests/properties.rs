@@ -13,6 +13,9 @@ use proptest::prelude::*;
 
 const REPLICAS: usize = 3;
 
+/// The longest resign hold-off a case asks for: three intervals.
+const MAX_HOLD_OFF_MS: u16 = 3 * I.as_millis() as u16;
+
 #[derive(Debug, Clone)]
 enum Op {
     Advance(u16),
@@ -25,6 +28,8 @@ enum Op {
     Latency(usize, u16),
     LoseNextReply(usize),
     FailNext(usize),
+    Resign(usize, u16),
+    SetEligible(usize, bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -39,7 +44,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => r.clone().prop_map(Op::TerminateSilently),
         2 => (r.clone(), 0u16..300).prop_map(|(r, ms)| Op::Latency(r, ms)),
         1 => r.clone().prop_map(Op::LoseNextReply),
-        1 => r.prop_map(Op::FailNext),
+        1 => r.clone().prop_map(Op::FailNext),
+        1 => (r.clone(), 0..=MAX_HOLD_OFF_MS).prop_map(|(r, ms)| Op::Resign(r, ms)),
+        1 => (r, any::<bool>()).prop_map(|(r, eligible)| Op::SetEligible(r, eligible)),
     ]
 }
 
@@ -80,6 +87,13 @@ fn run(options: Options, ops: &[Op]) -> Result<(), String> {
             Op::Latency(r, ms) => world.replicas[r].latency = Duration::from_millis(ms.into()),
             Op::LoseNextReply(r) => world.replicas[r].lose_next_reply = true,
             Op::FailNext(r) => world.replicas[r].fail_next = true,
+            Op::Resign(r, ms) => world.event(
+                r,
+                Event::Resign {
+                    hold_off: Duration::from_millis(ms.into()),
+                },
+            )?,
+            Op::SetEligible(r, eligible) => world.event(r, Event::SetEligible { eligible })?,
         }
     }
     liveness(&mut world)
@@ -93,8 +107,13 @@ fn liveness(world: &mut World) -> Result<(), String> {
         replica.lose_next_reply = false;
         replica.fail_next = false;
     }
+    // Every replica may lead again; a resign's hold-off ends within three intervals.
+    for r in 0..REPLICAS {
+        world.event(r, Event::SetEligible { eligible: true })?;
+    }
     // A stop in progress ends within its grace (two intervals at most) and the unlock budget.
     world.advance(2 * I + UNLOCK_BUDGET)?;
+    world.advance(Duration::from_millis(MAX_HOLD_OFF_MS.into()))?;
     for r in 0..REPLICAS {
         if !world.replicas[r].election.is_running() {
             world.start(r)?;

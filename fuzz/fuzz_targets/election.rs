@@ -1,6 +1,6 @@
 //! Replays an arbitrary sequence of (delay, input) through one election and checks every step
 //! with the core's invariant checker. Inputs include stale and mismatched completions, repeated
-//! starts, cancels, panics and drops, at any time.
+//! starts, cancels, resigns, eligibility changes, panics and drops, at any time.
 #![no_main]
 
 use std::time::{Duration, Instant};
@@ -34,6 +34,8 @@ enum FuzzInput {
     SessionEnded(Which),
     WorkDrained(u8),
     Cancelled,
+    Resign(u16),
+    SetEligible(bool),
     Panicked,
     Dropped,
 }
@@ -52,6 +54,7 @@ struct FuzzOptions {
     queue: bool,
     fencing: bool,
     grace_ms: u16,
+    ineligible: bool,
 }
 
 fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
@@ -68,12 +71,17 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
     let Ok(options) = Options::new(interval)
         .acquire(mode)
         .fencing(fuzz_options.fencing)
+        .eligible(!fuzz_options.ineligible)
         .stop_grace(Duration::from_millis(u64::from(fuzz_options.grace_ms)))
     else {
         return;
     };
     let mut election = Election::<u8>::with_options(options);
-    let mut checker = Checker::new();
+    let mut checker = if fuzz_options.ineligible {
+        Checker::new().starting_ineligible()
+    } else {
+        Checker::new()
+    };
     let mut now = Instant::now();
     let mut newest = 0u64;
     for step in steps {
@@ -142,6 +150,12 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
                 term: TermId::new(u64::from(*term)),
             },
             FuzzInput::Cancelled => Event::Cancelled,
+            FuzzInput::Resign(ms) => Event::Resign {
+                hold_off: Duration::from_millis(u64::from(*ms)),
+            },
+            FuzzInput::SetEligible(eligible) => Event::SetEligible {
+                eligible: *eligible,
+            },
             FuzzInput::Panicked => Event::Panicked,
             FuzzInput::Dropped => Event::Dropped,
         };

@@ -12,13 +12,13 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use plexsphere_leader::Interruption;
 use plexsphere_leader::loops::{BoxError, TickMetrics, Wired, pass_fn};
 use plexsphere_leader::{
     Background, Config, DEFAULT_SHUTDOWN_BOUND, Elector, Gate, LEADER_QUERY, LeaderTicker,
-    Readiness, TermEndCause, WhileLeader, wire_background,
+    OnOverdue, Readiness, Resignation, TermEndCause, WhileLeader, wire_background,
 };
 use prometheus::Registry;
 use serde_json::json;
@@ -101,9 +101,11 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
             if !create_schema(&pool, &shutdown, me.interval).await {
                 return Ok(());
             }
+            // Leader work still running two intervals after its term ended is reported.
             let config = Config::new(pool.clone())
                 .check_interval(me.interval)
-                .registry(&registry);
+                .registry(&registry)
+                .work_deadline(2 * me.interval, OnOverdue::Report);
             (Some(Elector::new(config)?), Some(pool))
         }
         None => (None, None),
@@ -497,6 +499,12 @@ async fn print_leadership(elector: Elector, me: Me, watch: CancellationToken, lo
                     &format!("event=released term={id} cause=\"election stopped: lock released\""),
                 );
             }
+            Some(Interruption::Term(TermEndCause::Resigned)) => {
+                line(
+                    &me,
+                    &format!("event=resigned term={id} cause=\"leadership resigned\""),
+                );
+            }
             Some(Interruption::Term(TermEndCause::LeadershipLost)) => {
                 let detail = losses
                     .take()
@@ -548,6 +556,9 @@ async fn serve(
         .map_err(|e| format!("bind 127.0.0.1:{port}: {e}"))?;
     let status = Router::new()
         .route("/status", get(status))
+        .route("/resign", post(resign))
+        .route("/eligible", post(eligible))
+        .route("/ineligible", post(ineligible))
         .with_state(StatusState {
             me: me.clone(),
             elector,
@@ -581,6 +592,7 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
         "replica": state.me.index,
         "pid": state.me.pid,
         "is_leader": is_leader,
+        "eligible": state.elector.as_ref().map(Elector::is_eligible),
         "term": term,
         "lock_backend_pid": lock_backend_pid,
         "application_name": state.me.application_name,
@@ -591,6 +603,42 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/json")],
         format!("{body}\n"),
+    )
+}
+
+/// `POST /resign`: the operator control; the leader releases the lock and sits its hold-off out.
+async fn resign(State(state): State<StatusState>) -> impl IntoResponse {
+    let outcome = state.elector.as_ref().map(Elector::resign);
+    let text = match outcome {
+        Some(Resignation::Requested) => "resign requested\n",
+        Some(Resignation::NotRunning) => "the election is not running\n",
+        None => "no elector: no database\n",
+    };
+    line(
+        &state.me,
+        &format!("event=resign-requested outcome={:?}", text.trim_end()),
+    );
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text)
+}
+
+/// `POST /eligible`: this replica may lead again.
+async fn eligible(State(state): State<StatusState>) -> impl IntoResponse {
+    set_eligibility(&state, true)
+}
+
+/// `POST /ineligible`: this replica never leads (a leader resigns) until made eligible.
+async fn ineligible(State(state): State<StatusState>) -> impl IntoResponse {
+    set_eligibility(&state, false)
+}
+
+fn set_eligibility(state: &StatusState, eligible: bool) -> impl IntoResponse + use<> {
+    if let Some(elector) = &state.elector {
+        elector.set_eligible(eligible);
+    }
+    line(&state.me, &format!("event=eligibility eligible={eligible}"));
+    (
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("eligible={eligible}\n"),
     )
 }
 
