@@ -8,6 +8,7 @@ use plexsphere_leader_core::{AcquireMode, CheckInterval, MAX_HOLD_OFF, Options};
 use prometheus::Registry;
 
 use crate::error::ConfigError;
+use crate::key::LockKey;
 
 /// The configuration of an [`Elector`](crate::Elector): the spec's `leader.Config`.
 ///
@@ -22,6 +23,8 @@ use crate::error::ConfigError;
 /// | `eligible`       | `true`                                  | whether this replica may lead at all ([`Elector::set_eligible`](crate::Elector::set_eligible) changes it) |
 /// | `resign_hold_off`| two check intervals                     | how long [`Elector::resign`](crate::Elector::resign) keeps the replica from trying the lock |
 /// | `work_deadline`  | none                                    | report (and optionally abort) leader work still running this long after its term ended |
+/// | `key`            | [`LockKey::DEFAULT`], `(1886156915, 1)` | the advisory lock: electors with the same key elect one leader |
+/// | `identity`       | `<service>@<host>` (executable stem, hostname) | written with the grant time into the lock session's `application_name` |
 ///
 /// Logging goes through `tracing` (target `plexsphere_leader`); instrument the `run` future with
 /// a span to add context. The pool must reach PostgreSQL 14 or newer directly or through a
@@ -37,6 +40,8 @@ pub struct Config {
     pub(crate) eligible: bool,
     pub(crate) resign_hold_off: Option<Duration>,
     pub(crate) work_deadline: Option<(Duration, OnOverdue)>,
+    pub(crate) key: LockKey,
+    pub(crate) identity: Option<String>,
     pub(crate) sabotage: Option<crate::sabotage::Sabotage>,
 }
 
@@ -65,6 +70,8 @@ impl Config {
             eligible: true,
             resign_hold_off: None,
             work_deadline: None,
+            key: LockKey::DEFAULT,
+            identity: None,
             sabotage: None,
         }
     }
@@ -165,6 +172,38 @@ impl Config {
         Ok(hold_off)
     }
 
+    /// The election's advisory lock key (default [`LockKey::DEFAULT`]). Replicas with the same
+    /// key on the same database elect one leader; give each independent election (a shard, a
+    /// second service on the same database) its own key. With fencing on, the fence row is the
+    /// key's too.
+    #[must_use]
+    pub fn key(mut self, key: LockKey) -> Self {
+        self.key = key;
+        self
+    }
+
+    /// What this replica is called in the lock session's `application_name` while it leads:
+    /// `<identity> since <unix seconds of the grant, server clock>`. Default `<service>@<host>`
+    /// (the executable's file stem and the hostname, made to fit). Validated by
+    /// [`Elector::new`](crate::Elector::new): printable ASCII, 1 to
+    /// [`MAX_IDENTITY_LEN`](crate::MAX_IDENTITY_LEN) bytes.
+    #[must_use]
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = Some(identity.into());
+        self
+    }
+
+    /// The validated identity, or the default one.
+    pub(crate) fn resolved_identity(&self) -> Result<String, ConfigError> {
+        match &self.identity {
+            Some(identity) => {
+                crate::identity::validate(identity)?;
+                Ok(identity.clone())
+            }
+            None => Ok(crate::identity::default_identity()),
+        }
+    }
+
     /// The validated options of the core election.
     pub(crate) fn options(&self) -> Result<Options, ConfigError> {
         let interval = CheckInterval::new(self.check_interval)?;
@@ -201,6 +240,8 @@ impl fmt::Debug for Config {
             .field("eligible", &self.eligible)
             .field("resign_hold_off", &self.resign_hold_off)
             .field("work_deadline", &self.work_deadline)
+            .field("key", &self.key)
+            .field("identity", &self.identity)
             .finish()
     }
 }

@@ -11,6 +11,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{SimpleQueryMessage, SimpleQueryRow};
 
 use crate::error::{CheckError, LockFinding};
+use crate::key::LockKey;
 use crate::sql::{self, outcome};
 use crate::term::TermShared;
 
@@ -92,7 +93,12 @@ pub(crate) fn acquire(pool: Pool, conn: ConnId) -> Operation {
 }
 
 /// Runs a grant statement of [`sql`] (`try_lock`, `wait_for_lock`): `(outcome, pid)`.
-pub(crate) fn try_lock(held: Arc<Held>, conn: ConnId, statement: String) -> Operation {
+pub(crate) fn try_lock(
+    held: Arc<Held>,
+    conn: ConnId,
+    key: LockKey,
+    statement: String,
+) -> Operation {
     Box::pin(async move {
         let name = "the lock statement";
         let answer = match one_row(held.client(), &statement, name).await {
@@ -128,7 +134,7 @@ pub(crate) fn try_lock(held: Arc<Held>, conn: ConnId, statement: String) -> Oper
             // sure, the outcome is unknown and the connection is closed.
             Err(cause) if is_lock_timeout(&cause) => {
                 let name = "the release after a lock wait timed out";
-                match boolean(held.client(), &sql::release_if_held(), name).await {
+                match boolean(held.client(), &sql::release_if_held(key), name).await {
                     Ok(released) => {
                         if released {
                             tracing::debug!(
@@ -154,9 +160,9 @@ fn is_lock_timeout(error: &CheckError) -> bool {
 
 /// The leader's check ([`sql::verify`]): the same backend as granted, not in recovery, the lock
 /// still in `pg_locks` for it, and the session marked by this client's grant.
-pub(crate) fn verify(held: Arc<Held>, conn: ConnId, granted_pid: i32) -> Operation {
+pub(crate) fn verify(held: Arc<Held>, conn: ConnId, key: LockKey, granted_pid: i32) -> Operation {
     Box::pin(async move {
-        let event = match verify_on(held.client(), granted_pid).await {
+        let event = match verify_on(held.client(), key, granted_pid).await {
             Ok(()) => Event::PingOk { conn },
             Err(cause) => Event::PingFailed { conn, cause },
         };
@@ -164,9 +170,13 @@ pub(crate) fn verify(held: Arc<Held>, conn: ConnId, granted_pid: i32) -> Operati
     })
 }
 
-async fn verify_on(client: &tokio_postgres::Client, granted_pid: i32) -> Result<(), CheckError> {
+async fn verify_on(
+    client: &tokio_postgres::Client,
+    key: LockKey,
+    granted_pid: i32,
+) -> Result<(), CheckError> {
     let name = "the lock check";
-    let row = one_row(client, &sql::verify(), name).await?;
+    let row = one_row(client, &sql::verify(key), name).await?;
     let pid = parse_int::<i32>(&text(&row, 0, name)?, name)?;
     let in_recovery = text(&row, 1, name)? == "t";
     let holds = text(&row, 2, name)? == "t";
@@ -189,10 +199,10 @@ async fn verify_on(client: &tokio_postgres::Client, granted_pid: i32) -> Result<
 }
 
 /// Fencing ([`sql::advance_epoch`]): the new term's epoch.
-pub(crate) fn advance_epoch(held: Arc<Held>, conn: ConnId) -> Operation {
+pub(crate) fn advance_epoch(held: Arc<Held>, conn: ConnId, key: LockKey) -> Operation {
     Box::pin(async move {
         let name = "the fencing epoch";
-        let epoch = match single_value(held.client(), &sql::advance_epoch(), name).await {
+        let epoch = match single_value(held.client(), &sql::advance_epoch(key), name).await {
             Ok(value) => parse_int::<u64>(&value, name),
             Err(error) => Err(error),
         };
@@ -263,9 +273,9 @@ pub(crate) fn ping_skipped(conn: ConnId) -> Operation {
     Box::pin(std::future::ready(Completion::of(Event::PingOk { conn })))
 }
 
-pub(crate) fn unlock(held: Arc<Held>, conn: ConnId) -> Operation {
+pub(crate) fn unlock(held: Arc<Held>, conn: ConnId, key: LockKey) -> Operation {
     Box::pin(async move {
-        let event = match boolean(held.client(), &sql::unlock(), "pg_advisory_unlock").await {
+        let event = match boolean(held.client(), &sql::unlock(key), "pg_advisory_unlock").await {
             Ok(released) => Event::UnlockDone { conn, released },
             Err(cause) => Event::UnlockFailed { conn, cause },
         };

@@ -164,22 +164,33 @@ impl Driver {
                 self.in_flight = Some(connection::acquire(self.inner.pool().clone(), conn));
             }
             Action::TryLock { conn } => {
+                let (key, identity) = (self.inner.key(), self.inner.identity());
                 let statement = match self.inner.sabotage() {
-                    Some(Sabotage::SkipIdleSessionTimeout) => sql::try_lock_unbounded(),
-                    _ => sql::try_lock(self.inner.interval().idle_session_timeout_millis()),
+                    Some(Sabotage::SkipIdleSessionTimeout) => sql::try_lock_unbounded(key),
+                    _ => sql::try_lock(
+                        key,
+                        identity,
+                        self.inner.interval().idle_session_timeout_millis(),
+                    ),
                 };
-                self.start_on(conn, |held| connection::try_lock(held, conn, statement));
+                self.start_on(conn, |held| {
+                    connection::try_lock(held, conn, key, statement)
+                });
             }
             Action::WaitForLock { conn, lock_timeout } => {
                 let lock_timeout_ms = u32::try_from(lock_timeout.as_millis().max(1))
                     .unwrap_or(i32::MAX as u32)
                     .min(i32::MAX as u32);
                 let idle_ms = self.inner.interval().idle_session_timeout_millis();
-                let statement = sql::wait_for_lock(lock_timeout_ms, idle_ms);
-                self.start_on(conn, |held| connection::try_lock(held, conn, statement));
+                let (key, identity) = (self.inner.key(), self.inner.identity());
+                let statement = sql::wait_for_lock(key, identity, lock_timeout_ms, idle_ms);
+                self.start_on(conn, |held| {
+                    connection::try_lock(held, conn, key, statement)
+                });
             }
             Action::AdvanceEpoch { conn } => {
-                self.start_on(conn, |held| connection::advance_epoch(held, conn));
+                let key = self.inner.key();
+                self.start_on(conn, |held| connection::advance_epoch(held, conn, key));
             }
             Action::AwaitWork { term } => {
                 let stopped = self
@@ -194,7 +205,10 @@ impl Driver {
                 });
             }
             Action::Ping { conn } => self.ping(conn),
-            Action::Unlock { conn } => self.start_on(conn, |held| connection::unlock(held, conn)),
+            Action::Unlock { conn } => {
+                let key = self.inner.key();
+                self.start_on(conn, |held| connection::unlock(held, conn, key));
+            }
             Action::ReturnToPool { conn } => {
                 if let Some(held) = self.take(conn) {
                     drop(held);
@@ -244,7 +258,10 @@ impl Driver {
                 });
             }
             Some(Sabotage::SkipIdleSessionTimeout) | None => match self.granted_pid {
-                Some(pid) => self.start_on(conn, |held| connection::verify(held, conn, pid)),
+                Some(pid) => {
+                    let key = self.inner.key();
+                    self.start_on(conn, |held| connection::verify(held, conn, key, pid));
+                }
                 None => self.start_on(conn, |held| connection::ping(held, conn)),
             },
         }

@@ -16,12 +16,14 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, OnOverdue};
 use crate::driver::Driver;
 use crate::error::{CheckError, ConfigError, RunError};
+use crate::key::LockKey;
 use crate::metrics;
 use crate::sabotage::Sabotage;
 use crate::term::{Term, TermShared};
 
-/// Elects one background leader among the replicas of a service through the PostgreSQL session
-/// advisory lock `(1886156915, 1)`, and tells the service whether this replica leads.
+/// Elects one background leader among the replicas of a service through a PostgreSQL session
+/// advisory lock (by default `(1886156915, 1)`, see [`Config::key`]), and tells the service
+/// whether this replica leads.
 ///
 /// Every replica runs one `Elector` ([`run`](Self::run)); the replica whose session holds the
 /// lock is the leader, the others are standbys that try again every check interval. Cloning an
@@ -38,6 +40,8 @@ pub(crate) struct Inner {
     leading: AtomicBool,
     current: Mutex<Option<Arc<TermShared>>>,
     gauge: Option<IntGauge>,
+    key: LockKey,
+    identity: String,
     sabotage: Option<Sabotage>,
     hold_off: Duration,
     work_deadline: Option<(Duration, OnOverdue)>,
@@ -64,10 +68,13 @@ impl Elector {
     /// # Errors
     /// [`ConfigError::CheckInterval`] when the interval is below 1 ms or four intervals exceed
     /// what `idle_session_timeout` holds; [`ConfigError::StopGrace`] when the stop grace is
-    /// longer than two intervals; [`ConfigError::Metrics`] when the gauge cannot be registered.
+    /// longer than two intervals; [`ConfigError::Identity`] when the configured identity is
+    /// empty, not printable ASCII or too long; [`ConfigError::Metrics`] when the gauge cannot be
+    /// registered.
     pub fn new(config: Config) -> Result<Self, ConfigError> {
         let options = config.options()?;
         let hold_off = config.validated_hold_off(options.interval())?;
+        let identity = config.resolved_identity()?;
         let gauge = match &config.registry {
             Some(registry) => Some(metrics::leader_gauge(registry).map_err(ConfigError::Metrics)?),
             None => None,
@@ -79,6 +86,8 @@ impl Elector {
             leading: AtomicBool::new(false),
             current: Mutex::new(None),
             gauge,
+            key: config.key,
+            identity,
             sabotage: config.sabotage,
             hold_off,
             work_deadline: config.work_deadline,
@@ -244,6 +253,31 @@ impl Elector {
     pub fn is_eligible(&self) -> bool {
         self.inner.election().is_eligible()
     }
+
+    /// The election's advisory lock key ([`Config::key`]).
+    pub fn key(&self) -> LockKey {
+        self.inner.key
+    }
+
+    /// The identity the lock session's `application_name` carries while this replica leads
+    /// ([`Config::identity`], or the default `<service>@<host>`).
+    pub fn identity(&self) -> &str {
+        &self.inner.identity
+    }
+
+    /// Who leads this elector's election, asked of the server on a connection of the
+    /// elector's pool ([`status::who_leads`](crate::status::who_leads)); `None` when no
+    /// session holds the lock.
+    ///
+    /// # Errors
+    /// [`StatusError`](crate::status::StatusError) when no connection can be had or the query
+    /// fails. Cancel-safe: dropping the future returns the connection to the pool.
+    pub async fn who_leads(
+        &self,
+    ) -> Result<Option<crate::status::LeaderStatus>, crate::status::StatusError> {
+        let client = self.inner.pool.get().await?;
+        crate::status::who_leads(&client, self.inner.key).await
+    }
 }
 
 impl Inner {
@@ -277,6 +311,14 @@ impl Inner {
 
     pub(crate) fn interval(&self) -> CheckInterval {
         self.options.interval()
+    }
+
+    pub(crate) fn key(&self) -> LockKey {
+        self.key
+    }
+
+    pub(crate) fn identity(&self) -> &str {
+        &self.identity
     }
 
     /// The test-only broken behaviour, if any (always `None` without the `sabotage` feature).
@@ -320,6 +362,8 @@ impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Elector")
             .field("options", &self.options)
+            .field("key", &self.key)
+            .field("identity", &self.identity)
             .field("is_leader", &self.leading.load(Ordering::Relaxed))
             .field("election", &*self.election())
             .finish()

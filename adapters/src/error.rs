@@ -178,6 +178,10 @@ pub enum ConfigError {
         /// The longest accepted.
         max: std::time::Duration,
     },
+    /// The configured identity is empty, not printable ASCII, or too long for
+    /// `application_name`.
+    #[error("identity: {0}")]
+    Identity(#[from] crate::identity::IdentityError),
 }
 
 /// Why [`Elector::run`](crate::Elector::run) returned an error.

@@ -7,11 +7,15 @@
 //! grant and before its term begins ([`Term::epoch`](crate::Term::epoch)). A fenced write:
 //!
 //! ```no_run
-//! # async fn pass(client: &mut tokio_postgres::Client, term: &plexsphere_leader::Term)
-//! # -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn pass(
+//! #     client: &mut tokio_postgres::Client,
+//! #     elector: &plexsphere_leader::Elector,
+//! #     term: &plexsphere_leader::Term,
+//! # ) -> Result<(), Box<dyn std::error::Error>> {
 //! let epoch = term.epoch().expect("fencing is on");
 //! let transaction = client.transaction().await?;
-//! plexsphere_leader::fencing::check(&transaction, epoch).await?; // row-locks the fence
+//! // Row-locks the fence of the elector's key:
+//! plexsphere_leader::fencing::check(&transaction, elector.key(), epoch).await?;
 //! transaction.execute("UPDATE jobs SET done = true WHERE id = 1", &[]).await?;
 //! transaction.commit().await?;
 //! # Ok(()) }
@@ -19,12 +23,13 @@
 //!
 //! [`check`] reads the epoch `FOR SHARE`: a newer leader's advance waits until the transaction
 //! ends, so a write either commits before the new epoch exists or sees it and is rejected. The
-//! same in SQL, for writes made elsewhere:
+//! same in SQL, for writes made elsewhere ([`sql::fence_check`], here for the default key):
 //! `SELECT epoch FROM plexsphere_leader_fence WHERE classid = 1886156915 AND objid = 1 FOR SHARE`,
 //! then write only when it equals the term's epoch.
 
 use tokio_postgres::GenericClient;
 
+use crate::key::LockKey;
 use crate::sql;
 
 /// Creates the fence table if it does not exist ([`sql::FENCE_SETUP`]). Idempotent; run it
@@ -36,7 +41,8 @@ pub async fn setup(client: &impl GenericClient) -> Result<(), tokio_postgres::Er
     client.batch_execute(sql::FENCE_SETUP).await
 }
 
-/// Checks, inside the caller's transaction, that `epoch` is still the current one, and holds
+/// Checks, inside the caller's transaction, that `epoch` is still the current one of the
+/// election `key` ([`Elector::key`](crate::Elector::key)), and holds
 /// the fence row (`FOR SHARE`) until the transaction ends, so no newer term can begin before
 /// the caller commits or rolls back. Call it in the transaction of the fenced writes, never
 /// outside one (the row lock would end with the statement). Bound the transaction's idle time
@@ -48,8 +54,12 @@ pub async fn setup(client: &impl GenericClient) -> Result<(), tokio_postgres::Er
 /// [`FenceError::Stale`] when a newer term began (do not write; roll back),
 /// [`FenceError::NoEpoch`] when no term of the election was fenced yet (fencing off, or the
 /// table missing), [`FenceError::Query`] for a server error.
-pub async fn check(transaction: &impl GenericClient, epoch: u64) -> Result<(), FenceError> {
-    let rows = transaction.query(sql::FENCE_CHECK, &[]).await?;
+pub async fn check(
+    transaction: &impl GenericClient,
+    key: LockKey,
+    epoch: u64,
+) -> Result<(), FenceError> {
+    let rows = transaction.query(&sql::fence_check(key), &[]).await?;
     let current = rows
         .first()
         .map(|row| row.try_get::<_, i64>(0))

@@ -31,6 +31,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "cli")]
+pub mod cli;
 mod config;
 mod connection;
 mod driver;
@@ -39,6 +41,8 @@ mod error;
 pub mod fencing;
 #[cfg(feature = "http")]
 pub mod http;
+mod identity;
+mod key;
 mod log;
 pub mod loops;
 mod metrics;
@@ -49,6 +53,7 @@ mod sabotage;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
 pub mod sql;
+pub mod status;
 mod supervisor;
 mod term;
 
@@ -56,6 +61,8 @@ pub use config::{Config, OnOverdue};
 pub use driver::SESSION_WATCH_PERIOD;
 pub use elector::{Elector, Resignation};
 pub use error::{CheckError, ConfigError, LockFinding, RunError};
+pub use identity::{IdentityError, MAX_IDENTITY_LEN};
+pub use key::{LockKey, ParseLockKeyError};
 pub use metrics::{LEADER_GAUGE_HELP, LEADER_GAUGE_NAME};
 pub use overdue::OVERDUE_WORK_MESSAGE;
 pub use plexsphere_leader_core::work::Interruption;

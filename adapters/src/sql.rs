@@ -1,17 +1,20 @@
 //! The lock key and every statement the elector sends, public so that operators, tests and the
 //! simulation replay exactly what goes over the wire. Simple query protocol only, so that a
-//! session-mode pooler can carry them; no prepared statement is ever created.
+//! session-mode pooler can carry them; no prepared statement is ever created. Every statement
+//! that names the lock is a function of the election's [`LockKey`].
 
-/// The first `int4` of the leader lock key: `0x706C7873`, ASCII `plxs`. It shows in `pg_locks`
-/// as `classid`.
+pub use crate::key::LockKey;
+
+/// The first `int4` of the default leader lock key ([`LockKey::DEFAULT`]): `0x706C7873`, ASCII
+/// `plxs`. It shows in `pg_locks` as `classid`.
 pub const LOCK_CLASS_ID: i32 = 1_886_156_915;
 
-/// The second `int4` of the leader lock key. It shows in `pg_locks` as `objid`.
+/// The second `int4` of the default leader lock key. It shows in `pg_locks` as `objid`.
 pub const LOCK_OBJ_ID: i32 = 1;
 
 /// The query that finds the leader's backend in the current database: one granted row is the
 /// leader's session, no row means no replica leads. (`objsubid = 2` marks the two-`int4` key
-/// form, which never collides with a `bigint` key.)
+/// form, which never collides with a `bigint` key.) The default key's [`leader_query`].
 pub const LEADER_QUERY: &str = "SELECT pid, granted \
      FROM pg_locks \
      WHERE locktype = 'advisory' \
@@ -25,10 +28,44 @@ pub const LEADER_QUERY: &str = "SELECT pid, granted \
 /// second client's grant statement found the lock already held by the same session.
 pub const SESSION_MARKER: &str = "plexsphere.leader_session";
 
-/// `EXISTS` of this session's granted row of the lock in `pg_locks`.
-const HELD_BY_THIS_SESSION: &str = "EXISTS (SELECT 1 FROM pg_locks \
-     WHERE locktype = 'advisory' AND classid = 1886156915 AND objid = 1 AND objsubid = 2 \
-     AND pid = pg_backend_pid() AND granted)";
+/// `EXISTS` of this session's granted row of `key` in `pg_locks`.
+fn held_by_this_session(key: LockKey) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM pg_locks \
+         WHERE locktype = 'advisory' AND classid = {} AND objid = {} AND objsubid = 2 \
+         AND pid = pg_backend_pid() AND granted)",
+        key.class_id, key.obj_id
+    )
+}
+
+/// The arguments of the two-key advisory lock functions: `<class_id>, <obj_id>`.
+fn args(key: LockKey) -> String {
+    format!("{}, {}", key.class_id, key.obj_id)
+}
+
+/// `text` as a SQL string literal: `'…'` with quotes doubled, or `E'…'` with backslashes
+/// doubled too when it has one, so that it reads the same whatever
+/// `standard_conforming_strings` says.
+pub fn quote_literal(text: &str) -> String {
+    let quoted = text.replace('\'', "''");
+    if text.contains('\\') {
+        format!("E'{}'", quoted.replace('\\', "\\\\"))
+    } else {
+        format!("'{quoted}'")
+    }
+}
+
+/// The `application_name` a grant writes: `<identity> since <unix seconds>`, the seconds read
+/// from the server's `clock_timestamp()` as the grant statement takes the lock (see
+/// [`MAX_IDENTITY_LEN`](crate::MAX_IDENTITY_LEN)). An identity outside printable ASCII or
+/// longer than that is made to fit (`?` for each other character, then cut).
+fn leader_application_name(identity: &str) -> String {
+    let identity = crate::identity::sanitize(identity);
+    format!(
+        "concat({}, trunc(date_part('epoch', clock_timestamp()))::bigint)",
+        quote_literal(&format!("{identity}{}", crate::identity::SINCE))
+    )
+}
 
 /// The outcomes of a grant statement (its first column).
 pub mod outcome {
@@ -42,53 +79,70 @@ pub mod outcome {
     pub const SHARED: &str = "shared";
 }
 
-/// The standby's check (polling mode): tries the lock and, only when granted, bounds the
-/// session with `idle_session_timeout` and `idle_in_transaction_session_timeout` and marks it,
-/// in the same statement, so that a reply lost on the way back can never leave an unbounded
-/// orphaned lock. Returns `(outcome, pg_backend_pid())`; see [`outcome`].
+/// The standby's check (polling mode): tries the lock of `key` and, only when granted, bounds
+/// the session with `idle_session_timeout` and `idle_in_transaction_session_timeout`, names it
+/// (`application_name` = `<identity> since <server's unix seconds>`) and marks it, in the same
+/// statement, so that a reply lost on the way back can never leave an unbounded orphaned lock.
+/// Returns `(outcome, pg_backend_pid())`; see [`outcome`]. A refused check changes nothing on
+/// the pooled session.
 ///
 /// It refuses a server in recovery, and a session that already holds the lock (a pooler that
 /// shares one server session between clients), which it marks `shared` so that the client
 /// that took the lock first demotes at its next check.
-pub fn try_lock(idle_timeout_ms: u32) -> String {
+pub fn try_lock(key: LockKey, identity: &str, idle_timeout_ms: u32) -> String {
     grant(
+        key,
         &format!(
-            "WHEN NOT pg_try_advisory_lock({LOCK_CLASS_ID}, {LOCK_OBJ_ID}) THEN '{}' ",
+            "WHEN NOT pg_try_advisory_lock({}) THEN '{}' ",
+            args(key),
             outcome::REFUSED
         ),
+        identity,
         idle_timeout_ms,
     )
 }
 
-/// The standby's check (queued mode): waits in the server's lock queue for at most
+/// The standby's check (queued mode): waits in the server's lock queue of `key` for at most
 /// `lock_timeout_ms` (a transaction-local `lock_timeout`, so the pooled connection keeps its
-/// own setting), then as [`try_lock`]. A wait that times out fails with SQLSTATE 55P03.
-pub fn wait_for_lock(lock_timeout_ms: u32, idle_timeout_ms: u32) -> String {
+/// own setting), then as [`try_lock`]. A wait that times out fails with SQLSTATE 55P03. The
+/// grant time in `application_name` is read after the wait, when the lock is taken.
+pub fn wait_for_lock(
+    key: LockKey,
+    identity: &str,
+    lock_timeout_ms: u32,
+    idle_timeout_ms: u32,
+) -> String {
     grant(
+        key,
         &format!(
             "WHEN set_config('lock_timeout', '{lock_timeout_ms}', true) IS NULL THEN '{refused}' \
-             WHEN pg_advisory_lock({LOCK_CLASS_ID}, {LOCK_OBJ_ID}) IS NULL THEN '{refused}' ",
+             WHEN pg_advisory_lock({args}) IS NULL THEN '{refused}' ",
+            args = args(key),
             refused = outcome::REFUSED
         ),
+        identity,
         idle_timeout_ms,
     )
 }
 
 /// The grant statement around `taking`, the `WHEN … THEN 'refused'` branches that take the
 /// lock. `CASE` evaluates its branches in order (unlike `AND`/`OR`, whose operands the planner
-/// may reorder), so nothing runs after a refusal. The two `set_config` branches only sequence
+/// may reorder), so nothing runs after a refusal. The three `set_config` branches only sequence
 /// the settings (`set_config` never returns NULL); were one to, the answer would still be
 /// `granted`, since the lock is held, and the missing marker would demote at the first check.
-fn grant(taking: &str, idle_timeout_ms: u32) -> String {
+fn grant(key: LockKey, taking: &str, identity: &str, idle_timeout_ms: u32) -> String {
     format!(
         "SELECT CASE \
          WHEN pg_is_in_recovery() THEN '{in_recovery}' \
-         WHEN {HELD_BY_THIS_SESSION} THEN set_config('{SESSION_MARKER}', '{shared}', false) \
+         WHEN {held} THEN set_config('{SESSION_MARKER}', '{shared}', false) \
          {taking}\
          WHEN set_config('idle_session_timeout', '{idle_timeout_ms}', false) IS NULL THEN '{granted}' \
          WHEN set_config('idle_in_transaction_session_timeout', '{idle_timeout_ms}', false) IS NULL \
          THEN '{granted}' \
+         WHEN set_config('application_name', {name}, false) IS NULL THEN '{granted}' \
          ELSE set_config('{SESSION_MARKER}', '{granted}', false) END, pg_backend_pid()",
+        held = held_by_this_session(key),
+        name = leader_application_name(identity),
         in_recovery = outcome::IN_RECOVERY,
         shared = outcome::SHARED,
         granted = outcome::GRANTED,
@@ -96,10 +150,11 @@ fn grant(taking: &str, idle_timeout_ms: u32) -> String {
 }
 
 /// Sabotage only: the grant without `idle_session_timeout`.
-pub fn try_lock_unbounded() -> String {
+pub fn try_lock_unbounded(key: LockKey) -> String {
     format!(
-        "SELECT CASE WHEN pg_try_advisory_lock({LOCK_CLASS_ID}, {LOCK_OBJ_ID}) \
+        "SELECT CASE WHEN pg_try_advisory_lock({}) \
          THEN '{granted}' ELSE '{refused}' END, pg_backend_pid()",
+        args(key),
         granted = outcome::GRANTED,
         refused = outcome::REFUSED,
     )
@@ -109,28 +164,79 @@ pub fn try_lock_unbounded() -> String {
 pub const PING: &str = "SELECT 1";
 
 /// The leader's check: in one round trip, the backend's pid, whether the server is in
-/// recovery, whether this session still holds the lock, and the session marker.
-pub fn verify() -> String {
+/// recovery, whether this session still holds the lock of `key`, and the session marker.
+pub fn verify(key: LockKey) -> String {
     format!(
-        "SELECT pg_backend_pid(), pg_is_in_recovery(), {HELD_BY_THIS_SESSION}, \
-         current_setting('{SESSION_MARKER}', true)"
+        "SELECT pg_backend_pid(), pg_is_in_recovery(), {}, \
+         current_setting('{SESSION_MARKER}', true)",
+        held_by_this_session(key)
     )
 }
 
-/// The graceful release.
-pub fn unlock() -> String {
-    format!("SELECT pg_advisory_unlock({LOCK_CLASS_ID}, {LOCK_OBJ_ID})")
+/// The graceful release of `key`.
+pub fn unlock(key: LockKey) -> String {
+    format!("SELECT pg_advisory_unlock({})", args(key))
 }
 
 /// Run on a standby's connection after its queued wait ([`wait_for_lock`]) ended with
-/// `lock_timeout` (SQLSTATE 55P03): releases the lock if the session holds it, and answers
-/// whether it did. PostgreSQL can grant a waiting lock at the instant the timeout fires and
-/// raise the error anyway (`LockErrorCleanup` keeps the grant), and a session-level advisory
+/// `lock_timeout` (SQLSTATE 55P03): releases the lock of `key` if the session holds it, and
+/// answers whether it did. PostgreSQL can grant a waiting lock at the instant the timeout fires
+/// and raise the error anyway (`LockErrorCleanup` keeps the grant), and a session-level advisory
 /// lock outlives the failed statement; without this the pooled session would keep the lock.
-pub fn release_if_held() -> String {
+pub fn release_if_held(key: LockKey) -> String {
     format!(
-        "SELECT CASE WHEN {HELD_BY_THIS_SESSION} \
-         THEN pg_advisory_unlock({LOCK_CLASS_ID}, {LOCK_OBJ_ID}) ELSE false END"
+        "SELECT CASE WHEN {} \
+         THEN pg_advisory_unlock({}) ELSE false END",
+        held_by_this_session(key),
+        args(key)
+    )
+}
+
+/// The query that finds the backend holding (and those waiting for) the lock of `key` in the
+/// current database: one granted row is the leader's session, no row means no replica leads.
+/// [`LEADER_QUERY`] is the default key's.
+pub fn leader_query(key: LockKey) -> String {
+    format!(
+        "SELECT pid, granted \
+         FROM pg_locks \
+         WHERE locktype = 'advisory' \
+           AND classid = {} \
+           AND objid = {} \
+           AND objsubid = 2 \
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        key.class_id, key.obj_id
+    )
+}
+
+/// Who leads the election of `key` in the current database, for operators and
+/// [`status::who_leads`](crate::status::who_leads): one row per backend holding (`granted`) or
+/// waiting for the lock, the holder first, with
+///
+/// | column           | what |
+/// |------------------|------|
+/// | `pid`            | the backend |
+/// | `granted`        | holds the lock (the leader's session) or waits for it (a queued standby) |
+/// | `application_name` | `<identity> since <unix seconds>` on the leader's session |
+/// | `leading_since`  | the grant time parsed from it (server clock); NULL when absent |
+/// | `backend_start`  | when the session was opened (a pooled session: before the grant) |
+/// | `client_addr`, `client_port`, `usename` | where the session comes from |
+/// | `server_now`     | the server's clock, to measure for how long without a client clock |
+///
+/// `pg_locks` and `application_name` are visible to every role; `backend_start`,
+/// `client_addr` and `client_port` of another role's session are NULL unless the reader is a
+/// member of that role, a superuser or a member of `pg_read_all_stats`.
+pub fn who_leads(key: LockKey) -> String {
+    format!(
+        "SELECT l.pid, l.granted, a.application_name, \
+         to_timestamp(substring(a.application_name FROM ' since ([0-9]{{1,10}})$')::bigint) \
+         AS leading_since, \
+         a.backend_start, host(a.client_addr) AS client_addr, a.client_port, \
+         a.usename::text AS usename, statement_timestamp() AS server_now \
+         FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
+         WHERE l.locktype = 'advisory' AND l.classid = {} AND l.objid = {} AND l.objsubid = 2 \
+         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         ORDER BY l.granted DESC, l.pid",
+        key.class_id, key.obj_id
     )
 }
 
@@ -144,37 +250,47 @@ pub const FENCE_SETUP: &str = "CREATE TABLE IF NOT EXISTS plexsphere_leader_fenc
      classid int4 NOT NULL, objid int4 NOT NULL, epoch bigint NOT NULL, \
      PRIMARY KEY (classid, objid))";
 
-/// Run by the new leader on its lock session right after the grant: the next epoch, strictly
-/// greater than every earlier term's (a committed row, so it survives crashes and reaches a
-/// synchronous standby).
-pub fn advance_epoch() -> String {
+/// Run by the new leader of `key` on its lock session right after the grant: the next epoch,
+/// strictly greater than every earlier term's (a committed row, so it survives crashes and
+/// reaches a synchronous standby).
+pub fn advance_epoch(key: LockKey) -> String {
     format!(
         "INSERT INTO plexsphere_leader_fence AS f (classid, objid, epoch) \
-         VALUES ({LOCK_CLASS_ID}, {LOCK_OBJ_ID}, 1) \
-         ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 RETURNING f.epoch"
+         VALUES ({}, 1) \
+         ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 RETURNING f.epoch",
+        args(key)
     )
 }
 
-/// Run by a pass inside its own transaction before its fenced writes: the current epoch,
-/// row-locked (`FOR SHARE`) until the transaction ends, so that a new leader's epoch can only
-/// be advanced after the pass committed or rolled back.
-pub const FENCE_CHECK: &str = "SELECT epoch FROM plexsphere_leader_fence \
-     WHERE classid = 1886156915 AND objid = 1 FOR SHARE";
+/// Run by a pass inside its own transaction before its fenced writes: the current epoch of
+/// `key`, row-locked (`FOR SHARE`) until the transaction ends, so that a new leader's epoch can
+/// only be advanced after the pass committed or rolled back.
+pub fn fence_check(key: LockKey) -> String {
+    format!(
+        "SELECT epoch FROM plexsphere_leader_fence \
+         WHERE classid = {} AND objid = {} FOR SHARE",
+        key.class_id, key.obj_id
+    )
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const KEY: LockKey = LockKey::DEFAULT;
+
     #[test]
     fn the_key_spells_plxs() {
         assert_eq!(LOCK_CLASS_ID, 0x706C_7873);
         assert_eq!(&LOCK_CLASS_ID.to_be_bytes(), b"plxs");
+        assert_eq!(LockKey::DEFAULT, LockKey::new(LOCK_CLASS_ID, LOCK_OBJ_ID));
+        assert_eq!(leader_query(LockKey::DEFAULT), LEADER_QUERY);
     }
 
     #[test]
-    fn the_grant_statement_checks_recovery_and_sharing_then_bounds_and_marks_the_session() {
+    fn the_grant_statement_checks_recovery_and_sharing_then_bounds_names_and_marks_the_session() {
         assert_eq!(
-            try_lock(20_000),
+            try_lock(KEY, "svc@host", 20_000),
             "SELECT CASE WHEN pg_is_in_recovery() THEN 'in_recovery' \
              WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
              AND classid = 1886156915 AND objid = 1 AND objsubid = 2 \
@@ -184,14 +300,55 @@ mod tests {
              WHEN set_config('idle_session_timeout', '20000', false) IS NULL THEN 'granted' \
              WHEN set_config('idle_in_transaction_session_timeout', '20000', false) IS NULL \
              THEN 'granted' \
+             WHEN set_config('application_name', concat('svc@host since ', \
+             trunc(date_part('epoch', clock_timestamp()))::bigint), false) IS NULL \
+             THEN 'granted' \
              ELSE set_config('plexsphere.leader_session', 'granted', false) END, pg_backend_pid()"
         );
-        assert!(wait_for_lock(5_000, 20_000).contains(
+        assert!(wait_for_lock(KEY, "svc", 5_000, 20_000).contains(
             "THEN set_config('plexsphere.leader_session', 'shared', false) \
              WHEN set_config('lock_timeout', '5000', true) IS NULL THEN 'refused' \
              WHEN pg_advisory_lock(1886156915, 1) IS NULL THEN 'refused' \
              WHEN set_config('idle_session_timeout', '20000', false)"
         ));
-        assert_eq!(unlock(), "SELECT pg_advisory_unlock(1886156915, 1)");
+        assert_eq!(unlock(KEY), "SELECT pg_advisory_unlock(1886156915, 1)");
+    }
+
+    #[test]
+    fn every_statement_names_its_key() {
+        let key = LockKey::new(-7, 42);
+        for statement in [
+            try_lock(key, "x", 1),
+            wait_for_lock(key, "x", 1, 1),
+            try_lock_unbounded(key),
+            unlock(key),
+            release_if_held(key),
+            advance_epoch(key),
+        ] {
+            assert!(statement.contains("(-7, 42"), "{statement}");
+            assert!(!statement.contains("1886156915"), "{statement}");
+        }
+        for statement in [
+            verify(key),
+            release_if_held(key),
+            leader_query(key),
+            who_leads(key),
+            fence_check(key),
+            try_lock(key, "x", 1),
+        ] {
+            assert!(statement.contains("classid = -7 AND"), "{statement}");
+            assert!(statement.contains("objid = 42"), "{statement}");
+        }
+    }
+
+    #[test]
+    fn identities_are_quoted_whatever_standard_conforming_strings_says() {
+        assert_eq!(quote_literal("a"), "'a'");
+        assert_eq!(quote_literal("it's"), "'it''s'");
+        assert_eq!(quote_literal(r"a\b'c"), r"E'a\\b''c'");
+        assert!(try_lock(KEY, "o'brien", 1).contains("concat('o''brien since ', "));
+        let long = "z".repeat(60);
+        assert!(try_lock(KEY, &long, 1).contains(&format!("'{} since '", "z".repeat(46))));
+        assert!(try_lock(KEY, "naïve", 1).contains("'na?ve since '"));
     }
 }

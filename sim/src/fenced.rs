@@ -52,6 +52,8 @@ pub(crate) struct FencedUnit {
     pub(crate) incarnation: u32,
     /// The epoch of the term the unit runs in.
     pub(crate) epoch: Option<u64>,
+    /// The election's key, whose fence row the unit checks.
+    pub(crate) key: plexsphere_leader::LockKey,
     /// How long the work itself lasts, between the check and the commit.
     pub(crate) length: Duration,
 }
@@ -110,7 +112,7 @@ impl FencedUnit {
             .batch_execute(&bound)
             .await
             .map_err(|e| describe(&e))?;
-        let checked = fencing::check(&transaction, epoch).await;
+        let checked = fencing::check(&transaction, self.key, epoch).await;
         let at = sim_time(&self.recorder);
         self.recorder.borrow_mut().fence_checked(record, at);
         match checked {

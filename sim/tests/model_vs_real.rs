@@ -29,6 +29,11 @@ use plexsphere_leader_sim::server::{ServerConfig, SimPostgres, connect_with};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, SimpleQueryMessage};
 
+/// The election's key in the scripts: the default one.
+const KEY: plexsphere_leader::LockKey = plexsphere_leader::LockKey::DEFAULT;
+/// The identity the grant statements write into `application_name`.
+const IDENTITY: &str = "model-vs-real";
+
 /// The `idle_session_timeout` the script sets, in milliseconds: short, for the real server.
 const IDLE_MS: u64 = 300;
 
@@ -285,50 +290,74 @@ where
     let mut see = |what: &str, observed: String| seen.push(format!("{what}: {observed}"));
     see(
         "a try_lock",
-        own(a.run_row(&sql::try_lock(BOUND_MS)).await, 0),
+        own(a.run_row(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await, 0),
     );
     see(
         "b try_lock",
-        own(b.run_row(&sql::try_lock(BOUND_MS)).await, 1),
+        own(b.run_row(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await, 1),
+    );
+    // The grant names the lock session with the server's clock; the refusal leaves b's name.
+    let since = |name: String| match name.split_once(" since ") {
+        Some((identity, seconds)) if seconds.bytes().all(|b| b.is_ascii_digit()) => {
+            format!("{identity} since <{} digits>", seconds.len())
+        }
+        _ => name,
+    };
+    see(
+        "a's application_name after its grant",
+        since(a.run("SELECT current_setting('application_name')").await),
+    );
+    see(
+        "b's application_name after its refusal",
+        b.run("SELECT current_setting('application_name')").await,
     );
     see(
         "a try_lock again",
-        own(a.run_row(&sql::try_lock(BOUND_MS)).await, 0),
+        own(a.run_row(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await, 0),
     );
-    see("grant columns", b.names(&sql::try_lock(BOUND_MS)).await);
+    see(
+        "grant columns",
+        b.names(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await,
+    );
     see(
         "unbounded columns",
-        b.names(&sql::try_lock_unbounded()).await,
+        b.names(&sql::try_lock_unbounded(KEY)).await,
     );
-    see("verify columns", a.names(&sql::verify()).await);
-    see("a verify", own(a.run_row(&sql::verify()).await, 0));
-    see("b verify", own(b.run_row(&sql::verify()).await, 1));
+    see("verify columns", a.names(&sql::verify(KEY)).await);
+    see("a verify", own(a.run_row(&sql::verify(KEY)).await, 0));
+    see("b verify", own(b.run_row(&sql::verify(KEY)).await, 1));
     see(
         "a's idle timeouts",
         a.run_row("SELECT current_setting('idle_session_timeout'), current_setting('idle_in_transaction_session_timeout')").await,
     );
     see(
         "b wait_for_lock times out",
-        own(b.run_row(&sql::wait_for_lock(200, BOUND_MS)).await, 1),
+        own(
+            b.run_row(&sql::wait_for_lock(KEY, IDENTITY, 200, BOUND_MS))
+                .await,
+            1,
+        ),
     );
     see("b lock_timeout after", b.run("SHOW lock_timeout").await);
     see(
         "b idle timeout after",
         b.run("SHOW idle_session_timeout").await,
     );
-    see("a unlock", a.run(&sql::unlock()).await);
+    see("a unlock", a.run(&sql::unlock(KEY)).await);
     see(
         "a verify after unlock",
-        own(a.run_row(&sql::verify()).await, 0),
+        own(a.run_row(&sql::verify(KEY)).await, 0),
     );
     see(
         "c try_lock",
-        own(c.run_row(&sql::try_lock(BOUND_MS)).await, 2),
+        own(c.run_row(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await, 2),
     );
     // b queues behind c; c's client goes away; the lock goes to b.
     let b_pid = pids[1].clone();
     let waiting = tokio::spawn(async move {
-        let answer = b.run_row(&sql::wait_for_lock(10_000, BOUND_MS)).await;
+        let answer = b
+            .run_row(&sql::wait_for_lock(KEY, IDENTITY, 10_000, BOUND_MS))
+            .await;
         (b, answer.replace(&b_pid, "<pid>"))
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -339,21 +368,24 @@ where
     drop(c);
     let (b, answer) = waiting.await.unwrap();
     see("b wait_for_lock after c disconnects", answer);
-    see("b verify", own(b.run_row(&sql::verify()).await, 1));
-    see("a check before setup", a.run(sql::FENCE_CHECK).await);
-    see("a advance before setup", a.run(&sql::advance_epoch()).await);
+    see("b verify", own(b.run_row(&sql::verify(KEY)).await, 1));
+    see("a check before setup", a.run(&sql::fence_check(KEY)).await);
+    see(
+        "a advance before setup",
+        a.run(&sql::advance_epoch(KEY)).await,
+    );
     see("a setup", a.run(sql::FENCE_SETUP).await);
     see("a setup again", a.run(sql::FENCE_SETUP).await);
-    see("a check after setup", a.run(sql::FENCE_CHECK).await);
+    see("a check after setup", a.run(&sql::fence_check(KEY)).await);
     for n in 1..=3 {
         see(
             &format!("b advance {n}"),
-            b.run(&sql::advance_epoch()).await,
+            b.run(&sql::advance_epoch(KEY)).await,
         );
     }
-    see("a check", a.run(sql::FENCE_CHECK).await);
-    see("a advance columns", a.names(&sql::advance_epoch()).await);
-    see("b unlock", b.run(&sql::unlock()).await);
+    see("a check", a.run(&sql::fence_check(KEY)).await);
+    see("a advance columns", a.names(&sql::advance_epoch(KEY)).await);
+    see("b unlock", b.run(&sql::unlock(KEY)).await);
     seen
 }
 
@@ -372,11 +404,11 @@ where
     let b = open("b").await;
     let mut c = open("c").await;
     see("a setup", a.run(sql::FENCE_SETUP).await);
-    see("a advance", a.run(&sql::advance_epoch()).await);
+    see("a advance", a.run(&sql::advance_epoch(KEY)).await);
     see("a begin", a.run("BEGIN").await);
-    see("a check in its block", a.run(sql::FENCE_CHECK).await);
+    see("a check in its block", a.run(&sql::fence_check(KEY)).await);
     let waiting = tokio::spawn(async move {
-        let answer = b.run(&sql::advance_epoch()).await;
+        let answer = b.run(&sql::advance_epoch(KEY)).await;
         (b, answer)
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -385,7 +417,7 @@ where
         waiting.is_finished().to_string(),
     );
     see("c begin", c.run("BEGIN").await);
-    see("c check while b waits", c.run(sql::FENCE_CHECK).await);
+    see("c check while b waits", c.run(&sql::fence_check(KEY)).await);
     see("a commit", a.run("COMMIT").await);
     tokio::time::sleep(Duration::from_millis(300)).await;
     see(
@@ -396,15 +428,18 @@ where
     let (b, answer) = waiting.await.unwrap();
     see("b's advance once both blocks ended", answer);
     see("a begin again", a.run("BEGIN").await);
-    see("a check again", a.run(sql::FENCE_CHECK).await);
+    see("a check again", a.run(&sql::fence_check(KEY)).await);
     see("b lock_timeout", b.run("SET lock_timeout = '200ms'").await);
     see(
         "b advance under lock_timeout",
-        b.run(&sql::advance_epoch()).await,
+        b.run(&sql::advance_epoch(KEY)).await,
     );
     see("a rollback", a.run("ROLLBACK").await);
-    see("a check outside a block", a.run(sql::FENCE_CHECK).await);
-    see("b advance after it", b.run(&sql::advance_epoch()).await);
+    see(
+        "a check outside a block",
+        a.run(&sql::fence_check(KEY)).await,
+    );
+    see("b advance after it", b.run(&sql::advance_epoch(KEY)).await);
     see("b lock_timeout off", b.run("SET lock_timeout = 0").await);
     see(
         "b SET LOCAL outside a block",
@@ -418,9 +453,9 @@ where
     );
     see(
         "a check in the bounded block",
-        a.run(sql::FENCE_CHECK).await,
+        a.run(&sql::fence_check(KEY)).await,
     );
-    let waiting = tokio::spawn(async move { b.run(&sql::advance_epoch()).await });
+    let waiting = tokio::spawn(async move { b.run(&sql::advance_epoch(KEY)).await });
     see("a ended", a.wait_end(Duration::from_secs(2)).await);
     see(
         "b's advance after a's idle-in-transaction timeout",
@@ -433,11 +468,11 @@ where
     };
     see(
         "c fencing::check of the current epoch",
-        outcome(fencing::check(&transaction, 4).await),
+        outcome(fencing::check(&transaction, KEY, 4).await),
     );
     see(
         "c fencing::check of an older epoch",
-        outcome(fencing::check(&transaction, 3).await),
+        outcome(fencing::check(&transaction, KEY, 3).await),
     );
     transaction.rollback().await.unwrap();
     seen
@@ -559,6 +594,8 @@ fn the_simulated_server_answers_the_electors_grant_check_wait_and_fence_statemen
         "a verify after unlock: <pid>|f|f|shared",
         "a try_lock: granted|<pid>",
         "b try_lock: refused|<pid>",
+        "a's application_name after its grant: model-vs-real since <10 digits>",
+        "b's application_name after its refusal: b",
         "a try_lock again: shared|<pid>",
         "b wait_for_lock times out: error 55P03",
         "b wait_for_lock after c disconnects: granted|<pid>",

@@ -1082,6 +1082,11 @@ fn runs_are_deterministic() {
 
 use plexsphere_leader::sql;
 
+/// The election's key in these tests: the default one.
+const KEY: plexsphere_leader::LockKey = plexsphere_leader::LockKey::DEFAULT;
+/// The identity the grant statements write into `application_name`.
+const IDENTITY: &str = "sim-test";
+
 /// The sessions' idle timeout the grant statements set, in ms.
 const BOUND_MS: u32 = 20_000;
 
@@ -1111,16 +1116,19 @@ fn try_lock_answers_granted_refused_and_shared_with_the_pid_and_bounds_only_the_
         let a = Session::open("pg1", "a").await?;
         let b = Session::open("pg1", "b").await?;
         let (pa, pb) = (a.pid().await, b.pid().await);
-        let (names, values) = a.row(&sql::try_lock(BOUND_MS)).await?.unwrap();
+        let (names, values) = a
+            .row(&sql::try_lock(KEY, IDENTITY, BOUND_MS))
+            .await?
+            .unwrap();
         assert_eq!(names, ["set_config", "pg_backend_pid"]);
         assert_eq!(values, ["granted", &pa.to_string()]);
         assert_eq!(
-            b.values(&sql::try_lock(BOUND_MS)).await?,
+            b.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?,
             ["refused", &pb.to_string()]
         );
         // The same session asking again: the lock is not taken twice, the session is marked.
         assert_eq!(
-            a.values(&sql::try_lock(BOUND_MS)).await?,
+            a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?,
             ["shared", &pa.to_string()]
         );
         assert_eq!(h.session(pa).unwrap().locks, vec![(LEADER, 1)]);
@@ -1142,7 +1150,7 @@ fn try_lock_answers_granted_refused_and_shared_with_the_pid_and_bounds_only_the_
                 .await?,
             "shared"
         );
-        let (names, _) = b.row(&sql::try_lock_unbounded()).await?.unwrap();
+        let (names, _) = b.row(&sql::try_lock_unbounded(KEY)).await?.unwrap();
         assert_eq!(names, ["case", "pg_backend_pid"]);
         Ok(())
     });
@@ -1164,24 +1172,25 @@ fn a_hot_standby_answers_in_recovery_and_takes_no_lock() {
         let pa = a.pid().await;
         assert_eq!(a.value("SELECT pg_is_in_recovery()").await?, "t");
         assert_eq!(
-            a.values(&sql::try_lock(BOUND_MS)).await?,
+            a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?,
             ["in_recovery", &pa.to_string()]
         );
         assert_eq!(
-            a.values(&sql::wait_for_lock(100, BOUND_MS)).await?,
+            a.values(&sql::wait_for_lock(KEY, IDENTITY, 100, BOUND_MS))
+                .await?,
             ["in_recovery", &pa.to_string()]
         );
         assert_eq!(h.locks(), vec![]);
         // Advisory locks themselves work on a standby, as in PostgreSQL.
         assert_eq!(a.value("SELECT pg_try_advisory_lock(7)").await?, "t");
         assert_eq!(
-            a.values(&sql::verify()).await?,
+            a.values(&sql::verify(KEY)).await?,
             [pa.to_string(), "t".into(), "f".into(), "NULL".into()]
         );
         h.promote();
         assert!(!h.is_in_recovery());
         assert_eq!(
-            a.values(&sql::try_lock(BOUND_MS)).await?,
+            a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?,
             ["granted", &pa.to_string()]
         );
         Ok(())
@@ -1198,7 +1207,7 @@ fn verify_reports_pid_recovery_holding_and_marker_before_and_after_unlock() {
         let b = Session::open("pg1", "b").await?;
         let (pa, pb) = (a.pid().await.to_string(), b.pid().await.to_string());
         assert_eq!(
-            b.row(&sql::verify()).await?.unwrap(),
+            b.row(&sql::verify(KEY)).await?.unwrap(),
             (
                 vec![
                     "pg_backend_pid".to_owned(),
@@ -1209,19 +1218,19 @@ fn verify_reports_pid_recovery_holding_and_marker_before_and_after_unlock() {
                 vec![pb.clone(), "f".into(), "f".into(), "NULL".into()]
             )
         );
-        a.values(&sql::try_lock(BOUND_MS)).await?;
+        a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?;
         assert_eq!(
-            a.values(&sql::verify()).await?,
+            a.values(&sql::verify(KEY)).await?,
             [pa.clone(), "f".into(), "t".into(), "granted".into()]
         );
         assert_eq!(
-            b.values(&sql::verify()).await?,
+            b.values(&sql::verify(KEY)).await?,
             [pb, "f".into(), "f".into(), "NULL".into()],
             "another session's row is not this session's"
         );
-        assert_eq!(a.value(&sql::unlock()).await?, "t");
+        assert_eq!(a.value(&sql::unlock(KEY)).await?, "t");
         assert_eq!(
-            a.values(&sql::verify()).await?,
+            a.values(&sql::verify(KEY)).await?,
             [pa, "f".into(), "f".into(), "granted".into()]
         );
         Ok(())
@@ -1352,9 +1361,14 @@ fn queued_waiters_are_granted_in_fifo_order_on_unlock_and_on_session_end() {
         let b = Session::open("pg1", "b").await?;
         let c = Session::open("pg1", "c").await?;
         let (pb, pc) = (b.pid().await, c.pid().await);
-        assert_eq!(a.values(&sql::try_lock(BOUND_MS)).await?[0], "granted");
+        assert_eq!(
+            a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?[0],
+            "granted"
+        );
         let b_task = tokio::task::spawn_local(async move {
-            let answer = b.values(&sql::wait_for_lock(0, BOUND_MS)).await;
+            let answer = b
+                .values(&sql::wait_for_lock(KEY, IDENTITY, 0, BOUND_MS))
+                .await;
             (b, answer, now())
         });
         sleep(Duration::from_millis(10)).await;
@@ -1363,7 +1377,9 @@ fn queued_waiters_are_granted_in_fifo_order_on_unlock_and_on_session_end() {
             .simple_query("SET idle_session_timeout = 1000")
             .await?;
         let c_task = tokio::task::spawn_local(async move {
-            let answer = c.values(&sql::wait_for_lock(0, BOUND_MS)).await;
+            let answer = c
+                .values(&sql::wait_for_lock(KEY, IDENTITY, 0, BOUND_MS))
+                .await;
             (c, answer, now())
         });
         // a's grant set its idle_session_timeout to 20 s: stay below it.
@@ -1371,7 +1387,7 @@ fn queued_waiters_are_granted_in_fifo_order_on_unlock_and_on_session_end() {
         // No limit (lock_timeout 0), and no idle timeout while a statement waits.
         let waiting: Vec<i32> = h.waiters().into_iter().map(|(_, pid)| pid).collect();
         assert_eq!(waiting, [pb, pc]);
-        assert_eq!(a.value(&sql::unlock()).await?, "t");
+        assert_eq!(a.value(&sql::unlock(KEY)).await?, "t");
         let (b, answer, b_at) = b_task.await.unwrap();
         assert_eq!(answer?, ["granted", &pb.to_string()]);
         assert_eq!(h.holder(DB, LEADER), Some(pb));
@@ -1411,11 +1427,11 @@ fn lock_timeout_fails_the_wait_with_55p03_and_rolls_back_the_local_setting() {
         let a = Session::open("pg1", "a").await?;
         let b = Session::open("pg1", "b").await?;
         let pb = b.pid().await;
-        a.values(&sql::try_lock(BOUND_MS)).await?;
+        a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?;
         let start = now();
         let error = b
             .client
-            .simple_query(&sql::wait_for_lock(200, BOUND_MS))
+            .simple_query(&sql::wait_for_lock(KEY, IDENTITY, 200, BOUND_MS))
             .await
             .unwrap_err();
         let took = now() - start;
@@ -1433,11 +1449,11 @@ fn lock_timeout_fails_the_wait_with_55p03_and_rolls_back_the_local_setting() {
         assert_eq!(h.session(pb).unwrap().idle_session_timeout, Duration::ZERO);
         assert_eq!(h.session(pb).unwrap().transaction, TransactionStatus::Idle);
         // The lock is not handed to the session that gave up.
-        assert_eq!(a.value(&sql::unlock()).await?, "t");
+        assert_eq!(a.value(&sql::unlock(KEY)).await?, "t");
         assert_eq!(h.holder(DB, LEADER), None);
         // A session-level lock_timeout applies as well, and set_config's local value wins.
         b.client.simple_query("SET lock_timeout = '5s'").await?;
-        a.values(&sql::try_lock(BOUND_MS)).await?;
+        a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?;
         let start = now();
         let error = b
             .client
@@ -1448,7 +1464,7 @@ fn lock_timeout_fails_the_wait_with_55p03_and_rolls_back_the_local_setting() {
         assert!(now() - start >= Duration::from_secs(5));
         assert!(
             b.client
-                .simple_query(&sql::wait_for_lock(300, BOUND_MS))
+                .simple_query(&sql::wait_for_lock(KEY, IDENTITY, 300, BOUND_MS))
                 .await
                 .is_err()
         );
@@ -1465,11 +1481,11 @@ fn lock_timeout_in_a_block_fails_the_block_and_rollback_restores_settings() {
     sim.client("app", async move {
         let a = Session::open("pg1", "a").await?;
         let b = Session::open("pg1", "b").await?;
-        a.values(&sql::try_lock(BOUND_MS)).await?;
+        a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?;
         b.client.simple_query("BEGIN").await?;
         let error = b
             .client
-            .simple_query(&sql::wait_for_lock(100, BOUND_MS))
+            .simple_query(&sql::wait_for_lock(KEY, IDENTITY, 100, BOUND_MS))
             .await
             .unwrap_err();
         assert_eq!(code(&error), "55P03");
@@ -1495,11 +1511,11 @@ fn terminate_backend_ends_a_waiting_session_with_57p01_and_it_leaves_the_queue()
         let a = Session::open("pg1", "a").await?;
         let b = Session::open("pg1", "b").await?;
         let pb = b.pid().await;
-        a.values(&sql::try_lock(BOUND_MS)).await?;
+        a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?;
         let b_task = tokio::task::spawn_local(async move {
             let answer = b
                 .client
-                .simple_query(&sql::wait_for_lock(0, BOUND_MS))
+                .simple_query(&sql::wait_for_lock(KEY, IDENTITY, 0, BOUND_MS))
                 .await;
             answer.map(|_| ()).map_err(|e| code(&e))
         });
@@ -1507,7 +1523,7 @@ fn terminate_backend_ends_a_waiting_session_with_57p01_and_it_leaves_the_queue()
         assert!(h.terminate_backend(pb));
         assert_eq!(b_task.await.unwrap(), Err("57P01".to_owned()));
         assert_eq!(h.waiters(), vec![]);
-        assert_eq!(a.value(&sql::unlock()).await?, "t");
+        assert_eq!(a.value(&sql::unlock(KEY)).await?, "t");
         assert_eq!(h.holder(DB, LEADER), None);
         Ok(())
     });
@@ -1527,7 +1543,7 @@ fn a_waiter_whose_client_went_away_is_granted_in_turn_and_frees_the_lock_at_once
         let b = Session::open("pg1", "b").await?;
         let c = Session::open("pg1", "c").await?;
         let (pb, pc) = (b.pid().await, c.pid().await);
-        a.values(&sql::try_lock(BOUND_MS)).await?;
+        a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?;
         let b_task = tokio::task::spawn_local(async move {
             let _lost = b
                 .client
@@ -1536,7 +1552,9 @@ fn a_waiter_whose_client_went_away_is_granted_in_turn_and_frees_the_lock_at_once
         });
         sleep(Duration::from_millis(10)).await;
         let c_task = tokio::task::spawn_local(async move {
-            let answer = c.values(&sql::wait_for_lock(0, BOUND_MS)).await;
+            let answer = c
+                .values(&sql::wait_for_lock(KEY, IDENTITY, 0, BOUND_MS))
+                .await;
             (c, answer)
         });
         sleep(Duration::from_millis(10)).await;
@@ -1546,7 +1564,7 @@ fn a_waiter_whose_client_went_away_is_granted_in_turn_and_frees_the_lock_at_once
             h.session(pb).is_some(),
             "the waiting backend did not notice"
         );
-        assert_eq!(a.value(&sql::unlock()).await?, "t");
+        assert_eq!(a.value(&sql::unlock(KEY)).await?, "t");
         let (_c, answer) = c_task.await.unwrap();
         assert_eq!(answer?, ["granted", &pc.to_string()]);
         assert!(h.session(pb).is_none());
@@ -1628,7 +1646,7 @@ fn idle_in_transaction_session_timeout_ends_an_idle_open_block_with_25p03() {
     sim.client("app", async move {
         let a = Session::open("pg1", "a").await?;
         let pa = a.pid().await;
-        a.values(&sql::try_lock(1000)).await?;
+        a.values(&sql::try_lock(KEY, IDENTITY, 1000)).await?;
         // Outside a block only idle_session_timeout applies; queries keep it alive.
         a.client
             .simple_query("SET idle_session_timeout = 0")
@@ -1676,7 +1694,7 @@ fn fence_table_is_absent_until_setup_then_epochs_advance_per_key() {
     let h = handle.clone();
     sim.client("app", async move {
         let a = Session::open("pg1", "a").await?;
-        for query in [sql::FENCE_CHECK.to_owned(), sql::advance_epoch()] {
+        for query in [sql::fence_check(KEY), sql::advance_epoch(KEY)] {
             let error = a.client.simple_query(&query).await.unwrap_err();
             let db = error.as_db_error().unwrap();
             assert_eq!(
@@ -1707,12 +1725,12 @@ fn fence_table_is_absent_until_setup_then_epochs_advance_per_key() {
             .await
             .unwrap_err();
         assert_eq!(code(&error), "42P07");
-        assert_eq!(a.row(sql::FENCE_CHECK).await?, None);
+        assert_eq!(a.row(&sql::fence_check(KEY)).await?, None);
         for want in ["1", "2", "3"] {
-            let (names, values) = a.row(&sql::advance_epoch()).await?.unwrap();
+            let (names, values) = a.row(&sql::advance_epoch(KEY)).await?.unwrap();
             assert_eq!((names, values), (vec!["epoch".to_owned()], vec![want.to_owned()]));
         }
-        assert_eq!(a.values(sql::FENCE_CHECK).await?, ["3"]);
+        assert_eq!(a.values(&sql::fence_check(KEY)).await?, ["3"]);
         assert_eq!(
             a.value(
                 "INSERT INTO plexsphere_leader_fence AS f (classid, objid, epoch) VALUES (1886156915, 2, 1) \
@@ -1745,24 +1763,28 @@ fn fence_epochs_survive_a_crash_and_restart_and_a_failover_to_a_synchronous_stan
         let primary = Primary::new("pg1");
         let a = Session::open(&primary.host(), "a").await?;
         a.client.simple_query(sql::FENCE_SETUP).await?;
-        assert_eq!(a.value(&sql::advance_epoch()).await?, "1");
-        assert_eq!(a.value(&sql::advance_epoch()).await?, "2");
+        assert_eq!(a.value(&sql::advance_epoch(KEY)).await?, "1");
+        assert_eq!(a.value(&sql::advance_epoch(KEY)).await?, "2");
         h1.crash();
         sleep(Duration::from_millis(10)).await;
         h1.restart();
         sleep(Duration::from_millis(10)).await;
         let b = Session::open(&primary.host(), "b").await?;
-        assert_eq!(b.values(sql::FENCE_CHECK).await?, ["2"]);
-        assert_eq!(b.value(&sql::advance_epoch()).await?, "3");
+        assert_eq!(b.values(&sql::fence_check(KEY)).await?, ["2"]);
+        assert_eq!(b.value(&sql::advance_epoch(KEY)).await?, "3");
         h1.crash();
         primary.fail_over_to("pg2");
         let c = Session::open(&primary.host(), "c").await?;
-        assert_eq!(c.values(sql::FENCE_CHECK).await?, ["3"]);
-        assert_eq!(c.value(&sql::advance_epoch()).await?, "4");
+        assert_eq!(c.values(&sql::fence_check(KEY)).await?, ["3"]);
+        assert_eq!(c.value(&sql::advance_epoch(KEY)).await?, "4");
         assert_eq!(h2.fence_epoch(DB, 1_886_156_915, 1), Some(4));
         // An instance that does not replicate has its own (absent) table.
         let d = Session::open("pg3", "d").await?;
-        let error = d.client.simple_query(sql::FENCE_CHECK).await.unwrap_err();
+        let error = d
+            .client
+            .simple_query(&sql::fence_check(KEY))
+            .await
+            .unwrap_err();
         assert_eq!(code(&error), "42P01");
         assert_eq!(h3.fence_epoch(DB, 1_886_156_915, 1), None);
         Ok(())
@@ -1786,7 +1808,7 @@ fn a_hot_standby_refuses_fence_writes_with_25006_and_accepts_them_once_promoted(
     sim.client("app", async move {
         let a = Session::open("pg1", "a").await?;
         a.client.simple_query(sql::FENCE_SETUP).await?;
-        assert_eq!(a.value(&sql::advance_epoch()).await?, "1");
+        assert_eq!(a.value(&sql::advance_epoch(KEY)).await?, "1");
         let s = Session::open("pg2", "s").await?;
         for (query, message) in [
             (
@@ -1794,11 +1816,11 @@ fn a_hot_standby_refuses_fence_writes_with_25006_and_accepts_them_once_promoted(
                 "cannot execute CREATE TABLE in a read-only transaction",
             ),
             (
-                sql::advance_epoch(),
+                sql::advance_epoch(KEY),
                 "cannot execute INSERT in a read-only transaction",
             ),
             (
-                sql::FENCE_CHECK.to_owned(),
+                sql::fence_check(KEY),
                 "cannot execute SELECT FOR SHARE in a read-only transaction",
             ),
         ] {
@@ -1807,13 +1829,13 @@ fn a_hot_standby_refuses_fence_writes_with_25006_and_accepts_them_once_promoted(
             assert_eq!((db.code().code(), db.message()), ("25006", message));
         }
         assert_eq!(
-            s.values(&sql::FENCE_CHECK.replace(" FOR SHARE", ""))
+            s.values(&sql::fence_check(KEY).replace(" FOR SHARE", ""))
                 .await?,
             ["1"],
             "a plain read works on the standby"
         );
         h2.promote();
-        assert_eq!(s.value(&sql::advance_epoch()).await?, "2");
+        assert_eq!(s.value(&sql::advance_epoch(KEY)).await?, "2");
         Ok(())
     });
     sim.run().unwrap();
@@ -1839,7 +1861,7 @@ fn advances(handle: &ServerHandle) -> Vec<(i32, i64, Duration)> {
 /// Sets the fence table up with epoch 1.
 async fn fence_at_epoch_one(session: &Session) -> Result<(), tokio_postgres::Error> {
     session.client.simple_query(sql::FENCE_SETUP).await?;
-    assert_eq!(session.value(&sql::advance_epoch()).await?, "1");
+    assert_eq!(session.value(&sql::advance_epoch(KEY)).await?, "1");
     Ok(())
 }
 
@@ -1854,11 +1876,11 @@ fn a_fence_check_in_an_open_block_makes_an_advance_wait_until_the_block_commits(
         let (pa, pb) = (a.pid().await, b.pid().await);
         fence_at_epoch_one(&a).await?;
         a.client.simple_query("BEGIN").await?;
-        assert_eq!(a.values(sql::FENCE_CHECK).await?, ["1"]);
+        assert_eq!(a.values(&sql::fence_check(KEY)).await?, ["1"]);
         let rows: Vec<i32> = h.row_locks().into_iter().map(|(_, pid)| pid).collect();
         assert_eq!(rows, [pa]);
         let b_task = tokio::task::spawn_local(async move {
-            let answer = b.value(&sql::advance_epoch()).await;
+            let answer = b.value(&sql::advance_epoch(KEY)).await;
             (b, answer, now())
         });
         sleep(Duration::from_millis(100)).await;
@@ -1866,7 +1888,7 @@ fn a_fence_check_in_an_open_block_makes_an_advance_wait_until_the_block_commits(
         assert_eq!(waiting, [pb]);
         assert_eq!(h.fence_epoch(DB, 1_886_156_915, 1), Some(1));
         // A second fence check is granted at once while the advance waits.
-        assert_eq!(a.values(sql::FENCE_CHECK).await?, ["1"]);
+        assert_eq!(a.values(&sql::fence_check(KEY)).await?, ["1"]);
         let committed = now();
         a.client.simple_query("COMMIT").await?;
         let (_b, answer, answered) = b_task.await.unwrap();
@@ -1910,12 +1932,12 @@ fn a_waiting_advance_fails_with_55p03_after_its_lock_timeout_and_the_epoch_stays
         let b = Session::open("pg1", "b").await?;
         fence_at_epoch_one(&a).await?;
         a.client.simple_query("BEGIN").await?;
-        a.values(sql::FENCE_CHECK).await?;
+        a.values(&sql::fence_check(KEY)).await?;
         b.client.simple_query("SET lock_timeout = 100").await?;
         let start = now();
         let error = b
             .client
-            .simple_query(&sql::advance_epoch())
+            .simple_query(&sql::advance_epoch(KEY))
             .await
             .unwrap_err();
         let db = error.as_db_error().unwrap();
@@ -1947,9 +1969,9 @@ fn the_end_of_the_fenced_session_wakes_the_waiting_advance() {
         let pa = a.pid().await;
         fence_at_epoch_one(&a).await?;
         a.client.simple_query("BEGIN").await?;
-        a.values(sql::FENCE_CHECK).await?;
+        a.values(&sql::fence_check(KEY)).await?;
         let b_task = tokio::task::spawn_local(async move {
-            let answer = b.value(&sql::advance_epoch()).await;
+            let answer = b.value(&sql::advance_epoch(KEY)).await;
             (b, answer)
         });
         sleep(Duration::from_millis(50)).await;
@@ -1959,9 +1981,9 @@ fn the_end_of_the_fenced_session_wakes_the_waiting_advance() {
         c.client
             .simple_query("BEGIN; SET LOCAL idle_in_transaction_session_timeout = '50ms'")
             .await?;
-        assert_eq!(c.values(sql::FENCE_CHECK).await?, ["2"]);
+        assert_eq!(c.values(&sql::fence_check(KEY)).await?, ["2"]);
         let checked = now();
-        assert_eq!(b.value(&sql::advance_epoch()).await?, "3");
+        assert_eq!(b.value(&sql::advance_epoch(KEY)).await?, "3");
         // The check's answer left 1 ms before `checked`; the timeout fires 50 ms after it.
         assert_eq!(now() - checked, Duration::from_millis(49 + 1));
         assert_eq!(c.ended_code().as_deref(), Some("25P03"));
@@ -1983,9 +2005,9 @@ fn an_advance_whose_client_went_away_still_commits_once_the_row_is_free() {
         let pb = b.pid().await;
         fence_at_epoch_one(&a).await?;
         a.client.simple_query("BEGIN").await?;
-        a.values(sql::FENCE_CHECK).await?;
+        a.values(&sql::fence_check(KEY)).await?;
         let b_task = tokio::task::spawn_local(async move {
-            let _lost = b.client.simple_query(&sql::advance_epoch()).await;
+            let _lost = b.client.simple_query(&sql::advance_epoch(KEY)).await;
         });
         sleep(Duration::from_millis(10)).await;
         b_task.abort();
@@ -1998,7 +2020,7 @@ fn an_advance_whose_client_went_away_still_commits_once_the_row_is_free() {
         sleep(Duration::from_millis(10)).await;
         assert!(h.session(pb).is_none());
         assert_eq!(h.fence_epoch(DB, 1_886_156_915, 1), Some(2));
-        assert_eq!(a.values(sql::FENCE_CHECK).await?, ["2"]);
+        assert_eq!(a.values(&sql::fence_check(KEY)).await?, ["2"]);
         Ok(())
     });
     sim.run().unwrap();
@@ -2081,10 +2103,10 @@ fn the_adapters_fence_check_runs_unmodified_in_a_transaction() {
         let pa = a.pid().await;
         fence_at_epoch_one(&a).await?;
         let transaction = a.client.transaction().await?;
-        plexsphere_leader::fencing::check(&transaction, 1)
+        plexsphere_leader::fencing::check(&transaction, KEY, 1)
             .await
             .unwrap();
-        let stale = plexsphere_leader::fencing::check(&transaction, 2).await;
+        let stale = plexsphere_leader::fencing::check(&transaction, KEY, 2).await;
         assert!(
             matches!(
                 stale,

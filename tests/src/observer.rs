@@ -28,7 +28,9 @@ const POLL_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Holder {
     /// Backend pid of the holding session.
     pub pid: i32,
-    /// Its `application_name` (`None` if the backend was gone from `pg_stat_activity`).
+    /// Its `application_name`, for an elector's lock session its identity without the
+    /// ` since <grant time>` the grant appends (`None` if the backend was gone from
+    /// `pg_stat_activity`).
     pub application_name: Option<String>,
     /// Its client address.
     pub client_addr: Option<IpAddr>,
@@ -281,7 +283,9 @@ impl Poller {
             if row.try_get::<_, bool>(1)? {
                 granted.push(Holder {
                     pid: row.try_get(0)?,
-                    application_name: row.try_get(2)?,
+                    application_name: row
+                        .try_get::<_, Option<String>>(2)?
+                        .map(|name| leader_name(&name)),
                     client_addr: row.try_get(3)?,
                     client_port: row.try_get(4)?,
                 });
@@ -331,4 +335,12 @@ fn holder_intervals(changes: &[HolderChange], until: Instant) -> Vec<Interval> {
         }
     }
     out
+}
+
+/// The name a lock holder goes by: the identity of an elector's `<identity> since <grant time>`
+/// `application_name`, or the name itself when it has another form (a harness client).
+pub(crate) fn leader_name(application_name: &str) -> String {
+    plexsphere_leader::status::parse_application_name(application_name)
+        .map_or(application_name, |(identity, _)| identity)
+        .to_owned()
 }

@@ -5,7 +5,8 @@
 //! # Output
 //!
 //! One JSON object per line on stdout, every one with `t` (the [`monotonic_ns`] stamp),
-//! `replica` (its name, also the lock session's `application_name`), `pid` (the OS pid) and
+//! `replica` (its name, also its sessions' `application_name` and its elector's identity, so
+//! the lock session shows `<name> since <grant time>`), `pid` (the OS pid) and
 //! `event`:
 //!
 //! | `event`       | extra fields | when |
@@ -230,7 +231,8 @@ fn build(args: &ChildArgs) -> Result<(Elector, Pool), String> {
     let elector = Elector::new(
         Config::new(pool.clone())
             .check_interval(args.interval)
-            .acquire_mode(mode),
+            .acquire_mode(mode)
+            .identity(&args.name),
     )
     .map_err(|e| e.to_string())?;
     Ok((elector, pool))

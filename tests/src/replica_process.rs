@@ -519,7 +519,7 @@ pub async fn session_names(client: &Client, prefix: &str) -> Result<Vec<String>,
 }
 
 /// The backends that hold the leader lock in the current database, with their
-/// `application_name`.
+/// `application_name` (an elector's identity, without its ` since <grant time>`).
 pub async fn lock_holders(client: &Client) -> Result<Vec<(i32, String)>, HarnessError> {
     let rows = client
         .query(
@@ -532,7 +532,10 @@ pub async fn lock_holders(client: &Client) -> Result<Vec<(i32, String)>, Harness
         )
         .await?;
     rows.iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+        .map(|row| {
+            let name: String = row.try_get(1)?;
+            Ok((row.try_get(0)?, crate::observer::leader_name(&name)))
+        })
         .collect::<Result<_, HarnessError>>()
 }
 

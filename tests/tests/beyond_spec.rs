@@ -12,6 +12,11 @@ use plexsphere_leader::fencing::{self, FenceError};
 use plexsphere_leader::{AcquireMode, Config, ConfigError, Elector, named_work, sql};
 use plexsphere_leader_tests::{Cluster, FaultProxy, Mode as ProxyMode, StopMode, TestDb};
 use plexsphere_leader_tests::{base_config, pool_for};
+
+/// The election's key of the statements these tests send by hand: the default one.
+const KEY: plexsphere_leader::LockKey = plexsphere_leader::LockKey::DEFAULT;
+/// The identity those grant statements write into `application_name`.
+const IDENTITY: &str = "beyond-spec";
 use prometheus::Registry;
 use support::{I, Logs, MARGIN, STARTUP, lock_holders, wait_for, wait_for_async};
 use tokio::time::Instant;
@@ -86,10 +91,10 @@ async fn the_grant_refuses_a_session_that_already_holds_the_lock_and_the_check_s
     let db = TestDb::create("statements_shared").await.unwrap();
     let client = db.connect("plx-statements").await.unwrap();
     let pid = row(&client, "SELECT pg_backend_pid()").await[0].clone();
-    let first = row(&client, &sql::try_lock(800)).await;
+    let first = row(&client, &sql::try_lock(KEY, IDENTITY, 800)).await;
     assert_eq!(first, vec![Some("granted".into()), pid.clone()]);
     assert_eq!(
-        row(&client, &sql::verify()).await,
+        row(&client, &sql::verify(KEY)).await,
         vec![
             pid.clone(),
             Some("f".into()),
@@ -99,11 +104,20 @@ async fn the_grant_refuses_a_session_that_already_holds_the_lock_and_the_check_s
     );
     // A second grant on the same session (what a transaction-mode pooler produces) is refused
     // and marks the session, and nothing re-entered the lock.
-    let second = row(&client, &sql::try_lock(800)).await;
+    let second = row(&client, &sql::try_lock(KEY, IDENTITY, 800)).await;
     assert_eq!(second, vec![Some("shared".into()), pid.clone()]);
-    assert_eq!(row(&client, &sql::verify()).await[3], Some("shared".into()));
-    assert_eq!(row(&client, &sql::unlock()).await, vec![Some("t".into())]);
-    assert_eq!(row(&client, &sql::unlock()).await, vec![Some("f".into())]);
+    assert_eq!(
+        row(&client, &sql::verify(KEY)).await[3],
+        Some("shared".into())
+    );
+    assert_eq!(
+        row(&client, &sql::unlock(KEY)).await,
+        vec![Some("t".into())]
+    );
+    assert_eq!(
+        row(&client, &sql::unlock(KEY)).await,
+        vec![Some("f".into())]
+    );
     // Both timeouts are set on the lock session only.
     assert_eq!(
         row(&client, "SHOW idle_in_transaction_session_timeout").await,
@@ -130,13 +144,13 @@ async fn after_a_timed_out_wait_the_release_frees_a_lock_the_session_was_granted
         .unwrap();
     assert_eq!(lock_holders(&db).await, vec![pid]);
     assert_eq!(
-        row(&client, &sql::release_if_held()).await,
+        row(&client, &sql::release_if_held(KEY)).await,
         vec![Some("t".into())]
     );
     assert!(lock_holders(&db).await.is_empty());
     // Not held: false (the CASE keeps pg_advisory_unlock from running and warning).
     assert_eq!(
-        row(&client, &sql::release_if_held()).await,
+        row(&client, &sql::release_if_held(KEY)).await,
         vec![Some("f".into())]
     );
     db.cleanup().await.unwrap();
@@ -148,12 +162,12 @@ async fn a_queued_grant_times_out_as_a_refusal_and_leaves_the_pooled_session_unc
     let holder = db.connect("plx-holder").await.unwrap();
     let waiter = db.connect("plx-waiter").await.unwrap();
     assert_eq!(
-        row(&holder, &sql::try_lock(60_000)).await[0],
+        row(&holder, &sql::try_lock(KEY, IDENTITY, 60_000)).await[0],
         Some("granted".into())
     );
     let started = Instant::now();
     let error = waiter
-        .simple_query(&sql::wait_for_lock(200, 800))
+        .simple_query(&sql::wait_for_lock(KEY, IDENTITY, 200, 800))
         .await
         .expect_err("lock_timeout");
     assert_eq!(
@@ -171,7 +185,7 @@ async fn a_queued_grant_times_out_as_a_refusal_and_leaves_the_pooled_session_unc
     );
     // A waiter is granted as soon as the holder's session ends.
     let waiting = tokio::spawn(async move {
-        let answer = row(&waiter, &sql::wait_for_lock(10_000, 800)).await;
+        let answer = row(&waiter, &sql::wait_for_lock(KEY, IDENTITY, 10_000, 800)).await;
         (answer, Instant::now())
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -372,7 +386,7 @@ async fn fencing_rejects_the_stale_leaders_write_and_accepts_the_new_leaders() {
     let stale = async {
         let mut writer_a = writer_a;
         let transaction = writer_a.transaction().await?;
-        fencing::check(&transaction, a_epoch).await?;
+        fencing::check(&transaction, KEY, a_epoch).await?;
         transaction
             .execute("INSERT INTO jobs VALUES (1, $1)", &[&(a_epoch as i64)])
             .await?;
@@ -385,7 +399,7 @@ async fn fencing_rejects_the_stale_leaders_write_and_accepts_the_new_leaders() {
         "{error}"
     );
     let transaction = writer_b.transaction().await.unwrap();
-    fencing::check(&transaction, b_epoch)
+    fencing::check(&transaction, KEY, b_epoch)
         .await
         .expect("current");
     transaction
@@ -412,7 +426,7 @@ async fn fencing_rejects_the_stale_leaders_write_and_accepts_the_new_leaders() {
 /// The fencing epoch of the election on `client`'s server, if the row exists.
 async fn fence_epoch(client: &tokio_postgres::Client) -> Option<i64> {
     client
-        .query_opt(sql::FENCE_CHECK.trim_end_matches(" FOR SHARE"), &[])
+        .query_opt(sql::fence_check(KEY).trim_end_matches(" FOR SHARE"), &[])
         .await
         .expect("read the fence row")
         .map(|row| row.get(0))

@@ -38,7 +38,10 @@ async fn the_held_lock_shows_in_pg_locks_as_the_spec_says() {
     assert_eq!(row.get::<_, i64>(1), 1_886_156_915);
     assert_eq!(row.get::<_, i64>(2), 1);
     assert_eq!(row.get::<_, i32>(3), 2, "two-int4 keys show objsubid = 2");
-    assert_eq!(row.get::<_, &str>(4), "replica-a");
+    let (identity, _since) =
+        plexsphere_leader::status::parse_application_name(row.get::<_, &str>(4))
+            .expect("the lock session is named `<identity> since <grant time>`");
+    assert_eq!(identity, replica.elector.identity());
     assert_eq!((LOCK_CLASS_ID, LOCK_OBJ_ID), (1_886_156_915, 1));
 
     replica.stop().await.unwrap();

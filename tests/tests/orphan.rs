@@ -46,7 +46,7 @@ async fn a_leader_cut_off_without_fin_loses_the_lock_within_four_intervals_and_d
     wait_for(STARTUP, || cut_off.elector.is_leader())
         .await
         .expect("leads through the proxy");
-    let standby = Replica::spawn(db.pool_with_app_name("standby", 2).unwrap(), I);
+    let standby = Replica::spawn_as(db.pool_with_app_name("standby", 2).unwrap(), I, "standby");
     let observer = LockObserver::start(&db.config()).await.unwrap();
     let orphan = observer
         .wait_for_holder(MARGIN)

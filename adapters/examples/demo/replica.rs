@@ -17,8 +17,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use plexsphere_leader::Interruption;
 use plexsphere_leader::loops::{BoxError, TickMetrics, Wired, pass_fn};
 use plexsphere_leader::{
-    Background, Config, DEFAULT_SHUTDOWN_BOUND, Elector, Gate, LEADER_QUERY, LeaderTicker,
-    OnOverdue, Readiness, Resignation, TermEndCause, WhileLeader, wire_background,
+    Background, Config, DEFAULT_SHUTDOWN_BOUND, Elector, Gate, LeaderTicker, LockKey, OnOverdue,
+    Readiness, Resignation, TermEndCause, WhileLeader, wire_background,
 };
 use prometheus::Registry;
 use serde_json::json;
@@ -105,7 +105,8 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
             let config = Config::new(pool.clone())
                 .check_interval(me.interval)
                 .registry(&registry)
-                .work_deadline(2 * me.interval, OnOverdue::Report);
+                .work_deadline(2 * me.interval, OnOverdue::Report)
+                .identity(&me.application_name);
             (Some(Elector::new(config)?), Some(pool))
         }
         None => (None, None),
@@ -644,18 +645,15 @@ fn set_eligibility(state: &StatusState, eligible: bool) -> impl IntoResponse + u
 
 /// The backend pid of the session holding the leader lock, when it is one of this replica's
 /// sessions: the spec's pg_locks query joined with pg_stat_activity on the application name.
+/// The backend pid of the session holding the leader lock, when it is this replica's: the
+/// leader's identity, read from the server (`status::who_leads`), is this replica's name.
 async fn lock_backend_pid(pool: &Pool, application_name: &str) -> Option<i32> {
-    let query = format!(
-        "SELECT q.pid FROM ({LEADER_QUERY}) q JOIN pg_stat_activity a ON a.pid = q.pid \
-         WHERE q.granted AND a.application_name = $1"
-    );
     let lookup = async {
         let client = pool.get().await.ok()?;
-        let row = client
-            .query_opt(query.as_str(), &[&application_name])
+        let leader = plexsphere_leader::status::who_leads(&client, LockKey::DEFAULT)
             .await
             .ok()??;
-        row.try_get::<_, i32>(0).ok()
+        (leader.identity.as_deref() == Some(application_name)).then_some(leader.pid)
     };
     tokio::time::timeout(Duration::from_secs(2), lookup)
         .await

@@ -201,12 +201,19 @@ pub(crate) fn reject_extended(state: &mut State, pid: i32, tag: u8) -> Reply {
     reply
 }
 
+/// The server's wall clock at simulated time zero, in unix seconds (2026-01-01T00:00:00Z):
+/// `clock_timestamp()` reads this plus the simulated time.
+pub(crate) const CLOCK_BASE: Duration = Duration::from_secs(1_767_225_600);
+
 /// A value computed by an expression.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Value {
     Null,
     Bool(bool),
     Int(i64),
+    Float(f64),
+    /// A `timestamptz`, in microseconds since the unix epoch.
+    Timestamp(i64),
     Text(String),
     Void,
 }
@@ -217,6 +224,10 @@ impl Value {
             Self::Null => None,
             Self::Bool(b) => Some(if *b { "t" } else { "f" }.to_owned()),
             Self::Int(n) => Some(n.to_string()),
+            // Shortest round-trip digits, as PostgreSQL's float8 output (which switches to an
+            // exponent from 1e15, a range the simulation never reaches).
+            Self::Float(x) => Some(x.to_string()),
+            Self::Timestamp(micros) => Some(timestamp_text(*micros)),
             Self::Text(s) => Some(s.clone()),
             Self::Void => Some(String::new()),
         }
@@ -228,6 +239,8 @@ impl Value {
             Self::Bool(_) => "boolean",
             Self::Int(n) if i32::try_from(*n).is_ok() => "integer",
             Self::Int(_) => "bigint",
+            Self::Float(_) => "double precision",
+            Self::Timestamp(_) => "timestamp with time zone",
             Self::Void => "void",
         }
     }
@@ -789,6 +802,7 @@ impl<'a> Ctx<'a> {
                 }
                 self.eval(otherwise)
             }
+            Expr::CastInt8(expr) => Ok(cast_int8(self.eval(expr)?)?),
             Expr::Exists(conds) => self.journaled(|ctx| Ok(ctx.exists(conds)?)),
             Expr::Call(func, args) => {
                 let mut values = Vec::with_capacity(args.len());
@@ -955,6 +969,27 @@ impl<'a> Ctx<'a> {
                 }
                 Ok(Value::Bool(signalled))
             }
+            (Func::ClockTimestamp, []) => {
+                let micros = (CLOCK_BASE + at).as_micros();
+                Ok(Value::Timestamp(i64::try_from(micros).unwrap_or(i64::MAX)))
+            }
+            (Func::DatePart, [Value::Text(field), Value::Timestamp(micros)]) => {
+                if field.eq_ignore_ascii_case("epoch") {
+                    // As PostgreSQL's float8: exact for whole seconds below 2^53.
+                    Ok(Value::Float(*micros as f64 / 1e6))
+                } else {
+                    Err(SqlError::error(
+                        sqlstate::FEATURE_NOT_SUPPORTED,
+                        format!("the simulated server's date_part knows only epoch, not {field}"),
+                    )
+                    .into())
+                }
+            }
+            (Func::Trunc, [Value::Float(x)]) => Ok(Value::Float(x.trunc())),
+            (Func::DatePart | Func::Trunc, _) if args.contains(&Value::Null) => Ok(Value::Null),
+            (Func::Concat, _) => Ok(Value::Text(
+                args.iter().filter_map(Value::text).collect::<String>(),
+            )),
             _ => Err(no_such_function(func, args).into()),
         }
     }
@@ -1011,6 +1046,53 @@ fn lock_key(func: Func, args: &[Value]) -> Result<LockKey, SqlError> {
     }
 }
 
+/// `value::bigint`: a float rounds half to even (as `rint`), a text must be an integer.
+fn cast_int8(value: Value) -> Result<Value, SqlError> {
+    let out_of_range =
+        || SqlError::error(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, "bigint out of range");
+    match value {
+        Value::Null | Value::Int(_) => Ok(value),
+        // Range-checked before the cast.
+        Value::Float(x) => {
+            let x = x.round_ties_even();
+            if (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&x) {
+                Ok(Value::Int(x as i64))
+            } else {
+                Err(out_of_range())
+            }
+        }
+        Value::Text(text) => text.trim().parse().map(Value::Int).map_err(|_| {
+            SqlError::error(
+                sqlstate::INVALID_TEXT_REPRESENTATION,
+                format!("invalid input syntax for type bigint: \"{text}\""),
+            )
+        }),
+        other => Err(SqlError::error(
+            sqlstate::CANNOT_COERCE,
+            format!("cannot cast type {} to bigint", other.type_name()),
+        )),
+    }
+}
+
+/// A `timestamptz` as PostgreSQL prints it with `DateStyle` ISO and `TimeZone` UTC:
+/// `2026-01-01 00:00:00.25+00` (the fraction only when not zero, without trailing zeros).
+fn timestamp_text(micros: i64) -> String {
+    let micros = u64::try_from(micros).unwrap_or(0);
+    let at = std::time::UNIX_EPOCH + Duration::from_micros(micros);
+    let iso = plexsphere_leader::status::format_utc(at);
+    let (date, time) = iso
+        .trim_end_matches('Z')
+        .split_once('T')
+        .unwrap_or((iso.as_str(), ""));
+    let fraction = micros % 1_000_000;
+    if fraction == 0 {
+        format!("{date} {time}+00")
+    } else {
+        let digits = format!("{fraction:06}");
+        format!("{date} {time}.{}+00", digits.trim_end_matches('0'))
+    }
+}
+
 fn no_such_function(func: Func, args: &[Value]) -> SqlError {
     let types: Vec<&str> = args.iter().map(Value::type_name).collect();
     SqlError::error(
@@ -1043,6 +1125,10 @@ fn column_name(expr: &Expr) -> (&'static str, u8) {
             _ => ("case", 1),
         },
         Expr::Bool(_) => ("bool", 1),
+        Expr::CastInt8(inner) => match column_name(inner) {
+            (name, 2) => (name, 2),
+            _ => ("int8", 1),
+        },
         Expr::Text(_) | Expr::Null | Expr::Int(_) | Expr::IsNull { .. } | Expr::Not(_) => {
             ("?column?", 0)
         }
@@ -1054,7 +1140,7 @@ fn column_name(expr: &Expr) -> (&'static str, u8) {
 fn type_of(expr: &Expr) -> PgType {
     match expr {
         Expr::Int(n) if i32::try_from(*n).is_ok() => PgType::Int4,
-        Expr::Int(_) => PgType::Int8,
+        Expr::Int(_) | Expr::CastInt8(_) => PgType::Int8,
         Expr::Bool(_) | Expr::IsNull { .. } | Expr::Not(_) | Expr::Exists(_) => PgType::Bool,
         Expr::Text(_) | Expr::Null => PgType::Text,
         Expr::Case { arms, otherwise } => arms
@@ -1069,8 +1155,10 @@ fn type_of(expr: &Expr) -> PgType {
             | Func::IsInRecovery
             | Func::TerminateBackend => PgType::Bool,
             Func::AdvisoryUnlockAll | Func::AdvisoryLock => PgType::Void,
-            Func::SetConfig | Func::CurrentSetting => PgType::Text,
+            Func::SetConfig | Func::CurrentSetting | Func::Concat => PgType::Text,
             Func::BackendPid => PgType::Int4,
+            Func::DatePart | Func::Trunc => PgType::Float8,
+            Func::ClockTimestamp => PgType::Timestamptz,
         },
     }
 }
@@ -1183,7 +1271,7 @@ mod tests {
     #[test]
     fn release_if_held_unlocks_only_a_held_lock_and_never_warns() {
         let (mut state, a, b) = server();
-        let release = plexsphere_leader::sql::release_if_held();
+        let release = plexsphere_leader::sql::release_if_held(plexsphere_leader::LockKey::DEFAULT);
         assert_eq!(
             run(&mut state, a, "SELECT pg_advisory_lock(1886156915, 1)"),
             ["T pg_advisory_lock:2278", "D ", "C SELECT 1", "Z I"]
@@ -1417,10 +1505,19 @@ mod tests {
     }
 
     fn advance() -> String {
-        plexsphere_leader::sql::advance_epoch()
+        plexsphere_leader::sql::advance_epoch(plexsphere_leader::LockKey::DEFAULT)
     }
 
-    const CHECK: &str = plexsphere_leader::sql::FENCE_CHECK;
+    /// The default key's fence check.
+    const CHECK: &str = "SELECT epoch FROM plexsphere_leader_fence WHERE classid = 1886156915 AND objid = 1 FOR SHARE";
+
+    #[test]
+    fn the_check_constant_is_the_default_keys_fence_check() {
+        assert_eq!(
+            CHECK,
+            plexsphere_leader::sql::fence_check(plexsphere_leader::LockKey::DEFAULT)
+        );
+    }
 
     /// The fence events of the log, rendered.
     fn fence_log(state: &State) -> Vec<String> {

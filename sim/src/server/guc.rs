@@ -87,7 +87,7 @@ impl Gucs {
                 self.idle_in_transaction_session_timeout = parse_timeout(guc.name(), value)?;
             }
             Guc::LockTimeout => self.lock_timeout = parse_timeout(guc.name(), value)?,
-            Guc::ApplicationName => self.application_name = value.to_owned(),
+            Guc::ApplicationName => self.application_name = clean_application_name(value),
             Guc::Custom(name) => {
                 self.custom.insert(name.clone(), value.to_owned());
             }
@@ -179,6 +179,23 @@ pub(crate) fn format_timeout(timeout: Duration) -> String {
         }
     }
     format!("{ms}ms")
+}
+
+/// An `application_name` as PostgreSQL 15 keeps it: each byte outside printable ASCII
+/// becomes `?`, then the name is cut to `NAMEDATALEN - 1` = 63 bytes (PostgreSQL also sends a
+/// NOTICE then, which is not modelled).
+fn clean_application_name(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| {
+            if (b' '..=b'~').contains(&b) {
+                char::from(b)
+            } else {
+                '?'
+            }
+        })
+        .take(63)
+        .collect()
 }
 
 #[cfg(test)]

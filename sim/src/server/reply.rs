@@ -116,6 +116,10 @@ pub(crate) mod sqlstate {
     pub(crate) const READ_ONLY_SQL_TRANSACTION: &str = "25006";
     /// datatype_mismatch (`NOT` of a non-boolean).
     pub(crate) const DATATYPE_MISMATCH: &str = "42804";
+    /// `cannot_coerce`: a cast between types that have none.
+    pub(crate) const CANNOT_COERCE: &str = "42846";
+    /// `invalid_text_representation`: a text that is not a value of the type.
+    pub(crate) const INVALID_TEXT_REPRESENTATION: &str = "22P02";
     /// undefined_table.
     pub(crate) const UNDEFINED_TABLE: &str = "42P01";
     /// duplicate_table (also the notice of `CREATE TABLE IF NOT EXISTS`).
@@ -134,6 +138,8 @@ pub(crate) enum PgType {
     Bool,
     Int4,
     Int8,
+    Float8,
+    Timestamptz,
     Text,
     Void,
 }
@@ -144,6 +150,8 @@ impl PgType {
             Self::Bool => 16,
             Self::Int8 => 20,
             Self::Int4 => 23,
+            Self::Float8 => 701,
+            Self::Timestamptz => 1184,
             Self::Text => 25,
             Self::Void => 2278,
         }
@@ -153,7 +161,7 @@ impl PgType {
         match self {
             Self::Bool => 1,
             Self::Int4 | Self::Void => 4,
-            Self::Int8 => 8,
+            Self::Int8 | Self::Float8 | Self::Timestamptz => 8,
             Self::Text => -1,
         }
     }
@@ -321,7 +329,9 @@ pub(crate) fn binary(ty: PgType, text: &str) -> Option<Vec<u8>> {
         PgType::Bool => Some(vec![u8::from(text == "t")]),
         PgType::Int4 => text.parse::<i32>().ok().map(|n| n.to_be_bytes().to_vec()),
         PgType::Int8 => text.parse::<i64>().ok().map(|n| n.to_be_bytes().to_vec()),
-        PgType::Text => Some(text.as_bytes().to_vec()),
+        PgType::Float8 => text.parse::<f64>().ok().map(|x| x.to_be_bytes().to_vec()),
+        // Only the text form of a timestamp is modelled.
+        PgType::Timestamptz | PgType::Text => Some(text.as_bytes().to_vec()),
         PgType::Void => Some(Vec::new()),
     }
 }

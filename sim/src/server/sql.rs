@@ -5,7 +5,8 @@
 //!
 //! - `SELECT <expr>, <expr>, …` (one row) where `<expr>` is an integer, string,
 //!   `true`/`false`/`null`, a call of a function in [`Func`], `NOT <expr>`,
-//!   `<expr> IS [NOT] NULL`, `CASE WHEN <expr> THEN <expr> … [ELSE <expr>] END`,
+//!   `<expr> IS [NOT] NULL`, `<expr>::bigint` (or `::int8`), `CASE WHEN <expr> THEN <expr> …
+//!   [ELSE <expr>] END`,
 //!   `EXISTS (SELECT 1 FROM pg_locks WHERE <cond> AND …)` (see [`LockCond`]), or a
 //!   parenthesised `<expr>`; this covers the adapter's grant and check statements;
 //! - the fencing statements of the adapter, and only their shape: `CREATE TABLE [IF NOT
@@ -93,6 +94,8 @@ pub(crate) enum Expr {
         negated: bool,
     },
     Not(Box<Expr>),
+    /// `<expr>::bigint`.
+    CastInt8(Box<Expr>),
     /// `EXISTS (SELECT 1 FROM pg_locks WHERE <conds joined by AND>)`.
     Exists(Vec<LockCond>),
     Case {
@@ -161,6 +164,14 @@ pub(crate) enum Func {
     IsInRecovery,
     /// `pg_terminate_backend(pid)` → bool: asks backend `pid` to end with FATAL 57P01.
     TerminateBackend,
+    /// `clock_timestamp()` → timestamptz: the server's clock (see `exec::CLOCK_BASE`).
+    ClockTimestamp,
+    /// `date_part('epoch', timestamptz)` → double precision.
+    DatePart,
+    /// `trunc(double precision)` → double precision.
+    Trunc,
+    /// `concat(any, …)` → text: the arguments' texts, NULLs left out.
+    Concat,
 }
 
 impl Func {
@@ -175,6 +186,10 @@ impl Func {
             "pg_backend_pid" => Self::BackendPid,
             "pg_is_in_recovery" => Self::IsInRecovery,
             "pg_terminate_backend" => Self::TerminateBackend,
+            "clock_timestamp" => Self::ClockTimestamp,
+            "date_part" => Self::DatePart,
+            "trunc" => Self::Trunc,
+            "concat" => Self::Concat,
             _ => return None,
         })
     }
@@ -191,6 +206,10 @@ impl Func {
             Self::BackendPid => "pg_backend_pid",
             Self::IsInRecovery => "pg_is_in_recovery",
             Self::TerminateBackend => "pg_terminate_backend",
+            Self::ClockTimestamp => "clock_timestamp",
+            Self::DatePart => "date_part",
+            Self::Trunc => "trunc",
+            Self::Concat => "concat",
         }
     }
 }
@@ -348,6 +367,11 @@ fn tokenize(query: &str) -> Result<Vec<Tok>, SqlError> {
                 i = next;
                 Tok::Str(text)
             }
+            'e' | 'E' if chars.get(i) == Some(&'\'') => {
+                let (text, next) = escape_string(&chars, i + 1)?;
+                i = next;
+                Tok::Str(text)
+            }
             '"' => {
                 let (text, next) = quoted(&chars, i, '"')?;
                 i = next;
@@ -413,6 +437,39 @@ fn quoted(chars: &[char], mut i: usize, quote: char) -> Result<(String, usize), 
                     return Ok((text, i + 1));
                 }
             }
+            Some(&c) => {
+                text.push(c);
+                i += 1;
+            }
+        }
+    }
+}
+
+/// Reads an escape string constant (`E'…'`) whose opening quote is just before `i`: a
+/// backslash escapes the next character (only `\\` and `\'` are modelled), a doubled quote
+/// is a quote. Returns the text and the index after the closing quote.
+fn escape_string(chars: &[char], mut i: usize) -> Result<(String, usize), SqlError> {
+    let mut text = String::new();
+    loop {
+        match chars.get(i) {
+            None => return Err(syntax("unterminated quoted string")),
+            Some('\\') => match chars.get(i + 1) {
+                Some(&c @ ('\\' | '\'')) => {
+                    text.push(c);
+                    i += 2;
+                }
+                _ => {
+                    return Err(SqlError::error(
+                        sqlstate::FEATURE_NOT_SUPPORTED,
+                        "the simulated server models only \\\\ and \\' in escape strings",
+                    ));
+                }
+            },
+            Some('\'') if chars.get(i + 1) == Some(&'\'') => {
+                text.push('\'');
+                i += 2;
+            }
+            Some('\'') => return Ok((text, i + 1)),
             Some(&c) => {
                 text.push(c);
                 i += 1;
@@ -518,6 +575,23 @@ impl<'a> Parser<'a> {
             return Ok(Expr::Not(Box::new(self.expr()?)));
         }
         let mut expr = self.primary()?;
+        while self.peek() == Some(&Tok::Other(':'))
+            && self.toks.get(self.at + 1) == Some(&Tok::Other(':'))
+        {
+            self.at += 2;
+            match self.next() {
+                Some(Tok::Word(ty)) if ty == "bigint" || ty == "int8" => {
+                    expr = Expr::CastInt8(Box::new(expr));
+                }
+                Some(Tok::Word(ty)) => {
+                    return Err(SqlError::error(
+                        sqlstate::FEATURE_NOT_SUPPORTED,
+                        format!("the simulated server casts only to bigint, not to {ty}"),
+                    ));
+                }
+                other => return Err(unexpected(other)),
+            }
+        }
         while self.peek_word("is") {
             self.at += 1;
             let negated = self.peek_word("not");
@@ -948,6 +1022,37 @@ mod tests {
             code("SELECT EXISTS (SELECT 1 FROM pg_class WHERE oid = 1)"),
             sqlstate::FEATURE_NOT_SUPPORTED
         );
+    }
+
+    #[test]
+    fn the_grant_time_expression_and_escape_strings_parse() {
+        assert_eq!(
+            one(
+                "SELECT concat(E'a\\\\b''c since ', trunc(date_part('epoch', clock_timestamp()))::bigint)"
+            ),
+            select1(call(
+                Func::Concat,
+                vec![
+                    Expr::Text("a\\b'c since ".to_owned()),
+                    Expr::CastInt8(Box::new(call(
+                        Func::Trunc,
+                        vec![call(
+                            Func::DatePart,
+                            vec![
+                                Expr::Text("epoch".to_owned()),
+                                call(Func::ClockTimestamp, vec![])
+                            ]
+                        )]
+                    ))),
+                ]
+            ))
+        );
+        assert_eq!(
+            one("SELECT e'it\\'s'"),
+            select1(Expr::Text("it's".to_owned()))
+        );
+        assert_eq!(code("SELECT 1::text"), sqlstate::FEATURE_NOT_SUPPORTED);
+        assert_eq!(code("SELECT E'\\n'"), sqlstate::FEATURE_NOT_SUPPORTED);
     }
 
     #[test]

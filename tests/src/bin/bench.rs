@@ -787,7 +787,11 @@ async fn costs(_options: &Options) -> Result<(), BoxError> {
         2,
         &counters,
     )?;
-    let elector = Elector::new(Config::new(pool).check_interval(interval))?;
+    let elector = Elector::new(
+        Config::new(pool)
+            .check_interval(interval)
+            .identity(format!("{REPLICA_APP_PREFIX}bench")),
+    )?;
     let shutdown = CancellationToken::new();
     let run = tokio::spawn({
         let (elector, shutdown) = (elector.clone(), shutdown.clone());
@@ -889,7 +893,11 @@ impl Electors {
             if warm {
                 drop(pool.get().await?);
             }
-            let elector = Elector::new(Config::new(pool.clone()).check_interval(interval))?;
+            let elector = Elector::new(
+                Config::new(pool.clone())
+                    .check_interval(interval)
+                    .identity(format!("{REPLICA_APP_PREFIX}{i}")),
+            )?;
             let task = tokio::spawn({
                 let (elector, shutdown) = (elector.clone(), shutdown.clone());
                 async move { elector.run(shutdown).await }

@@ -39,12 +39,28 @@ pub struct Replica {
 }
 
 impl Replica {
-    /// Starts an elector on `pool` with interval `interval`.
+    /// Starts an elector on `pool` with interval `interval` and the default identity.
     pub fn spawn(pool: Pool, interval: Duration) -> Self {
+        Self::spawn_with(pool, interval, |config| config)
+    }
+
+    /// Starts an elector on `pool` with interval `interval` and `identity`, the name its lock
+    /// session's `application_name` carries while it leads.
+    pub fn spawn_as(pool: Pool, interval: Duration, identity: &str) -> Self {
+        Self::spawn_with(pool, interval, |config| config.identity(identity))
+    }
+
+    fn spawn_with(
+        pool: Pool,
+        interval: Duration,
+        configure: impl FnOnce(Config) -> Config,
+    ) -> Self {
         let registry = Registry::new();
-        let config = Config::new(pool.clone())
-            .check_interval(interval)
-            .registry(&registry);
+        let config = configure(
+            Config::new(pool.clone())
+                .check_interval(interval)
+                .registry(&registry),
+        );
         let elector = Elector::new(config).expect("valid config");
         let shutdown = CancellationToken::new();
         let task = tokio::spawn({

@@ -1,0 +1,300 @@
+//! The `plexsphere-leader` command line (feature `cli`): `plexsphere-leader status --dsn <DSN>
+//! [--key CLASSID:OBJID] [--format text|json]` prints who leads an election, since when and
+//! from which client address, read from the server's views only ([`status::who_leads`]).
+//!
+//! Exit codes: [`EXIT_LEADER`] (0) a replica leads, [`EXIT_NO_LEADER`] (1) none does,
+//! [`EXIT_ERROR`] (2) the question could not be answered (bad arguments, connection or query
+//! failure). The DSN is never printed.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::str::FromStr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tokio_postgres::NoTls;
+
+use crate::key::LockKey;
+use crate::status::{self, LeaderStatus, Since, StatusError};
+
+/// Exit code: a replica leads the election.
+pub const EXIT_LEADER: u8 = 0;
+/// Exit code: no replica leads the election (no session holds its lock).
+pub const EXIT_NO_LEADER: u8 = 1;
+/// Exit code: an error (bad arguments, connection or query failure).
+pub const EXIT_ERROR: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "plexsphere-leader",
+    version,
+    about = "Operate plexsphere-leader elections from the server's views",
+    after_help = "Exit codes: 0 a replica leads, 1 no replica leads, 2 error."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print who leads an election, since when and from which client address.
+    Status {
+        /// The database of the election, as a libpq-style DSN or URL
+        /// (`host=db user=ops dbname=app` or `postgresql://ops@db/app`). No TLS.
+        #[arg(long)]
+        dsn: String,
+        /// The election's lock key; either half may be negative (`--key -17:4`).
+        #[arg(
+            long,
+            default_value_t = LockKey::DEFAULT,
+            value_name = "CLASSID:OBJID",
+            allow_hyphen_values = true
+        )]
+        key: LockKey,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+}
+
+/// How `status` prints its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Lines for people.
+    Text,
+    /// One JSON object on one line.
+    Json,
+}
+
+/// Runs the command line `args` (the program name first), writing the answer to `out` and
+/// errors to `err`; returns the exit code. What the binary's `main` does, callable in-process.
+pub async fn run<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(error) => {
+            // `--help` and `--version` are answers (exit 0); anything else is a usage error.
+            return if error.use_stderr() {
+                let _ = write!(err, "{}", error.render());
+                EXIT_ERROR
+            } else {
+                let _ = write!(out, "{}", error.render());
+                0
+            };
+        }
+    };
+    match cli.command {
+        Command::Status { dsn, key, format } => {
+            let database = database_of(&dsn);
+            match query_status(&dsn, key).await {
+                Ok(leader) => {
+                    let text = match format {
+                        Format::Text => render_text(key, &database, leader.as_ref()),
+                        Format::Json => render_json(key, &database, leader.as_ref()),
+                    };
+                    if writeln!(out, "{text}").is_err() {
+                        return EXIT_ERROR;
+                    }
+                    if leader.is_some() {
+                        EXIT_LEADER
+                    } else {
+                        EXIT_NO_LEADER
+                    }
+                }
+                Err(error) => {
+                    let _ = writeln!(err, "plexsphere-leader status: {error}");
+                    EXIT_ERROR
+                }
+            }
+        }
+    }
+}
+
+/// Connects with `dsn` (no TLS) and asks [`status::who_leads`].
+///
+/// # Errors
+/// [`StatusError::Query`] when the DSN is invalid, the connection fails or the query does.
+pub async fn query_status(dsn: &str, key: LockKey) -> Result<Option<LeaderStatus>, StatusError> {
+    let (client, connection) = tokio_postgres::connect(dsn, NoTls).await?;
+    let driver = tokio::spawn(connection);
+    let answer = status::who_leads(&client, key).await;
+    drop(client);
+    let _ = driver.await;
+    answer
+}
+
+/// The database the DSN names (the user's name when it names none, as libpq does).
+fn database_of(dsn: &str) -> String {
+    tokio_postgres::Config::from_str(dsn)
+        .ok()
+        .and_then(|config| config.get_dbname().or(config.get_user()).map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// The `text` answer: one headline, then indented details.
+pub fn render_text(key: LockKey, database: &str, leader: Option<&LeaderStatus>) -> String {
+    let Some(leader) = leader else {
+        return format!("election {key} on database {database:?}: no replica leads");
+    };
+    let name = leader
+        .identity
+        .as_deref()
+        .or(leader.application_name.as_deref())
+        .unwrap_or("?");
+    let since = match leader.since {
+        Since::Granted(at) => format!(
+            "{} (leading for {}; grant time in application_name, server clock)",
+            status::format_utc(at),
+            leading_for(leader)
+        ),
+        Since::SessionStart(at) => format!(
+            "at or before {} (leading for at least {}; no grant time in application_name, \
+             the session's backend_start is a lower bound)",
+            status::format_utc(at),
+            leading_for(leader)
+        ),
+        Since::Unknown => "unknown (no grant time in application_name, and backend_start is \
+                           not visible to this role)"
+            .to_owned(),
+    };
+    let client = match (&leader.client_addr, leader.client_port) {
+        (Some(addr), Some(port)) if port >= 0 => format!("{addr}:{port}"),
+        (Some(addr), _) => addr.clone(),
+        (None, Some(-1)) => "local (Unix socket)".to_owned(),
+        (None, _) => "not visible to this role (needs pg_read_all_stats)".to_owned(),
+    };
+    let queued = if leader.waiting.is_empty() {
+        "none".to_owned()
+    } else {
+        let pids: Vec<String> = leader.waiting.iter().map(i32::to_string).collect();
+        format!("pids {}", pids.join(", "))
+    };
+    format!(
+        "election {key} on database {database:?}: led by {name:?}\n  \
+         since:   {since}\n  \
+         backend: pid {pid}, user {user}\n  \
+         client:  {client}\n  \
+         queued:  {queued}",
+        pid = leader.pid,
+        user = leader.user.as_deref().unwrap_or("?"),
+    )
+}
+
+fn leading_for(leader: &LeaderStatus) -> String {
+    leader
+        .leading_for()
+        .map_or_else(|| "?".to_owned(), status::format_duration)
+}
+
+/// The `json` answer: one object, `leader` null when no replica leads.
+pub fn render_json(key: LockKey, database: &str, leader: Option<&LeaderStatus>) -> String {
+    let leader = leader.map(|leader| {
+        let (source, since) = match leader.since {
+            Since::Granted(at) => ("granted", Some(at)),
+            Since::SessionStart(at) => ("session_start", Some(at)),
+            Since::Unknown => ("unknown", None),
+        };
+        serde_json::json!({
+            "pid": leader.pid,
+            "identity": leader.identity,
+            "application_name": leader.application_name,
+            "since": since.map(status::format_utc),
+            "since_unix": since.map(unix_seconds),
+            "since_source": source,
+            "leading_for_seconds": leader.leading_for().map(|d| d.as_secs()),
+            "client_addr": leader.client_addr,
+            "client_port": leader.client_port,
+            "user": leader.user,
+            "waiting": leader.waiting,
+            "server_now": status::format_utc(leader.server_now),
+        })
+    });
+    serde_json::json!({
+        "key": key.to_string(),
+        "database": database,
+        "leader": leader,
+    })
+    .to_string()
+}
+
+fn unix_seconds(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn leader() -> LeaderStatus {
+        let now = UNIX_EPOCH + Duration::from_secs(1_795_966_879);
+        LeaderStatus {
+            key: LockKey::DEFAULT,
+            pid: 4242,
+            application_name: Some("scheduler@web-1 since 1795966800".to_owned()),
+            identity: Some("scheduler@web-1".to_owned()),
+            since: Since::Granted(now - Duration::from_secs(79)),
+            client_addr: Some("10.0.0.5".to_owned()),
+            client_port: Some(53_422),
+            user: Some("app".to_owned()),
+            waiting: vec![4243],
+            server_now: now,
+        }
+    }
+
+    #[test]
+    fn the_text_answer_names_the_leader_since_when_and_from_where() {
+        assert_eq!(
+            render_text(LockKey::DEFAULT, "app", Some(&leader())),
+            "election 1886156915:1 on database \"app\": led by \"scheduler@web-1\"\n  \
+             since:   2026-11-29T15:40:00Z (leading for 1m 19s; grant time in \
+             application_name, server clock)\n  \
+             backend: pid 4242, user app\n  \
+             client:  10.0.0.5:53422\n  \
+             queued:  pids 4243"
+        );
+        assert_eq!(
+            render_text(LockKey::new(7, 8), "app", None),
+            "election 7:8 on database \"app\": no replica leads"
+        );
+    }
+
+    #[test]
+    fn the_json_answer_is_one_object() {
+        let value: serde_json::Value =
+            serde_json::from_str(&render_json(LockKey::DEFAULT, "app", Some(&leader())))
+                .expect("json");
+        assert_eq!(value["key"], "1886156915:1");
+        assert_eq!(value["leader"]["identity"], "scheduler@web-1");
+        assert_eq!(value["leader"]["since_unix"], 1_795_966_800);
+        assert_eq!(value["leader"]["since_source"], "granted");
+        assert_eq!(value["leader"]["leading_for_seconds"], 79);
+        let none: serde_json::Value =
+            serde_json::from_str(&render_json(LockKey::DEFAULT, "app", None)).expect("json");
+        assert!(none["leader"].is_null());
+    }
+
+    #[tokio::test]
+    async fn bad_arguments_exit_2_and_help_exits_0() {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = run(["plexsphere-leader", "status"], &mut out, &mut err).await;
+        assert_eq!(code, EXIT_ERROR);
+        assert!(String::from_utf8_lossy(&err).contains("--dsn"));
+        let code = run(
+            ["plexsphere-leader", "status", "--dsn", "x", "--key", "1"],
+            &mut out,
+            &mut err,
+        )
+        .await;
+        assert_eq!(code, EXIT_ERROR);
+        let mut help = Vec::new();
+        let code = run(["plexsphere-leader", "--help"], &mut help, &mut err).await;
+        assert_eq!(code, 0);
+        assert!(String::from_utf8_lossy(&help).contains("Exit codes"));
+    }
+}

@@ -1,0 +1,247 @@
+//! Who leads an election, read from the server's own views (`pg_locks` joined with
+//! `pg_stat_activity`), so that an operator needs neither a replica nor its clock.
+//!
+//! The leader's lock session carries `<identity> since <unix seconds>` in its
+//! `application_name` (written by the grant statement, from the server's clock; see
+//! [`Config::identity`](crate::Config::identity)). [`who_leads`] runs [`sql::who_leads`] and
+//! reads it back.
+//!
+//! Visibility: `pg_locks` and every session's `application_name` are visible to any role, so
+//! the leader's pid, identity and grant time always are. `backend_start`, `client_addr` and
+//! `client_port` of a session of another role are NULL unless the reader is a superuser, a
+//! member of that role, or a member of `pg_read_all_stats`: then [`LeaderStatus::client_addr`]
+//! is `None` and a missing grant time has no lower bound ([`Since::Unknown`]).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio_postgres::Row;
+
+use crate::key::LockKey;
+use crate::sql;
+
+/// The leader of one election, as the server sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderStatus {
+    /// The election's key.
+    pub key: LockKey,
+    /// The backend of the leader's lock session.
+    pub pid: i32,
+    /// The session's `application_name` as it is (`None` when the session's row was gone
+    /// from `pg_stat_activity`).
+    pub application_name: Option<String>,
+    /// The leader's identity, from an `application_name` of the form `<identity> since
+    /// <unix seconds>`; `None` when the name has another form (a lock taken by something other
+    /// than this crate, or a name changed since).
+    pub identity: Option<String>,
+    /// Since when the leader leads.
+    pub since: Since,
+    /// The session's client address (`None` over a Unix socket, or when not visible).
+    pub client_addr: Option<String>,
+    /// The session's client port (`-1` over a Unix socket, `None` when not visible).
+    pub client_port: Option<i32>,
+    /// The session's role (`None` when the session's row was gone).
+    pub user: Option<String>,
+    /// The backends waiting in the lock's queue (standbys in
+    /// [`AcquireMode::Queue`](crate::AcquireMode::Queue)), by pid.
+    pub waiting: Vec<i32>,
+    /// The server's clock when it answered.
+    pub server_now: SystemTime,
+}
+
+/// Since when a leader leads, and how sure that is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    /// The grant time in the lock session's `application_name`: the server's clock when the
+    /// lock was taken, to the second.
+    Granted(SystemTime),
+    /// No grant time in `application_name`: the session's `backend_start`, a lower bound (a
+    /// pooled session may have been opened long before it took the lock).
+    SessionStart(SystemTime),
+    /// Neither is known (the session belongs to another role and the reader lacks
+    /// `pg_read_all_stats`, or its row was gone).
+    Unknown,
+}
+
+impl Since {
+    /// The time, exact or a lower bound; `None` when unknown.
+    pub fn at(self) -> Option<SystemTime> {
+        match self {
+            Self::Granted(at) | Self::SessionStart(at) => Some(at),
+            Self::Unknown => None,
+        }
+    }
+}
+
+impl LeaderStatus {
+    /// For how long the leader has led at [`server_now`](Self::server_now) (at least that long
+    /// for [`Since::SessionStart`]); `None` when unknown.
+    pub fn leading_for(&self) -> Option<Duration> {
+        let since = self.since.at()?;
+        Some(
+            self.server_now
+                .duration_since(since)
+                .unwrap_or(Duration::ZERO),
+        )
+    }
+}
+
+/// Why [`who_leads`] could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// No connection could be had from the pool ([`Elector::who_leads`](crate::Elector::who_leads)).
+    #[error("status: acquire connection: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    /// The query failed (connection broken, permission denied, …).
+    #[error("status: query: {0}")]
+    Query(#[from] tokio_postgres::Error),
+    /// The server answered several granted rows for one key, which PostgreSQL never does: the
+    /// query ran through something that is not one PostgreSQL server.
+    #[error("status: {0} sessions hold the lock at once; is this one PostgreSQL server?")]
+    SeveralHolders(usize),
+}
+
+/// Who leads the election `key` in `client`'s current database: `None` when no session holds
+/// the lock (standbys may still be queued for it). One query ([`sql::who_leads`]), sent with
+/// an unnamed statement in one round trip (`query_typed`), so it also works through a
+/// transaction-mode pooler.
+///
+/// # Errors
+/// [`StatusError::Query`] when the query fails; [`StatusError::SeveralHolders`] when the answer
+/// is impossible for one server. Cancel-safe (dropping the future abandons the query).
+pub async fn who_leads(
+    client: &tokio_postgres::Client,
+    key: LockKey,
+) -> Result<Option<LeaderStatus>, StatusError> {
+    let rows = client.query_typed(&sql::who_leads(key), &[]).await?;
+    status_of(key, &rows)
+}
+
+fn status_of(key: LockKey, rows: &[Row]) -> Result<Option<LeaderStatus>, StatusError> {
+    let mut holders = Vec::new();
+    let mut waiting = Vec::new();
+    for row in rows {
+        if row.try_get::<_, bool>("granted")? {
+            holders.push(row);
+        } else {
+            waiting.push(row.try_get::<_, i32>("pid")?);
+        }
+    }
+    let holder = match holders.as_slice() {
+        [] => return Ok(None),
+        [holder] => *holder,
+        several => return Err(StatusError::SeveralHolders(several.len())),
+    };
+    let application_name: Option<String> = holder.try_get("application_name")?;
+    let identity = application_name
+        .as_deref()
+        .and_then(crate::identity::parse_application_name)
+        .map(|(identity, _)| identity.to_owned());
+    let granted: Option<SystemTime> = holder.try_get("leading_since")?;
+    let started: Option<SystemTime> = holder.try_get("backend_start")?;
+    let since = match (granted, started) {
+        (Some(at), _) => Since::Granted(at),
+        (None, Some(at)) => Since::SessionStart(at),
+        (None, None) => Since::Unknown,
+    };
+    Ok(Some(LeaderStatus {
+        key,
+        pid: holder.try_get("pid")?,
+        application_name,
+        identity,
+        since,
+        client_addr: holder.try_get("client_addr")?,
+        client_port: holder.try_get("client_port")?,
+        user: holder.try_get("usename")?,
+        waiting,
+        server_now: holder.try_get("server_now")?,
+    }))
+}
+
+/// Splits a leader's `application_name`, `<identity> since <unix seconds>`, into the identity
+/// and the grant time; `None` for a name of another form. The last ` since ` counts, so an
+/// identity may contain the word.
+pub fn parse_application_name(name: &str) -> Option<(&str, SystemTime)> {
+    let (identity, seconds) = crate::identity::parse_application_name(name)?;
+    Some((
+        identity,
+        UNIX_EPOCH.checked_add(Duration::from_secs(seconds))?,
+    ))
+}
+
+/// `at` in UTC as `YYYY-MM-DDTHH:MM:SSZ` (whole seconds, truncated); times before 1970 read as
+/// 1970-01-01T00:00:00Z.
+pub fn format_utc(at: SystemTime) -> String {
+    let seconds = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rest) = (seconds / 86_400, seconds % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// The proleptic Gregorian date of `days` since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, for non-negative days).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// `duration` as `1d 2h 3m 4s`, leaving out leading zero units (`0s` for less than a second).
+pub fn format_duration(duration: Duration) -> String {
+    let total = duration.as_secs();
+    let parts = [
+        (total / 86_400, "d"),
+        (total % 86_400 / 3600, "h"),
+        (total % 3600 / 60, "m"),
+        (total % 60, "s"),
+    ];
+    let first = parts
+        .iter()
+        .position(|(n, _)| *n > 0)
+        .unwrap_or(parts.len() - 1);
+    parts[first..]
+        .iter()
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_times_are_formatted_as_rfc3339() {
+        assert_eq!(format_utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        let at = UNIX_EPOCH + Duration::from_secs(1_795_966_879);
+        assert_eq!(format_utc(at), "2026-11-29T15:41:19Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(format_utc(leap), "2000-02-29T00:00:00Z");
+        assert_eq!(
+            format_utc(UNIX_EPOCH + Duration::from_millis(1_999)),
+            "1970-01-01T00:00:01Z"
+        );
+    }
+
+    #[test]
+    fn durations_leave_out_leading_zero_units() {
+        assert_eq!(format_duration(Duration::ZERO), "0s");
+        assert_eq!(format_duration(Duration::from_millis(61_900)), "1m 1s");
+        assert_eq!(format_duration(Duration::from_secs(3600)), "1h 0m 0s");
+        assert_eq!(
+            format_duration(Duration::from_secs(2 * 86_400 + 5)),
+            "2d 0h 0m 5s"
+        );
+    }
+}

@@ -1,0 +1,107 @@
+//! The `plexsphere-leader` binary itself (feature `cli`), against the real local PostgreSQL
+//! (`PLEXSPHERE_TEST_DSN`, default `host=127.0.0.1 port=5432 user=postgres dbname=postgres`):
+//! a session of a database made for the test takes a lock with the elector's own grant
+//! statement, and `plexsphere-leader status` reports it with exit 0, then exit 1 once it is
+//! released, and exit 2 when the server cannot be reached. The in-process tests of the same
+//! command are in `tests/tests/operability_status.rs`.
+#![allow(clippy::unwrap_used)] // tests: an unexpected failure is the assertion
+#![allow(missing_docs)] // test functions
+
+use std::process::Command;
+use std::str::FromStr;
+
+use plexsphere_leader::{LockKey, sql};
+use tokio_postgres::{Client, Config, NoTls, SimpleQueryMessage};
+
+fn base_dsn() -> String {
+    std::env::var("PLEXSPHERE_TEST_DSN")
+        .ok()
+        .filter(|dsn| !dsn.trim().is_empty())
+        .unwrap_or_else(|| "host=127.0.0.1 port=5432 user=postgres dbname=postgres".to_owned())
+}
+
+async fn connect(dsn: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(dsn, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// `plexsphere-leader status --dsn <dsn> --key <key>`: exit code, stdout, stderr.
+fn status(dsn: &str, key: LockKey, format: &str) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_plexsphere-leader"))
+        .args(["status", "--dsn", dsn, "--key", &key.to_string()])
+        .args(["--format", format])
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap(),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn the_binary_reports_the_leader_then_none_then_an_error() {
+    let base = base_dsn();
+    let admin = connect(&base).await;
+    let database = format!("plx_cli_binary_{}", std::process::id());
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {database}"))
+        .await
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    let mut config = Config::from_str(&base).unwrap();
+    config.dbname(&database);
+    let dsn = format!("{base} dbname={database}");
+    let (holder, connection) = config.connect(NoTls).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let key = LockKey::new(42, -42);
+
+    let (code, out, err) = status(&dsn, key, "text");
+    assert_eq!(
+        (code, out.as_str()),
+        (
+            1,
+            format!("election 42:-42 on database \"{database}\": no replica leads\n").as_str()
+        ),
+        "{err}"
+    );
+
+    let granted = holder
+        .simple_query(&sql::try_lock(key, "binary@test", 60_000))
+        .await
+        .unwrap();
+    let outcome = granted.iter().find_map(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+        _ => None,
+    });
+    assert_eq!(outcome.as_deref(), Some("granted"));
+    let (code, out, err) = status(&dsn, key, "text");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("led by \"binary@test\""), "{out}");
+    assert!(
+        out.contains("grant time in application_name, server clock"),
+        "{out}"
+    );
+    let (code, out, _) = status(&dsn, key, "json");
+    assert_eq!(code, 0);
+    assert!(out.contains("\"identity\":\"binary@test\""), "{out}");
+
+    holder.simple_query(&sql::unlock(key)).await.unwrap();
+    let (code, _, _) = status(&dsn, key, "text");
+    assert_eq!(code, 1);
+
+    let (code, out, err) = status("host=127.0.0.1 port=1 user=x", key, "text");
+    assert_eq!(code, 2, "{out}");
+    assert!(err.starts_with("plexsphere-leader status: "), "{err}");
+
+    drop(holder);
+    let _ = connection.await;
+    admin
+        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .await
+        .unwrap();
+}
