@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use crate::params::Params;
 use crate::record::{FencedWrite, History, Span, TermEnd, TermRecord};
-use crate::server::{Event, HeldLock, LogEntry, QueryRecord, SessionInfo, check_mutual_exclusion};
+use crate::server::{
+    EndReason, Event, HeldLock, LogEntry, QueryRecord, ReleaseReason, SessionInfo,
+    check_mutual_exclusion,
+};
 use crate::world::SERVERS;
 
 /// A property of design.md section 6 (or of the simulation itself) that a run can break.
@@ -230,6 +233,8 @@ struct Hold {
     owner: Option<Owner>,
     granted: Duration,
     released: Option<Duration>,
+    /// The release was `pg_terminate_backend` ending the holding session (a nemesis fault).
+    terminated: bool,
 }
 
 /// Checks a run; returns what it measured and every violation, in time order.
@@ -668,6 +673,16 @@ impl<'a> Checker<'a> {
                 })
                 .map(|t| t.span.start)
                 .min();
+            // The granted session was terminated before its term could begin (during the epoch
+            // advance): the fault, not the replica, left the lock without a leader, and that
+            // release is checked as a moment the lock becomes free.
+            if grant.terminated
+                && grant
+                    .released
+                    .is_some_and(|released| began.is_none_or(|began| began > released))
+            {
+                continue;
+            }
             // Fencing: the advance's wait for an old leader's fenced transactions is excused.
             let waited = self.advance_wait(&grant);
             let gap = (began.map_or(self.end, |began| began) - free).saturating_sub(waited);
@@ -821,9 +836,13 @@ fn holds(server: usize, log: &[LogEntry], owners: &BTreeMap<i32, Owner>) -> Vec<
                 owner: owners.get(pid).copied(),
                 granted: entry.at,
                 released: None,
+                terminated: false,
             }),
             Event::LockReleased {
-                pid, remaining: 0, ..
+                pid,
+                remaining: 0,
+                reason,
+                ..
             } => {
                 if let Some(hold) = holds
                     .iter_mut()
@@ -831,6 +850,7 @@ fn holds(server: usize, log: &[LogEntry], owners: &BTreeMap<i32, Owner>) -> Vec<
                     .find(|h| h.pid == *pid && h.released.is_none())
                 {
                     hold.released = Some(entry.at);
+                    hold.terminated = *reason == ReleaseReason::SessionEnd(EndReason::Terminated);
                 }
             }
             _ => {}
