@@ -11,6 +11,7 @@ use crate::connection::{self, Completion, Held, Operation};
 use crate::elector::Inner;
 use crate::error::{CheckError, RunError};
 use crate::log;
+use crate::observe::Observer;
 use crate::sabotage::Sabotage;
 use crate::sql;
 use crate::term::TermShared;
@@ -35,6 +36,7 @@ pub(crate) struct Driver {
     /// The lock connection whose end was already reported.
     watch_reported: Option<ConnId>,
     finished: bool,
+    observer: Observer,
 }
 
 #[allow(clippy::large_enum_variant)] // reason: a short-lived stack value, never stored
@@ -54,6 +56,7 @@ impl Driver {
             .start(now())
             .map_err(|_| RunError::AlreadyRunning)?;
         let mut driver = Self {
+            observer: Observer::new(Arc::clone(&inner)),
             inner,
             held: None,
             in_flight: None,
@@ -136,6 +139,7 @@ impl Driver {
             self.granted_pid = granted_pid;
         }
         let acquired = matches!(event, Event::ConnectionAcquired { .. });
+        self.observer.completion(&event);
         if let (Handled::Ignored(_), true) = (self.handle(event), acquired) {
             // Nothing was tried on it: it goes back to the pool as it came.
             self.held = None;
@@ -156,9 +160,11 @@ impl Driver {
             let Some(action) = next else { break };
             self.perform(action);
         }
+        self.observer.flush();
     }
 
     fn perform(&mut self, action: Action<crate::CheckError>) {
+        self.observer.action(&action);
         match action {
             Action::AcquireConnection { conn } => {
                 self.in_flight = Some(connection::acquire(self.inner.pool().clone(), conn));

@@ -17,7 +17,8 @@ use crate::config::{Config, OnOverdue};
 use crate::driver::Driver;
 use crate::error::{CheckError, ConfigError, RunError};
 use crate::key::LockKey;
-use crate::metrics;
+use crate::liveness::{ElectorLiveness, LastCheck, StuckLeader};
+use crate::metrics::{self, ElectorMetrics};
 use crate::sabotage::Sabotage;
 use crate::term::{Term, TermShared};
 
@@ -42,6 +43,9 @@ pub(crate) struct Inner {
     gauge: Option<IntGauge>,
     key: LockKey,
     identity: String,
+    metrics: Option<ElectorMetrics>,
+    /// The leader's last successful check, for [`Elector::liveness`].
+    last_check: LastCheck,
     sabotage: Option<Sabotage>,
     hold_off: Duration,
     work_deadline: Option<(Duration, OnOverdue)>,
@@ -69,16 +73,25 @@ impl Elector {
     /// [`ConfigError::CheckInterval`] when the interval is below 1 ms or four intervals exceed
     /// what `idle_session_timeout` holds; [`ConfigError::StopGrace`] when the stop grace is
     /// longer than two intervals; [`ConfigError::Identity`] when the configured identity is
-    /// empty, not printable ASCII or too long; [`ConfigError::Metrics`] when the gauge cannot be
-    /// registered.
+    /// empty, not printable ASCII or too long; [`ConfigError::HoldOff`] when the resign hold-off
+    /// is too long; [`ConfigError::Metrics`] when the metrics cannot be registered.
     pub fn new(config: Config) -> Result<Self, ConfigError> {
         let options = config.options()?;
         let hold_off = config.validated_hold_off(options.interval())?;
         let identity = config.resolved_identity()?;
-        let gauge = match &config.registry {
-            Some(registry) => Some(metrics::leader_gauge(registry).map_err(ConfigError::Metrics)?),
-            None => None,
+        let (gauge, metrics) = match &config.registry {
+            Some(registry) => {
+                let key = metrics::key_label(config.key);
+                let gauge = metrics::leader_gauge(registry).map_err(ConfigError::Metrics)?;
+                let metrics =
+                    ElectorMetrics::register(registry, &key).map_err(ConfigError::Metrics)?;
+                (Some(gauge), Some(metrics))
+            }
+            None => (None, None),
         };
+        if let Some(metrics) = &metrics {
+            metrics.set_eligible(config.eligible);
+        }
         let inner = Inner {
             pool: config.pool,
             options,
@@ -88,6 +101,8 @@ impl Elector {
             gauge,
             key: config.key,
             identity,
+            metrics,
+            last_check: LastCheck::default(),
             sabotage: config.sabotage,
             hold_off,
             work_deadline: config.work_deadline,
@@ -238,6 +253,9 @@ impl Elector {
     /// [`resign`](Self::resign) and stays out until made eligible again. The setting outlives
     /// runs; [`Config::eligible`](crate::Config::eligible) gives the initial one.
     pub fn set_eligible(&self, eligible: bool) {
+        if let Some(metrics) = &self.inner.metrics {
+            metrics.set_eligible(eligible);
+        }
         let mut election = self.inner.election();
         let event = Event::SetEligible { eligible };
         if election.is_running() {
@@ -277,6 +295,32 @@ impl Elector {
     ) -> Result<Option<crate::status::LeaderStatus>, crate::status::StatusError> {
         let client = self.inner.pool.get().await?;
         crate::status::who_leads(&client, self.inner.key).await
+    }
+
+    /// Whether the election is still driven (stuck-leader liveness): `Err` when this replica
+    /// believes it leads but its last successful check (or its grant) is older than
+    /// [`STUCK_AFTER_INTERVALS`](crate::STUCK_AFTER_INTERVALS) check intervals — its runtime or
+    /// thread is blocked, or its `run` future is no longer polled. A standby, a replica that is
+    /// not running, and a leader whose checks succeed are live. Cheap: an atomic load and a
+    /// mutex read.
+    ///
+    /// This is for liveness only: never make readiness depend on it or on leadership.
+    ///
+    /// # Errors
+    /// [`StuckLeader`] with the age of the last check and the bound.
+    pub fn liveness(&self) -> Result<(), StuckLeader> {
+        if !self.is_leader() {
+            return Ok(());
+        }
+        let now = crate::driver::now();
+        self.inner.last_check.verdict(now, self.check_interval())
+    }
+
+    /// [`liveness`](Self::liveness) as a probe for [`Liveness`](crate::Liveness), which
+    /// `/livez` reports. Register it under a name of your choice, e.g.
+    /// [`ELECTION_WORKER`](crate::loops::ELECTION_WORKER).
+    pub fn liveness_probe(&self) -> ElectorLiveness {
+        ElectorLiveness::new(self.clone())
     }
 }
 
@@ -321,6 +365,16 @@ impl Inner {
         &self.identity
     }
 
+    /// The per-key metrics, when a registry was given.
+    pub(crate) fn metrics(&self) -> Option<&ElectorMetrics> {
+        self.metrics.as_ref()
+    }
+
+    /// The leader's last successful check.
+    pub(crate) fn last_check(&self) -> &LastCheck {
+        &self.last_check
+    }
+
     /// The test-only broken behaviour, if any (always `None` without the `sabotage` feature).
     pub(crate) fn sabotage(&self) -> Option<Sabotage> {
         self.sabotage
@@ -351,7 +405,12 @@ impl Inner {
         if let Some(term) = &current {
             term.end(cause);
             if let Some((deadline, on_overdue)) = self.work_deadline {
-                crate::overdue::watch(Arc::clone(term), deadline, on_overdue, |_, _| {});
+                let metrics = self.metrics.clone();
+                crate::overdue::watch(Arc::clone(term), deadline, on_overdue, move |_, aborted| {
+                    if let Some(metrics) = metrics {
+                        metrics.overdue_work(aborted);
+                    }
+                });
             }
         }
         current

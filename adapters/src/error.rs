@@ -92,6 +92,24 @@ impl CheckError {
     }
 }
 
+impl CheckError {
+    /// Whether this error means the session itself ended: the connection closed, or the server
+    /// ended the session (SQLSTATE class `57P`: terminated by an administrator, a crash,
+    /// `idle_session_timeout`, a dropped database).
+    pub(crate) fn ends_session(&self) -> bool {
+        match self {
+            Self::SessionEnded => true,
+            Self::Query(error) => {
+                error.is_closed()
+                    || error
+                        .as_db_error()
+                        .is_some_and(|db| db.code().code().starts_with("57P"))
+            }
+            _ => false,
+        }
+    }
+}
+
 impl From<deadpool_postgres::PoolError> for CheckError {
     fn from(error: deadpool_postgres::PoolError) -> Self {
         Self::Pool(error)
@@ -161,9 +179,10 @@ pub enum ConfigError {
     /// `idle_session_timeout`).
     #[error(transparent)]
     CheckInterval(#[from] IntervalError),
-    /// The `plexsphere_background_leader` gauge could not be registered: another collector of a
-    /// different kind uses the name, or the registry refused it.
-    #[error("registry: cannot register the plexsphere_background_leader gauge: {0}")]
+    /// The metrics (the `plexsphere_background_leader` gauge and the `plexsphere_leader_*`
+    /// metrics) could not be registered: another collector uses one of the names, or the
+    /// registry refused them.
+    #[error("registry: cannot register the elector's metrics: {0}")]
     Metrics(#[source] prometheus::Error),
     /// `stop_grace` is longer than two check intervals.
     #[error(transparent)]

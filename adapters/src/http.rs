@@ -4,10 +4,19 @@
 //! - `GET /readyz`: `200` when every probe of the [`Readiness`] passes, else `503`; the body
 //!   names each probe and its state (`[+]<name> ok` or `[-]<name> failed: <text>`), then
 //!   `readyz check passed` or `readyz check failed`.
-//! - `GET /livez`: `200` `ok` while the process answers. A failing loop never fails liveness:
-//!   restarting the process would not fix it.
+//! - `GET /livez`: `200` when every probe of the [`Liveness`] passes, else `503`; the body is in
+//!   the same form, ending in `livez check passed` or `livez check failed`. Register the
+//!   elector's [`liveness_probe`](crate::Elector::liveness_probe) there: it fails while the
+//!   replica believes it leads but has not checked its lock for over two check intervals (a
+//!   blocked runtime, a `run` future no longer polled), which a restart fixes. A failing loop
+//!   never fails liveness: restarting the process would not fix it.
 //! - `GET /metrics`: the Prometheus text format of the registry (the
-//!   `plexsphere_background_leader` gauge and whatever else is registered there).
+//!   `plexsphere_background_leader` gauge, the `plexsphere_leader_*` metrics of
+//!   `docs/metrics.md`, and whatever else is registered there).
+//!
+//! Readiness never depends on leadership, and must not: a standby is as ready as the leader. A
+//! readiness that required leading would keep every new replica of a rolling update unready
+//! while the old leader holds the lock, and the update would never finish.
 
 use axum::Router;
 use axum::extract::State;
@@ -16,23 +25,26 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus::{Encoder, Registry, TextEncoder};
 
+use crate::liveness::Liveness;
 use crate::readiness::Readiness;
 
 #[derive(Clone)]
 struct Health {
     readiness: Readiness,
+    liveness: Liveness,
     registry: Registry,
 }
 
-/// The routes `/readyz`, `/livez` and `/metrics` over `readiness` and `registry`. Merge more
-/// routes into it, then serve it with `axum::serve`.
-pub fn router(readiness: Readiness, registry: Registry) -> Router {
+/// The routes `/readyz` over `readiness`, `/livez` over `liveness` and `/metrics` over
+/// `registry`. Merge more routes into it, then serve it with `axum::serve`.
+pub fn router(readiness: Readiness, liveness: Liveness, registry: Registry) -> Router {
     Router::new()
         .route("/readyz", get(readyz))
         .route("/livez", get(livez))
         .route("/metrics", get(metrics))
         .with_state(Health {
             readiness,
+            liveness,
             registry,
         })
 }
@@ -47,8 +59,14 @@ async fn readyz(State(health): State<Health>) -> Response {
     (status, text(), report.to_string()).into_response()
 }
 
-async fn livez() -> Response {
-    (StatusCode::OK, text(), "ok\n").into_response()
+async fn livez(State(health): State<Health>) -> Response {
+    let report = health.liveness.report();
+    let status = if report.is_live() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, text(), report.to_string()).into_response()
 }
 
 async fn metrics(State(health): State<Health>) -> Response {

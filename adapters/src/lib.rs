@@ -43,9 +43,11 @@ pub mod fencing;
 pub mod http;
 mod identity;
 mod key;
+mod liveness;
 mod log;
 pub mod loops;
-mod metrics;
+pub mod metrics;
+mod observe;
 mod overdue;
 mod readiness;
 #[cfg(not(feature = "sabotage"))]
@@ -63,7 +65,8 @@ pub use elector::{Elector, Resignation};
 pub use error::{CheckError, ConfigError, LockFinding, RunError};
 pub use identity::{IdentityError, MAX_IDENTITY_LEN};
 pub use key::{LockKey, ParseLockKeyError};
-pub use metrics::{LEADER_GAUGE_HELP, LEADER_GAUGE_NAME};
+pub use liveness::{ElectorLiveness, Liveness, LivenessReport, STUCK_AFTER_INTERVALS, StuckLeader};
+pub use metrics::{LEADER_GAUGE_HELP, LEADER_GAUGE_NAME, key_label};
 pub use overdue::OVERDUE_WORK_MESSAGE;
 pub use plexsphere_leader_core::work::Interruption;
 pub use plexsphere_leader_core::{

@@ -10,24 +10,74 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use plexsphere_leader_core::readiness::{LoopReadiness, Tick};
 
-/// A readiness probe: `Ok(())` when it passes, else the text `/readyz` shows for it.
+/// A readiness or liveness probe: `Ok(())` when it passes, else the text `/readyz` (or
+/// `/livez`) shows for it.
 pub trait Probe: Send + Sync + 'static {
-    /// The probe's verdict now. Must be cheap: it runs on every `/readyz` request.
+    /// The probe's verdict now. Must be cheap: it runs on every `/readyz` (`/livez`) request.
     fn check(&self) -> Result<(), String>;
 }
 
-/// Two probes may not share a name.
+/// Two probes of one registry ([`Readiness`] or [`Liveness`](crate::Liveness)) may not share a
+/// name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a readiness probe named {0:?} is already registered")]
+#[error("a probe named {0:?} is already registered")]
 pub struct DuplicateProbe(pub String);
 
-type Probes = Arc<Mutex<Vec<(String, Arc<dyn Probe>)>>>;
+/// A probe and the name it was registered under.
+type NamedProbe = (String, Arc<dyn Probe>);
+
+/// Named probes in registration order, shared by clones: the body of [`Readiness`] and
+/// [`Liveness`](crate::Liveness).
+#[derive(Clone, Default)]
+pub(crate) struct ProbeSet {
+    probes: Arc<Mutex<Vec<NamedProbe>>>,
+}
+
+impl ProbeSet {
+    pub(crate) fn register(
+        &self,
+        name: impl Into<String>,
+        probe: Arc<dyn Probe>,
+    ) -> Result<(), DuplicateProbe> {
+        let name = name.into();
+        let mut probes = self.lock();
+        if probes.iter().any(|(taken, _)| *taken == name) {
+            return Err(DuplicateProbe(name));
+        }
+        probes.push((name, probe));
+        Ok(())
+    }
+
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.lock().iter().map(|(name, _)| name.clone()).collect()
+    }
+
+    /// Runs every probe, outside the lock (a probe may take locks of its own).
+    pub(crate) fn run(&self) -> Vec<ProbeReport> {
+        let probes: Vec<_> = self.lock().clone();
+        probes
+            .into_iter()
+            .map(|(name, probe)| ProbeReport {
+                result: probe.check(),
+                name,
+            })
+            .collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<NamedProbe>> {
+        self.probes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 /// The registry of a service's readiness probes. Cloning gives another handle on the same
 /// registry.
+///
+/// Readiness never depends on leadership: a standby is as ready as the leader. A readiness tied
+/// to leadership would deadlock a rolling update (the new replicas could not become ready until
+/// they lead, and cannot lead while the old leader stays).
 #[derive(Clone, Default)]
 pub struct Readiness {
-    probes: Probes,
+    probes: ProbeSet,
 }
 
 impl Readiness {
@@ -45,13 +95,7 @@ impl Readiness {
         name: impl Into<String>,
         probe: Arc<dyn Probe>,
     ) -> Result<(), DuplicateProbe> {
-        let name = name.into();
-        let mut probes = self.lock();
-        if probes.iter().any(|(taken, _)| *taken == name) {
-            return Err(DuplicateProbe(name));
-        }
-        probes.push((name, probe));
-        Ok(())
+        self.probes.register(name, probe)
     }
 
     /// Creates and registers the probe `probe_name` of the ticked loop `loop_name` (they differ
@@ -71,25 +115,14 @@ impl Readiness {
 
     /// The names of the registered probes, in registration order.
     pub fn names(&self) -> Vec<String> {
-        self.lock().iter().map(|(name, _)| name.clone()).collect()
+        self.probes.names()
     }
 
     /// Runs every probe.
     pub fn report(&self) -> ReadinessReport {
-        let probes: Vec<_> = self.lock().clone();
         ReadinessReport {
-            probes: probes
-                .into_iter()
-                .map(|(name, probe)| ProbeReport {
-                    result: probe.check(),
-                    name,
-                })
-                .collect(),
+            probes: self.probes.run(),
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Vec<(String, Arc<dyn Probe>)>> {
-        self.probes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -120,15 +153,12 @@ pub struct ProbeReport {
 impl ReadinessReport {
     /// Whether every probe passes.
     pub fn is_ready(&self) -> bool {
-        self.probes.iter().all(|probe| probe.result.is_ok())
+        all_pass(&self.probes)
     }
 
     /// The verdict of the probe `name`, if registered.
     pub fn probe(&self, name: &str) -> Option<&Result<(), String>> {
-        self.probes
-            .iter()
-            .find(|probe| probe.name == name)
-            .map(|probe| &probe.result)
+        find(&self.probes, name)
     }
 }
 
@@ -136,15 +166,36 @@ impl fmt::Display for ReadinessReport {
     /// The `/readyz` body: one line per probe, `[+]<name> ok` or `[-]<name> failed: <text>`, then
     /// `readyz check passed` or `readyz check failed`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for probe in &self.probes {
-            match &probe.result {
-                Ok(()) => writeln!(f, "[+]{} ok", probe.name)?,
-                Err(text) => writeln!(f, "[-]{} failed: {text}", probe.name)?,
-            }
-        }
-        let verdict = if self.is_ready() { "passed" } else { "failed" };
-        writeln!(f, "readyz check {verdict}")
+        write_report(f, &self.probes, "readyz")
     }
+}
+
+pub(crate) fn all_pass(probes: &[ProbeReport]) -> bool {
+    probes.iter().all(|probe| probe.result.is_ok())
+}
+
+pub(crate) fn find<'a>(probes: &'a [ProbeReport], name: &str) -> Option<&'a Result<(), String>> {
+    probes
+        .iter()
+        .find(|probe| probe.name == name)
+        .map(|probe| &probe.result)
+}
+
+/// One line per probe, `[+]<name> ok` or `[-]<name> failed: <text>`, then
+/// `<endpoint> check passed` or `<endpoint> check failed`.
+pub(crate) fn write_report(
+    f: &mut fmt::Formatter<'_>,
+    probes: &[ProbeReport],
+    endpoint: &str,
+) -> fmt::Result {
+    for probe in probes {
+        match &probe.result {
+            Ok(()) => writeln!(f, "[+]{} ok", probe.name)?,
+            Err(text) => writeln!(f, "[-]{} failed: {text}", probe.name)?,
+        }
+    }
+    let verdict = if all_pass(probes) { "passed" } else { "failed" };
+    writeln!(f, "{endpoint} check {verdict}")
 }
 
 /// The readiness probe of one ticked loop: a handle shared by the loop, which records its boot

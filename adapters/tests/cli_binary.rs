@@ -97,6 +97,10 @@ async fn the_binary_reports_the_leader_then_none_then_an_error() {
     let (code, out, err) = status("host=127.0.0.1 port=1 user=x", key, "text");
     assert_eq!(code, 2, "{out}");
     assert!(err.starts_with("plexsphere-leader status: "), "{err}");
+    assert!(
+        err.contains("Connection refused"),
+        "the cause is printed: {err}"
+    );
 
     drop(holder);
     let _ = connection.await;

@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use loops_support::{I, MARGIN, demo_binary, eventually, free_ports, get, lock_holders};
+use loops_support::{I, MARGIN, demo_binary, eventually, free_ports, get, lock_holders, post};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use plexsphere_leader_tests::TestDb;
@@ -124,6 +124,27 @@ async fn killing_the_leaders_process_hands_leadership_to_another_replica_within_
         i64::from(holders[0]),
         "the lock session's backend"
     );
+    // Who leads, as the server tells it: the same from the leader and from a standby.
+    assert_eq!(status["leader"]["pid"], i64::from(holders[0]));
+    assert_eq!(status["leader"]["identity"], status["application_name"]);
+    assert!(status["leader"]["since"].is_string(), "{status}");
+    assert_eq!(status["live"], true, "a leader whose checks pass is live");
+    let standby_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port + (leader + 1) % 3));
+    let from_standby = eventually(BOOT, "a standby's /status", || async {
+        let (code, body) = get(standby_addr, "/status").await.ok()?;
+        let status: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (code == 200).then_some(status)
+    })
+    .await;
+    assert_eq!(from_standby["is_leader"], false);
+    assert_eq!(
+        from_standby["leader"]["pid"],
+        i64::from(holders[0]),
+        "{from_standby}"
+    );
+    assert_eq!(from_standby["lock_backend_pid"], serde_json::Value::Null);
+    let (code, _) = get(standby_addr, "/livez").await.unwrap();
+    assert_eq!(code, 200);
 
     let killed_at = Instant::now();
     kill(
@@ -154,6 +175,22 @@ async fn killing_the_leaders_process_hands_leadership_to_another_replica_within_
     })
     .await;
 
+    // The operator resigns the successor: the last replica takes over.
+    let (code, body) = post(successor_addr, "/resign").await.unwrap();
+    assert_eq!((code, body.as_str()), (200, "resign requested\n"));
+    let (last, _) = eventually(I + I + MARGIN, "the remaining replica leads", || async {
+        acquisitions(&lines)
+            .into_iter()
+            .find(|(replica, _)| *replica != leader && *replica != successor)
+    })
+    .await;
+    assert!(
+        lines.lock().unwrap().iter().any(|l| {
+            l.contains(&format!("replica={successor} pid=")) && l.contains("event=resigned")
+        }),
+        "the successor reports its resignation"
+    );
+
     // A clean stop: every replica releases the lock and the demo exits 0.
     kill(
         Pid::from_raw(i32::try_from(demo.id().unwrap()).unwrap()),
@@ -173,14 +210,14 @@ async fn killing_the_leaders_process_hands_leadership_to_another_replica_within_
             .then_some(())
     })
     .await;
-    let released = format!("replica={successor} pid=");
+    let released = format!("replica={last} pid=");
     assert!(
         lines
             .lock()
             .unwrap()
             .iter()
             .any(|l| l.contains(&released) && l.contains("event=released")),
-        "the successor released the lock"
+        "the last leader released the lock"
     );
     assert!(lock_holders(&db).await.is_empty());
     db.cleanup().await.unwrap();

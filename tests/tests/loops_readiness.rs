@@ -78,7 +78,11 @@ impl Replica {
         .unwrap();
         let stop = CancellationToken::new();
         let addr = serve(
-            plexsphere_leader::http::router(readiness, registry),
+            plexsphere_leader::http::router(
+                readiness,
+                plexsphere_leader::Liveness::new(),
+                registry,
+            ),
             stop.clone(),
         )
         .await;

@@ -35,7 +35,11 @@ async fn a_boot_without_a_database_builds_no_elector_and_wires_no_loop() {
 
     let stop = CancellationToken::new();
     let addr = serve(
-        plexsphere_leader::http::router(readiness, Registry::new()),
+        plexsphere_leader::http::router(
+            readiness,
+            plexsphere_leader::Liveness::new(),
+            Registry::new(),
+        ),
         stop.clone(),
     )
     .await;
@@ -47,7 +51,10 @@ async fn a_boot_without_a_database_builds_no_elector_and_wires_no_loop() {
         (code, body.as_str()),
         (200, "[+]workers ok\nreadyz check passed\n")
     );
-    assert_eq!(get(addr, "/livez").await.unwrap(), (200, "ok\n".to_owned()));
+    assert_eq!(
+        get(addr, "/livez").await.unwrap(),
+        (200, "livez check passed\n".to_owned())
+    );
     stop.cancel();
 }
 
@@ -91,7 +98,7 @@ async fn a_boot_with_an_elector_runs_the_election_as_the_background_leader_worke
 
     let stop = CancellationToken::new();
     let addr = serve(
-        plexsphere_leader::http::router(readiness, registry),
+        plexsphere_leader::http::router(readiness, plexsphere_leader::Liveness::new(), registry),
         stop.clone(),
     )
     .await;
@@ -245,7 +252,11 @@ async fn a_worker_that_exhausts_its_restart_budget_fails_the_workers_probe_on_re
         .unwrap();
     let stop = CancellationToken::new();
     let addr = serve(
-        plexsphere_leader::http::router(readiness, Registry::new()),
+        plexsphere_leader::http::router(
+            readiness,
+            plexsphere_leader::Liveness::new(),
+            Registry::new(),
+        ),
         stop.clone(),
     )
     .await;

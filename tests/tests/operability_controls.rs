@@ -7,12 +7,14 @@ mod support;
 
 use std::time::Duration;
 
+use plexsphere_leader::metrics::{ELIGIBLE, OVERDUE_WORK, TRANSITIONS};
 use plexsphere_leader::{
     Config, ConfigError, Elector, Interruption, MAX_HOLD_OFF, OVERDUE_WORK_MESSAGE, OnOverdue,
     Resignation, TermEndCause, named_work,
 };
 use plexsphere_leader_tests::TestDb;
-use support::{I, Logs, MARGIN, STARTUP, lock_holders, wait_for, wait_for_async};
+use prometheus::Registry;
+use support::{I, Logs, MARGIN, STARTUP, lock_holders, sample, wait_for, wait_for_async};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -31,12 +33,19 @@ fn config(db: &TestDb) -> Config {
     Config::new(db.pool(2).expect("pool")).check_interval(I)
 }
 
+/// The value of metric `name` with `labels` (and the default key) on `registry`.
+fn metric(registry: &Registry, name: &str, labels: &[(&str, &str)]) -> f64 {
+    sample(registry, name, labels).expect("the series exists")
+}
+
 #[tokio::test]
 async fn a_resigning_leader_hands_over_and_stays_out_for_its_hold_off() {
     let (logs, _guard) = Logs::capture();
     let db = TestDb::create("resign_hand_over").await.unwrap();
     let hold_off = 5 * I;
-    let (first, first_stop, first_task) = spawn(config(&db).resign_hold_off(hold_off));
+    let registry = Registry::new();
+    let (first, first_stop, first_task) =
+        spawn(config(&db).resign_hold_off(hold_off).registry(&registry));
     wait_for(STARTUP, || first.is_leader())
         .await
         .expect("first leads");
@@ -58,6 +67,8 @@ async fn a_resigning_leader_hands_over_and_stays_out_for_its_hold_off() {
         Some(Interruption::Term(TermEndCause::Resigned))
     );
     assert_eq!(lock_holders(&db).await.len(), 1);
+    let resigned = [("to", "standby"), ("cause", "resigned")];
+    assert_eq!(metric(&registry, TRANSITIONS, &resigned), 1.0);
     assert!(logs.contains("INFO", "leader: resigned background leadership"));
     // The standby may take the lock before the resigner has read the unlock's answer.
     wait_for(MARGIN, || {
@@ -100,14 +111,17 @@ async fn a_resign_while_not_running_changes_nothing_and_a_too_long_hold_off_is_r
 #[tokio::test]
 async fn an_ineligible_replica_never_takes_the_free_lock_until_made_eligible() {
     let db = TestDb::create("eligibility").await.unwrap();
-    let (canary, stop, task) = spawn(config(&db).eligible(false));
+    let registry = Registry::new();
+    let (canary, stop, task) = spawn(config(&db).eligible(false).registry(&registry));
     assert!(!canary.is_eligible());
+    assert_eq!(metric(&registry, ELIGIBLE, &[]), 0.0);
     // Five checks' worth: the lock is free all along, and nobody takes it.
     tokio::time::sleep(5 * I).await;
     assert!(!canary.is_leader());
     assert!(lock_holders(&db).await.is_empty());
 
     canary.set_eligible(true);
+    assert_eq!(metric(&registry, ELIGIBLE, &[]), 1.0);
     let took = wait_for(I + MARGIN, || canary.is_leader())
         .await
         .expect("leads once eligible");
@@ -171,10 +185,15 @@ async fn overdue_work_after_a_loss(
     deadline: Duration,
     on_overdue: OnOverdue,
     work_takes: Duration,
-) -> (Result<bool, std::io::Error>, Duration, Logs) {
+) -> (Result<bool, std::io::Error>, Duration, Logs, Registry) {
     let (logs, _guard) = Logs::capture();
     let db = TestDb::create(name).await.expect("database");
-    let (elector, shutdown, task) = spawn(config(&db).work_deadline(deadline, on_overdue));
+    let registry = Registry::new();
+    let (elector, shutdown, task) = spawn(
+        config(&db)
+            .work_deadline(deadline, on_overdue)
+            .registry(&registry),
+    );
     wait_for(STARTUP, || elector.is_leader())
         .await
         .expect("leads");
@@ -209,13 +228,13 @@ async fn overdue_work_after_a_loss(
     shutdown.cancel();
     task.await.expect("run task");
     db.cleanup().await.expect("cleanup");
-    (result, returned, logs)
+    (result, returned, logs, registry)
 }
 
 #[tokio::test]
 async fn work_past_the_deadline_after_a_loss_is_reported_and_aborted() {
     let deadline = 2 * I;
-    let (result, returned, logs) = overdue_work_after_a_loss(
+    let (result, returned, logs, registry) = overdue_work_after_a_loss(
         "overdue_abort",
         deadline,
         OnOverdue::Abort,
@@ -236,13 +255,21 @@ async fn work_past_the_deadline_after_a_loss_is_reported_and_aborted() {
     assert!(line.starts_with("WARN"), "{line}");
     assert!(line.contains("stubborn-pass"), "{line}");
     assert!(line.contains("aborted=true"), "{line}");
+    assert_eq!(
+        metric(&registry, OVERDUE_WORK, &[("action", "aborted")]),
+        1.0
+    );
+    assert_eq!(
+        metric(&registry, OVERDUE_WORK, &[("action", "reported")]),
+        0.0
+    );
 }
 
 #[tokio::test]
 async fn work_past_the_deadline_is_only_reported_when_abort_is_off() {
     let deadline = 2 * I;
     let work_takes = 8 * I;
-    let (result, returned, logs) =
+    let (result, returned, logs, registry) =
         overdue_work_after_a_loss("overdue_report", deadline, OnOverdue::Report, work_takes).await;
     assert!(!result.unwrap(), "the term ended under the pass");
     assert!(
@@ -251,6 +278,14 @@ async fn work_past_the_deadline_is_only_reported_when_abort_is_off() {
     );
     assert!(logs.contains("WARN", "stubborn-pass"));
     assert!(logs.contains("WARN", "aborted=false"));
+    assert_eq!(
+        metric(&registry, OVERDUE_WORK, &[("action", "reported")]),
+        1.0
+    );
+    assert_eq!(
+        metric(&registry, OVERDUE_WORK, &[("action", "aborted")]),
+        0.0
+    );
 }
 
 #[tokio::test]

@@ -15,9 +15,9 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use plexsphere_leader::Interruption;
-use plexsphere_leader::loops::{BoxError, TickMetrics, Wired, pass_fn};
+use plexsphere_leader::loops::{BoxError, ELECTION_WORKER, TickMetrics, Wired, pass_fn};
 use plexsphere_leader::{
-    Background, Config, DEFAULT_SHUTDOWN_BOUND, Elector, Gate, LeaderTicker, LockKey, OnOverdue,
+    Background, Config, DEFAULT_SHUTDOWN_BOUND, Elector, Gate, LeaderTicker, Liveness, OnOverdue,
     Readiness, Resignation, TermEndCause, WhileLeader, wire_background,
 };
 use prometheus::Registry;
@@ -90,6 +90,7 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
 
     let registry = Registry::new();
     let readiness = Readiness::new();
+    let liveness = Liveness::new();
     let dsn = std::env::var(DSN_ENV)
         .ok()
         .filter(|dsn| !dsn.trim().is_empty());
@@ -107,7 +108,10 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
                 .registry(&registry)
                 .work_deadline(2 * me.interval, OnOverdue::Report)
                 .identity(&me.application_name);
-            (Some(Elector::new(config)?), Some(pool))
+            let elector = Elector::new(config)?;
+            // Liveness, never readiness: a leader whose election stopped being driven.
+            liveness.register(ELECTION_WORKER, Arc::new(elector.liveness_probe()))?;
+            (Some(elector), Some(pool))
         }
         None => (None, None),
     };
@@ -139,16 +143,12 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
     let watcher = elector
         .clone()
         .map(|elector| tokio::spawn(print_leadership(elector, me.clone(), watch.clone(), losses)));
-    let server = serve(
-        &args,
-        &me,
-        &readiness,
-        &registry,
-        elector.clone(),
-        pool.clone(),
-        &shutdown,
-    )
-    .await;
+    let probes = Probes {
+        readiness: readiness.clone(),
+        liveness: liveness.clone(),
+        registry: registry.clone(),
+    };
+    let server = serve(&args, &me, probes, elector.clone(), &shutdown).await;
     if let Err(error) = &server {
         tracing::error!(%error, "cannot serve HTTP");
         shutdown.cancel();
@@ -535,17 +535,21 @@ fn line(me: &Me, event: &str) {
 struct StatusState {
     me: Me,
     elector: Option<Elector>,
-    pool: Option<Pool>,
     readiness: Readiness,
+}
+
+/// What `/readyz`, `/livez` and `/metrics` report.
+struct Probes {
+    readiness: Readiness,
+    liveness: Liveness,
+    registry: Registry,
 }
 
 async fn serve(
     args: &Args,
     me: &Me,
-    readiness: &Readiness,
-    registry: &Registry,
+    probes: Probes,
     elector: Option<Elector>,
-    pool: Option<Pool>,
     shutdown: &CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
     let port = args
@@ -563,10 +567,10 @@ async fn serve(
         .with_state(StatusState {
             me: me.clone(),
             elector,
-            pool,
-            readiness: readiness.clone(),
+            readiness: probes.readiness.clone(),
         });
-    let app = plexsphere_leader::http::router(readiness.clone(), registry.clone()).merge(status);
+    let app = plexsphere_leader::http::router(probes.readiness, probes.liveness, probes.registry)
+        .merge(status);
     let stop = shutdown.clone();
     Ok(tokio::spawn(async move {
         let served = axum::serve(listener, app)
@@ -585,10 +589,35 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
         .as_ref()
         .and_then(Elector::current_term)
         .map(|t| t.get());
-    let lock_backend_pid = match (&state.pool, is_leader) {
-        (Some(pool), true) => lock_backend_pid(pool, &state.me.application_name).await,
-        _ => None,
+    // Who leads, asked of the server from whichever replica answers (any replica can tell).
+    let leader = match &state.elector {
+        Some(elector) => tokio::time::timeout(Duration::from_secs(2), elector.who_leads())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten(),
+        None => None,
     };
+    let lock_backend_pid = leader
+        .as_ref()
+        .filter(|leader| {
+            is_leader && leader.identity.as_deref() == Some(&state.me.application_name)
+        })
+        .map(|leader| leader.pid);
+    let leader = leader.map(|leader| {
+        json!({
+            "identity": leader.identity,
+            "pid": leader.pid,
+            "since": leader.since.at().map(plexsphere_leader::status::format_utc),
+            "leading_for_seconds": leader.leading_for().map(|d| d.as_secs()),
+            "client_addr": leader.client_addr,
+            "client_port": leader.client_port,
+        })
+    });
+    let live = state
+        .elector
+        .as_ref()
+        .map(|elector| elector.liveness().map_err(|stuck| stuck.to_string()));
     let body = json!({
         "replica": state.me.index,
         "pid": state.me.pid,
@@ -596,6 +625,9 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
         "eligible": state.elector.as_ref().map(Elector::is_eligible),
         "term": term,
         "lock_backend_pid": lock_backend_pid,
+        "leader": leader,
+        "live": live.as_ref().map(Result::is_ok),
+        "stuck": live.and_then(Result::err),
         "application_name": state.me.application_name,
         "check_interval_ms": u64::try_from(state.me.interval.as_millis()).unwrap_or(u64::MAX),
         "ready": state.readiness.report().is_ready(),
@@ -641,24 +673,6 @@ fn set_eligibility(state: &StatusState, eligible: bool) -> impl IntoResponse + u
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
         format!("eligible={eligible}\n"),
     )
-}
-
-/// The backend pid of the session holding the leader lock, when it is one of this replica's
-/// sessions: the spec's pg_locks query joined with pg_stat_activity on the application name.
-/// The backend pid of the session holding the leader lock, when it is this replica's: the
-/// leader's identity, read from the server (`status::who_leads`), is this replica's name.
-async fn lock_backend_pid(pool: &Pool, application_name: &str) -> Option<i32> {
-    let lookup = async {
-        let client = pool.get().await.ok()?;
-        let leader = plexsphere_leader::status::who_leads(&client, LockKey::DEFAULT)
-            .await
-            .ok()??;
-        (leader.identity.as_deref() == Some(application_name)).then_some(leader.pid)
-    };
-    tokio::time::timeout(Duration::from_secs(2), lookup)
-        .await
-        .ok()
-        .flatten()
 }
 
 /// Cancels `shutdown` on Ctrl-C, SIGTERM, or end of standard input.

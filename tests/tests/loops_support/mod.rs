@@ -40,8 +40,20 @@ pub async fn serve(router: axum::Router, stop: CancellationToken) -> SocketAddr 
 
 /// `GET path` over HTTP/1.0: the status code and the body.
 pub async fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    request(addr, "GET", path).await
+}
+
+/// `POST path` with an empty body on `addr`: the status code and the body.
+#[allow(dead_code)] // reason: not every test binary posts
+pub async fn post(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    request(addr, "POST", path).await
+}
+
+async fn request(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect(addr).await?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
     stream.write_all(request.as_bytes()).await?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await?;

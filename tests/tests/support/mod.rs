@@ -8,9 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use plexsphere_leader::{Config, Elector, LEADER_GAUGE_NAME, LEADER_QUERY, RunError};
+use plexsphere_leader::{
+    Config, Elector, LEADER_GAUGE_NAME, LEADER_QUERY, LockKey, RunError, key_label,
+};
 use plexsphere_leader_tests::TestDb;
 use prometheus::Registry;
+use prometheus::proto::MetricType;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -225,4 +228,28 @@ impl<S: tracing::Subscriber> Layer<S> for Logs {
         event.record(&mut line);
         self.lines.lock().expect("log lock").push(line.0);
     }
+}
+
+/// The value of the one series of `name` whose labels are the default election's `key` plus
+/// `labels`: a counter's or gauge's value, a histogram's sample count. `None` when no such
+/// series exists.
+pub fn sample(registry: &Registry, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let key = key_label(LockKey::DEFAULT);
+    let families = registry.gather();
+    let family = families.iter().find(|f| f.name() == name)?;
+    let mut wanted: Vec<(&str, &str)> = vec![("key", key.as_str())];
+    wanted.extend_from_slice(labels);
+    let metric = family.get_metric().iter().find(|metric| {
+        wanted.iter().all(|(name, value)| {
+            metric
+                .get_label()
+                .iter()
+                .any(|pair| pair.name() == *name && pair.value() == *value)
+        })
+    })?;
+    Some(match family.get_field_type() {
+        MetricType::COUNTER => metric.get_counter().get_value(),
+        MetricType::HISTOGRAM => metric.get_histogram().get_sample_count() as f64,
+        _ => metric.get_gauge().get_value(),
+    })
 }

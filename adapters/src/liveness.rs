@@ -1,0 +1,226 @@
+//! Liveness: the probes `/livez` reports, and the elector's stuck-leader probe.
+//!
+//! Liveness asks "would restarting this process help?", readiness "should this replica get
+//! traffic?". A leader that believes it leads but whose election is no longer driven (a blocked
+//! runtime, a `run` future nobody polls) fails liveness: it keeps `is_leader()` true and its
+//! loops running while its lock session may already have been ended by `idle_session_timeout`
+//! and another replica leads; a restart ends that. Readiness never depends on leadership (see
+//! [`Readiness`](crate::Readiness)).
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::elector::Elector;
+use crate::readiness::{
+    DuplicateProbe, Probe, ProbeReport, ProbeSet, all_pass, find, write_report,
+};
+
+/// A leader is stuck, and fails liveness, once its last successful check is older than this
+/// many check intervals. A driven leader never gets there: it checks every interval, and a check
+/// that does not answer within one interval demotes it.
+pub const STUCK_AFTER_INTERVALS: u32 = 2;
+
+/// The registry of a service's liveness probes, which `/livez` reports. Cloning gives another
+/// handle on the same registry. An empty registry reports live.
+#[derive(Clone, Default)]
+pub struct Liveness {
+    probes: ProbeSet,
+}
+
+impl Liveness {
+    /// An empty registry: it reports live.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `probe` under `name`, in order.
+    ///
+    /// # Errors
+    /// [`DuplicateProbe`] when the name is taken.
+    pub fn register(
+        &self,
+        name: impl Into<String>,
+        probe: Arc<dyn Probe>,
+    ) -> Result<(), DuplicateProbe> {
+        self.probes.register(name, probe)
+    }
+
+    /// The names of the registered probes, in registration order.
+    pub fn names(&self) -> Vec<String> {
+        self.probes.names()
+    }
+
+    /// Runs every probe.
+    pub fn report(&self) -> LivenessReport {
+        LivenessReport {
+            probes: self.probes.run(),
+        }
+    }
+}
+
+impl fmt::Debug for Liveness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Liveness")
+            .field("probes", &self.names())
+            .finish()
+    }
+}
+
+/// The verdict of every liveness probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LivenessReport {
+    /// One entry per probe, in registration order.
+    pub probes: Vec<ProbeReport>,
+}
+
+impl LivenessReport {
+    /// Whether every probe passes.
+    pub fn is_live(&self) -> bool {
+        all_pass(&self.probes)
+    }
+
+    /// The verdict of the probe `name`, if registered.
+    pub fn probe(&self, name: &str) -> Option<&Result<(), String>> {
+        find(&self.probes, name)
+    }
+}
+
+impl fmt::Display for LivenessReport {
+    /// The `/livez` body: one line per probe, `[+]<name> ok` or `[-]<name> failed: <text>`, then
+    /// `livez check passed` or `livez check failed`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_report(f, &self.probes, "livez")
+    }
+}
+
+/// [`Elector::liveness`] failed: the replica believes it leads, but its last successful check is
+/// older than [`STUCK_AFTER_INTERVALS`] check intervals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the replica leads, but its last successful check was {since_last_check:?} ago, more than \
+     {bound:?} (2 check intervals): the election is not being driven (a blocked runtime or \
+     thread, or a run future that is no longer polled)"
+)]
+pub struct StuckLeader {
+    /// How long ago the last successful check (or the grant) was.
+    pub since_last_check: Duration,
+    /// The bound it exceeds: [`STUCK_AFTER_INTERVALS`] × the check interval.
+    pub bound: Duration,
+}
+
+/// The elector's liveness as a [`Probe`] for [`Liveness`]; see [`Elector::liveness`]. Never
+/// register it as a readiness probe.
+#[derive(Clone, Debug)]
+pub struct ElectorLiveness {
+    elector: Elector,
+}
+
+impl ElectorLiveness {
+    pub(crate) fn new(elector: Elector) -> Self {
+        Self { elector }
+    }
+}
+
+impl Probe for ElectorLiveness {
+    fn check(&self) -> Result<(), String> {
+        self.elector.liveness().map_err(|stuck| stuck.to_string())
+    }
+}
+
+/// When the leader last proved its lock (the grant, then each passed check), on the driver's
+/// clock; `None` while not leading. Written by the driver, read by the probes.
+#[derive(Debug, Default)]
+pub(crate) struct LastCheck {
+    at: Mutex<Option<Instant>>,
+}
+
+impl LastCheck {
+    pub(crate) fn record(&self, at: Instant) {
+        *self.lock() = Some(at);
+    }
+
+    pub(crate) fn clear(&self) {
+        *self.lock() = None;
+    }
+
+    /// `Err` when the last check is older than [`STUCK_AFTER_INTERVALS`] × `interval` at `now`.
+    /// No check recorded (not leading, or a term just beginning) is live.
+    pub(crate) fn verdict(&self, now: Instant, interval: Duration) -> Result<(), StuckLeader> {
+        let Some(at) = *self.lock() else {
+            return Ok(());
+        };
+        let bound = interval.saturating_mul(STUCK_AFTER_INTERVALS);
+        let since_last_check = now.saturating_duration_since(at);
+        if since_last_check > bound {
+            Err(StuckLeader {
+                since_last_check,
+                bound,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.at.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(Result<(), String>);
+
+    impl Probe for Fixed {
+        fn check(&self) -> Result<(), String> {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn an_empty_registry_is_live() {
+        let report = Liveness::new().report();
+        assert!(report.is_live());
+        assert_eq!(report.to_string(), "livez check passed\n");
+    }
+
+    #[test]
+    fn the_report_names_each_probe_and_fails_when_one_fails() {
+        let liveness = Liveness::new();
+        liveness.register("a", Arc::new(Fixed(Ok(())))).unwrap();
+        liveness
+            .register("b", Arc::new(Fixed(Err("stuck".into()))))
+            .unwrap();
+        assert_eq!(
+            liveness.register("a", Arc::new(Fixed(Ok(())))),
+            Err(DuplicateProbe("a".into()))
+        );
+        let report = liveness.report();
+        assert!(!report.is_live());
+        assert_eq!(report.probe("b"), Some(&Err("stuck".into())));
+        assert_eq!(
+            report.to_string(),
+            "[+]a ok\n[-]b failed: stuck\nlivez check failed\n"
+        );
+    }
+
+    #[test]
+    fn a_leader_is_stuck_only_past_two_intervals_since_its_last_check() {
+        let interval = Duration::from_millis(100);
+        let start = Instant::now();
+        let last = LastCheck::default();
+        let late = start + Duration::from_secs(60);
+        assert_eq!(last.verdict(late, interval), Ok(()), "nothing recorded");
+        last.record(start);
+        assert_eq!(last.verdict(start + interval * 2, interval), Ok(()));
+        let stuck = last
+            .verdict(start + interval * 2 + Duration::from_millis(1), interval)
+            .unwrap_err();
+        assert_eq!(stuck.bound, interval * 2);
+        assert_eq!(stuck.since_last_check, Duration::from_millis(201));
+        last.clear();
+        assert_eq!(last.verdict(late, interval), Ok(()));
+    }
+}
