@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
+use plexsphere_leader::LockKey;
 
 /// The environment variable naming the database, when `--dsn` is not given.
 pub(crate) const DSN_ENV: &str = "PLEXSPHERE_DSN";
@@ -31,6 +32,11 @@ pub(crate) struct Args {
     /// Replica i serves /readyz, /livez, /metrics and /status on port P+i (i from 0).
     #[arg(long, default_value_t = 8080)]
     pub(crate) http_port: u16,
+
+    /// The election's lock key, CLASSID:OBJID (two int4s): demos with different keys on one
+    /// database are independent elections, each with its own leader.
+    #[arg(long, default_value_t = LockKey::DEFAULT, allow_hyphen_values = true)]
+    pub(crate) key: LockKey,
 
     /// Exit cleanly after this long (e.g. 30s); runs until Ctrl-C or SIGTERM without it.
     #[arg(long, value_parser = parse_duration)]
@@ -111,6 +117,7 @@ mod tests {
         assert_eq!(args.http_port, 8080);
         assert_eq!(args.dsn, None);
         assert_eq!(args.duration, None);
+        assert_eq!(args.key, LockKey::DEFAULT);
         let args = Args::try_parse_from([
             "demo",
             "--replicas",
@@ -123,6 +130,8 @@ mod tests {
             "9000",
             "--duration",
             "3s",
+            "--key",
+            "-7:2",
         ])
         .unwrap();
         assert_eq!(args.replicas, 2);
@@ -130,5 +139,6 @@ mod tests {
         assert_eq!(args.dsn.as_deref(), Some("host=127.0.0.1 user=postgres"));
         assert_eq!(args.http_port, 9000);
         assert_eq!(args.duration, Some(Duration::from_secs(3)));
+        assert_eq!(args.key, LockKey::new(-7, 2));
     }
 }

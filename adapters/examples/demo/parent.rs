@@ -36,8 +36,8 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
         return Err("--http-port plus --replicas exceeds 65535".into());
     }
     say(&format!(
-        "event=start replicas={} check_interval={:?} database={:?} http=127.0.0.1:{}..{}",
-        args.replicas, args.check_interval, database.source, args.http_port, last_port
+        "event=start replicas={} check_interval={:?} key={} database={:?} http=127.0.0.1:{}..{}",
+        args.replicas, args.check_interval, args.key, database.source, args.http_port, last_port
     ));
 
     let (exits, mut exited) = mpsc::unbounded_channel();
@@ -101,6 +101,8 @@ fn spawn(args: &Args, index: u16, dsn: &str) -> Result<Child, Error> {
         .arg(format!("{}us", args.check_interval.as_micros()))
         .arg("--http-port")
         .arg(args.http_port.to_string())
+        .arg("--key")
+        .arg(args.key.to_string())
         .env(REPLICA_ENV, index.to_string())
         .env(DSN_ENV, dsn)
         .stdin(Stdio::piped())

@@ -107,7 +107,8 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
                 .check_interval(me.interval)
                 .registry(&registry)
                 .work_deadline(2 * me.interval, OnOverdue::Report)
-                .identity(&me.application_name);
+                .identity(&me.application_name)
+                .key(args.key);
             let elector = Elector::new(config)?;
             // Liveness, never readiness: a leader whose election stopped being driven.
             liveness.register(ELECTION_WORKER, Arc::new(elector.liveness_probe()))?;
@@ -621,6 +622,7 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
     let body = json!({
         "replica": state.me.index,
         "pid": state.me.pid,
+        "key": state.elector.as_ref().map(|elector| elector.key().to_string()),
         "is_leader": is_leader,
         "eligible": state.elector.as_ref().map(Elector::is_eligible),
         "term": term,
