@@ -11,38 +11,24 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::Pool;
 use plexsphere_leader::status::{self, Since};
 use plexsphere_leader::{
-    Config, ConfigError, Elector, IdentityError, LEADER_QUERY, LockKey, MAX_IDENTITY_LEN, RunError,
-    cli, sql,
+    Config, ConfigError, Elector, IdentityError, LEADER_QUERY, LockKey, MAX_IDENTITY_LEN, cli, sql,
 };
 use plexsphere_leader_tests::replica_process::dsn;
 use plexsphere_leader_tests::{TestDb, base_config, pool_for};
-use support::{I, MARGIN, STARTUP, wait_for, wait_for_async};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use support::{I, MARGIN, Replica, STARTUP, wait_for, wait_for_async};
 
 /// An elector of election `key` called `identity`, running in a task.
 struct Member {
     elector: Elector,
-    shutdown: CancellationToken,
-    task: JoinHandle<Result<(), RunError>>,
+    replica: Replica,
 }
 
 impl Member {
     fn spawn(pool: Pool, key: LockKey, identity: &str) -> Self {
-        let config = Config::new(pool)
-            .check_interval(I)
-            .key(key)
-            .identity(identity);
-        let elector = Elector::new(config).expect("valid config");
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn({
-            let (elector, shutdown) = (elector.clone(), shutdown.clone());
-            async move { elector.run(shutdown).await }
-        });
+        let replica = Replica::spawn_with(pool, I, |config| config.key(key).identity(identity));
         Self {
-            elector,
-            shutdown,
-            task,
+            elector: replica.elector.clone(),
+            replica,
         }
     }
 
@@ -53,8 +39,7 @@ impl Member {
     }
 
     async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.expect("no panic").expect("run ends well");
+        self.replica.stop().await.expect("run ends well");
     }
 }
 

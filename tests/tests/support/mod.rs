@@ -53,7 +53,8 @@ impl Replica {
         Self::spawn_with(pool, interval, |config| config.identity(identity))
     }
 
-    fn spawn_with(
+    /// Starts an elector on `pool` with interval `interval` and whatever `configure` adds.
+    pub fn spawn_with(
         pool: Pool,
         interval: Duration,
         configure: impl FnOnce(Config) -> Config,
