@@ -122,6 +122,12 @@ impl Driver {
     /// Hands the queued operator requests (resign, eligibility) to the election, in order.
     fn apply_controls(&mut self) {
         for request in self.inner.take_controls() {
+            let request = match (self.inner.sabotage(), request) {
+                (Some(Sabotage::ResignWithoutHoldOff), Event::Resign { .. }) => Event::Resign {
+                    hold_off: std::time::Duration::ZERO,
+                },
+                (_, request) => request,
+            };
             self.handle(request);
         }
     }
@@ -263,13 +269,15 @@ impl Driver {
                     connection::ping_always_ok(held, conn, patience)
                 });
             }
-            Some(Sabotage::SkipIdleSessionTimeout) | None => match self.granted_pid {
-                Some(pid) => {
-                    let key = self.inner.key();
-                    self.start_on(conn, |held| connection::verify(held, conn, key, pid));
+            Some(Sabotage::SkipIdleSessionTimeout | Sabotage::ResignWithoutHoldOff) | None => {
+                match self.granted_pid {
+                    Some(pid) => {
+                        let key = self.inner.key();
+                        self.start_on(conn, |held| connection::verify(held, conn, key, pid));
+                    }
+                    None => self.start_on(conn, |held| connection::ping(held, conn)),
                 }
-                None => self.start_on(conn, |held| connection::ping(held, conn)),
-            },
+            }
         }
     }
 

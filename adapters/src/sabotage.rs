@@ -23,4 +23,6 @@ pub enum Sabotage {
     SkipIdleSessionTimeout,
     /// A failed or unanswered check is reported as a success: the leader keeps its term.
     KeepTermOnFailedPing,
+    /// A resign request loses its hold-off: the resigner may take the lock straight back.
+    ResignWithoutHoldOff,
 }

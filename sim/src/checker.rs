@@ -23,8 +23,12 @@ pub enum Property {
     MutualExclusion,
     /// Two replicas acted as leader at once for longer than 2·I + T.
     Overlap,
-    /// A successor began before a gracefully stopped leader had ended its term.
+    /// A successor began before a gracefully stopped (or resigning) leader had ended its term.
     GracefulOverlap,
+    /// An operator's controls were not honoured: a replica began a term during a resign's
+    /// hold-off or while ineligible, or a resigning leader's lock was not released within the
+    /// stop grace plus round trips while nothing disturbed it.
+    OperatorControls,
     /// A leader noticed the loss of its session later than 2·I after it (or led without a
     /// grant).
     Detection,
@@ -60,6 +64,7 @@ impl Property {
             Self::MutualExclusion => "mutual-exclusion",
             Self::Overlap => "overlap",
             Self::GracefulOverlap => "graceful-overlap",
+            Self::OperatorControls => "operator-controls",
             Self::Detection => "detection",
             Self::OrphanBound => "orphan-bound",
             Self::Liveness => "liveness",
@@ -245,6 +250,7 @@ pub(crate) fn check(evidence: &Evidence<'_>) -> (Measurements, Vec<Violation>) {
     checker.detection();
     checker.overlap();
     checker.graceful();
+    checker.operator_controls();
     checker.orphans();
     checker.liveness();
     checker.steady_state();
@@ -442,10 +448,20 @@ impl<'a> Checker<'a> {
 
     fn graceful(&mut self) {
         let history = self.e.history;
-        for &(replica, asked) in &history.stop_requests {
+        let requests = history
+            .stop_requests
+            .iter()
+            .map(|&(replica, asked)| (replica, asked, TermEnd::Stopped))
+            .chain(
+                history
+                    .resign_requests
+                    .iter()
+                    .map(|&(replica, asked)| (replica, asked, TermEnd::Resigned)),
+            );
+        for (replica, asked, end) in requests {
             let Some(stopped) = history.terms.iter().find(|t| {
                 t.replica == replica
-                    && t.end == TermEnd::Stopped
+                    && t.end == end
                     && t.span.start <= asked
                     && t.span.end.is_some_and(|end| end >= asked)
             }) else {
@@ -464,6 +480,75 @@ impl<'a> Checker<'a> {
                     );
                 }
             }
+        }
+    }
+
+    /// Resign and eligibility: no term begins while its incarnation is held out, and a
+    /// resigning leader unlocks within the stop grace (one interval) plus round trips, unless a
+    /// fault disturbed it or its server.
+    fn operator_controls(&mut self) {
+        let history = self.e.history;
+        for held in &history.held_out {
+            let until = held.span.end_or(self.end);
+            let began = history.terms.iter().find(|t| {
+                t.replica == held.replica
+                    && t.incarnation == held.incarnation
+                    && t.span.start > held.span.start
+                    && t.span.start < until
+            });
+            if let Some(term) = began {
+                self.violate(
+                    term.span.start,
+                    Property::OperatorControls,
+                    format!(
+                        "r{}.{} began term {} {} after it was held out (until {})",
+                        term.replica,
+                        term.incarnation,
+                        term.id,
+                        ms(term.span.start - held.span.start),
+                        secs(until)
+                    ),
+                );
+            }
+        }
+        let bound = self.p.interval + self.p.margin() + self.p.slack();
+        for term in history.terms.iter().filter(|t| t.end == TermEnd::Resigned) {
+            let (Some(ended), Some(hold)) = (term.span.end, self.hold_of(term)) else {
+                continue;
+            };
+            let deadline = ended + bound;
+            let released = hold.released.unwrap_or(self.end);
+            // A dropped segment wedges the lock session's connection for good, however long
+            // ago: its unlock never arrives, and idle_session_timeout ends it.
+            let wedged = history.link_faults.iter().any(|f| {
+                f.drops
+                    && f.replica == term.replica
+                    && f.server == hold.server
+                    && f.span.meets(hold.granted, deadline)
+            });
+            let tail = self.p.disturbance_tail();
+            if released <= deadline
+                || deadline > self.end
+                || wedged
+                || self.disturbed(term.replica, ended.saturating_sub(tail), deadline)
+                || self.interrupted(hold.server, ended, deadline)
+            {
+                continue;
+            }
+            self.violate(
+                ended,
+                Property::OperatorControls,
+                format!(
+                    "r{}.{} resigned term {} but its lock (pid {} on {}) was released {} later (bound {})",
+                    term.replica,
+                    term.incarnation,
+                    term.id,
+                    hold.pid,
+                    SERVERS[hold.server],
+                    ms(released - ended),
+                    ms(bound)
+                ),
+            );
         }
     }
 
@@ -530,7 +615,19 @@ impl<'a> Checker<'a> {
         let leads = history.terms.iter().any(|t| {
             t.replica == r && t.span.start <= from && t.span.end.is_none_or(|end| end > from)
         });
-        let disturbed = history
+        // An operator keeps it off the lock (a resign's hold-off, an ineligible spell).
+        let held_out = history
+            .held_out
+            .iter()
+            .any(|held| held.replica == r && held.span.meets(from, to));
+        up && !leads && !held_out && !self.disturbed(r, from.saturating_sub(tail), to)
+    }
+
+    /// Whether a fault that disturbs replica `r`'s statements (a fault on one of its links,
+    /// raised query latency, the termination of one of its sessions) met `[from, to]`.
+    fn disturbed(&self, r: usize, from: Duration, to: Duration) -> bool {
+        let history = self.e.history;
+        history
             .link_faults
             .iter()
             .filter(|f| f.replica == r)
@@ -543,8 +640,7 @@ impl<'a> Checker<'a> {
                     .filter(|(replica, _)| *replica == r)
                     .map(|(_, span)| *span),
             )
-            .any(|span| span.meets(from.saturating_sub(tail), to));
-        up && !leads && !disturbed
+            .any(|span| span.meets(from, to))
     }
 
     /// The starts of the intervals in which the primary runs and its lock is free.

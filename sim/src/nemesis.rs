@@ -39,11 +39,14 @@ pub enum FaultKind {
     Failover,
     /// The primary delays every query by 0.5 to 1.5 check intervals for a while.
     Latency,
+    /// An operator asks a replica (usually the leader) to resign for a hold-off of up to three
+    /// intervals, or makes it ineligible for a while.
+    Resign,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Partition,
         Self::PartitionOneWay,
         Self::Hold,
@@ -56,6 +59,7 @@ impl FaultKind {
         Self::ServerRestart,
         Self::Failover,
         Self::Latency,
+        Self::Resign,
     ];
 
     /// The kind's name in reports.
@@ -73,6 +77,7 @@ impl FaultKind {
             Self::ServerRestart => "server-restart",
             Self::Failover => "failover",
             Self::Latency => "latency",
+            Self::Resign => "resign",
         }
     }
 }
@@ -144,6 +149,7 @@ enum Active {
     ServerDown { s: usize },
     FailedOver { old: usize, partitioned: bool },
     Latency { s: usize },
+    Ineligible { r: usize },
 }
 
 #[derive(Debug)]
@@ -323,6 +329,7 @@ impl Nemesis {
                 }
             }
             FaultKind::Terminate => self.terminate(world, s),
+            FaultKind::Resign => self.resign(world),
             FaultKind::ServerRestart => {
                 if self.free(&BTreeSet::from([Resource::Server(s)])) {
                     world.server_crash(s);
@@ -333,6 +340,25 @@ impl Nemesis {
             FaultKind::ServerCrash | FaultKind::Failover | FaultKind::Latency => {
                 self.server_fault(world, kind, s);
             }
+        }
+    }
+
+    /// An operator's control: a resign (hold-off 0 to 3·I), or with probability 0.3 an
+    /// ineligible spell of I/2 to 3·I.
+    fn resign(&mut self, world: &mut World<'_>) {
+        let interval = world.params.interval;
+        let Some(r) = self.pick_replica(world) else {
+            return;
+        };
+        if self.rng.random_bool(0.3) {
+            let active = Active::Ineligible { r };
+            let heal_in = self.between(interval / 2, 3 * interval);
+            apply(world, active);
+            self.add(world, active, heal_in);
+        } else {
+            let hold_off = self.between(Duration::ZERO, 3 * interval);
+            world.resign(r, hold_off);
+            world.history.faults += 1;
         }
     }
 
@@ -384,7 +410,9 @@ fn resources(active: Active, replicas: usize) -> BTreeSet<Resource> {
         Active::Partition { r, s } | Active::OneWay { r, s, .. } | Active::Hold { r, s } => {
             BTreeSet::from([Resource::Replica(r), Resource::Link(r, s)])
         }
-        Active::Down { r } | Active::Stopped { r } => BTreeSet::from([Resource::Replica(r)]),
+        Active::Down { r } | Active::Stopped { r } | Active::Ineligible { r } => {
+            BTreeSet::from([Resource::Replica(r)])
+        }
         Active::SilentDeath { r } => (0..SERVERS.len())
             .map(|s| Resource::Link(r, s))
             .chain([Resource::Replica(r)])
@@ -422,6 +450,7 @@ fn apply(world: &mut World<'_>, active: Active) {
             }
         }
         Active::Latency { .. } => {}
+        Active::Ineligible { r } => world.set_eligible(r, false),
     }
 }
 
@@ -448,5 +477,6 @@ fn heal(world: &mut World<'_>, active: Active) {
             world.server_restart(old);
         }
         Active::Latency { s } => world.set_latency(s, Duration::ZERO),
+        Active::Ineligible { r } => world.set_eligible(r, true),
     }
 }

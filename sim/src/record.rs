@@ -145,6 +145,8 @@ pub(crate) enum TermEnd {
     Stopped,
     /// `TermEndCause::LeadershipLost`: a failed check, a crash or a restart.
     Lost,
+    /// `TermEndCause::Resigned`: an operator's resign, or the replica made ineligible.
+    Resigned,
     /// Still open when the run ended.
     Open,
 }
@@ -175,6 +177,15 @@ pub(crate) struct LinkFault {
     pub(crate) drops: bool,
 }
 
+/// A time in which one incarnation of a replica may not take the lock: an operator's resign
+/// (its hold-off, counted from the request) or an ineligible spell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeldOut {
+    pub(crate) replica: usize,
+    pub(crate) incarnation: u32,
+    pub(crate) span: Span,
+}
+
 /// One incarnation of a replica, from the harness's (re)start to its crash or stop request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct UpSpan {
@@ -199,6 +210,11 @@ pub(crate) struct History {
     pub(crate) primaries: Vec<(Duration, usize)>,
     /// Graceful stop requests: (replica, when).
     pub(crate) stop_requests: Vec<(usize, Duration)>,
+    /// Resign requests, and requests that made a replica ineligible: (replica, when).
+    pub(crate) resign_requests: Vec<(usize, Duration)>,
+    /// When a replica may not take the lock: a resign's hold-off, counted from the request, or
+    /// the time it was ineligible.
+    pub(crate) held_out: Vec<HeldOut>,
     /// The number of faults injected.
     pub(crate) faults: usize,
     /// When the faults stopped (the liveness phase began).

@@ -185,7 +185,7 @@ mod tests {
     fn the_report_ends_with_the_summary_line() {
         let mut report = Report::new(Params::default());
         report.add(&RunOutcome {
-            options: RunOptions::new(12),
+            options: RunOptions::new(13),
             measurements: Measurements::default(),
             violations: Vec::new(),
             trace: Vec::new(),

@@ -20,11 +20,12 @@ pub enum Sabotage {
 
 impl Sabotage {
     /// Every sabotage, for the CLI and the checker-must-fail test.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Driver(DriverSabotage::NeverPing),
         Self::Driver(DriverSabotage::ReturnGrantedToPool),
         Self::Driver(DriverSabotage::SkipIdleSessionTimeout),
         Self::Driver(DriverSabotage::KeepTermOnFailedPing),
+        Self::Driver(DriverSabotage::ResignWithoutHoldOff),
         Self::FenceWithoutRowLock,
     ];
 
@@ -35,6 +36,7 @@ impl Sabotage {
             Self::Driver(DriverSabotage::ReturnGrantedToPool) => "return-granted-to-pool",
             Self::Driver(DriverSabotage::SkipIdleSessionTimeout) => "skip-idle-session-timeout",
             Self::Driver(DriverSabotage::KeepTermOnFailedPing) => "keep-term-on-failed-ping",
+            Self::Driver(DriverSabotage::ResignWithoutHoldOff) => "resign-without-hold-off",
             Self::FenceWithoutRowLock => "fence-without-row-lock",
         }
     }

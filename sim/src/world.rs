@@ -12,7 +12,7 @@ use turmoil::{Builder, Sim};
 use crate::capture;
 use crate::params::Params;
 use crate::record::{
-    History, LinkFault, Recorder, SharedRecorder, Span, TermEnd, TermRecord, UpSpan,
+    HeldOut, History, LinkFault, Recorder, SharedRecorder, Span, TermEnd, TermRecord, UpSpan,
 };
 use crate::replica::{self, ReplicaEnv, Slot};
 use crate::sabotage::Sabotage;
@@ -251,6 +251,7 @@ impl World<'_> {
         let cause = term.handle.take().and_then(|handle| handle.cause());
         term.end = match cause {
             Some(Interruption::Term(TermEndCause::Stopped)) => TermEnd::Stopped,
+            Some(Interruption::Term(TermEndCause::Resigned)) => TermEnd::Resigned,
             _ => TermEnd::Lost,
         };
         let what = format!(
@@ -258,6 +259,7 @@ impl World<'_> {
             term.id,
             match term.end {
                 TermEnd::Stopped => "stopped",
+                TermEnd::Resigned => "resigned",
                 _ => "leadership lost",
             }
         );
@@ -362,6 +364,65 @@ impl World<'_> {
         self.end_up(r);
     }
 
+    /// An operator asks replica `r` to resign and keep off the lock for `hold_off`. Nothing
+    /// happens (and nothing is recorded) when its run is not in progress.
+    pub(crate) fn resign(&mut self, r: usize, hold_off: Duration) {
+        let live = self.replicas[r].slot.borrow().live.clone();
+        let Some(live) = live else { return };
+        let outcome = live.elector.resign_for(hold_off);
+        let name = self.incarnation_name(r);
+        self.note(
+            name,
+            format!("asked to resign for {hold_off:?}: {outcome:?}"),
+        );
+        if outcome == plexsphere_leader::Resignation::Requested {
+            let now = self.now();
+            self.history.resign_requests.push((r, now));
+            let incarnation = self.replicas[r].slot.borrow().incarnation;
+            self.history.held_out.push(HeldOut {
+                replica: r,
+                incarnation,
+                span: Span {
+                    start: now,
+                    end: Some(now + hold_off),
+                },
+            });
+        }
+    }
+
+    /// An operator makes replica `r` ineligible (a leader resigns), or eligible again. Nothing
+    /// happens when its run is not in progress.
+    pub(crate) fn set_eligible(&mut self, r: usize, eligible: bool) {
+        let live = self.replicas[r].slot.borrow().live.clone();
+        let Some(live) = live else { return };
+        live.elector.set_eligible(eligible);
+        let name = self.incarnation_name(r);
+        self.note(
+            name,
+            format!("made {}", if eligible { "eligible" } else { "ineligible" }),
+        );
+        let now = self.now();
+        if eligible {
+            let open = self
+                .history
+                .held_out
+                .iter_mut()
+                .rev()
+                .find(|held| held.replica == r && held.span.end.is_none());
+            if let Some(held) = open {
+                held.span.end = Some(now);
+            }
+        } else {
+            let incarnation = self.replicas[r].slot.borrow().incarnation;
+            self.history.resign_requests.push((r, now));
+            self.history.held_out.push(HeldOut {
+                replica: r,
+                incarnation,
+                span: Span::open(now),
+            });
+        }
+    }
+
     // ---- links ----
 
     fn link_fault(&mut self, r: usize, server: usize, drops: bool) {
@@ -458,15 +519,26 @@ impl World<'_> {
         self.servers[s].crash();
     }
 
-    /// Restarts server `s`, empty.
+    /// Restarts server `s`, empty. A server that is not the primary rejoins as the primary's
+    /// synchronous standby: what it committed after it was deposed is rewound.
     pub(crate) fn server_restart(&mut self, s: usize) {
         self.note(SERVERS[s], "server restarts");
+        let primary = self.primary_index();
+        if primary != s {
+            self.servers[primary].replicate_to(&self.servers[s]);
+        }
         self.servers[s].restart();
     }
 
-    /// Routes new connections to server `s`.
+    /// Routes new connections to server `s`. The old primary keeps running (until the fault
+    /// crashes it) on a timeline of its own: its later commits never reach `s`.
     pub(crate) fn fail_over_to(&mut self, s: usize) {
         self.note(SERVERS[s], "becomes the primary (failover)");
+        for (other, server) in self.servers.iter().enumerate() {
+            if other != s {
+                server.detach_storage();
+            }
+        }
         self.primary.fail_over_to(SERVERS[s]);
         let now = self.now();
         self.history.primaries.push((now, s));

@@ -8,8 +8,8 @@ use plexsphere_leader_sim::{
     DriverSabotage, Property, RunKind, RunOptions, Sabotage, Violation, run_once,
 };
 
-/// One cycle through the run kinds (twelve fault kinds and the mixed one).
-const SEEDS: u64 = 13;
+/// One cycle through the run kinds (thirteen fault kinds and the mixed one).
+const SEEDS: u64 = 14;
 
 /// The first violation of `property` with `sabotage` on, and its seed.
 fn first_catch(sabotage: Sabotage, property: Property) -> Option<(u64, Violation)> {
@@ -62,6 +62,15 @@ fn skip_idle_session_timeout_is_caught_by_the_orphan_bound() {
     assert_caught(
         Sabotage::Driver(DriverSabotage::SkipIdleSessionTimeout),
         Property::OrphanBound,
+    );
+}
+
+/// A resigner that takes the lock straight back breaks the operator's hold-off.
+#[test]
+fn resign_without_hold_off_is_caught_by_the_operator_controls() {
+    assert_caught(
+        Sabotage::Driver(DriverSabotage::ResignWithoutHoldOff),
+        Property::OperatorControls,
     );
 }
 

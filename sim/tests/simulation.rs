@@ -28,9 +28,25 @@ fn assert_clean(options: &RunOptions) -> RunOutcome {
 /// Every fault kind at once, run twice with identical traces.
 #[test]
 fn a_mixed_seed_runs_clean_and_identically_twice() {
-    let options = RunOptions::new(12);
+    let options = RunOptions::new(13);
     assert_eq!(options.kind, RunKind::Mixed);
     assert_clean(&options);
+}
+
+/// Operators resign leaders (with hold-offs) and make replicas ineligible: each handover is
+/// prompt, and no replica takes the lock while it is held out.
+#[test]
+fn a_resign_seed_runs_clean() {
+    let options = RunOptions::new(12);
+    assert_eq!(options.kind, RunKind::Only(FaultKind::Resign));
+    let outcome = assert_clean(&options);
+    assert!(
+        outcome
+            .trace
+            .iter()
+            .any(|line| line.contains("term") && line.contains("ends: resigned")),
+        "a leader resigned"
+    );
 }
 
 /// Failovers with a silent old primary push the detection delay to its bound.

@@ -192,6 +192,10 @@ impl Checker<'_> {
                 // only time does (the epoch at the commit covers a tie).
                 let checked = checks.get(pid).copied().unwrap_or(0);
                 let between = advances.iter().find(|a| {
+                    // A deposed primary's advance is on a timeline of its own.
+                    if e.history.primary_at(a.at) != a.server {
+                        return false;
+                    }
                     let inside = if a.server == server {
                         checked < a.index && a.index < index
                     } else {

@@ -1,5 +1,6 @@
 //! The control and observation handle of one server instance.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -115,6 +116,15 @@ impl ServerHandle {
     pub fn replicate_to(&self, standby: &ServerHandle) {
         let storage = Rc::clone(&self.shared.borrow().storage);
         standby.shared.borrow_mut().storage = storage;
+    }
+
+    /// Stops replicating: this instance keeps a copy of what is committed now, and what it
+    /// commits from now on is its own. A primary deposed by a failover: its later commits are
+    /// not on the promoted standby's timeline (they are rewound when it rejoins, see
+    /// [`replicate_to`](Self::replicate_to)).
+    pub fn detach_storage(&self) {
+        let copy = self.shared.borrow().storage.borrow().clone();
+        self.shared.borrow_mut().storage = Rc::new(RefCell::new(copy));
     }
 
     /// The committed fencing epoch of `(classid, objid)` in table `plexsphere_leader_fence`
