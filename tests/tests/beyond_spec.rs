@@ -13,25 +13,15 @@ use plexsphere_leader::{AcquireMode, Config, ConfigError, Elector, named_work, s
 use plexsphere_leader_tests::{Cluster, FaultProxy, Mode as ProxyMode, StopMode, TestDb};
 use plexsphere_leader_tests::{base_config, pool_for};
 
+use prometheus::Registry;
+use support::{I, Logs, MARGIN, STARTUP, lock_holders, spawn_elector, wait_for, wait_for_async};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
 /// The election's key of the statements these tests send by hand: the default one.
 const KEY: plexsphere_leader::LockKey = plexsphere_leader::LockKey::DEFAULT;
 /// The identity those grant statements write into `application_name`.
 const IDENTITY: &str = "beyond-spec";
-use prometheus::Registry;
-use support::{I, Logs, MARGIN, STARTUP, lock_holders, wait_for, wait_for_async};
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-
-/// Starts `run` of an elector built from `config` in a task.
-fn spawn(config: Config) -> (Elector, CancellationToken, tokio::task::JoinHandle<()>) {
-    let elector = Elector::new(config).expect("valid config");
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn({
-        let (elector, shutdown) = (elector.clone(), shutdown.clone());
-        async move { elector.run(shutdown).await.expect("run") }
-    });
-    (elector, shutdown, task)
-}
 
 /// `pg_terminate_backend(pid)` without waiting for the backend to exit (the harness's
 /// `TestDb::terminate` waits, in steps of 100 ms, which would hide a detection delay).
@@ -65,7 +55,7 @@ async fn a_terminated_lock_session_demotes_the_leader_long_before_its_next_check
     let interval = Duration::from_secs(5);
     let db = TestDb::create("watch_terminate").await.unwrap();
     let (elector, shutdown, task) =
-        spawn(Config::new(db.pool(2).unwrap()).check_interval(interval));
+        spawn_elector(Config::new(db.pool(2).unwrap()).check_interval(interval));
     wait_for(STARTUP, || elector.is_leader())
         .await
         .expect("leads");
@@ -212,9 +202,9 @@ async fn queued_mode_hands_over_at_once_after_a_graceful_stop_and_a_terminated_s
             .acquire_mode(AcquireMode::Queue)
             .registry(&Registry::new())
     };
-    let (a, a_stop, a_task) = spawn(config(db.pool(2).unwrap()));
+    let (a, a_stop, a_task) = spawn_elector(config(db.pool(2).unwrap()));
     wait_for(STARTUP, || a.is_leader()).await.expect("a leads");
-    let (b, b_stop, b_task) = spawn(config(db.pool(2).unwrap()));
+    let (b, b_stop, b_task) = spawn_elector(config(db.pool(2).unwrap()));
     wait_for_async(STARTUP, || async {
         db.backend_count().await.unwrap_or(0) >= 2
     })
@@ -232,7 +222,7 @@ async fn queued_mode_hands_over_at_once_after_a_graceful_stop_and_a_terminated_s
         "a queued standby leads long before a poll would: {handover:?}"
     );
 
-    let (c, c_stop, c_task) = spawn(config(db.pool(2).unwrap()));
+    let (c, c_stop, c_task) = spawn_elector(config(db.pool(2).unwrap()));
     tokio::time::sleep(I).await;
     let pid = lock_holders(&db).await[0];
     let terminated = Instant::now();
@@ -261,7 +251,7 @@ async fn a_graceful_stop_waits_for_work_before_unlocking_and_names_work_that_ign
             .check_interval(I)
             .stop_grace(grace)
     };
-    let (elector, shutdown, task) = spawn(graceful());
+    let (elector, shutdown, task) = spawn_elector(graceful());
     wait_for(STARTUP, || elector.is_leader())
         .await
         .expect("leads");
@@ -291,7 +281,7 @@ async fn a_graceful_stop_waits_for_work_before_unlocking_and_names_work_that_ign
     assert!(!logs.contains("WARN", "still running after the stop grace"));
 
     // Work that ignores cancellation is named when the grace ends, and the lock is released.
-    let (elector, shutdown, task) = spawn(graceful());
+    let (elector, shutdown, task) = spawn_elector(graceful());
     wait_for(STARTUP, || elector.is_leader())
         .await
         .expect("leads");
@@ -348,7 +338,8 @@ async fn fencing_rejects_the_stale_leaders_write_and_accepts_the_new_leaders() {
             .fencing(true)
             .registry(&Registry::new())
     };
-    let (a, a_stop, a_task) = spawn(fenced(pool_for(proxy.pg_config(&db.config()), 2).unwrap()));
+    let (a, a_stop, a_task) =
+        spawn_elector(fenced(pool_for(proxy.pg_config(&db.config()), 2).unwrap()));
     wait_for(STARTUP, || {
         logs.contains("WARN", "leader: advance fencing epoch")
     })
@@ -373,7 +364,7 @@ async fn fencing_rejects_the_stale_leaders_write_and_accepts_the_new_leaders() {
 
     // Cut a off: its lock session goes silent, the server's idle timeout frees the lock, and b
     // takes over with a greater epoch, while a's pass still holds its old term.
-    let (b, b_stop, b_task) = spawn(fenced(db.pool(2).unwrap()));
+    let (b, b_stop, b_task) = spawn_elector(fenced(db.pool(2).unwrap()));
     proxy.set_both(ProxyMode::Blackhole);
     wait_for(4 * I + I + MARGIN, || b.is_leader())
         .await
@@ -446,14 +437,14 @@ async fn a_hot_standby_refuses_the_grant_and_after_failover_the_epoch_keeps_risi
             .fencing(true)
             .registry(&Registry::new())
     };
-    let (a, a_stop, a_task) = spawn(fenced(&primary));
+    let (a, a_stop, a_task) = spawn_elector(fenced(&primary));
     wait_for(STARTUP, || a.is_leader()).await.expect("a leads");
     let parent = CancellationToken::new();
     let first = a.term(&parent).expect("a's term").epoch().expect("epoch");
 
     // A replica connected to the hot standby is refused at every check, says why, and takes no
     // lock there (advisory locks work on a standby, so only the grant statement stops it).
-    let (b, b_stop, b_task) = spawn(fenced(&standby));
+    let (b, b_stop, b_task) = spawn_elector(fenced(&standby));
     let refusals = || {
         logs.lines()
             .iter()

@@ -14,20 +14,11 @@ use plexsphere_leader::{
 };
 use plexsphere_leader_tests::TestDb;
 use prometheus::Registry;
-use support::{I, Logs, MARGIN, STARTUP, lock_holders, sample, wait_for, wait_for_async};
+use support::{
+    I, Logs, MARGIN, STARTUP, lock_holders, sample, spawn_elector, wait_for, wait_for_async,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-
-/// Starts `run` of an elector built from `config` in a task.
-fn spawn(config: Config) -> (Elector, CancellationToken, tokio::task::JoinHandle<()>) {
-    let elector = Elector::new(config).expect("valid config");
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn({
-        let (elector, shutdown) = (elector.clone(), shutdown.clone());
-        async move { elector.run(shutdown).await.expect("run") }
-    });
-    (elector, shutdown, task)
-}
 
 fn config(db: &TestDb) -> Config {
     Config::new(db.pool(2).expect("pool")).check_interval(I)
@@ -45,11 +36,11 @@ async fn a_resigning_leader_hands_over_and_stays_out_for_its_hold_off() {
     let hold_off = 5 * I;
     let registry = Registry::new();
     let (first, first_stop, first_task) =
-        spawn(config(&db).resign_hold_off(hold_off).registry(&registry));
+        spawn_elector(config(&db).resign_hold_off(hold_off).registry(&registry));
     wait_for(STARTUP, || first.is_leader())
         .await
         .expect("first leads");
-    let (second, second_stop, second_task) = spawn(config(&db));
+    let (second, second_stop, second_task) = spawn_elector(config(&db));
     tokio::time::sleep(I).await;
     assert!(!second.is_leader());
     let parent = CancellationToken::new();
@@ -112,7 +103,7 @@ async fn a_resign_while_not_running_changes_nothing_and_a_too_long_hold_off_is_r
 async fn an_ineligible_replica_never_takes_the_free_lock_until_made_eligible() {
     let db = TestDb::create("eligibility").await.unwrap();
     let registry = Registry::new();
-    let (canary, stop, task) = spawn(config(&db).eligible(false).registry(&registry));
+    let (canary, stop, task) = spawn_elector(config(&db).eligible(false).registry(&registry));
     assert!(!canary.is_eligible());
     assert_eq!(metric(&registry, ELIGIBLE, &[]), 0.0);
     // Five checks' worth: the lock is free all along, and nobody takes it.
@@ -161,8 +152,8 @@ async fn an_ineligible_replica_never_takes_the_free_lock_until_made_eligible() {
 #[tokio::test]
 async fn a_canary_stands_by_while_an_eligible_replica_leads() {
     let db = TestDb::create("eligibility_canary").await.unwrap();
-    let (canary, canary_stop, canary_task) = spawn(config(&db).eligible(false));
-    let (regular, regular_stop, regular_task) = spawn(config(&db));
+    let (canary, canary_stop, canary_task) = spawn_elector(config(&db).eligible(false));
+    let (regular, regular_stop, regular_task) = spawn_elector(config(&db));
     wait_for(STARTUP, || regular.is_leader())
         .await
         .expect("the eligible replica leads");
@@ -189,7 +180,7 @@ async fn overdue_work_after_a_loss(
     let (logs, _guard) = Logs::capture();
     let db = TestDb::create(name).await.expect("database");
     let registry = Registry::new();
-    let (elector, shutdown, task) = spawn(
+    let (elector, shutdown, task) = spawn_elector(
         config(&db)
             .work_deadline(deadline, on_overdue)
             .registry(&registry),
@@ -292,7 +283,8 @@ async fn work_past_the_deadline_is_only_reported_when_abort_is_off() {
 async fn work_that_returns_within_the_deadline_is_not_reported() {
     let (logs, _guard) = Logs::capture();
     let db = TestDb::create("overdue_none").await.unwrap();
-    let (elector, shutdown, task) = spawn(config(&db).work_deadline(2 * I, OnOverdue::Abort));
+    let (elector, shutdown, task) =
+        spawn_elector(config(&db).work_deadline(2 * I, OnOverdue::Abort));
     wait_for(STARTUP, || elector.is_leader())
         .await
         .expect("leads");

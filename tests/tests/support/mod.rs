@@ -254,3 +254,14 @@ pub fn sample(registry: &Registry, name: &str, labels: &[(&str, &str)]) -> Optio
         _ => metric.get_gauge().get_value(),
     })
 }
+
+/// Starts `run` of an elector built from `config` in a task; the task panics if `run` fails.
+pub fn spawn_elector(config: Config) -> (Elector, CancellationToken, JoinHandle<()>) {
+    let elector = Elector::new(config).expect("valid config");
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let (elector, shutdown) = (elector.clone(), shutdown.clone());
+        async move { elector.run(shutdown).await.expect("run") }
+    });
+    (elector, shutdown, task)
+}
