@@ -14,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio_postgres::NoTls;
 
+use crate::error::Chain;
 use crate::key::LockKey;
 use crate::status::{self, LeaderStatus, Since, StatusError};
 
@@ -67,22 +68,6 @@ pub enum Format {
     Json,
 }
 
-/// `error` and every cause under it that its text does not already end with, joined by `: `
-/// (`error connecting to server: Connection refused (os error 111)`).
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 /// Runs the command line `args` (the program name first), writing the answer to `out` and
 /// errors to `err`; returns the exit code. What the binary's `main` does, callable in-process.
 pub async fn run<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> u8
@@ -123,7 +108,7 @@ where
                 }
                 Err(error) => {
                     // The error's own text starts `status: `.
-                    let _ = writeln!(err, "plexsphere-leader {}", with_causes(&error));
+                    let _ = writeln!(err, "plexsphere-leader {}", Chain(&error));
                     EXIT_ERROR
                 }
             }

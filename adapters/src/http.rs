@@ -51,22 +51,22 @@ pub fn router(readiness: Readiness, liveness: Liveness, registry: Registry) -> R
 
 async fn readyz(State(health): State<Health>) -> Response {
     let report = health.readiness.report();
-    let status = if report.is_ready() {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, text(), report.to_string()).into_response()
+    probe_response(report.is_ready(), report.to_string())
 }
 
 async fn livez(State(health): State<Health>) -> Response {
     let report = health.liveness.report();
-    let status = if report.is_live() {
+    probe_response(report.is_live(), report.to_string())
+}
+
+/// A probe route's answer: 200 when every probe passed, else 503, with the report as text.
+fn probe_response(passed: bool, report: String) -> Response {
+    let status = if passed {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, text(), report.to_string()).into_response()
+    (status, text(), report).into_response()
 }
 
 async fn metrics(State(health): State<Health>) -> Response {
