@@ -581,9 +581,7 @@ impl<C> Election<C> {
     /// No epoch: the lock is given up by closing the connection, and the replica stays a
     /// standby.
     fn on_fencing_failed(&mut self, now: Instant, cause: Cause<C>) {
-        if let Some(conn) = self.open_conn() {
-            self.push(Action::CloseConnection { conn });
-        }
+        self.close_open_conn();
         self.log(LogKind::FencingFailed, None, Some(cause));
         self.wait_as_standby(now);
     }
@@ -690,9 +688,7 @@ impl<C> Election<C> {
                 self.give_up(now, term, conn, TermEndCause::Stopped, AfterRelease::Finish);
             }
             Role::Standby(_) => {
-                if let Some(conn) = self.open_conn() {
-                    self.push(Action::CloseConnection { conn });
-                }
+                self.close_open_conn();
                 self.finish();
             }
         }
@@ -740,9 +736,7 @@ impl<C> Election<C> {
             }
             Role::Standby(Standby::Waiting { .. }) => self.wait_as_standby(now),
             Role::Standby(_) => {
-                if let Some(conn) = self.open_conn() {
-                    self.push(Action::CloseConnection { conn });
-                }
+                self.close_open_conn();
                 self.wait_as_standby(now);
             }
             Role::Draining(_) | Role::Releasing(_) => {}
@@ -847,9 +841,7 @@ impl<C> Election<C> {
             }
             Role::Standby(_) => None,
         };
-        if let Some(conn) = self.open_conn() {
-            self.push(Action::CloseConnection { conn });
-        }
+        self.close_open_conn();
         if let Some(term) = held {
             let kind = match how {
                 Abandon::Panic => LogKind::AbandonedAfterPanic,
@@ -910,6 +902,13 @@ impl<C> Election<C> {
                 ..
             }) => Some(leader),
             _ => None,
+        }
+    }
+
+    /// Closes the connection the election owns or is acquiring, if any.
+    fn close_open_conn(&mut self) {
+        if let Some(conn) = self.open_conn() {
+            self.push(Action::CloseConnection { conn });
         }
     }
 
