@@ -6,11 +6,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use deadpool_postgres::{ClientWrapper, Object, Pool};
-use plexsphere_leader_core::{ConnId, Event};
+use plexsphere_leader_core::{ConnId, Event, LockCheck};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{SimpleQueryMessage, SimpleQueryRow};
 
-use crate::error::{CheckError, LockFinding};
+use crate::error::CheckError;
 use crate::key::LockKey;
 use crate::sql::{self, outcome};
 use crate::term::TermShared;
@@ -60,8 +60,6 @@ impl Held {
 pub(crate) struct Completion {
     pub(crate) event: Event<CheckError>,
     pub(crate) acquired: Option<Object>,
-    /// For a grant: the backend that was granted the lock.
-    pub(crate) granted_pid: Option<i32>,
 }
 
 impl Completion {
@@ -69,7 +67,6 @@ impl Completion {
         Self {
             event,
             acquired: None,
-            granted_pid: None,
         }
     }
 }
@@ -109,10 +106,9 @@ pub(crate) fn try_lock(
             Err(error) => Err(error),
         };
         match answer {
-            Ok((granted, pid)) if granted == outcome::GRANTED => Completion {
-                granted_pid: Some(pid),
-                ..Completion::of(Event::LockGranted { conn })
-            },
+            Ok((granted, backend_pid)) if granted == outcome::GRANTED => {
+                Completion::of(Event::LockGranted { conn, backend_pid })
+            }
             Ok((refused, _)) if refused == outcome::REFUSED => {
                 Completion::of(Event::LockRefused { conn })
             }
@@ -158,44 +154,36 @@ fn is_lock_timeout(error: &CheckError) -> bool {
         .is_some_and(|db| *db.code() == SqlState::LOCK_NOT_AVAILABLE)
 }
 
-/// The leader's check ([`sql::verify`]): the same backend as granted, not in recovery, the lock
-/// still in `pg_locks` for it, and the session marked by this client's grant.
-pub(crate) fn verify(held: Arc<Held>, conn: ConnId, key: LockKey, granted_pid: i32) -> Operation {
+/// The leader's check ([`sql::verify`]): reports what the lock session shows (answering
+/// backend, recovery, the lock in `pg_locks`, the grant's marker) for the core to judge. An
+/// error that ended the session is reported as [`Event::SessionEnded`].
+pub(crate) fn verify(held: Arc<Held>, conn: ConnId, key: LockKey) -> Operation {
     Box::pin(async move {
-        let event = match verify_on(held.client(), key, granted_pid).await {
-            Ok(()) => Event::PingOk { conn },
-            Err(cause) => Event::PingFailed { conn, cause },
-        };
-        Completion::of(event)
+        Completion::of(match verify_on(held.client(), key).await {
+            Ok(found) => Event::PingAnswered { conn, found },
+            Err(cause) => check_failed(conn, cause),
+        })
     })
 }
 
-async fn verify_on(
-    client: &tokio_postgres::Client,
-    key: LockKey,
-    granted_pid: i32,
-) -> Result<(), CheckError> {
+/// A failed check of the leader: the session's end when the error says so, else a failure.
+fn check_failed(conn: ConnId, cause: CheckError) -> Event<CheckError> {
+    if cause.ends_session() {
+        Event::SessionEnded { conn, cause }
+    } else {
+        Event::PingFailed { conn, cause }
+    }
+}
+
+async fn verify_on(client: &tokio_postgres::Client, key: LockKey) -> Result<LockCheck, CheckError> {
     let name = "the lock check";
     let row = one_row(client, &sql::verify(key), name).await?;
-    let pid = parse_int::<i32>(&text(&row, 0, name)?, name)?;
-    let in_recovery = text(&row, 1, name)? == "t";
-    let holds = text(&row, 2, name)? == "t";
-    let marker = row.try_get(3)?;
-    let finding = if pid != granted_pid {
-        Some(LockFinding::BackendChanged {
-            granted: granted_pid,
-            now: pid,
-        })
-    } else if in_recovery {
-        Some(LockFinding::InRecovery)
-    } else if !holds {
-        Some(LockFinding::NotHeld)
-    } else if marker != Some(outcome::GRANTED) {
-        Some(LockFinding::SessionShared)
-    } else {
-        None
-    };
-    finding.map_or(Ok(()), |finding| Err(CheckError::LockNotVerified(finding)))
+    Ok(LockCheck {
+        backend_pid: parse_int::<i32>(&text(&row, 0, name)?, name)?,
+        in_recovery: text(&row, 1, name)? == "t",
+        holds_lock: text(&row, 2, name)? == "t",
+        marked_by_grant: row.try_get(3)? == Some(outcome::GRANTED),
+    })
 }
 
 /// Fencing ([`sql::advance_epoch`]): the new term's epoch.
@@ -221,14 +209,14 @@ pub(crate) fn await_work(term: Arc<TermShared>) -> Operation {
     })
 }
 
-pub(crate) fn ping(held: Arc<Held>, conn: ConnId) -> Operation {
-    Box::pin(async move { ping_on(held.client(), conn).await })
-}
-
-/// The spec's `SELECT 1` check, kept for the sabotage variants.
-async fn ping_on(client: &tokio_postgres::Client, conn: ConnId) -> Completion {
+/// The spec's `SELECT 1` check, kept for the sabotage variants: an answer is taken as proof
+/// that backend `backend_pid` holds the lock, which is exactly what they get wrong.
+async fn ping_on(client: &tokio_postgres::Client, conn: ConnId, backend_pid: i32) -> Completion {
     let event = match single_value(client, sql::PING, "SELECT 1").await {
-        Ok(value) if value == "1" => Event::PingOk { conn },
+        Ok(value) if value == "1" => Event::PingAnswered {
+            conn,
+            found: LockCheck::holding(backend_pid),
+        },
         Ok(other) => Event::PingFailed {
             conn,
             cause: CheckError::UnexpectedReply {
@@ -243,10 +231,10 @@ async fn ping_on(client: &tokio_postgres::Client, conn: ConnId) -> Completion {
 
 /// Sabotage [`ReturnGrantedToPool`](crate::sabotage::Sabotage::ReturnGrantedToPool): the check
 /// runs on whichever pooled connection comes.
-pub(crate) fn ping_any_pooled(pool: Pool, conn: ConnId) -> Operation {
+pub(crate) fn ping_any_pooled(pool: Pool, conn: ConnId, backend_pid: i32) -> Operation {
     Box::pin(async move {
         match pool.get().await {
-            Ok(object) => ping_on(&object, conn).await,
+            Ok(object) => ping_on(&object, conn, backend_pid).await,
             Err(error) => Completion::of(Event::PingFailed {
                 conn,
                 cause: error.into(),
@@ -260,17 +248,24 @@ pub(crate) fn ping_any_pooled(pool: Pool, conn: ConnId) -> Operation {
 pub(crate) fn ping_always_ok(
     held: Arc<Held>,
     conn: ConnId,
+    backend_pid: i32,
     patience: std::time::Duration,
 ) -> Operation {
     Box::pin(async move {
-        let _ = tokio::time::timeout(patience, ping_on(held.client(), conn)).await;
-        Completion::of(Event::PingOk { conn })
+        let _ = tokio::time::timeout(patience, ping_on(held.client(), conn, backend_pid)).await;
+        Completion::of(Event::PingAnswered {
+            conn,
+            found: LockCheck::holding(backend_pid),
+        })
     })
 }
 
 /// Sabotage [`NeverPing`](crate::sabotage::Sabotage::NeverPing): success without a query.
-pub(crate) fn ping_skipped(conn: ConnId) -> Operation {
-    Box::pin(std::future::ready(Completion::of(Event::PingOk { conn })))
+pub(crate) fn ping_skipped(conn: ConnId, backend_pid: i32) -> Operation {
+    Box::pin(std::future::ready(Completion::of(Event::PingAnswered {
+        conn,
+        found: LockCheck::holding(backend_pid),
+    })))
 }
 
 pub(crate) fn unlock(held: Arc<Held>, conn: ConnId, key: LockKey) -> Operation {

@@ -29,8 +29,6 @@ pub(crate) struct Driver {
     inner: Arc<Inner>,
     held: Option<(ConnId, Arc<Held>)>,
     in_flight: Option<Operation>,
-    /// The backend granted the lock on the held connection.
-    granted_pid: Option<i32>,
     /// The term a graceful stop ended, whose work it awaits.
     stopped_term: Option<Arc<TermShared>>,
     /// The lock connection whose end was already reported.
@@ -60,7 +58,6 @@ impl Driver {
             inner,
             held: None,
             in_flight: None,
-            granted_pid: None,
             stopped_term: None,
             watch_reported: None,
             finished: false,
@@ -133,26 +130,34 @@ impl Driver {
     }
 
     fn complete(&mut self, completion: Completion) {
-        let Completion {
-            event,
-            acquired,
-            granted_pid,
-        } = completion;
+        let Completion { event, acquired } = completion;
         if let (Some(object), Some(conn)) = (acquired, event.conn()) {
             self.held = Some((conn, Arc::new(Held::Pooled(object))));
         }
-        if granted_pid.is_some() {
-            self.granted_pid = granted_pid;
-        }
         let acquired = matches!(event, Event::ConnectionAcquired { .. });
+        // A deadline that passed while the answer was on its way fires first (it may close the
+        // connection the answer came on, which then makes the answer stale).
+        self.fire_due_timers();
         self.observer.completion(&event);
-        if let (Handled::Ignored(_), true) = (self.handle(event), acquired) {
+        if let (Handled::Ignored(_), true) = (self.feed(event), acquired) {
             // Nothing was tried on it: it goes back to the pool as it came.
             self.held = None;
         }
     }
 
+    /// Reports `event` to the core, after any deadline that has passed (rule 3 of the
+    /// `Election` contract: a late answer never extends a term).
     fn handle(&mut self, event: Event<crate::CheckError>) -> Handled {
+        self.fire_due_timers();
+        self.feed(event)
+    }
+
+    fn fire_due_timers(&mut self) {
+        self.inner.election().handle_timeout(now());
+        self.perform_queued();
+    }
+
+    fn feed(&mut self, event: Event<crate::CheckError>) -> Handled {
         let handled = self.inner.election().handle_event(now(), event);
         self.perform_queued();
         handled
@@ -166,7 +171,6 @@ impl Driver {
             let Some(action) = next else { break };
             self.perform(action);
         }
-        self.observer.flush();
     }
 
     fn perform(&mut self, action: Action<crate::CheckError>) {
@@ -216,7 +220,7 @@ impl Driver {
                     }))),
                 });
             }
-            Action::Ping { conn } => self.ping(conn),
+            Action::Ping { conn, backend_pid } => self.ping(conn, backend_pid),
             Action::Unlock { conn } => {
                 let key = self.inner.key();
                 self.start_on(conn, |held| connection::unlock(held, conn, key));
@@ -256,27 +260,24 @@ impl Driver {
         }
     }
 
-    fn ping(&mut self, conn: ConnId) {
+    fn ping(&mut self, conn: ConnId, backend_pid: i32) {
         match self.inner.sabotage() {
-            Some(Sabotage::NeverPing) => self.in_flight = Some(connection::ping_skipped(conn)),
+            Some(Sabotage::NeverPing) => {
+                self.in_flight = Some(connection::ping_skipped(conn, backend_pid));
+            }
             Some(Sabotage::ReturnGrantedToPool) => {
                 let pool = self.inner.pool().clone();
-                self.in_flight = Some(connection::ping_any_pooled(pool, conn));
+                self.in_flight = Some(connection::ping_any_pooled(pool, conn, backend_pid));
             }
             Some(Sabotage::KeepTermOnFailedPing) => {
                 let patience = self.inner.interval().get() / 2;
                 self.start_on(conn, |held| {
-                    connection::ping_always_ok(held, conn, patience)
+                    connection::ping_always_ok(held, conn, backend_pid, patience)
                 });
             }
             Some(Sabotage::SkipIdleSessionTimeout | Sabotage::ResignWithoutHoldOff) | None => {
-                match self.granted_pid {
-                    Some(pid) => {
-                        let key = self.inner.key();
-                        self.start_on(conn, |held| connection::verify(held, conn, key, pid));
-                    }
-                    None => self.start_on(conn, |held| connection::ping(held, conn)),
-                }
+                let key = self.inner.key();
+                self.start_on(conn, |held| connection::verify(held, conn, key));
             }
         }
     }

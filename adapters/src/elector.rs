@@ -10,13 +10,14 @@ use futures_util::future::{AbortHandle, Abortable};
 use plexsphere_leader_core::work::{TermStatus, WorkOutcome};
 use plexsphere_leader_core::{CheckInterval, Election, Event, Options, TermEndCause, TermId};
 use prometheus::IntGauge;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, OnOverdue};
 use crate::driver::Driver;
 use crate::error::{CheckError, ConfigError, RunError};
 use crate::key::LockKey;
+use crate::leadership::{Leadership, TermWaitCancelled};
 use crate::liveness::{ElectorLiveness, LastCheck, StuckLeader};
 use crate::metrics::{self, ElectorMetrics};
 use crate::sabotage::Sabotage;
@@ -38,7 +39,11 @@ pub(crate) struct Inner {
     pool: Pool,
     options: Options,
     election: Mutex<Election<CheckError>>,
+    /// [`Leadership::is_leader`] of the published value, for the spec's atomic `IsLeader`;
+    /// written only by [`Inner::publish`], together with the value.
     leading: AtomicBool,
+    /// The published leadership: the one source every consumer reads.
+    leadership: watch::Sender<Leadership>,
     current: Mutex<Option<Arc<TermShared>>>,
     gauge: Option<IntGauge>,
     key: LockKey,
@@ -97,6 +102,7 @@ impl Elector {
             options,
             election: Mutex::new(Election::with_options(options)),
             leading: AtomicBool::new(false),
+            leadership: watch::Sender::new(Leadership::default()),
             current: Mutex::new(None),
             gauge,
             key: config.key,
@@ -126,7 +132,8 @@ impl Elector {
     /// On cancellation the leader ends its term first, then runs `pg_advisory_unlock` under a
     /// 2-second budget that outlives `shutdown`, closes the connection and returns `Ok(())`; a
     /// standby returns at once. A panic unwinding through `run`, or dropping its future (task
-    /// abort), ends the term with [`TermEndCause::LeadershipLost`] and closes the connection
+    /// abort), ends the term as lost ([`LossReason::Panicked`](crate::LossReason::Panicked) or
+    /// [`Dropped`](crate::LossReason::Dropped)) and closes the connection
     /// without unlocking (the server then releases the lock), logging
     /// `background leader lock abandoned after a panic` when the replica led. `run` may be
     /// called again after it returned, panicked or was dropped.
@@ -161,8 +168,11 @@ impl Elector {
     /// | leader, leadership held until `work` returns | yes         | `Ok(true)`, or `work`'s error |
     /// | leader, term ended while `work` ran        | yes           | `Ok(false)`, logged at INFO; `work`'s result is discarded |
     ///
-    /// A demotion never counts as a failure, and neither does a `parent` cancelled while `work`
-    /// ran (`Ok(false)`, not logged). A panic in `work` propagates to the caller; the term's
+    /// A demotion never counts as a failure. A `parent` cancelled while `work` ran does not
+    /// change the result while the term holds: `work`'s own `Ok(true)` or error comes back (a
+    /// caller's deadline never hides a real error); when the parent was cancelled first and the
+    /// term then ended too, the result is `Ok(false)` and nothing is logged (the term's
+    /// [`cause`](Term::cause) is `ParentCancelled`). A panic in `work` propagates to the caller; the term's
     /// token handed to it is cancelled as the panic unwinds. With
     /// [`Config::work_deadline`](crate::Config::work_deadline) and [`OnOverdue::Abort`], `work`
     /// still running that long after its term ended is dropped and the result is `Ok(false)`.
@@ -204,9 +214,81 @@ impl Elector {
     }
 
     /// Whether this replica holds the lock (the spec's `IsLeader`): an atomic read, callable from
-    /// any thread.
+    /// any thread; the same answer as [`leadership`](Self::leadership)`().is_leader()`.
     pub fn is_leader(&self) -> bool {
         self.inner.leading.load(Ordering::Acquire)
+    }
+
+    /// The latest published [`Leadership`]: the open term, if any, and how the last one ended.
+    pub fn leadership(&self) -> Leadership {
+        *self.inner.leadership.borrow()
+    }
+
+    /// A receiver of the published [`Leadership`], updated every time a term of this replica
+    /// begins or ends (before the term's tokens are cancelled, so work that sees its token
+    /// cancelled also sees the new value). Await `changed()` instead of polling
+    /// [`is_leader`](Self::is_leader).
+    ///
+    /// A watch keeps the latest value only: a term lost and a new one begun between two reads
+    /// show as a new term id, never as a missed change. Receivers never close while the
+    /// `Elector` lives.
+    ///
+    /// ```no_run
+    /// # async fn example(elector: plexsphere_leader::Elector) {
+    /// let mut leadership = elector.subscribe();
+    /// loop {
+    ///     let now = *leadership.borrow_and_update();
+    ///     match (now.term(), now.last_end()) {
+    ///         (Some(term), _) => println!("leading in term {}", term.id),
+    ///         (None, Some(end)) => println!("standby: term {} ended: {}", end.id, end.cause),
+    ///         (None, None) => println!("standby"),
+    ///     }
+    ///     if leadership.changed().await.is_err() {
+    ///         break;
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn subscribe(&self) -> watch::Receiver<Leadership> {
+        self.inner.leadership.subscribe()
+    }
+
+    /// Waits until this replica leads and returns the open [`Term`], whose token is a child of
+    /// `parent` ([`term`](Self::term)); at once when it already leads. Wakes on the published
+    /// leadership, never by polling. It does not start the election: [`run`](Self::run) must be
+    /// running (or start later) for a term to come.
+    ///
+    /// ```no_run
+    /// # async fn example(elector: plexsphere_leader::Elector) -> Result<(), Box<dyn std::error::Error>> {
+    /// let shutdown = tokio_util::sync::CancellationToken::new();
+    /// let term = elector.next_term(&shutdown).await?;
+    /// // ... lead until term.token() is cancelled ...
+    /// let why = term.ended().await;
+    /// println!("term {} ended: {why}", term.id());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`TermWaitCancelled`] once `parent` is cancelled before a term began. Cancel-safe.
+    pub async fn next_term(&self, parent: &CancellationToken) -> Result<Term, TermWaitCancelled> {
+        let mut published = self.subscribe();
+        loop {
+            if parent.is_cancelled() {
+                return Err(TermWaitCancelled);
+            }
+            if let Some(term) = self.term(parent) {
+                return Ok(term);
+            }
+            tokio::select! {
+                () = parent.cancelled() => return Err(TermWaitCancelled),
+                changed = published.changed() => {
+                    if changed.is_err() {
+                        // Unreachable while `self` holds the sender; wait for the parent.
+                        parent.cancelled().await;
+                    }
+                }
+            }
+        }
     }
 
     /// The open term's id while leading.
@@ -380,23 +462,21 @@ impl Inner {
         self.sabotage
     }
 
-    /// A term begins: its handles can be taken, then is-leader and the gauge turn on.
+    /// A term begins: its handles can be taken, then is-leader, the gauge and the published
+    /// leadership turn on.
     pub(crate) fn begin_term(&self, id: TermId, epoch: Option<u64>) {
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
             Some(TermShared::new(id, epoch));
-        self.leading.store(true, Ordering::Release);
-        if let Some(gauge) = &self.gauge {
-            gauge.set(1);
-        }
+        let now = crate::driver::now();
+        self.publish(|leadership| leadership.began(id, epoch, now));
     }
 
-    /// The term ends: is-leader and the gauge turn off, then every handle's token is cancelled.
-    /// Returns the ended term, whose work a graceful stop then awaits.
+    /// The term ends: is-leader, the gauge and the published leadership turn off, then every
+    /// handle's token is cancelled. Returns the ended term, whose work a graceful stop then
+    /// awaits.
     pub(crate) fn end_term(&self, cause: TermEndCause) -> Option<Arc<TermShared>> {
-        self.leading.store(false, Ordering::Release);
-        if let Some(gauge) = &self.gauge {
-            gauge.set(0);
-        }
+        let now = crate::driver::now();
+        self.publish(|leadership| leadership.ended(cause, now));
         let current = self
             .current
             .lock()
@@ -414,6 +494,19 @@ impl Inner {
             }
         }
         current
+    }
+}
+
+impl Inner {
+    /// Publishes a new leadership value, and the is-leader flag and gauge derived from it.
+    fn publish(&self, change: impl FnOnce(Leadership) -> Leadership) {
+        self.leadership
+            .send_modify(|leadership| *leadership = change(*leadership));
+        let leading = self.leadership.borrow().is_leader();
+        self.leading.store(leading, Ordering::Release);
+        if let Some(gauge) = &self.gauge {
+            gauge.set(i64::from(leading));
+        }
     }
 }
 

@@ -30,54 +30,8 @@ pub enum CheckError {
     /// asked: the server session is shared between clients, as behind PgBouncer in transaction
     /// mode. The elector refuses to lead through such a pooler.
     SharedSession,
-    /// The leader's check found that its session no longer proves the lock.
-    LockNotVerified(LockFinding),
     /// The lock connection closed on its own (noticed by the session watch).
     SessionEnded,
-}
-
-/// What the leader's check found wrong with its session. Each names its likely cause.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockFinding {
-    /// The check ran on another backend than the one granted the lock.
-    BackendChanged {
-        /// The backend granted the lock.
-        granted: i32,
-        /// The backend that answered the check.
-        now: i32,
-    },
-    /// The server is in recovery.
-    InRecovery,
-    /// The session's row of the lock is gone from `pg_locks`.
-    NotHeld,
-    /// Another client's grant statement ran on this session (the marker says `shared`, or is
-    /// missing).
-    SessionShared,
-}
-
-impl std::fmt::Display for LockFinding {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::BackendChanged { granted, now } => write!(
-                f,
-                "the check ran on backend {now}, not on backend {granted} that was granted the \
-                 lock: a transaction-mode pooler or a re-routed connection"
-            ),
-            Self::InRecovery => f.write_str(
-                "the server is in recovery: it was demoted by a failover, or the connection was \
-                 re-routed to a standby",
-            ),
-            Self::NotHeld => f.write_str(
-                "the session no longer holds the lock in pg_locks: it was unlocked by a statement \
-                 on the lock session, or the server was replaced by one that never saw it \
-                 (failover)",
-            ),
-            Self::SessionShared => f.write_str(
-                "another client ran the grant statement on this session: the server session is \
-                 shared, as behind PgBouncer in transaction mode",
-            ),
-        }
-    }
 }
 
 impl CheckError {
@@ -144,7 +98,6 @@ impl std::fmt::Display for CheckError {
                  mode; the elector refuses to lead through it (use session pooling or a direct \
                  connection)",
             ),
-            Self::LockNotVerified(finding) => write!(f, "lock check failed: {finding}"),
             Self::SessionEnded => f.write_str(
                 "the lock session's connection closed (the server terminated the backend, \
                  restarted or failed over, or the socket was reset)",

@@ -43,6 +43,7 @@ pub mod fencing;
 pub mod http;
 mod identity;
 mod key;
+mod leadership;
 mod liveness;
 mod log;
 pub mod loops;
@@ -62,21 +63,23 @@ mod term;
 pub use config::{Config, OnOverdue};
 pub use driver::SESSION_WATCH_PERIOD;
 pub use elector::{Elector, Resignation};
-pub use error::{CheckError, ConfigError, LockFinding, RunError};
+pub use error::{CheckError, ConfigError, RunError};
 pub use identity::{IdentityError, MAX_IDENTITY_LEN};
 pub use key::{LockKey, ParseLockKeyError};
+pub use leadership::{Leadership, TermEnd, TermInfo, TermWaitCancelled};
 pub use liveness::{ElectorLiveness, Liveness, LivenessReport, STUCK_AFTER_INTERVALS, StuckLeader};
 pub use metrics::{LEADER_GAUGE_HELP, LEADER_GAUGE_NAME, key_label};
 pub use overdue::OVERDUE_WORK_MESSAGE;
 pub use plexsphere_leader_core::work::Interruption;
 pub use plexsphere_leader_core::{
-    AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, MAX_HOLD_OFF,
-    MAX_STOP_GRACE_INTERVALS, StopGraceTooLong, TermEndCause, TermId, UNLOCK_BUDGET,
+    AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, LockCheck, LockFinding,
+    LossReason, MAX_HOLD_OFF, MAX_STOP_GRACE_INTERVALS, StopGraceTooLong, TermEndCause, TermId,
+    UNLOCK_BUDGET,
 };
 pub use sql::{LEADER_QUERY, LOCK_CLASS_ID, LOCK_OBJ_ID};
 pub use term::{Term, named_work};
 
-pub use loops::{Background, Gate, LeaderTicker, Leadership, WhileLeader, wire_background};
+pub use loops::{Background, Gate, LeaderSource, LeaderTicker, WhileLeader, wire_background};
 pub use plexsphere_leader_core::readiness::Tick;
 pub use plexsphere_leader_core::supervision::{RestartPolicy, WorkerState};
 pub use readiness::{DuplicateProbe, LoopProbe, Probe, ProbeReport, Readiness, ReadinessReport};

@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use prometheus::core::{Collector, Desc};
 
 use crate::key::LockKey;
+use plexsphere_leader_core::TermEndCause;
 use prometheus::proto::MetricFamily;
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
@@ -70,50 +71,32 @@ pub fn key_label(key: LockKey) -> String {
     key.to_string()
 }
 
-/// Why leadership changed: the `to` and `cause` labels of [`TRANSITIONS`]. Closed.
+/// Why leadership changed: the `to` and `cause` labels of [`TRANSITIONS`]. Closed: a term
+/// began, or ended with the core's [`TermEndCause`], whose label is the `cause`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Transition {
     /// A term began (the lock was granted, and the epoch advanced with fencing).
     Acquired,
-    /// The leader's check failed: an error, or a session that no longer proves the lock.
-    CheckFailed,
-    /// The leader's check did not answer within one interval.
-    CheckTimedOut,
-    /// The lock session ended: the connection closed, or the server ended the session.
-    SessionEnded,
-    /// A graceful stop ended the term.
-    Stopped,
-    /// The replica resigned, or was made ineligible, while it led.
-    Resigned,
-    /// A panic unwound the run while it led.
-    Panicked,
-    /// The run was dropped while it led.
-    Dropped,
+    /// A term ended, for this cause.
+    Ended(TermEndCause),
 }
 
 impl Transition {
-    const ALL: [Self; 8] = [
-        Self::Acquired,
-        Self::CheckFailed,
-        Self::CheckTimedOut,
-        Self::SessionEnded,
-        Self::Stopped,
-        Self::Resigned,
-        Self::Panicked,
-        Self::Dropped,
-    ];
+    const ALL: [Self; 1 + TermEndCause::ALL.len()] = {
+        let mut all = [Self::Acquired; 1 + TermEndCause::ALL.len()];
+        let mut index = 0;
+        while index < TermEndCause::ALL.len() {
+            all[index + 1] = Self::Ended(TermEndCause::ALL[index]);
+            index += 1;
+        }
+        all
+    };
 
     /// The `to` label: the state entered.
     const fn to(self) -> &'static str {
         match self {
             Self::Acquired => "leader",
-            Self::CheckFailed
-            | Self::CheckTimedOut
-            | Self::SessionEnded
-            | Self::Stopped
-            | Self::Resigned
-            | Self::Panicked
-            | Self::Dropped => "standby",
+            Self::Ended(_) => "standby",
         }
     }
 
@@ -121,13 +104,7 @@ impl Transition {
     const fn cause(self) -> &'static str {
         match self {
             Self::Acquired => "acquired",
-            Self::CheckFailed => "check_failed",
-            Self::CheckTimedOut => "check_timed_out",
-            Self::SessionEnded => "session_ended",
-            Self::Stopped => "stopped",
-            Self::Resigned => "resigned",
-            Self::Panicked => "panicked",
-            Self::Dropped => "dropped",
+            Self::Ended(cause) => cause.label(),
         }
     }
 }

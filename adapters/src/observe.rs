@@ -5,9 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use plexsphere_leader_core::{
-    Action, Cause, ConnId, Event, LogKind, LogRecord, TermEndCause, TermId,
-};
+use plexsphere_leader_core::{Action, Cause, ConnId, Event, LogKind, LogRecord};
 
 use crate::elector::Inner;
 use crate::error::CheckError;
@@ -18,14 +16,15 @@ pub(crate) struct Observer {
     inner: Arc<Inner>,
     /// The check statement in flight.
     check: Option<InFlight>,
-    /// A term that ended, whose transition waits for the log record that says why.
-    ended: Option<(TermId, TermEndCause)>,
 }
 
 /// A check statement in flight.
 struct InFlight {
     conn: ConnId,
     role: CheckRole,
+    /// For the leader's check: the backend granted the lock, against which the core judges
+    /// the answer.
+    granted: Option<i32>,
     started: Instant,
     /// Whether its latency is observed: not for a queued wait, whose length is the wait.
     timed: bool,
@@ -33,34 +32,31 @@ struct InFlight {
 
 impl Observer {
     pub(crate) fn new(inner: Arc<Inner>) -> Self {
-        Self {
-            inner,
-            check: None,
-            ended: None,
-        }
+        Self { inner, check: None }
     }
 
     /// An action is about to be performed.
     pub(crate) fn action(&mut self, action: &Action<CheckError>) {
         let now = crate::driver::now();
         match action {
-            Action::TryLock { conn } => self.started(*conn, CheckRole::Standby, now, true),
+            Action::TryLock { conn } => self.started(*conn, CheckRole::Standby, None, now, true),
             Action::WaitForLock { conn, .. } => {
-                self.started(*conn, CheckRole::Standby, now, false);
+                self.started(*conn, CheckRole::Standby, None, now, false);
             }
-            Action::Ping { conn } => self.started(*conn, CheckRole::Leader, now, true),
+            Action::Ping { conn, backend_pid } => {
+                self.started(*conn, CheckRole::Leader, Some(*backend_pid), now, true);
+            }
             Action::BeginTerm { epoch, .. } => {
                 self.inner.last_check().record(now);
                 if let Some(metrics) = self.inner.metrics() {
                     metrics.term_began(*epoch);
                 }
             }
-            Action::EndTerm { term, cause } => {
-                self.flush();
-                self.ended = Some((*term, *cause));
+            Action::EndTerm { cause, .. } => {
                 self.inner.last_check().clear();
                 if let Some(metrics) = self.inner.metrics() {
                     metrics.term_ended();
+                    metrics.transition(Transition::Ended(*cause));
                 }
             }
             Action::Log(record) => self.log(record, now),
@@ -80,12 +76,20 @@ impl Observer {
     pub(crate) fn completion(&mut self, event: &Event<CheckError>) {
         let now = crate::driver::now();
         let answered = match event {
-            Event::LockGranted { conn } => Some((*conn, Some(AttemptOutcome::Granted), true)),
+            Event::LockGranted { conn, .. } => Some((*conn, Some(AttemptOutcome::Granted), true)),
             Event::LockRefused { conn } => Some((*conn, Some(AttemptOutcome::Refused), true)),
             Event::LockQueryFailed { conn, cause } => {
                 Some((*conn, Some(attempt_failure(cause)), false))
             }
-            Event::PingOk { conn } => Some((*conn, None, true)),
+            Event::PingAnswered { conn, found } => {
+                // The core's own verdict, on the backend the check was sent for.
+                let proves = self
+                    .check
+                    .as_ref()
+                    .and_then(|check| check.granted)
+                    .is_some_and(|granted| found.verdict(granted).is_ok());
+                Some((*conn, None, proves))
+            }
             Event::PingFailed { conn, .. } => Some((*conn, None, false)),
             Event::AcquireFailed { .. } => {
                 self.attempt(AttemptOutcome::NoConnection);
@@ -113,18 +117,18 @@ impl Observer {
         }
     }
 
-    /// Every action of one input was performed: a term end that no log record explained is
-    /// counted now.
-    pub(crate) fn flush(&mut self) {
-        if let Some((_, cause)) = self.ended.take() {
-            self.transition(transition(cause, None));
-        }
-    }
-
-    fn started(&mut self, conn: ConnId, role: CheckRole, now: Instant, timed: bool) {
+    fn started(
+        &mut self,
+        conn: ConnId,
+        role: CheckRole,
+        granted: Option<i32>,
+        now: Instant,
+        timed: bool,
+    ) {
         self.check = Some(InFlight {
             conn,
             role,
+            granted,
             started: now,
             timed,
         });
@@ -137,12 +141,6 @@ impl Observer {
                 LogKind::LeadershipLost => self.timed_out(CheckRole::Leader, now),
                 _ => {}
             }
-        }
-        if let Some((term, cause)) = self.ended
-            && record.term == Some(term)
-        {
-            self.ended = None;
-            self.transition(transition(cause, Some(record)));
         }
     }
 
@@ -173,32 +171,6 @@ impl Observer {
             metrics.attempt(outcome);
         }
     }
-
-    fn transition(&self, transition: Transition) {
-        if let Some(metrics) = self.inner.metrics() {
-            metrics.transition(transition);
-        }
-    }
-}
-
-/// Why a term ended, from the core's cause and the log record of that term that followed it in
-/// the same batch of actions, if any. The one place that maps causes to transitions: a new
-/// [`TermEndCause`] fails to compile here until it is given its label.
-fn transition(cause: TermEndCause, record: Option<&LogRecord<CheckError>>) -> Transition {
-    let logged = record.map(|record| (record.kind, record.cause.as_ref()));
-    match cause {
-        TermEndCause::Stopped => Transition::Stopped,
-        TermEndCause::Resigned => Transition::Resigned,
-        TermEndCause::LeadershipLost => match logged {
-            Some((LogKind::AbandonedAfterPanic, _)) => Transition::Panicked,
-            Some((LogKind::AbandonedAfterDrop, _)) => Transition::Dropped,
-            Some((_, Some(Cause::TimedOut(_)))) => Transition::CheckTimedOut,
-            Some((_, Some(Cause::Error(error)))) if error.ends_session() => {
-                Transition::SessionEnded
-            }
-            _ => Transition::CheckFailed,
-        },
-    }
 }
 
 /// The outcome of a grant statement that failed.
@@ -207,69 +179,5 @@ fn attempt_failure(cause: &CheckError) -> AttemptOutcome {
         CheckError::InRecovery => AttemptOutcome::InRecovery,
         CheckError::SharedSession => AttemptOutcome::SharedSession,
         _ => AttemptOutcome::Error,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(kind: LogKind, cause: Option<Cause<CheckError>>) -> LogRecord<CheckError> {
-        LogRecord {
-            kind,
-            term: Some(TermId::new(1)),
-            cause,
-        }
-    }
-
-    #[test]
-    fn each_term_end_maps_to_its_transition() {
-        let lost = TermEndCause::LeadershipLost;
-        let timed_out = Cause::TimedOut(std::time::Duration::from_secs(1));
-        let cases = [
-            (TermEndCause::Stopped, None, Transition::Stopped),
-            (
-                TermEndCause::Resigned,
-                Some(record(LogKind::Resigned, None)),
-                Transition::Resigned,
-            ),
-            (
-                lost,
-                Some(record(LogKind::LeadershipLost, Some(timed_out))),
-                Transition::CheckTimedOut,
-            ),
-            (
-                lost,
-                Some(record(
-                    LogKind::LeadershipLost,
-                    Some(Cause::Error(CheckError::SessionEnded)),
-                )),
-                Transition::SessionEnded,
-            ),
-            (
-                lost,
-                Some(record(
-                    LogKind::LeadershipLost,
-                    Some(Cause::Error(CheckError::LockNotVerified(
-                        crate::LockFinding::NotHeld,
-                    ))),
-                )),
-                Transition::CheckFailed,
-            ),
-            (
-                lost,
-                Some(record(LogKind::AbandonedAfterPanic, None)),
-                Transition::Panicked,
-            ),
-            (
-                lost,
-                Some(record(LogKind::AbandonedAfterDrop, None)),
-                Transition::Dropped,
-            ),
-            (lost, None, Transition::CheckFailed),
-        ];
-        for (cause, record, expected) in cases {
-            assert_eq!(transition(cause, record.as_ref()), expected, "{record:?}");
-        }
     }
 }

@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use futures_util::future::AbortHandle;
 use plexsphere_leader_core::work::{Interruption, TermStatus};
 use plexsphere_leader_core::{TermEndCause, TermId};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 tokio::task_local! {
@@ -23,11 +23,6 @@ pub async fn named_work<F: Future>(name: &str, work: F) -> F::Output {
     WORK_NAME.scope(Arc::from(name), work).await
 }
 
-/// [`named_work`] for a synchronous call that takes a term.
-pub(crate) fn named_sync<R>(name: &Arc<str>, call: impl FnOnce() -> R) -> R {
-    WORK_NAME.sync_scope(Arc::clone(name), call)
-}
-
 /// One term's shared state: its end, and the tokens handed out for it.
 #[derive(Debug)]
 pub(crate) struct TermShared {
@@ -36,6 +31,8 @@ pub(crate) struct TermShared {
     state: Mutex<TermState>,
     /// Signalled when the last handle is dropped.
     drained: Notify,
+    /// Why the term ended, published once it did (for [`Term::ended`]).
+    end: watch::Sender<Option<TermEndCause>>,
 }
 
 #[derive(Debug, Default)]
@@ -49,6 +46,10 @@ struct TermState {
 #[derive(Debug)]
 struct Handle {
     token: CancellationToken,
+    /// The handle's parent token: cancelled before the term ended, it is the first cause.
+    parent: CancellationToken,
+    /// The first cause of the handle's cancellation, set by whichever came first.
+    first: Arc<OnceLock<Interruption>>,
     /// The work it runs, given by [`named_work`].
     name: Option<Arc<str>>,
     /// Aborts the work, when it was started through
@@ -63,6 +64,7 @@ impl TermShared {
             epoch,
             state: Mutex::new(TermState::default()),
             drained: Notify::new(),
+            end: watch::Sender::new(None),
         })
     }
 
@@ -97,8 +99,10 @@ impl TermShared {
         self.id
     }
 
-    /// Ends the term: records the cause and cancels every token handed out for it. Idempotent.
-    /// The handles stay counted until they are dropped, so a graceful stop can await them.
+    /// Ends the term: records the cause (each handle keeps its first cause: a parent cancelled
+    /// before now stays the cause), cancels every token handed out for it and wakes
+    /// [`Term::ended`]. Idempotent. The handles stay counted until they are dropped, so a
+    /// graceful stop can await them.
     pub(crate) fn end(&self, cause: TermEndCause) {
         let tokens: Vec<CancellationToken> = {
             let mut state = self.lock();
@@ -109,9 +113,19 @@ impl TermShared {
             state
                 .tokens
                 .values()
-                .map(|handle| handle.token.clone())
+                .map(|handle| {
+                    handle.first.get_or_init(|| {
+                        if handle.parent.is_cancelled() {
+                            Interruption::ParentCancelled
+                        } else {
+                            Interruption::Term(cause)
+                        }
+                    });
+                    handle.token.clone()
+                })
                 .collect()
         };
+        self.end.send_replace(Some(cause));
         for token in tokens {
             token.cancel();
         }
@@ -120,6 +134,7 @@ impl TermShared {
     /// A [`Term`] whose token is a child of `parent`, or `None` when the term already ended.
     pub(crate) fn handle(self: &Arc<Self>, parent: &CancellationToken) -> Option<Term> {
         let token = parent.child_token();
+        let first = Arc::new(OnceLock::new());
         let key = {
             let mut state = self.lock();
             if state.ended.is_some() {
@@ -132,6 +147,8 @@ impl TermShared {
                 key,
                 Handle {
                     token: token.clone(),
+                    parent: parent.clone(),
+                    first: Arc::clone(&first),
                     name,
                     abort: None,
                 },
@@ -142,6 +159,7 @@ impl TermShared {
             shared: Arc::clone(self),
             token,
             parent: parent.clone(),
+            first,
             key,
         })
     }
@@ -179,13 +197,15 @@ impl TermShared {
 ///
 /// Its [`token`](Self::token) is cancelled when the parent token is cancelled or the term ends
 /// (leadership lost, or the election stopped), whichever comes first; [`cause`](Self::cause)
-/// then tells which. Dropping the `Term` cancels its token (the spec's "always call the cancel
-/// function" is automatic) and forgets it, so long terms do not accumulate handles.
+/// then tells which, and [`ended`](Self::ended) waits for the term's own end. Dropping the
+/// `Term` cancels its token (the spec's "always call the cancel function" is automatic) and
+/// forgets it, so long terms do not accumulate handles.
 #[derive(Debug)]
 pub struct Term {
     shared: Arc<TermShared>,
     token: CancellationToken,
     parent: CancellationToken,
+    first: Arc<OnceLock<Interruption>>,
     key: u64,
 }
 
@@ -219,21 +239,44 @@ impl Term {
         self.cause().is_none()
     }
 
-    /// Why the token was cancelled, or `None` while it is not: the end of the term
-    /// ([`Interruption::Term`], with [`TermEndCause::LeadershipLost`] after a loss: the spec's
-    /// `context.Cause` = `ErrLeadershipLost`) takes precedence over a cancelled parent
-    /// ([`Interruption::ParentCancelled`]).
+    /// Why the token was cancelled, or `None` while it is not. The first cause is kept, as
+    /// Go's `context.Cause` does: the end of the term ([`Interruption::Term`], with
+    /// [`TermEndCause::Lost`] after a loss: the spec's `ErrLeadershipLost`) when it came first,
+    /// [`Interruption::ParentCancelled`] when the parent was cancelled before the term ended.
     pub fn cause(&self) -> Option<Interruption> {
-        if let Some(cause) = self.shared.ended() {
-            return Some(Interruption::Term(cause));
+        if let Some(first) = self.first.get() {
+            return Some(*first);
         }
-        self.parent
-            .is_cancelled()
-            .then_some(Interruption::ParentCancelled)
+        if self.parent.is_cancelled() {
+            return Some(*self.first.get_or_init(|| Interruption::ParentCancelled));
+        }
+        None
     }
 
+    /// Waits until the term itself ends (not merely the parent) and returns why: lost (with
+    /// its [`LossReason`](crate::LossReason)), stopped, or resigned. Resolves at once for a term
+    /// that already ended. Cancel-safe.
+    pub async fn ended(&self) -> TermEndCause {
+        let mut end = self.shared.end.subscribe();
+        loop {
+            if let Some(cause) = *end.borrow_and_update() {
+                return cause;
+            }
+            // The sender lives in the shared state this `Term` holds: it is never dropped while
+            // this waits, so `changed` only returns with a new value.
+            if end.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Where the term stood: ended (with this handle's first cause) or live. A parent
+    /// cancelled while the term holds leaves it live: the work's own result stands.
     pub(crate) fn status(&self) -> TermStatus {
-        self.cause().map_or(TermStatus::Live, TermStatus::Ended)
+        match self.shared.ended() {
+            Some(_) => self.cause().map_or(TermStatus::Live, TermStatus::Ended),
+            None => TermStatus::Live,
+        }
     }
 
     /// Lets the work deadline abort the work this handle runs ([`crate::OnOverdue::Abort`]).
@@ -268,12 +311,10 @@ mod tests {
         let parent = CancellationToken::new();
         let term = shared.handle(&parent).unwrap();
         assert!(term.is_live());
-        shared.end(TermEndCause::LeadershipLost);
+        let lost = TermEndCause::Lost(plexsphere_leader_core::LossReason::CheckTimedOut);
+        shared.end(lost);
         assert!(term.token().is_cancelled());
-        assert_eq!(
-            term.cause(),
-            Some(Interruption::Term(TermEndCause::LeadershipLost))
-        );
+        assert_eq!(term.cause(), Some(Interruption::Term(lost)));
         assert!(!parent.is_cancelled());
     }
 
@@ -285,6 +326,53 @@ mod tests {
         parent.cancel();
         assert!(term.token().is_cancelled());
         assert_eq!(term.cause(), Some(Interruption::ParentCancelled));
+        assert_eq!(term.status(), TermStatus::Live, "the term itself holds");
+    }
+
+    #[test]
+    fn the_first_cause_is_kept_whichever_came_first() {
+        // The parent first, then the term's end (read only after both): the parent.
+        let shared = TermShared::new(TermId::new(1), None);
+        let parent = CancellationToken::new();
+        let term = shared.handle(&parent).unwrap();
+        parent.cancel();
+        shared.end(TermEndCause::Stopped);
+        assert_eq!(term.cause(), Some(Interruption::ParentCancelled));
+        assert_eq!(
+            term.status(),
+            TermStatus::Ended(Interruption::ParentCancelled)
+        );
+        // The term's end first, then the parent: the term's end.
+        let shared = TermShared::new(TermId::new(2), None);
+        let parent = CancellationToken::new();
+        let term = shared.handle(&parent).unwrap();
+        shared.end(TermEndCause::Resigned);
+        parent.cancel();
+        assert_eq!(
+            term.cause(),
+            Some(Interruption::Term(TermEndCause::Resigned))
+        );
+    }
+
+    #[tokio::test]
+    async fn ended_waits_for_the_terms_own_end_not_the_parent() {
+        let shared = TermShared::new(TermId::new(1), None);
+        let parent = CancellationToken::new();
+        let term = shared.handle(&parent).unwrap();
+        parent.cancel();
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(20), term.ended());
+        assert!(
+            waiting.await.is_err(),
+            "a cancelled parent does not end the term"
+        );
+        let lost = TermEndCause::Lost(plexsphere_leader_core::LossReason::SessionEnded);
+        let ender = {
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move { shared.end(lost) })
+        };
+        assert_eq!(term.ended().await, lost);
+        ender.await.unwrap();
+        assert_eq!(term.ended().await, lost, "at once once ended");
     }
 
     #[test]

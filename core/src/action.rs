@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::ids::{ConnId, TermId};
+use crate::verify::LockFinding;
 
 /// One thing the driver must do, drained with [`Election::poll_action`](crate::Election::poll_action)
 /// in order.
@@ -52,10 +53,16 @@ pub enum Action<C> {
         /// The lock connection.
         conn: ConnId,
     },
-    /// Run the leader's check on the lock connection, then report `PingOk` or `PingFailed`.
+    /// The leader's check: verify the lock on the lock connection (the spec's ping, now a lock
+    /// verification): read the answering backend, whether the server is in recovery, whether
+    /// `pg_locks` shows the lock held by that backend, and the grant's marker, then report
+    /// [`Event::PingAnswered`](crate::Event::PingAnswered) with what was found, or
+    /// `PingFailed`. The election judges the answer ([`LockCheck::verdict`](crate::LockCheck::verdict)).
     Ping {
         /// The lock connection.
         conn: ConnId,
+        /// The backend granted the lock, which must be the one that answers.
+        backend_pid: i32,
     },
     /// Run `pg_advisory_unlock` on the lock connection, then report `UnlockDone` or
     /// `UnlockFailed`.
@@ -108,7 +115,7 @@ impl<C> Action<C> {
             | Self::ReturnToPool { conn }
             | Self::Hijack { conn }
             | Self::AdvanceEpoch { conn }
-            | Self::Ping { conn }
+            | Self::Ping { conn, .. }
             | Self::Unlock { conn }
             | Self::CloseConnection { conn } => Some(*conn),
             Self::BeginTerm { .. }
@@ -120,12 +127,12 @@ impl<C> Action<C> {
     }
 }
 
-/// Why a term ended. Closed: these are the only three ways.
+/// Why a term ended. Closed: a term is lost, stopped or resigned, and a loss has a typed
+/// [`LossReason`]. Carried by [`Action::EndTerm`], emitted exactly once per term.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TermEndCause {
-    /// The lock is, or may be, lost: the check failed or did not answer in time, or the run
-    /// panicked or was dropped while leading (the spec's `ErrLeadershipLost`).
-    LeadershipLost,
+    /// The lock is, or may be, lost (the spec's `ErrLeadershipLost`), for this reason.
+    Lost(LossReason),
     /// The run was cancelled: the replica gives the lock up on purpose.
     Stopped,
     /// An operator asked the leader to resign, or made it ineligible: it gives the lock up on
@@ -133,12 +140,102 @@ pub enum TermEndCause {
     Resigned,
 }
 
+impl TermEndCause {
+    /// Every cause, in a fixed order: for metrics that pre-register one series per cause.
+    pub const ALL: [Self; 11] = [
+        Self::Lost(LossReason::CheckFailed),
+        Self::Lost(LossReason::CheckTimedOut),
+        Self::Lost(LossReason::SessionEnded),
+        Self::Lost(LossReason::LockNotHeld),
+        Self::Lost(LossReason::ServerInRecovery),
+        Self::Lost(LossReason::BackendChanged),
+        Self::Lost(LossReason::SessionShared),
+        Self::Lost(LossReason::Panicked),
+        Self::Lost(LossReason::Dropped),
+        Self::Stopped,
+        Self::Resigned,
+    ];
+
+    /// Whether the term was lost rather than given up on purpose.
+    pub const fn is_loss(self) -> bool {
+        matches!(self, Self::Lost(_))
+    }
+
+    /// A stable `snake_case` label: the loss reason's label, `stopped` or `resigned`.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Lost(reason) => reason.label(),
+            Self::Stopped => "stopped",
+            Self::Resigned => "resigned",
+        }
+    }
+}
+
 impl fmt::Display for TermEndCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Lost(reason) => write!(f, "leadership lost: {reason}"),
+            Self::Stopped => f.write_str("election stopped"),
+            Self::Resigned => f.write_str("leadership resigned"),
+        }
+    }
+}
+
+/// Why a term was lost. Closed: every way the election can stop trusting its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LossReason {
+    /// The leader's check failed with an error that does not by itself end the session.
+    CheckFailed,
+    /// The leader's check did not answer within one interval.
+    CheckTimedOut,
+    /// The lock session ended: the server terminated the backend, restarted or closed the
+    /// session (`idle_session_timeout`), or the socket was reset.
+    SessionEnded,
+    /// The check found the lock gone from `pg_locks` for the granted backend.
+    LockNotHeld,
+    /// The check found the server in recovery (demoted by a failover, or a re-routed
+    /// connection).
+    ServerInRecovery,
+    /// The check ran on another backend than the one granted the lock (a transaction-mode
+    /// pooler, or a re-routed connection).
+    BackendChanged,
+    /// Another client's grant statement ran on the lock session: the server session is shared.
+    SessionShared,
+    /// A panic unwound the run while it led.
+    Panicked,
+    /// The run was dropped (its task aborted) while it led.
+    Dropped,
+}
+
+impl LossReason {
+    /// A stable `snake_case` label (the metrics' `cause` label).
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::CheckFailed => "check_failed",
+            Self::CheckTimedOut => "check_timed_out",
+            Self::SessionEnded => "session_ended",
+            Self::LockNotHeld => "lock_not_held",
+            Self::ServerInRecovery => "server_in_recovery",
+            Self::BackendChanged => "backend_changed",
+            Self::SessionShared => "session_shared",
+            Self::Panicked => "panicked",
+            Self::Dropped => "dropped",
+        }
+    }
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Self::LeadershipLost => "leadership lost",
-            Self::Stopped => "election stopped",
-            Self::Resigned => "leadership resigned",
+            Self::CheckFailed => "the check failed",
+            Self::CheckTimedOut => "the check did not answer in time",
+            Self::SessionEnded => "the lock session ended",
+            Self::LockNotHeld => "the lock is no longer held",
+            Self::ServerInRecovery => "the server is in recovery",
+            Self::BackendChanged => "the check ran on another backend",
+            Self::SessionShared => "the lock session is shared",
+            Self::Panicked => "the run panicked",
+            Self::Dropped => "the run was dropped",
         })
     }
 }
@@ -266,6 +363,8 @@ pub enum Cause<C> {
     TimedOut(Duration),
     /// `pg_advisory_unlock` answered `false`: the session did not hold the lock.
     LockNotHeld,
+    /// The leader's check answered, and what it found does not prove the lock.
+    LockNotVerified(LockFinding),
     /// The fencing epoch the database returned is not greater than one this election already
     /// used (a restored backup, or a failover to a standby that missed it).
     EpochDidNotAdvance {
@@ -284,6 +383,7 @@ impl<C: fmt::Display> fmt::Display for Cause<C> {
             Self::LockNotHeld => {
                 f.write_str("pg_advisory_unlock returned false: the session did not hold the lock")
             }
+            Self::LockNotVerified(finding) => write!(f, "lock check failed: {finding}"),
             Self::EpochDidNotAdvance { epoch, last } => write!(
                 f,
                 "the fencing epoch did not advance ({epoch} after {last}): the fence table \

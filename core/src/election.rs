@@ -4,12 +4,13 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::action::{Action, Cause, LogKind, LogRecord, TermEndCause};
+use crate::action::{Action, Cause, LogKind, LogRecord, LossReason, TermEndCause};
 use crate::event::Event;
 use crate::ids::{ConnId, TermId};
 use crate::interval::{CheckInterval, UNLOCK_BUDGET};
 use crate::options::{AcquireMode, Options};
 use crate::schedule::Schedule;
+use crate::verify::LockCheck;
 
 /// The election of one replica: standby, leader, or not running.
 ///
@@ -97,7 +98,7 @@ pub enum Ignored {
     /// closed, or belongs to an earlier check).
     StaleConnection,
     /// The completion names the awaited connection but answers another operation than the one
-    /// in flight (for example `PingOk` while the grant statement runs).
+    /// in flight (for example `PingAnswered` while the grant statement runs).
     Unexpected,
     /// The election is already stopping; a second stop request changes nothing. Also a resign
     /// request while the lock is being given up.
@@ -189,15 +190,30 @@ enum Role {
 }
 
 enum Standby {
-    Waiting { next_check: Instant },
-    Acquiring { conn: ConnId, deadline: Instant },
-    TryingLock { conn: ConnId, deadline: Instant },
-    Fencing { conn: ConnId, deadline: Instant },
+    Waiting {
+        next_check: Instant,
+    },
+    Acquiring {
+        conn: ConnId,
+        deadline: Instant,
+    },
+    TryingLock {
+        conn: ConnId,
+        deadline: Instant,
+    },
+    Fencing {
+        conn: ConnId,
+        /// The backend granted the lock, which the term's checks must find.
+        backend_pid: i32,
+        deadline: Instant,
+    },
 }
 
 struct Leader {
     term: TermId,
     conn: ConnId,
+    /// The backend granted the lock: every check must be answered by it.
+    backend_pid: i32,
     check: LeaderCheck,
 }
 
@@ -428,7 +444,7 @@ impl<C> Election<C> {
             Event::Dropped => self.abandon(Abandon::Drop),
             Event::ConnectionAcquired { conn } => self.on_acquired(now, conn),
             Event::AcquireFailed { cause, .. } => self.on_acquire_failed(now, Cause::Error(cause)),
-            Event::LockGranted { conn } => self.on_granted(now, conn),
+            Event::LockGranted { conn, backend_pid } => self.on_granted(now, conn, backend_pid),
             Event::LockRefused { conn } => self.on_refused(now, conn),
             Event::LockQueryFailed { conn, cause } => {
                 self.on_try_failed(now, conn, Cause::Error(cause));
@@ -437,8 +453,10 @@ impl<C> Election<C> {
             Event::EpochFailed { cause, .. } => self.on_fencing_failed(now, Cause::Error(cause)),
             Event::SessionEnded { cause, .. } => self.on_session_ended(now, Cause::Error(cause)),
             Event::WorkDrained { .. } => self.release(now),
-            Event::PingOk { .. } => self.on_ping_ok(now),
-            Event::PingFailed { cause, .. } => self.demote(now, Cause::Error(cause)),
+            Event::PingAnswered { found, .. } => self.on_ping_answered(now, found),
+            Event::PingFailed { cause, .. } => {
+                self.demote(now, LossReason::CheckFailed, Cause::Error(cause));
+            }
             Event::UnlockDone { released: true, .. } => self.finish_release(now, None),
             Event::UnlockDone {
                 released: false, ..
@@ -466,7 +484,9 @@ impl<C> Election<C> {
                 }
             }
             Timer::FenceDeadline => self.on_fencing_failed(now, Cause::TimedOut(interval)),
-            Timer::PingDeadline => self.demote(now, Cause::TimedOut(interval)),
+            Timer::PingDeadline => {
+                self.demote(now, LossReason::CheckTimedOut, Cause::TimedOut(interval));
+            }
             Timer::DrainDeadline => {
                 let term = self.draining().map(|draining| draining.term);
                 self.log(LogKind::WorkOutlivedStop, term, None);
@@ -503,8 +523,8 @@ impl<C> Election<C> {
         }
         if let Role::Leader(leader) = &mut running.role {
             leader.check = LeaderCheck::Pinging { deadline };
-            let conn = leader.conn;
-            self.push(Action::Ping { conn });
+            let (conn, backend_pid) = (leader.conn, leader.backend_pid);
+            self.push(Action::Ping { conn, backend_pid });
         } else {
             let role = self.begin_standby_check(now);
             self.set_role(role);
@@ -554,26 +574,33 @@ impl<C> Election<C> {
 
     /// The lock is held: the connection leaves the pool, then the term begins, or first the
     /// fencing epoch is advanced.
-    fn on_granted(&mut self, now: Instant, conn: ConnId) {
+    fn on_granted(&mut self, now: Instant, conn: ConnId, backend_pid: i32) {
         self.push(Action::Hijack { conn });
         if self.options.is_fencing() {
             self.push(Action::AdvanceEpoch { conn });
             let deadline = now + self.interval().get();
-            self.set_role(Role::Standby(Standby::Fencing { conn, deadline }));
+            self.set_role(Role::Standby(Standby::Fencing {
+                conn,
+                backend_pid,
+                deadline,
+            }));
         } else {
-            self.begin_term(now, conn, None);
+            self.begin_term(now, conn, backend_pid, None);
         }
     }
 
     /// The epoch came back: the term begins if it advanced past every epoch seen before.
     fn on_epoch(&mut self, now: Instant, conn: ConnId, epoch: u64) {
+        let Some(backend_pid) = self.fencing_backend() else {
+            return;
+        };
         match self.last_epoch {
             Some(last) if epoch <= last => {
                 self.on_fencing_failed(now, Cause::EpochDidNotAdvance { epoch, last });
             }
             _ => {
                 self.last_epoch = Some(epoch);
-                self.begin_term(now, conn, Some(epoch));
+                self.begin_term(now, conn, backend_pid, Some(epoch));
             }
         }
     }
@@ -586,7 +613,7 @@ impl<C> Election<C> {
         self.wait_as_standby(now);
     }
 
-    fn begin_term(&mut self, now: Instant, conn: ConnId, epoch: Option<u64>) {
+    fn begin_term(&mut self, now: Instant, conn: ConnId, backend_pid: i32, epoch: Option<u64>) {
         self.last_term += 1;
         let term = TermId::new(self.last_term);
         self.push(Action::BeginTerm { term, epoch });
@@ -595,6 +622,7 @@ impl<C> Election<C> {
         self.set_role(Role::Leader(Leader {
             term,
             conn,
+            backend_pid,
             check: LeaderCheck::Waiting { next_check },
         }));
     }
@@ -612,6 +640,20 @@ impl<C> Election<C> {
         self.wait_as_standby(now);
     }
 
+    /// The leader's check answered: the term goes on if what it found proves the lock, and is
+    /// lost with the finding's reason if not.
+    fn on_ping_answered(&mut self, now: Instant, found: LockCheck) {
+        let Some(granted) = self.leader_mut().map(|leader| leader.backend_pid) else {
+            return;
+        };
+        match found.verdict(granted) {
+            Ok(()) => self.on_ping_ok(now),
+            Err(finding) => {
+                self.demote(now, finding.loss_reason(), Cause::LockNotVerified(finding));
+            }
+        }
+    }
+
     fn on_ping_ok(&mut self, now: Instant) {
         let next_check = self.next_check(now);
         if let Some(leader) = self.leader_mut() {
@@ -620,19 +662,19 @@ impl<C> Election<C> {
     }
 
     /// The leader's check failed: end the term, close the connection, log, become a standby.
-    fn demote(&mut self, now: Instant, cause: Cause<C>) {
+    fn demote(&mut self, now: Instant, reason: LossReason, cause: Cause<C>) {
         let next_check = self.next_check(now);
-        self.demote_until(next_check, cause);
+        self.demote_until(next_check, reason, cause);
     }
 
     /// [`demote`](Self::demote), with the standby's first check at `next_check`.
-    fn demote_until(&mut self, next_check: Instant, cause: Cause<C>) {
+    fn demote_until(&mut self, next_check: Instant, reason: LossReason, cause: Cause<C>) {
         let Some((term, conn)) = self.leader_mut().map(|leader| (leader.term, leader.conn)) else {
             return;
         };
         self.push(Action::EndTerm {
             term,
-            cause: TermEndCause::LeadershipLost,
+            cause: TermEndCause::Lost(reason),
         });
         self.push(Action::CloseConnection { conn });
         self.log(LogKind::LeadershipLost, Some(term), Some(cause));
@@ -654,7 +696,7 @@ impl<C> Election<C> {
                 let next_check = running
                     .schedule
                     .first_at_or_after(now + self.options.interval().get());
-                self.demote_until(next_check, cause);
+                self.demote_until(next_check, LossReason::SessionEnded, cause);
             }
             Role::Standby(Standby::Fencing { .. }) => self.on_fencing_failed(now, cause),
             Role::Draining(Draining {
@@ -830,9 +872,13 @@ impl<C> Election<C> {
         let held = match &running.role {
             Role::Leader(leader) => {
                 let term = leader.term;
+                let reason = match how {
+                    Abandon::Panic => LossReason::Panicked,
+                    Abandon::Drop => LossReason::Dropped,
+                };
                 self.push(Action::EndTerm {
                     term,
-                    cause: TermEndCause::LeadershipLost,
+                    cause: TermEndCause::Lost(reason),
                 });
                 Some(term)
             }
@@ -882,6 +928,17 @@ impl<C> Election<C> {
     fn set_role(&mut self, role: Role) {
         if let State::Running(running) = &mut self.state {
             running.role = role;
+        }
+    }
+
+    /// The granted backend of a lock whose fencing epoch is being advanced.
+    fn fencing_backend(&self) -> Option<i32> {
+        match &self.state {
+            State::Running(Running {
+                role: Role::Standby(Standby::Fencing { backend_pid, .. }),
+                ..
+            }) => Some(*backend_pid),
+            _ => None,
         }
     }
 
@@ -1005,7 +1062,7 @@ fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
             event,
             Event::EpochAdvanced { .. } | Event::EpochFailed { .. }
         ),
-        Role::Leader(_) => matches!(event, Event::PingOk { .. } | Event::PingFailed { .. }),
+        Role::Leader(_) => matches!(event, Event::PingAnswered { .. } | Event::PingFailed { .. }),
         Role::Releasing(_) => {
             matches!(event, Event::UnlockDone { .. } | Event::UnlockFailed { .. })
         }

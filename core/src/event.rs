@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::ids::{ConnId, TermId};
+use crate::verify::LockCheck;
 
 /// Something that happened, reported by the driver through
 /// [`Election::handle_event`](crate::Election::handle_event).
@@ -29,6 +30,9 @@ pub enum Event<C> {
     LockGranted {
         /// The connection the lock was tried on.
         conn: ConnId,
+        /// The backend the server granted the lock to (`pg_backend_pid()` in the grant's
+        /// answer): every later check must be answered by it.
+        backend_pid: i32,
     },
     /// [`Action::TryLock`](crate::Action::TryLock) answered `false`: another session holds the
     /// lock and nothing changed on this session.
@@ -71,10 +75,13 @@ pub enum Event<C> {
         /// The term whose work ended.
         term: TermId,
     },
-    /// [`Action::Ping`](crate::Action::Ping) answered.
-    PingOk {
+    /// [`Action::Ping`](crate::Action::Ping) answered with what the lock verification found;
+    /// the election judges it ([`LockCheck::verdict`]).
+    PingAnswered {
         /// The lock connection.
         conn: ConnId,
+        /// What the check statement returned.
+        found: LockCheck,
     },
     /// [`Action::Ping`](crate::Action::Ping) failed.
     PingFailed {
@@ -128,10 +135,10 @@ impl<C> Event<C> {
         match self {
             Self::ConnectionAcquired { conn }
             | Self::AcquireFailed { conn, .. }
-            | Self::LockGranted { conn }
+            | Self::LockGranted { conn, .. }
             | Self::LockRefused { conn }
             | Self::LockQueryFailed { conn, .. }
-            | Self::PingOk { conn }
+            | Self::PingAnswered { conn, .. }
             | Self::PingFailed { conn, .. }
             | Self::UnlockDone { conn, .. }
             | Self::UnlockFailed { conn, .. }

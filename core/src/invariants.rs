@@ -25,7 +25,7 @@
 use std::fmt;
 use std::time::Instant;
 
-use crate::action::{Action, TermEndCause};
+use crate::action::{Action, LossReason, TermEndCause};
 use crate::election::{Handled, MAX_HOLD_OFF};
 use crate::event::Event;
 use crate::ids::{ConnId, TermId};
@@ -88,6 +88,8 @@ pub struct Checker {
     newest: Option<(ConnId, ConnState)>,
     ineligible: bool,
     hold_until: Option<Instant>,
+    /// The backend granted the lock of the newest grant, which the leader's checks must find.
+    granted_pid: Option<i32>,
 }
 
 impl Checker {
@@ -233,21 +235,15 @@ impl Checker {
                 if self.open_term != Some(*term) {
                     return Err(format!("EndTerm {term} but open is {:?}", self.open_term));
                 }
-                let expected = match event {
-                    Some(Event::Cancelled) => TermEndCause::Stopped,
-                    Some(Event::Resign { .. } | Event::SetEligible { eligible: false }) => {
-                        TermEndCause::Resigned
-                    }
-                    _ => TermEndCause::LeadershipLost,
-                };
-                if *cause != expected {
+                let expected = self.expected_end(event);
+                if Some(*cause) != expected {
                     return Err(format!(
                         "EndTerm cause {cause:?} for input {:?}",
                         input_name(event)
                     ));
                 }
                 self.open_term = None;
-                self.stopped = expected != TermEndCause::LeadershipLost;
+                self.stopped = !cause.is_loss();
             }
             Action::AwaitWork { term } if !self.stopped || self.last_term != Some(*term) => {
                 return Err(format!("AwaitWork {term} without a stopped term"));
@@ -266,6 +262,31 @@ impl Checker {
             _ => {}
         }
         Ok(())
+    }
+
+    /// The only cause a term may end with in answer to `event` (`None` for a timeout: the
+    /// leader's check deadline); `None` when no term may end in answer to it.
+    fn expected_end<C>(&self, event: Option<&Event<C>>) -> Option<TermEndCause> {
+        let lost = |reason| Some(TermEndCause::Lost(reason));
+        match event {
+            Some(Event::Cancelled) => Some(TermEndCause::Stopped),
+            Some(Event::Resign { .. } | Event::SetEligible { eligible: false }) => {
+                Some(TermEndCause::Resigned)
+            }
+            None => lost(LossReason::CheckTimedOut),
+            Some(Event::PingFailed { .. }) => lost(LossReason::CheckFailed),
+            Some(Event::SessionEnded { .. }) => lost(LossReason::SessionEnded),
+            Some(Event::Panicked) => lost(LossReason::Panicked),
+            Some(Event::Dropped) => lost(LossReason::Dropped),
+            Some(Event::PingAnswered { found, .. }) => {
+                let granted = self.granted_pid?;
+                found
+                    .verdict(granted)
+                    .err()
+                    .map(|finding| TermEndCause::Lost(finding.loss_reason()))
+            }
+            Some(_) => None,
+        }
     }
 
     fn check_conn_action<C>(
@@ -326,6 +347,9 @@ impl Checker {
             (Action::Hijack { .. }, ConnState::Borrowed)
                 if answered(|e| matches!(e, Event::LockGranted { .. })) =>
             {
+                if let Some(Event::LockGranted { backend_pid, .. }) = event {
+                    self.granted_pid = Some(*backend_pid);
+                }
                 ConnState::Hijacked
             }
             (Action::AdvanceEpoch { .. }, ConnState::Hijacked)
@@ -333,7 +357,11 @@ impl Checker {
             {
                 ConnState::Hijacked
             }
-            (Action::Ping { .. }, ConnState::Hijacked) if event.is_none() => ConnState::Hijacked,
+            (Action::Ping { backend_pid, .. }, ConnState::Hijacked)
+                if event.is_none() && self.granted_pid == Some(*backend_pid) =>
+            {
+                ConnState::Hijacked
+            }
             (Action::Unlock { .. }, ConnState::Hijacked)
                 if self.stopped
                     && self.open_term.is_none()
@@ -413,7 +441,7 @@ fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
         Some(Event::EpochFailed { .. }) => "EpochFailed",
         Some(Event::SessionEnded { .. }) => "SessionEnded",
         Some(Event::WorkDrained { .. }) => "WorkDrained",
-        Some(Event::PingOk { .. }) => "PingOk",
+        Some(Event::PingAnswered { .. }) => "PingAnswered",
         Some(Event::PingFailed { .. }) => "PingFailed",
         Some(Event::UnlockDone { .. }) => "UnlockDone",
         Some(Event::UnlockFailed { .. }) => "UnlockFailed",
@@ -433,6 +461,7 @@ mod tests {
 
     use super::*;
     use crate::action::{LogKind, LogRecord};
+    use crate::verify::LockCheck;
 
     type A = Action<u8>;
     type E = Event<u8>;
@@ -440,6 +469,7 @@ mod tests {
     const C1: ConnId = ConnId::new(1);
     const C2: ConnId = ConnId::new(2);
     const T1: TermId = TermId::new(1);
+    const PID: i32 = 4242;
 
     struct Trace {
         checker: Checker,
@@ -492,7 +522,14 @@ mod tests {
                 },
             ];
             trace
-                .event(2, E::LockGranted { conn: C1 }, &granted)
+                .event(
+                    2,
+                    E::LockGranted {
+                        conn: C1,
+                        backend_pid: PID,
+                    },
+                    &granted,
+                )
                 .unwrap();
             assert!(trace.checker.term_open());
             trace
@@ -537,7 +574,10 @@ mod tests {
         violation(
             trace.event(
                 3,
-                E::PingOk { conn: C1 },
+                E::PingAnswered {
+                    conn: C1,
+                    found: LockCheck::holding(PID),
+                },
                 &[A::BeginTerm {
                     term: TermId::new(2),
                     epoch: None,
@@ -554,7 +594,10 @@ mod tests {
         violation(
             trace.event(
                 1,
-                E::LockGranted { conn: C1 },
+                E::LockGranted {
+                    conn: C1,
+                    backend_pid: PID,
+                },
                 &[A::BeginTerm {
                     term: T1,
                     epoch: None,
@@ -566,7 +609,7 @@ mod tests {
         let lost = [
             A::EndTerm {
                 term: T1,
-                cause: TermEndCause::LeadershipLost,
+                cause: TermEndCause::Lost(LossReason::CheckFailed),
             },
             A::CloseConnection { conn: C1 },
         ];
@@ -576,7 +619,10 @@ mod tests {
         trace
             .event(
                 4,
-                E::PingOk { conn: C1 },
+                E::PingAnswered {
+                    conn: C1,
+                    found: LockCheck::holding(PID),
+                },
                 &[A::AcquireConnection { conn: C2 }],
             )
             .unwrap();
@@ -595,7 +641,14 @@ mod tests {
             },
         ];
         violation(
-            trace.event(6, E::LockGranted { conn: C2 }, &stale),
+            trace.event(
+                6,
+                E::LockGranted {
+                    conn: C2,
+                    backend_pid: PID,
+                },
+                &stale,
+            ),
             "does not increase",
         );
     }
@@ -606,7 +659,7 @@ mod tests {
         trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
         let end = [A::EndTerm {
             term: T1,
-            cause: TermEndCause::LeadershipLost,
+            cause: TermEndCause::Lost(LossReason::Panicked),
         }];
         violation(trace.event(1, E::Panicked, &end), "open is None");
         let mut trace = Trace::leading();
@@ -644,7 +697,10 @@ mod tests {
         violation(
             trace.event(
                 2,
-                E::LockGranted { conn: C1 },
+                E::LockGranted {
+                    conn: C1,
+                    backend_pid: PID,
+                },
                 &[A::ReturnToPool { conn: C1 }],
             ),
             "ReturnToPool",
@@ -663,14 +719,17 @@ mod tests {
         let lost = [
             A::EndTerm {
                 term: T1,
-                cause: TermEndCause::LeadershipLost,
+                cause: TermEndCause::Lost(LossReason::CheckFailed),
             },
             A::CloseConnection { conn: C1 },
         ];
         trace
             .event(3, E::PingFailed { conn: C1, cause: 0 }, &lost)
             .unwrap();
-        let ping = [A::Ping { conn: C1 }];
+        let ping = [A::Ping {
+            conn: C1,
+            backend_pid: PID,
+        }];
         let timeout = Some(trace.at(200));
         violation(
             trace
@@ -733,7 +792,17 @@ mod tests {
         );
         let mut trace = Trace::leading();
         violation(
-            trace.event(3, E::PingOk { conn: C1 }, &[A::Ping { conn: C1 }]),
+            trace.event(
+                3,
+                E::PingAnswered {
+                    conn: C1,
+                    found: LockCheck::holding(PID),
+                },
+                &[A::Ping {
+                    conn: C1,
+                    backend_pid: PID,
+                }],
+            ),
             "Ping",
         );
     }
@@ -752,7 +821,16 @@ mod tests {
             )
             .unwrap();
         let fence = [A::Hijack { conn: C1 }, A::AdvanceEpoch { conn: C1 }];
-        trace.event(2, E::LockGranted { conn: C1 }, &fence).unwrap();
+        trace
+            .event(
+                2,
+                E::LockGranted {
+                    conn: C1,
+                    backend_pid: PID,
+                },
+                &fence,
+            )
+            .unwrap();
         let unlock = [A::Unlock { conn: C1 }];
         violation(
             trace
@@ -772,8 +850,15 @@ mod tests {
     fn an_epoch_advance_not_answering_the_grant_is_reported() {
         let mut trace = Trace::leading();
         violation(
-            trace.event(3, E::PingOk { conn: C1 }, &[A::AdvanceEpoch { conn: C1 }]),
-            "AdvanceEpoch on conn#1 (Hijacked) in answer to PingOk",
+            trace.event(
+                3,
+                E::PingAnswered {
+                    conn: C1,
+                    found: LockCheck::holding(PID),
+                },
+                &[A::AdvanceEpoch { conn: C1 }],
+            ),
+            "AdvanceEpoch on conn#1 (Hijacked) in answer to PingAnswered",
         );
     }
 
@@ -795,7 +880,14 @@ mod tests {
         // The term is still open.
         let mut trace = Trace::leading();
         violation(
-            trace.event(3, E::PingOk { conn: C1 }, &[A::AwaitWork { term: T1 }]),
+            trace.event(
+                3,
+                E::PingAnswered {
+                    conn: C1,
+                    found: LockCheck::holding(PID),
+                },
+                &[A::AwaitWork { term: T1 }],
+            ),
             "AwaitWork 1 without a stopped term",
         );
         // Another term than the stopped one.
@@ -845,7 +937,10 @@ mod tests {
         let mut trace = Trace::new();
         trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
         let ignored = Input::Event {
-            event: &E::PingOk { conn: C1 },
+            event: &E::PingAnswered {
+                conn: C1,
+                found: LockCheck::holding(PID),
+            },
             handled: Handled::Ignored(crate::Ignored::Unexpected),
         };
         violation(

@@ -25,9 +25,10 @@ mod options;
 pub mod readiness;
 mod schedule;
 pub mod supervision;
+mod verify;
 pub mod work;
 
-pub use action::{Action, Cause, Level, LogKind, LogRecord, TermEndCause};
+pub use action::{Action, Cause, Level, LogKind, LogRecord, LossReason, TermEndCause};
 pub use election::{AlreadyRunning, Election, Handled, Ignored, MAX_HOLD_OFF, Phase, Timer};
 pub use event::Event;
 pub use ids::{ConnId, TermId};
@@ -36,3 +37,4 @@ pub use interval::{
     MAX_CHECK_INTERVAL, MIN_CHECK_INTERVAL, UNLOCK_BUDGET,
 };
 pub use options::{AcquireMode, MAX_STOP_GRACE_INTERVALS, Options, StopGraceTooLong};
+pub use verify::{LockCheck, LockFinding};

@@ -15,8 +15,7 @@ use crate::action::{LogKind, TermEndCause};
 /// Why the term a unit of work ran under ended before the work returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Interruption {
-    /// The election ended the term ([`TermEndCause::LeadershipLost`] or
-    /// [`TermEndCause::Stopped`]).
+    /// The election ended the term (lost, stopped or resigned).
     Term(TermEndCause),
     /// The caller's own cancellation token was cancelled (a shutdown of the caller).
     ParentCancelled,
@@ -116,7 +115,9 @@ mod tests {
 
     #[test]
     fn leadership_lost_while_running_is_false_no_error_logged_at_info_and_not_a_failure() {
-        let lost = TermStatus::Ended(Interruption::Term(TermEndCause::LeadershipLost));
+        let lost = TermStatus::Ended(Interruption::Term(TermEndCause::Lost(
+            crate::LossReason::CheckFailed,
+        )));
         for result in [Ok(()), Err("cancelled by the term")] {
             let outcome = Outcome::settle(lost, result);
             assert!(!outcome.is_failure());
@@ -136,8 +137,8 @@ mod tests {
 
     #[test]
     fn interruptions_render_their_cause() {
-        let lost = Interruption::Term(TermEndCause::LeadershipLost);
-        assert_eq!(lost.to_string(), "leadership lost");
+        let lost = Interruption::Term(TermEndCause::Lost(crate::LossReason::CheckFailed));
+        assert_eq!(lost.to_string(), "leadership lost: the check failed");
         assert_eq!(
             Interruption::ParentCancelled.to_string(),
             "parent cancelled"

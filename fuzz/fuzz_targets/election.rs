@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use plexsphere_leader_core::invariants::{Checker, Input};
-use plexsphere_leader_core::{AcquireMode, CheckInterval, ConnId, Election, Event, Options, TermId};
+use plexsphere_leader_core::{
+    AcquireMode, CheckInterval, ConnId, Election, Event, LockCheck, Options, TermId,
+};
 
 #[derive(Debug, Arbitrary)]
 struct Step {
@@ -22,10 +24,14 @@ enum FuzzInput {
     Start,
     Acquired(Which),
     AcquireFailed(Which),
-    Granted(Which),
+    /// A grant to backend `pid` (small, so the checks' backends collide with it often).
+    Granted(Which, u8),
     Refused(Which),
     TryFailed(Which),
+    /// A check answer that proves the lock of the newest grant.
     PingOk(Which),
+    /// Any check answer: the backend that answered and the three verdict flags.
+    PingAnswered(Which, u8, bool, bool, bool),
     PingFailed(Which),
     Unlocked(Which, bool),
     UnlockFailed(Which),
@@ -84,6 +90,8 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
     };
     let mut now = Instant::now();
     let mut newest = 0u64;
+    // The backend of the newest grant, which a proving check answer names.
+    let mut granted_pid = 0i32;
     for step in steps {
         now += Duration::from_millis(u64::from(step.delay_ms));
         if election.poll_timeout().is_some_and(|at| at <= now) {
@@ -115,13 +123,33 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
                 conn: conn(w),
                 cause: 1,
             },
-            FuzzInput::Granted(w) => Event::LockGranted { conn: conn(w) },
+            FuzzInput::Granted(w, pid) => {
+                granted_pid = i32::from(*pid % 4);
+                Event::LockGranted {
+                    conn: conn(w),
+                    backend_pid: granted_pid,
+                }
+            }
+            FuzzInput::PingOk(w) => Event::PingAnswered {
+                conn: conn(w),
+                found: LockCheck::holding(granted_pid),
+            },
             FuzzInput::Refused(w) => Event::LockRefused { conn: conn(w) },
             FuzzInput::TryFailed(w) => Event::LockQueryFailed {
                 conn: conn(w),
                 cause: 2,
             },
-            FuzzInput::PingOk(w) => Event::PingOk { conn: conn(w) },
+            FuzzInput::PingAnswered(w, pid, in_recovery, holds_lock, marked_by_grant) => {
+                Event::PingAnswered {
+                    conn: conn(w),
+                    found: LockCheck {
+                        backend_pid: i32::from(*pid % 4),
+                        in_recovery: *in_recovery,
+                        holds_lock: *holds_lock,
+                        marked_by_grant: *marked_by_grant,
+                    },
+                }
+            }
             FuzzInput::PingFailed(w) => Event::PingFailed {
                 conn: conn(w),
                 cause: 3,

@@ -143,7 +143,7 @@ impl Recorder {
 pub(crate) enum TermEnd {
     /// `TermEndCause::Stopped`: a graceful stop.
     Stopped,
-    /// `TermEndCause::LeadershipLost`: a failed check, a crash or a restart.
+    /// `TermEndCause::Lost(_)`: a failed check, a crash or a restart.
     Lost,
     /// `TermEndCause::Resigned`: an operator's resign, or the replica made ineligible.
     Resigned,

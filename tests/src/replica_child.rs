@@ -12,8 +12,8 @@
 //! | `event`       | extra fields | when |
 //! |---------------|--------------|------|
 //! | `ready`       | `interval_ms` | the elector is built, `run` starts |
-//! | `lead`        | `term` | a term began (stamped at the elector's `acquired` log line, just after `is_leader()` turned true) |
-//! | `follow`      | `term`, `cause` (`LeadershipLost`, `Stopped`) | the term ended (stamped when its token was cancelled) |
+//! | `lead`        | `term` | a term began (stamped with the term's start as the elector published it) |
+//! | `follow`      | `term`, `cause` (the `TermEndCause` in `Debug` form: `Lost(SessionEnded)`, `Stopped`, …) | the term ended (stamped with its end as published) |
 //! | `log`         | `level`, `message`, `term`, `cause` | every event of target `plexsphere_leader` |
 //! | `hogged` / `unhogged` | `n` | the `hog` / `unhog` command took or gave back pool connections |
 //! | `work_start` / `work_end` / `work_result` | `term`, `ran` | the `work` command's pass |
@@ -36,10 +36,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
-use plexsphere_leader::{Config, Elector, Interruption};
+use plexsphere_leader::{Config, Elector, Leadership, TermId};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::Layer;
@@ -164,8 +163,13 @@ struct Out {
 
 impl Out {
     fn emit(&self, event: &str, fields: Value) {
+        self.emit_at(monotonic_ns(), event, fields);
+    }
+
+    /// [`emit`](Self::emit) stamped `stamp_ns` instead of now.
+    fn emit_at(&self, stamp_ns: u64, event: &str, fields: Value) {
         let mut record = json!({
-            "t": monotonic_ns(),
+            "t": stamp_ns,
             "replica": self.replica,
             "pid": self.pid,
             "event": event,
@@ -192,15 +196,18 @@ async fn run(args: ChildArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let (terms_tx, terms_rx) = mpsc::unbounded_channel();
     let subscriber = tracing_subscriber::registry().with(ElectorEvents {
         out: Arc::clone(&out),
-        terms: terms_tx,
     });
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let shutdown = CancellationToken::new();
-    tokio::spawn(follow_terms(elector.clone(), Arc::clone(&out), terms_rx));
+    let terms = Arc::new(std::sync::Mutex::new(Terms::default()));
+    tokio::spawn(follow_terms(
+        elector.clone(),
+        Arc::clone(&out),
+        Arc::clone(&terms),
+    ));
     tokio::spawn(stop_on_signal(shutdown.clone()));
     tokio::spawn(commands(
         elector.clone(),
@@ -213,8 +220,8 @@ async fn run(args: ChildArgs) -> ExitCode {
         json!({ "interval_ms": args.interval.as_millis() as u64 }),
     );
     let result = elector.run(shutdown).await;
-    // Let the term watcher print the end of the last term before the exit record.
-    tokio::task::yield_now().await;
+    // The end of the last term before the exit record, whether or not the watcher woke yet.
+    lock(&terms).show(&out, elector.leadership());
     report_exit(&out, &pool, result.map_err(|e| e.to_string())).await;
     ExitCode::SUCCESS
 }
@@ -264,26 +271,65 @@ async fn report_exit(out: &Out, pool: &Pool, run: Result<(), String>) {
     );
 }
 
-/// Prints `follow` when each term announced on `terms` ends, stamped when its token is
-/// cancelled.
-async fn follow_terms(elector: Elector, out: Arc<Out>, mut terms: mpsc::UnboundedReceiver<u64>) {
-    let parent = CancellationToken::new();
-    while let Some(id) = terms.recv().await {
-        match elector.term(&parent) {
-            Some(term) if term.id().get() == id => {
-                term.token().cancelled().await;
-                let cause = match term.cause() {
-                    Some(Interruption::Term(cause)) => format!("{cause:?}"),
-                    other => format!("{other:?}"),
-                };
-                out.emit("follow", json!({ "term": id, "cause": cause }));
-            }
-            _ => out.emit(
-                "follow",
-                json!({ "term": id, "cause": "EndedBeforeObserved" }),
-            ),
+/// Prints `lead` and `follow` for every term the elector publishes, stamped with the instants
+/// it published: no log parsing, no polling.
+async fn follow_terms(elector: Elector, out: Arc<Out>, terms: Arc<std::sync::Mutex<Terms>>) {
+    let mut published = elector.subscribe();
+    loop {
+        let leadership = *published.borrow_and_update();
+        lock(&terms).show(&out, leadership);
+        if published.changed().await.is_err() {
+            return;
         }
     }
+}
+
+fn lock(terms: &std::sync::Mutex<Terms>) -> std::sync::MutexGuard<'_, Terms> {
+    terms
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The terms whose `lead` and `follow` records were printed.
+#[derive(Default)]
+struct Terms {
+    led: Option<TermId>,
+    followed: Option<TermId>,
+}
+
+impl Terms {
+    /// Prints what `leadership` shows that was not printed yet, oldest first: the last ended
+    /// term (its `lead` too, when it began and ended between two reads), then the open term.
+    fn show(&mut self, out: &Out, leadership: Leadership) {
+        if let Some(end) = leadership.last_end()
+            && self.followed.is_none_or(|followed| end.id > followed)
+        {
+            self.lead(out, end.id, end.began);
+            let cause = format!("{:?}", end.cause);
+            out.emit_at(
+                stamp_of(end.at),
+                "follow",
+                json!({ "term": end.id.get(), "cause": cause }),
+            );
+            self.followed = Some(end.id);
+        }
+        if let Some(term) = leadership.term() {
+            self.lead(out, term.id, term.since);
+        }
+    }
+
+    fn lead(&mut self, out: &Out, id: TermId, since: std::time::Instant) {
+        if self.led.is_none_or(|led| id > led) {
+            out.emit_at(stamp_of(since), "lead", json!({ "term": id.get() }));
+            self.led = Some(id);
+        }
+    }
+}
+
+/// The [`monotonic_ns`] stamp of `instant` (the same clock on Linux).
+fn stamp_of(instant: std::time::Instant) -> u64 {
+    let ago = u64::try_from(instant.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    monotonic_ns().saturating_sub(ago)
 }
 
 async fn stop_on_signal(shutdown: CancellationToken) {
@@ -362,10 +408,9 @@ async fn work(elector: Elector, out: Arc<Out>, ms: u64) {
     out.emit("work_result", json!({ "ran": ran }));
 }
 
-/// Turns the elector's tracing events into `log` records, and its `acquired` line into `lead`.
+/// Turns the elector's tracing events into `log` records.
 struct ElectorEvents {
     out: Arc<Out>,
-    terms: mpsc::UnboundedSender<u64>,
 }
 
 impl<S: tracing::Subscriber> Layer<S> for ElectorEvents {
@@ -375,13 +420,6 @@ impl<S: tracing::Subscriber> Layer<S> for ElectorEvents {
         }
         let mut fields = Fields::default();
         event.record(&mut fields);
-        if fields.message == "leader: acquired background leader lock"
-            && let Some(term) = fields.term
-        {
-            self.out.emit("lead", json!({ "term": term }));
-            // The watcher is gone only when the process is ending.
-            let _ = self.terms.send(term);
-        }
         self.out.emit(
             "log",
             json!({

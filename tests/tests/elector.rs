@@ -7,7 +7,8 @@ mod support;
 use std::time::Duration;
 
 use plexsphere_leader::{
-    Config, ConfigError, Elector, Interruption, LOCK_CLASS_ID, LOCK_OBJ_ID, RunError, TermEndCause,
+    Config, ConfigError, Elector, Interruption, LOCK_CLASS_ID, LOCK_OBJ_ID, LossReason, RunError,
+    TermEndCause,
 };
 use plexsphere_leader_tests::TestDb;
 use support::{
@@ -163,9 +164,16 @@ async fn a_terminated_lock_session_demotes_the_leader_within_two_intervals() {
         .expect("the leader notices at its next check");
     assert!(demoted <= 2 * I + MARGIN);
     assert!(term.token().is_cancelled());
+    let session_ended = TermEndCause::Lost(LossReason::SessionEnded);
+    assert_eq!(term.cause(), Some(Interruption::Term(session_ended)));
+    assert_eq!(term.ended().await, session_ended);
     assert_eq!(
-        term.cause(),
-        Some(Interruption::Term(TermEndCause::LeadershipLost))
+        replicas[leader]
+            .elector
+            .leadership()
+            .last_end()
+            .map(|end| end.cause),
+        Some(session_ended)
     );
     assert_eq!(replicas[leader].gauge(), 0);
     assert!(
@@ -303,7 +311,8 @@ async fn term_and_run_if_leader_follow_the_spec_tables() {
     assert_eq!(outcome, Ok(false));
     assert!(logs.contains("INFO", "leader: leadership ended while background work ran"));
 
-    // A parent cancelled while work runs is not a failure either.
+    // A parent cancelled while work runs does not hide the work's own result while the term
+    // holds: its error, or its success, comes back.
     wait_for(2 * I + MARGIN, || {
         standby.elector.is_leader() || leader.elector.is_leader()
     })
@@ -314,21 +323,27 @@ async fn term_and_run_if_leader_follow_the_spec_tables() {
     } else {
         &leader
     };
-    let child = CancellationToken::new();
-    let outcome = new_leader
-        .elector
-        .run_if_leader(&child, |term| {
-            let child = child.clone();
-            async move {
-                child.cancel();
-                term.cancelled().await;
-                Err::<(), _>("cancelled")
-            }
-        })
-        .await;
-    assert_eq!(outcome, Ok(false));
-    let term = new_leader.elector.term(&child);
-    assert!(term.is_none() || term.unwrap().cause() == Some(Interruption::ParentCancelled));
+    for (result, expected) in [(Err("deadline"), Err("deadline")), (Ok(()), Ok(true))] {
+        let child = CancellationToken::new();
+        let outcome = new_leader
+            .elector
+            .run_if_leader(&child, |term| {
+                let child = child.clone();
+                async move {
+                    child.cancel();
+                    term.cancelled().await;
+                    result
+                }
+            })
+            .await;
+        assert_eq!(outcome, expected);
+        let term = new_leader
+            .elector
+            .term(&child)
+            .expect("the term still holds");
+        assert_eq!(term.cause(), Some(Interruption::ParentCancelled));
+    }
+    assert!(new_leader.elector.is_leader());
 
     standby.stop().await.unwrap();
     leader.stop().await.unwrap();
@@ -350,7 +365,7 @@ async fn an_aborted_run_closes_the_lock_session_and_can_run_again() {
     assert_eq!(support::gauge(&replica.registry), 0);
     assert_eq!(
         term.cause(),
-        Some(Interruption::Term(TermEndCause::LeadershipLost))
+        Some(Interruption::Term(TermEndCause::Lost(LossReason::Dropped)))
     );
     wait_for_async(MARGIN, || async { lock_holders(&db).await.is_empty() })
         .await

@@ -185,7 +185,7 @@ async fn a_blackhole_longer_than_the_idle_timeout_demotes_and_the_healed_replica
     proxy.set_both(Mode::Blackhole);
     let cut = Instant::now();
     let (follow_a, cause) = fleet.wait_follow_since(a, cut, 2 * I + MARGIN).await;
-    assert_eq!(cause, "LeadershipLost");
+    assert_eq!(cause, "Lost(CheckTimedOut)");
     assert_within("detection of a partition", follow_a - cut, 2 * I + MARGIN);
     let lost = fleet.get(a).logs("WARN", LOST_WARN);
     assert!(
@@ -487,7 +487,7 @@ async fn terminating_a_standby_session_changes_nothing_and_terminating_the_leade
     let terminated = Instant::now();
     assert!(db.terminate(holder.pid).await.unwrap());
     let (follow_a, cause) = fleet.wait_follow_since(a, terminated, 2 * I + MARGIN).await;
-    assert_eq!(cause, "LeadershipLost");
+    assert_eq!(cause, "Lost(SessionEnded)");
     assert_within(
         "detection of a terminated session",
         follow_a - terminated,
@@ -530,7 +530,7 @@ async fn a_leader_stopped_longer_than_the_idle_timeout_loses_the_lock_and_demote
     let resumed = Instant::now();
     fleet.get(a).signal(Signal::SIGCONT).unwrap();
     let (follow_a, cause) = fleet.wait_follow_since(a, stopped, 2 * I + MARGIN).await;
-    assert_eq!(cause, "LeadershipLost");
+    assert_eq!(cause, "Lost(SessionEnded)");
     assert_within(
         "detection after SIGCONT",
         follow_a.saturating_duration_since(resumed),

@@ -40,7 +40,7 @@ async fn restart_hands_over(mode: StopMode) {
     let (follow_a, cause) = fleet
         .wait_follow_since(a, cut, (back - cut) + 2 * I + MARGIN)
         .await;
-    assert_eq!(cause, "LeadershipLost");
+    assert_eq!(cause, "Lost(SessionEnded)");
     assert_within(
         "detection of the restart",
         follow_a - cut,
@@ -117,7 +117,7 @@ async fn a_failover_to_a_promoted_standby_moves_leadership_to_the_new_primary() 
     println!("promotion took {:?}", promoted - cut);
 
     let (follow_a, cause) = fleet.wait_follow_since(a, cut, 2 * I + MARGIN).await;
-    assert_eq!(cause, "LeadershipLost");
+    assert_eq!(cause, "Lost(CheckTimedOut)");
     assert_within("detection of the failover", follow_a - cut, 2 * I + MARGIN);
     assert!(
         fleet

@@ -20,7 +20,7 @@ use plexsphere_leader::metrics::{
     CHECK_DURATION, IS_LEADER, LAST_CHECK_SUCCESS, LOCK_ATTEMPTS, TERM_EPOCH, TERM_START,
     TRANSITIONS,
 };
-use plexsphere_leader::{Config, Elector, Liveness, LockKey, Readiness, key_label};
+use plexsphere_leader::{Config, Elector, Liveness, LockKey, Readiness, TermEndCause, key_label};
 use plexsphere_leader_tests::TestDb;
 use prometheus::Registry;
 use support::{I, MARGIN, Replica, STARTUP, lock_holders, sample, wait_for};
@@ -49,18 +49,10 @@ fn checks(registry: &Registry, role: &str) -> f64 {
 
 /// Every transition to standby, summed over its causes.
 fn demotions(registry: &Registry) -> f64 {
-    [
-        "check_failed",
-        "check_timed_out",
-        "session_ended",
-        "stopped",
-        "resigned",
-        "panicked",
-        "dropped",
-    ]
-    .iter()
-    .map(|cause| transitions(registry, "standby", cause))
-    .sum()
+    TermEndCause::ALL
+        .iter()
+        .map(|cause| transitions(registry, "standby", cause.label()))
+        .sum()
 }
 
 fn unix_now() -> f64 {

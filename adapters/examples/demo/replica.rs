@@ -14,17 +14,15 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use plexsphere_leader::Interruption;
 use plexsphere_leader::loops::{BoxError, ELECTION_WORKER, TickMetrics, Wired, pass_fn};
 use plexsphere_leader::{
-    Background, Config, DEFAULT_SHUTDOWN_BOUND, Elector, Gate, LeaderTicker, Liveness, OnOverdue,
-    Readiness, Resignation, TermEndCause, WhileLeader, wire_background,
+    Background, Config, DEFAULT_SHUTDOWN_BOUND, Elector, Gate, LeaderTicker, Leadership, Liveness,
+    OnOverdue, Readiness, Resignation, TermEndCause, TermId, WhileLeader, wire_background,
 };
 use prometheus::Registry;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
@@ -83,8 +81,7 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         application_name: format!("plexsphere-demo-r{index}-{pid}"),
         interval: args.check_interval,
     };
-    let losses = LossCauses::default();
-    init_logs(index, losses.clone());
+    init_logs(index);
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
 
@@ -143,7 +140,7 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
     let watch = CancellationToken::new();
     let watcher = elector
         .clone()
-        .map(|elector| tokio::spawn(print_leadership(elector, me.clone(), watch.clone(), losses)));
+        .map(|elector| tokio::spawn(print_leadership(elector, me.clone(), watch.clone())));
     let probes = Probes {
         readiness: readiness.clone(),
         liveness: liveness.clone(),
@@ -478,49 +475,64 @@ async fn key_watcher(
     .await
 }
 
-/// Prints one line per leadership change of this replica (stdout, one `write` per line).
-async fn print_leadership(elector: Elector, me: Me, watch: CancellationToken, losses: LossCauses) {
-    let poll = Duration::from_millis(20);
+/// Prints one line per leadership change of this replica (stdout, one `write` per line), from
+/// the elector's published leadership: no polling, and the typed cause of each term's end.
+async fn print_leadership(elector: Elector, me: Me, watch: CancellationToken) {
+    let mut published = elector.subscribe();
+    let mut printed = Printed::default();
     loop {
-        let term = loop {
-            if let Some(term) = elector.term(&watch) {
-                break term;
-            }
-            tokio::select! {
-                () = watch.cancelled() => return,
-                () = tokio::time::sleep(poll) => {}
-            }
-        };
-        let id = term.id().get();
-        line(&me, &format!("event=acquired term={id}"));
-        term.cancelled().await;
-        match term.cause() {
-            Some(Interruption::Term(TermEndCause::Stopped)) => {
-                line(
-                    &me,
-                    &format!("event=released term={id} cause=\"election stopped: lock released\""),
-                );
-            }
-            Some(Interruption::Term(TermEndCause::Resigned)) => {
-                line(
-                    &me,
-                    &format!("event=resigned term={id} cause=\"leadership resigned\""),
-                );
-            }
-            Some(Interruption::Term(TermEndCause::LeadershipLost)) => {
-                let detail = losses
-                    .take()
-                    .map(|cause| format!(": {cause}"))
-                    .unwrap_or_default();
-                line(
-                    &me,
-                    &format!(
-                        "event=lost term={id} cause={:?}",
-                        format!("leadership lost{detail}")
-                    ),
-                );
-            }
-            Some(Interruption::ParentCancelled) | None => return,
+        let leadership = *published.borrow_and_update();
+        printed.show(&me, leadership);
+        tokio::select! {
+            () = watch.cancelled() => break,
+            changed = published.changed() => if changed.is_err() { break },
+        }
+    }
+    // What the stop published before the watch ended (the release).
+    printed.show(&me, elector.leadership());
+}
+
+/// The terms whose begin and end lines were printed.
+#[derive(Default)]
+struct Printed {
+    acquired: Option<TermId>,
+    ended: Option<TermId>,
+}
+
+impl Printed {
+    /// Prints what `leadership` shows that was not printed yet: the end of the last term (and
+    /// its begin, for a term that began and ended between two reads), then the open term.
+    fn show(&mut self, me: &Me, leadership: Leadership) {
+        if let Some(end) = leadership.last_end()
+            && self.ended.is_none_or(|ended| end.id > ended)
+        {
+            self.acquire(me, end.id);
+            let id = end.id.get();
+            let text = match end.cause {
+                TermEndCause::Stopped => {
+                    format!("event=released term={id} cause=\"election stopped: lock released\"")
+                }
+                TermEndCause::Resigned => {
+                    format!("event=resigned term={id} cause=\"leadership resigned\"")
+                }
+                TermEndCause::Lost(reason) => format!(
+                    "event=lost term={id} reason={} cause={:?}",
+                    reason.label(),
+                    end.cause.to_string()
+                ),
+            };
+            line(me, &text);
+            self.ended = Some(end.id);
+        }
+        if let Some(term) = leadership.term() {
+            self.acquire(me, term.id);
+        }
+    }
+
+    fn acquire(&mut self, me: &Me, id: TermId) {
+        if self.acquired.is_none_or(|acquired| id > acquired) {
+            line(me, &format!("event=acquired term={}", id.get()));
+            self.acquired = Some(id);
         }
     }
 }
@@ -705,76 +717,16 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     shutdown.cancel();
 }
 
-/// The causes of the last leadership losses, read from the elector's WARN line
-/// `leader: lost background leader lock: <cause>`.
-#[derive(Clone, Default)]
-struct LossCauses {
-    last: Arc<Mutex<Option<String>>>,
-}
-
-impl LossCauses {
-    fn take(&self) -> Option<String> {
-        self.last
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    }
-}
-
-impl<S: tracing::Subscriber> Layer<S> for LossCauses {
-    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
-        if event.metadata().target() != "plexsphere_leader" {
-            return;
-        }
-        let mut visit = Fields::default();
-        event.record(&mut visit);
-        if visit
-            .message
-            .starts_with("leader: lost background leader lock")
-            && let Some(cause) = visit.cause
-        {
-            *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(cause);
-        }
-    }
-}
-
-#[derive(Default)]
-struct Fields {
-    message: String,
-    cause: Option<String>,
-}
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            "message" => self.message = format!("{value:?}"),
-            "cause" => self.cause = Some(format!("{value:?}")),
-            _ => {}
-        }
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        match field.name() {
-            "message" => self.message = value.to_owned(),
-            "cause" => self.cause = Some(value.to_owned()),
-            _ => {}
-        }
-    }
-}
-
 /// Logs to stderr, each line prefixed with `replica <i> | `; `RUST_LOG` overrides the default
 /// filter (`warn`).
-fn init_logs(index: u16, losses: LossCauses) {
+fn init_logs(index: u16) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(Prefixed(format!("replica {index} | ")))
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(filter);
-    let _ = tracing_subscriber::registry()
-        .with(fmt)
-        .with(losses)
-        .try_init();
+    let _ = tracing_subscriber::registry().with(fmt).try_init();
 }
 
 struct Prefixed(String);

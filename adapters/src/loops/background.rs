@@ -9,7 +9,7 @@ use futures_util::future::join_all;
 use plexsphere_leader_core::supervision::RestartPolicy;
 use tokio_util::sync::CancellationToken;
 
-use super::{BoxError, LeaderTicker, Leadership, WhileLeader};
+use super::{BoxError, LeaderSource, LeaderTicker, WhileLeader};
 use crate::Elector;
 use crate::readiness::{DuplicateProbe, LoopProbe, Readiness};
 use crate::supervisor::{DuplicateWorker, RunningWorkers, Supervisor, WORKERS_PROBE};
@@ -96,7 +96,7 @@ impl Background {
     ///
     /// # Errors
     /// A worker or probe name already taken.
-    pub fn ticker<L: Leadership>(
+    pub fn ticker<L: LeaderSource>(
         &mut self,
         mut ticker: LeaderTicker<L>,
     ) -> Result<(), WiringError> {
@@ -132,7 +132,7 @@ impl Background {
     ///
     /// # Errors
     /// The worker name is taken.
-    pub fn while_leader<L: Leadership>(
+    pub fn while_leader<L: LeaderSource>(
         &mut self,
         runner: WhileLeader<L>,
     ) -> Result<(), WiringError> {

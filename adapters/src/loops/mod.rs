@@ -4,7 +4,7 @@
 //! replica may do:
 //!
 //! - [`LeaderTicker`] (the spec's `runLeaderTicker`): ticks a pass on a fixed cadence and asks the
-//!   election's Do ([`Leadership::run_if_leader`]) before each tick, so a standby runs no pass. It
+//!   election's Do ([`LeaderSource::run_if_leader`]) before each tick, so a standby runs no pass. It
 //!   keeps the loop's readiness probe ([`LoopProbe`](crate::LoopProbe)) and catches a pass that
 //!   panics as a failed tick.
 //! - [`WhileLeader`] (the spec's `runWhileLeader`): hands a self-paced loop the token of one term
@@ -20,8 +20,8 @@
 
 mod background;
 mod gate;
-mod leadership;
 pub(crate) mod panic;
+mod source;
 mod ticker;
 mod while_leader;
 
@@ -40,7 +40,7 @@ pub use background::{
     Background, BootOutcome, BootReport, ELECTION_WORKER, Wired, WiringError, wire_background,
 };
 pub use gate::Gate;
-pub use leadership::{LeaderTerm, Leadership};
+pub use source::{LeaderSource, LeaderTerm};
 pub use ticker::{LeaderTicker, TICKS_METRIC, TickMetrics};
 pub use while_leader::{DEFAULT_STOP_GRACE, WhileLeader};
 

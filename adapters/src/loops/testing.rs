@@ -1,14 +1,13 @@
 //! A hand-driven election for the launchers' unit tests.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use plexsphere_leader_core::TermEndCause;
 use plexsphere_leader_core::TermId;
 use plexsphere_leader_core::work::Interruption;
 use tokio_util::sync::CancellationToken;
 
-use super::{BoxError, BoxFuture, LeaderTerm, Leadership, PassFn};
+use super::{BoxError, BoxFuture, LeaderSource, LeaderTerm, PassFn};
 
 #[derive(Default)]
 struct State {
@@ -23,10 +22,12 @@ struct Open {
 }
 
 /// An election the test moves by hand: [`lead`](Self::lead) begins a term,
-/// [`demote`](Self::demote) ends it with `LeadershipLost`.
+/// [`demote`](Self::demote) ends it with `Lost(CheckFailed)`.
 #[derive(Clone, Default)]
 pub(crate) struct Manual {
     state: Arc<Mutex<State>>,
+    /// Bumped on every lead and demote, for [`LeaderSource::next_term`].
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Manual {
@@ -39,18 +40,22 @@ impl Manual {
             ended: Arc::default(),
             tokens: Vec::new(),
         });
+        drop(state);
+        self.changes.send_modify(|n| *n += 1);
         id
     }
 
     pub(crate) fn demote(&self) {
         let open = self.lock().term.take();
         if let Some(open) = open {
-            *open.ended.lock().unwrap_or_else(PoisonError::into_inner) =
-                Some(TermEndCause::LeadershipLost);
+            *open.ended.lock().unwrap_or_else(PoisonError::into_inner) = Some(TermEndCause::Lost(
+                plexsphere_leader_core::LossReason::CheckFailed,
+            ));
             for token in open.tokens {
                 token.cancel();
             }
         }
+        self.changes.send_modify(|n| *n += 1);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -58,7 +63,7 @@ impl Manual {
     }
 }
 
-impl Leadership for Manual {
+impl LeaderSource for Manual {
     fn is_leader(&self) -> bool {
         self.lock().term.is_some()
     }
@@ -85,18 +90,45 @@ impl Leadership for Manual {
         parent: &CancellationToken,
         work: PassFn,
     ) -> BoxFuture<Result<bool, BoxError>> {
+        let ended = self
+            .lock()
+            .term
+            .as_ref()
+            .map(|open| Arc::clone(&open.ended));
         let term = self.leader_term(parent);
         Box::pin(async move {
-            let Some(term) = term else { return Ok(false) };
+            let (Some(term), Some(ended)) = (term, ended) else {
+                return Ok(false);
+            };
             let result = work(term.token().clone()).await;
-            if term.cause().is_some() {
+            // Like the Elector: only a term that ended under the work discards its result.
+            if ended
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_some()
+            {
                 return Ok(false);
             }
             result.map(|()| true)
         })
     }
 
-    fn term_poll_interval(&self) -> Duration {
-        Duration::from_millis(10)
+    fn next_term(&self, parent: &CancellationToken) -> BoxFuture<Option<LeaderTerm>> {
+        let (manual, parent) = (self.clone(), parent.clone());
+        Box::pin(async move {
+            let mut changes = manual.changes.subscribe();
+            loop {
+                if parent.is_cancelled() {
+                    return None;
+                }
+                if let Some(term) = manual.leader_term(&parent) {
+                    return Some(term);
+                }
+                tokio::select! {
+                    () = parent.cancelled() => return None,
+                    _ = changes.changed() => {}
+                }
+            }
+        })
     }
 }

@@ -11,7 +11,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::panic::{CatchPanic, Caught};
-use super::{BoxError, Leadership, PassFn};
+use super::{BoxError, LeaderSource, PassFn};
 use crate::readiness::LoopProbe;
 
 /// The ticks counter's name.
@@ -55,7 +55,7 @@ impl<L: Clone> Clone for LeaderTicker<L> {
     }
 }
 
-impl<L: Leadership> LeaderTicker<L> {
+impl<L: LeaderSource> LeaderTicker<L> {
     /// A ticker of the loop `name` that runs `pass` every `period` on the leader. The period is
     /// at least 1 ms.
     pub fn new(name: &str, leadership: L, period: Duration, pass: PassFn) -> Self {
@@ -255,6 +255,8 @@ fn settle(
         Ok(Ok(false)) if !called => Tick::Standby,
         Ok(Ok(false)) if cancelled => Tick::Cancelled,
         Ok(Ok(false)) => Tick::Interrupted,
+        // The pass saw the service's own shutdown while its term held: not a failed tick.
+        Ok(Err(_)) if cancelled => Tick::Cancelled,
         Ok(Err(error)) => Tick::Failed(error.to_string()),
         Err(value) => Tick::Panicked(value),
     }

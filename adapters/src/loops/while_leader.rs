@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{BoxError, Leadership, PassFn};
+use super::{BoxError, LeaderSource, PassFn};
 
 /// How long a self-paced loop may take to return after its term ended before its future is
 /// dropped.
@@ -15,8 +15,8 @@ pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(1);
 /// Hands a self-paced loop the token of one term of leadership, and starts it again in the next
 /// term.
 ///
-/// - While standing by it looks for a term every
-///   [`Leadership::term_poll_interval`] and runs nothing.
+/// - While standing by it awaits the next term ([`LeaderSource::next_term`]) and runs
+///   nothing.
 /// - When a term begins it calls the loop with the term's token. When the term ends (a
 ///   demotion, the election's stop, the service's shutdown) the token is cancelled; a loop that
 ///   has not returned within the stop grace (1 s by default) is dropped. Its result is then
@@ -42,7 +42,7 @@ impl<L: Clone> Clone for WhileLeader<L> {
     }
 }
 
-impl<L: Leadership> WhileLeader<L> {
+impl<L: LeaderSource> WhileLeader<L> {
     /// A runner of the self-paced loop `name`, which `run` starts with a term's token.
     pub fn new(name: &str, leadership: L, run: PassFn) -> Self {
         Self {
@@ -115,23 +115,9 @@ impl<L: Leadership> WhileLeader<L> {
         }
     }
 
-    /// Waits for a term; `None` once `shutdown` is cancelled.
+    /// Waits for a term, taken under the loop's name; `None` once `shutdown` is cancelled.
     async fn next_term(&self, shutdown: &CancellationToken) -> Option<super::LeaderTerm> {
-        let poll = self.leadership.term_poll_interval();
-        loop {
-            if shutdown.is_cancelled() {
-                return None;
-            }
-            let term =
-                crate::term::named_sync(&self.name, || self.leadership.leader_term(shutdown));
-            if let Some(term) = term {
-                return Some(term);
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return None,
-                () = tokio::time::sleep(poll) => {}
-            }
-        }
+        crate::term::named_work(&self.name, self.leadership.next_term(shutdown)).await
     }
 }
 

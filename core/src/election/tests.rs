@@ -5,13 +5,16 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::action::Level;
+use crate::action::{Level, LossReason};
+use crate::verify::LockCheck;
 
 const I: Duration = Duration::from_secs(5);
 const C1: ConnId = ConnId::new(1);
 const C2: ConnId = ConnId::new(2);
 const T1: TermId = TermId::new(1);
 const T2: TermId = TermId::new(2);
+/// The backend the fixtures' grants name.
+const PID: i32 = 4242;
 
 type A = Action<&'static str>;
 type E = Event<&'static str>;
@@ -60,7 +63,13 @@ impl Fixture {
     fn leader_with(options: Options) -> Self {
         let mut f = Self::started_with(options);
         f.event(10, E::ConnectionAcquired { conn: C1 });
-        f.event(10, E::LockGranted { conn: C1 });
+        f.event(
+            10,
+            E::LockGranted {
+                conn: C1,
+                backend_pid: PID,
+            },
+        );
         f.drain();
         assert!(f.election.is_leader());
         f
@@ -140,7 +149,13 @@ fn a_granted_lock_hijacks_the_connection_begins_a_term_and_logs() {
     let mut f = Fixture::started();
     f.event(3, E::ConnectionAcquired { conn: C1 });
     f.drain();
-    f.event(4, E::LockGranted { conn: C1 });
+    f.event(
+        4,
+        E::LockGranted {
+            conn: C1,
+            backend_pid: PID,
+        },
+    );
     assert_eq!(
         f.drain(),
         vec![
@@ -251,7 +266,13 @@ fn an_unanswered_grant_statement_is_discarded_after_one_interval() {
         ]
     );
     assert_eq!(
-        f.event(3 + IMS, E::LockGranted { conn: C1 }),
+        f.event(
+            3 + IMS,
+            E::LockGranted {
+                conn: C1,
+                backend_pid: PID
+            }
+        ),
         Handled::Ignored(Ignored::StaleConnection)
     );
     assert!(!f.election.is_leader());
@@ -324,10 +345,22 @@ fn the_leader_pings_its_connection_every_interval() {
     let mut f = Fixture::leader();
     for k in 1..=3u64 {
         f.timeout(k * IMS);
-        assert_eq!(f.drain(), vec![A::Ping { conn: C1 }]);
+        assert_eq!(
+            f.drain(),
+            vec![A::Ping {
+                conn: C1,
+                backend_pid: PID
+            }]
+        );
         assert_eq!(f.election.timeout_reason(), Some(Timer::PingDeadline));
         assert_eq!(
-            f.event(k * IMS + 2, E::PingOk { conn: C1 }),
+            f.event(
+                k * IMS + 2,
+                E::PingAnswered {
+                    conn: C1,
+                    found: LockCheck::holding(PID)
+                }
+            ),
             Handled::Applied
         );
         assert_eq!(f.drain(), vec![]);
@@ -353,7 +386,7 @@ fn a_failed_ping_ends_the_term_as_lost_then_closes_then_warns() {
         vec![
             A::EndTerm {
                 term: T1,
-                cause: TermEndCause::LeadershipLost
+                cause: TermEndCause::Lost(LossReason::CheckFailed)
             },
             A::CloseConnection { conn: C1 },
             log(
@@ -382,7 +415,7 @@ fn an_unanswered_ping_demotes_after_one_interval_and_the_standby_checks_at_its_n
         vec![
             A::EndTerm {
                 term: T1,
-                cause: TermEndCause::LeadershipLost
+                cause: TermEndCause::Lost(LossReason::CheckTimedOut)
             },
             A::CloseConnection { conn: C1 },
             log(LogKind::LeadershipLost, Some(T1), Some(Cause::TimedOut(I))),
@@ -405,7 +438,13 @@ fn a_demoted_replica_can_lead_again_in_a_newer_term() {
     f.timeout(2 * IMS);
     f.event(2 * IMS + 1, E::ConnectionAcquired { conn: C2 });
     f.drain();
-    f.event(2 * IMS + 2, E::LockGranted { conn: C2 });
+    f.event(
+        2 * IMS + 2,
+        E::LockGranted {
+            conn: C2,
+            backend_pid: PID,
+        },
+    );
     assert_eq!(
         f.drain(),
         vec![
@@ -425,11 +464,23 @@ fn a_late_ping_answer_from_a_closed_connection_cannot_extend_a_newer_term() {
     f.timeout(IMS);
     f.timeout(2 * IMS); // ping on C1 timed out; C2 asked for
     f.event(2 * IMS + 1, E::ConnectionAcquired { conn: C2 });
-    f.event(2 * IMS + 2, E::LockGranted { conn: C2 });
+    f.event(
+        2 * IMS + 2,
+        E::LockGranted {
+            conn: C2,
+            backend_pid: PID,
+        },
+    );
     f.timeout(3 * IMS);
     f.drain();
     assert_eq!(
-        f.event(3 * IMS + 1, E::PingOk { conn: C1 }),
+        f.event(
+            3 * IMS + 1,
+            E::PingAnswered {
+                conn: C1,
+                found: LockCheck::holding(PID)
+            }
+        ),
         Handled::Ignored(Ignored::StaleConnection)
     );
     assert_eq!(
@@ -453,7 +504,13 @@ fn a_completion_that_answers_another_operation_is_ignored() {
     f.event(1, E::ConnectionAcquired { conn: C1 });
     f.drain();
     assert_eq!(
-        f.event(2, E::PingOk { conn: C1 }),
+        f.event(
+            2,
+            E::PingAnswered {
+                conn: C1,
+                found: LockCheck::holding(PID)
+            }
+        ),
         Handled::Ignored(Ignored::Unexpected)
     );
     assert_eq!(
@@ -478,11 +535,23 @@ fn a_completion_that_answers_another_operation_is_ignored() {
 fn a_completion_while_no_operation_is_in_flight_is_ignored() {
     let mut f = Fixture::leader();
     assert_eq!(
-        f.event(20, E::PingOk { conn: C1 }),
+        f.event(
+            20,
+            E::PingAnswered {
+                conn: C1,
+                found: LockCheck::holding(PID)
+            }
+        ),
         Handled::Ignored(Ignored::StaleConnection)
     );
     assert_eq!(
-        f.event(20, E::LockGranted { conn: C1 }),
+        f.event(
+            20,
+            E::LockGranted {
+                conn: C1,
+                backend_pid: PID
+            }
+        ),
         Handled::Ignored(Ignored::StaleConnection)
     );
     assert_eq!(f.drain(), vec![]);
@@ -496,7 +565,13 @@ fn handle_timeout_early_or_twice_does_nothing() {
     assert_eq!(f.drain(), vec![]);
     f.timeout(IMS);
     f.timeout(IMS);
-    assert_eq!(f.drain(), vec![A::Ping { conn: C1 }]);
+    assert_eq!(
+        f.drain(),
+        vec![A::Ping {
+            conn: C1,
+            backend_pid: PID
+        }]
+    );
 }
 
 // ---- cancel ----
@@ -657,7 +732,13 @@ fn cancelling_during_a_ping_unlocks_in_its_place() {
         ]
     );
     assert_eq!(
-        f.event(IMS + 2, E::PingOk { conn: C1 }),
+        f.event(
+            IMS + 2,
+            E::PingAnswered {
+                conn: C1,
+                found: LockCheck::holding(PID)
+            }
+        ),
         Handled::Ignored(Ignored::Unexpected)
     );
 }
@@ -688,7 +769,7 @@ fn a_panic_while_leading_ends_the_term_as_lost_and_closes_without_unlocking() {
         vec![
             A::EndTerm {
                 term: T1,
-                cause: TermEndCause::LeadershipLost
+                cause: TermEndCause::Lost(LossReason::Panicked)
             },
             A::CloseConnection { conn: C1 },
             log(LogKind::AbandonedAfterPanic, Some(T1), None),
@@ -736,7 +817,7 @@ fn dropping_the_run_while_leading_behaves_like_a_panic_with_its_own_message() {
         vec![
             A::EndTerm {
                 term: T1,
-                cause: TermEndCause::LeadershipLost
+                cause: TermEndCause::Lost(LossReason::Dropped)
             },
             A::CloseConnection { conn: C1 },
             log(LogKind::AbandonedAfterDrop, Some(T1), None),
@@ -755,7 +836,13 @@ fn the_election_can_run_again_after_it_finished_with_fresh_ids() {
     assert_eq!(f.election.start(f.at(200)), Ok(()));
     assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
     f.event(201, E::ConnectionAcquired { conn: C2 });
-    f.event(202, E::LockGranted { conn: C2 });
+    f.event(
+        202,
+        E::LockGranted {
+            conn: C2,
+            backend_pid: PID,
+        },
+    );
     assert!(f.drain().contains(&A::BeginTerm {
         term: T2,
         epoch: None
@@ -776,7 +863,13 @@ fn inputs_while_not_running_are_ignored() {
         Handled::Ignored(Ignored::NotRunning)
     );
     assert_eq!(
-        f.event(1, E::PingOk { conn: C1 }),
+        f.event(
+            1,
+            E::PingAnswered {
+                conn: C1,
+                found: LockCheck::holding(PID)
+            }
+        ),
         Handled::Ignored(Ignored::NotRunning)
     );
     f.timeout(10 * IMS);
@@ -796,7 +889,10 @@ fn getters_and_texts_say_what_they_stand_for() {
         AlreadyRunning.to_string(),
         "the election is already running"
     );
-    assert_eq!(TermEndCause::LeadershipLost.to_string(), "leadership lost");
+    assert_eq!(
+        TermEndCause::Lost(LossReason::CheckTimedOut).to_string(),
+        "leadership lost: the check did not answer in time"
+    );
     assert_eq!(TermEndCause::Stopped.to_string(), "election stopped");
     assert_eq!(ConnId::new(7).to_string(), "conn#7");
     assert_eq!((ConnId::new(7).get(), TermId::new(9).get()), (7, 9));
@@ -811,7 +907,10 @@ fn actions_and_events_name_their_connection() {
         A::TryLock { conn: C2 },
         A::ReturnToPool { conn: C2 },
         A::Hijack { conn: C2 },
-        A::Ping { conn: C2 },
+        A::Ping {
+            conn: C2,
+            backend_pid: PID,
+        },
         A::Unlock { conn: C2 },
         A::CloseConnection { conn: C2 },
     ];
@@ -835,13 +934,19 @@ fn actions_and_events_name_their_connection() {
             conn: C2,
             cause: "x",
         },
-        E::LockGranted { conn: C2 },
+        E::LockGranted {
+            conn: C2,
+            backend_pid: PID,
+        },
         E::LockRefused { conn: C2 },
         E::LockQueryFailed {
             conn: C2,
             cause: "x",
         },
-        E::PingOk { conn: C2 },
+        E::PingAnswered {
+            conn: C2,
+            found: LockCheck::holding(PID),
+        },
         E::PingFailed {
             conn: C2,
             cause: "x",
@@ -896,7 +1001,7 @@ fn a_lock_session_that_ends_demotes_the_leader_at_once() {
         vec![
             A::EndTerm {
                 term: T1,
-                cause: TermEndCause::LeadershipLost
+                cause: TermEndCause::Lost(LossReason::SessionEnded)
             },
             A::CloseConnection { conn: C1 },
             log(LogKind::LeadershipLost, Some(T1), Some(Cause::Error(cause))),
@@ -911,7 +1016,13 @@ fn a_lock_session_that_ends_demotes_the_leader_at_once() {
 fn a_session_end_during_the_check_demotes_and_the_late_ping_answer_is_ignored() {
     let mut f = Fixture::leader();
     f.timeout(IMS);
-    assert_eq!(f.drain(), vec![A::Ping { conn: C1 }]);
+    assert_eq!(
+        f.drain(),
+        vec![A::Ping {
+            conn: C1,
+            backend_pid: PID
+        }]
+    );
     f.event(
         IMS + 1,
         E::SessionEnded {
@@ -1146,7 +1257,13 @@ fn granted_fencing() -> Fixture {
     let mut f = Fixture::started_with(fencing());
     f.event(1, E::ConnectionAcquired { conn: C1 });
     f.drain();
-    f.event(2, E::LockGranted { conn: C1 });
+    f.event(
+        2,
+        E::LockGranted {
+            conn: C1,
+            backend_pid: PID,
+        },
+    );
     assert_eq!(
         f.drain(),
         vec![A::Hijack { conn: C1 }, A::AdvanceEpoch { conn: C1 }]
@@ -1191,7 +1308,13 @@ fn an_epoch_that_does_not_advance_refuses_the_term_and_closes_the_lock_session()
     f.timeout(2 * IMS);
     assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
     f.event(2 * IMS + 1, E::ConnectionAcquired { conn: C2 });
-    f.event(2 * IMS + 2, E::LockGranted { conn: C2 });
+    f.event(
+        2 * IMS + 2,
+        E::LockGranted {
+            conn: C2,
+            backend_pid: PID,
+        },
+    );
     f.drain();
     f.event(2 * IMS + 3, E::EpochAdvanced { conn: C2, epoch: 7 });
     assert_eq!(
@@ -1438,7 +1561,13 @@ fn a_resign_on_a_standby_mid_check_closes_its_connection_and_holds_off() {
     assert_eq!(f.drain(), vec![A::CloseConnection { conn: C1 }]);
     // A grant that answers the abandoned statement is stale.
     assert_eq!(
-        f.event(5, E::LockGranted { conn: C1 }),
+        f.event(
+            5,
+            E::LockGranted {
+                conn: C1,
+                backend_pid: PID
+            }
+        ),
         Handled::Ignored(Ignored::StaleConnection)
     );
     assert_eq!(f.election.poll_timeout(), Some(f.at(4) + HOLD));
@@ -1549,4 +1678,130 @@ fn a_resign_while_not_running_is_ignored() {
         f.event(0, E::Resign { hold_off: HOLD }),
         Handled::Ignored(Ignored::NotRunning)
     );
+}
+
+// ---- lock verification ----
+
+#[test]
+fn the_leaders_check_carries_the_backend_granted_the_lock() {
+    let mut f = Fixture::leader();
+    f.timeout(IMS);
+    assert_eq!(
+        f.drain(),
+        vec![A::Ping {
+            conn: C1,
+            backend_pid: PID
+        }]
+    );
+}
+
+#[test]
+fn a_fencing_leader_checks_the_backend_granted_before_its_epoch_advanced() {
+    let mut f = Fixture::started_with(spec_options().fencing(true));
+    f.event(1, E::ConnectionAcquired { conn: C1 });
+    f.event(
+        2,
+        E::LockGranted {
+            conn: C1,
+            backend_pid: 77,
+        },
+    );
+    f.event(3, E::EpochAdvanced { conn: C1, epoch: 5 });
+    f.drain();
+    f.timeout(IMS);
+    assert_eq!(
+        f.drain(),
+        vec![A::Ping {
+            conn: C1,
+            backend_pid: 77
+        }]
+    );
+}
+
+#[test]
+fn a_check_that_proves_the_lock_keeps_the_term() {
+    let mut f = Fixture::leader();
+    f.timeout(IMS);
+    f.drain();
+    let found = LockCheck::holding(PID);
+    assert_eq!(
+        f.event(IMS + 2, E::PingAnswered { conn: C1, found }),
+        Handled::Applied
+    );
+    assert_eq!(f.drain(), vec![]);
+    assert!(f.election.is_leader());
+    assert_eq!(f.election.poll_timeout(), Some(f.at(2 * IMS)));
+}
+
+#[test]
+fn a_check_that_disproves_the_lock_ends_the_term_with_the_findings_reason() {
+    let cases = [
+        (
+            LockCheck {
+                backend_pid: PID + 1,
+                ..LockCheck::holding(PID)
+            },
+            LossReason::BackendChanged,
+        ),
+        (
+            LockCheck {
+                in_recovery: true,
+                ..LockCheck::holding(PID)
+            },
+            LossReason::ServerInRecovery,
+        ),
+        (
+            LockCheck {
+                holds_lock: false,
+                ..LockCheck::holding(PID)
+            },
+            LossReason::LockNotHeld,
+        ),
+        (
+            LockCheck {
+                marked_by_grant: false,
+                ..LockCheck::holding(PID)
+            },
+            LossReason::SessionShared,
+        ),
+    ];
+    for (found, reason) in cases {
+        let mut f = Fixture::leader();
+        f.timeout(IMS);
+        f.drain();
+        f.event(IMS + 2, E::PingAnswered { conn: C1, found });
+        let finding = found.verdict(PID).unwrap_err();
+        assert_eq!(
+            f.drain(),
+            vec![
+                A::EndTerm {
+                    term: T1,
+                    cause: TermEndCause::Lost(reason)
+                },
+                A::CloseConnection { conn: C1 },
+                log(
+                    LogKind::LeadershipLost,
+                    Some(T1),
+                    Some(Cause::LockNotVerified(finding))
+                ),
+            ],
+            "{found:?}"
+        );
+        assert!(!f.election.is_leader());
+    }
+}
+
+#[test]
+fn every_term_end_cause_has_its_own_label() {
+    let labels: std::collections::BTreeSet<&str> = TermEndCause::ALL
+        .iter()
+        .map(|cause| cause.label())
+        .collect();
+    assert_eq!(labels.len(), TermEndCause::ALL.len());
+    assert!(TermEndCause::ALL.iter().filter(|c| c.is_loss()).count() == 9);
+    assert_eq!(
+        TermEndCause::Lost(LossReason::SessionEnded).label(),
+        "session_ended"
+    );
+    assert_eq!(TermEndCause::Resigned.label(), "resigned");
 }

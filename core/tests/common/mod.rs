@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use plexsphere_leader_core::invariants::{Checker, Input};
 use plexsphere_leader_core::{
-    AcquireMode, Action, CheckInterval, ConnId, Election, Event, Options,
+    AcquireMode, Action, CheckInterval, ConnId, Election, Event, LockCheck, Options,
 };
 
 /// The check interval of the world.
@@ -271,12 +271,19 @@ impl World {
                 self.replicas[r].lock_conn = Some(conn);
                 None
             }
-            Action::Ping { conn } if fail => Some(Event::PingFailed {
+            Action::Ping { conn, .. } if fail => Some(Event::PingFailed {
                 conn,
                 cause: "ping error",
             }),
-            Action::Ping { conn } => Some(if self.server.open.contains_key(&(r, conn)) {
-                Event::PingOk { conn }
+            Action::Ping { conn, .. } => Some(if self.server.open.contains_key(&(r, conn)) {
+                let holds_lock = self.server.holder.is_some_and(|(s, _)| s == (r, conn));
+                Event::PingAnswered {
+                    conn,
+                    found: LockCheck {
+                        holds_lock,
+                        ..LockCheck::holding(backend_pid(r, conn))
+                    },
+                }
             } else {
                 Event::PingFailed {
                     conn,
@@ -330,7 +337,8 @@ impl World {
             }
             self.pending.retain(|(_, seq, _, _)| *seq != refusal);
             self.server.holder = Some(((r, conn), self.now));
-            self.deliver(r, Event::LockGranted { conn });
+            let backend_pid = backend_pid(r, conn);
+            self.deliver(r, Event::LockGranted { conn, backend_pid });
             return;
         }
     }
@@ -346,7 +354,10 @@ impl World {
             Some((session, _)) if session != (r, conn) => Event::LockRefused { conn },
             _ => {
                 self.server.holder = Some(((r, conn), self.now));
-                Event::LockGranted { conn }
+                Event::LockGranted {
+                    conn,
+                    backend_pid: backend_pid(r, conn),
+                }
             }
         }
     }
@@ -406,4 +417,10 @@ impl World {
 /// The spec's options with the world's interval.
 pub(crate) fn options() -> Options {
     Options::new(CheckInterval::new(I).expect("valid interval"))
+}
+
+/// The model server's backend pid of replica `r`'s session `conn`: one per session.
+fn backend_pid(r: usize, conn: ConnId) -> i32 {
+    let pid = r as u64 * 1_000_000 + conn.get();
+    i32::try_from(pid % i32::MAX as u64).unwrap_or(i32::MAX)
 }

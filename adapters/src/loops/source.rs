@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use plexsphere_leader_core::TermId;
 use plexsphere_leader_core::work::Interruption;
@@ -14,7 +13,7 @@ use crate::{Elector, Term};
 /// The election as the launchers see it: the spec's `Do`, `Term` and `IsLeader`.
 ///
 /// [`Elector`] implements it; a test or another election may too.
-pub trait Leadership: Clone + Send + Sync + 'static {
+pub trait LeaderSource: Clone + Send + Sync + 'static {
     /// Whether this replica leads (an atomic read).
     fn is_leader(&self) -> bool;
 
@@ -31,12 +30,13 @@ pub trait Leadership: Clone + Send + Sync + 'static {
         work: PassFn,
     ) -> BoxFuture<Result<bool, BoxError>>;
 
-    /// How often [`WhileLeader`](crate::loops::WhileLeader) looks for a new term while standing
-    /// by.
-    fn term_poll_interval(&self) -> Duration;
+    /// Waits until this replica leads and returns the term, or `None` once `parent` is
+    /// cancelled first. [`WhileLeader`](crate::loops::WhileLeader) awaits it while standing by;
+    /// it must wake on the election's own signal, never by polling.
+    fn next_term(&self, parent: &CancellationToken) -> BoxFuture<Option<LeaderTerm>>;
 }
 
-impl Leadership for Elector {
+impl LeaderSource for Elector {
     fn is_leader(&self) -> bool {
         Elector::is_leader(self)
     }
@@ -56,10 +56,13 @@ impl Leadership for Elector {
         )
     }
 
-    /// A tenth of the check interval, from 5 ms to 250 ms: a term begins only at a check, so
-    /// this adds at most a fraction of an interval to the start of a while-leader loop.
-    fn term_poll_interval(&self) -> Duration {
-        (self.check_interval() / 10).clamp(Duration::from_millis(5), Duration::from_millis(250))
+    /// [`Elector::next_term`]: wakes on the published leadership.
+    fn next_term(&self, parent: &CancellationToken) -> BoxFuture<Option<LeaderTerm>> {
+        let (elector, parent) = (self.clone(), parent.clone());
+        Box::pin(async move {
+            let term = elector.next_term(&parent).await.ok()?;
+            Some(LeaderTerm::from_term(term))
+        })
     }
 }
 

@@ -1,0 +1,200 @@
+//! The leader's check: what the lock verification found, and the verdict over it.
+//!
+//! The driver runs one statement on the lock session and reports the row as a [`LockCheck`];
+//! [`LockCheck::verdict`] decides, without I/O, whether the session still proves the lock.
+
+use std::fmt;
+
+use crate::action::LossReason;
+
+/// What the leader's check statement returned on the lock session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LockCheck {
+    /// The backend that answered (`pg_backend_pid()`).
+    pub backend_pid: i32,
+    /// Whether the server is in recovery (`pg_is_in_recovery()`).
+    pub in_recovery: bool,
+    /// Whether `pg_locks` shows the election's lock granted to the answering backend.
+    pub holds_lock: bool,
+    /// Whether the session carries the marker this client's grant statement set (another
+    /// client's grant on the same server session replaces it).
+    pub marked_by_grant: bool,
+}
+
+impl LockCheck {
+    /// What a healthy lock session of backend `backend_pid` answers.
+    pub const fn holding(backend_pid: i32) -> Self {
+        Self {
+            backend_pid,
+            in_recovery: false,
+            holds_lock: true,
+            marked_by_grant: true,
+        }
+    }
+
+    /// Whether this answer proves that backend `granted` still holds the lock: the same
+    /// backend, not in recovery, the lock in `pg_locks`, the session marked by this client's
+    /// grant. The first failed condition, in that order, is the finding.
+    ///
+    /// # Errors
+    /// The [`LockFinding`] that disproves the lock.
+    pub const fn verdict(&self, granted: i32) -> Result<(), LockFinding> {
+        if self.backend_pid != granted {
+            Err(LockFinding::BackendChanged {
+                granted,
+                now: self.backend_pid,
+            })
+        } else if self.in_recovery {
+            Err(LockFinding::InRecovery)
+        } else if !self.holds_lock {
+            Err(LockFinding::NotHeld)
+        } else if !self.marked_by_grant {
+            Err(LockFinding::SessionShared)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// What the leader's check found wrong with its session. Each names its likely cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LockFinding {
+    /// The check ran on another backend than the one granted the lock.
+    BackendChanged {
+        /// The backend granted the lock.
+        granted: i32,
+        /// The backend that answered the check.
+        now: i32,
+    },
+    /// The server is in recovery.
+    InRecovery,
+    /// The session's row of the lock is gone from `pg_locks`.
+    NotHeld,
+    /// Another client's grant statement ran on this session (the marker says `shared`, or is
+    /// missing).
+    SessionShared,
+}
+
+impl LockFinding {
+    /// The loss reason a term ended by this finding carries.
+    pub const fn loss_reason(self) -> LossReason {
+        match self {
+            Self::BackendChanged { .. } => LossReason::BackendChanged,
+            Self::InRecovery => LossReason::ServerInRecovery,
+            Self::NotHeld => LossReason::LockNotHeld,
+            Self::SessionShared => LossReason::SessionShared,
+        }
+    }
+}
+
+impl fmt::Display for LockFinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BackendChanged { granted, now } => write!(
+                f,
+                "the check ran on backend {now}, not on backend {granted} that was granted the \
+                 lock: a transaction-mode pooler or a re-routed connection"
+            ),
+            Self::InRecovery => f.write_str(
+                "the server is in recovery: it was demoted by a failover, or the connection was \
+                 re-routed to a standby",
+            ),
+            Self::NotHeld => f.write_str(
+                "the session no longer holds the lock in pg_locks: it was unlocked by a statement \
+                 on the lock session, or the server was replaced by one that never saw it \
+                 (failover)",
+            ),
+            Self::SessionShared => f.write_str(
+                "another client ran the grant statement on this session: the server session is \
+                 shared, as behind PgBouncer in transaction mode",
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PID: i32 = 4242;
+
+    #[test]
+    fn a_healthy_session_proves_the_lock() {
+        assert_eq!(LockCheck::holding(PID).verdict(PID), Ok(()));
+    }
+
+    #[test]
+    fn each_failed_condition_is_its_finding_and_reason() {
+        let cases = [
+            (
+                LockCheck {
+                    backend_pid: 7,
+                    ..LockCheck::holding(PID)
+                },
+                LockFinding::BackendChanged {
+                    granted: PID,
+                    now: 7,
+                },
+                LossReason::BackendChanged,
+            ),
+            (
+                LockCheck {
+                    in_recovery: true,
+                    ..LockCheck::holding(PID)
+                },
+                LockFinding::InRecovery,
+                LossReason::ServerInRecovery,
+            ),
+            (
+                LockCheck {
+                    holds_lock: false,
+                    ..LockCheck::holding(PID)
+                },
+                LockFinding::NotHeld,
+                LossReason::LockNotHeld,
+            ),
+            (
+                LockCheck {
+                    marked_by_grant: false,
+                    ..LockCheck::holding(PID)
+                },
+                LockFinding::SessionShared,
+                LossReason::SessionShared,
+            ),
+        ];
+        for (found, finding, reason) in cases {
+            assert_eq!(found.verdict(PID), Err(finding), "{found:?}");
+            assert_eq!(finding.loss_reason(), reason);
+        }
+    }
+
+    #[test]
+    fn the_first_failed_condition_wins_in_order() {
+        let everything_wrong = LockCheck {
+            backend_pid: 7,
+            in_recovery: true,
+            holds_lock: false,
+            marked_by_grant: false,
+        };
+        assert!(matches!(
+            everything_wrong.verdict(PID),
+            Err(LockFinding::BackendChanged { .. })
+        ));
+        let recovering_and_unheld = LockCheck {
+            in_recovery: true,
+            holds_lock: false,
+            marked_by_grant: false,
+            ..LockCheck::holding(PID)
+        };
+        assert_eq!(
+            recovering_and_unheld.verdict(PID),
+            Err(LockFinding::InRecovery)
+        );
+        let unheld_and_unmarked = LockCheck {
+            holds_lock: false,
+            marked_by_grant: false,
+            ..LockCheck::holding(PID)
+        };
+        assert_eq!(unheld_and_unmarked.verdict(PID), Err(LockFinding::NotHeld));
+    }
+}

@@ -1,0 +1,189 @@
+//! Leadership as events against the real server: a service awaits its term
+//! (`Elector::next_term`), learns why it ended (`Term::ended`, typed), and follows every change
+//! through `Elector::subscribe` — for a terminated backend, an unanswered check, a resign, and a
+//! stop after the caller's own token was cancelled.
+
+mod support;
+
+use std::time::Duration;
+
+use plexsphere_leader::{
+    Elector, Interruption, Leadership, LossReason, TermEndCause, TermWaitCancelled,
+};
+use plexsphere_leader_tests::{FaultProxy, Mode, TestDb, pool_for};
+use support::{I, Logs, MARGIN, Replica, STARTUP, lock_holders};
+use tokio::sync::watch;
+use tokio::time::timeout;
+use tokio_util::sync::CancellationToken;
+
+/// Waits until the published leadership satisfies `done`, at most `within`.
+async fn published(
+    leadership: &mut watch::Receiver<Leadership>,
+    within: Duration,
+    done: impl FnMut(&Leadership) -> bool,
+) -> Leadership {
+    *timeout(within, leadership.wait_for(done))
+        .await
+        .expect("the change is published in time")
+        .expect("the elector lives")
+}
+
+async fn first_term(elector: &Elector) -> plexsphere_leader::Term {
+    timeout(STARTUP, elector.next_term(&CancellationToken::new()))
+        .await
+        .expect("a term begins")
+        .expect("the wait is not cancelled")
+}
+
+#[tokio::test]
+async fn a_terminated_backend_ends_the_awaited_term_as_session_ended() {
+    let db = TestDb::create("events_terminate").await.unwrap();
+    let replica = Replica::spawn(db.pool(2).unwrap(), I);
+    let mut leadership = replica.elector.subscribe();
+    let term = first_term(&replica.elector).await;
+    assert_eq!(
+        replica.elector.leadership().term().map(|t| t.id),
+        Some(term.id())
+    );
+
+    assert!(db.terminate(lock_holders(&db).await[0]).await.unwrap());
+    let why = timeout(2 * I + MARGIN, term.ended())
+        .await
+        .expect("the term ends within two intervals");
+    assert_eq!(why, TermEndCause::Lost(LossReason::SessionEnded));
+    let now = published(&mut leadership, MARGIN, |l| l.last_end().is_some()).await;
+    let end = now.last_end().unwrap();
+    assert_eq!((end.id, end.cause), (term.id(), why));
+    assert_eq!(
+        term.cause(),
+        Some(Interruption::Term(TermEndCause::Lost(
+            LossReason::SessionEnded
+        )))
+    );
+    drop(term);
+
+    // It leads again in a newer term, which the same receiver sees.
+    let again = published(&mut leadership, STARTUP, Leadership::is_leader).await;
+    assert!(again.term().unwrap().id > end.id);
+    replica.stop().await.unwrap();
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unanswered_check_ends_the_awaited_term_as_check_timed_out() {
+    let db = TestDb::create("events_blackhole").await.unwrap();
+    let proxy = FaultProxy::in_front_of(&db.config()).await.unwrap();
+    let pool = pool_for(proxy.pg_config(&db.config()), 2).unwrap();
+    let replica = Replica::spawn(pool, I);
+    let term = first_term(&replica.elector).await;
+
+    proxy.set_both(Mode::Blackhole);
+    let why = timeout(2 * I + MARGIN, term.ended())
+        .await
+        .expect("the check goes unanswered for one interval");
+    assert_eq!(why, TermEndCause::Lost(LossReason::CheckTimedOut));
+    assert_eq!(
+        replica.elector.leadership().last_end().map(|end| end.cause),
+        Some(why)
+    );
+    proxy.set_both(Mode::Forward);
+    replica.stop().await.unwrap();
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_resign_ends_the_awaited_term_as_resigned_and_the_standby_awaits_its_own() {
+    let db = TestDb::create("events_resign").await.unwrap();
+    let leader = Replica::spawn(db.pool(2).unwrap(), I);
+    let term = first_term(&leader.elector).await;
+    let standby = Replica::spawn(db.pool(2).unwrap(), I);
+    let mut standby_leadership = standby.elector.subscribe();
+    assert!(!standby_leadership.borrow().is_leader());
+
+    leader.elector.resign();
+    let why = timeout(MARGIN, term.ended())
+        .await
+        .expect("the resign ends the term");
+    assert_eq!(why, TermEndCause::Resigned);
+    drop(term);
+    let taken = timeout(
+        I + MARGIN,
+        standby.elector.next_term(&CancellationToken::new()),
+    )
+    .await
+    .expect("the standby leads within an interval of the release")
+    .unwrap();
+    let seen = published(&mut standby_leadership, MARGIN, Leadership::is_leader).await;
+    assert_eq!(seen.term().map(|t| t.id), Some(taken.id()));
+    assert!(seen.last_end().is_none(), "the standby never led before");
+    drop(taken);
+    standby.stop().await.unwrap();
+    leader.stop().await.unwrap();
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_parent_cancelled_before_the_stop_stays_the_cause_and_nothing_is_logged() {
+    let (logs, _guard) = Logs::capture();
+    let db = TestDb::create("events_first_cause").await.unwrap();
+    let replica = Replica::spawn(db.pool(2).unwrap(), I);
+    let parent = CancellationToken::new();
+    let term = timeout(STARTUP, replica.elector.next_term(&parent))
+        .await
+        .unwrap()
+        .unwrap();
+
+    // Work that sees its parent cancelled, then the election stop under it.
+    let elector = replica.elector.clone();
+    let work_parent = parent.clone();
+    let stop = replica.shutdown.clone();
+    let outcome = replica
+        .elector
+        .run_if_leader(&parent, |token| async move {
+            work_parent.cancel();
+            token.cancelled().await;
+            stop.cancel();
+            let mut leadership = elector.subscribe();
+            let _ = leadership.wait_for(|l| l.last_end().is_some()).await;
+            Err::<(), _>("stopped under the work")
+        })
+        .await;
+    assert_eq!(outcome, Ok(false), "the term ended while the work ran");
+    assert_eq!(term.cause(), Some(Interruption::ParentCancelled));
+    assert_eq!(term.ended().await, TermEndCause::Stopped);
+    assert!(
+        !logs.contains("INFO", "leader: leadership ended while background work ran"),
+        "{:?}",
+        logs.lines()
+    );
+    drop(term);
+    replica.stop().await.unwrap();
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn waiting_for_a_term_ends_when_the_parent_is_cancelled() {
+    let db = TestDb::create("events_wait_cancelled").await.unwrap();
+    let leader = Replica::spawn(db.pool(2).unwrap(), I);
+    let held = first_term(&leader.elector).await;
+    let standby = Replica::spawn(db.pool(2).unwrap(), I);
+    let parent = CancellationToken::new();
+    let waiting = tokio::spawn({
+        let (elector, parent) = (standby.elector.clone(), parent.clone());
+        async move { elector.next_term(&parent).await.map(|term| term.id()) }
+    });
+    tokio::time::sleep(3 * I).await;
+    assert!(
+        !waiting.is_finished(),
+        "no term while the other replica leads"
+    );
+    parent.cancel();
+    assert_eq!(
+        timeout(MARGIN, waiting).await.unwrap().unwrap(),
+        Err(TermWaitCancelled)
+    );
+    drop(held);
+    standby.stop().await.unwrap();
+    leader.stop().await.unwrap();
+    db.cleanup().await.unwrap();
+}
