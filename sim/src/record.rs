@@ -5,8 +5,6 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use plexsphere_leader::Term;
-
 /// The recorder shared by the harness and the replica hosts.
 pub(crate) type SharedRecorder = Rc<RefCell<Recorder>>;
 
@@ -138,7 +136,7 @@ impl Recorder {
     }
 }
 
-/// How a term ended, as its `Term` handle reported it.
+/// How a term ended, as the elector published it (`Leadership::last_end`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TermEnd {
     /// `TermEndCause::Stopped`: a graceful stop.
@@ -157,12 +155,10 @@ pub(crate) struct TermRecord {
     pub(crate) replica: usize,
     pub(crate) incarnation: u32,
     pub(crate) id: u64,
-    /// The term's fencing epoch ([`Term::epoch`]), read when it began.
+    /// The term's fencing epoch (`TermInfo::epoch`), read when it began.
     pub(crate) epoch: Option<u64>,
     pub(crate) span: Span,
     pub(crate) end: TermEnd,
-    /// A handle on the term, to read its cause when it ends.
-    pub(crate) handle: Option<Term>,
 }
 
 /// A link fault between a replica and a server host.

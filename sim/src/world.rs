@@ -5,8 +5,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use plexsphere_leader::{Interruption, TermEndCause};
-use tokio_util::sync::CancellationToken;
+use plexsphere_leader::{Leadership, TermEndCause, TermInfo};
+use tokio::sync::watch;
 use turmoil::{Builder, Sim};
 
 use crate::capture;
@@ -32,6 +32,8 @@ pub(crate) struct ReplicaHost {
     open_term: Option<usize>,
     /// The index in `history.up` of the current up span.
     up: Option<usize>,
+    /// The published leadership of the incarnation it belongs to.
+    leadership: Option<(u32, watch::Receiver<Leadership>)>,
 }
 
 /// The world of one run.
@@ -106,6 +108,7 @@ impl World<'_> {
                 seen_finished: false,
                 open_term: None,
                 up: Some(history.up.len() - 1),
+                leadership: None,
             });
         }
         Self {
@@ -188,43 +191,70 @@ impl World<'_> {
                 self.history
                     .note(now, self.incarnation_name(index), "run returned; stopped");
             }
-            let current = live.as_ref().and_then(|live| {
-                let term = live.elector.current_term();
-                if term.is_some() != live.elector.is_leader() {
-                    let what = format!("r{index}: is_leader() disagrees with current_term()");
-                    self.history.errors.push((now, what));
-                }
-                term.map(|term| (term.get(), live))
-            });
-            self.sync_term(index, incarnation, current, now);
+            let published = self.published(index, incarnation, live.as_ref());
+            if let (Some(leadership), Some(live)) = (&published, &live)
+                && leadership.is_leader() != live.elector.is_leader()
+            {
+                let what = format!("r{index}: is_leader() disagrees with the published leadership");
+                self.history.errors.push((now, what));
+            }
+            let (term, last_end) = match (&live, published) {
+                (Some(_), Some(leadership)) => (leadership.term(), leadership.last_end()),
+                // The incarnation no longer runs: whatever it published, its term is over.
+                (None, Some(leadership)) => (None, leadership.last_end()),
+                (_, None) => (None, None),
+            };
+            self.sync_term(index, incarnation, term, last_end, now);
         }
     }
 
+    /// The latest leadership the running incarnation of replica `index` published, read from
+    /// a receiver subscribed when the harness first saw that incarnation run; `None` before
+    /// it ran.
+    fn published(
+        &mut self,
+        index: usize,
+        incarnation: u32,
+        live: Option<&crate::replica::Live>,
+    ) -> Option<Leadership> {
+        let host = &mut self.replicas[index];
+        if let Some(live) = live
+            && host.leadership.as_ref().map(|(seen, _)| *seen) != Some(incarnation)
+        {
+            host.leadership = Some((incarnation, live.elector.subscribe()));
+        }
+        match &mut host.leadership {
+            Some((seen, receiver)) if *seen == incarnation => Some(*receiver.borrow_and_update()),
+            _ => None,
+        }
+    }
+
+    /// Brings the recorded terms of replica `index` in line with what it published: the
+    /// recorded open term ends (with the published cause) when it is no longer the open term,
+    /// and a newly published term begins.
     fn sync_term(
         &mut self,
         index: usize,
         incarnation: u32,
-        current: Option<(u64, &crate::replica::Live)>,
+        current: Option<TermInfo>,
+        last_end: Option<plexsphere_leader::TermEnd>,
         now: Duration,
     ) {
-        let open = self.replicas[index].open_term;
-        let same = match (open, &current) {
-            (Some(open), Some((id, _))) => {
-                let term = &self.history.terms[open];
-                term.id == *id && term.incarnation == incarnation
+        if let Some(open) = self.replicas[index].open_term {
+            let record = &self.history.terms[open];
+            let same = record.incarnation == incarnation
+                && current.is_some_and(|term| term.id.get() == record.id);
+            if same {
+                return;
             }
-            (None, None) => true,
-            _ => false,
-        };
-        if same {
-            return;
+            let id = record.id;
+            let cause = last_end
+                .filter(|end| end.id.get() == id)
+                .map(|end| end.cause);
+            self.end_term(index, open, cause, now);
         }
-        if let Some(open) = open {
-            self.end_term(index, open, now);
-        }
-        if let Some((id, live)) = current {
-            let handle = live.elector.term(&CancellationToken::new());
-            let epoch = handle.as_ref().and_then(plexsphere_leader::Term::epoch);
+        if let Some(term) = current {
+            let (id, epoch) = (term.id.get(), term.epoch);
             self.history.terms.push(TermRecord {
                 replica: index,
                 incarnation,
@@ -232,7 +262,6 @@ impl World<'_> {
                 epoch,
                 span: Span::open(now),
                 end: TermEnd::Open,
-                handle,
             });
             self.replicas[index].open_term = Some(self.history.terms.len() - 1);
             let who = replica::application_name(index, incarnation);
@@ -244,23 +273,25 @@ impl World<'_> {
         }
     }
 
-    fn end_term(&mut self, index: usize, open: usize, now: Duration) {
+    /// The recorded term `open` of replica `index` ended, for `cause` as published (`None`:
+    /// the incarnation stopped running before it published the end, which counts as lost).
+    fn end_term(&mut self, index: usize, open: usize, cause: Option<TermEndCause>, now: Duration) {
         self.replicas[index].open_term = None;
         let term = &mut self.history.terms[open];
         term.span.end = Some(now);
-        let cause = term.handle.take().and_then(|handle| handle.cause());
         term.end = match cause {
-            Some(Interruption::Term(TermEndCause::Stopped)) => TermEnd::Stopped,
-            Some(Interruption::Term(TermEndCause::Resigned)) => TermEnd::Resigned,
-            _ => TermEnd::Lost,
+            Some(TermEndCause::Stopped) => TermEnd::Stopped,
+            Some(TermEndCause::Resigned) => TermEnd::Resigned,
+            Some(TermEndCause::Lost(_)) | None => TermEnd::Lost,
         };
         let what = format!(
             "term {} ends: {}",
             term.id,
-            match term.end {
-                TermEnd::Stopped => "stopped",
-                TermEnd::Resigned => "resigned",
-                _ => "leadership lost",
+            match cause {
+                Some(TermEndCause::Stopped) => "stopped".to_owned(),
+                Some(TermEndCause::Resigned) => "resigned".to_owned(),
+                Some(lost @ TermEndCause::Lost(_)) => lost.to_string(),
+                None => "leadership lost: the incarnation stopped".to_owned(),
             }
         );
         let who = replica::application_name(index, term.incarnation);

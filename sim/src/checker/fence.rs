@@ -382,7 +382,6 @@ mod tests {
                 end: Some(ms(begins + 50)),
             },
             end: TermEnd::Lost,
-            handle: None,
         }
     }
 

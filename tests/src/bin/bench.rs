@@ -815,10 +815,13 @@ async fn costs(_options: &Options) -> Result<(), BoxError> {
     blocker
         .simple_query("SELECT pg_advisory_unlock(1886156915, 1)")
         .await?;
-    let led = Instant::now();
-    while !elector.is_leader() && led.elapsed() < ROUND_TIMEOUT {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let _ = tokio::time::timeout(
+        ROUND_TIMEOUT,
+        elector
+            .subscribe()
+            .wait_for(|leadership| leadership.is_leader()),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     // The leader's checks run on the grid: one per interval.
     let grid = Instant::now();
