@@ -90,12 +90,7 @@ pub(crate) fn acquire(pool: Pool, conn: ConnId) -> Operation {
 }
 
 /// Runs a grant statement of [`sql`] (`try_lock`, `wait_for_lock`): `(outcome, pid)`.
-pub(crate) fn try_lock(
-    held: Arc<Held>,
-    conn: ConnId,
-    key: LockKey,
-    statement: String,
-) -> Operation {
+pub(crate) fn try_lock(held: Arc<Held>, conn: ConnId, statement: String) -> Operation {
     Box::pin(async move {
         let name = "the lock statement";
         let answer = match one_row(held.client(), &statement, name).await {
@@ -124,27 +119,26 @@ pub(crate) fn try_lock(
                 Completion::of(Event::LockQueryFailed { conn, cause })
             }
             // The server's lock_timeout ended a queued wait (the transaction-local setting is
-            // gone with the rolled-back statement). The grant may have come at the instant of
-            // the timeout, and then the session holds the lock despite the error: it is a
-            // refusal only once the session is known not to hold it; if that cannot be made
-            // sure, the outcome is unknown and the connection is closed.
+            // gone with the rolled-back statement); the core decides what follows.
             Err(cause) if is_lock_timeout(&cause) => {
-                let name = "the release after a lock wait timed out";
-                match boolean(held.client(), &sql::release_if_held(key), name).await {
-                    Ok(released) => {
-                        if released {
-                            tracing::debug!(
-                                target: "plexsphere_leader",
-                                "leader: a lock wait timed out as it was granted; released"
-                            );
-                        }
-                        Completion::of(Event::LockRefused { conn })
-                    }
-                    Err(cause) => Completion::of(Event::LockQueryFailed { conn, cause }),
-                }
+                Completion::of(Event::LockWaitTimedOut { conn })
             }
             Err(cause) => Completion::of(Event::LockQueryFailed { conn, cause }),
         }
+    })
+}
+
+/// After a queued wait timed out: unlocks only if this session holds the lock
+/// ([`sql::release_if_held`]).
+pub(crate) fn release_if_held(held: Arc<Held>, conn: ConnId, key: LockKey) -> Operation {
+    Box::pin(async move {
+        let name = "the release after a lock wait timed out";
+        Completion::of(
+            match boolean(held.client(), &sql::release_if_held(key), name).await {
+                Ok(released) => Event::ReleasedIfHeld { conn, released },
+                Err(cause) => Event::LockQueryFailed { conn, cause },
+            },
+        )
     })
 }
 

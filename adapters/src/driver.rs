@@ -189,20 +189,20 @@ impl Driver {
                         self.inner.interval().idle_session_timeout_millis(),
                     ),
                 };
-                self.start_on(conn, |held| {
-                    connection::try_lock(held, conn, key, statement)
-                });
+                self.start_on(conn, |held| connection::try_lock(held, conn, statement));
             }
-            Action::WaitForLock { conn, lock_timeout } => {
-                let lock_timeout_ms = u32::try_from(lock_timeout.as_millis().max(1))
-                    .unwrap_or(i32::MAX as u32)
-                    .min(i32::MAX as u32);
+            Action::WaitForLock {
+                conn,
+                lock_timeout_ms,
+            } => {
                 let idle_ms = self.inner.interval().idle_session_timeout_millis();
                 let (key, identity) = (self.inner.key(), self.inner.identity());
                 let statement = sql::wait_for_lock(key, identity, lock_timeout_ms, idle_ms);
-                self.start_on(conn, |held| {
-                    connection::try_lock(held, conn, key, statement)
-                });
+                self.start_on(conn, |held| connection::try_lock(held, conn, statement));
+            }
+            Action::ReleaseIfHeld { conn } => {
+                let key = self.inner.key();
+                self.start_on(conn, |held| connection::release_if_held(held, conn, key));
             }
             Action::AdvanceEpoch { conn } => {
                 let key = self.inner.key();

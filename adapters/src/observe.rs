@@ -63,6 +63,7 @@ impl Observer {
             // A standby check begins: whatever an earlier check left is moot.
             Action::AcquireConnection { .. } => self.check = None,
             Action::ReturnToPool { .. }
+            | Action::ReleaseIfHeld { .. }
             | Action::CloseConnection { .. }
             | Action::Hijack { .. }
             | Action::AdvanceEpoch { .. }
@@ -77,7 +78,10 @@ impl Observer {
         let now = crate::driver::now();
         let answered = match event {
             Event::LockGranted { conn, .. } => Some((*conn, Some(AttemptOutcome::Granted), true)),
-            Event::LockRefused { conn } => Some((*conn, Some(AttemptOutcome::Refused), true)),
+            // A queued wait that the server's lock_timeout ended: refused for this check.
+            Event::LockRefused { conn } | Event::LockWaitTimedOut { conn } => {
+                Some((*conn, Some(AttemptOutcome::Refused), true))
+            }
             Event::LockQueryFailed { conn, cause } => {
                 Some((*conn, Some(attempt_failure(cause)), false))
             }

@@ -29,12 +29,22 @@ pub enum Action<C> {
     },
     /// Queued mode: run the grant statement that waits in the server's lock queue for at most
     /// `lock_timeout` (server side), then report like [`Action::TryLock`]; a wait that the
-    /// server's `lock_timeout` ended is `LockRefused`.
+    /// server's `lock_timeout` ended (SQLSTATE 55P03) is
+    /// [`Event::LockWaitTimedOut`](crate::Event::LockWaitTimedOut).
     WaitForLock {
         /// The borrowed connection.
         conn: ConnId,
-        /// The server-side bound of the wait.
-        lock_timeout: Duration,
+        /// The server-side bound of the wait, in whole milliseconds as `lock_timeout` takes it
+        /// (one interval rounded up, at least 1, at most `i32::MAX`).
+        lock_timeout_ms: u32,
+    },
+    /// After a queued wait timed out: release the lock on the same session if (and only if) it
+    /// holds it, then report [`Event::ReleasedIfHeld`](crate::Event::ReleasedIfHeld) or
+    /// `LockQueryFailed`. PostgreSQL can grant at the instant of the timeout and still raise
+    /// 55P03; without this the pooled session would keep the lock.
+    ReleaseIfHeld {
+        /// The borrowed connection.
+        conn: ConnId,
     },
     /// Give the borrowed connection back to the pool unchanged: the lock was refused.
     ReturnToPool {
@@ -112,6 +122,7 @@ impl<C> Action<C> {
             Self::AcquireConnection { conn }
             | Self::TryLock { conn }
             | Self::WaitForLock { conn, .. }
+            | Self::ReleaseIfHeld { conn }
             | Self::ReturnToPool { conn }
             | Self::Hijack { conn }
             | Self::AdvanceEpoch { conn }
@@ -312,6 +323,9 @@ pub enum LogKind {
     Resigned,
     /// A resigned leader released the lock and is a standby again. INFO.
     ResignReleased,
+    /// A queued wait timed out at the instant it was granted: the lock was released on the
+    /// same session before the connection went back to the pool. INFO.
+    GrantReleasedAfterWaitTimeout,
 }
 
 impl LogKind {
@@ -331,6 +345,9 @@ impl LogKind {
             Self::SessionEndedWhileStopping => "leader: lock session ended while stopping",
             Self::Resigned => "leader: resigned background leadership",
             Self::ResignReleased => "leader: released background leader lock after resigning",
+            Self::GrantReleasedAfterWaitTimeout => {
+                "leader: a lock wait timed out as it was granted; released"
+            }
         }
     }
 
@@ -341,7 +358,8 @@ impl LogKind {
             | Self::LockReleased
             | Self::WorkInterrupted
             | Self::Resigned
-            | Self::ResignReleased => Level::Info,
+            | Self::ResignReleased
+            | Self::GrantReleasedAfterWaitTimeout => Level::Info,
             Self::AcquireFailed
             | Self::LeadershipLost
             | Self::ReleaseFailed

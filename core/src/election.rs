@@ -201,6 +201,12 @@ enum Standby {
         conn: ConnId,
         deadline: Instant,
     },
+    /// A queued wait timed out (55P03): the session may still hold the lock (granted at the
+    /// instant of the timeout), so it is released if held before the connection goes back.
+    ReleasingIfHeld {
+        conn: ConnId,
+        deadline: Instant,
+    },
     Fencing {
         conn: ConnId,
         /// The backend granted the lock, which the term's checks must find.
@@ -319,7 +325,9 @@ impl<C> Election<C> {
         match &running.role {
             Role::Standby(Standby::Waiting { .. }) => Phase::StandbyWaiting,
             Role::Standby(Standby::Acquiring { .. }) => Phase::Acquiring,
-            Role::Standby(Standby::TryingLock { .. }) => Phase::TryingLock,
+            Role::Standby(Standby::TryingLock { .. } | Standby::ReleasingIfHeld { .. }) => {
+                Phase::TryingLock
+            }
             Role::Standby(Standby::Fencing { .. }) => Phase::Fencing,
             Role::Leader(Leader {
                 check: LeaderCheck::Waiting { .. },
@@ -361,9 +369,9 @@ impl<C> Election<C> {
             Role::Standby(Standby::Acquiring { deadline, .. }) => {
                 (Timer::AcquireDeadline, *deadline)
             }
-            Role::Standby(Standby::TryingLock { deadline, .. }) => {
-                (Timer::TryLockDeadline, *deadline)
-            }
+            Role::Standby(
+                Standby::TryingLock { deadline, .. } | Standby::ReleasingIfHeld { deadline, .. },
+            ) => (Timer::TryLockDeadline, *deadline),
             Role::Standby(Standby::Fencing { deadline, .. }) => (Timer::FenceDeadline, *deadline),
             Role::Leader(Leader {
                 check: LeaderCheck::Waiting { next_check },
@@ -446,6 +454,13 @@ impl<C> Election<C> {
             Event::AcquireFailed { cause, .. } => self.on_acquire_failed(now, Cause::Error(cause)),
             Event::LockGranted { conn, backend_pid } => self.on_granted(now, conn, backend_pid),
             Event::LockRefused { conn } => self.on_refused(now, conn),
+            Event::LockWaitTimedOut { conn } => self.on_wait_timed_out(conn),
+            Event::ReleasedIfHeld { conn, released } => {
+                if released {
+                    self.log(LogKind::GrantReleasedAfterWaitTimeout, None, None);
+                }
+                self.on_refused(now, conn);
+            }
             Event::LockQueryFailed { conn, cause } => {
                 self.on_try_failed(now, conn, Cause::Error(cause));
             }
@@ -547,7 +562,7 @@ impl<C> Election<C> {
             AcquireMode::Poll => self.push(Action::TryLock { conn }),
             AcquireMode::Queue => self.push(Action::WaitForLock {
                 conn,
-                lock_timeout: self.options.lock_timeout(),
+                lock_timeout_ms: self.options.lock_timeout_millis(),
             }),
         }
         let deadline = now + self.grant_budget();
@@ -625,6 +640,22 @@ impl<C> Election<C> {
             backend_pid,
             check: LeaderCheck::Waiting { next_check },
         }));
+    }
+
+    /// The server's `lock_timeout` ended a queued wait: the lock may have been granted at that
+    /// instant anyway, so it is released on the same session, if held, before the connection
+    /// goes back to the pool; the grant statement's deadline still bounds it.
+    fn on_wait_timed_out(&mut self, conn: ConnId) {
+        let State::Running(Running {
+            role: Role::Standby(Standby::TryingLock { deadline, .. }),
+            ..
+        }) = &self.state
+        else {
+            return;
+        };
+        let deadline = *deadline;
+        self.push(Action::ReleaseIfHeld { conn });
+        self.set_role(Role::Standby(Standby::ReleasingIfHeld { conn, deadline }));
     }
 
     fn on_refused(&mut self, now: Instant, conn: ConnId) {
@@ -976,6 +1007,7 @@ impl<C> Election<C> {
                 Role::Standby(Standby::Waiting { .. }) => None,
                 Role::Standby(Standby::Acquiring { conn, .. })
                 | Role::Standby(Standby::TryingLock { conn, .. })
+                | Role::Standby(Standby::ReleasingIfHeld { conn, .. })
                 | Role::Standby(Standby::Fencing { conn, .. }) => Some(*conn),
                 Role::Leader(leader) => Some(leader.conn),
                 Role::Draining(draining) => Some(draining.conn),
@@ -1036,6 +1068,7 @@ fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
         }) => None,
         Role::Standby(Standby::Acquiring { conn, .. })
         | Role::Standby(Standby::TryingLock { conn, .. })
+        | Role::Standby(Standby::ReleasingIfHeld { conn, .. })
         | Role::Standby(Standby::Fencing { conn, .. })
         | Role::Leader(Leader {
             conn,
@@ -1056,7 +1089,14 @@ fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
         }
         Role::Standby(Standby::TryingLock { .. }) => matches!(
             event,
-            Event::LockGranted { .. } | Event::LockRefused { .. } | Event::LockQueryFailed { .. }
+            Event::LockGranted { .. }
+                | Event::LockRefused { .. }
+                | Event::LockQueryFailed { .. }
+                | Event::LockWaitTimedOut { .. }
+        ),
+        Role::Standby(Standby::ReleasingIfHeld { .. }) => matches!(
+            event,
+            Event::ReleasedIfHeld { .. } | Event::LockQueryFailed { .. }
         ),
         Role::Standby(Standby::Fencing { .. }) => matches!(
             event,

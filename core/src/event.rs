@@ -40,8 +40,23 @@ pub enum Event<C> {
         /// The connection the lock was tried on.
         conn: ConnId,
     },
-    /// [`Action::TryLock`](crate::Action::TryLock) failed: whether the lock was granted is
-    /// unknown.
+    /// Queued mode: the server's `lock_timeout` ended the wait of
+    /// [`Action::WaitForLock`](crate::Action::WaitForLock) (SQLSTATE 55P03). The session may
+    /// hold the lock all the same (granted at the instant of the timeout).
+    LockWaitTimedOut {
+        /// The connection the lock was waited for on.
+        conn: ConnId,
+    },
+    /// [`Action::ReleaseIfHeld`](crate::Action::ReleaseIfHeld) answered: the session no longer
+    /// holds the lock; `released` says whether it did and was released.
+    ReleasedIfHeld {
+        /// The connection.
+        conn: ConnId,
+        /// Whether the session held the lock (and released it).
+        released: bool,
+    },
+    /// [`Action::TryLock`](crate::Action::TryLock), `WaitForLock` or `ReleaseIfHeld` failed:
+    /// whether the session holds the lock is unknown.
     LockQueryFailed {
         /// The connection the lock was tried on.
         conn: ConnId,
@@ -137,6 +152,8 @@ impl<C> Event<C> {
             | Self::AcquireFailed { conn, .. }
             | Self::LockGranted { conn, .. }
             | Self::LockRefused { conn }
+            | Self::LockWaitTimedOut { conn }
+            | Self::ReleasedIfHeld { conn, .. }
             | Self::LockQueryFailed { conn, .. }
             | Self::PingAnswered { conn, .. }
             | Self::PingFailed { conn, .. }

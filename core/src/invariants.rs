@@ -6,9 +6,13 @@
 //!
 //! Properties checked:
 //! - at most one term is open, term ids strictly increase, and every `BeginTerm` is matched by
-//!   exactly one `EndTerm`, with cause `Stopped` only on a stop request and `Resigned` only on a
-//!   resign request or when the replica was made ineligible;
-//! - `Hijack` only in answer to `LockGranted` and `ReturnToPool` only in answer to `LockRefused`
+//!   exactly one `EndTerm`, with cause `Stopped` only on a stop request, `Resigned` only on a
+//!   resign request or when the replica was made ineligible, and a loss only with the reason
+//!   its input implies (`CheckTimedOut` on a deadline, `SessionEnded` on a session end, the
+//!   check row's own finding for `PingAnswered`, …);
+//! - every `Ping` carries the backend pid the newest grant named;
+//! - `Hijack` only in answer to `LockGranted`, `ReleaseIfHeld` only in answer to
+//!   `LockWaitTimedOut`, and `ReturnToPool` only in answer to `LockRefused` or `ReleasedIfHeld`
 //!   for the same connection; a term begins only on a hijacked connection, in answer to
 //!   `LockGranted` or (fencing) `EpochAdvanced`, and fencing epochs strictly increase;
 //! - actions only ever name the newest connection, and nothing is done with a connection after it
@@ -340,9 +344,16 @@ impl Checker {
                 ConnState::Borrowed
             }
             (Action::ReturnToPool { .. }, ConnState::Borrowed)
-                if answered(|e| matches!(e, Event::LockRefused { .. })) =>
+                if answered(|e| {
+                    matches!(e, Event::LockRefused { .. } | Event::ReleasedIfHeld { .. })
+                }) =>
             {
                 ConnState::Done
+            }
+            (Action::ReleaseIfHeld { .. }, ConnState::Borrowed)
+                if answered(|e| matches!(e, Event::LockWaitTimedOut { .. })) =>
+            {
+                ConnState::Borrowed
             }
             (Action::Hijack { .. }, ConnState::Borrowed)
                 if answered(|e| matches!(e, Event::LockGranted { .. })) =>
@@ -420,6 +431,7 @@ fn name<C>(action: &Action<C>) -> &'static str {
         Action::ReturnToPool { .. } => "ReturnToPool",
         Action::Hijack { .. } => "Hijack",
         Action::Ping { .. } => "Ping",
+        Action::ReleaseIfHeld { .. } => "ReleaseIfHeld",
         Action::Unlock { .. } => "Unlock",
         Action::CloseConnection { .. } => "CloseConnection",
         Action::BeginTerm { .. } => "BeginTerm",
@@ -436,6 +448,8 @@ fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
         Some(Event::AcquireFailed { .. }) => "AcquireFailed",
         Some(Event::LockGranted { .. }) => "LockGranted",
         Some(Event::LockRefused { .. }) => "LockRefused",
+        Some(Event::LockWaitTimedOut { .. }) => "LockWaitTimedOut",
+        Some(Event::ReleasedIfHeld { .. }) => "ReleasedIfHeld",
         Some(Event::LockQueryFailed { .. }) => "LockQueryFailed",
         Some(Event::EpochAdvanced { .. }) => "EpochAdvanced",
         Some(Event::EpochFailed { .. }) => "EpochFailed",

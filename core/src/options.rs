@@ -118,6 +118,14 @@ impl Options {
         self.interval.get()
     }
 
+    /// [`lock_timeout`](Self::lock_timeout) in whole milliseconds, as PostgreSQL's
+    /// `lock_timeout` takes it: rounded up (never shorter than the interval), at least 1, at
+    /// most `i32::MAX`.
+    pub fn lock_timeout_millis(&self) -> u32 {
+        let millis = self.lock_timeout().as_nanos().div_ceil(1_000_000).max(1);
+        u32::try_from(millis).map_or(i32::MAX as u32, |ms| ms.min(i32::MAX as u32))
+    }
+
     /// How long the election waits for a queued grant statement to answer: the `lock_timeout`
     /// plus one interval for the round trip, so the server's timeout always comes first.
     pub fn queued_grant_budget(&self) -> Duration {

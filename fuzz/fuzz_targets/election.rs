@@ -27,6 +27,8 @@ enum FuzzInput {
     /// A grant to backend `pid` (small, so the checks' backends collide with it often).
     Granted(Which, u8),
     Refused(Which),
+    WaitTimedOut(Which),
+    ReleasedIfHeld(Which, bool),
     TryFailed(Which),
     /// A check answer that proves the lock of the newest grant.
     PingOk(Which),
@@ -135,6 +137,11 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
                 found: LockCheck::holding(granted_pid),
             },
             FuzzInput::Refused(w) => Event::LockRefused { conn: conn(w) },
+            FuzzInput::WaitTimedOut(w) => Event::LockWaitTimedOut { conn: conn(w) },
+            FuzzInput::ReleasedIfHeld(w, released) => Event::ReleasedIfHeld {
+                conn: conn(w),
+                released: *released,
+            },
             FuzzInput::TryFailed(w) => Event::LockQueryFailed {
                 conn: conn(w),
                 cause: 2,

@@ -1217,17 +1217,131 @@ fn a_queued_standby_waits_for_the_lock_under_a_lock_timeout_of_one_interval() {
         f.drain(),
         vec![A::WaitForLock {
             conn: C1,
-            lock_timeout: I
+            lock_timeout_ms: 5_000
         }]
     );
     // The client gives the server's lock_timeout one more interval to answer.
     assert_eq!(f.election.poll_timeout(), Some(f.at(1 + 2 * IMS)));
-    // The server's lock_timeout refused it: the next check is already due, so it queues again.
-    f.event(IMS + 2, E::LockRefused { conn: C1 });
+    // The server's lock_timeout ended the wait: the session may hold the lock anyway, so it is
+    // released if held on the same session before the connection goes back.
+    f.event(IMS + 2, E::LockWaitTimedOut { conn: C1 });
+    assert_eq!(f.drain(), vec![A::ReleaseIfHeld { conn: C1 }]);
+    assert_eq!(f.election.phase(), Phase::TryingLock);
+    assert_eq!(f.election.poll_timeout(), Some(f.at(1 + 2 * IMS)));
+    f.event(
+        IMS + 3,
+        E::ReleasedIfHeld {
+            conn: C1,
+            released: false,
+        },
+    );
     assert_eq!(f.drain(), vec![A::ReturnToPool { conn: C1 }]);
-    assert_eq!(f.election.poll_timeout(), Some(f.at(IMS + 2)));
-    f.timeout(IMS + 2);
+    // The next check is already due, so it queues again.
+    assert_eq!(f.election.poll_timeout(), Some(f.at(IMS + 3)));
+    f.timeout(IMS + 3);
     assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
+}
+
+/// Fixture: a queued standby whose wait on conn 1 the server's lock_timeout just ended.
+fn queued_wait_timed_out() -> Fixture {
+    let mut f = Fixture::started_with(spec_options().acquire(AcquireMode::Queue));
+    f.event(1, E::ConnectionAcquired { conn: C1 });
+    f.event(IMS + 1, E::LockWaitTimedOut { conn: C1 });
+    assert_eq!(f.drain()[1..], [A::ReleaseIfHeld { conn: C1 }]);
+    f
+}
+
+#[test]
+fn a_lock_granted_as_its_wait_timed_out_is_released_with_a_note_then_returned() {
+    let mut f = queued_wait_timed_out();
+    f.event(
+        IMS + 2,
+        E::ReleasedIfHeld {
+            conn: C1,
+            released: true,
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            log(LogKind::GrantReleasedAfterWaitTimeout, None, None),
+            A::ReturnToPool { conn: C1 },
+        ]
+    );
+    assert!(!f.election.is_leader());
+    assert_eq!(LogKind::GrantReleasedAfterWaitTimeout.level(), Level::Info);
+}
+
+#[test]
+fn a_failed_release_after_a_timed_out_wait_closes_the_connection_of_unknown_state() {
+    let mut f = queued_wait_timed_out();
+    f.event(
+        IMS + 2,
+        E::LockQueryFailed {
+            conn: C1,
+            cause: "connection reset",
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(
+                LogKind::AcquireFailed,
+                None,
+                Some(Cause::Error("connection reset"))
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_release_after_a_timed_out_wait_that_never_answers_closes_at_the_grant_budget() {
+    let mut f = queued_wait_timed_out();
+    f.timeout(1 + 2 * IMS - 1);
+    assert_eq!(f.drain(), vec![]);
+    f.timeout(1 + 2 * IMS);
+    let actions = f.drain();
+    assert_eq!(actions[0], A::CloseConnection { conn: C1 });
+    assert!(matches!(
+        &actions[1],
+        A::Log(LogRecord {
+            kind: LogKind::AcquireFailed,
+            cause: Some(Cause::TimedOut(_)),
+            ..
+        })
+    ));
+}
+
+#[test]
+fn only_a_queued_wait_answers_with_a_timeout_and_only_the_release_with_its_result() {
+    // The release's answer is not an answer to the grant statement.
+    let mut f = Fixture::started();
+    f.event(1, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    assert_eq!(
+        f.event(
+            2,
+            E::ReleasedIfHeld {
+                conn: C1,
+                released: true
+            }
+        ),
+        Handled::Ignored(Ignored::Unexpected)
+    );
+    // While the release runs, a late grant answer is not taken.
+    let mut f = queued_wait_timed_out();
+    assert_eq!(
+        f.event(
+            IMS + 2,
+            E::LockGranted {
+                conn: C1,
+                backend_pid: PID
+            }
+        ),
+        Handled::Ignored(Ignored::Unexpected)
+    );
+    assert_eq!(f.drain(), vec![]);
 }
 
 #[test]

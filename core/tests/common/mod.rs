@@ -236,18 +236,37 @@ impl World {
                 conn,
                 cause: "query error",
             }),
-            Action::WaitForLock { conn, lock_timeout } => match self.try_lock(r, conn) {
+            Action::WaitForLock {
+                conn,
+                lock_timeout_ms,
+            } => match self.try_lock(r, conn) {
                 Event::LockRefused { conn } => {
-                    // Queued: refused when lock_timeout ends, unless granted first.
+                    // Queued: 55P03 when lock_timeout ends, unless granted first.
                     self.seq += 1;
+                    let lock_timeout = Duration::from_millis(u64::from(lock_timeout_ms));
                     let at = self.now + lock_timeout + self.replicas[r].latency;
                     self.pending
-                        .push((at, self.seq, r, Event::LockRefused { conn }));
+                        .push((at, self.seq, r, Event::LockWaitTimedOut { conn }));
                     self.server.waiters.push(((r, conn), self.seq));
                     None
                 }
                 answer => Some(answer),
             },
+            Action::ReleaseIfHeld { conn } if fail => Some(Event::LockQueryFailed {
+                conn,
+                cause: "release error",
+            }),
+            Action::ReleaseIfHeld { conn } => {
+                let held = self.server.holder.is_some_and(|(s, _)| s == (r, conn));
+                if held {
+                    self.server.holder = None;
+                    self.grant_next_waiter();
+                }
+                Some(Event::ReleasedIfHeld {
+                    conn,
+                    released: held,
+                })
+            }
             Action::AdvanceEpoch { conn } if fail => Some(Event::EpochFailed {
                 conn,
                 cause: "fence error",
@@ -335,8 +354,18 @@ impl World {
             if !self.server.open.contains_key(&(r, conn)) {
                 continue;
             }
-            self.pending.retain(|(_, seq, _, _)| *seq != refusal);
             self.server.holder = Some(((r, conn), self.now));
+            // PostgreSQL's race: a waiter granted as its lock_timeout fires (here: within its
+            // reply latency of it) gets 55P03 all the same, and its session holds the lock.
+            let timeout_due = self
+                .pending
+                .iter()
+                .find(|(_, seq, _, _)| *seq == refusal)
+                .map(|(at, _, _, _)| *at);
+            if timeout_due.is_some_and(|at| at <= self.now + self.replicas[r].latency) {
+                return;
+            }
+            self.pending.retain(|(_, seq, _, _)| *seq != refusal);
             let backend_pid = backend_pid(r, conn);
             self.deliver(r, Event::LockGranted { conn, backend_pid });
             return;
