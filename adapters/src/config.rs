@@ -43,6 +43,8 @@ pub struct Config {
     pub(crate) key: LockKey,
     pub(crate) identity: Option<String>,
     pub(crate) sabotage: Option<crate::sabotage::Sabotage>,
+    /// Lock sessions from elsewhere than `pool` (the driver's tests use in-memory doubles).
+    pub(crate) sessions: Option<std::sync::Arc<dyn crate::session::SessionSource>>,
 }
 
 /// What happens to leader work still running [`Config::work_deadline`] after its term ended.
@@ -73,6 +75,7 @@ impl Config {
             key: LockKey::DEFAULT,
             identity: None,
             sabotage: None,
+            sessions: None,
         }
     }
 

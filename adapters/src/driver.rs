@@ -2,7 +2,6 @@
 //! what happened, and sleeps until the core's next deadline. It makes no decision of its own.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use plexsphere_leader_core::{Action, ConnId, Event, Handled, LogKind};
 use tokio_util::sync::CancellationToken;
@@ -13,21 +12,16 @@ use crate::error::{CheckError, RunError};
 use crate::log;
 use crate::observe::Observer;
 use crate::sabotage::Sabotage;
+use crate::session::LockSession;
 use crate::sql;
 use crate::term::TermShared;
-
-/// How often the session watch looks at the lock connection's closed flag (an atomic read of
-/// the client's channel): the leader notices a closed lock session within this period, instead
-/// of at its next check. deadpool-postgres owns the connection task, so its end cannot be
-/// awaited; this poll costs one timer wake-up per period on the leader only.
-pub const SESSION_WATCH_PERIOD: Duration = Duration::from_millis(5);
 
 /// One run of the election. Dropping it before the run finished (a panic unwinding through
 /// `run`, or the `run` future dropped) reports [`Event::Panicked`] or [`Event::Dropped`] to the
 /// core and performs what it asks: the term ends and the connection closes without an unlock.
 pub(crate) struct Driver {
     inner: Arc<Inner>,
-    held: Option<(ConnId, Arc<Held>)>,
+    held: Option<(ConnId, Held)>,
     in_flight: Option<Operation>,
     /// The term a graceful stop ended, whose work it awaits.
     stopped_term: Option<Arc<TermShared>>,
@@ -131,8 +125,8 @@ impl Driver {
 
     fn complete(&mut self, completion: Completion) {
         let Completion { event, acquired } = completion;
-        if let (Some(object), Some(conn)) = (acquired, event.conn()) {
-            self.held = Some((conn, Arc::new(Held::Pooled(object))));
+        if let (Some(session), Some(conn)) = (acquired, event.conn()) {
+            self.held = Some((conn, Arc::new(session)));
         }
         let acquired = matches!(event, Event::ConnectionAcquired { .. });
         // A deadline that passed while the answer was on its way fires first (it may close the
@@ -177,7 +171,7 @@ impl Driver {
         self.observer.action(&action);
         match action {
             Action::AcquireConnection { conn } => {
-                self.in_flight = Some(connection::acquire(self.inner.pool().clone(), conn));
+                self.in_flight = Some(connection::acquire(self.inner.sessions(), conn));
             }
             Action::TryLock { conn } => {
                 let (key, identity) = (self.inner.key(), self.inner.identity());
@@ -231,17 +225,19 @@ impl Driver {
                 }
             }
             Action::Hijack { conn } => {
-                let Some(held) = self.take(conn) else { return };
+                let Some(session) = self.take(conn) else {
+                    return;
+                };
                 if self.inner.sabotage() == Some(Sabotage::ReturnGrantedToPool) {
-                    drop(held); // back to the pool, lock and all
+                    drop(session); // back to the pool, lock and all
                 } else {
-                    self.held = Some((conn, Arc::new(held.hijack())));
+                    self.held = Some((conn, Arc::new(session.detach())));
                 }
             }
             Action::CloseConnection { conn } => {
                 self.in_flight = None;
-                if let Some(held) = self.take(conn) {
-                    held.close();
+                if let Some(session) = self.take(conn) {
+                    session.close();
                 }
             }
             Action::BeginTerm { term, epoch } => self.inner.begin_term(term, epoch),
@@ -266,8 +262,8 @@ impl Driver {
                 self.in_flight = Some(connection::ping_skipped(conn, backend_pid));
             }
             Some(Sabotage::ReturnGrantedToPool) => {
-                let pool = self.inner.pool().clone();
-                self.in_flight = Some(connection::ping_any_pooled(pool, conn, backend_pid));
+                let sessions = self.inner.sessions();
+                self.in_flight = Some(connection::ping_any_pooled(sessions, conn, backend_pid));
             }
             Some(Sabotage::KeepTermOnFailedPing) => {
                 let patience = self.inner.interval().get() / 2;
@@ -283,7 +279,7 @@ impl Driver {
     }
 
     /// Starts `operation` on connection `conn`, replacing any operation in flight.
-    fn start_on(&mut self, conn: ConnId, operation: impl FnOnce(Arc<Held>) -> Operation) {
+    fn start_on(&mut self, conn: ConnId, operation: impl FnOnce(Held) -> Operation) {
         self.in_flight = None;
         match &self.held {
             Some((held_conn, held)) if *held_conn == conn => {
@@ -298,7 +294,7 @@ impl Driver {
     }
 
     /// Takes connection `conn` out of the driver, once nothing in flight uses it.
-    fn take(&mut self, conn: ConnId) -> Option<Held> {
+    fn take(&mut self, conn: ConnId) -> Option<Box<dyn LockSession>> {
         match self.held.take() {
             Some((held_conn, held)) if held_conn == conn => {
                 self.in_flight = None;
@@ -325,24 +321,20 @@ impl Drop for Driver {
         self.in_flight = None;
         // Whatever is still held is closed, never returned to the pool: it may carry the lock.
         if let Some((_, held)) = self.held.take()
-            && let Ok(held) = Arc::try_unwrap(held)
+            && let Ok(session) = Arc::try_unwrap(held)
         {
-            held.close();
+            session.close();
         }
     }
 }
 
-/// Resolves with the lock connection once it has closed (and was not reported yet); never
-/// resolves while no lock connection is held.
-async fn watch_session(held: &Option<(ConnId, Arc<Held>)>, reported: Option<ConnId>) -> ConnId {
+/// Resolves with the held connection once its session ended on its own (and that was not
+/// reported yet): [`LockSession::ended`], which only a detached session ever resolves.
+async fn watch_session(held: &Option<(ConnId, Held)>, reported: Option<ConnId>) -> ConnId {
     match held {
-        Some((conn, held)) if reported != Some(*conn) && matches!(**held, Held::Hijacked(_)) => {
-            loop {
-                if held.lock_session_closed() {
-                    return *conn;
-                }
-                tokio::time::sleep(SESSION_WATCH_PERIOD).await;
-            }
+        Some((conn, session)) if reported != Some(*conn) => {
+            session.ended().await;
+            *conn
         }
         _ => std::future::pending().await,
     }
@@ -361,3 +353,5 @@ async fn in_flight(operation: &mut Option<Operation>) -> Completion {
 pub(crate) fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
 }
+#[cfg(test)]
+mod tests;

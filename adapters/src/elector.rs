@@ -8,7 +8,9 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use futures_util::future::{AbortHandle, Abortable};
 use plexsphere_leader_core::work::{TermStatus, WorkOutcome};
-use plexsphere_leader_core::{CheckInterval, Election, Event, Options, TermEndCause, TermId};
+use plexsphere_leader_core::{
+    CheckInterval, Election, Event, Options, StuckLeader, TermEndCause, TermId,
+};
 use prometheus::IntGauge;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -18,9 +20,10 @@ use crate::driver::Driver;
 use crate::error::{CheckError, ConfigError, RunError};
 use crate::key::LockKey;
 use crate::leadership::{Leadership, TermWaitCancelled};
-use crate::liveness::{ElectorLiveness, LastCheck, StuckLeader};
+use crate::liveness::ElectorLiveness;
 use crate::metrics::{self, ElectorMetrics};
 use crate::sabotage::Sabotage;
+use crate::session::{DeadpoolSource, SessionSource};
 use crate::term::{Term, TermShared};
 
 /// Elects one background leader among the replicas of a service through a PostgreSQL session
@@ -37,6 +40,8 @@ pub struct Elector {
 
 pub(crate) struct Inner {
     pool: Pool,
+    /// Where lock sessions come from: the pool, through the [`SessionSource`] seam.
+    sessions: Arc<dyn SessionSource>,
     options: Options,
     election: Mutex<Election<CheckError>>,
     /// [`Leadership::is_leader`] of the published value, for the spec's atomic `IsLeader`;
@@ -49,8 +54,6 @@ pub(crate) struct Inner {
     key: LockKey,
     identity: String,
     metrics: Option<ElectorMetrics>,
-    /// The leader's last successful check, for [`Elector::liveness`].
-    last_check: LastCheck,
     sabotage: Option<Sabotage>,
     hold_off: Duration,
     work_deadline: Option<(Duration, OnOverdue)>,
@@ -97,7 +100,12 @@ impl Elector {
         if let Some(metrics) = &metrics {
             metrics.set_eligible(config.eligible);
         }
+        let sessions = config
+            .sessions
+            .clone()
+            .unwrap_or_else(|| Arc::new(DeadpoolSource(config.pool.clone())));
         let inner = Inner {
+            sessions,
             pool: config.pool,
             options,
             election: Mutex::new(Election::with_options(options)),
@@ -108,7 +116,6 @@ impl Elector {
             key: config.key,
             identity,
             metrics,
-            last_check: LastCheck::default(),
             sabotage: config.sabotage,
             hold_off,
             work_deadline: config.work_deadline,
@@ -391,11 +398,8 @@ impl Elector {
     /// # Errors
     /// [`StuckLeader`] with the age of the last check and the bound.
     pub fn liveness(&self) -> Result<(), StuckLeader> {
-        if !self.is_leader() {
-            return Ok(());
-        }
-        let now = crate::driver::now();
-        self.inner.last_check.verdict(now, self.check_interval())
+        // The core's verdict (`Election::stuck`), on the driver's clock.
+        self.inner.election().stuck(crate::driver::now())
     }
 
     /// [`liveness`](Self::liveness) as a probe for [`Liveness`](crate::Liveness), which
@@ -411,8 +415,9 @@ impl Inner {
         self.election.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn pool(&self) -> &Pool {
-        &self.pool
+    /// Where lock sessions come from.
+    pub(crate) fn sessions(&self) -> Arc<dyn SessionSource> {
+        Arc::clone(&self.sessions)
     }
 
     /// Queues an operator request for the driver. Called with the election locked, so that the
@@ -450,11 +455,6 @@ impl Inner {
     /// The per-key metrics, when a registry was given.
     pub(crate) fn metrics(&self) -> Option<&ElectorMetrics> {
         self.metrics.as_ref()
-    }
-
-    /// The leader's last successful check.
-    pub(crate) fn last_check(&self) -> &LastCheck {
-        &self.last_check
     }
 
     /// The test-only broken behaviour, if any (always `None` without the `sabotage` feature).

@@ -55,26 +55,26 @@ mod readiness;
 mod sabotage;
 #[cfg(feature = "sabotage")]
 pub mod sabotage;
+pub mod session;
 pub mod sql;
 pub mod status;
 mod supervisor;
 mod term;
 
 pub use config::{Config, OnOverdue};
-pub use driver::SESSION_WATCH_PERIOD;
 pub use elector::{Elector, Resignation};
 pub use error::{CheckError, ConfigError, RunError};
 pub use identity::{IdentityError, MAX_IDENTITY_LEN};
 pub use key::{LockKey, ParseLockKeyError};
 pub use leadership::{Leadership, TermEnd, TermInfo, TermWaitCancelled};
-pub use liveness::{ElectorLiveness, Liveness, LivenessReport, STUCK_AFTER_INTERVALS, StuckLeader};
+pub use liveness::{ElectorLiveness, Liveness, LivenessReport};
 pub use metrics::{LEADER_GAUGE_HELP, LEADER_GAUGE_NAME, key_label};
 pub use overdue::OVERDUE_WORK_MESSAGE;
 pub use plexsphere_leader_core::work::Interruption;
 pub use plexsphere_leader_core::{
     AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, LockCheck, LockFinding,
-    LossReason, MAX_HOLD_OFF, MAX_STOP_GRACE_INTERVALS, StopGraceTooLong, TermEndCause, TermId,
-    UNLOCK_BUDGET,
+    LossReason, MAX_HOLD_OFF, MAX_STOP_GRACE_INTERVALS, STUCK_AFTER_INTERVALS, StopGraceTooLong,
+    StuckLeader, TermEndCause, TermId, UNLOCK_BUDGET,
 };
 pub use sql::{LEADER_QUERY, LOCK_CLASS_ID, LOCK_OBJ_ID};
 pub use term::{Term, named_work};

@@ -8,18 +8,12 @@
 //! [`Readiness`](crate::Readiness)).
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use crate::elector::Elector;
 use crate::readiness::{
     DuplicateProbe, Probe, ProbeReport, ProbeSet, all_pass, find, write_report,
 };
-
-/// A leader is stuck, and fails liveness, once its last successful check is older than this
-/// many check intervals. A driven leader never gets there: it checks every interval, and a check
-/// that does not answer within one interval demotes it.
-pub const STUCK_AFTER_INTERVALS: u32 = 2;
 
 /// The registry of a service's liveness probes, which `/livez` reports. Cloning gives another
 /// handle on the same registry. An empty registry reports live.
@@ -94,21 +88,6 @@ impl fmt::Display for LivenessReport {
     }
 }
 
-/// [`Elector::liveness`] failed: the replica believes it leads, but its last successful check is
-/// older than [`STUCK_AFTER_INTERVALS`] check intervals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the replica leads, but its last successful check was {since_last_check:?} ago, more than \
-     {bound:?} (2 check intervals): the election is not being driven (a blocked runtime or \
-     thread, or a run future that is no longer polled)"
-)]
-pub struct StuckLeader {
-    /// How long ago the last successful check (or the grant) was.
-    pub since_last_check: Duration,
-    /// The bound it exceeds: [`STUCK_AFTER_INTERVALS`] × the check interval.
-    pub bound: Duration,
-}
-
 /// The elector's liveness as a [`Probe`] for [`Liveness`]; see [`Elector::liveness`]. Never
 /// register it as a readiness probe.
 #[derive(Clone, Debug)]
@@ -125,45 +104,6 @@ impl ElectorLiveness {
 impl Probe for ElectorLiveness {
     fn check(&self) -> Result<(), String> {
         self.elector.liveness().map_err(|stuck| stuck.to_string())
-    }
-}
-
-/// When the leader last proved its lock (the grant, then each passed check), on the driver's
-/// clock; `None` while not leading. Written by the driver, read by the probes.
-#[derive(Debug, Default)]
-pub(crate) struct LastCheck {
-    at: Mutex<Option<Instant>>,
-}
-
-impl LastCheck {
-    pub(crate) fn record(&self, at: Instant) {
-        *self.lock() = Some(at);
-    }
-
-    pub(crate) fn clear(&self) {
-        *self.lock() = None;
-    }
-
-    /// `Err` when the last check is older than [`STUCK_AFTER_INTERVALS`] × `interval` at `now`.
-    /// No check recorded (not leading, or a term just beginning) is live.
-    pub(crate) fn verdict(&self, now: Instant, interval: Duration) -> Result<(), StuckLeader> {
-        let Some(at) = *self.lock() else {
-            return Ok(());
-        };
-        let bound = interval.saturating_mul(STUCK_AFTER_INTERVALS);
-        let since_last_check = now.saturating_duration_since(at);
-        if since_last_check > bound {
-            Err(StuckLeader {
-                since_last_check,
-                bound,
-            })
-        } else {
-            Ok(())
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        self.at.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -204,23 +144,5 @@ mod tests {
             report.to_string(),
             "[+]a ok\n[-]b failed: stuck\nlivez check failed\n"
         );
-    }
-
-    #[test]
-    fn a_leader_is_stuck_only_past_two_intervals_since_its_last_check() {
-        let interval = Duration::from_millis(100);
-        let start = Instant::now();
-        let last = LastCheck::default();
-        let late = start + Duration::from_secs(60);
-        assert_eq!(last.verdict(late, interval), Ok(()), "nothing recorded");
-        last.record(start);
-        assert_eq!(last.verdict(start + interval * 2, interval), Ok(()));
-        let stuck = last
-            .verdict(start + interval * 2 + Duration::from_millis(1), interval)
-            .unwrap_err();
-        assert_eq!(stuck.bound, interval * 2);
-        assert_eq!(stuck.since_last_check, Duration::from_millis(201));
-        last.clear();
-        assert_eq!(last.verdict(late, interval), Ok(()));
     }
 }

@@ -47,13 +47,11 @@ impl Observer {
                 self.started(*conn, CheckRole::Leader, Some(*backend_pid), now, true);
             }
             Action::BeginTerm { epoch, .. } => {
-                self.inner.last_check().record(now);
                 if let Some(metrics) = self.inner.metrics() {
                     metrics.term_began(*epoch);
                 }
             }
             Action::EndTerm { cause, .. } => {
-                self.inner.last_check().clear();
                 if let Some(metrics) = self.inner.metrics() {
                     metrics.term_ended();
                     metrics.transition(Transition::Ended(*cause));
@@ -111,13 +109,8 @@ impl Observer {
         if let Some(outcome) = outcome {
             self.attempt(outcome);
         }
-        if succeeded {
-            if check.role == CheckRole::Leader {
-                self.inner.last_check().record(now);
-            }
-            if let Some(metrics) = self.inner.metrics() {
-                metrics.check_succeeded();
-            }
+        if succeeded && let Some(metrics) = self.inner.metrics() {
+            metrics.check_succeeded();
         }
     }
 

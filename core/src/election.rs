@@ -8,6 +8,7 @@ use crate::action::{Action, Cause, LogKind, LogRecord, LossReason, TermEndCause}
 use crate::event::Event;
 use crate::ids::{ConnId, TermId};
 use crate::interval::{CheckInterval, UNLOCK_BUDGET};
+use crate::liveness::StuckLeader;
 use crate::options::{AcquireMode, Options};
 use crate::schedule::Schedule;
 use crate::verify::LockCheck;
@@ -220,6 +221,8 @@ struct Leader {
     conn: ConnId,
     /// The backend granted the lock: every check must be answered by it.
     backend_pid: i32,
+    /// When the lock was last proven: the grant, then each check that proved it.
+    verified_at: Instant,
     check: LeaderCheck,
 }
 
@@ -314,6 +317,32 @@ impl<C> Election<C> {
                 ..
             }) => Some(leader.term),
             _ => None,
+        }
+    }
+
+    /// While leading: when the lock was last proven (the grant, then each check that proved
+    /// it).
+    pub fn last_verified(&self) -> Option<Instant> {
+        match &self.state {
+            State::Running(Running {
+                role: Role::Leader(leader),
+                ..
+            }) => Some(leader.verified_at),
+            _ => None,
+        }
+    }
+
+    /// The stuck-leader verdict at `now`: `Err` when this replica leads but its last proof of
+    /// the lock ([`last_verified`](Self::last_verified)) is older than
+    /// [`STUCK_AFTER_INTERVALS`](crate::STUCK_AFTER_INTERVALS) check intervals — nobody drove
+    /// the election in time. A standby, or an election not running, is never stuck.
+    ///
+    /// # Errors
+    /// [`StuckLeader`] with the age of the last proof and the bound.
+    pub fn stuck(&self, now: Instant) -> Result<(), StuckLeader> {
+        match self.last_verified() {
+            Some(verified_at) => StuckLeader::verdict(verified_at, now, self.interval().get()),
+            None => Ok(()),
         }
     }
 
@@ -638,6 +667,7 @@ impl<C> Election<C> {
             term,
             conn,
             backend_pid,
+            verified_at: now,
             check: LeaderCheck::Waiting { next_check },
         }));
     }
@@ -689,6 +719,7 @@ impl<C> Election<C> {
         let next_check = self.next_check(now);
         if let Some(leader) = self.leader_mut() {
             leader.check = LeaderCheck::Waiting { next_check };
+            leader.verified_at = now;
         }
     }
 

@@ -21,6 +21,7 @@ mod event;
 mod ids;
 mod interval;
 pub mod invariants;
+mod liveness;
 mod options;
 pub mod readiness;
 mod schedule;
@@ -36,5 +37,6 @@ pub use interval::{
     CheckInterval, DEFAULT_CHECK_INTERVAL, IDLE_SESSION_TIMEOUT_INTERVALS, IntervalError,
     MAX_CHECK_INTERVAL, MIN_CHECK_INTERVAL, UNLOCK_BUDGET,
 };
+pub use liveness::{STUCK_AFTER_INTERVALS, StuckLeader};
 pub use options::{AcquireMode, MAX_STOP_GRACE_INTERVALS, Options, StopGraceTooLong};
 pub use verify::{LockCheck, LockFinding};

@@ -1919,3 +1919,39 @@ fn every_term_end_cause_has_its_own_label() {
     );
     assert_eq!(TermEndCause::Resigned.label(), "resigned");
 }
+
+// ---- stuck leader ----
+
+#[test]
+fn the_grant_and_each_proving_check_are_the_leaders_last_verification() {
+    let mut f = Fixture::leader();
+    assert_eq!(f.election.last_verified(), Some(f.at(10)));
+    f.timeout(IMS);
+    f.drain();
+    // A check in flight proves nothing yet.
+    assert_eq!(f.election.last_verified(), Some(f.at(10)));
+    f.event(
+        IMS + 7,
+        E::PingAnswered {
+            conn: C1,
+            found: LockCheck::holding(PID),
+        },
+    );
+    assert_eq!(f.election.last_verified(), Some(f.at(IMS + 7)));
+    // A standby has none.
+    f.event(IMS + 8, E::Cancelled);
+    assert_eq!(f.election.last_verified(), None);
+}
+
+#[test]
+fn a_leader_is_stuck_only_strictly_past_two_intervals_since_its_last_verification() {
+    let f = Fixture::leader();
+    assert_eq!(f.election.stuck(f.at(10 + 2 * IMS)), Ok(()));
+    let stuck = f.election.stuck(f.at(10 + 2 * IMS + 1)).unwrap_err();
+    assert_eq!(stuck.bound, 2 * I);
+    assert_eq!(stuck.since_last_check, 2 * I + Duration::from_millis(1));
+    // A standby or an idle election is never stuck, however late.
+    let standby = Fixture::started();
+    assert_eq!(standby.election.stuck(standby.at(100 * IMS)), Ok(()));
+    assert_eq!(Fixture::new().election.stuck(Instant::now()), Ok(()));
+}

@@ -1,0 +1,93 @@
+//! The lock-session seam: the I/O the driver performs, behind two small traits.
+//!
+//! The driver borrows sessions from a [`SessionSource`] (a connection pool), runs statements on
+//! them through [`LockSession::query`], and either gives a session back (drops it), takes it
+//! out of the pool for good ([`LockSession::detach`], while it carries the lock), or closes it
+//! ([`LockSession::close`]). The end of a detached session is an event
+//! ([`LockSession::ended`]). Every statement and every reading of its rows is shared code; a
+//! backend only moves text rows and classifies its own errors ([`QueryError`]).
+//!
+//! The default backend is deadpool-postgres over tokio-postgres ([`Config::new`]); tests drive
+//! the elector against in-memory doubles of these traits.
+//!
+//! [`Config::new`]: crate::Config::new
+
+mod deadpool;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::error::CheckError;
+
+pub(crate) use self::deadpool::DeadpoolSource;
+
+/// A boxed, sendable future borrowing for `'a`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One row of a simple-protocol answer: each column's text, `None` for `NULL`.
+pub type Row = Vec<Option<String>>;
+
+/// Why a statement failed, as the backend classifies it.
+#[derive(Debug)]
+pub enum QueryError {
+    /// The server's `lock_timeout` ended the statement (SQLSTATE 55P03).
+    LockTimeout(CheckError),
+    /// The session ended: the connection closed, or the server ended the session (SQLSTATE
+    /// class 57P: terminated, shut down, `idle_session_timeout`).
+    SessionEnded(CheckError),
+    /// Any other failure.
+    Failed(CheckError),
+}
+
+impl QueryError {
+    /// The error, whatever its class.
+    pub fn into_cause(self) -> CheckError {
+        match self {
+            Self::LockTimeout(cause) | Self::SessionEnded(cause) | Self::Failed(cause) => cause,
+        }
+    }
+}
+
+impl fmt::Display for QueryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::LockTimeout(cause) | Self::SessionEnded(cause) | Self::Failed(cause) => {
+                cause.fmt(f)
+            }
+        }
+    }
+}
+
+/// Where lock sessions come from: a pool of PostgreSQL sessions.
+pub trait SessionSource: Send + Sync + 'static {
+    /// Borrows a session. Dropping the future cancels the borrow.
+    ///
+    /// # Errors
+    /// The pool's error (unreachable server, refused authentication, pool closed).
+    fn acquire(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>>;
+}
+
+/// One session borrowed from a [`SessionSource`]. Dropping it gives it back to its pool, as it
+/// is; a detached session closes instead.
+pub trait LockSession: Send + Sync + 'static {
+    /// Runs `statement` over the simple query protocol (no parameters, no prepared statement)
+    /// and returns the rows of its result. Dropping the future abandons the statement (the
+    /// driver then closes the session: its state is unknown).
+    ///
+    /// # Errors
+    /// [`QueryError`], classified by the backend.
+    fn query<'a>(&'a self, statement: &'a str) -> BoxFuture<'a, Result<Vec<Row>, QueryError>>;
+
+    /// Takes the session out of its pool for good: it now carries the lock, and only
+    /// [`close`](Self::close) (or dropping it) ends it.
+    fn detach(self: Box<Self>) -> Box<dyn LockSession>;
+
+    /// Closes the session without giving it back to the pool; the server ends it and releases
+    /// its locks.
+    fn close(self: Box<Self>);
+
+    /// Resolves once a detached session has ended on its own (the server closed it, or the
+    /// socket broke); never resolves for a session still in its pool's hands. Cancel-safe.
+    fn ended(&self) -> BoxFuture<'_, ()>;
+}
