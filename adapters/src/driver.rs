@@ -224,14 +224,14 @@ impl Driver {
                     drop(held);
                 }
             }
-            Action::Hijack { conn } => {
+            Action::Hijack { conn, backend_pid } => {
                 let Some(session) = self.take(conn) else {
                     return;
                 };
                 if self.inner.sabotage() == Some(Sabotage::ReturnGrantedToPool) {
                     drop(session); // back to the pool, lock and all
                 } else {
-                    self.held = Some((conn, Arc::new(session.detach())));
+                    self.held = Some((conn, Arc::new(session.detach(backend_pid))));
                 }
             }
             Action::CloseConnection { conn } => {

@@ -8,11 +8,14 @@
 //! backend only moves text rows and classifies its own errors ([`QueryError`]).
 //!
 //! The default backend is deadpool-postgres over tokio-postgres ([`Config::new`]); tests drive
-//! the elector against in-memory doubles of these traits.
+//! the elector against in-memory doubles of these traits. Build the pool with
+//! [`ObservedConnect`] so that the end of the lock session wakes the elector at once; with
+//! deadpool's default connector the elector looks at the client's closed flag every 5 ms.
 //!
 //! [`Config::new`]: crate::Config::new
 
 mod deadpool;
+mod observed;
 
 use std::fmt;
 use std::future::Future;
@@ -21,6 +24,7 @@ use std::pin::Pin;
 use crate::error::CheckError;
 
 pub(crate) use self::deadpool::DeadpoolSource;
+pub use self::observed::{ConnectionEnd, ObservedConnect, observe_connection};
 
 /// A boxed, sendable future borrowing for `'a`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -79,9 +83,10 @@ pub trait LockSession: Send + Sync + 'static {
     /// [`QueryError`], classified by the backend.
     fn query<'a>(&'a self, statement: &'a str) -> BoxFuture<'a, Result<Vec<Row>, QueryError>>;
 
-    /// Takes the session out of its pool for good: it now carries the lock, and only
+    /// Takes the session out of its pool for good: it now carries the lock, granted to backend
+    /// `backend_pid` (by which a backend may find the session's end signal), and only
     /// [`close`](Self::close) (or dropping it) ends it.
-    fn detach(self: Box<Self>) -> Box<dyn LockSession>;
+    fn detach(self: Box<Self>, backend_pid: i32) -> Box<dyn LockSession>;
 
     /// Closes the session without giving it back to the pool; the server ends it and releases
     /// its locks.

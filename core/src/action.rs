@@ -56,6 +56,9 @@ pub enum Action<C> {
     Hijack {
         /// The connection that holds the lock.
         conn: ConnId,
+        /// The backend the server granted the lock to (by which a backend may find the
+        /// session's end signal).
+        backend_pid: i32,
     },
     /// Fencing: advance the fencing epoch on the lock connection, then report `EpochAdvanced` or
     /// `EpochFailed`.
@@ -124,7 +127,7 @@ impl<C> Action<C> {
             | Self::WaitForLock { conn, .. }
             | Self::ReleaseIfHeld { conn }
             | Self::ReturnToPool { conn }
-            | Self::Hijack { conn }
+            | Self::Hijack { conn, .. }
             | Self::AdvanceEpoch { conn }
             | Self::Ping { conn, .. }
             | Self::Unlock { conn }

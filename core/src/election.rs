@@ -619,7 +619,7 @@ impl<C> Election<C> {
     /// The lock is held: the connection leaves the pool, then the term begins, or first the
     /// fencing epoch is advanced.
     fn on_granted(&mut self, now: Instant, conn: ConnId, backend_pid: i32) {
-        self.push(Action::Hijack { conn });
+        self.push(Action::Hijack { conn, backend_pid });
         if self.options.is_fencing() {
             self.push(Action::AdvanceEpoch { conn });
             let deadline = now + self.interval().get();

@@ -10,7 +10,7 @@
 //!   resign request or when the replica was made ineligible, and a loss only with the reason
 //!   its input implies (`CheckTimedOut` on a deadline, `SessionEnded` on a session end, the
 //!   check row's own finding for `PingAnswered`, …);
-//! - every `Ping` carries the backend pid the newest grant named;
+//! - `Hijack` and every `Ping` carry the backend pid the newest grant named;
 //! - `Hijack` only in answer to `LockGranted`, `ReleaseIfHeld` only in answer to
 //!   `LockWaitTimedOut`, and `ReturnToPool` only in answer to `LockRefused` or `ReleasedIfHeld`
 //!   for the same connection; a term begins only on a hijacked connection, in answer to
@@ -355,12 +355,13 @@ impl Checker {
             {
                 ConnState::Borrowed
             }
-            (Action::Hijack { .. }, ConnState::Borrowed)
-                if answered(|e| matches!(e, Event::LockGranted { .. })) =>
+            (Action::Hijack { backend_pid, .. }, ConnState::Borrowed)
+                if matches!(
+                    event,
+                    Some(Event::LockGranted { backend_pid: granted, .. }) if granted == backend_pid
+                ) =>
             {
-                if let Some(Event::LockGranted { backend_pid, .. }) = event {
-                    self.granted_pid = Some(*backend_pid);
-                }
+                self.granted_pid = Some(*backend_pid);
                 ConnState::Hijacked
             }
             (Action::AdvanceEpoch { .. }, ConnState::Hijacked)
@@ -529,7 +530,10 @@ mod tests {
                 )
                 .unwrap();
             let granted = [
-                A::Hijack { conn: C1 },
+                A::Hijack {
+                    conn: C1,
+                    backend_pid: PID,
+                },
                 A::BeginTerm {
                     term: T1,
                     epoch: None,
@@ -648,7 +652,10 @@ mod tests {
             )
             .unwrap();
         let stale = [
-            A::Hijack { conn: C2 },
+            A::Hijack {
+                conn: C2,
+                backend_pid: PID,
+            },
             A::BeginTerm {
                 term: T1,
                 epoch: None,
@@ -696,7 +703,14 @@ mod tests {
             )
             .unwrap();
         violation(
-            trace.event(2, E::LockRefused { conn: C1 }, &[A::Hijack { conn: C1 }]),
+            trace.event(
+                2,
+                E::LockRefused { conn: C1 },
+                &[A::Hijack {
+                    conn: C1,
+                    backend_pid: PID,
+                }],
+            ),
             "Hijack on conn#1 (Borrowed) in answer to LockRefused",
         );
         let mut trace = Trace::new();
@@ -834,7 +848,13 @@ mod tests {
                 &[A::TryLock { conn: C1 }],
             )
             .unwrap();
-        let fence = [A::Hijack { conn: C1 }, A::AdvanceEpoch { conn: C1 }];
+        let fence = [
+            A::Hijack {
+                conn: C1,
+                backend_pid: PID,
+            },
+            A::AdvanceEpoch { conn: C1 },
+        ];
         trace
             .event(
                 2,

@@ -17,7 +17,12 @@ use turmoil::net::TcpStream;
 use crate::server::Primary;
 
 /// The connections of one replica's pool: a TCP connect to whichever host [`Primary`] names at
-/// the moment, then the PostgreSQL startup. The connection future runs in a task of the host's
+/// the moment, then the PostgreSQL startup. The connections are not registered with the
+/// elector's end signals (`plexsphere_leader::session::observe_connection`): that registry is
+/// process-wide and keyed by backend pid, and the simulated servers of seeds that run in
+/// parallel threads hand out the same pids, so whether a lookup found one connection would
+/// depend on the other thread. The simulated elector notices a closed lock session through the
+/// closed-flag watch instead (5 ms). The connection future runs in a task of the host's
 /// `LocalSet` (`spawn_local`; connect only from a turmoil host's software, which runs in
 /// one), aborted when the pool drops the client. Not `tokio::spawn`: the runtime shards its
 /// task list by a process-wide task id, so when turmoil drops a crashed host's runtime it

@@ -3,6 +3,7 @@
 use std::str::FromStr;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use plexsphere_leader::session::ObservedConnect;
 use tokio_postgres::{Client, Config, NoTls};
 
 use crate::{DEFAULT_DSN, DSN_ENV, HarnessError};
@@ -80,11 +81,12 @@ pub async fn connect(config: &Config) -> Result<Client, HarnessError> {
 }
 
 /// Builds a `deadpool_postgres::Pool` for `config` with `RecyclingMethod::Fast` and at most
-/// `max_size` connections. The pool opens connections lazily.
+/// `max_size` connections, whose connections signal their end to the elector
+/// ([`ObservedConnect`]), as the README recommends. The pool opens connections lazily.
 pub fn pool_for(config: Config, max_size: usize) -> Result<Pool, HarnessError> {
-    let manager = Manager::from_config(
+    let manager = Manager::from_connect(
         config,
-        NoTls,
+        ObservedConnect::new(NoTls),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },

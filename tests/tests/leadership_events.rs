@@ -69,6 +69,31 @@ async fn a_terminated_backend_ends_the_awaited_term_as_session_ended() {
     db.cleanup().await.unwrap();
 }
 
+/// A pool built with deadpool's own connector (not `ObservedConnect`): the elector cannot await
+/// the connection's end and falls back to watching the client's closed flag; the cause is the
+/// same.
+#[tokio::test]
+async fn with_deadpools_default_connector_a_terminated_backend_still_ends_the_term() {
+    let db = TestDb::create("events_terminate_plain").await.unwrap();
+    let manager = deadpool_postgres::Manager::from_config(
+        db.config(),
+        tokio_postgres::NoTls,
+        deadpool_postgres::ManagerConfig::default(),
+    );
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(2)
+        .build()
+        .unwrap();
+    let replica = Replica::spawn(pool, I);
+    let term = first_term(&replica.elector).await;
+    assert!(db.terminate(lock_holders(&db).await[0]).await.unwrap());
+    let why = timeout(2 * I + MARGIN, term.ended()).await.unwrap();
+    assert_eq!(why, TermEndCause::Lost(LossReason::SessionEnded));
+    drop(term);
+    replica.stop().await.unwrap();
+    db.cleanup().await.unwrap();
+}
+
 #[tokio::test]
 async fn an_unanswered_check_ends_the_awaited_term_as_check_timed_out() {
     let db = TestDb::create("events_blackhole").await.unwrap();

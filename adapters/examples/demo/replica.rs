@@ -175,9 +175,10 @@ fn pool(dsn: &str, application_name: &str) -> Result<Pool, Error> {
     config
         .application_name(application_name)
         .connect_timeout(Duration::from_secs(5));
-    let manager = Manager::from_config(
+    // ObservedConnect: the end of the lock session wakes the elector at once.
+    let manager = Manager::from_connect(
         config,
-        tokio_postgres::NoTls,
+        plexsphere_leader::session::ObservedConnect::new(tokio_postgres::NoTls),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },

@@ -186,7 +186,8 @@ impl LockSession for FakeSession {
         })
     }
 
-    fn detach(mut self: Box<Self>) -> Box<dyn LockSession> {
+    fn detach(mut self: Box<Self>, backend_pid: i32) -> Box<dyn LockSession> {
+        assert_eq!(backend_pid, pid_of(self.id), "the grant's own backend");
         self.detached = true;
         self
     }

@@ -5,13 +5,15 @@ use std::time::Duration;
 use deadpool_postgres::{ClientWrapper, Object, Pool};
 use tokio_postgres::SimpleQueryMessage;
 use tokio_postgres::error::SqlState;
+use tokio_util::sync::CancellationToken;
 
 use super::{BoxFuture, LockSession, QueryError, Row, SessionSource};
 use crate::error::CheckError;
 
-/// How often a detached session looks at its client's closed flag: deadpool-postgres owns the
-/// connection task, so its end cannot be awaited; this poll costs one timer wake-up per period
-/// on the leader only.
+/// How often a detached session of a pool not built with
+/// [`ObservedConnect`](super::ObservedConnect) looks at its client's closed flag:
+/// deadpool-postgres's default connector keeps the connection task to itself, so its end
+/// cannot be awaited; this poll costs one timer wake-up per period on the leader only.
 const SESSION_WATCH_PERIOD: Duration = Duration::from_millis(5);
 
 /// A deadpool-postgres pool as a [`SessionSource`].
@@ -27,17 +29,18 @@ impl SessionSource for DeadpoolSource {
     }
 }
 
-/// A deadpool-postgres session: borrowed (dropping it returns it), or taken out of the pool.
+/// A deadpool-postgres session: borrowed (dropping it returns it), or taken out of the pool,
+/// with the end signal of its connection when the pool observes its connections.
 enum PgSession {
     Pooled(Object),
-    Detached(ClientWrapper),
+    Detached(ClientWrapper, Option<CancellationToken>),
 }
 
 impl PgSession {
     fn client(&self) -> &tokio_postgres::Client {
         match self {
             Self::Pooled(object) => object,
-            Self::Detached(client) => client,
+            Self::Detached(client, _) => client,
         }
     }
 }
@@ -66,24 +69,29 @@ impl LockSession for PgSession {
         })
     }
 
-    fn detach(self: Box<Self>) -> Box<dyn LockSession> {
+    fn detach(self: Box<Self>, backend_pid: i32) -> Box<dyn LockSession> {
         match *self {
-            Self::Pooled(object) => Box::new(Self::Detached(Object::take(object))),
-            detached @ Self::Detached(_) => Box::new(detached),
+            Self::Pooled(object) => Box::new(Self::Detached(
+                Object::take(object),
+                super::observed::end_of(backend_pid),
+            )),
+            detached @ Self::Detached(..) => Box::new(detached),
         }
     }
 
     fn close(self: Box<Self>) {
         match *self {
             Self::Pooled(object) => drop(Object::take(object)),
-            Self::Detached(client) => drop(client),
+            Self::Detached(client, _) => drop(client),
         }
     }
 
     fn ended(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             match self {
-                Self::Detached(client) => {
+                // The connection's own end signal ([`ObservedConnect`](super::ObservedConnect)).
+                Self::Detached(_, Some(ended)) => ended.cancelled().await,
+                Self::Detached(client, None) => {
                     while !client.is_closed() {
                         tokio::time::sleep(SESSION_WATCH_PERIOD).await;
                     }

@@ -159,7 +159,10 @@ fn a_granted_lock_hijacks_the_connection_begins_a_term_and_logs() {
     assert_eq!(
         f.drain(),
         vec![
-            A::Hijack { conn: C1 },
+            A::Hijack {
+                conn: C1,
+                backend_pid: PID
+            },
             A::BeginTerm {
                 term: T1,
                 epoch: None
@@ -448,7 +451,10 @@ fn a_demoted_replica_can_lead_again_in_a_newer_term() {
     assert_eq!(
         f.drain(),
         vec![
-            A::Hijack { conn: C2 },
+            A::Hijack {
+                conn: C2,
+                backend_pid: PID
+            },
             A::BeginTerm {
                 term: T2,
                 epoch: None
@@ -906,7 +912,10 @@ fn actions_and_events_name_their_connection() {
         A::AcquireConnection { conn: C2 },
         A::TryLock { conn: C2 },
         A::ReturnToPool { conn: C2 },
-        A::Hijack { conn: C2 },
+        A::Hijack {
+            conn: C2,
+            backend_pid: PID,
+        },
         A::Ping {
             conn: C2,
             backend_pid: PID,
@@ -1380,7 +1389,13 @@ fn granted_fencing() -> Fixture {
     );
     assert_eq!(
         f.drain(),
-        vec![A::Hijack { conn: C1 }, A::AdvanceEpoch { conn: C1 }]
+        vec![
+            A::Hijack {
+                conn: C1,
+                backend_pid: PID
+            },
+            A::AdvanceEpoch { conn: C1 }
+        ]
     );
     assert_eq!(f.election.phase(), Phase::Fencing);
     assert!(!f.election.is_leader());

@@ -286,7 +286,7 @@ impl World {
                 self.server.open.remove(&(r, conn));
                 None
             }
-            Action::Hijack { conn } => {
+            Action::Hijack { conn, .. } => {
                 self.replicas[r].lock_conn = Some(conn);
                 None
             }

@@ -681,9 +681,9 @@ fn counted_pool(
     max_size: usize,
     counters: &Arc<PoolCounters>,
 ) -> Result<Pool, BoxError> {
-    let manager = Manager::from_config(
+    let manager = Manager::from_connect(
         config,
-        NoTls,
+        plexsphere_leader::session::ObservedConnect::new(NoTls),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
