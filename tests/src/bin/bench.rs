@@ -858,6 +858,98 @@ async fn costs(_options: &Options) -> Result<(), BoxError> {
     );
     drop(blocker);
     db.cleanup().await?;
+    wakeups().await
+}
+
+/// How often an idle process wakes up (voluntary context switches of all its threads, from
+/// `/proc/self/task/*/status`) over `intervals` check intervals while `leader` (if any) leads.
+async fn wakeups_per_interval(interval: Duration, intervals: u32) -> f64 {
+    let before = voluntary_switches();
+    tokio::time::sleep(interval * intervals).await;
+    (voluntary_switches() - before) as f64 / f64::from(intervals)
+}
+
+fn voluntary_switches() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("status")).ok())
+        .filter_map(|status| {
+            status.lines().find_map(|line| {
+                line.strip_prefix("voluntary_ctxt_switches:")
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+            })
+        })
+        .sum()
+}
+
+/// Timer wake-ups of an idle leader: one elector leading at I = 1 s, its pool built with
+/// `ObservedConnect` (the session's end is awaited) or with deadpool's default connector (the
+/// closed flag is looked at every 5 ms), against the same process with no elector.
+async fn wakeups() -> Result<(), BoxError> {
+    let interval = Duration::from_secs(1);
+    let intervals = 10;
+    let idle = wakeups_per_interval(interval, intervals).await;
+    let mut rows = Vec::new();
+    for observed in [true, false] {
+        let db = TestDb::create(if observed {
+            "bench_wake_observed"
+        } else {
+            "bench_wake_plain"
+        })
+        .await?;
+        let config = db.config_with_app_name(&format!("{REPLICA_APP_PREFIX}bench"));
+        let manager_config = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = if observed {
+            Manager::from_connect(
+                config,
+                plexsphere_leader::session::ObservedConnect::new(NoTls),
+                manager_config,
+            )
+        } else {
+            Manager::from_config(config, NoTls, manager_config)
+        };
+        let pool = Pool::builder(manager)
+            .max_size(2)
+            .runtime(Runtime::Tokio1)
+            .build()?;
+        let elector = Elector::new(Config::new(pool).check_interval(interval))?;
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn({
+            let (elector, shutdown) = (elector.clone(), shutdown.clone());
+            async move { elector.run(shutdown).await }
+        });
+        tokio::time::timeout(
+            ROUND_TIMEOUT,
+            elector
+                .subscribe()
+                .wait_for(|leadership| leadership.is_leader()),
+        )
+        .await??;
+        tokio::time::sleep(interval).await;
+        let leading = wakeups_per_interval(interval, intervals).await;
+        let led = elector.is_leader();
+        shutdown.cancel();
+        run.await??;
+        db.cleanup().await?;
+        rows.push((observed, leading, led));
+    }
+    println!("\n## Wake-ups of an idle leader (I = {interval:?}, {intervals} intervals)\n");
+    println!("| process | voluntary context switches per interval, all threads | led throughout |");
+    println!("|---|---|---|");
+    println!("| no elector (harness and idle runtime) | {idle:.1} | — |");
+    for (observed, leading, led) in rows {
+        let pool = if observed {
+            "pool with `ObservedConnect` (session end awaited)"
+        } else {
+            "pool with deadpool's default connector (closed flag every 5 ms)"
+        };
+        println!("| leader, {pool} | {leading:.1} | {led} |");
+    }
     Ok(())
 }
 
