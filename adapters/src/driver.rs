@@ -128,15 +128,11 @@ impl Driver {
         if let (Some(session), Some(conn)) = (acquired, event.conn()) {
             self.held = Some((conn, Arc::new(session)));
         }
-        let acquired = matches!(event, Event::ConnectionAcquired { .. });
-        // A deadline that passed while the answer was on its way fires first (it may close the
-        // connection the answer came on, which then makes the answer stale).
+        // A deadline that passed while the answer was on its way fires first (it may give back
+        // or close the connection the answer came on, which then makes the answer stale).
         self.fire_due_timers();
         self.observer.completion(&event);
-        if let (Handled::Ignored(_), true) = (self.feed(event), acquired) {
-            // Nothing was tried on it: it goes back to the pool as it came.
-            self.held = None;
-        }
+        self.feed(event);
     }
 
     /// Reports `event` to the core, after any deadline that has passed (rule 3 of the
@@ -220,8 +216,10 @@ impl Driver {
                 self.start_on(conn, |held| connection::unlock(held, conn, key));
             }
             Action::ReturnToPool { conn } => {
-                if let Some(held) = self.take(conn) {
-                    drop(held);
+                // Cancels an acquire still in flight; a session already borrowed goes back.
+                self.in_flight = None;
+                if let Some(session) = self.take(conn) {
+                    drop(session);
                 }
             }
             Action::Hijack { conn, backend_pid } => {

@@ -46,7 +46,9 @@ pub enum Action<C> {
         /// The borrowed connection.
         conn: ConnId,
     },
-    /// Give the borrowed connection back to the pool unchanged: the lock was refused.
+    /// Give the borrowed connection back to the pool unchanged: the lock was refused, or (for a
+    /// connection still being acquired when its deadline passed) cancel the acquire and give
+    /// back whatever it produces, on which nothing ran.
     ReturnToPool {
         /// The borrowed connection.
         conn: ConnId,

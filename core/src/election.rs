@@ -1,4 +1,30 @@
 //! The election state machine of one replica.
+//!
+//! # From the spec's sentences to transitions
+//!
+//! Every decision of the election is taken here; the driver only performs the actions and
+//! reports what happened. Each row names the input, the actions queued, and a unit test of
+//! `election/tests.rs` that asserts exactly those actions.
+//!
+//! | spec (Run, Demotion, Panic, Cancel) and its extensions | input | actions | test |
+//! |---|---|---|---|
+//! | "It checks once when it starts and then every CheckInterval" | [`Election::start`], [`Timer::NextCheck`] | `AcquireConnection` | `start_checks_at_once_by_asking_for_a_connection` |
+//! | "a check acquires a connection … and runs pg_try_advisory_lock" | `ConnectionAcquired` | `TryLock` (poll) or `WaitForLock { lock_timeout_ms }` (queue) | `an_acquired_connection_tries_the_lock` |
+//! | "When another session holds the lock, the connection goes back to the pool unchanged" | `LockRefused` | `ReturnToPool` | `a_refused_lock_returns_the_connection_unchanged_and_waits_for_the_next_check` |
+//! | (queued) 55P03 may come with the lock granted at the timeout | `LockWaitTimedOut`, then `ReleasedIfHeld` | `ReleaseIfHeld`, then `ReturnToPool` | `a_lock_granted_as_its_wait_timed_out_is_released_with_a_note_then_returned` |
+//! | "When the lock is granted, the connection is hijacked …, the replica leads, and a new term begins" | `LockGranted { backend_pid }` | `Hijack { backend_pid }`, `BeginTerm` (after `AdvanceEpoch` with fencing) | `a_granted_lock_hijacks_the_connection_begins_a_term_and_logs` |
+//! | "A failed acquire or query is logged at WARN … tries again at the next check" | `AcquireFailed`, `LockQueryFailed`, [`Timer::TryLockDeadline`] | `CloseConnection` (outcome unknown), `Log(AcquireFailed)` | `a_failed_grant_statement_discards_the_connection_instead_of_returning_it` |
+//! | "On the leader, a check runs SELECT 1" (here: verifies the lock) | [`Timer::NextCheck`] | `Ping { backend_pid }` | `the_leaders_check_carries_the_backend_granted_the_lock` |
+//! | the check's row is judged ([`LockCheck::verdict`](crate::LockCheck::verdict)) | `PingAnswered { found }` | none, or `EndTerm(Lost(<finding>))` | `a_check_that_disproves_the_lock_ends_the_term_with_the_findings_reason` |
+//! | "The check fails when the query returns an error" | `PingFailed` | `EndTerm(Lost(CheckFailed))`, `CloseConnection`, `Log(LeadershipLost)` | `a_failed_ping_ends_the_term_as_lost_then_closes_then_warns` |
+//! | "… and when it does not answer within one CheckInterval" | [`Timer::PingDeadline`] | `EndTerm(Lost(CheckTimedOut))`, `CloseConnection`, … | `an_unanswered_ping_demotes_after_one_interval_and_the_standby_checks_at_its_next_tick` |
+//! | "The server drops a session advisory lock when the session ends" (learned at once) | `SessionEnded` | `EndTerm(Lost(SessionEnded))`, `CloseConnection` | `a_lock_session_that_ends_demotes_the_leader_at_once` |
+//! | "When ctx is cancelled, Run runs pg_advisory_unlock …, closes the connection, ends the term" (here: the term ends first) | `Cancelled`, `WorkDrained` or [`Timer::DrainDeadline`] | `EndTerm(Stopped)`, `AwaitWork`, `Unlock`, `CloseConnection`, `Finish` | `cancelling_the_leader_ends_the_term_before_unlocking_under_two_seconds` |
+//! | "under a 2-second context" | [`Timer::UnlockDeadline`] | `CloseConnection`, `Log(ReleaseFailed)` | `an_unlock_without_answer_within_two_seconds_closes_anyway` |
+//! | "When a panic unwinds Run, it ends the term with ErrLeadershipLost and closes the lock connection … It does not unlock" | `Panicked` (`Dropped`) | `EndTerm(Lost(Panicked))`, `CloseConnection`, `Log(AbandonedAfterPanic)`, `Finish` | `a_panic_while_leading_ends_the_term_as_lost_and_closes_without_unlocking` |
+//! | "Run may be called again after an earlier call returned or panicked" | [`Election::start`] after `Finish` | a fresh check | `the_election_can_run_again_after_it_finished_with_fresh_ids` |
+//! | (operators) resign, eligibility | `Resign { hold_off }`, `SetEligible` | `EndTerm(Resigned)`, the stop's release, no check while held out | `a_resign_ends_the_term_as_resigned_releases_and_waits_out_the_hold_off_as_a_standby` |
+//! | (liveness) a leader nobody drives | [`Election::stuck`] | none: a verdict read by the probe | `a_leader_is_stuck_only_strictly_past_two_intervals_since_its_last_verification` |
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -607,10 +633,10 @@ impl<C> Election<C> {
     }
 
     /// The acquire failed or timed out. A timed-out acquire is abandoned so a connection that
-    /// arrives late is never used.
+    /// arrives late is never used: nothing ran on it, so it goes back to the pool.
     fn on_acquire_failed(&mut self, now: Instant, cause: Cause<C>) {
         if let (Cause::TimedOut(_), Some(conn)) = (&cause, self.open_conn()) {
-            self.push(Action::CloseConnection { conn });
+            self.push(Action::ReturnToPool { conn });
         }
         self.log(LogKind::AcquireFailed, None, Some(cause));
         self.wait_as_standby(now);

@@ -13,7 +13,7 @@
 //! - `Hijack` and every `Ping` carry the backend pid the newest grant named;
 //! - `Hijack` only in answer to `LockGranted`, `ReleaseIfHeld` only in answer to
 //!   `LockWaitTimedOut`, and `ReturnToPool` only in answer to `LockRefused` or `ReleasedIfHeld`
-//!   for the same connection; a term begins only on a hijacked connection, in answer to
+//!   for the same connection, or to an acquire's deadline; a term begins only on a hijacked connection, in answer to
 //!   `LockGranted` or (fencing) `EpochAdvanced`, and fencing epochs strictly increase;
 //! - actions only ever name the newest connection, and nothing is done with a connection after it
 //!   was closed or returned (so nothing is sent after its check timed out);
@@ -348,6 +348,10 @@ impl Checker {
                     matches!(e, Event::LockRefused { .. } | Event::ReleasedIfHeld { .. })
                 }) =>
             {
+                ConnState::Done
+            }
+            // An acquire whose deadline passed: abandoned, whatever it produces given back.
+            (Action::ReturnToPool { .. }, ConnState::Acquiring) if event.is_none() => {
                 ConnState::Done
             }
             (Action::ReleaseIfHeld { .. }, ConnState::Borrowed)
