@@ -173,7 +173,8 @@ impl Checker {
         {
             match event {
                 Event::SetEligible { eligible } => self.ineligible = !eligible,
-                Event::Resign { hold_off } if self.running => {
+                // (An applied resign means a running election; `Start` clears the hold.)
+                Event::Resign { hold_off } => {
                     let until = now + (*hold_off).min(MAX_HOLD_OFF);
                     self.hold_until = Some(self.hold_until.map_or(until, |held| held.max(until)));
                 }
@@ -511,6 +512,11 @@ mod tests {
             let (now, timeout) = (self.at(0), Some(self.at(100)));
             self.checker
                 .check(now, Input::Start { accepted: true }, actions, timeout)
+        }
+
+        fn timeout(&mut self, ms: u64, actions: &[A]) -> Result<(), Violation> {
+            let (now, timeout) = (self.at(ms), Some(self.at(ms + 100)));
+            self.checker.check(now, Input::Timeout, actions, timeout)
         }
 
         fn event(&mut self, ms: u64, event: E, actions: &[A]) -> Result<(), Violation> {
@@ -1047,6 +1053,79 @@ mod tests {
                 .checker
                 .check(trace.at(1), Input::<u8>::Timeout, &[], Some(trace.at(100))),
             "backwards",
+        );
+    }
+
+    #[test]
+    fn asking_for_a_connection_while_held_out_is_reported() {
+        // Created ineligible: the first check may not ask for a connection.
+        let mut trace = Trace::new();
+        trace.checker = Checker::new().starting_ineligible();
+        violation(
+            trace.start(&[A::AcquireConnection { conn: C1 }]),
+            "asked for while the replica is ineligible",
+        );
+        // Made ineligible while running.
+        let mut trace = Trace::new();
+        trace.start(&[]).unwrap();
+        trace
+            .event(10, E::SetEligible { eligible: false }, &[])
+            .unwrap();
+        violation(
+            trace.timeout(100, &[A::AcquireConnection { conn: C1 }]),
+            "asked for while the replica is ineligible",
+        );
+        // A resign's hold-off of one second, from 10 ms: not at 500 ms, but at 1010 ms.
+        let mut trace = Trace::new();
+        trace.start(&[]).unwrap();
+        let hold_off = Duration::from_secs(1);
+        trace.event(10, E::Resign { hold_off }, &[]).unwrap();
+        violation(
+            trace.timeout(500, &[A::AcquireConnection { conn: C1 }]),
+            "before the resign's hold-off ended",
+        );
+        let mut trace = Trace::new();
+        trace.start(&[]).unwrap();
+        trace.event(10, E::Resign { hold_off }, &[]).unwrap();
+        trace
+            .timeout(1010, &[A::AcquireConnection { conn: C1 }])
+            .unwrap();
+    }
+
+    #[test]
+    fn giving_back_an_acquiring_connection_is_only_for_its_deadline() {
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        trace.timeout(100, &[A::ReturnToPool { conn: C1 }]).unwrap();
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        violation(
+            trace.event(5, E::Cancelled, &[A::ReturnToPool { conn: C1 }]),
+            "ReturnToPool on conn#1 (Acquiring) in answer to Cancelled",
+        );
+    }
+
+    #[test]
+    fn a_release_if_held_only_answers_a_timed_out_wait() {
+        let waiting = || {
+            let mut trace = Trace::new();
+            trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+            let wait = [A::WaitForLock {
+                conn: C1,
+                lock_timeout_ms: 100,
+            }];
+            trace
+                .event(1, E::ConnectionAcquired { conn: C1 }, &wait)
+                .unwrap();
+            trace
+        };
+        let release = [A::ReleaseIfHeld { conn: C1 }];
+        waiting()
+            .event(50, E::LockWaitTimedOut { conn: C1 }, &release)
+            .unwrap();
+        violation(
+            waiting().event(50, E::LockRefused { conn: C1 }, &release),
+            "ReleaseIfHeld on conn#1 (Borrowed) in answer to LockRefused",
         );
     }
 }

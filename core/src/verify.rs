@@ -197,4 +197,23 @@ mod tests {
         };
         assert_eq!(unheld_and_unmarked.verdict(PID), Err(LockFinding::NotHeld));
     }
+
+    #[test]
+    fn each_finding_names_its_likely_cause() {
+        let texts = [
+            (
+                LockFinding::BackendChanged {
+                    granted: PID,
+                    now: 7,
+                },
+                "the check ran on backend 7, not on backend 4242",
+            ),
+            (LockFinding::InRecovery, "the server is in recovery"),
+            (LockFinding::NotHeld, "no longer holds the lock in pg_locks"),
+            (LockFinding::SessionShared, "the server session is shared"),
+        ];
+        for (finding, text) in texts {
+            assert!(finding.to_string().contains(text), "{finding}");
+        }
+    }
 }

@@ -1971,3 +1971,38 @@ fn a_leader_is_stuck_only_strictly_past_two_intervals_since_its_last_verificatio
     assert_eq!(standby.election.stuck(standby.at(100 * IMS)), Ok(()));
     assert_eq!(Fixture::new().election.stuck(Instant::now()), Ok(()));
 }
+
+// ---- hold-offs and eligibility (mutation survivors) ----
+
+#[test]
+fn a_hold_off_longer_than_seven_days_is_shortened_to_seven_days() {
+    assert_eq!(MAX_HOLD_OFF, Duration::from_secs(604_800));
+    let mut f = Fixture::started();
+    let month = Duration::from_secs(30 * 24 * 60 * 60);
+    f.event(1, E::Resign { hold_off: month });
+    assert_eq!(
+        f.election.held_off_until(f.at(1)),
+        Some(f.at(1) + Duration::from_secs(604_800))
+    );
+}
+
+#[test]
+fn eligibility_reads_back_as_set() {
+    let mut f = Fixture::new();
+    assert!(f.election.is_eligible(), "eligible by default");
+    f.event(0, E::SetEligible { eligible: false });
+    assert!(!f.election.is_eligible());
+    f.event(0, E::SetEligible { eligible: true });
+    assert!(f.election.is_eligible());
+}
+
+#[test]
+fn a_check_handled_late_after_a_hold_off_still_begins() {
+    let mut f = Fixture::started();
+    f.event(1, E::Resign { hold_off: 3 * I });
+    f.drain();
+    // The first check after the hold-off falls due at its end; the driver gets to it late.
+    assert_eq!(f.election.poll_timeout(), Some(f.at(1 + 3 * IMS)));
+    f.timeout(1 + 3 * IMS + 500);
+    assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
+}
