@@ -35,6 +35,8 @@ pub struct TermInfo {
 pub struct TermEnd {
     /// The term that ended.
     pub id: TermId,
+    /// Its fencing epoch, when fencing is on.
+    pub epoch: Option<u64>,
     /// Why it ended.
     pub cause: TermEndCause,
     /// When it began.
@@ -75,12 +77,91 @@ impl Leadership {
                 current: None,
                 last_end: Some(TermEnd {
                     id: term.id,
+                    epoch: term.epoch,
                     cause,
                     began: term.since,
                     at,
                 }),
             },
             None => self,
+        }
+    }
+}
+
+/// A term of this replica began or ended: what [`TermEvents`] reads out of successive
+/// [`Leadership`] values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TermEvent {
+    /// A term began.
+    Began(TermInfo),
+    /// A term ended.
+    Ended(TermEnd),
+    /// A term that was seen open ended between two reads, and a newer term's end replaced its
+    /// record before it was read: its cause is lost (the reader was not woken for a whole
+    /// term; a watch keeps the latest value only).
+    EndMissed(TermId),
+}
+
+/// Turns the values a [`Leadership`] receiver reads into the term begins and ends they imply,
+/// oldest first, each once: for a `subscribe()` loop that reports every change.
+///
+/// Between two reads a term may end and another begin (the new value shows both), or a term
+/// may begin and end (its begin is read out of the end). When more changed between two reads,
+/// a term seen open whose end record was replaced comes out as [`TermEvent::EndMissed`], and
+/// terms that began *and* ended in between, before the last one, are not seen at all: a watch
+/// keeps the latest value.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TermEvents {
+    began: Option<TermId>,
+    ended: Option<TermId>,
+}
+
+impl TermEvents {
+    /// A reader that has seen nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The events `leadership` implies that were not returned yet, oldest first: the last
+    /// term's begin (if it was never seen open) and its end, then the open term's begin.
+    pub fn read(&mut self, leadership: &Leadership) -> Vec<TermEvent> {
+        let mut events = Vec::new();
+        // A term seen open, whose end this value no longer shows.
+        if let Some(open) = self
+            .began
+            .filter(|began| self.ended.is_none_or(|e| *began > e))
+        {
+            let newest_end = leadership.last_end().map(|end| end.id);
+            let newest = leadership.term().map(|term| term.id).max(newest_end);
+            if newest_end != Some(open) && newest.is_some_and(|newest| newest > open) {
+                events.push(TermEvent::EndMissed(open));
+                self.ended = Some(open);
+            }
+        }
+        if let Some(end) = leadership.last_end()
+            && self.ended.is_none_or(|ended| end.id > ended)
+        {
+            self.begin(
+                TermInfo {
+                    id: end.id,
+                    epoch: end.epoch,
+                    since: end.began,
+                },
+                &mut events,
+            );
+            events.push(TermEvent::Ended(end));
+            self.ended = Some(end.id);
+        }
+        if let Some(term) = leadership.term() {
+            self.begin(term, &mut events);
+        }
+        events
+    }
+
+    fn begin(&mut self, term: TermInfo, events: &mut Vec<TermEvent>) {
+        if self.began.is_none_or(|began| term.id > began) {
+            events.push(TermEvent::Began(term));
+            self.began = Some(term.id);
         }
     }
 }
@@ -119,5 +200,48 @@ mod tests {
         // The next term keeps the last end until it ends itself.
         let again = ended.began(TermId::new(4), None, t0);
         assert_eq!(again.last_end(), ended.last_end());
+    }
+
+    #[test]
+    fn term_events_come_out_once_each_oldest_first() {
+        let t0 = Instant::now();
+        let lost = TermEndCause::Lost(LossReason::CheckTimedOut);
+        let mut events = TermEvents::new();
+        let standby = Leadership::default();
+        assert_eq!(events.read(&standby), vec![]);
+        let one = standby.began(TermId::new(1), Some(7), t0);
+        let began = |id, epoch| {
+            TermEvent::Began(TermInfo {
+                id,
+                epoch,
+                since: t0,
+            })
+        };
+        assert_eq!(events.read(&one), vec![began(TermId::new(1), Some(7))]);
+        assert_eq!(events.read(&one), vec![], "each once");
+        // Term 1 ended and term 2 began between two reads: the end, then the begin.
+        let two = one.ended(lost, t0).began(TermId::new(2), None, t0);
+        let read = events.read(&two);
+        assert!(matches!(read[0], TermEvent::Ended(TermEnd { id, .. }) if id == TermId::new(1)));
+        assert_eq!(read[1], began(TermId::new(2), None));
+        assert_eq!(read.len(), 2);
+        // Term 2 ended, term 3 began and ended, all unseen: term 2's end is missed, term 3's
+        // begin is read out of its end.
+        let three = two
+            .ended(TermEndCause::Stopped, t0)
+            .began(TermId::new(3), Some(9), t0)
+            .ended(TermEndCause::Resigned, t0);
+        let read = events.read(&three);
+        assert_eq!(read[0], TermEvent::EndMissed(TermId::new(2)));
+        assert_eq!(read[1], began(TermId::new(3), Some(9)));
+        assert!(matches!(
+            read[2],
+            TermEvent::Ended(TermEnd {
+                cause: TermEndCause::Resigned,
+                ..
+            })
+        ));
+        assert_eq!(read.len(), 3);
+        assert_eq!(events.read(&three), vec![]);
     }
 }

@@ -66,7 +66,7 @@ pub use elector::{Elector, Resignation};
 pub use error::{CheckError, ConfigError, RunError};
 pub use identity::{IdentityError, MAX_IDENTITY_LEN};
 pub use key::{LockKey, ParseLockKeyError};
-pub use leadership::{Leadership, TermEnd, TermInfo, TermWaitCancelled};
+pub use leadership::{Leadership, TermEnd, TermEvent, TermEvents, TermInfo, TermWaitCancelled};
 pub use liveness::{ElectorLiveness, Liveness, LivenessReport};
 pub use metrics::{LEADER_GAUGE_HELP, LEADER_GAUGE_NAME, key_label};
 pub use overdue::OVERDUE_WORK_MESSAGE;

@@ -32,11 +32,11 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
-use plexsphere_leader::{Config, Elector, Leadership, TermId};
+use plexsphere_leader::{Config, Elector, Leadership, TermEvent, TermEvents};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
@@ -202,7 +202,7 @@ async fn run(args: ChildArgs) -> ExitCode {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let shutdown = CancellationToken::new();
-    let terms = Arc::new(std::sync::Mutex::new(Terms::default()));
+    let terms = Arc::new(Mutex::new(TermEvents::new()));
     tokio::spawn(follow_terms(
         elector.clone(),
         Arc::clone(&out),
@@ -221,7 +221,7 @@ async fn run(args: ChildArgs) -> ExitCode {
     );
     let result = elector.run(shutdown).await;
     // The end of the last term before the exit record, whether or not the watcher woke yet.
-    lock(&terms).show(&out, elector.leadership());
+    emit_terms(&out, &terms, &elector.leadership());
     report_exit(&out, &pool, result.map_err(|e| e.to_string())).await;
     ExitCode::SUCCESS
 }
@@ -273,55 +273,41 @@ async fn report_exit(out: &Out, pool: &Pool, run: Result<(), String>) {
 
 /// Prints `lead` and `follow` for every term the elector publishes, stamped with the instants
 /// it published: no log parsing, no polling.
-async fn follow_terms(elector: Elector, out: Arc<Out>, terms: Arc<std::sync::Mutex<Terms>>) {
+async fn follow_terms(elector: Elector, out: Arc<Out>, terms: Arc<Mutex<TermEvents>>) {
     let mut published = elector.subscribe();
     loop {
         let leadership = *published.borrow_and_update();
-        lock(&terms).show(&out, leadership);
+        emit_terms(&out, &terms, &leadership);
         if published.changed().await.is_err() {
             return;
         }
     }
 }
 
-fn lock(terms: &std::sync::Mutex<Terms>) -> std::sync::MutexGuard<'_, Terms> {
-    terms
+/// Emits what `leadership` shows that was not emitted yet, oldest first.
+fn emit_terms(out: &Out, terms: &Mutex<TermEvents>, leadership: &Leadership) {
+    let events = terms
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The terms whose `lead` and `follow` records were printed.
-#[derive(Default)]
-struct Terms {
-    led: Option<TermId>,
-    followed: Option<TermId>,
-}
-
-impl Terms {
-    /// Prints what `leadership` shows that was not printed yet, oldest first: the last ended
-    /// term (its `lead` too, when it began and ended between two reads), then the open term.
-    fn show(&mut self, out: &Out, leadership: Leadership) {
-        if let Some(end) = leadership.last_end()
-            && self.followed.is_none_or(|followed| end.id > followed)
-        {
-            self.lead(out, end.id, end.began);
-            let cause = format!("{:?}", end.cause);
-            out.emit_at(
+        .unwrap_or_else(PoisonError::into_inner)
+        .read(leadership);
+    for event in events {
+        match event {
+            TermEvent::Began(term) => {
+                out.emit_at(
+                    stamp_of(term.since),
+                    "lead",
+                    json!({ "term": term.id.get() }),
+                );
+            }
+            TermEvent::Ended(end) => out.emit_at(
                 stamp_of(end.at),
                 "follow",
-                json!({ "term": end.id.get(), "cause": cause }),
-            );
-            self.followed = Some(end.id);
-        }
-        if let Some(term) = leadership.term() {
-            self.lead(out, term.id, term.since);
-        }
-    }
-
-    fn lead(&mut self, out: &Out, id: TermId, since: std::time::Instant) {
-        if self.led.is_none_or(|led| id > led) {
-            out.emit_at(stamp_of(since), "lead", json!({ "term": id.get() }));
-            self.led = Some(id);
+                json!({ "term": end.id.get(), "cause": format!("{:?}", end.cause) }),
+            ),
+            TermEvent::EndMissed(id) => out.emit(
+                "follow",
+                json!({ "term": id.get(), "cause": "EndedBeforeObserved" }),
+            ),
         }
     }
 }

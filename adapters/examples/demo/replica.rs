@@ -17,7 +17,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use plexsphere_leader::loops::{BoxError, ELECTION_WORKER, TickMetrics, Wired, pass_fn};
 use plexsphere_leader::{
     Background, Config, DEFAULT_SHUTDOWN_BOUND, Elector, Gate, LeaderTicker, Leadership, Liveness,
-    OnOverdue, Readiness, Resignation, TermEndCause, TermId, WhileLeader, wire_background,
+    OnOverdue, Readiness, Resignation, TermEndCause, TermEvent, TermEvents, WhileLeader,
+    wire_background,
 };
 use prometheus::Registry;
 use serde_json::json;
@@ -480,61 +481,44 @@ async fn key_watcher(
 /// the elector's published leadership: no polling, and the typed cause of each term's end.
 async fn print_leadership(elector: Elector, me: Me, watch: CancellationToken) {
     let mut published = elector.subscribe();
-    let mut printed = Printed::default();
+    let mut events = TermEvents::new();
     loop {
         let leadership = *published.borrow_and_update();
-        printed.show(&me, leadership);
+        print_events(&me, &mut events, &leadership);
         tokio::select! {
             () = watch.cancelled() => break,
             changed = published.changed() => if changed.is_err() { break },
         }
     }
     // What the stop published before the watch ended (the release).
-    printed.show(&me, elector.leadership());
+    print_events(&me, &mut events, &elector.leadership());
 }
 
-/// The terms whose begin and end lines were printed.
-#[derive(Default)]
-struct Printed {
-    acquired: Option<TermId>,
-    ended: Option<TermId>,
-}
-
-impl Printed {
-    /// Prints what `leadership` shows that was not printed yet: the end of the last term (and
-    /// its begin, for a term that began and ended between two reads), then the open term.
-    fn show(&mut self, me: &Me, leadership: Leadership) {
-        if let Some(end) = leadership.last_end()
-            && self.ended.is_none_or(|ended| end.id > ended)
-        {
-            self.acquire(me, end.id);
-            let id = end.id.get();
-            let text = match end.cause {
-                TermEndCause::Stopped => {
-                    format!("event=released term={id} cause=\"election stopped: lock released\"")
-                }
+fn print_events(me: &Me, events: &mut TermEvents, leadership: &Leadership) {
+    for event in events.read(leadership) {
+        let text = match event {
+            TermEvent::Began(term) => format!("event=acquired term={}", term.id),
+            TermEvent::Ended(end) => match end.cause {
+                TermEndCause::Stopped => format!(
+                    "event=released term={} cause=\"election stopped: lock released\"",
+                    end.id
+                ),
                 TermEndCause::Resigned => {
-                    format!("event=resigned term={id} cause=\"leadership resigned\"")
+                    format!(
+                        "event=resigned term={} cause=\"leadership resigned\"",
+                        end.id
+                    )
                 }
                 TermEndCause::Lost(reason) => format!(
-                    "event=lost term={id} reason={} cause={:?}",
+                    "event=lost term={} reason={} cause={:?}",
+                    end.id,
                     reason.label(),
                     end.cause.to_string()
                 ),
-            };
-            line(me, &text);
-            self.ended = Some(end.id);
-        }
-        if let Some(term) = leadership.term() {
-            self.acquire(me, term.id);
-        }
-    }
-
-    fn acquire(&mut self, me: &Me, id: TermId) {
-        if self.acquired.is_none_or(|acquired| id > acquired) {
-            line(me, &format!("event=acquired term={}", id.get()));
-            self.acquired = Some(id);
-        }
+            },
+            TermEvent::EndMissed(id) => format!("event=ended term={id} cause=\"not seen\""),
+        };
+        line(me, &text);
     }
 }
 
