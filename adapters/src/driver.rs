@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use plexsphere_leader_core::{Action, ConnId, Event, Handled, LogKind};
+use plexsphere_leader_core::{Action, ConnId, Event, LogKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::connection::{self, Completion, Held, Operation};
@@ -99,10 +99,7 @@ impl Driver {
                     });
                 }
                 Wake::Control => self.apply_controls(),
-                Wake::Deadline => {
-                    self.inner.election().handle_timeout(now());
-                    self.perform_queued();
-                }
+                Wake::Deadline => self.fire_due_timers(),
             }
         }
         // Requests queued as the run finished: an eligibility setting still applies (the
@@ -137,9 +134,9 @@ impl Driver {
 
     /// Reports `event` to the core, after any deadline that has passed (rule 3 of the
     /// `Election` contract: a late answer never extends a term).
-    fn handle(&mut self, event: Event<crate::CheckError>) -> Handled {
+    fn handle(&mut self, event: Event<crate::CheckError>) {
         self.fire_due_timers();
-        self.feed(event)
+        self.feed(event);
     }
 
     fn fire_due_timers(&mut self) {
@@ -147,10 +144,10 @@ impl Driver {
         self.perform_queued();
     }
 
-    fn feed(&mut self, event: Event<crate::CheckError>) -> Handled {
-        let handled = self.inner.election().handle_event(now(), event);
+    /// Reports `event` to the core and performs what it asks; an ignored input asks nothing.
+    fn feed(&mut self, event: Event<crate::CheckError>) {
+        let _handled = self.inner.election().handle_event(now(), event);
         self.perform_queued();
-        handled
     }
 
     fn perform_queued(&mut self) {
