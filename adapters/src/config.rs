@@ -47,17 +47,12 @@ pub struct Config {
     pub(crate) sessions: Option<std::sync::Arc<dyn crate::session::SessionSource>>,
 }
 
-/// What happens to leader work still running [`Config::work_deadline`] after its term ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum OnOverdue {
-    /// Log it at WARN (naming the work) and count it in the metrics; the work runs on.
-    Report,
-    /// Report it, then abort what can be aborted: work run through
-    /// [`Elector::run_if_leader`](crate::Elector::run_if_leader) (and the launchers built on
-    /// it) is dropped at its next await point, and `run_if_leader` returns `Ok(false)`. Work
-    /// holding a [`Term`](crate::Term) taken directly can only be reported.
-    Abort,
-}
+/// What happens to leader work still running [`Config::work_deadline`] after its term ended:
+/// `Report` logs it at WARN (naming the work) and counts it; `Abort` reports it, then drops the
+/// work run through [`Elector::run_if_leader`](crate::Elector::run_if_leader) (and the
+/// launchers built on it) at its next await point, and `run_if_leader` returns `Ok(false)`.
+/// Work holding a [`Term`](crate::Term) taken directly can only be reported.
+pub use plexsphere_leader_core::OnOverdue;
 
 impl Config {
     /// A configuration with the spec's defaults for `pool`.
@@ -153,7 +148,10 @@ impl Config {
     /// A hard deadline for leader work after its term ended (any cause: lost, stopped,
     /// resigned). Work still holding a [`Term`](crate::Term) `deadline` after the end is logged
     /// at WARN (`leader: background work still running after the work deadline: <names>`) and
-    /// counted, and with [`OnOverdue::Abort`] aborted. Off by default.
+    /// counted, and with [`OnOverdue::Abort`] aborted. The deadline is a timer of the election
+    /// itself: when [`run`](crate::Elector::run) finishes first (a graceful stop whose work
+    /// outlived the stop grace), the work still running is reported, and aborted, as the run
+    /// finishes. At most seven days; longer is shortened to it. Off by default.
     #[must_use]
     pub fn work_deadline(mut self, deadline: Duration, on_overdue: OnOverdue) -> Self {
         self.work_deadline = Some((deadline, on_overdue));
@@ -210,10 +208,13 @@ impl Config {
     /// The validated options of the core election.
     pub(crate) fn options(&self) -> Result<Options, ConfigError> {
         let interval = CheckInterval::new(self.check_interval)?;
-        let options = Options::new(interval)
+        let mut options = Options::new(interval)
             .acquire(self.acquire_mode)
             .fencing(self.fencing)
             .eligible(self.eligible);
+        if let Some((after, on_overdue)) = self.work_deadline {
+            options = options.work_deadline(after, on_overdue);
+        }
         Ok(match self.stop_grace {
             Some(grace) => options.stop_grace(grace)?,
             None => options,

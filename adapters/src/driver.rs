@@ -1,9 +1,10 @@
 //! The thin async driver of the core election: performs the actions the core queues, reports
 //! what happened, and sleeps until the core's next deadline. It makes no decision of its own.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use plexsphere_leader_core::{Action, ConnId, Event, LogKind};
+use plexsphere_leader_core::{Action, ConnId, Event, LogKind, TermId};
 use tokio_util::sync::CancellationToken;
 
 use crate::connection::{self, Completion, Held, Operation};
@@ -25,6 +26,9 @@ pub(crate) struct Driver {
     in_flight: Option<Operation>,
     /// The term a graceful stop ended, whose work it awaits.
     stopped_term: Option<Arc<TermShared>>,
+    /// Ended terms whose work deadline the election may still report
+    /// ([`Action::ReportOverdueWork`]); forgotten when reported or when their work drained.
+    ended_terms: BTreeMap<TermId, Arc<TermShared>>,
     /// The lock connection whose end was already reported.
     watch_reported: Option<ConnId>,
     finished: bool,
@@ -53,6 +57,7 @@ impl Driver {
             held: None,
             in_flight: None,
             stopped_term: None,
+            ended_terms: BTreeMap::new(),
             watch_reported: None,
             finished: false,
         };
@@ -122,6 +127,9 @@ impl Driver {
 
     fn complete(&mut self, completion: Completion) {
         let Completion { event, acquired } = completion;
+        if let Event::WorkDrained { term } = &event {
+            self.ended_terms.remove(term);
+        }
         if let (Some(session), Some(conn)) = (acquired, event.conn()) {
             self.held = Some((conn, Arc::new(session)));
         }
@@ -236,7 +244,21 @@ impl Driver {
                 }
             }
             Action::BeginTerm { term, epoch } => self.inner.begin_term(term, epoch),
-            Action::EndTerm { cause, .. } => self.stopped_term = self.inner.end_term(cause),
+            Action::EndTerm { term, cause } => {
+                self.stopped_term = self.inner.end_term(cause);
+                if let (Some(shared), true) = (&self.stopped_term, self.inner.has_work_deadline()) {
+                    self.ended_terms.insert(term, Arc::clone(shared));
+                }
+            }
+            Action::ReportOverdueWork {
+                term,
+                abort,
+                run_finished,
+            } => {
+                if let Some(shared) = self.ended_terms.remove(&term) {
+                    self.inner.report_overdue(&shared, abort, run_finished);
+                }
+            }
             Action::Log(record) => {
                 let work = (record.kind == LogKind::WorkOutlivedStop)
                     .then(|| {

@@ -15,7 +15,7 @@ use prometheus::IntGauge;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, OnOverdue};
+use crate::config::Config;
 use crate::driver::Driver;
 use crate::error::{CheckError, ConfigError, RunError};
 use crate::key::LockKey;
@@ -56,7 +56,6 @@ pub(crate) struct Inner {
     metrics: Option<ElectorMetrics>,
     sabotage: Option<Sabotage>,
     hold_off: Duration,
-    work_deadline: Option<(Duration, OnOverdue)>,
     /// Operator requests (resign, eligibility) for the running driver, in order.
     controls: Mutex<Vec<Event<CheckError>>>,
     /// Wakes the driver when a request is queued.
@@ -118,7 +117,6 @@ impl Elector {
             metrics,
             sabotage: config.sabotage,
             hold_off,
-            work_deadline: config.work_deadline,
             controls: Mutex::new(Vec::new()),
             control_queued: Notify::new(),
         };
@@ -484,20 +482,32 @@ impl Inner {
             .take();
         if let Some(term) = &current {
             term.end(cause);
-            if let Some((deadline, on_overdue)) = self.work_deadline {
-                let metrics = self.metrics.clone();
-                crate::overdue::watch(Arc::clone(term), deadline, on_overdue, move |_, aborted| {
-                    if let Some(metrics) = metrics {
-                        metrics.overdue_work(aborted);
-                    }
-                });
-            }
         }
         current
     }
 }
 
 impl Inner {
+    /// Whether a work deadline is set ([`Config::work_deadline`]).
+    pub(crate) fn has_work_deadline(&self) -> bool {
+        self.options.work_deadline_of().is_some()
+    }
+
+    /// Performs the election's [`Action::ReportOverdueWork`](plexsphere_leader_core::Action):
+    /// reports (and, when `abort`, aborts) the work of `term` still running, and counts it.
+    pub(crate) fn report_overdue(&self, term: &TermShared, abort: bool, run_finished: bool) {
+        let deadline = self
+            .options
+            .work_deadline_of()
+            .map_or(Duration::ZERO, |deadline| deadline.after);
+        if let (Some(aborted), Some(metrics)) = (
+            crate::overdue::report(term, deadline, abort, run_finished),
+            &self.metrics,
+        ) {
+            metrics.overdue_work(aborted);
+        }
+    }
+
     /// Publishes a new leadership value, and the is-leader flag and gauge derived from it.
     fn publish(&self, change: impl FnOnce(Leadership) -> Leadership) {
         self.leadership

@@ -62,6 +62,7 @@ impl Observer {
             Action::AcquireConnection { .. } => self.check = None,
             Action::ReturnToPool { .. }
             | Action::ReleaseIfHeld { .. }
+            | Action::ReportOverdueWork { .. }
             | Action::CloseConnection { .. }
             | Action::Hijack { .. }
             | Action::AdvanceEpoch { .. }

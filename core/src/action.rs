@@ -114,6 +114,18 @@ pub enum Action<C> {
         /// Why it ends.
         cause: TermEndCause,
     },
+    /// The work deadline of `term` passed ([`Options::work_deadline`](crate::Options::work_deadline)),
+    /// or the run finishes before it: report the work of `term` that still runs, if any (WARN,
+    /// naming it), and abort what can be aborted when `abort`. Work that returned is not
+    /// reported.
+    ReportOverdueWork {
+        /// The ended term whose work is looked at.
+        term: TermId,
+        /// Whether to abort it too ([`OnOverdue::Abort`](crate::OnOverdue::Abort)).
+        abort: bool,
+        /// `true` when the run finishes before the deadline (nothing would report it later).
+        run_finished: bool,
+    },
     /// Emit a log record.
     Log(LogRecord<C>),
     /// The run is over: the driver returns. No term is open and no connection is left.
@@ -137,6 +149,7 @@ impl<C> Action<C> {
             Self::BeginTerm { .. }
             | Self::EndTerm { .. }
             | Self::AwaitWork { .. }
+            | Self::ReportOverdueWork { .. }
             | Self::Log(_)
             | Self::Finish => None,
         }

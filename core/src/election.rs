@@ -35,7 +35,7 @@ use crate::event::Event;
 use crate::ids::{ConnId, TermId};
 use crate::interval::{CheckInterval, UNLOCK_BUDGET};
 use crate::liveness::StuckLeader;
-use crate::options::{AcquireMode, Options};
+use crate::options::{AcquireMode, OnOverdue, Options};
 use crate::schedule::Schedule;
 use crate::verify::LockCheck;
 
@@ -96,6 +96,9 @@ use crate::verify::LockCheck;
 pub struct Election<C> {
     options: Options,
     state: State,
+    /// The work deadlines of ended terms, earliest first (they are set in order, all the same
+    /// length after their term's end).
+    overdue: VecDeque<(TermId, Instant)>,
     actions: VecDeque<Action<C>>,
     last_conn: u64,
     last_term: u64,
@@ -163,6 +166,8 @@ pub enum Timer {
     DrainDeadline,
     /// The graceful release's `pg_advisory_unlock` must have answered.
     UnlockDeadline,
+    /// An ended term's work deadline passed ([`Options::work_deadline`]).
+    WorkDeadline,
 }
 
 /// A coarse name of the current state, for traces and status pages.
@@ -290,6 +295,7 @@ impl<C> Election<C> {
         Self {
             options,
             state: State::Idle,
+            overdue: VecDeque::new(),
             actions: VecDeque::new(),
             last_conn: 0,
             last_term: 0,
@@ -415,7 +421,17 @@ impl<C> Election<C> {
         self.pending_timer().map(|(timer, _)| timer)
     }
 
+    /// The earlier of the role's deadline and the first work deadline.
     fn pending_timer(&self) -> Option<(Timer, Instant)> {
+        let role = self.role_timer()?;
+        match self.overdue.front() {
+            Some((_, at)) if *at < role.1 => Some((Timer::WorkDeadline, *at)),
+            _ => Some(role),
+        }
+    }
+
+    /// The deadline of the current role: exactly one in every running state.
+    fn role_timer(&self) -> Option<(Timer, Instant)> {
         let State::Running(running) = &self.state else {
             return None;
         };
@@ -474,9 +490,11 @@ impl<C> Election<C> {
     /// as a result. Safe to call early or repeatedly: a deadline not yet reached does nothing.
     /// Afterwards [`poll_timeout`](Self::poll_timeout) is `None` or later than `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        // At most two deadlines fall due in one call: an operation's deadline, then the check
-        // that follows on the same instant, whose own deadline lies an interval later.
-        for _ in 0..2 {
+        // At most two role deadlines fall due in one call (an operation's deadline, then the
+        // check that follows on the same instant, whose own deadline lies an interval later),
+        // besides the work deadlines that passed, each fired once, and those the role's
+        // deadlines add (a term ended by a deadline, with a zero work deadline): one each.
+        for _ in 0..2 * 2 + self.overdue.len() {
             match self.pending_timer() {
                 Some((timer, at)) if at <= now => self.fire(timer, now),
                 _ => return,
@@ -522,7 +540,11 @@ impl<C> Election<C> {
             Event::EpochAdvanced { conn, epoch } => self.on_epoch(now, conn, epoch),
             Event::EpochFailed { cause, .. } => self.on_fencing_failed(now, Cause::Error(cause)),
             Event::SessionEnded { cause, .. } => self.on_session_ended(now, Cause::Error(cause)),
-            Event::WorkDrained { .. } => self.release(now),
+            Event::WorkDrained { term } => {
+                // The stopped term's work returned: its work deadline is moot.
+                self.overdue.retain(|(ended, _)| *ended != term);
+                self.release(now);
+            }
             Event::PingAnswered { found, .. } => self.on_ping_answered(now, found),
             Event::PingFailed { cause, .. } => {
                 self.demote(now, LossReason::CheckFailed, Cause::Error(cause));
@@ -565,6 +587,30 @@ impl<C> Election<C> {
             Timer::UnlockDeadline => {
                 self.finish_release(now, Some(Cause::TimedOut(UNLOCK_BUDGET)));
             }
+            Timer::WorkDeadline => {
+                if let Some((term, _)) = self.overdue.pop_front() {
+                    self.report_overdue(term, false);
+                }
+            }
+        }
+    }
+
+    /// The work deadline of `term` passed, or the run finishes first.
+    fn report_overdue(&mut self, term: TermId, run_finished: bool) {
+        if let Some(deadline) = self.options.work_deadline_of() {
+            let abort = deadline.on_overdue == OnOverdue::Abort;
+            self.push(Action::ReportOverdueWork {
+                term,
+                abort,
+                run_finished,
+            });
+        }
+    }
+
+    /// A term ended: its work deadline, if the options set one, starts now.
+    fn watch_work(&mut self, now: Instant, term: TermId) {
+        if let Some(deadline) = self.options.work_deadline_of() {
+            self.overdue.push_back((term, now + deadline.after));
         }
     }
 
@@ -752,11 +798,17 @@ impl<C> Election<C> {
     /// The leader's check failed: end the term, close the connection, log, become a standby.
     fn demote(&mut self, now: Instant, reason: LossReason, cause: Cause<C>) {
         let next_check = self.next_check(now);
-        self.demote_until(next_check, reason, cause);
+        self.demote_until(now, next_check, reason, cause);
     }
 
     /// [`demote`](Self::demote), with the standby's first check at `next_check`.
-    fn demote_until(&mut self, next_check: Instant, reason: LossReason, cause: Cause<C>) {
+    fn demote_until(
+        &mut self,
+        now: Instant,
+        next_check: Instant,
+        reason: LossReason,
+        cause: Cause<C>,
+    ) {
         let Some((term, conn)) = self.leader_mut().map(|leader| (leader.term, leader.conn)) else {
             return;
         };
@@ -764,6 +816,7 @@ impl<C> Election<C> {
             term,
             cause: TermEndCause::Lost(reason),
         });
+        self.watch_work(now, term);
         self.push(Action::CloseConnection { conn });
         self.log(LogKind::LeadershipLost, Some(term), Some(cause));
         self.set_role(Role::Standby(Standby::Waiting { next_check }));
@@ -784,7 +837,7 @@ impl<C> Election<C> {
                 let next_check = running
                     .schedule
                     .first_at_or_after(now + self.options.interval().get());
-                self.demote_until(next_check, LossReason::SessionEnded, cause);
+                self.demote_until(now, next_check, LossReason::SessionEnded, cause);
             }
             Role::Standby(Standby::Fencing { .. }) => self.on_fencing_failed(now, cause),
             Role::Draining(Draining {
@@ -884,6 +937,7 @@ impl<C> Election<C> {
         then: AfterRelease,
     ) {
         self.push(Action::EndTerm { term, cause });
+        self.watch_work(now, term);
         if cause == TermEndCause::Resigned {
             self.log(LogKind::Resigned, Some(term), None);
         }
@@ -986,7 +1040,12 @@ impl<C> Election<C> {
         self.finish();
     }
 
+    /// The run is over. Work deadlines still pending come due now: nothing drives the election
+    /// after [`Action::Finish`].
     fn finish(&mut self) {
+        while let Some((term, _)) = self.overdue.pop_front() {
+            self.report_overdue(term, true);
+        }
         self.push(Action::Finish);
         self.state = State::Idle;
     }

@@ -19,6 +19,7 @@
 //!   was closed or returned (so nothing is sent after its check timed out);
 //! - `Unlock` only after the term ended on a stop or resign request (in answer to it, to
 //!   `WorkDrained` or to the end of the grace), never in the step of a panic or a drop;
+//! - `ReportOverdueWork` only for a term that ended;
 //! - no connection is asked for while the replica is ineligible, or before a resign's hold-off
 //!   has passed;
 //! - a run finishes with no term open and no connection left (the gauge reads 0);
@@ -250,6 +251,14 @@ impl Checker {
                 self.open_term = None;
                 self.stopped = !cause.is_loss();
             }
+            Action::ReportOverdueWork { term, .. }
+                if self.open_term == Some(*term)
+                    || self.last_term.is_none_or(|last| *term > last) =>
+            {
+                return Err(format!(
+                    "ReportOverdueWork {term} of a term that has not ended"
+                ));
+            }
             Action::AwaitWork { term } if !self.stopped || self.last_term != Some(*term) => {
                 return Err(format!("AwaitWork {term} without a stopped term"));
             }
@@ -437,6 +446,7 @@ fn name<C>(action: &Action<C>) -> &'static str {
         Action::ReturnToPool { .. } => "ReturnToPool",
         Action::Hijack { .. } => "Hijack",
         Action::Ping { .. } => "Ping",
+        Action::ReportOverdueWork { .. } => "ReportOverdueWork",
         Action::ReleaseIfHeld { .. } => "ReleaseIfHeld",
         Action::Unlock { .. } => "Unlock",
         Action::CloseConnection { .. } => "CloseConnection",
@@ -1126,6 +1136,25 @@ mod tests {
         violation(
             waiting().event(50, E::LockRefused { conn: C1 }, &release),
             "ReleaseIfHeld on conn#1 (Borrowed) in answer to LockRefused",
+        );
+    }
+
+    #[test]
+    fn a_report_of_overdue_work_of_a_term_not_ended_is_reported() {
+        let overdue = [A::ReportOverdueWork {
+            term: T1,
+            abort: false,
+            run_finished: false,
+        }];
+        violation(
+            Trace::leading().timeout(50, &overdue),
+            "ReportOverdueWork 1 of a term that has not ended",
+        );
+        let mut trace = Trace::new();
+        trace.start(&[]).unwrap();
+        violation(
+            trace.timeout(50, &overdue),
+            "ReportOverdueWork 1 of a term that has not ended",
         );
     }
 }

@@ -38,5 +38,7 @@ pub use interval::{
     MAX_CHECK_INTERVAL, MIN_CHECK_INTERVAL, UNLOCK_BUDGET,
 };
 pub use liveness::{STUCK_AFTER_INTERVALS, StuckLeader};
-pub use options::{AcquireMode, MAX_STOP_GRACE_INTERVALS, Options, StopGraceTooLong};
+pub use options::{
+    AcquireMode, MAX_STOP_GRACE_INTERVALS, OnOverdue, Options, StopGraceTooLong, WorkDeadline,
+};
 pub use verify::{LockCheck, LockFinding};

@@ -19,6 +19,25 @@ pub enum AcquireMode {
     Queue,
 }
 
+/// What happens to leader work still running a [work deadline](Options::work_deadline) after
+/// its term ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnOverdue {
+    /// Report it (the driver logs it at WARN, naming the work, and counts it); the work runs on.
+    Report,
+    /// Report it, then abort what the driver can abort (work it started itself).
+    Abort,
+}
+
+/// A hard deadline for leader work after its term ended ([`Options::work_deadline`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WorkDeadline {
+    /// How long after its term ended work may still run.
+    pub after: Duration,
+    /// What happens to work that does.
+    pub on_overdue: OnOverdue,
+}
+
 /// The validated options of one [`Election`](crate::Election).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Options {
@@ -27,6 +46,7 @@ pub struct Options {
     stop_grace: Duration,
     fencing: bool,
     eligible: bool,
+    work_deadline: Option<WorkDeadline>,
 }
 
 /// How many check intervals a graceful stop may wait for leader work at most: the lock session
@@ -43,7 +63,28 @@ impl Options {
             stop_grace: interval.get(),
             fencing: false,
             eligible: true,
+            work_deadline: None,
         }
+    }
+
+    /// A hard deadline for leader work: `after` a term ended (for any reason), the election
+    /// asks the driver to report work of that term still running, and with
+    /// [`OnOverdue::Abort`] to abort it ([`Action::ReportOverdueWork`](crate::Action::ReportOverdueWork)).
+    /// When the run finishes first (a graceful stop), the report comes as it finishes, since
+    /// nothing drives the election afterwards. `after` is at most
+    /// [`MAX_HOLD_OFF`](crate::MAX_HOLD_OFF) (7 days); longer is shortened to it.
+    #[must_use]
+    pub fn work_deadline(mut self, after: Duration, on_overdue: OnOverdue) -> Self {
+        self.work_deadline = Some(WorkDeadline {
+            after: after.min(crate::MAX_HOLD_OFF),
+            on_overdue,
+        });
+        self
+    }
+
+    /// The work deadline, if any.
+    pub fn work_deadline_of(&self) -> Option<WorkDeadline> {
+        self.work_deadline
     }
 
     /// How a standby asks for the lock.

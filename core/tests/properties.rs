@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{I, World};
-use plexsphere_leader_core::{AcquireMode, Event, Options, UNLOCK_BUDGET};
+use plexsphere_leader_core::{AcquireMode, Event, OnOverdue, Options, UNLOCK_BUDGET};
 use proptest::prelude::*;
 
 const REPLICAS: usize = 3;
@@ -50,22 +50,39 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// The options of a case: either acquire mode, fencing on or off, any stop grace.
+/// The options of a case: either acquire mode, fencing on or off, any stop grace, and a work
+/// deadline of up to three intervals (reporting or aborting) or none.
 fn options() -> impl Strategy<Value = Options> {
-    (any::<bool>(), any::<bool>(), 0..=2 * I.as_millis() as u64).prop_map(
-        |(queue, fencing, grace_ms)| {
+    let deadline = prop::option::of((0..=3 * I.as_millis() as u64, any::<bool>()));
+    (
+        any::<bool>(),
+        any::<bool>(),
+        0..=2 * I.as_millis() as u64,
+        deadline,
+    )
+        .prop_map(|(queue, fencing, grace_ms, deadline)| {
             let mode = if queue {
                 AcquireMode::Queue
             } else {
                 AcquireMode::Poll
             };
-            common::options()
+            let options = common::options()
                 .acquire(mode)
                 .fencing(fencing)
                 .stop_grace(Duration::from_millis(grace_ms))
-                .expect("a grace within two intervals")
-        },
-    )
+                .expect("a grace within two intervals");
+            match deadline {
+                Some((ms, abort)) => options.work_deadline(
+                    Duration::from_millis(ms),
+                    if abort {
+                        OnOverdue::Abort
+                    } else {
+                        OnOverdue::Report
+                    },
+                ),
+                None => options,
+            }
+        })
 }
 
 fn run(options: Options, ops: &[Op]) -> Result<(), String> {

@@ -9,7 +9,7 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use plexsphere_leader_core::invariants::{Checker, Input};
 use plexsphere_leader_core::{
-    AcquireMode, CheckInterval, ConnId, Election, Event, LockCheck, Options, TermId,
+    AcquireMode, CheckInterval, ConnId, Election, Event, LockCheck, OnOverdue, Options, TermId,
 };
 
 #[derive(Debug, Arbitrary)]
@@ -63,6 +63,8 @@ struct FuzzOptions {
     fencing: bool,
     grace_ms: u16,
     ineligible: bool,
+    /// A work deadline in milliseconds, and whether it aborts.
+    work_deadline: Option<(u16, bool)>,
 }
 
 fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
@@ -76,7 +78,7 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
     } else {
         AcquireMode::Poll
     };
-    let Ok(options) = Options::new(interval)
+    let Ok(mut options) = Options::new(interval)
         .acquire(mode)
         .fencing(fuzz_options.fencing)
         .eligible(!fuzz_options.ineligible)
@@ -84,6 +86,14 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
     else {
         return;
     };
+    if let Some((ms, abort)) = fuzz_options.work_deadline {
+        let on_overdue = if abort {
+            OnOverdue::Abort
+        } else {
+            OnOverdue::Report
+        };
+        options = options.work_deadline(Duration::from_millis(u64::from(ms)), on_overdue);
+    }
     let mut election = Election::<u8>::with_options(options);
     let mut checker = if fuzz_options.ineligible {
         Checker::new().starting_ineligible()

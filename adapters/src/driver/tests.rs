@@ -402,3 +402,60 @@ async fn the_end_of_the_lock_session_ends_the_term_at_once() {
     assert_eq!(fake.lock().closed, 1, "the ended session is closed");
     running.stop().await;
 }
+
+/// Work that ignores its term's cancellation, run through `run_if_leader`.
+fn stubborn_work(elector: &Elector) -> tokio::task::JoinHandle<(Result<bool, RunError>, Instant)> {
+    let elector = elector.clone();
+    tokio::spawn(async move {
+        let ran = elector
+            .run_if_leader(&CancellationToken::new(), |_ignored| {
+                std::future::pending::<Result<(), RunError>>()
+            })
+            .await;
+        (ran, Instant::now())
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn work_past_its_deadline_after_a_loss_is_aborted_at_the_deadline() {
+    let fake = Fake::default();
+    let deadline = 3 * I;
+    let running = run(elector(&fake, |c| {
+        c.work_deadline(deadline, crate::OnOverdue::Abort)
+    }));
+    let term = running.first_term().await;
+    let work = stubborn_work(&running.elector);
+    tokio::task::yield_now().await;
+    let lock_session = fake.lock().holder.unwrap();
+    let lost = Instant::now();
+    fake.terminate(lock_session);
+    drop(term);
+    let (ran, returned) = work.await.unwrap();
+    assert!(!ran.unwrap(), "aborted work is no failure");
+    assert_eq!(returned - lost, deadline, "dropped exactly at the deadline");
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn work_that_outlives_a_stop_is_aborted_as_the_run_finishes() {
+    let fake = Fake::default();
+    let running = run(elector(&fake, |c| {
+        c.work_deadline(10 * I, crate::OnOverdue::Abort)
+    }));
+    drop(running.first_term().await);
+    let work = stubborn_work(&running.elector);
+    tokio::task::yield_now().await;
+    let stopped = Instant::now();
+    let took = running.stop().await;
+    assert_eq!(
+        took, I,
+        "the stop grace (one interval), then an immediate unlock"
+    );
+    let (ran, returned) = work.await.unwrap();
+    assert!(!ran.unwrap());
+    assert_eq!(
+        returned - stopped,
+        I,
+        "aborted as the run finished, not at the deadline"
+    );
+}

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::action::{Level, LossReason};
+use crate::options::OnOverdue;
 use crate::verify::LockCheck;
 
 const I: Duration = Duration::from_secs(5);
@@ -2005,4 +2006,106 @@ fn a_check_handled_late_after_a_hold_off_still_begins() {
     assert_eq!(f.election.poll_timeout(), Some(f.at(1 + 3 * IMS)));
     f.timeout(1 + 3 * IMS + 500);
     assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
+}
+
+// ---- work deadline ----
+
+fn with_work_deadline(after: Duration, on_overdue: OnOverdue) -> Options {
+    spec_options().work_deadline(after, on_overdue)
+}
+
+#[test]
+fn a_lost_terms_work_deadline_asks_for_a_report_when_it_passes_and_not_before() {
+    let mut f = Fixture::leader_with(with_work_deadline(I + I / 2, OnOverdue::Report));
+    f.timeout(IMS);
+    f.drain();
+    f.event(
+        IMS + 2,
+        E::PingFailed {
+            conn: C1,
+            cause: "reset",
+        },
+    );
+    f.drain();
+    // The standby's next check comes first, then the work deadline, 1.5 intervals after the loss.
+    f.timeout(2 * IMS);
+    assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
+    let due = IMS + 2 + IMS + IMS / 2;
+    assert_eq!(f.election.timeout_reason(), Some(Timer::WorkDeadline));
+    assert_eq!(f.election.poll_timeout(), Some(f.at(due)));
+    f.timeout(due - 1);
+    assert_eq!(f.drain(), vec![]);
+    f.timeout(due);
+    assert_eq!(
+        f.drain(),
+        vec![A::ReportOverdueWork {
+            term: T1,
+            abort: false,
+            run_finished: false,
+        }]
+    );
+    // The standby's acquire goes on under its own deadline.
+    assert_eq!(f.election.timeout_reason(), Some(Timer::AcquireDeadline));
+    assert_eq!(f.election.poll_timeout(), Some(f.at(3 * IMS)));
+}
+
+#[test]
+fn a_stopped_terms_work_that_returned_is_never_reported() {
+    let options = with_work_deadline(2 * I, OnOverdue::Abort)
+        .stop_grace(I)
+        .unwrap();
+    let mut f = Fixture::leader_with(options);
+    f.event(100, E::Cancelled);
+    f.drain();
+    f.event(150, E::WorkDrained { term: T1 });
+    assert_eq!(f.drain(), vec![A::Unlock { conn: C1 }]);
+    f.event(
+        160,
+        E::UnlockDone {
+            conn: C1,
+            released: true,
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::LockReleased, Some(T1), None),
+            A::Finish,
+        ]
+    );
+}
+
+#[test]
+fn work_still_pending_when_the_run_finishes_is_reported_and_aborted_as_it_finishes() {
+    let mut f = Fixture::leader_with(with_work_deadline(2 * I, OnOverdue::Abort));
+    f.event(100, E::Cancelled);
+    f.drain();
+    f.event(
+        101,
+        E::UnlockDone {
+            conn: C1,
+            released: true,
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::LockReleased, Some(T1), None),
+            A::ReportOverdueWork {
+                term: T1,
+                abort: true,
+                run_finished: true,
+            },
+            A::Finish,
+        ]
+    );
+    assert_eq!(f.election.poll_timeout(), None);
+}
+
+#[test]
+fn a_work_deadline_is_at_most_seven_days() {
+    let options = with_work_deadline(Duration::from_secs(u64::MAX / 2), OnOverdue::Report);
+    assert_eq!(options.work_deadline_of().unwrap().after, MAX_HOLD_OFF);
 }

@@ -337,7 +337,10 @@ impl World {
                 replica.began_at = Some(self.now);
                 None
             }
-            Action::EndTerm { .. } | Action::Log(_) | Action::Finish => None,
+            Action::EndTerm { .. }
+            | Action::ReportOverdueWork { .. }
+            | Action::Log(_)
+            | Action::Finish => None,
         };
         if let Some(event) = answer {
             if std::mem::take(&mut self.replicas[r].lose_next_reply) {
