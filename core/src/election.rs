@@ -106,6 +106,11 @@ pub struct Election<C> {
     eligible: bool,
 }
 
+/// How many role deadlines one [`Election::handle_timeout`] may fire: two fall due together at
+/// most (an operation's deadline, then the check on the same instant), and each may end a term
+/// whose work deadline of zero is due at once; four leaves room for both.
+const MAX_ROLE_FIRES: usize = 4;
+
 /// The longest hold-off a [`Event::Resign`] takes; a longer one is shortened to this (make the
 /// replica ineligible to keep it out of the election for good).
 pub const MAX_HOLD_OFF: Duration = Duration::from_secs(7 * 24 * 60 * 60);
@@ -494,7 +499,7 @@ impl<C> Election<C> {
         // check that follows on the same instant, whose own deadline lies an interval later),
         // besides the work deadlines that passed, each fired once, and those the role's
         // deadlines add (a term ended by a deadline, with a zero work deadline): one each.
-        for _ in 0..2 * 2 + self.overdue.len() {
+        for _ in 0..MAX_ROLE_FIRES + self.overdue.len() {
             match self.pending_timer() {
                 Some((timer, at)) if at <= now => self.fire(timer, now),
                 _ => return,

@@ -2109,3 +2109,78 @@ fn a_work_deadline_is_at_most_seven_days() {
     let options = with_work_deadline(Duration::from_secs(u64::MAX / 2), OnOverdue::Report);
     assert_eq!(options.work_deadline_of().unwrap().after, MAX_HOLD_OFF);
 }
+
+#[test]
+fn a_work_deadline_and_a_check_due_together_fire_check_first() {
+    let mut f = Fixture::leader_with(with_work_deadline(I, OnOverdue::Report));
+    f.timeout(IMS);
+    f.drain();
+    f.event(
+        IMS,
+        E::PingFailed {
+            conn: C1,
+            cause: "reset",
+        },
+    );
+    f.drain();
+    // The next check and the work deadline both fall due one interval after the loss.
+    f.timeout(2 * IMS);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::AcquireConnection { conn: C2 },
+            A::ReportOverdueWork {
+                term: T1,
+                abort: false,
+                run_finished: false,
+            },
+        ]
+    );
+}
+
+#[test]
+fn every_work_deadline_that_passed_fires_in_one_late_timeout() {
+    let mut f = Fixture::started_with(with_work_deadline(10 * I, OnOverdue::Report));
+    let mut now = 0;
+    // Three terms, each granted on its own connection and then lost with its session.
+    for term in 1..=3 {
+        let c = ConnId::new(term);
+        f.event(now + 1, E::ConnectionAcquired { conn: c });
+        f.event(
+            now + 2,
+            E::LockGranted {
+                conn: c,
+                backend_pid: PID,
+            },
+        );
+        assert_eq!(f.election.term(), Some(TermId::new(term)));
+        f.event(
+            now + 3,
+            E::SessionEnded {
+                conn: c,
+                cause: "x",
+            },
+        );
+        f.drain();
+        now = f
+            .election
+            .poll_timeout()
+            .unwrap()
+            .duration_since(f.t0)
+            .as_millis() as u64;
+        f.timeout(now);
+        f.drain();
+    }
+    let late = f.at(100 * IMS);
+    f.election.handle_timeout(late);
+    let reports = f
+        .drain()
+        .into_iter()
+        .filter(|action| matches!(action, A::ReportOverdueWork { .. }))
+        .count();
+    assert_eq!(reports, 3);
+    assert!(
+        f.election.poll_timeout().unwrap() > late,
+        "nothing due is left"
+    );
+}
