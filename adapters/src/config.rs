@@ -45,6 +45,8 @@ pub struct Config {
     pub(crate) sabotage: Option<crate::sabotage::Sabotage>,
     /// Lock sessions from elsewhere than `pool` (the driver's tests use in-memory doubles).
     pub(crate) sessions: Option<std::sync::Arc<dyn crate::session::SessionSource>>,
+    /// Where the pool's connector signals connection ends.
+    pub(crate) session_ends: crate::session::SessionEnds,
 }
 
 /// What happens to leader work still running [`Config::work_deadline`] after its term ended:
@@ -71,6 +73,7 @@ impl Config {
             identity: None,
             sabotage: None,
             sessions: None,
+            session_ends: crate::session::SessionEnds::global(),
         }
     }
 
@@ -155,6 +158,17 @@ impl Config {
     #[must_use]
     pub fn work_deadline(mut self, deadline: Duration, on_overdue: OnOverdue) -> Self {
         self.work_deadline = Some((deadline, on_overdue));
+        self
+    }
+
+    /// Where the pool's connector registers its connections' ends (default
+    /// [`SessionEnds::global`](crate::session::SessionEnds::global), which
+    /// [`ObservedConnect::new`](crate::session::ObservedConnect::new) uses too). Only a pool
+    /// built with [`ObservedConnect::with_ends`](crate::session::ObservedConnect::with_ends)
+    /// needs it, with the same registry.
+    #[must_use]
+    pub fn session_ends(mut self, ends: crate::session::SessionEnds) -> Self {
+        self.session_ends = ends;
         self
     }
 

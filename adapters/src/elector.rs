@@ -99,10 +99,12 @@ impl Elector {
         if let Some(metrics) = &metrics {
             metrics.set_eligible(config.eligible);
         }
-        let sessions = config
-            .sessions
-            .clone()
-            .unwrap_or_else(|| Arc::new(DeadpoolSource(config.pool.clone())));
+        let sessions = config.sessions.clone().unwrap_or_else(|| {
+            Arc::new(DeadpoolSource {
+                pool: config.pool.clone(),
+                ends: config.session_ends.clone(),
+            })
+        });
         let inner = Inner {
             sessions,
             pool: config.pool,

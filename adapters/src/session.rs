@@ -24,7 +24,7 @@ use std::pin::Pin;
 use crate::error::CheckError;
 
 pub(crate) use self::deadpool::DeadpoolSource;
-pub use self::observed::{ConnectionEnd, ObservedConnect, observe_connection};
+pub use self::observed::{ConnectionEnd, ObservedConnect, SessionEnds, observe_connection};
 
 /// A boxed, sendable future borrowing for `'a`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

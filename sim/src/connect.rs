@@ -14,15 +14,15 @@ use tokio::task::JoinHandle;
 use tokio_postgres::{Client, Config, Error, NoTls};
 use turmoil::net::TcpStream;
 
+use plexsphere_leader::session::{SessionEnds, observe_connection};
+
 use crate::server::Primary;
 
 /// The connections of one replica's pool: a TCP connect to whichever host [`Primary`] names at
-/// the moment, then the PostgreSQL startup. The connections are not registered with the
-/// elector's end signals (`plexsphere_leader::session::observe_connection`): that registry is
-/// process-wide and keyed by backend pid, and the simulated servers of seeds that run in
-/// parallel threads hand out the same pids, so whether a lookup found one connection would
-/// depend on the other thread. The simulated elector notices a closed lock session through the
-/// closed-flag watch instead (5 ms). The connection future runs in a task of the host's
+/// the moment, then the PostgreSQL startup. Each connection's end is signalled to the elector
+/// through the run's own [`SessionEnds`] (`observe_connection`, as services get it from
+/// `ObservedConnect`): one registry per world, since seeds that run in parallel threads hand out
+/// the same simulated pids. The connection future runs in a task of the host's
 /// `LocalSet` (`spawn_local`; connect only from a turmoil host's software, which runs in
 /// one), aborted when the pool drops the client. Not `tokio::spawn`: the runtime shards its
 /// task list by a process-wide task id, so when turmoil drops a crashed host's runtime it
@@ -32,12 +32,17 @@ use crate::server::Primary;
 pub struct TurmoilConnect {
     primary: Primary,
     port: u16,
+    ends: SessionEnds,
 }
 
 impl TurmoilConnect {
-    /// Connects to `port` of the host `primary` names.
-    pub fn new(primary: Primary, port: u16) -> Self {
-        Self { primary, port }
+    /// Connects to `port` of the host `primary` names, signalling connection ends to `ends`.
+    pub fn new(primary: Primary, port: u16, ends: SessionEnds) -> Self {
+        Self {
+            primary,
+            port,
+            ends,
+        }
     }
 
     /// A pool of at most `max_size` connections made by this connector, recycled the `Fast`
@@ -69,16 +74,19 @@ impl deadpool_postgres::Connect for TurmoilConnect {
         let host = self.primary.host();
         let port = self.port;
         let config = pg_config.clone();
+        let ends = self.ends.clone();
         Box::pin(async move {
             let stream = match TcpStream::connect((host.as_str(), port)).await {
                 Ok(stream) => stream,
                 Err(error) => return Err(tcp_error(&config, error).await),
             };
             let (client, connection) = config.connect_raw(stream, NoTls).await?;
+            let (end, connection) = observe_connection(&ends, connection);
             let task = tokio::task::spawn_local(async move {
                 // The outcome reaches the client as a closed connection; nothing to add here.
                 let _ended = connection.await;
             });
+            end.register(&client).await?;
             Ok((client, task))
         })
     }

@@ -60,6 +60,8 @@ pub(crate) struct ReplicaEnv {
     pub(crate) fencing: bool,
     pub(crate) slot: Rc<RefCell<Slot>>,
     pub(crate) recorder: SharedRecorder,
+    /// Where the run's connections signal their ends to the electors (one per run).
+    pub(crate) session_ends: plexsphere_leader::session::SessionEnds,
 }
 
 /// The application name of an incarnation: `r<index>.<incarnation>`. The server logs it with
@@ -100,7 +102,8 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     pg.user("app")
         .dbname(DATABASE)
         .application_name(application_name(env.index, incarnation));
-    let pool = TurmoilConnect::new(env.primary.clone(), PORT).pool(pg, POOL_SIZE)?;
+    let connect = TurmoilConnect::new(env.primary.clone(), PORT, env.session_ends.clone());
+    let pool = connect.pool(pg, POOL_SIZE)?;
     // Odd seeds run the queued acquire mode, even ones the spec's polling.
     let mode = if env.seed % 2 == 1 {
         plexsphere_leader::AcquireMode::Queue
@@ -112,7 +115,8 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
         .acquire_mode(mode)
         .fencing(env.fencing)
         .key(election_key(env.seed))
-        .identity(application_name(env.index, incarnation));
+        .identity(application_name(env.index, incarnation))
+        .session_ends(env.session_ends.clone());
     if let Some(sabotage) = env.sabotage {
         config = config.sabotage(sabotage);
     }

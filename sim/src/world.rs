@@ -83,6 +83,8 @@ impl World<'_> {
         let mut history = History::default();
         history.primaries.push((Duration::ZERO, 0));
         let mut hosts = Vec::new();
+        // One registry of connection ends per run: parallel seeds reuse simulated pids.
+        let session_ends = plexsphere_leader::session::SessionEnds::new();
         for index in 0..replicas {
             let name = format!("r{index}");
             let slot = Rc::new(RefCell::new(Slot::default()));
@@ -95,6 +97,7 @@ impl World<'_> {
                 fencing,
                 slot: Rc::clone(&slot),
                 recorder: Rc::clone(&recorder),
+                session_ends: session_ends.clone(),
             });
             sim.host(name.as_str(), move || replica::software(Rc::clone(&env)));
             history.up.push(UpSpan {

@@ -7,7 +7,7 @@ use tokio_postgres::SimpleQueryMessage;
 use tokio_postgres::error::SqlState;
 use tokio_util::sync::CancellationToken;
 
-use super::{BoxFuture, LockSession, QueryError, Row, SessionSource};
+use super::{BoxFuture, LockSession, QueryError, Row, SessionEnds, SessionSource};
 use crate::error::CheckError;
 
 /// How often a detached session of a pool not built with
@@ -16,15 +16,20 @@ use crate::error::CheckError;
 /// cannot be awaited; this poll costs one timer wake-up per period on the leader only.
 const SESSION_WATCH_PERIOD: Duration = Duration::from_millis(5);
 
-/// A deadpool-postgres pool as a [`SessionSource`].
+/// A deadpool-postgres pool as a [`SessionSource`], with the registry its connector (if it is
+/// an [`ObservedConnect`](super::ObservedConnect)) signals connection ends to.
 #[derive(Clone)]
-pub(crate) struct DeadpoolSource(pub(crate) Pool);
+pub(crate) struct DeadpoolSource {
+    pub(crate) pool: Pool,
+    pub(crate) ends: SessionEnds,
+}
 
 impl SessionSource for DeadpoolSource {
     fn acquire(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
         Box::pin(async move {
-            let object = self.0.get().await?;
-            Ok(Box::new(PgSession::Pooled(object)) as Box<dyn LockSession>)
+            let object = self.pool.get().await?;
+            let session = PgSession::Pooled(object, self.ends.clone());
+            Ok(Box::new(session) as Box<dyn LockSession>)
         })
     }
 }
@@ -32,14 +37,14 @@ impl SessionSource for DeadpoolSource {
 /// A deadpool-postgres session: borrowed (dropping it returns it), or taken out of the pool,
 /// with the end signal of its connection when the pool observes its connections.
 enum PgSession {
-    Pooled(Object),
+    Pooled(Object, SessionEnds),
     Detached(ClientWrapper, Option<CancellationToken>),
 }
 
 impl PgSession {
     fn client(&self) -> &tokio_postgres::Client {
         match self {
-            Self::Pooled(object) => object,
+            Self::Pooled(object, _) => object,
             Self::Detached(client, _) => client,
         }
     }
@@ -71,9 +76,9 @@ impl LockSession for PgSession {
 
     fn detach(self: Box<Self>, backend_pid: i32) -> Box<dyn LockSession> {
         match *self {
-            Self::Pooled(object) => Box::new(Self::Detached(
+            Self::Pooled(object, ends) => Box::new(Self::Detached(
                 Object::take(object),
-                super::observed::end_of(backend_pid),
+                ends.end_of(backend_pid),
             )),
             detached @ Self::Detached(..) => Box::new(detached),
         }
@@ -81,7 +86,7 @@ impl LockSession for PgSession {
 
     fn close(self: Box<Self>) {
         match *self {
-            Self::Pooled(object) => drop(Object::take(object)),
+            Self::Pooled(object, _) => drop(Object::take(object)),
             Self::Detached(client, _) => drop(client),
         }
     }
@@ -96,7 +101,7 @@ impl LockSession for PgSession {
                         tokio::time::sleep(SESSION_WATCH_PERIOD).await;
                     }
                 }
-                Self::Pooled(_) => std::future::pending().await,
+                Self::Pooled(..) => std::future::pending().await,
             }
         })
     }

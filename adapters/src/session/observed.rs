@@ -19,22 +19,56 @@ use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Client, SimpleQueryMessage, Socket};
 use tokio_util::sync::CancellationToken;
 
-/// The live observed connections of the process, by backend pid: `(connection id, end)`.
-/// Two live connections share a pid only when they reach different servers; a lookup of such
-/// a pid finds no single connection and the elector falls back to the closed-flag watch.
-static LIVE: Mutex<BTreeMap<i32, Vec<(u64, CancellationToken)>>> = Mutex::new(BTreeMap::new());
+type Live = BTreeMap<i32, Vec<(u64, CancellationToken)>>;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
-fn live() -> MutexGuard<'static, BTreeMap<i32, Vec<(u64, CancellationToken)>>> {
-    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
+/// Where observed connections register their end signals, by backend pid, and where the
+/// elector finds the one of its lock session. Cloning gives another handle on the same
+/// registry.
+///
+/// [`SessionEnds::global`] is the process-wide one that [`ObservedConnect::new`] and
+/// [`Config::new`](crate::Config::new) use by default. Two live connections share a pid only
+/// when they reach different servers; a lookup of such a pid finds no single connection and the
+/// elector falls back to the closed-flag watch. Give a pool its own registry (on both sides:
+/// [`ObservedConnect::with_ends`] and [`Config::session_ends`](crate::Config::session_ends))
+/// to keep its lookups apart from other pools', as the simulation does for each run.
+#[derive(Clone, Default)]
+pub struct SessionEnds {
+    live: Arc<Mutex<Live>>,
 }
 
-/// The end signal of the live observed connection of backend `pid`, when exactly one is known.
-pub(crate) fn end_of(pid: i32) -> Option<CancellationToken> {
-    match live().get(&pid).map(Vec::as_slice) {
-        Some([(_, ended)]) => Some(ended.clone()),
-        _ => None,
+impl SessionEnds {
+    /// A new, empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The process-wide registry.
+    pub fn global() -> Self {
+        static GLOBAL: OnceLock<SessionEnds> = OnceLock::new();
+        GLOBAL.get_or_init(Self::new).clone()
+    }
+
+    fn live(&self) -> MutexGuard<'_, Live> {
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The end signal of the live observed connection of backend `pid`, when exactly one is
+    /// known.
+    pub(crate) fn end_of(&self, pid: i32) -> Option<CancellationToken> {
+        match self.live().get(&pid).map(Vec::as_slice) {
+            Some([(_, ended)]) => Some(ended.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for SessionEnds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionEnds")
+            .field("live_pids", &self.live().len())
+            .finish()
     }
 }
 
@@ -42,6 +76,7 @@ struct Shared {
     id: u64,
     ended: CancellationToken,
     pid: OnceLock<i32>,
+    ends: SessionEnds,
 }
 
 /// The end of one connection, from [`observe_connection`]: register it under its backend pid
@@ -66,7 +101,7 @@ impl ConnectionEnd {
         });
         let Some(pid) = pid else { return Ok(()) };
         let _ = self.shared.pid.set(pid);
-        let mut live = live();
+        let mut live = self.shared.ends.live();
         if !self.shared.ended.is_cancelled() {
             live.entry(pid)
                 .or_default()
@@ -83,7 +118,7 @@ impl Drop for EndGuard {
     fn drop(&mut self) {
         self.0.ended.cancel();
         if let Some(pid) = self.0.pid.get() {
-            let mut live = live();
+            let mut live = self.0.ends.live();
             if let Some(entries) = live.get_mut(pid) {
                 entries.retain(|(id, _)| *id != self.0.id);
                 if entries.is_empty() {
@@ -95,10 +130,13 @@ impl Drop for EndGuard {
 }
 
 /// Wraps a tokio-postgres connection future (the second half of `connect`) so that its end —
-/// it returned, failed, or its task was aborted — is signalled to the elector. Spawn the
-/// returned future as the connection's task, then [`register`](ConnectionEnd::register) the
-/// end with the client.
-pub fn observe_connection<F>(connection: F) -> (ConnectionEnd, impl Future<Output = F::Output>)
+/// it returned, failed, or its task was aborted — is signalled to the elector through `ends`.
+/// Spawn the returned future as the connection's task, then
+/// [`register`](ConnectionEnd::register) the end with the client.
+pub fn observe_connection<F>(
+    ends: &SessionEnds,
+    connection: F,
+) -> (ConnectionEnd, impl Future<Output = F::Output> + use<F>)
 where
     F: Future,
 {
@@ -106,6 +144,7 @@ where
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         ended: CancellationToken::new(),
         pid: OnceLock::new(),
+        ends: ends.clone(),
     });
     let guard = EndGuard(Arc::clone(&shared));
     let observed = async move {
@@ -134,12 +173,20 @@ where
 #[derive(Debug, Clone)]
 pub struct ObservedConnect<T> {
     tls: T,
+    ends: SessionEnds,
 }
 
 impl<T> ObservedConnect<T> {
-    /// A connector that makes its connections with `tls`.
+    /// A connector that makes its connections with `tls` and registers their ends in
+    /// [`SessionEnds::global`].
     pub fn new(tls: T) -> Self {
-        Self { tls }
+        Self::with_ends(tls, SessionEnds::global())
+    }
+
+    /// A connector that registers its connections' ends in `ends` (give the elector the same
+    /// registry: [`Config::session_ends`](crate::Config::session_ends)).
+    pub fn with_ends(tls: T, ends: SessionEnds) -> Self {
+        Self { tls, ends }
     }
 }
 
@@ -154,10 +201,10 @@ where
         &self,
         pg_config: &tokio_postgres::Config,
     ) -> BoxFuture<'_, Result<(Client, JoinHandle<()>), tokio_postgres::Error>> {
-        let (tls, pg_config) = (self.tls.clone(), pg_config.clone());
+        let (tls, pg_config, ends) = (self.tls.clone(), pg_config.clone(), self.ends.clone());
         Box::pin(async move {
             let (client, connection) = pg_config.connect(tls).await?;
-            let (end, connection) = observe_connection(connection);
+            let (end, connection) = observe_connection(&ends, connection);
             let task = tokio::spawn(async move {
                 if let Err(error) = connection.await {
                     tracing::debug!(target: "plexsphere_leader", %error, "connection ended");
@@ -176,31 +223,36 @@ mod tests {
     #[tokio::test]
     async fn a_connections_end_is_signalled_and_forgotten_whichever_way_it_ends() {
         // Registered by hand (no server): the pid lookup finds the one live connection.
-        let (end, connection) = observe_connection(std::future::pending::<()>());
+        let ends = SessionEnds::new();
+        let (end, connection) = observe_connection(&ends, std::future::pending::<()>());
         let shared = Arc::clone(&end.shared);
-        shared.pid.set(-42).unwrap();
-        live()
-            .entry(-42)
+        shared.pid.set(42).unwrap();
+        ends.live()
+            .entry(42)
             .or_default()
             .push((shared.id, shared.ended.clone()));
-        let signal = end_of(-42).expect("one live connection");
+        let signal = ends.end_of(42).expect("one live connection");
         assert!(!signal.is_cancelled());
+        assert!(
+            SessionEnds::new().end_of(42).is_none(),
+            "registries are apart"
+        );
         // Its task is aborted (the pool dropped the client): signalled, and forgotten.
         let task = tokio::spawn(connection);
         task.abort();
         let _ = task.await;
         assert!(signal.is_cancelled());
-        assert!(end_of(-42).is_none());
+        assert!(ends.end_of(42).is_none());
     }
 
     #[test]
     fn a_pid_shared_by_two_live_connections_finds_none() {
+        let ends = SessionEnds::new();
         let tokens = [CancellationToken::new(), CancellationToken::new()];
-        live().entry(-43).or_default().extend([
-            (u64::MAX - 1, tokens[0].clone()),
-            (u64::MAX, tokens[1].clone()),
-        ]);
-        assert!(end_of(-43).is_none());
-        live().remove(&-43);
+        ends.live()
+            .entry(43)
+            .or_default()
+            .extend([(1, tokens[0].clone()), (2, tokens[1].clone())]);
+        assert!(ends.end_of(43).is_none());
     }
 }
