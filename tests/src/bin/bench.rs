@@ -230,6 +230,9 @@ enum Fault {
     SilentDeath,
     Partition,
     Terminate,
+    /// `pg_terminate_backend` with the leader connected straight to the server (no harness
+    /// proxy on its path): the detection figure without the proxy's forwarding hop.
+    TerminateDirect,
     DropServerToClient,
     DropClientToServer,
     RestartFast,
@@ -238,12 +241,13 @@ enum Fault {
 }
 
 impl Fault {
-    const ALL: [Self; 10] = [
+    const ALL: [Self; 11] = [
         Self::Graceful,
         Self::Sigkill,
         Self::SilentDeath,
         Self::Partition,
         Self::Terminate,
+        Self::TerminateDirect,
         Self::DropServerToClient,
         Self::DropClientToServer,
         Self::RestartFast,
@@ -259,6 +263,7 @@ impl Fault {
             Self::SilentDeath => "silent-death",
             Self::Partition => "partition",
             Self::Terminate => "terminate",
+            Self::TerminateDirect => "terminate-direct",
             Self::DropServerToClient => "drop-server-to-client",
             Self::DropClientToServer => "drop-client-to-server",
             Self::RestartFast => "restart-fast",
@@ -293,6 +298,7 @@ impl Fault {
             Self::SilentDeath => "silent death (blackhole, SIGKILL)",
             Self::Partition => "partition of the leader (blackhole)",
             Self::Terminate => "pg_terminate_backend of the lock session",
+            Self::TerminateDirect => "pg_terminate_backend, leader without the proxy",
             Self::DropServerToClient => "server→client drop",
             Self::DropClientToServer => "client→server drop",
             Self::RestartFast => "server restart -m fast",
@@ -308,12 +314,14 @@ impl Fault {
         match self {
             Self::Graceful if queued => ["10 ms p99 (target)", "0 (ends its term first)", "0"],
             Self::Sigkill if queued => ["10 ms p99 (target)", "— (dead)", "0"],
-            Self::Terminate if queued => ["10 ms p99 (target)", "2·I", "2·I"],
+            Self::Terminate | Self::TerminateDirect if queued => {
+                ["10 ms p99 (target)", "2·I", "2·I"]
+            }
             Self::Graceful => ["I", "0 (ends its term first)", "0"],
             Self::Sigkill => ["I", "— (dead)", "0"],
             Self::SilentDeath => ["5·I (4·I idle timeout + I)", "— (dead)", "0"],
             Self::Partition => ["5·I", "2·I", "2·I"],
-            Self::Terminate => ["I", "2·I", "2·I"],
+            Self::Terminate | Self::TerminateDirect => ["I", "2·I", "2·I"],
             Self::DropServerToClient => ["3·I (2·I + I)", "2·I", "2·I"],
             Self::DropClientToServer => ["5·I", "2·I", "2·I"],
             Self::RestartFast | Self::RestartImmediate => ["restart + I", "2·I", "2·I"],
@@ -575,12 +583,11 @@ async fn fault_round(fault: Fault, setup: Setup) -> Result<Sample, BoxError> {
 async fn local_round(fault: Fault, setup: Setup) -> Result<Sample, BoxError> {
     let db = TestDb::create("bench").await?;
     let proxy = FaultProxy::in_front_of(&db.config()).await?;
-    let mut pair = Pair::start(
-        dsn(&proxy.pg_config(&db.config())),
-        dsn(&db.config()),
-        setup,
-    )
-    .await?;
+    let a_config = match fault {
+        Fault::TerminateDirect => db.config(),
+        _ => proxy.pg_config(&db.config()),
+    };
+    let mut pair = Pair::start(dsn(&a_config), dsn(&db.config()), setup).await?;
     let holder = lock_holders(db.admin()).await?;
     let at = Instant::now();
     let alive = match fault {
@@ -601,7 +608,7 @@ async fn local_round(fault: Fault, setup: Setup) -> Result<Sample, BoxError> {
             proxy.set_both(Mode::Blackhole);
             true
         }
-        Fault::Terminate => {
+        Fault::Terminate | Fault::TerminateDirect => {
             let (pid, _) = holder.first().ok_or("no lock holder")?;
             db.terminate(*pid).await?;
             true
