@@ -487,9 +487,7 @@ impl Inner {
         }
         current
     }
-}
 
-impl Inner {
     /// Whether a work deadline is set ([`Config::work_deadline`]).
     pub(crate) fn has_work_deadline(&self) -> bool {
         self.options.work_deadline_of().is_some()

@@ -46,6 +46,13 @@ pub enum QueryError {
 
 impl QueryError {
     /// The error, whatever its class.
+    pub fn cause(&self) -> &CheckError {
+        match self {
+            Self::LockTimeout(cause) | Self::SessionEnded(cause) | Self::Failed(cause) => cause,
+        }
+    }
+
+    /// The error, whatever its class.
     pub fn into_cause(self) -> CheckError {
         match self {
             Self::LockTimeout(cause) | Self::SessionEnded(cause) | Self::Failed(cause) => cause,
@@ -55,11 +62,7 @@ impl QueryError {
 
 impl fmt::Display for QueryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::LockTimeout(cause) | Self::SessionEnded(cause) | Self::Failed(cause) => {
-                cause.fmt(f)
-            }
-        }
+        self.cause().fmt(f)
     }
 }
 
