@@ -3,12 +3,15 @@
 use std::fmt;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use deadpool_postgres::Pool;
 use plexsphere_leader_core::{AcquireMode, CheckInterval, MAX_HOLD_OFF, Options};
 use prometheus::Registry;
 
 use crate::error::ConfigError;
 use crate::key::LockKey;
+use crate::session::{PoolSessions, SessionSource};
 
 /// The configuration of an [`Elector`](crate::Elector): the spec's `leader.Config`.
 ///
@@ -31,7 +34,8 @@ use crate::key::LockKey;
 /// session-mode pooler: a transaction-mode pooler cannot carry a session lock.
 #[derive(Clone)]
 pub struct Config {
-    pub(crate) pool: Pool,
+    /// Where the lock sessions come from.
+    pub(crate) sessions: Arc<dyn SessionSource>,
     pub(crate) check_interval: Duration,
     pub(crate) registry: Option<Registry>,
     pub(crate) acquire_mode: AcquireMode,
@@ -42,11 +46,6 @@ pub struct Config {
     pub(crate) work_deadline: Option<(Duration, OnOverdue)>,
     pub(crate) key: LockKey,
     pub(crate) identity: Option<String>,
-    pub(crate) sabotage: Option<crate::sabotage::Sabotage>,
-    /// Lock sessions from elsewhere than `pool` (the driver's tests use in-memory doubles).
-    pub(crate) sessions: Option<std::sync::Arc<dyn crate::session::SessionSource>>,
-    /// Where the pool's connector signals connection ends.
-    pub(crate) session_ends: crate::session::SessionEnds,
 }
 
 /// What happens to leader work still running [`Config::work_deadline`] after its term ended:
@@ -57,10 +56,20 @@ pub struct Config {
 pub use plexsphere_leader_core::OnOverdue;
 
 impl Config {
-    /// A configuration with the spec's defaults for `pool`.
+    /// A configuration with the spec's defaults for `pool` (the spec's `leader.Config{Pool}`):
+    /// [`PoolSessions::new`] over it. A pool built with
+    /// [`ObservedConnect`](crate::session::ObservedConnect) lets the leader hear of its lock
+    /// session's end at once.
     pub fn new(pool: Pool) -> Self {
+        Self::with_sessions(PoolSessions::new(pool))
+    }
+
+    /// A configuration with the spec's defaults whose lock sessions come from `sessions`: another
+    /// driver's pool ([`PoolSessions`] with its own [`SessionEnds`](crate::session::SessionEnds),
+    /// the sqlx backend), or a wrapper of one.
+    pub fn with_sessions(sessions: impl SessionSource) -> Self {
         Self {
-            pool,
+            sessions: Arc::new(sessions),
             check_interval: Duration::ZERO,
             registry: None,
             acquire_mode: AcquireMode::Poll,
@@ -71,9 +80,6 @@ impl Config {
             work_deadline: None,
             key: LockKey::DEFAULT,
             identity: None,
-            sabotage: None,
-            sessions: None,
-            session_ends: crate::session::SessionEnds::global(),
         }
     }
 
@@ -161,17 +167,6 @@ impl Config {
         self
     }
 
-    /// Where the pool's connector registers its connections' ends (default
-    /// [`SessionEnds::global`](crate::session::SessionEnds::global), which
-    /// [`ObservedConnect::new`](crate::session::ObservedConnect::new) uses too). Only a pool
-    /// built with [`ObservedConnect::with_ends`](crate::session::ObservedConnect::with_ends)
-    /// needs it, with the same registry.
-    #[must_use]
-    pub fn session_ends(mut self, ends: crate::session::SessionEnds) -> Self {
-        self.session_ends = ends;
-        self
-    }
-
     /// The resign hold-off, validated.
     pub(crate) fn validated_hold_off(
         &self,
@@ -236,20 +231,10 @@ impl Config {
     }
 }
 
-#[cfg(feature = "sabotage")]
-impl Config {
-    /// Test-only: breaks the driver on purpose (feature `sabotage`).
-    #[must_use]
-    pub fn sabotage(mut self, sabotage: crate::sabotage::Sabotage) -> Self {
-        self.sabotage = Some(sabotage);
-        self
-    }
-}
-
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
-            .field("pool_max_size", &self.pool.status().max_size)
+            .field("sessions", &self.sessions)
             .field("check_interval", &self.check_interval)
             .field("registry", &self.registry.is_some())
             .field("acquire_mode", &self.acquire_mode)

@@ -148,63 +148,6 @@ pub(crate) fn await_work(term: Arc<TermShared>) -> Operation {
     })
 }
 
-/// The spec's `SELECT 1` check, kept for the sabotage variants: an answer is taken as proof
-/// that backend `backend_pid` holds the lock, which is exactly what they get wrong.
-async fn ping_on(session: &dyn LockSession, conn: ConnId, backend_pid: i32) -> Completion {
-    let event = match single_value(session, sql::PING, "SELECT 1").await {
-        Ok(value) if value == "1" => Event::PingAnswered {
-            conn,
-            found: LockCheck::holding(backend_pid),
-        },
-        Ok(other) => Event::PingFailed {
-            conn,
-            cause: unexpected("SELECT 1", other),
-        },
-        Err(cause) => Event::PingFailed { conn, cause },
-    };
-    Completion::of(event)
-}
-
-/// Sabotage [`ReturnGrantedToPool`](crate::sabotage::Sabotage::ReturnGrantedToPool): the check
-/// runs on whichever pooled session comes.
-pub(crate) fn ping_any_pooled(
-    source: Arc<dyn SessionSource>,
-    conn: ConnId,
-    backend_pid: i32,
-) -> Operation {
-    Box::pin(async move {
-        match source.acquire().await {
-            Ok(session) => ping_on(&*session, conn, backend_pid).await,
-            Err(cause) => Completion::of(Event::PingFailed { conn, cause }),
-        }
-    })
-}
-
-/// Sabotage [`KeepTermOnFailedPing`](crate::sabotage::Sabotage::KeepTermOnFailedPing): a
-/// failure, or no answer within `patience`, is reported as success.
-pub(crate) fn ping_always_ok(
-    held: Held,
-    conn: ConnId,
-    backend_pid: i32,
-    patience: std::time::Duration,
-) -> Operation {
-    Box::pin(async move {
-        let _ = tokio::time::timeout(patience, ping_on(&**held, conn, backend_pid)).await;
-        Completion::of(Event::PingAnswered {
-            conn,
-            found: LockCheck::holding(backend_pid),
-        })
-    })
-}
-
-/// Sabotage [`NeverPing`](crate::sabotage::Sabotage::NeverPing): success without a query.
-pub(crate) fn ping_skipped(conn: ConnId, backend_pid: i32) -> Operation {
-    Box::pin(std::future::ready(Completion::of(Event::PingAnswered {
-        conn,
-        found: LockCheck::holding(backend_pid),
-    })))
-}
-
 pub(crate) fn unlock(held: Held, conn: ConnId, key: LockKey) -> Operation {
     Box::pin(async move {
         let event = match boolean(&**held, &sql::unlock(key), "pg_advisory_unlock").await {

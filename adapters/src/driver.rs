@@ -12,7 +12,6 @@ use crate::elector::Inner;
 use crate::error::{CheckError, RunError};
 use crate::log;
 use crate::observe::Observer;
-use crate::sabotage::Sabotage;
 use crate::session::LockSession;
 use crate::sql;
 use crate::term::TermShared;
@@ -115,12 +114,6 @@ impl Driver {
     /// Hands the queued operator requests (resign, eligibility) to the election, in order.
     fn apply_controls(&mut self) {
         for request in self.inner.take_controls() {
-            let request = match (self.inner.sabotage(), request) {
-                (Some(Sabotage::ResignWithoutHoldOff), Event::Resign { .. }) => Event::Resign {
-                    hold_off: std::time::Duration::ZERO,
-                },
-                (_, request) => request,
-            };
             self.handle(request);
         }
     }
@@ -176,14 +169,8 @@ impl Driver {
             }
             Action::TryLock { conn } => {
                 let (key, identity) = (self.inner.key(), self.inner.identity());
-                let statement = match self.inner.sabotage() {
-                    Some(Sabotage::SkipIdleSessionTimeout) => sql::try_lock_unbounded(key),
-                    _ => sql::try_lock(
-                        key,
-                        identity,
-                        self.inner.interval().idle_session_timeout_millis(),
-                    ),
-                };
+                let idle_ms = self.inner.interval().idle_session_timeout_millis();
+                let statement = sql::try_lock(key, identity, idle_ms);
                 self.start_on(conn, |held| connection::try_lock(held, conn, statement));
             }
             Action::WaitForLock {
@@ -215,7 +202,10 @@ impl Driver {
                     }))),
                 });
             }
-            Action::Ping { conn, backend_pid } => self.ping(conn, backend_pid),
+            Action::Ping { conn, .. } => {
+                let key = self.inner.key();
+                self.start_on(conn, |held| connection::verify(held, conn, key));
+            }
             Action::Unlock { conn } => {
                 let key = self.inner.key();
                 self.start_on(conn, |held| connection::unlock(held, conn, key));
@@ -231,11 +221,7 @@ impl Driver {
                 let Some(session) = self.take(conn) else {
                     return;
                 };
-                if self.inner.sabotage() == Some(Sabotage::ReturnGrantedToPool) {
-                    drop(session); // back to the pool, lock and all
-                } else {
-                    self.held = Some((conn, Arc::new(session.detach(backend_pid))));
-                }
+                self.held = Some((conn, Arc::new(session.detach(backend_pid))));
             }
             Action::CloseConnection { conn } => {
                 self.in_flight = None;
@@ -270,28 +256,6 @@ impl Driver {
                 log::emit(&record, self.inner.interval().get(), work.as_deref());
             }
             Action::Finish => self.finished = true,
-        }
-    }
-
-    fn ping(&mut self, conn: ConnId, backend_pid: i32) {
-        match self.inner.sabotage() {
-            Some(Sabotage::NeverPing) => {
-                self.in_flight = Some(connection::ping_skipped(conn, backend_pid));
-            }
-            Some(Sabotage::ReturnGrantedToPool) => {
-                let sessions = self.inner.sessions();
-                self.in_flight = Some(connection::ping_any_pooled(sessions, conn, backend_pid));
-            }
-            Some(Sabotage::KeepTermOnFailedPing) => {
-                let patience = self.inner.interval().get() / 2;
-                self.start_on(conn, |held| {
-                    connection::ping_always_ok(held, conn, backend_pid, patience)
-                });
-            }
-            Some(Sabotage::SkipIdleSessionTimeout | Sabotage::ResignWithoutHoldOff) | None => {
-                let key = self.inner.key();
-                self.start_on(conn, |held| connection::verify(held, conn, key));
-            }
         }
     }
 

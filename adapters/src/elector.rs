@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use deadpool_postgres::Pool;
 use futures_util::future::{AbortHandle, Abortable};
 use plexsphere_leader_core::work::{TermStatus, WorkOutcome};
 use plexsphere_leader_core::{
@@ -22,8 +21,7 @@ use crate::key::LockKey;
 use crate::leadership::{Leadership, TermWaitCancelled};
 use crate::liveness::ElectorLiveness;
 use crate::metrics::{self, ElectorMetrics};
-use crate::sabotage::Sabotage;
-use crate::session::{DeadpoolSource, SessionSource};
+use crate::session::SessionSource;
 use crate::term::{Term, TermShared};
 
 /// Elects one background leader among the replicas of a service through a PostgreSQL session
@@ -39,7 +37,6 @@ pub struct Elector {
 }
 
 pub(crate) struct Inner {
-    pool: Pool,
     /// Where lock sessions come from: the pool, through the [`SessionSource`] seam.
     sessions: Arc<dyn SessionSource>,
     options: Options,
@@ -54,7 +51,6 @@ pub(crate) struct Inner {
     key: LockKey,
     identity: String,
     metrics: Option<ElectorMetrics>,
-    sabotage: Option<Sabotage>,
     hold_off: Duration,
     /// Operator requests (resign, eligibility) for the running driver, in order.
     controls: Mutex<Vec<Event<CheckError>>>,
@@ -99,15 +95,8 @@ impl Elector {
         if let Some(metrics) = &metrics {
             metrics.set_eligible(config.eligible);
         }
-        let sessions = config.sessions.clone().unwrap_or_else(|| {
-            Arc::new(DeadpoolSource {
-                pool: config.pool.clone(),
-                ends: config.session_ends.clone(),
-            })
-        });
         let inner = Inner {
-            sessions,
-            pool: config.pool,
+            sessions: config.sessions,
             options,
             election: Mutex::new(Election::with_options(options)),
             leading: AtomicBool::new(false),
@@ -117,7 +106,6 @@ impl Elector {
             key: config.key,
             identity,
             metrics,
-            sabotage: config.sabotage,
             hold_off,
             controls: Mutex::new(Vec::new()),
             control_queued: Notify::new(),
@@ -382,8 +370,8 @@ impl Elector {
     pub async fn who_leads(
         &self,
     ) -> Result<Option<crate::status::LeaderStatus>, crate::status::StatusError> {
-        let client = self.inner.pool.get().await?;
-        crate::status::who_leads(&client, self.inner.key).await
+        let session = self.inner.sessions.acquire().await?;
+        crate::status::who_leads_on(&*session, self.inner.key).await
     }
 
     /// Whether the election is still driven (stuck-leader liveness): `Err` when this replica
@@ -455,11 +443,6 @@ impl Inner {
     /// The per-key metrics, when a registry was given.
     pub(crate) fn metrics(&self) -> Option<&ElectorMetrics> {
         self.metrics.as_ref()
-    }
-
-    /// The test-only broken behaviour, if any (always `None` without the `sabotage` feature).
-    pub(crate) fn sabotage(&self) -> Option<Sabotage> {
-        self.sabotage
     }
 
     /// A term begins: its handles can be taken, then is-leader, the gauge and the published

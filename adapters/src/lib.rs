@@ -51,10 +51,6 @@ pub mod metrics;
 mod observe;
 mod overdue;
 mod readiness;
-#[cfg(not(feature = "sabotage"))]
-mod sabotage;
-#[cfg(feature = "sabotage")]
-pub mod sabotage;
 pub mod session;
 pub mod sql;
 pub mod status;

@@ -7,12 +7,15 @@
 //! ([`LockSession::ended`]). Every statement and every reading of its rows is shared code; a
 //! backend only moves text rows and classifies its own errors ([`QueryError`]).
 //!
-//! The default backend is deadpool-postgres over tokio-postgres ([`Config::new`]); tests drive
-//! the elector against in-memory doubles of these traits. Build the pool with
+//! The default backend is deadpool-postgres over tokio-postgres ([`Config::new`], which builds
+//! a [`PoolSessions`]); any other source goes in with [`Config::with_sessions`]. Tests drive
+//! the elector against in-memory doubles of these traits, and the simulation wraps the default
+//! backend to break it on purpose. Build the pool with
 //! [`ObservedConnect`] so that the end of the lock session wakes the elector at once; with
 //! deadpool's default connector the elector looks at the client's closed flag every 5 ms.
 //!
 //! [`Config::new`]: crate::Config::new
+//! [`Config::with_sessions`]: crate::Config::with_sessions
 
 mod deadpool;
 mod observed;
@@ -23,7 +26,8 @@ use std::pin::Pin;
 
 use crate::error::CheckError;
 
-pub(crate) use self::deadpool::DeadpoolSource;
+pub use self::deadpool::PoolSessions;
+pub(crate) use self::deadpool::text_rows;
 pub use self::observed::{ConnectionEnd, ObservedConnect, SessionEnds, observe_connection};
 
 /// A boxed, sendable future borrowing for `'a`.
@@ -67,7 +71,7 @@ impl fmt::Display for QueryError {
 }
 
 /// Where lock sessions come from: a pool of PostgreSQL sessions.
-pub trait SessionSource: Send + Sync + 'static {
+pub trait SessionSource: std::fmt::Debug + Send + Sync + 'static {
     /// Borrows a session. Dropping the future cancels the borrow.
     ///
     /// # Errors

@@ -149,20 +149,6 @@ fn grant(key: LockKey, taking: &str, identity: &str, idle_timeout_ms: u32) -> St
     )
 }
 
-/// Sabotage only: the grant without `idle_session_timeout`.
-pub fn try_lock_unbounded(key: LockKey) -> String {
-    format!(
-        "SELECT CASE WHEN pg_try_advisory_lock({}) \
-         THEN '{granted}' ELSE '{refused}' END, pg_backend_pid()",
-        args(key),
-        granted = outcome::GRANTED,
-        refused = outcome::REFUSED,
-    )
-}
-
-/// The plain `SELECT 1` check of the spec, kept for the sabotage variants.
-pub const PING: &str = "SELECT 1";
-
 /// The leader's check: in one round trip, the backend's pid, whether the server is in
 /// recovery, whether this session still holds the lock of `key`, and the session marker.
 pub fn verify(key: LockKey) -> String {
@@ -217,10 +203,12 @@ pub fn leader_query(key: LockKey) -> String {
 /// | `pid`            | the backend |
 /// | `granted`        | holds the lock (the leader's session) or waits for it (a queued standby) |
 /// | `application_name` | `<identity> since <unix seconds>` on the leader's session |
-/// | `leading_since`  | the grant time parsed from it (server clock); NULL when absent |
-/// | `backend_start`  | when the session was opened (a pooled session: before the grant) |
+/// | `leading_since`  | the grant time parsed from it, unix seconds (server clock); NULL when absent |
+/// | `backend_start_us` | when the session was opened, unix microseconds (a pooled session: before the grant) |
 /// | `client_addr`, `client_port`, `usename` | where the session comes from |
-/// | `server_now`     | the server's clock, to measure for how long without a client clock |
+/// | `server_now_us`  | the server's clock, unix microseconds, to measure for how long without a client clock |
+///
+/// Every column reads as text, so the query runs over the simple protocol of any driver.
 ///
 /// `pg_locks` and `application_name` are visible to every role; `backend_start`,
 /// `client_addr` and `client_port` of another role's session are NULL unless the reader is a
@@ -228,10 +216,10 @@ pub fn leader_query(key: LockKey) -> String {
 pub fn who_leads(key: LockKey) -> String {
     format!(
         "SELECT l.pid, l.granted, a.application_name, \
-         to_timestamp(substring(a.application_name FROM ' since ([0-9]{{1,10}})$')::bigint) \
-         AS leading_since, \
-         a.backend_start, host(a.client_addr) AS client_addr, a.client_port, \
-         a.usename::text AS usename, statement_timestamp() AS server_now \
+         substring(a.application_name FROM ' since ([0-9]{{1,10}})$')::bigint AS leading_since, \
+         (extract(epoch FROM a.backend_start) * 1000000)::bigint AS backend_start_us, \
+         host(a.client_addr) AS client_addr, a.client_port, a.usename::text AS usename, \
+         (extract(epoch FROM statement_timestamp()) * 1000000)::bigint AS server_now_us \
          FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
          WHERE l.locktype = 'advisory' AND l.classid = {} AND l.objid = {} AND l.objsubid = 2 \
          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
@@ -320,7 +308,6 @@ mod tests {
         for statement in [
             try_lock(key, "x", 1),
             wait_for_lock(key, "x", 1, 1),
-            try_lock_unbounded(key),
             unlock(key),
             release_if_held(key),
             advance_epoch(key),

@@ -14,9 +14,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio_postgres::Row;
-
+use crate::error::CheckError;
 use crate::key::LockKey;
+use crate::session::{LockSession, Row};
 use crate::sql;
 
 /// The leader of one election, as the server sees it.
@@ -86,24 +86,41 @@ impl LeaderStatus {
 }
 
 /// Why [`who_leads`] could not answer.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
+#[non_exhaustive]
 pub enum StatusError {
-    /// No connection could be had from the pool ([`Elector::who_leads`](crate::Elector::who_leads)).
-    #[error("status: acquire connection: {0}")]
-    Pool(#[from] deadpool_postgres::PoolError),
-    /// The query failed (connection broken, permission denied, …).
-    #[error("status: query: {0}")]
-    Query(#[from] tokio_postgres::Error),
+    /// No session could be had, or the query failed (connection broken, permission denied,
+    /// an answer of another shape).
+    Query(CheckError),
     /// The server answered several granted rows for one key, which PostgreSQL never does: the
     /// query ran through something that is not one PostgreSQL server.
-    #[error("status: {0} sessions hold the lock at once; is this one PostgreSQL server?")]
     SeveralHolders(usize),
 }
 
+impl std::fmt::Display for StatusError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            // The check error's text is its whole chain of causes: no `source()` repeats it.
+            Self::Query(cause) => write!(f, "status: {cause}"),
+            Self::SeveralHolders(count) => write!(
+                f,
+                "status: {count} sessions hold the lock at once; is this one PostgreSQL server?"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StatusError {}
+
+impl<E: Into<CheckError>> From<E> for StatusError {
+    fn from(error: E) -> Self {
+        Self::Query(error.into())
+    }
+}
+
 /// Who leads the election `key` in `client`'s current database: `None` when no session holds
-/// the lock (standbys may still be queued for it). One query ([`sql::who_leads`]), sent with
-/// an unnamed statement in one round trip (`query_typed`), so it also works through a
-/// transaction-mode pooler.
+/// the lock (standbys may still be queued for it). One statement ([`sql::who_leads`]) over the
+/// simple query protocol, so it also works through a transaction-mode pooler.
 ///
 /// # Errors
 /// [`StatusError::Query`] when the query fails; [`StatusError::SeveralHolders`] when the answer
@@ -112,18 +129,51 @@ pub async fn who_leads(
     client: &tokio_postgres::Client,
     key: LockKey,
 ) -> Result<Option<LeaderStatus>, StatusError> {
-    let rows = client.query_typed(&sql::who_leads(key), &[]).await?;
+    let messages = client.simple_query(&sql::who_leads(key)).await?;
+    status_of(key, &crate::session::text_rows(messages)?)
+}
+
+/// [`who_leads`] on a session of any backend (what
+/// [`Elector::who_leads`](crate::Elector::who_leads) runs on a session of its source).
+///
+/// # Errors
+/// As [`who_leads`].
+pub(crate) async fn who_leads_on(
+    session: &dyn LockSession,
+    key: LockKey,
+) -> Result<Option<LeaderStatus>, StatusError> {
+    let rows = session
+        .query(&sql::who_leads(key))
+        .await
+        .map_err(crate::session::QueryError::into_cause)?;
     status_of(key, &rows)
+}
+
+/// The columns of [`sql::who_leads`], in order.
+mod column {
+    pub(super) const PID: usize = 0;
+    pub(super) const GRANTED: usize = 1;
+    pub(super) const APPLICATION_NAME: usize = 2;
+    pub(super) const LEADING_SINCE: usize = 3;
+    pub(super) const BACKEND_START_US: usize = 4;
+    pub(super) const CLIENT_ADDR: usize = 5;
+    pub(super) const CLIENT_PORT: usize = 6;
+    pub(super) const USENAME: usize = 7;
+    pub(super) const SERVER_NOW_US: usize = 8;
+    pub(super) const COUNT: usize = 9;
 }
 
 fn status_of(key: LockKey, rows: &[Row]) -> Result<Option<LeaderStatus>, StatusError> {
     let mut holders = Vec::new();
     let mut waiting = Vec::new();
     for row in rows {
-        if row.try_get::<_, bool>("granted")? {
+        if row.len() != column::COUNT {
+            return Err(unexpected(format!("{} columns", row.len())).into());
+        }
+        if text(row, column::GRANTED)? == "t" {
             holders.push(row);
         } else {
-            waiting.push(row.try_get::<_, i32>("pid")?);
+            waiting.push(number(row, column::PID)?);
         }
     }
     let holder = match holders.as_slice() {
@@ -131,13 +181,14 @@ fn status_of(key: LockKey, rows: &[Row]) -> Result<Option<LeaderStatus>, StatusE
         [holder] => *holder,
         several => return Err(StatusError::SeveralHolders(several.len())),
     };
-    let application_name: Option<String> = holder.try_get("application_name")?;
+    let application_name = holder[column::APPLICATION_NAME].clone();
     let identity = application_name
         .as_deref()
         .and_then(crate::identity::parse_application_name)
         .map(|(identity, _)| identity.to_owned());
-    let granted: Option<SystemTime> = holder.try_get("leading_since")?;
-    let started: Option<SystemTime> = holder.try_get("backend_start")?;
+    let granted = optional::<u64>(holder, column::LEADING_SINCE)?
+        .map(|seconds| UNIX_EPOCH + Duration::from_secs(seconds));
+    let started = optional::<i64>(holder, column::BACKEND_START_US)?.map(unix_micros);
     let since = match (granted, started) {
         (Some(at), _) => Since::Granted(at),
         (None, Some(at)) => Since::SessionStart(at),
@@ -145,16 +196,53 @@ fn status_of(key: LockKey, rows: &[Row]) -> Result<Option<LeaderStatus>, StatusE
     };
     Ok(Some(LeaderStatus {
         key,
-        pid: holder.try_get("pid")?,
+        pid: number(holder, column::PID)?,
         application_name,
         identity,
         since,
-        client_addr: holder.try_get("client_addr")?,
-        client_port: holder.try_get("client_port")?,
-        user: holder.try_get("usename")?,
+        client_addr: holder[column::CLIENT_ADDR].clone(),
+        client_port: optional(holder, column::CLIENT_PORT)?,
+        user: holder[column::USENAME].clone(),
         waiting,
-        server_now: holder.try_get("server_now")?,
+        server_now: unix_micros(number(holder, column::SERVER_NOW_US)?),
     }))
+}
+
+fn unexpected(detail: String) -> CheckError {
+    CheckError::UnexpectedReply {
+        statement: "the who-leads query",
+        detail,
+    }
+}
+
+fn text(row: &Row, index: usize) -> Result<&str, CheckError> {
+    row[index]
+        .as_deref()
+        .ok_or_else(|| unexpected(format!("NULL in column {index}")))
+}
+
+fn number<T: std::str::FromStr>(row: &Row, index: usize) -> Result<T, CheckError> {
+    let value = text(row, index)?;
+    value
+        .parse()
+        .map_err(|_| unexpected(format!("{value:?} in column {index}")))
+}
+
+fn optional<T: std::str::FromStr>(row: &Row, index: usize) -> Result<Option<T>, CheckError> {
+    match row[index] {
+        Some(_) => number(row, index).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The instant `micros` microseconds after (or before) the unix epoch.
+fn unix_micros(micros: i64) -> SystemTime {
+    let magnitude = Duration::from_micros(micros.unsigned_abs());
+    if micros >= 0 {
+        UNIX_EPOCH + magnitude
+    } else {
+        UNIX_EPOCH - magnitude
+    }
 }
 
 /// Splits a leader's `application_name`, `<identity> since <unix seconds>`, into the identity

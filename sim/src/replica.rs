@@ -18,8 +18,9 @@ use crate::connect::TurmoilConnect;
 use crate::fenced::{self, FencedUnit};
 use crate::params::Params;
 use crate::record::{Recorder, SharedRecorder};
-use crate::sabotage::DriverSabotage;
+use crate::sabotage::{DriverSabotage, SabotagedSessions};
 use crate::server::Primary;
+use plexsphere_leader::session::PoolSessions;
 
 /// The port every simulated server listens on.
 pub(crate) const PORT: u16 = 5432;
@@ -110,16 +111,22 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     } else {
         plexsphere_leader::AcquireMode::Poll
     };
-    let mut config = Config::new(pool.clone())
-        .check_interval(env.params.interval)
-        .acquire_mode(mode)
-        .fencing(env.fencing)
-        .key(election_key(env.seed))
-        .identity(application_name(env.index, incarnation))
-        .session_ends(env.session_ends.clone());
-    if let Some(sabotage) = env.sabotage {
-        config = config.sabotage(sabotage);
+    let sessions = PoolSessions::new(pool.clone()).session_ends(env.session_ends.clone());
+    let key = election_key(env.seed);
+    let config = match env.sabotage {
+        Some(sabotage) => Config::with_sessions(SabotagedSessions::new(
+            sessions,
+            sabotage,
+            key,
+            env.params.interval,
+        )),
+        None => Config::with_sessions(sessions),
     }
+    .check_interval(env.params.interval)
+    .acquire_mode(mode)
+    .fencing(env.fencing)
+    .key(key)
+    .identity(application_name(env.index, incarnation));
     let elector = Elector::new(config)?;
     let shutdown = CancellationToken::new();
     {

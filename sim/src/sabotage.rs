@@ -1,15 +1,37 @@
-//! Deliberately broken behaviours, to see the checker fail: the adapter's driver sabotages
-//! (its test-only `sabotage` feature) and the simulation's own. A run that checks the real
-//! adapter switches none on.
+//! Deliberately broken behaviours, to see the checker fail: the lock sessions of the real
+//! adapter broken on purpose (a wrapper of its session seam, [`SabotagedSessions`]), an
+//! operator whose resign loses its hold-off, and the simulated server's own. A run that checks
+//! the real adapter switches none on; the adapter itself has no sabotage in it.
 
 use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
 
-pub use plexsphere_leader::sabotage::Sabotage as DriverSabotage;
+use plexsphere_leader::LockKey;
+use plexsphere_leader::session::{BoxFuture, LockSession, QueryError, Row, SessionSource};
+
+/// One broken behaviour of the replica's software: its lock sessions, or its operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DriverSabotage {
+    /// The leader never verifies its session: every check reports success without a query.
+    NeverPing,
+    /// The granted session goes back to the pool instead of being taken out of it, and the
+    /// leader's check runs `SELECT 1` on any pooled session: the lock stays on an idle pooled
+    /// session.
+    ReturnGrantedToPool,
+    /// The grant does not keep `idle_session_timeout` (it is set back to 0 right after), so an
+    /// orphaned lock session lives until TCP gives up.
+    SkipIdleSessionTimeout,
+    /// A failed or unanswered check is reported as a success: the leader keeps its term.
+    KeepTermOnFailedPing,
+    /// A resign request loses its hold-off: the resigner may take the lock straight back.
+    ResignWithoutHoldOff,
+}
 
 /// One deliberately broken behaviour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Sabotage {
-    /// A broken driver behaviour of the adapter (`Config::sabotage`).
+    /// A broken behaviour of the replica's software ([`DriverSabotage`]).
     Driver(DriverSabotage),
     /// Both simulated servers read the fence row `FOR SHARE` without locking it
     /// ([`ServerConfig::with_row_locks`](crate::server::ServerConfig::with_row_locks)), so a
@@ -48,7 +70,7 @@ impl Sabotage {
             .find(|sabotage| sabotage.name() == name)
     }
 
-    /// The adapter's driver sabotage, if this is one.
+    /// The replica's software sabotage, if this is one.
     pub(crate) fn driver(self) -> Option<DriverSabotage> {
         match self {
             Self::Driver(driver) => Some(driver),
@@ -60,6 +82,141 @@ impl Sabotage {
 impl fmt::Display for Sabotage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// The lock sessions of a replica's pool with one [`DriverSabotage`] of its sessions in them;
+/// every other statement goes through as it is.
+#[derive(Debug)]
+pub(crate) struct SabotagedSessions {
+    inner: Arc<dyn SessionSource>,
+    sabotage: DriverSabotage,
+    /// The leader's check statement of this election, to recognise it.
+    verify: String,
+    /// How long [`DriverSabotage::KeepTermOnFailedPing`] waits for an answer.
+    patience: Duration,
+}
+
+impl SabotagedSessions {
+    /// `inner`'s sessions for the election of `key` at check interval `interval`, broken by
+    /// `sabotage`.
+    pub(crate) fn new(
+        inner: impl SessionSource,
+        sabotage: DriverSabotage,
+        key: LockKey,
+        interval: Duration,
+    ) -> Self {
+        Self {
+            inner: Arc::new(inner),
+            sabotage,
+            verify: plexsphere_leader::sql::verify(key),
+            patience: interval / 2,
+        }
+    }
+}
+
+impl SessionSource for SabotagedSessions {
+    fn acquire(
+        &self,
+    ) -> BoxFuture<'_, Result<Box<dyn LockSession>, plexsphere_leader::CheckError>> {
+        Box::pin(async move {
+            let session = self.inner.acquire().await?;
+            Ok(Box::new(SabotagedSession {
+                session: Some(session),
+                source: Arc::clone(&self.inner),
+                sabotage: self.sabotage,
+                verify: self.verify.clone(),
+                patience: self.patience,
+                backend_pid: None,
+            }) as Box<dyn LockSession>)
+        })
+    }
+}
+
+/// One session of [`SabotagedSessions`]. `session` is `None` once
+/// [`DriverSabotage::ReturnGrantedToPool`] gave it back at the detach.
+struct SabotagedSession {
+    session: Option<Box<dyn LockSession>>,
+    source: Arc<dyn SessionSource>,
+    sabotage: DriverSabotage,
+    verify: String,
+    patience: Duration,
+    /// The backend granted the lock, from the detach.
+    backend_pid: Option<i32>,
+}
+
+impl SabotagedSession {
+    /// The check's answer of a session that holds the lock.
+    fn holding(&self) -> Vec<Row> {
+        let pid = self.backend_pid.unwrap_or_default().to_string();
+        let granted = plexsphere_leader::sql::outcome::GRANTED.to_owned();
+        vec![vec![
+            Some(pid),
+            Some("f".into()),
+            Some("t".into()),
+            Some(granted),
+        ]]
+    }
+
+    /// Runs `statement` on this session or, when it went back to the pool, on any pooled one.
+    async fn pass(&self, statement: &str) -> Result<Vec<Row>, QueryError> {
+        match &self.session {
+            Some(session) => session.query(statement).await,
+            None => {
+                let session = self.source.acquire().await.map_err(QueryError::Failed)?;
+                session.query(statement).await
+            }
+        }
+    }
+}
+
+impl LockSession for SabotagedSession {
+    fn query<'a>(&'a self, statement: &'a str) -> BoxFuture<'a, Result<Vec<Row>, QueryError>> {
+        Box::pin(async move {
+            let check = statement == self.verify;
+            match self.sabotage {
+                DriverSabotage::NeverPing if check => Ok(self.holding()),
+                DriverSabotage::ReturnGrantedToPool if check => {
+                    self.pass("SELECT 1").await?;
+                    Ok(self.holding())
+                }
+                DriverSabotage::KeepTermOnFailedPing if check => {
+                    let _answer = tokio::time::timeout(self.patience, self.pass(statement)).await;
+                    Ok(self.holding())
+                }
+                DriverSabotage::SkipIdleSessionTimeout
+                    if statement.contains("'idle_session_timeout'") =>
+                {
+                    let rows = self.pass(statement).await?;
+                    self.pass("SET idle_session_timeout = 0").await?;
+                    Ok(rows)
+                }
+                _ => self.pass(statement).await,
+            }
+        })
+    }
+
+    fn detach(mut self: Box<Self>, backend_pid: i32) -> Box<dyn LockSession> {
+        self.backend_pid = Some(backend_pid);
+        self.session = match (self.sabotage, self.session.take()) {
+            // Back to the pool, lock and all.
+            (DriverSabotage::ReturnGrantedToPool, _) => None,
+            (_, session) => session.map(|session| session.detach(backend_pid)),
+        };
+        self
+    }
+
+    fn close(self: Box<Self>) {
+        if let Some(session) = self.session {
+            session.close();
+        }
+    }
+
+    fn ended(&self) -> BoxFuture<'_, ()> {
+        match &self.session {
+            Some(session) => session.ended(),
+            None => Box::pin(std::future::pending()),
+        }
     }
 }
 

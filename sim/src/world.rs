@@ -15,7 +15,7 @@ use crate::record::{
     HeldOut, History, LinkFault, Recorder, SharedRecorder, Span, TermEnd, TermRecord, UpSpan,
 };
 use crate::replica::{self, ReplicaEnv, Slot};
-use crate::sabotage::Sabotage;
+use crate::sabotage::{DriverSabotage, Sabotage};
 use crate::server::{Primary, ServerConfig, ServerHandle, SimPostgres};
 
 /// The server host names; index 0 is the first primary.
@@ -45,6 +45,8 @@ pub(crate) struct World<'a> {
     pub(crate) replicas: Vec<ReplicaHost>,
     pub(crate) recorder: SharedRecorder,
     pub(crate) history: History,
+    /// The run's deliberately broken behaviour, if any.
+    sabotage: Option<Sabotage>,
 }
 
 impl World<'_> {
@@ -122,6 +124,7 @@ impl World<'_> {
             replicas: hosts,
             recorder,
             history,
+            sabotage,
         }
     }
 
@@ -403,7 +406,12 @@ impl World<'_> {
     pub(crate) fn resign(&mut self, r: usize, hold_off: Duration) {
         let live = self.replicas[r].slot.borrow().live.clone();
         let Some(live) = live else { return };
-        let outcome = live.elector.resign_for(hold_off);
+        // The sabotage drops the hold-off; the history keeps the one the operator asked for.
+        let asked = match self.sabotage {
+            Some(Sabotage::Driver(DriverSabotage::ResignWithoutHoldOff)) => Duration::ZERO,
+            _ => hold_off,
+        };
+        let outcome = live.elector.resign_for(asked);
         let name = self.incarnation_name(r);
         self.note(
             name,

@@ -1,5 +1,5 @@
-//! The checker must be able to fail: with each deliberately broken driver behaviour of the
-//! adapter's `sabotage` feature switched on, one at a time, the simulation reports the
+//! The checker must be able to fail: with each deliberately broken behaviour of the replica's
+//! software (its lock sessions wrapped, or its operator) switched on, one at a time, the simulation reports the
 //! violation that behaviour causes within one cycle of seeds through every fault kind; and
 //! with the simulated server's fence row left unlocked, the fence-holds property fails.
 #![allow(missing_docs)] // test functions

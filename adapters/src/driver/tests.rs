@@ -73,6 +73,12 @@ struct Fake {
     server: Arc<Mutex<Server>>,
 }
 
+impl std::fmt::Debug for Fake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fake")
+    }
+}
+
 impl Fake {
     fn lock(&self) -> MutexGuard<'_, Server> {
         self.server.lock().unwrap_or_else(PoisonError::into_inner)
@@ -226,19 +232,9 @@ impl Drop for FakeSession {
     }
 }
 
-/// A pool that is never connected: the sessions come from `fake`.
+/// An elector whose sessions come from `fake`.
 fn elector(fake: &Fake, configure: impl FnOnce(Config) -> Config) -> Elector {
-    let manager = deadpool_postgres::Manager::from_config(
-        tokio_postgres::Config::new(),
-        tokio_postgres::NoTls,
-        deadpool_postgres::ManagerConfig::default(),
-    );
-    let pool = deadpool_postgres::Pool::builder(manager)
-        .max_size(1)
-        .build()
-        .unwrap();
-    let mut config = configure(Config::new(pool).check_interval(I));
-    config.sessions = Some(Arc::new(fake.clone()));
+    let config = configure(Config::with_sessions(fake.clone()).check_interval(I));
     Elector::new(config).unwrap()
 }
 

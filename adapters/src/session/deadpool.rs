@@ -16,15 +16,52 @@ use crate::error::CheckError;
 /// cannot be awaited; this poll costs one timer wake-up per period on the leader only.
 const SESSION_WATCH_PERIOD: Duration = Duration::from_millis(5);
 
-/// A deadpool-postgres pool as a [`SessionSource`], with the registry its connector (if it is
-/// an [`ObservedConnect`](super::ObservedConnect)) signals connection ends to.
+/// A deadpool-postgres pool as a [`SessionSource`]: what [`Config::new`](crate::Config::new)
+/// builds. A lock session is taken out of the pool with [`Object::take`] while it carries the
+/// lock; its end wakes the elector at once when the pool's connector is an
+/// [`ObservedConnect`](super::ObservedConnect) registering in the same [`SessionEnds`], and
+/// within 5 ms otherwise.
 #[derive(Clone)]
-pub(crate) struct DeadpoolSource {
-    pub(crate) pool: Pool,
-    pub(crate) ends: SessionEnds,
+pub struct PoolSessions {
+    pool: Pool,
+    ends: SessionEnds,
 }
 
-impl SessionSource for DeadpoolSource {
+impl PoolSessions {
+    /// The sessions of `pool`, whose connection ends (if its connector is an
+    /// [`ObservedConnect::new`](super::ObservedConnect::new)) are registered in
+    /// [`SessionEnds::global`].
+    pub fn new(pool: Pool) -> Self {
+        Self {
+            pool,
+            ends: SessionEnds::global(),
+        }
+    }
+
+    /// Where the pool's connector registers its connections' ends: only a pool built with
+    /// [`ObservedConnect::with_ends`](super::ObservedConnect::with_ends) needs it, with the
+    /// same registry.
+    #[must_use]
+    pub fn session_ends(mut self, ends: SessionEnds) -> Self {
+        self.ends = ends;
+        self
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+}
+
+impl std::fmt::Debug for PoolSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolSessions")
+            .field("max_size", &self.pool.status().max_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionSource for PoolSessions {
     fn acquire(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
         Box::pin(async move {
             let object = self.pool.get().await?;
@@ -58,19 +95,7 @@ impl LockSession for PgSession {
                 .simple_query(statement)
                 .await
                 .map_err(classify)?;
-            messages
-                .into_iter()
-                .filter_map(|message| match message {
-                    SimpleQueryMessage::Row(row) => Some(row),
-                    _ => None,
-                })
-                .map(|row| {
-                    (0..row.len())
-                        .map(|index| row.try_get(index).map(|value| value.map(str::to_owned)))
-                        .collect::<Result<Row, _>>()
-                        .map_err(|error| QueryError::Failed(error.into()))
-                })
-                .collect()
+            text_rows(messages).map_err(QueryError::Failed)
         })
     }
 
@@ -116,4 +141,24 @@ fn classify(error: tokio_postgres::Error) -> QueryError {
         _ if cause.ends_session() => QueryError::SessionEnded(cause),
         _ => QueryError::Failed(cause),
     }
+}
+
+/// The rows of a simple-protocol answer, each column as text.
+///
+/// # Errors
+/// The column's value cannot be read (never for a well-formed answer).
+pub(crate) fn text_rows(messages: Vec<SimpleQueryMessage>) -> Result<Vec<Row>, CheckError> {
+    messages
+        .into_iter()
+        .filter_map(|message| match message {
+            SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        })
+        .map(|row| {
+            (0..row.len())
+                .map(|index| row.try_get(index).map(|value| value.map(str::to_owned)))
+                .collect::<Result<Row, _>>()
+                .map_err(CheckError::from)
+        })
+        .collect()
 }
