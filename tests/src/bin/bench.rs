@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p plexsphere-leader-tests --bin bench -- \
 //!     [--check-interval 200ms] [--rounds 5] [--scale-electors 100] [--scale-interval 50ms] \
-//!     [--scale-seconds 10] [--only failover|costs|scale] [--acquire poll|queue|both] \
+//!     [--scale-seconds 10] [--only failover|costs|scale|floor] [--acquire poll|queue|both] \
 //!     [--faults graceful,sigkill,...] [--explain-over 50ms]
 //! ```
 //!
@@ -22,6 +22,9 @@
 //!    over 1,000 refused checks.
 //! 3. **Scale**: many electors in one database at a short interval: leaders at every instant,
 //!    the server's CPU share, checks per second.
+//! 4. **Detection floor**: how soon a bare tokio-postgres connection in this process learns
+//!    that `pg_terminate_backend` ended its session (no elector): the part of the failover
+//!    table's detection figure no client can shave off.
 //!
 //! Needs the local PostgreSQL of the test suite (`PLEXSPHERE_TEST_DSN`) and, for the restart,
 //! failover and scale runs, the server binaries for throwaway clusters. See
@@ -189,7 +192,64 @@ async fn run(options: Options) -> Result<(), BoxError> {
     if options.runs("scale") {
         scale(&options).await?;
     }
+    if options.runs("floor") {
+        detection_floor(&options).await?;
+    }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Detection floor
+
+/// How fast any client can learn that `pg_terminate_backend` ended its session: a bare
+/// tokio-postgres connection holding the lock in this process, no elector, no pool. The stamp
+/// is taken as in the `terminate-direct` fault (before the admin session sends the statement);
+/// the end is the connection future resolving. What the elector's figure (b) adds to this is
+/// its own path.
+async fn detection_floor(options: &Options) -> Result<(), BoxError> {
+    let db = TestDb::create("bench_floor").await?;
+    let key = plexsphere_leader::LockKey::DEFAULT;
+    let mut ends = Vec::with_capacity(options.rounds);
+    for _ in 0..options.rounds {
+        let (client, connection) = db.config().connect(NoTls).await?;
+        let ended = tokio::spawn(async move {
+            let _closed = connection.await;
+            Instant::now()
+        });
+        client
+            .batch_execute(&format!(
+                "SELECT pg_advisory_lock({}, {})",
+                key.class_id, key.obj_id
+            ))
+            .await?;
+        let pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await?
+            .get(0);
+        let at = Instant::now();
+        db.terminate(pid).await?;
+        let end = tokio::time::timeout(ROUND_TIMEOUT, ended).await??;
+        ends.push(end - at);
+        drop(client);
+    }
+    db.cleanup().await?;
+    println!(
+        "\n## Detection floor ({} rounds)\n\n\
+         | path | fault → session end known: median | p99 | max |\n|---|---|---|---|",
+        options.rounds
+    );
+    println!(
+        "| bare tokio-postgres connection, `pg_terminate_backend` | {} | {} | {} |",
+        fine_ms(percentile(&ends, 50)),
+        fine_ms(percentile(&ends, 99)),
+        fine_ms(percentile(&ends, 100))
+    );
+    Ok(())
+}
+
+/// Milliseconds to a tenth.
+fn fine_ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
 async fn print_machine(options: &Options) -> Result<(), BoxError> {
