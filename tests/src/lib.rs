@@ -58,3 +58,8 @@ pub const LOCK_OBJID: i32 = 1;
 ///
 /// [`TestDb::backend_count`] leaves these sessions out.
 pub const HARNESS_APP_PREFIX: &str = "plx-harness";
+
+/// Compiles the repository README's examples (they are no package's own).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct RootReadme;

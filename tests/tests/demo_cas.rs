@@ -1,7 +1,7 @@
 //! The demo's passes stay correct when two replicas run the same pass at once (the spec's
 //! overlap window, and the ungated boot passes): each transition is applied exactly once.
 //!
-//! The pass code is the demo's own (`adapters/examples/demo/passes.rs`, included by path).
+//! The pass code is the demo's own (`adapters/service/examples/demo/passes.rs`, included by path).
 #![allow(
     clippy::unwrap_used,
     reason = "test helpers: a failed unwrap is a failed test"
@@ -12,7 +12,7 @@
     unreachable_pub,
     reason = "the demo's module; this test uses a part of it"
 )]
-#[path = "../../adapters/examples/demo/passes.rs"]
+#[path = "../../adapters/service/examples/demo/passes.rs"]
 mod passes;
 
 use std::time::Duration;

@@ -7,8 +7,7 @@ mod support;
 use std::time::Duration;
 
 use plexsphere_leader::{
-    Config, ConfigError, Elector, Interruption, LOCK_CLASS_ID, LOCK_OBJ_ID, LossReason, RunError,
-    TermEndCause,
+    Config, ConfigError, Elector, Interruption, LockKey, LossReason, RunError, TermEndCause,
 };
 use plexsphere_leader_tests::TestDb;
 use support::{
@@ -43,7 +42,10 @@ async fn the_held_lock_shows_in_pg_locks_as_the_spec_says() {
         plexsphere_leader::status::parse_application_name(row.get::<_, &str>(4))
             .expect("the lock session is named `<identity> since <grant time>`");
     assert_eq!(identity, replica.elector.identity());
-    assert_eq!((LOCK_CLASS_ID, LOCK_OBJ_ID), (1_886_156_915, 1));
+    assert_eq!(
+        (LockKey::DEFAULT.class_id, LockKey::DEFAULT.obj_id),
+        (1_886_156_915, 1)
+    );
 
     replica.stop().await.unwrap();
     assert!(

@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use loops_support::{I, MARGIN, eventually, get, lock_holders, serve};
-use plexsphere_leader::loops::{BoxError, pass_fn};
-use plexsphere_leader::{
-    Background, Config, Elector, LeaderTicker, Readiness, RunningWorkers, wire_background,
+use plexsphere_leader::{Config, Elector};
+use plexsphere_leader_service::loops::{BoxError, pass_fn};
+use plexsphere_leader_service::{
+    Background, LeaderTicker, Readiness, RunningWorkers, wire_background,
 };
 use plexsphere_leader_tests::TestDb;
 use prometheus::Registry;
@@ -78,9 +79,9 @@ impl Replica {
         .unwrap();
         let stop = CancellationToken::new();
         let addr = serve(
-            plexsphere_leader::http::router(
+            plexsphere_leader_service::http::router(
                 readiness,
-                plexsphere_leader::Liveness::new(),
+                plexsphere_leader_service::Liveness::new(),
                 registry,
             ),
             stop.clone(),

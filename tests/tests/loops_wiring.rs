@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use loops_support::{I, MARGIN, eventually, get, lock_holders, serve};
-use plexsphere_leader::loops::{BoxError, ELECTION_WORKER, Wired, pass_fn};
-use plexsphere_leader::{
-    Background, Config, Elector, Gate, LeaderTicker, Readiness, RestartPolicy, WhileLeader,
-    wire_background,
+use plexsphere_leader::{Config, Elector};
+use plexsphere_leader_service::loops::{BoxError, ELECTION_WORKER, Wired, pass_fn};
+use plexsphere_leader_service::{
+    Background, Gate, LeaderTicker, Readiness, RestartPolicy, WhileLeader, wire_background,
 };
 use plexsphere_leader_tests::TestDb;
 use prometheus::Registry;
@@ -35,9 +35,9 @@ async fn a_boot_without_a_database_builds_no_elector_and_wires_no_loop() {
 
     let stop = CancellationToken::new();
     let addr = serve(
-        plexsphere_leader::http::router(
+        plexsphere_leader_service::http::router(
             readiness,
-            plexsphere_leader::Liveness::new(),
+            plexsphere_leader_service::Liveness::new(),
             Registry::new(),
         ),
         stop.clone(),
@@ -98,7 +98,11 @@ async fn a_boot_with_an_elector_runs_the_election_as_the_background_leader_worke
 
     let stop = CancellationToken::new();
     let addr = serve(
-        plexsphere_leader::http::router(readiness, plexsphere_leader::Liveness::new(), registry),
+        plexsphere_leader_service::http::router(
+            readiness,
+            plexsphere_leader_service::Liveness::new(),
+            registry,
+        ),
         stop.clone(),
     )
     .await;
@@ -252,9 +256,9 @@ async fn a_worker_that_exhausts_its_restart_budget_fails_the_workers_probe_on_re
         .unwrap();
     let stop = CancellationToken::new();
     let addr = serve(
-        plexsphere_leader::http::router(
+        plexsphere_leader_service::http::router(
             readiness,
-            plexsphere_leader::Liveness::new(),
+            plexsphere_leader_service::Liveness::new(),
             Registry::new(),
         ),
         stop.clone(),

@@ -15,12 +15,13 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use plexsphere_leader::loops::ELECTION_WORKER;
 use plexsphere_leader::metrics::{
     CHECK_DURATION, IS_LEADER, LAST_CHECK_SUCCESS, LOCK_ATTEMPTS, TERM_EPOCH, TERM_START,
     TRANSITIONS,
 };
-use plexsphere_leader::{Config, Elector, Liveness, LockKey, Readiness, TermEndCause, key_label};
+use plexsphere_leader::{Config, Elector, LockKey, TermEndCause, metrics::key_label};
+use plexsphere_leader_service::loops::ELECTION_WORKER;
+use plexsphere_leader_service::{Liveness, Readiness};
 use plexsphere_leader_tests::TestDb;
 use prometheus::Registry;
 use support::{I, MARGIN, Replica, STARTUP, lock_holders, sample, wait_for};
@@ -244,11 +245,16 @@ async fn a_leader_whose_runtime_is_blocked_fails_liveness_until_it_runs_again() 
     let elector = Elector::new(Config::new(db.pool(2).unwrap()).check_interval(I)).unwrap();
     let liveness = Liveness::new();
     liveness
-        .register(ELECTION_WORKER, Arc::new(elector.liveness_probe()))
+        .register(
+            ELECTION_WORKER,
+            Arc::new(plexsphere_leader_service::ElectorLiveness::new(
+                elector.clone(),
+            )),
+        )
         .unwrap();
     let stop = CancellationToken::new();
     let addr = loops_support::serve(
-        plexsphere_leader::http::router(Readiness::new(), liveness, Registry::new()),
+        plexsphere_leader_service::http::router(Readiness::new(), liveness, Registry::new()),
         stop.clone(),
     )
     .await;

@@ -1,6 +1,6 @@
 //! Operability against the real local PostgreSQL: the leader's identity in its lock session's
 //! `application_name`, `status::who_leads`, the `plexsphere-leader status` command (in-process;
-//! the binary itself is run by `adapters/tests/cli_binary.rs`), several elections with their
+//! the binary itself is run by `adapters/cli/tests/cli_binary.rs`), several elections with their
 //! own keys on one database, and the identity's validation. Each test has its own database and
 //! a 200 ms check interval; time bounds carry the documented `MARGIN` (2 s).
 
@@ -11,8 +11,9 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::Pool;
 use plexsphere_leader::status::{self, Since};
 use plexsphere_leader::{
-    Config, ConfigError, Elector, IdentityError, LEADER_QUERY, LockKey, MAX_IDENTITY_LEN, cli, sql,
+    Config, ConfigError, Elector, IdentityError, LockKey, MAX_IDENTITY_LEN, sql,
 };
+use plexsphere_leader_cli as cli;
 use plexsphere_leader_tests::replica_process::dsn;
 use plexsphere_leader_tests::{TestDb, base_config, pool_for};
 use support::{I, MARGIN, Replica, STARTUP, wait_for, wait_for_async};
@@ -396,6 +397,4 @@ async fn an_invalid_identity_is_a_typed_config_error() {
         default.identity()
     );
     assert_eq!(default.key(), LockKey::DEFAULT);
-    // The constants of the spec are the default key's.
-    assert_eq!(sql::leader_query(LockKey::DEFAULT), LEADER_QUERY);
 }

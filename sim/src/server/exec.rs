@@ -1079,7 +1079,7 @@ fn cast_int8(value: Value) -> Result<Value, SqlError> {
 fn timestamp_text(micros: i64) -> String {
     let micros = u64::try_from(micros).unwrap_or(0);
     let at = std::time::UNIX_EPOCH + Duration::from_micros(micros);
-    let iso = plexsphere_leader::status::format_utc(at);
+    let iso = plexsphere_leader_cli::format_utc(at);
     let (date, time) = iso
         .trim_end_matches('Z')
         .split_once('T')

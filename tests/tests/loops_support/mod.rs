@@ -12,7 +12,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use plexsphere_leader::LEADER_QUERY;
 use plexsphere_leader_tests::TestDb;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -90,7 +89,14 @@ where
 
 /// The backend pids holding the leader lock in `db`.
 pub async fn lock_holders(db: &TestDb) -> Vec<i32> {
-    let rows = db.admin().query(LEADER_QUERY, &[]).await.unwrap();
+    let rows = db
+        .admin()
+        .query(
+            &plexsphere_leader::sql::leader_query(plexsphere_leader::LockKey::DEFAULT),
+            &[],
+        )
+        .await
+        .unwrap();
     rows.iter()
         .filter(|row| row.get::<_, bool>(1))
         .map(|row| row.get(0))
@@ -115,7 +121,7 @@ pub async fn demo_binary() -> PathBuf {
             "build",
             "--quiet",
             "-p",
-            "plexsphere-leader",
+            "plexsphere-leader-service",
             "--example",
             "demo",
             "--target-dir",

@@ -8,9 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
-use plexsphere_leader::{
-    Config, Elector, LEADER_GAUGE_NAME, LEADER_QUERY, LockKey, RunError, key_label,
-};
+use plexsphere_leader::metrics::{LEADER_GAUGE_NAME, key_label};
+use plexsphere_leader::{Config, Elector, LockKey, RunError};
 use plexsphere_leader_tests::TestDb;
 use prometheus::Registry;
 use prometheus::proto::MetricType;
@@ -138,7 +137,10 @@ where
 pub async fn lock_holders(db: &TestDb) -> Vec<i32> {
     let rows = db
         .admin()
-        .query(LEADER_QUERY, &[])
+        .query(
+            &plexsphere_leader::sql::leader_query(plexsphere_leader::LockKey::DEFAULT),
+            &[],
+        )
         .await
         .expect("pg_locks query");
     rows.iter()

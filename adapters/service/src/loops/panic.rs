@@ -1,11 +1,15 @@
 //! Catching a panic of a pass or a worker as a value, with the stack where it happened.
 //!
-//! The stack comes from a process-wide panic hook, installed once by the first [`CatchPanic`]
-//! and chained to the hook that was there before. While a `CatchPanic` polls its future, the
-//! hook captures a backtrace (`Backtrace::force_capture`) and the panic's location into a
-//! thread-local, and does not call the previous hook: the loop logs the panic itself, at ERROR
-//! with the `loop`, `panic` and `stack` fields. Outside a `CatchPanic` the previous hook runs as
-//! before. When another hook replaced ours later, `stack` says it was not captured.
+//! Each poll runs under [`std::panic::catch_unwind`]: a panic ends the pass or the worker, never
+//! the task or the process. Where it panicked (the `stack` field of the loop's ERROR line)
+//! needs a panic hook, and the crate installs none on its own: a service that wants the stack
+//! calls [`capture_panic_stacks`] once at start-up. That hook is chained to the hook that was
+//! there before: while a `CatchPanic` polls its future, it captures a backtrace
+//! (`Backtrace::force_capture`) and the panic's location into a thread-local, and does not call
+//! the previous hook (the loop logs the panic itself, at ERROR with the `loop`, `panic` and
+//! `stack` fields); outside a `CatchPanic` the previous hook runs as before. Without it, the
+//! previous hook reports the panic as usual (by default to stderr, with its location) and
+//! `stack` says how to capture it.
 
 use std::backtrace::Backtrace;
 use std::cell::{Cell, RefCell};
@@ -42,7 +46,6 @@ pub(crate) struct CatchPanic<F> {
 
 impl<F: Future> CatchPanic<F> {
     pub(crate) fn new(future: F) -> Self {
-        install_hook();
         Self {
             inner: Box::pin(future),
         }
@@ -63,7 +66,7 @@ impl<F: Future> Future for CatchPanic<F> {
             Err(payload) => {
                 let stack = STACK
                     .with(|stack| stack.borrow_mut().take())
-                    .unwrap_or_else(|| "<not captured: another panic hook is installed>".into());
+                    .unwrap_or_else(|| NOT_CAPTURED.into());
                 Poll::Ready(Err(Caught {
                     value: panic_value(payload.as_ref()),
                     stack,
@@ -73,7 +76,16 @@ impl<F: Future> Future for CatchPanic<F> {
     }
 }
 
-fn install_hook() {
+/// The `stack` of a caught panic when no capturing hook saw it.
+const NOT_CAPTURED: &str = "<not captured: call plexsphere_leader_service::capture_panic_stacks() \
+     at start-up, and install no panic hook after it>";
+
+/// Installs, once per process, the panic hook that records where a pass or a worker panicked
+/// (its location and a backtrace) for the loop's and the supervisor's ERROR line. Panics
+/// outside the loops and workers go on to the hook installed before (the default one prints
+/// them to stderr). Calling it again does nothing. Optional: without it the panics are still
+/// caught and logged, without their stack.
+pub fn capture_panic_stacks() {
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
@@ -100,6 +112,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_panic_in_a_poll_becomes_a_value_with_its_location_and_stack() {
+        capture_panic_stacks();
         let caught = CatchPanic::new(async {
             tokio::task::yield_now().await;
             panic!("bad row {}", 7);

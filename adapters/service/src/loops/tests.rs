@@ -208,6 +208,7 @@ async fn the_shutdown_under_a_pass_leaves_the_probe_as_it_was() {
 
 #[tokio::test(start_paused = true)]
 async fn a_panicking_pass_is_a_failed_tick_logged_at_error_and_warn_and_the_loop_keeps_ticking() {
+    crate::capture_panic_stacks();
     let logs = Logs::default();
     let _guard = logs.install();
     let (election, script, readiness) = (Manual::default(), Script::default(), Readiness::new());

@@ -10,9 +10,9 @@ use plexsphere_leader_core::supervision::RestartPolicy;
 use tokio_util::sync::CancellationToken;
 
 use super::{BoxError, LeaderSource, LeaderTicker, WhileLeader};
-use crate::Elector;
 use crate::readiness::{DuplicateProbe, LoopProbe, Readiness};
 use crate::supervisor::{DuplicateWorker, RunningWorkers, Supervisor, WORKERS_PROBE};
+use plexsphere_leader::Elector;
 
 /// The worker name of the election itself.
 pub const ELECTION_WORKER: &str = "background-leader";

@@ -6,7 +6,7 @@
 //!   `readyz check passed` or `readyz check failed`.
 //! - `GET /livez`: `200` when every probe of the [`Liveness`] passes, else `503`; the body is in
 //!   the same form, ending in `livez check passed` or `livez check failed`. Register the
-//!   elector's [`liveness_probe`](crate::Elector::liveness_probe) there: it fails while the
+//!   elector's [`ElectorLiveness`](crate::ElectorLiveness) there: it fails while the
 //!   replica believes it leads but has not checked its lock for over two check intervals (a
 //!   blocked runtime, a `run` future no longer polled), which a restart fixes. A failing loop
 //!   never fails liveness: restarting the process would not fix it.

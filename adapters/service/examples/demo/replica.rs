@@ -14,11 +14,13 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use plexsphere_leader::loops::{BoxError, ELECTION_WORKER, TickMetrics, Wired, pass_fn};
 use plexsphere_leader::{
-    Background, Config, DEFAULT_SHUTDOWN_BOUND, Elector, Gate, LeaderTicker, Leadership, Liveness,
-    OnOverdue, Readiness, Resignation, TermEndCause, TermEvent, TermEvents, WhileLeader,
-    wire_background,
+    Config, Elector, Leadership, OnOverdue, Resignation, TermEndCause, TermEvent, TermEvents,
+};
+use plexsphere_leader_service::loops::{BoxError, ELECTION_WORKER, TickMetrics, Wired, pass_fn};
+use plexsphere_leader_service::{
+    Background, DEFAULT_SHUTDOWN_BOUND, ElectorLiveness, Gate, LeaderTicker, Liveness, Readiness,
+    WhileLeader, wire_background,
 };
 use prometheus::Registry;
 use serde_json::json;
@@ -109,7 +111,10 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
                 .key(args.key);
             let elector = Elector::new(config)?;
             // Liveness, never readiness: a leader whose election stopped being driven.
-            liveness.register(ELECTION_WORKER, Arc::new(elector.liveness_probe()))?;
+            liveness.register(
+                ELECTION_WORKER,
+                Arc::new(ElectorLiveness::new(elector.clone())),
+            )?;
             (Some(elector), Some(pool))
         }
         None => (None, None),
@@ -219,7 +224,7 @@ fn wire_loops(
     pool: &Pool,
     me: &Me,
     metrics: &TickMetrics,
-) -> Result<(), plexsphere_leader::loops::WiringError> {
+) -> Result<(), plexsphere_leader_service::loops::WiringError> {
     for (name, probe) in TICKED {
         let pass = ticked_pass(pool.clone(), name, me.actor.clone(), me.interval);
         let mut ticker = LeaderTicker::new(name, elector.clone(), me.interval, pass)
@@ -306,7 +311,7 @@ fn ticked_pass(
     name: &'static str,
     actor: String,
     period: Duration,
-) -> plexsphere_leader::loops::PassFn {
+) -> plexsphere_leader_service::loops::PassFn {
     pass_fn(move |token: CancellationToken| {
         let (pool, actor) = (pool.clone(), actor.clone());
         async move {
@@ -330,7 +335,7 @@ type Step =
 
 /// A self-paced while-leader loop: runs `step` until it moves nothing, then waits `pause`; ends
 /// when the term's token is cancelled.
-fn self_paced(pool: Pool, pause: Duration, step: Step) -> plexsphere_leader::loops::PassFn {
+fn self_paced(pool: Pool, pause: Duration, step: Step) -> plexsphere_leader_service::loops::PassFn {
     pass_fn(move |token: CancellationToken| {
         let pool = pool.clone();
         async move {
@@ -567,8 +572,9 @@ async fn serve(
             elector,
             readiness: probes.readiness.clone(),
         });
-    let app = plexsphere_leader::http::router(probes.readiness, probes.liveness, probes.registry)
-        .merge(status);
+    let app =
+        plexsphere_leader_service::http::router(probes.readiness, probes.liveness, probes.registry)
+            .merge(status);
     let stop = shutdown.clone();
     Ok(tokio::spawn(async move {
         let served = axum::serve(listener, app)
@@ -606,7 +612,7 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
         json!({
             "identity": leader.identity,
             "pid": leader.pid,
-            "since": leader.since.at().map(plexsphere_leader::status::format_utc),
+            "since": leader.since.at().map(plexsphere_leader_cli::format_utc),
             "leading_for_seconds": leader.leading_for().map(|d| d.as_secs()),
             "client_addr": leader.client_addr,
             "client_port": leader.client_port,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use plexsphere_leader_core::supervision::gate_allows;
 
-use crate::Elector;
+use plexsphere_leader::Elector;
 
 /// A predicate an every-replica loop asks before its gated part (the spec's
 /// `capacity.WithCrossingGate`, `services.WithDurableDeletion`).

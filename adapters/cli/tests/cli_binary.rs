@@ -1,4 +1,4 @@
-//! The `plexsphere-leader` binary itself (feature `cli`), against the real local PostgreSQL
+//! The `plexsphere-leader` binary itself, against the real local PostgreSQL
 //! (`PLEXSPHERE_TEST_DSN`, default `host=127.0.0.1 port=5432 user=postgres dbname=postgres`):
 //! a session of a database made for the test takes a lock with the elector's own grant
 //! statement, and `plexsphere-leader status` reports it with exit 0, then exit 1 once it is

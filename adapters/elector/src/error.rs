@@ -108,18 +108,6 @@ impl std::fmt::Display for CheckError {
 
 impl std::error::Error for CheckError {}
 
-/// Displays an error with its sources, as [`write_chain`] writes them
-/// (`query: error connecting to server: Connection refused (os error 111)`).
-#[cfg(feature = "cli")]
-pub(crate) struct Chain<'a>(pub(crate) &'a dyn std::error::Error);
-
-#[cfg(feature = "cli")]
-impl std::fmt::Display for Chain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write_chain(f, self.0)
-    }
-}
-
 /// Writes `error` and each of its sources, `": "`-separated, skipping a source whose text the
 /// previous message already contains.
 fn write_chain(f: &mut std::fmt::Formatter<'_>, error: &dyn std::error::Error) -> std::fmt::Result {

@@ -8,7 +8,7 @@ use plexsphere_leader_core::work::Interruption;
 use tokio_util::sync::CancellationToken;
 
 use super::{BoxError, BoxFuture, PassFn};
-use crate::{Elector, Term};
+use plexsphere_leader::{Elector, Term};
 
 /// The election as the launchers see it: the spec's `Do`, `Term` and `IsLeader`.
 ///

@@ -19,7 +19,6 @@ use crate::driver::Driver;
 use crate::error::{CheckError, ConfigError, RunError};
 use crate::key::LockKey;
 use crate::leadership::{Leadership, TermWaitCancelled};
-use crate::liveness::ElectorLiveness;
 use crate::metrics::{self, ElectorMetrics};
 use crate::session::SessionSource;
 use crate::term::{Term, TermShared};
@@ -388,13 +387,6 @@ impl Elector {
     pub fn liveness(&self) -> Result<(), StuckLeader> {
         // The core's verdict (`Election::stuck`), on the driver's clock.
         self.inner.election().stuck(crate::driver::now())
-    }
-
-    /// [`liveness`](Self::liveness) as a probe for [`Liveness`](crate::Liveness), which
-    /// `/livez` reports. Register it under a name of your choice, e.g.
-    /// [`ELECTION_WORKER`](crate::loops::ELECTION_WORKER).
-    pub fn liveness_probe(&self) -> ElectorLiveness {
-        ElectorLiveness::new(self.clone())
     }
 }
 

@@ -27,34 +27,29 @@
 //! ```
 //!
 //! The decisions live in the sans-IO crate `plexsphere-leader-core`; this crate drives it with
-//! tokio, tokio-postgres and deadpool-postgres. See `docs/reference.md` for the full contract.
+//! tokio, over deadpool-postgres and tokio-postgres by default ([`Config::new`]) or any other
+//! [`session::SessionSource`] ([`Config::with_sessions`]). The leader-gated loops, the
+//! supervisor, the probes and their HTTP handlers are in `plexsphere-leader-service`; the
+//! `plexsphere-leader status` command is in `plexsphere-leader-cli`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-#[cfg(feature = "cli")]
-pub mod cli;
 mod config;
 mod connection;
 mod driver;
 mod elector;
 mod error;
 pub mod fencing;
-#[cfg(feature = "http")]
-pub mod http;
 mod identity;
 mod key;
 mod leadership;
-mod liveness;
 mod log;
-pub mod loops;
 pub mod metrics;
 mod observe;
 mod overdue;
-mod readiness;
 pub mod session;
 pub mod sql;
 pub mod status;
-mod supervisor;
 mod term;
 
 pub use config::{Config, OnOverdue};
@@ -63,8 +58,6 @@ pub use error::{CheckError, ConfigError, RunError};
 pub use identity::{IdentityError, MAX_IDENTITY_LEN};
 pub use key::{LockKey, ParseLockKeyError};
 pub use leadership::{Leadership, TermEnd, TermEvent, TermEvents, TermInfo, TermWaitCancelled};
-pub use liveness::{ElectorLiveness, Liveness, LivenessReport};
-pub use metrics::{LEADER_GAUGE_HELP, LEADER_GAUGE_NAME, key_label};
 pub use overdue::OVERDUE_WORK_MESSAGE;
 pub use plexsphere_leader_core::work::Interruption;
 pub use plexsphere_leader_core::{
@@ -72,19 +65,9 @@ pub use plexsphere_leader_core::{
     LossReason, MAX_HOLD_OFF, MAX_STOP_GRACE_INTERVALS, STUCK_AFTER_INTERVALS, StopGraceTooLong,
     StuckLeader, TermEndCause, TermId, UNLOCK_BUDGET,
 };
-pub use sql::{LEADER_QUERY, LOCK_CLASS_ID, LOCK_OBJ_ID};
 pub use term::{Term, named_work};
-
-pub use loops::{Background, Gate, LeaderSource, LeaderTicker, WhileLeader, wire_background};
-pub use plexsphere_leader_core::readiness::Tick;
-pub use plexsphere_leader_core::supervision::{RestartPolicy, WorkerState};
-pub use readiness::{DuplicateProbe, LoopProbe, Probe, ProbeReport, Readiness, ReadinessReport};
-pub use supervisor::{
-    DEFAULT_SHUTDOWN_BOUND, DuplicateWorker, RunningWorkers, ShutdownReport, Supervisor,
-    WORKERS_PROBE, WorkersProbe,
-};
 
 /// Compiles the README's example.
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeExample;

@@ -10,10 +10,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::elector::Elector;
 use crate::readiness::{
     DuplicateProbe, Probe, ProbeReport, ProbeSet, all_pass, find, write_report,
 };
+use plexsphere_leader::Elector;
 
 /// The registry of a service's liveness probes, which `/livez` reports. Cloning gives another
 /// handle on the same registry. An empty registry reports live.
@@ -96,7 +96,9 @@ pub struct ElectorLiveness {
 }
 
 impl ElectorLiveness {
-    pub(crate) fn new(elector: Elector) -> Self {
+    /// The liveness of `elector` ([`Elector::liveness`]): register it in [`Liveness`] under a
+    /// name of your choice, e.g. [`ELECTION_WORKER`](crate::loops::ELECTION_WORKER).
+    pub fn new(elector: Elector) -> Self {
         Self { elector }
     }
 }

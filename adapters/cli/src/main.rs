@@ -1,11 +1,11 @@
 //! `plexsphere-leader status --dsn <DSN> [--key CLASSID:OBJID] [--format text|json]`: who leads
-//! an election, from the server's views. See `plexsphere_leader::cli` for the exit codes.
+//! an election, from the server's views. See the `plexsphere_leader_cli` library for the exit codes.
 
 use std::process::ExitCode;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let code = plexsphere_leader::cli::run(
+    let code = plexsphere_leader_cli::run(
         std::env::args_os(),
         &mut std::io::stdout(),
         &mut std::io::stderr(),

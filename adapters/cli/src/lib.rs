@@ -1,22 +1,33 @@
-//! The `plexsphere-leader` command line (feature `cli`): `plexsphere-leader status --dsn <DSN>
-//! [--key CLASSID:OBJID] [--format text|json]` prints who leads an election, since when and
-//! from which client address, read from the server's views only ([`status::who_leads`]).
+//! The `plexsphere-leader` command line: `plexsphere-leader status [--dsn <DSN>]
+//! [--key CLASSID:OBJID] [--format text|json] [--timeout 10s]` prints who leads an election,
+//! since when and from which client address, read from the server's views only
+//! ([`status::who_leads`]). The DSN comes from `--dsn` or from the environment variable
+//! `PLEXSPHERE_DSN` (so that a password need not show in `ps`).
 //!
 //! Exit codes: [`EXIT_LEADER`] (0) a replica leads, [`EXIT_NO_LEADER`] (1) none does,
 //! [`EXIT_ERROR`] (2) the question could not be answered (bad arguments, connection or query
-//! failure). The DSN is never printed.
+//! failure, no answer within the timeout). The DSN is never printed.
+#![forbid(unsafe_code)]
+
+mod format;
+
+pub use format::{format_duration, format_utc};
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::str::FromStr;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tokio_postgres::NoTls;
 
-use crate::error::Chain;
-use crate::key::LockKey;
-use crate::status::{self, LeaderStatus, Since, StatusError};
+use plexsphere_leader::LockKey;
+use plexsphere_leader::status::{self, LeaderStatus, Since, StatusError};
+
+use crate::format::Chain;
+
+/// How long `status` waits for the connection and the answer, unless `--timeout` says.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Exit code: a replica leads the election.
 pub const EXIT_LEADER: u8 = 0;
@@ -43,7 +54,7 @@ enum Command {
     Status {
         /// The database of the election, as a libpq-style DSN or URL
         /// (`host=db user=ops dbname=app` or `postgresql://ops@db/app`). No TLS.
-        #[arg(long)]
+        #[arg(long, env = "PLEXSPHERE_DSN", hide_env_values = true)]
         dsn: String,
         /// The election's lock key; either half may be negative (`--key -17:4`).
         #[arg(
@@ -56,6 +67,11 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
+        /// How long to wait for the connection and the answer together (`10s`, `500ms`, `2`
+        /// for seconds); a server that accepts the connection and never answers fails after
+        /// it with exit 2.
+        #[arg(long, default_value = "10s", value_parser = parse_timeout)]
+        timeout: Duration,
     },
 }
 
@@ -89,9 +105,14 @@ where
         }
     };
     match cli.command {
-        Command::Status { dsn, key, format } => {
+        Command::Status {
+            dsn,
+            key,
+            format,
+            timeout,
+        } => {
             let database = database_of(&dsn);
-            match query_status(&dsn, key).await {
+            match query_status_within(&dsn, key, timeout).await {
                 Ok(leader) => {
                     let text = match format {
                         Format::Text => render_text(key, &database, leader.as_ref()),
@@ -116,7 +137,51 @@ where
     }
 }
 
-/// Connects with `dsn` (no TLS) and asks [`status::who_leads`].
+/// Why [`query_status_within`] had no answer.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum QueryStatusError {
+    /// The DSN is invalid, the connection failed or the query did.
+    Status(StatusError),
+    /// Neither failed nor answered within the timeout (a server that accepts TCP and never
+    /// answers, a network that drops everything).
+    TimedOut(Duration),
+}
+
+impl std::fmt::Display for QueryStatusError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Status(error) => error.fmt(f),
+            Self::TimedOut(after) => write!(
+                f,
+                "status: no answer within {after:?} (connect and query); raise --timeout if \
+                 the server is slow"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for QueryStatusError {}
+
+/// Connects with `dsn` (no TLS) and asks [`status::who_leads`], all within `timeout`.
+///
+/// # Errors
+/// [`QueryStatusError::Status`] when the DSN is invalid, the connection fails or the query
+/// does; [`QueryStatusError::TimedOut`] when no answer came within `timeout`. The connection
+/// is closed either way.
+pub async fn query_status_within(
+    dsn: &str,
+    key: LockKey,
+    timeout: Duration,
+) -> Result<Option<LeaderStatus>, QueryStatusError> {
+    match tokio::time::timeout(timeout, query_status(dsn, key)).await {
+        Ok(answer) => answer.map_err(QueryStatusError::Status),
+        Err(_elapsed) => Err(QueryStatusError::TimedOut(timeout)),
+    }
+}
+
+/// Connects with `dsn` (no TLS) and asks [`status::who_leads`], without a timeout of its own
+/// (the DSN's `connect_timeout` still applies to the connection).
 ///
 /// # Errors
 /// [`StatusError::Query`] when the DSN is invalid, the connection fails or the query does.
@@ -127,6 +192,24 @@ pub async fn query_status(dsn: &str, key: LockKey) -> Result<Option<LeaderStatus
     drop(client);
     let _ = driver.await;
     answer
+}
+
+/// `10s`, `500ms`, `1.5s` or a plain number of seconds; more than zero.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let (number, scale) = if let Some(ms) = text.strip_suffix("ms") {
+        (ms, 0.001)
+    } else if let Some(s) = text.strip_suffix('s') {
+        (s, 1.0)
+    } else {
+        (text, 1.0)
+    };
+    let seconds = number
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|value| value.is_finite() && *value > 0.0)
+        .ok_or_else(|| format!("{text:?} is not a positive duration like 10s or 500ms"))?;
+    Duration::try_from_secs_f64(seconds * scale).map_err(|error| error.to_string())
 }
 
 /// The database the DSN names (the user's name when it names none, as libpq does).
@@ -150,13 +233,13 @@ pub fn render_text(key: LockKey, database: &str, leader: Option<&LeaderStatus>) 
     let since = match leader.since {
         Since::Granted(at) => format!(
             "{} (leading for {}; grant time in application_name, server clock)",
-            status::format_utc(at),
+            format_utc(at),
             leading_for(leader)
         ),
         Since::SessionStart(at) => format!(
             "at or before {} (leading for at least {}; no grant time in application_name, \
              the session's backend_start is a lower bound)",
-            status::format_utc(at),
+            format_utc(at),
             leading_for(leader)
         ),
         Since::Unknown => "unknown (no grant time in application_name, and backend_start is \
@@ -189,7 +272,7 @@ pub fn render_text(key: LockKey, database: &str, leader: Option<&LeaderStatus>) 
 fn leading_for(leader: &LeaderStatus) -> String {
     leader
         .leading_for()
-        .map_or_else(|| "?".to_owned(), status::format_duration)
+        .map_or_else(|| "?".to_owned(), format_duration)
 }
 
 /// The `json` answer: one object, `leader` null when no replica leads.
@@ -204,7 +287,7 @@ pub fn render_json(key: LockKey, database: &str, leader: Option<&LeaderStatus>) 
             "pid": leader.pid,
             "identity": leader.identity,
             "application_name": leader.application_name,
-            "since": since.map(status::format_utc),
+            "since": since.map(format_utc),
             "since_unix": since.map(unix_seconds),
             "since_source": source,
             "leading_for_seconds": leader.leading_for().map(|d| d.as_secs()),
@@ -212,7 +295,7 @@ pub fn render_json(key: LockKey, database: &str, leader: Option<&LeaderStatus>) 
             "client_port": leader.client_port,
             "user": leader.user,
             "waiting": leader.waiting,
-            "server_now": status::format_utc(leader.server_now),
+            "server_now": format_utc(leader.server_now),
         })
     });
     serde_json::json!({
@@ -247,6 +330,32 @@ mod tests {
             waiting: vec![4243],
             server_now: now,
         }
+    }
+
+    #[test]
+    fn timeouts_read_as_seconds_or_milliseconds() {
+        assert_eq!(parse_timeout("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_timeout("1.5"), Ok(Duration::from_millis(1500)));
+        for bad in ["0", "-1s", "soon", "", "infs"] {
+            assert!(parse_timeout(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_dsn_may_come_from_the_environment_only() {
+        let parsed = Cli::try_parse_from(["plexsphere-leader", "status"]);
+        let has_env = std::env::var_os("PLEXSPHERE_DSN").is_some();
+        assert_eq!(
+            parsed.is_ok(),
+            has_env,
+            "no --dsn: only PLEXSPHERE_DSN supplies it"
+        );
+        let Command::Status { timeout, .. } =
+            Cli::try_parse_from(["plexsphere-leader", "status", "--dsn", "host=x"])
+                .unwrap()
+                .command;
+        assert_eq!(timeout, DEFAULT_TIMEOUT);
     }
 
     #[test]

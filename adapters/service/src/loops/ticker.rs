@@ -171,8 +171,10 @@ impl<L: LeaderSource> LeaderTicker<L> {
                 pass(token)
             })
         };
-        let pass =
-            crate::term::named_work(&self.name, self.leadership.run_if_leader(shutdown, work));
+        let pass = plexsphere_leader::named_work(
+            &self.name,
+            self.leadership.run_if_leader(shutdown, work),
+        );
         let ran = match CatchPanic::new(pass).await {
             Ok(ran) => Ok(ran),
             Err(caught) => {
