@@ -90,6 +90,17 @@ async fn the_binary_reports_the_leader_then_none_then_an_error() {
     assert_eq!(code, 0);
     assert!(out.contains("\"identity\":\"binary@test\""), "{out}");
 
+    // The DSN from the environment alone, so that a password need not show in `ps`.
+    let output = Command::new(env!("CARGO_BIN_EXE_plexsphere-leader"))
+        .args(["status", "--key", &key.to_string()])
+        .env("PLEXSPHERE_DSN", &dsn)
+        .output()
+        .unwrap();
+    let out = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{out}");
+    assert!(out.contains("led by \"binary@test\""), "{out}");
+    assert!(!out.contains(&dsn), "the DSN is never printed");
+
     holder.simple_query(&sql::unlock(key)).await.unwrap();
     let (code, _, _) = status(&dsn, key, "text");
     assert_eq!(code, 1);
@@ -108,4 +119,29 @@ async fn the_binary_reports_the_leader_then_none_then_an_error() {
         .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
         .await
         .unwrap();
+}
+
+/// A server that accepts TCP and never answers must not hang `status`: `--timeout` bounds the
+/// connection and the query together.
+#[tokio::test]
+async fn a_server_that_never_answers_fails_after_the_timeout() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    // Accepts (the kernel completes the handshake from the backlog) and never reads or writes.
+    let started = std::time::Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_plexsphere-leader"))
+        .args(["status", "--timeout", "300ms", "--dsn"])
+        .arg(format!("host=127.0.0.1 port={port} user=x"))
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let err = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("status: no answer within 300ms"),
+        "the timeout is the cause: {err}"
+    );
+    // Generous: the bound is 300 ms; a loaded 2-core machine may start the process slowly.
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    drop(silent);
 }
