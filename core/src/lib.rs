@@ -42,3 +42,8 @@ pub use options::{
     AcquireMode, MAX_STOP_GRACE_INTERVALS, OnOverdue, Options, StopGraceTooLong, WorkDeadline,
 };
 pub use verify::{LockCheck, LockFinding};
+
+/// Compiles the package README's example.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

@@ -409,3 +409,8 @@ mod tests {
         assert!(String::from_utf8_lossy(&help).contains("Exit codes"));
     }
 }
+
+/// Compiles the package README's example.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

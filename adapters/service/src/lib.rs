@@ -59,3 +59,8 @@ pub use supervisor::{
     DEFAULT_SHUTDOWN_BOUND, DuplicateWorker, RunningWorkers, ShutdownReport, Supervisor,
     WORKERS_PROBE, WorkersProbe,
 };
+
+/// Compiles the package README's example.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
