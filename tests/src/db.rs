@@ -115,6 +115,16 @@ impl TestDb {
         pool_for(self.config_with_app_name(application_name), max_size)
     }
 
+    /// A pool of `backend` for this database, whose sessions carry `application_name`.
+    pub fn backend_pool(
+        &self,
+        backend: crate::Backend,
+        application_name: &str,
+        max_size: usize,
+    ) -> Result<crate::BackendPool, HarnessError> {
+        backend.pool(&self.config_with_app_name(application_name), max_size)
+    }
+
     /// The harness's own client on this database (`application_name` `plx-harness-admin`).
     pub fn admin(&self) -> &Client {
         &self.admin

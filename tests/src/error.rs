@@ -32,6 +32,9 @@ pub enum HarnessError {
         /// The tail of what it wrote to stderr (and stdout).
         stderr: String,
     },
+    /// A setup the harness cannot build (for example an sqlx pool on several hosts).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
     /// Something the harness waited for did not happen in time.
     #[error("timed out after {after:?} waiting for {what}")]
     Timeout {

@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod backend;
 pub mod clock;
 mod cluster;
 mod db;
@@ -31,6 +32,7 @@ pub mod replica_child;
 pub mod replica_process;
 pub mod timeline;
 
+pub use backend::{Backend, BackendPool};
 pub use cluster::{Cluster, StopMode};
 pub use db::{Session, TestDb};
 pub use error::HarnessError;

@@ -2,6 +2,10 @@
 //! Elector API, Metric, Demotion, Session connection and idle-timeout sections. Each test has its
 //! own database and a 200 ms check interval; time bounds carry the documented `MARGIN`.
 
+// The scenarios run on both backends are plain functions called by the generated tests, so
+// clippy's allowance for `unwrap` in tests does not see them.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::time::Duration;
@@ -9,16 +13,21 @@ use std::time::Duration;
 use plexsphere_leader::{
     Config, ConfigError, Elector, Interruption, LockKey, LossReason, RunError, TermEndCause,
 };
-use plexsphere_leader_tests::TestDb;
+use plexsphere_leader_tests::{Backend, TestDb};
 use support::{
     I, Logs, MARGIN, Replica, STARTUP, lock_holders, sole_leader, wait_for, wait_for_async,
 };
 use tokio_util::sync::CancellationToken;
 
-#[tokio::test]
-async fn the_held_lock_shows_in_pg_locks_as_the_spec_says() {
-    let db = TestDb::create("pg_locks_row").await.unwrap();
-    let replica = Replica::spawn(db.pool_with_app_name("replica-a", 2).unwrap(), I);
+on_both_backends!(
+    #[tokio::test]
+    the_held_lock_shows_in_pg_locks_as_the_spec_says
+);
+async fn the_held_lock_shows_in_pg_locks_as_the_spec_says(backend: Backend) {
+    let db = TestDb::create(&format!("pg_locks_row_{backend}"))
+        .await
+        .unwrap();
+    let replica = Replica::spawn(db.backend_pool(backend, "replica-a", 2).unwrap(), I);
     wait_for(STARTUP, || replica.elector.is_leader())
         .await
         .expect("leads");
@@ -112,12 +121,19 @@ async fn of_two_then_five_electors_exactly_one_leads_and_the_gauges_sum_to_one()
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_cancelled_leader_releases_and_a_standby_leads_within_about_one_interval() {
-    let db = TestDb::create("graceful").await.unwrap();
+on_both_backends!(
+    #[tokio::test]
+    a_cancelled_leader_releases_and_a_standby_leads_within_about_one_interval
+);
+async fn a_cancelled_leader_releases_and_a_standby_leads_within_about_one_interval(
+    backend: Backend,
+) {
+    let db = TestDb::create(&format!("graceful_{backend}"))
+        .await
+        .unwrap();
     let replicas = vec![
-        Replica::spawn(db.pool(2).unwrap(), I),
-        Replica::spawn(db.pool(2).unwrap(), I),
+        Replica::spawn(db.backend_pool(backend, "graceful-a", 2).unwrap(), I),
+        Replica::spawn(db.backend_pool(backend, "graceful-b", 2).unwrap(), I),
     ];
     let leader = sole_leader(&replicas, STARTUP).await;
     let mut replicas = replicas;
@@ -145,13 +161,18 @@ async fn a_cancelled_leader_releases_and_a_standby_leads_within_about_one_interv
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_terminated_lock_session_demotes_the_leader_within_two_intervals() {
+on_both_backends!(
+    #[tokio::test]
+    a_terminated_lock_session_demotes_the_leader_within_two_intervals
+);
+async fn a_terminated_lock_session_demotes_the_leader_within_two_intervals(backend: Backend) {
     let (logs, _guard) = Logs::capture();
-    let db = TestDb::create("terminate").await.unwrap();
+    let db = TestDb::create(&format!("terminate_{backend}"))
+        .await
+        .unwrap();
     let replicas = vec![
-        Replica::spawn(db.pool(2).unwrap(), I),
-        Replica::spawn(db.pool(2).unwrap(), I),
+        Replica::spawn(db.backend_pool(backend, "terminate-a", 2).unwrap(), I),
+        Replica::spawn(db.backend_pool(backend, "terminate-b", 2).unwrap(), I),
     ];
     let leader = sole_leader(&replicas, STARTUP).await;
     let term = replicas[leader]
@@ -197,15 +218,20 @@ async fn a_terminated_lock_session_demotes_the_leader_within_two_intervals() {
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_standby_refused_a_hundred_times_opens_and_closes_no_backend() {
+on_both_backends!(
+    #[tokio::test]
+    a_standby_refused_a_hundred_times_opens_and_closes_no_backend
+);
+async fn a_standby_refused_a_hundred_times_opens_and_closes_no_backend(backend: Backend) {
     let interval = Duration::from_millis(20);
-    let db = TestDb::create("refused_free").await.unwrap();
-    let leader = Replica::spawn(db.pool_with_app_name("leader", 2).unwrap(), interval);
+    let db = TestDb::create(&format!("refused_free_{backend}"))
+        .await
+        .unwrap();
+    let leader = Replica::spawn(db.backend_pool(backend, "leader", 2).unwrap(), interval);
     wait_for(STARTUP, || leader.elector.is_leader())
         .await
         .expect("leads");
-    let standby = Replica::spawn(db.pool_with_app_name("standby", 4).unwrap(), interval);
+    let standby = Replica::spawn(db.backend_pool(backend, "standby", 4).unwrap(), interval);
     // The standby's first check opens its one pooled connection.
     wait_for_async(STARTUP, || async {
         db.session_count("standby").await.unwrap() == 1
@@ -226,13 +252,9 @@ async fn a_standby_refused_a_hundred_times_opens_and_closes_no_backend() {
         before,
         "same single backend"
     );
-    assert_eq!(
-        standby.pool.status().size,
-        1,
-        "the pool kept its one connection"
-    );
+    assert_eq!(standby.pool.size(), 1, "the pool kept its one connection");
     // Between checks the connection is back in the pool (a check may be borrowing it right now).
-    wait_for(MARGIN, || standby.pool.status().available == 1)
+    wait_for(MARGIN, || standby.pool.idle() == 1)
         .await
         .expect("the connection returns to the pool after each refused check");
     assert_eq!(
@@ -394,8 +416,11 @@ async fn an_aborted_run_closes_the_lock_session_and_can_run_again() {
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_panic_in_run_ends_the_term_and_closes_the_session_without_unlocking() {
+on_both_backends!(
+    #[tokio::test]
+    a_panic_in_run_ends_the_term_and_closes_the_session_without_unlocking
+);
+async fn a_panic_in_run_ends_the_term_and_closes_the_session_without_unlocking(backend: Backend) {
     // A panic unwinding through `run`: here a tracing subscriber that panics on the first
     // "acquired" line, as a broken subscriber would, inside the run's own call stack.
     let logs = Logs::default();
@@ -406,10 +431,10 @@ async fn a_panic_in_run_ends_the_term_and_closes_the_session_without_unlocking()
         ),
         PanicOnce::default(),
     );
-    let db = TestDb::create("panic").await.unwrap();
+    let db = TestDb::create(&format!("panic_{backend}")).await.unwrap();
     let replica = {
         let _panic_guard = support::scoped_subscriber(panicking);
-        let replica = Replica::spawn(db.pool(2).unwrap(), I);
+        let replica = Replica::spawn(db.backend_pool(backend, "panic", 2).unwrap(), I);
         let joined = tokio::time::timeout(STARTUP, replica.task)
             .await
             .expect("run panicked");
@@ -466,17 +491,23 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PanicOnce {
     }
 }
 
-#[tokio::test]
-async fn closing_or_draining_the_pool_never_ends_the_hijacked_session() {
-    let db = TestDb::create("pool_close").await.unwrap();
-    let replica = Replica::spawn(db.pool(2).unwrap(), I);
+on_both_backends!(
+    #[tokio::test]
+    closing_or_draining_the_pool_never_ends_the_hijacked_session
+);
+async fn closing_or_draining_the_pool_never_ends_the_hijacked_session(backend: Backend) {
+    let db = TestDb::create(&format!("pool_close_{backend}"))
+        .await
+        .unwrap();
+    let replica = Replica::spawn(db.backend_pool(backend, "pool-close", 2).unwrap(), I);
     wait_for(STARTUP, || replica.elector.is_leader())
         .await
         .unwrap();
     let pid = lock_holders(&db).await;
 
-    replica.pool.retain(|_, _| false);
-    replica.pool.close();
+    tokio::time::timeout(MARGIN, replica.pool.close())
+        .await
+        .expect("closing the pool waits for no borrowed connection");
     tokio::time::sleep(3 * I).await;
 
     assert!(

@@ -9,6 +9,7 @@ use plexsphere_leader_core::{IntervalError, StopGraceTooLong};
 /// `db error: FATAL: role "x" does not exist`), so a log line says what went wrong; `source()`
 /// is therefore `None`, and [`CheckError::db_error`] gives the server's error, if any.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum CheckError {
     /// The pool could not hand out a connection (server unreachable, authentication refused, pool
     /// closed or timed out).
@@ -32,10 +33,37 @@ pub enum CheckError {
     SharedSession,
     /// The lock connection closed on its own (noticed by the session watch).
     SessionEnded,
+    /// A failure of another session backend ([`Config::with_sessions`](crate::Config::with_sessions)):
+    /// its error, with the SQLSTATE when the server reported one.
+    Backend {
+        /// The server's SQLSTATE (`55P03`, `57P01`, …), when the server reported the error.
+        sqlstate: Option<String>,
+        /// The backend's error.
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl CheckError {
-    /// The error the server reported (SQLSTATE, message), if this is one.
+    /// A failure of another session backend, with the server's SQLSTATE if it reported one.
+    pub fn backend(
+        error: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+        sqlstate: Option<String>,
+    ) -> Self {
+        Self::Backend {
+            sqlstate,
+            error: error.into(),
+        }
+    }
+
+    /// The SQLSTATE of the error the server reported, if this is one, whatever the backend.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            Self::Backend { sqlstate, .. } => sqlstate.as_deref(),
+            _ => self.db_error().map(|db| db.code().code()),
+        }
+    }
+
+    /// The error the server reported (SQLSTATE, message), if this is one of tokio-postgres.
     pub fn db_error(&self) -> Option<&tokio_postgres::error::DbError> {
         match self {
             Self::Pool(deadpool_postgres::PoolError::Backend(error)) | Self::Query(error) => {
@@ -102,6 +130,7 @@ impl std::fmt::Display for CheckError {
                 "the lock session's connection closed (the server terminated the backend, \
                  restarted or failed over, or the socket was reset)",
             ),
+            Self::Backend { error, .. } => write_chain(f, error.as_ref()),
         }
     }
 }

@@ -7,10 +7,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use deadpool_postgres::Pool;
 use plexsphere_leader::metrics::{LEADER_GAUGE_NAME, key_label};
 use plexsphere_leader::{Config, Elector, LockKey, RunError};
-use plexsphere_leader_tests::TestDb;
+use plexsphere_leader_tests::{BackendPool, TestDb};
 use prometheus::Registry;
 use prometheus::proto::MetricType;
 use tokio::task::JoinHandle;
@@ -37,33 +36,30 @@ pub struct Replica {
     pub registry: Registry,
     pub shutdown: CancellationToken,
     pub task: JoinHandle<Result<(), RunError>>,
-    pub pool: Pool,
+    pub pool: BackendPool,
 }
 
 impl Replica {
     /// Starts an elector on `pool` with interval `interval` and the default identity.
-    pub fn spawn(pool: Pool, interval: Duration) -> Self {
+    pub fn spawn(pool: impl Into<BackendPool>, interval: Duration) -> Self {
         Self::spawn_with(pool, interval, |config| config)
     }
 
     /// Starts an elector on `pool` with interval `interval` and `identity`, the name its lock
     /// session's `application_name` carries while it leads.
-    pub fn spawn_as(pool: Pool, interval: Duration, identity: &str) -> Self {
+    pub fn spawn_as(pool: impl Into<BackendPool>, interval: Duration, identity: &str) -> Self {
         Self::spawn_with(pool, interval, |config| config.identity(identity))
     }
 
     /// Starts an elector on `pool` with interval `interval` and whatever `configure` adds.
     pub fn spawn_with(
-        pool: Pool,
+        pool: impl Into<BackendPool>,
         interval: Duration,
         configure: impl FnOnce(Config) -> Config,
     ) -> Self {
+        let pool = pool.into();
         let registry = Registry::new();
-        let config = configure(
-            Config::new(pool.clone())
-                .check_interval(interval)
-                .registry(&registry),
-        );
+        let config = configure(pool.config().check_interval(interval).registry(&registry));
         let elector = Elector::new(config).expect("valid config");
         let shutdown = CancellationToken::new();
         let task = tokio::spawn({
@@ -266,4 +262,25 @@ pub fn spawn_elector(config: Config) -> (Elector, CancellationToken, JoinHandle<
         async move { elector.run(shutdown).await.expect("run") }
     });
     (elector, shutdown, task)
+}
+
+/// Declares the scenario `async fn $name(backend: Backend)` as two tests, `$name::deadpool` and
+/// `$name::sqlx`: one scenario, run on both session backends (deadpool-postgres and sqlx).
+#[macro_export]
+macro_rules! on_both_backends {
+    ($(#[$attr:meta])* $name:ident) => {
+        mod $name {
+            use plexsphere_leader_tests::Backend;
+
+            $(#[$attr])*
+            async fn deadpool() {
+                super::$name(Backend::Deadpool).await;
+            }
+
+            $(#[$attr])*
+            async fn sqlx() {
+                super::$name(Backend::Sqlx).await;
+            }
+        }
+    };
 }

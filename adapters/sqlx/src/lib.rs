@@ -1,0 +1,208 @@
+//! The sqlx backend of [plexsphere-leader](plexsphere_leader): the same elector, the same core and
+//! the same statements, with the lock sessions taken from an [`sqlx::PgPool`] instead of a
+//! deadpool-postgres pool, so an sqlx service needs no second pool.
+//!
+//! ```no_run
+//! use plexsphere_leader::Elector;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn embed(shutdown: CancellationToken) -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = sqlx::postgres::PgPoolOptions::new()
+//!     .max_connections(4)
+//!     .connect("postgres://postgres@127.0.0.1/app")
+//!     .await?;
+//! let elector = Elector::new(plexsphere_leader_sqlx::config(pool))?;
+//! let election = tokio::spawn({
+//!     let (elector, shutdown) = (elector.clone(), shutdown.clone());
+//!     async move { elector.run(shutdown).await }
+//! });
+//! while let Ok(term) = elector.next_term(&shutdown).await {
+//!     // ... the leader's work, until term.cancelled() ...
+//!     let why = term.ended().await;
+//!     println!("term {} ended: {why}", term.id());
+//! }
+//! election.await??;
+//! # Ok(()) }
+//! ```
+//!
+//! How it maps onto sqlx: a check borrows a [`PoolConnection`] (dropping it gives it back); the
+//! session that carries the lock leaves the pool with [`PoolConnection::detach`] (the pool may
+//! open a replacement), and closing it drops the connection, which closes its socket: the
+//! server ends the session and releases the lock. Every statement runs over the simple query
+//! protocol ([`sqlx::raw_sql`]), as with tokio-postgres, so it also passes through a
+//! session-mode pooler.
+//!
+//! One difference from the default backend: sqlx reads a connection only while a statement
+//! runs, so there is no signal of a lock session that the server ended while it sat idle. The
+//! leader learns of it at its next check, within one check interval (the spec's bound for
+//! `pg_terminate_backend`); with deadpool-postgres and `ObservedConnect` it learns at once.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::fmt;
+
+use plexsphere_leader::session::{BoxFuture, LockSession, QueryError, Row, SessionSource};
+use plexsphere_leader::{CheckError, Config};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnection, PgPool, PgRow};
+use sqlx::{Postgres, Row as _, ValueRef as _};
+use tokio::sync::Mutex;
+
+/// A configuration with the spec's defaults whose lock sessions come from `pool`: the sqlx
+/// counterpart of [`Config::new`]. Chain the other settings on it as usual.
+pub fn config(pool: PgPool) -> Config {
+    Config::with_sessions(PgPoolSessions::new(pool))
+}
+
+/// An sqlx [`PgPool`] as the elector's [`SessionSource`].
+#[derive(Clone)]
+pub struct PgPoolSessions {
+    pool: PgPool,
+}
+
+impl PgPoolSessions {
+    /// The sessions of `pool`.
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+impl fmt::Debug for PgPoolSessions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgPoolSessions")
+            .field("size", &self.pool.size())
+            .field(
+                "max_connections",
+                &self.pool.options().get_max_connections(),
+            )
+            .finish()
+    }
+}
+
+impl SessionSource for PgPoolSessions {
+    fn acquire(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
+        Box::pin(async move {
+            let connection = self.pool.acquire().await.map_err(check_error)?;
+            Ok(Box::new(PgSession {
+                connection: Mutex::new(Connection::Pooled(connection)),
+            }) as Box<dyn LockSession>)
+        })
+    }
+}
+
+/// One session: borrowed from the pool, or detached from it while it carries the lock.
+struct PgSession {
+    /// One statement at a time: the driver never runs two on one session.
+    connection: Mutex<Connection>,
+}
+
+enum Connection {
+    Pooled(PoolConnection<Postgres>),
+    Detached(PgConnection),
+}
+
+impl Connection {
+    fn get(&mut self) -> &mut PgConnection {
+        match self {
+            Self::Pooled(connection) => connection,
+            Self::Detached(connection) => connection,
+        }
+    }
+}
+
+impl LockSession for PgSession {
+    fn query<'a>(&'a self, statement: &'a str) -> BoxFuture<'a, Result<Vec<Row>, QueryError>> {
+        Box::pin(async move {
+            let mut connection = self.connection.lock().await;
+            let rows = run(connection.get(), statement).await.map_err(classify)?;
+            rows.iter()
+                .map(text_row)
+                .collect::<Result<_, _>>()
+                .map_err(QueryError::Failed)
+        })
+    }
+
+    fn detach(self: Box<Self>, _backend_pid: i32) -> Box<dyn LockSession> {
+        let connection = match self.connection.into_inner() {
+            Connection::Pooled(connection) => Connection::Detached(connection.detach()),
+            detached @ Connection::Detached(_) => detached,
+        };
+        Box::new(PgSession {
+            connection: Mutex::new(connection),
+        })
+    }
+
+    fn close(self: Box<Self>) {
+        // Dropping a connection closes its socket; the server then ends the session and
+        // releases its locks. A pooled one is detached first so that it never goes back.
+        match self.connection.into_inner() {
+            Connection::Pooled(connection) => drop(connection.detach()),
+            Connection::Detached(connection) => drop(connection),
+        }
+    }
+
+    fn ended(&self) -> BoxFuture<'_, ()> {
+        // sqlx reads a connection only while a statement runs: no end signal (see the crate
+        // docs); the next check finds the end.
+        Box::pin(std::future::pending())
+    }
+}
+
+/// Runs `statement` over the simple query protocol.
+fn run<'c>(
+    connection: &'c mut PgConnection,
+    statement: &'c str,
+) -> BoxFuture<'c, Result<Vec<PgRow>, sqlx::Error>> {
+    // A `&str` without arguments goes over the simple query protocol (sqlx's `run` sends a
+    // `Query` message when there are no arguments), as `sqlx::raw_sql` would.
+    sqlx::Executor::fetch_all(connection, statement)
+}
+
+/// Each column of `row` as text (the simple query protocol answers in text), `None` for NULL.
+fn text_row(row: &PgRow) -> Result<Row, CheckError> {
+    (0..row.len())
+        .map(|index| {
+            let value = row.try_get_raw(index).map_err(check_error)?;
+            if value.is_null() {
+                return Ok(None);
+            }
+            value
+                .as_str()
+                .map(|text| Some(text.to_owned()))
+                .map_err(|error| CheckError::backend(error, None))
+        })
+        .collect()
+}
+
+/// The error as the elector's [`CheckError`], with the server's SQLSTATE if it reported one.
+fn check_error(error: sqlx::Error) -> CheckError {
+    let sqlstate = error
+        .as_database_error()
+        .and_then(|db| db.code())
+        .map(|code| code.into_owned());
+    CheckError::backend(error, sqlstate)
+}
+
+/// Sorts an sqlx error into the classes the driver tells apart: `lock_timeout` (55P03), the
+/// session's end (the socket broke, or the server ended the session: SQLSTATE class 57P), and
+/// everything else.
+fn classify(error: sqlx::Error) -> QueryError {
+    let broken = matches!(error, sqlx::Error::Io(_) | sqlx::Error::Protocol(_));
+    let cause = check_error(error);
+    match cause.sqlstate() {
+        Some("55P03") => QueryError::LockTimeout(cause),
+        Some(code) if code.starts_with("57P") => QueryError::SessionEnded(cause),
+        _ if broken => QueryError::SessionEnded(cause),
+        _ => QueryError::Failed(cause),
+    }
+}
+
+/// Compiles the package README's example.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
