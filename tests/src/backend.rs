@@ -129,6 +129,48 @@ impl BackendPool {
         }
     }
 
+    /// Callers waiting for a connection (`None` for sqlx, which does not count them).
+    pub fn waiting(&self) -> Option<usize> {
+        match self {
+            Self::Deadpool(pool) => Some(pool.status().waiting),
+            Self::Sqlx(_) => None,
+        }
+    }
+
+    /// Borrows a connection and runs `SELECT 1` on it: whether the pool still serves.
+    ///
+    /// # Errors
+    /// The pool's or the statement's error, as text.
+    pub async fn probe(&self) -> Result<(), String> {
+        match self {
+            Self::Deadpool(pool) => {
+                let client = pool.get().await.map_err(|e| e.to_string())?;
+                client
+                    .simple_query("SELECT 1")
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Self::Sqlx(pool) => {
+                sqlx::Executor::execute(pool, "SELECT 1")
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Borrows a connection and keeps it until the returned value is dropped (to starve the
+    /// pool).
+    ///
+    /// # Errors
+    /// The pool's error, as text.
+    pub async fn hold(&self) -> Result<Box<dyn std::any::Any + Send>, String> {
+        match self {
+            Self::Deadpool(pool) => Ok(Box::new(pool.get().await.map_err(|e| e.to_string())?)),
+            Self::Sqlx(pool) => Ok(Box::new(pool.acquire().await.map_err(|e| e.to_string())?)),
+        }
+    }
+
     /// Closes the pool: its idle connections close, handed-out ones close when returned.
     pub async fn close(&self) {
         match self {

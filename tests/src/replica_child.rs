@@ -35,8 +35,7 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use deadpool_postgres::{Object, Pool};
-use plexsphere_leader::{Config, Elector, Leadership, TermEvent, TermEvents};
+use plexsphere_leader::{Elector, Leadership, TermEvent, TermEvents};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
@@ -45,7 +44,7 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
 use crate::clock::monotonic_ns;
-use crate::pool_for;
+use crate::{Backend, BackendPool};
 
 /// How long the exit probe waits for a pooled connection.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -65,11 +64,14 @@ pub struct ChildArgs {
     pub pool_size: usize,
     /// Whether the elector waits in the server's lock queue (`AcquireMode::Queue`).
     pub queued: bool,
+    /// Where the elector's lock sessions come from.
+    pub backend: Backend,
 }
 
 impl ChildArgs {
     /// The command line for these arguments:
-    /// `--name N --dsn D --interval-ms I --pool-size P --acquire poll|queue`.
+    /// `--name N --dsn D --interval-ms I --pool-size P --acquire poll|queue
+    /// --backend deadpool|sqlx`.
     pub fn to_args(&self) -> Vec<String> {
         vec![
             "--name".into(),
@@ -82,6 +84,8 @@ impl ChildArgs {
             self.pool_size.to_string(),
             "--acquire".into(),
             if self.queued { "queue" } else { "poll" }.into(),
+            "--backend".into(),
+            self.backend.name().into(),
         ]
     }
 
@@ -92,6 +96,7 @@ impl ChildArgs {
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
         let (mut name, mut dsn, mut interval, mut pool_size) = (None, None, None, 2usize);
         let mut queued = false;
+        let mut backend = Backend::Deadpool;
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
             let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -107,6 +112,10 @@ impl ChildArgs {
                         other => return Err(format!("--acquire: poll or queue, not {other}")),
                     }
                 }
+                "--backend" => {
+                    backend = Backend::from_name(&value)
+                        .ok_or_else(|| format!("--backend: deadpool or sqlx, not {value}"))?;
+                }
                 other => return Err(format!("unknown argument {other}")),
             }
         }
@@ -116,6 +125,7 @@ impl ChildArgs {
             interval: interval.ok_or("--interval-ms is required")?,
             pool_size,
             queued,
+            backend,
         })
     }
 }
@@ -226,17 +236,20 @@ async fn run(args: ChildArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn build(args: &ChildArgs) -> Result<(Elector, Pool), String> {
+fn build(args: &ChildArgs) -> Result<(Elector, BackendPool), String> {
     let mut config = tokio_postgres::Config::from_str(&args.dsn).map_err(|e| e.to_string())?;
     config.application_name(&args.name);
-    let pool = pool_for(config, args.pool_size).map_err(|e| e.to_string())?;
+    let pool = args
+        .backend
+        .pool(&config, args.pool_size)
+        .map_err(|e| e.to_string())?;
     let mode = if args.queued {
         plexsphere_leader::AcquireMode::Queue
     } else {
         plexsphere_leader::AcquireMode::Poll
     };
     let elector = Elector::new(
-        Config::new(pool.clone())
+        pool.config()
             .check_interval(args.interval)
             .acquire_mode(mode)
             .identity(&args.name),
@@ -246,25 +259,18 @@ fn build(args: &ChildArgs) -> Result<(Elector, Pool), String> {
 }
 
 /// The pool's state once `run` returned, then a probe that it still serves a connection.
-async fn report_exit(out: &Out, pool: &Pool, run: Result<(), String>) {
-    let status = pool.status();
-    let probe = tokio::time::timeout(PROBE_TIMEOUT, async {
-        let client = pool.get().await.map_err(|e| e.to_string())?;
-        client
-            .simple_query("SELECT 1")
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
-    .await
-    .unwrap_or_else(|_| Err("timed out".into()));
+async fn report_exit(out: &Out, pool: &BackendPool, run: Result<(), String>) {
+    let (size, available, waiting) = (pool.size(), pool.idle(), pool.waiting());
+    let probe = tokio::time::timeout(PROBE_TIMEOUT, pool.probe())
+        .await
+        .unwrap_or_else(|_| Err("timed out".into()));
     out.emit(
         "exit",
         json!({
             "run": run.err(),
-            "pool_size": status.size,
-            "pool_available": status.available,
-            "pool_waiting": status.waiting,
+            "pool_size": size,
+            "pool_available": available,
+            "pool_waiting": waiting,
             "pool_ok": probe.is_ok(),
             "pool_error": probe.err(),
         }),
@@ -334,9 +340,9 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 }
 
 /// Reads commands from stdin until it ends (then stops the election).
-async fn commands(elector: Elector, pool: Pool, out: Arc<Out>, shutdown: CancellationToken) {
+async fn commands(elector: Elector, pool: BackendPool, out: Arc<Out>, shutdown: CancellationToken) {
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    let mut hogged: Vec<Object> = Vec::new();
+    let mut hogged: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     while let Ok(Some(line)) = lines.next_line().await {
         let mut words = line.split_whitespace();
         match (
@@ -362,9 +368,9 @@ async fn commands(elector: Elector, pool: Pool, out: Arc<Out>, shutdown: Cancell
     shutdown.cancel();
 }
 
-async fn hog(pool: &Pool, n: u64, hogged: &mut Vec<Object>) {
+async fn hog(pool: &BackendPool, n: u64, hogged: &mut Vec<Box<dyn std::any::Any + Send>>) {
     for _ in 0..n {
-        match tokio::time::timeout(HOG_TIMEOUT, pool.get()).await {
+        match tokio::time::timeout(HOG_TIMEOUT, pool.hold()).await {
             Ok(Ok(object)) => hogged.push(object),
             Ok(Err(e)) => eprintln!("plx-replica: hog: {e}"),
             Err(_) => eprintln!("plx-replica: hog: no connection within {HOG_TIMEOUT:?}"),
@@ -465,6 +471,7 @@ mod tests {
             interval: Duration::from_millis(250),
             pool_size: 3,
             queued: true,
+            backend: Backend::Sqlx,
         };
         assert_eq!(ChildArgs::parse(args.to_args()), Ok(args));
         assert!(ChildArgs::parse(["--name".to_owned()]).is_err());

@@ -28,6 +28,10 @@
 //! Every test ends with `Fleet::finish`: each replica stops gracefully with its pool intact
 //! (every connection back, a fresh one served), and no replica session and no lock is left.
 
+// The scenarios run on both backends are plain functions called by the generated tests, so
+// clippy's allowance for `unwrap` in tests does not see them.
+#![allow(clippy::unwrap_used)]
+
 mod fault_support;
 mod support;
 
@@ -40,7 +44,7 @@ use fault_support::{
 use nix::sys::signal::Signal;
 use plexsphere_leader_tests::replica_process::{FOLLOW, LEAD, REPLICA_APP_PREFIX};
 use plexsphere_leader_tests::timeline::{Interval, max_overlap};
-use plexsphere_leader_tests::{Direction, FaultProxy, LockObserver, Mode, TestDb};
+use plexsphere_leader_tests::{Backend, Direction, FaultProxy, LockObserver, Mode, TestDb};
 use tokio::time::Instant;
 
 const ACQUIRE_WARN: &str = "leader: acquire lock connection";
@@ -92,14 +96,19 @@ async fn graceful_stop_hands_over_within_one_interval_without_overlap() {
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_of_the_leader_hands_over_within_one_interval() {
-    let db = TestDb::create("fault_sigkill").await.unwrap();
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    sigkill_of_the_leader_hands_over_within_one_interval
+);
+async fn sigkill_of_the_leader_hands_over_within_one_interval(backend: Backend) {
+    let db = TestDb::create(&format!("fault_sigkill_{backend}"))
+        .await
+        .unwrap();
     let observer = LockObserver::start(&db.config()).await.unwrap();
     let mut fleet = Fleet::new();
-    let a = fleet.spawn("a", &db.config(), I).await;
+    let a = fleet.spawn_on(backend, "a", &db.config(), I).await;
     fleet.wait_lead(a, STARTUP).await;
-    let b = fleet.spawn("b", &db.config(), I).await;
+    let b = fleet.spawn_on(backend, "b", &db.config(), I).await;
     fleet.wait_checked(db.admin(), b).await;
     let holder = observer.wait_for_holder(MARGIN).await.expect("a holds");
     assert_eq!(holder.application_name.as_deref(), Some(app("a").as_str()));
@@ -122,15 +131,22 @@ async fn sigkill_of_the_leader_hands_over_within_one_interval() {
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn silent_death_is_bounded_by_the_idle_session_timeout() {
-    let db = TestDb::create("fault_silent_death").await.unwrap();
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    silent_death_is_bounded_by_the_idle_session_timeout
+);
+async fn silent_death_is_bounded_by_the_idle_session_timeout(backend: Backend) {
+    let db = TestDb::create(&format!("fault_silent_death_{backend}"))
+        .await
+        .unwrap();
     let proxy = FaultProxy::in_front_of(&db.config()).await.unwrap();
     let observer = LockObserver::start(&db.config()).await.unwrap();
     let mut fleet = Fleet::new();
-    let a = fleet.spawn("a", &proxy.pg_config(&db.config()), I).await;
+    let a = fleet
+        .spawn_on(backend, "a", &proxy.pg_config(&db.config()), I)
+        .await;
     fleet.wait_lead(a, STARTUP).await;
-    let b = fleet.spawn("b", &db.config(), I).await;
+    let b = fleet.spawn_on(backend, "b", &db.config(), I).await;
     fleet.wait_checked(db.admin(), b).await;
     let orphan = observer.wait_for_holder(MARGIN).await.expect("a holds");
     tokio::time::sleep(I + I / 2).await;

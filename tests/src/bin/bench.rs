@@ -527,6 +527,7 @@ impl Pair {
             interval,
             pool_size: 2,
             queued,
+            backend: plexsphere_leader_tests::Backend::Deadpool,
         };
         let a = launcher.spawn(args("a", a_dsn), &timeline).await?;
         a.wait_for(ROUND_TIMEOUT, |r| r.event == LEAD)

@@ -9,7 +9,7 @@ use plexsphere_leader_tests::replica_process::{
     FOLLOW, LEAD, REPLICA_APP_PREFIX, dsn, session_names, wait_clean,
 };
 use plexsphere_leader_tests::timeline::{self, Interval};
-use plexsphere_leader_tests::{ChildArgs, ExitReport, Launcher, ReplicaProcess, Timeline};
+use plexsphere_leader_tests::{Backend, ChildArgs, ExitReport, Launcher, ReplicaProcess, Timeline};
 use tokio::time::Instant;
 use tokio_postgres::{Client, Config};
 
@@ -40,9 +40,29 @@ impl Fleet {
         }
     }
 
-    /// Starts replica `plx-replica-<name>` on `config` (a pool of 2) and returns its index.
+    /// Starts replica `plx-replica-<name>` on `config` (a deadpool pool of 2) and returns its
+    /// index.
     pub async fn spawn(&mut self, name: &str, config: &Config, interval: Duration) -> usize {
         self.spawn_dsn(name, dsn(config), interval, 2).await
+    }
+
+    /// Starts replica `plx-replica-<name>` on `config` with a pool of 2 of `backend`.
+    pub async fn spawn_on(
+        &mut self,
+        backend: Backend,
+        name: &str,
+        config: &Config,
+        interval: Duration,
+    ) -> usize {
+        self.spawn_args(ChildArgs {
+            name: format!("{REPLICA_APP_PREFIX}{name}"),
+            dsn: dsn(config),
+            interval,
+            pool_size: 2,
+            queued: false,
+            backend,
+        })
+        .await
     }
 
     /// Starts replica `plx-replica-<name>` on a raw DSN with a pool of `pool_size`.
@@ -53,13 +73,19 @@ impl Fleet {
         interval: Duration,
         pool_size: usize,
     ) -> usize {
-        let args = ChildArgs {
+        self.spawn_args(ChildArgs {
             name: format!("{REPLICA_APP_PREFIX}{name}"),
             dsn,
             interval,
             pool_size,
             queued: false,
-        };
+            backend: Backend::Deadpool,
+        })
+        .await
+    }
+
+    /// Starts a replica with `args` and returns its index.
+    pub async fn spawn_args(&mut self, args: ChildArgs) -> usize {
         let replica = self
             .launcher
             .spawn(args, &self.timeline)
