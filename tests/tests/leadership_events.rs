@@ -212,3 +212,60 @@ async fn waiting_for_a_term_ends_when_the_parent_is_cancelled() {
     leader.stop().await.unwrap();
     db.cleanup().await.unwrap();
 }
+
+/// Captures the `fmt` output of the election's log lines, span context included.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("capture lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn two_elections_in_one_process_log_under_their_own_key_and_identity() {
+    let captured = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer({
+            let captured = captured.clone();
+            move || captured.clone()
+        })
+        .finish();
+    let _guard = support::scoped_subscriber(subscriber);
+    let db = TestDb::create("events_two_spans").await.unwrap();
+    let shards = [1, 2].map(|shard| {
+        let key = plexsphere_leader::LockKey::new(7, shard);
+        let identity = format!("shard-{shard}@test");
+        Replica::spawn_with(db.pool(2).unwrap(), I, |config| {
+            config.key(key).identity(identity)
+        })
+    });
+    for shard in &shards {
+        first_term(&shard.elector).await;
+    }
+    for shard in shards {
+        shard.stop().await.unwrap();
+    }
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    for (key, identity) in [("7:1", "shard-1@test"), ("7:2", "shard-2@test")] {
+        let span = format!("election{{key={key} identity={identity}}}");
+        for message in [
+            "acquired background leader lock",
+            "released background leader lock",
+        ] {
+            assert!(
+                text.lines()
+                    .any(|line| line.contains(&span) && line.contains(message)),
+                "no {message:?} line under {span}:\n{text}"
+            );
+        }
+    }
+    db.cleanup().await.unwrap();
+}

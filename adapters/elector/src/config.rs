@@ -29,8 +29,9 @@ use crate::session::{PoolSessions, SessionSource};
 /// | `key`            | [`LockKey::DEFAULT`], `(1886156915, 1)` | the advisory lock: electors with the same key elect one leader |
 /// | `identity`       | `<service>@<host>` (executable stem, hostname) | written with the grant time into the lock session's `application_name` |
 ///
-/// Logging goes through `tracing` (target `plexsphere_leader`); instrument the `run` future with
-/// a span to add context. The pool must reach PostgreSQL 14 or newer directly or through a
+/// Logging goes through `tracing` (target `plexsphere_leader`), inside a span `election` with the
+/// fields `key` and `identity`, so that two elections in one process log distinguishable lines;
+/// instrument the `run` future with a span of your own to add context. The pool must reach PostgreSQL 14 or newer directly or through a
 /// session-mode pooler: a transaction-mode pooler cannot carry a session lock.
 #[derive(Clone)]
 pub struct Config {

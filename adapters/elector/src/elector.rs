@@ -13,6 +13,7 @@ use plexsphere_leader_core::{
 use prometheus::IntGauge;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::config::Config;
 use crate::driver::Driver;
@@ -135,8 +136,16 @@ impl Elector {
     /// # Errors
     /// [`RunError::AlreadyRunning`] when another `run` of this elector is in progress.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), RunError> {
-        let driver = Driver::start(Arc::clone(&self.inner))?;
-        driver.run(shutdown).await;
+        // Every line the election logs carries its key and identity, so that two elections in
+        // one process (shards, a second service) log distinguishable lines.
+        let span = tracing::info_span!(
+            target: "plexsphere_leader",
+            "election",
+            key = %self.inner.key,
+            identity = %self.inner.identity,
+        );
+        let driver = span.in_scope(|| Driver::start(Arc::clone(&self.inner)))?;
+        driver.run(shutdown).instrument(span).await;
         Ok(())
     }
 
