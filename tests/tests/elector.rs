@@ -223,7 +223,10 @@ on_both_backends!(
     a_standby_refused_a_hundred_times_opens_and_closes_no_backend
 );
 async fn a_standby_refused_a_hundred_times_opens_and_closes_no_backend(backend: Backend) {
-    let interval = Duration::from_millis(20);
+    // Short, so that a hundred checks take 5 s; long enough that a loaded 2-core machine (other
+    // test binaries) answers each check within it, since a check that times out closes its
+    // session and the next one opens a new backend.
+    let interval = Duration::from_millis(50);
     let db = TestDb::create(&format!("refused_free_{backend}"))
         .await
         .unwrap();
