@@ -159,6 +159,7 @@ impl<C> Action<C> {
 /// Why a term ended. Closed: a term is lost, stopped or resigned, and a loss has a typed
 /// [`LossReason`]. Carried by [`Action::EndTerm`], emitted exactly once per term.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum TermEndCause {
     /// The lock is, or may be, lost (the spec's `ErrLeadershipLost`), for this reason.
     Lost(LossReason),
@@ -212,6 +213,7 @@ impl fmt::Display for TermEndCause {
 
 /// Why a term was lost. Closed: every way the election can stop trusting its lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LossReason {
     /// The leader's check failed with an error that does not by itself end the session.
     CheckFailed,
@@ -309,6 +311,7 @@ pub enum Level {
 
 /// Every kind of log record, each with a stable message text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LogKind {
     /// A standby's check failed: no connection, or the grant statement failed or did not answer.
     /// WARN `leader: acquire lock connection: <cause>` (the spec's text).

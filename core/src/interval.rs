@@ -79,6 +79,7 @@ impl fmt::Display for CheckInterval {
 
 /// A check interval that cannot be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum IntervalError {
     /// The interval is shorter than [`MIN_CHECK_INTERVAL`].
     TooShort {

@@ -8,6 +8,7 @@ use crate::interval::CheckInterval;
 
 /// How a standby asks for the lock.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AcquireMode {
     /// The spec's behaviour: try the lock once per check interval (`pg_try_advisory_lock`). A
     /// standby notices a released lock at its next check, up to one interval later.
@@ -22,6 +23,7 @@ pub enum AcquireMode {
 /// What happens to leader work still running a [work deadline](Options::work_deadline) after
 /// its term ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum OnOverdue {
     /// Report it (the driver logs it at WARN, naming the work, and counts it); the work runs on.
     Report,

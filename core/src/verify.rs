@@ -58,6 +58,7 @@ impl LockCheck {
 
 /// What the leader's check found wrong with its session. Each names its likely cause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LockFinding {
     /// The check ran on another backend than the one granted the lock.
     BackendChanged {

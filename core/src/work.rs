@@ -14,6 +14,7 @@ use crate::action::{LogKind, TermEndCause};
 
 /// Why the term a unit of work ran under ended before the work returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Interruption {
     /// The election ended the term (lost, stopped or resigned).
     Term(TermEndCause),

@@ -288,7 +288,8 @@ impl World<'_> {
         term.end = match cause {
             Some(TermEndCause::Stopped) => TermEnd::Stopped,
             Some(TermEndCause::Resigned) => TermEnd::Resigned,
-            Some(TermEndCause::Lost(_)) | None => TermEnd::Lost,
+            // A cause added later counts as lost until the checker learns it.
+            Some(_) | None => TermEnd::Lost,
         };
         let what = format!(
             "term {} ends: {}",
@@ -296,7 +297,7 @@ impl World<'_> {
             match cause {
                 Some(TermEndCause::Stopped) => "stopped".to_owned(),
                 Some(TermEndCause::Resigned) => "resigned".to_owned(),
-                Some(lost @ TermEndCause::Lost(_)) => lost.to_string(),
+                Some(other) => other.to_string(),
                 None => "leadership lost: the incarnation stopped".to_owned(),
             }
         );

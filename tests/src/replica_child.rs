@@ -314,6 +314,7 @@ fn emit_terms(out: &Out, terms: &Mutex<TermEvents>, leadership: &Leadership) {
                 "follow",
                 json!({ "term": id.get(), "cause": "EndedBeforeObserved" }),
             ),
+            other => eprintln!("plx-replica: a term event this child does not know: {other:?}"),
         }
     }
 }

@@ -60,6 +60,7 @@ pub(crate) struct Inner {
 
 /// What became of [`Elector::resign`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Resignation {
     /// The running election took the request: a leader ends its term and releases the lock
     /// (after the stop grace), and no check begins before the hold-off has passed.

@@ -154,8 +154,10 @@ fn write_chain(f: &mut std::fmt::Formatter<'_>, error: &dyn std::error::Error) -
     Ok(())
 }
 
-/// An [`Elector`](crate::Elector) could not be built from its [`Config`](crate::Config).
+/// An [`Elector`](crate::Elector) could not be built from its [`Config`](crate::Config). Its
+/// text says what is wrong, cause included, once.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// `check_interval` is out of range (below 1 ms, or four intervals do not fit
     /// `idle_session_timeout`).
@@ -165,7 +167,7 @@ pub enum ConfigError {
     /// metrics) could not be registered: another collector uses one of the names, or the
     /// registry refused them.
     #[error("registry: cannot register the elector's metrics: {0}")]
-    Metrics(#[source] prometheus::Error),
+    Metrics(prometheus::Error),
     /// `stop_grace` is longer than two check intervals.
     #[error(transparent)]
     StopGrace(#[from] StopGraceTooLong),
@@ -182,13 +184,59 @@ pub enum ConfigError {
     /// The configured identity is empty, not printable ASCII, or too long for
     /// `application_name`.
     #[error("identity: {0}")]
-    Identity(#[from] crate::identity::IdentityError),
+    Identity(crate::identity::IdentityError),
+}
+
+// The variants whose text includes their cause have no `source()`: a chain printer would print
+// the cause twice.
+impl From<crate::identity::IdentityError> for ConfigError {
+    fn from(error: crate::identity::IdentityError) -> Self {
+        Self::Identity(error)
+    }
 }
 
 /// Why [`Elector::run`](crate::Elector::run) returned an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RunError {
     /// Another `run` of the same elector is in progress; this call changed nothing.
     #[error("the elector is already running: never run two `run` calls at once")]
     AlreadyRunning,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Prints `error` and its sources the way `anyhow`'s `{:#}` or an error reporter does.
+    fn chain(error: &dyn std::error::Error) -> String {
+        let mut text = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        text
+    }
+
+    #[test]
+    fn every_error_prints_its_cause_once() {
+        let identity = ConfigError::from(crate::identity::validate("").unwrap_err());
+        let metrics = ConfigError::Metrics(prometheus::Error::Msg("taken".into()));
+        let interval = ConfigError::from(
+            plexsphere_leader_core::CheckInterval::new(std::time::Duration::from_micros(1))
+                .unwrap_err(),
+        );
+        let backend = CheckError::backend(std::io::Error::other("reset by peer"), None);
+        for (error, cause) in [
+            (&identity as &dyn std::error::Error, "empty"),
+            (&metrics, "taken"),
+            (&interval, "1µs"),
+            (&backend, "reset by peer"),
+        ] {
+            let text = chain(error);
+            assert_eq!(text.matches(cause).count(), 1, "{text}");
+        }
+    }
 }

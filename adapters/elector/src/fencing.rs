@@ -75,6 +75,7 @@ pub async fn check(
 
 /// Why a fenced write must not happen.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FenceError {
     /// A newer term began: this term's writes are fenced off.
     #[error("fenced: epoch {epoch} is stale, the current epoch is {current}")]
@@ -87,7 +88,14 @@ pub enum FenceError {
     /// The fence table has no row for the election's key: no term was ever fenced.
     #[error("no fencing epoch: enable fencing in the elector's config and run fencing::setup")]
     NoEpoch,
-    /// The check failed on the server.
+    /// The check failed on the server. Its text includes the driver's error, so it has no
+    /// `source()` (a chain printer would repeat it).
     #[error("fence check: {0}")]
-    Query(#[from] tokio_postgres::Error),
+    Query(tokio_postgres::Error),
+}
+
+impl From<tokio_postgres::Error> for FenceError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        Self::Query(error)
+    }
 }

@@ -22,6 +22,7 @@ pub(crate) const SINCE: &str = " since ";
 
 /// Why an identity was refused ([`Config::identity`](crate::Config::identity)).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IdentityError {
     /// The identity is empty.
     #[error("the identity is empty")]

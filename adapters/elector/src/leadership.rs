@@ -91,6 +91,7 @@ impl Leadership {
 /// A term of this replica began or ended: what [`TermEvents`] reads out of successive
 /// [`Leadership`] values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TermEvent {
     /// A term began.
     Began(TermInfo),

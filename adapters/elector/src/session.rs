@@ -38,6 +38,7 @@ pub type Row = Vec<Option<String>>;
 
 /// Why a statement failed, as the backend classifies it.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum QueryError {
     /// The server's `lock_timeout` ended the statement (SQLSTATE 55P03).
     LockTimeout(CheckError),

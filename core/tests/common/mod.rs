@@ -71,9 +71,10 @@ impl World {
 
     pub(crate) fn with_options(replicas: usize, latency: Duration, options: Options) -> Self {
         let t0 = Instant::now();
-        let grant_budget = match options.acquire_mode() {
-            AcquireMode::Poll => I,
-            AcquireMode::Queue => options.queued_grant_budget(),
+        let grant_budget = if options.acquire_mode() == AcquireMode::Queue {
+            options.queued_grant_budget()
+        } else {
+            I
         };
         let replicas = (0..replicas)
             .map(|_| Replica {

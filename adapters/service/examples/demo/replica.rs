@@ -520,8 +520,10 @@ fn print_events(me: &Me, events: &mut TermEvents, leadership: &Leadership) {
                     reason.label(),
                     end.cause.to_string()
                 ),
+                other => format!("event=ended term={} cause={:?}", end.id, other.to_string()),
             },
             TermEvent::EndMissed(id) => format!("event=ended term={id} cause=\"not seen\""),
+            other => format!("event=term-event detail={other:?}"),
         };
         line(me, &text);
     }
@@ -650,6 +652,7 @@ async fn resign(State(state): State<StatusState>) -> impl IntoResponse {
     let text = match outcome {
         Some(Resignation::Requested) => "resign requested\n",
         Some(Resignation::NotRunning) => "the election is not running\n",
+        Some(_) => "resign: an outcome this demo does not know\n",
         None => "no elector: no database\n",
     };
     line(

@@ -19,6 +19,7 @@ pub const ELECTION_WORKER: &str = "background-leader";
 
 /// Why a loop could not be wired.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WiringError {
     /// Two workers under one name.
     #[error(transparent)]
