@@ -33,6 +33,19 @@ use crate::session::{PoolSessions, SessionSource};
 /// fields `key` and `identity`, so that two elections in one process log distinguishable lines;
 /// instrument the `run` future with a span of your own to add context. The pool must reach PostgreSQL 14 or newer directly or through a
 /// session-mode pooler: a transaction-mode pooler cannot carry a session lock.
+///
+/// ```
+/// use std::time::Duration;
+/// use plexsphere_leader::{AcquireMode, Config, LockKey};
+///
+/// # fn example(pool: deadpool_postgres::Pool) -> Config {
+/// Config::new(pool)
+///     .check_interval(Duration::from_secs(2)) // checks, and the handover bound
+///     .acquire_mode(AcquireMode::Queue)       // wait in the server's lock queue
+///     .key(LockKey::new(LockKey::DEFAULT.class_id, 7)) // one election per shard
+///     .identity("billing@web-3")              // shown in `application_name`
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Config {
     /// Where the lock sessions come from.

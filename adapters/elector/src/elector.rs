@@ -31,6 +31,29 @@ use crate::term::{Term, TermShared};
 /// Every replica runs one `Elector` ([`run`](Self::run)); the replica whose session holds the
 /// lock is the leader, the others are standbys that try again every check interval. Cloning an
 /// `Elector` gives another handle on the same election.
+///
+/// ```no_run
+/// use plexsphere_leader::{Config, Elector};
+/// use tokio_util::sync::CancellationToken;
+///
+/// # async fn example(pool: deadpool_postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
+/// let elector = Elector::new(Config::new(pool))?;
+/// let shutdown = CancellationToken::new();
+/// let election = tokio::spawn({
+///     let (elector, shutdown) = (elector.clone(), shutdown.clone());
+///     async move { elector.run(shutdown).await }
+/// });
+/// // Periodic work that only the leader does, stopped when leadership ends:
+/// let ran = elector
+///     .run_if_leader(&shutdown, |term| async move {
+///         term.cancelled().await; // ... or finish earlier ...
+///         Ok::<_, std::io::Error>(())
+///     })
+///     .await?;
+/// shutdown.cancel(); // a leader ends its term, unlocks and closes its session
+/// election.await??;
+/// # let _ = ran; Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Elector {
     inner: Arc<Inner>,

@@ -200,6 +200,23 @@ impl TermShared {
 /// then tells which, and [`ended`](Self::ended) waits for the term's own end. Dropping the
 /// `Term` cancels its token (the spec's "always call the cancel function" is automatic) and
 /// forgets it, so long terms do not accumulate handles.
+///
+/// ```no_run
+/// use plexsphere_leader::{Elector, Interruption, TermEndCause};
+/// use tokio_util::sync::CancellationToken;
+///
+/// # async fn example(elector: Elector, shutdown: CancellationToken) {
+/// if let Some(term) = elector.term(&shutdown) {
+///     // A self-paced loop: work until the term's token is cancelled.
+///     term.cancelled().await;
+///     match term.cause() {
+///         Some(Interruption::Term(TermEndCause::Lost(reason))) => eprintln!("lost: {reason}"),
+///         Some(Interruption::ParentCancelled) => eprintln!("shutting down"),
+///         other => eprintln!("ended: {other:?}"),
+///     }
+/// }
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Term {
     shared: Arc<TermShared>,

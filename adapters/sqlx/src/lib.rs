@@ -50,6 +50,17 @@ use tokio::sync::Mutex;
 
 /// A configuration with the spec's defaults whose lock sessions come from `pool`: the sqlx
 /// counterpart of [`Config::new`]. Chain the other settings on it as usual.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use plexsphere_leader::Elector;
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let pool = sqlx::PgPool::connect("postgres://app@db/app").await?; // the service's own pool
+/// let config = plexsphere_leader_sqlx::config(pool).check_interval(Duration::from_secs(2));
+/// let elector = Elector::new(config)?;
+/// # let _ = elector; Ok(()) }
+/// ```
 pub fn config(pool: PgPool) -> Config {
     Config::with_sessions(PgPoolSessions::new(pool))
 }
