@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use plexsphere_leader::metrics::{
-    CHECK_DURATION, IS_LEADER, LAST_CHECK_SUCCESS, LOCK_ATTEMPTS, TERM_EPOCH, TERM_START,
-    TRANSITIONS,
+    CHECK_DURATION, IS_LEADER, LAST_CHECK_SUCCESS, LEADER_GAUGE_NAME, LOCK_ATTEMPTS, TERM_EPOCH,
+    TERM_START, TRANSITIONS,
 };
 use plexsphere_leader::{Config, Elector, LockKey, TermEndCause, metrics::key_label};
 use plexsphere_leader_service::loops::ELECTION_WORKER;
@@ -343,4 +343,72 @@ async fn a_leader_whose_runtime_is_blocked_fails_liveness_until_it_runs_again() 
 #[test]
 fn the_key_label_names_both_halves_of_the_lock_key() {
     assert_eq!(key(), "1886156915:1");
+}
+
+/// A snapshot of the debugging recorder: it hands counters and gauges over (resets them), so a
+/// test takes one per phase and reads every value from it.
+type FacadeSnapshot = Vec<(
+    metrics_util::CompositeKey,
+    Option<metrics::Unit>,
+    Option<metrics::SharedString>,
+    metrics_util::debugging::DebugValue,
+)>;
+
+/// The value of the facade series `name` whose labels include every pair of `labels`.
+fn facade_value(snapshot: &FacadeSnapshot, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    use metrics_util::debugging::DebugValue;
+    snapshot.iter().find_map(|(key, _, _, value)| {
+        let key = key.key();
+        let matches = key.name() == name
+            && labels
+                .iter()
+                .all(|(k, v)| key.labels().any(|l| l.key() == *k && l.value() == *v));
+        matches.then(|| match value {
+            DebugValue::Counter(count) => *count as f64,
+            DebugValue::Gauge(gauge) => gauge.into_inner(),
+            DebugValue::Histogram(samples) => samples.len() as f64,
+        })
+    })
+}
+
+/// A service on the `metrics` facade (no Prometheus registry) sees the same series: the spec's
+/// gauge, is-leader and the transitions with their causes, from a real election.
+#[tokio::test]
+async fn the_metrics_facade_records_a_real_term() {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let db = TestDb::create("metrics_facade").await.unwrap();
+    let config = Config::new(db.pool(2).unwrap())
+        .check_interval(I)
+        .metrics_facade(true);
+    // The handles are taken from the recorder installed when the elector is built.
+    let elector = metrics::with_local_recorder(&recorder, || Elector::new(config)).unwrap();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let (elector, shutdown) = (elector.clone(), shutdown.clone());
+        async move { elector.run(shutdown).await }
+    });
+    wait_for(STARTUP, || elector.is_leader())
+        .await
+        .expect("leads");
+    let key = ("key", "1886156915:1");
+    let leading = snapshotter.snapshot().into_vec();
+    assert_eq!(facade_value(&leading, LEADER_GAUGE_NAME, &[]), Some(1.0));
+    assert_eq!(facade_value(&leading, IS_LEADER, &[key]), Some(1.0));
+    assert_eq!(
+        facade_value(&leading, TRANSITIONS, &[key, ("cause", "acquired")]),
+        Some(1.0)
+    );
+    assert!(facade_value(&leading, LOCK_ATTEMPTS, &[key, ("outcome", "granted")]) >= Some(1.0));
+
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    let stopped = snapshotter.snapshot().into_vec();
+    assert_eq!(facade_value(&stopped, LEADER_GAUGE_NAME, &[]), Some(0.0));
+    assert_eq!(facade_value(&stopped, IS_LEADER, &[key]), Some(0.0));
+    assert_eq!(
+        facade_value(&stopped, TRANSITIONS, &[key, ("cause", "stopped")]),
+        Some(1.0)
+    );
+    db.cleanup().await.unwrap();
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 use plexsphere_leader_core::{AcquireMode, CheckInterval, MAX_HOLD_OFF, Options};
-use prometheus::Registry;
 
 use crate::error::ConfigError;
 use crate::key::LockKey;
@@ -51,7 +50,10 @@ pub struct Config {
     /// Where the lock sessions come from.
     pub(crate) sessions: Arc<dyn SessionSource>,
     pub(crate) check_interval: Duration,
-    pub(crate) registry: Option<Registry>,
+    #[cfg(feature = "prometheus")]
+    pub(crate) registry: Option<prometheus::Registry>,
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics_facade: bool,
     pub(crate) acquire_mode: AcquireMode,
     pub(crate) stop_grace: Option<Duration>,
     pub(crate) fencing: bool,
@@ -85,7 +87,10 @@ impl Config {
         Self {
             sessions: Arc::new(sessions),
             check_interval: Duration::ZERO,
+            #[cfg(feature = "prometheus")]
             registry: None,
+            #[cfg(feature = "metrics")]
+            metrics_facade: false,
             acquire_mode: AcquireMode::Poll,
             stop_grace: None,
             fencing: false,
@@ -105,11 +110,24 @@ impl Config {
         self
     }
 
-    /// Registers the `plexsphere_background_leader` gauge on `registry`. An elector built on a
-    /// registry that already has the gauge of another elector writes that same series.
+    /// Registers the `plexsphere_background_leader` gauge and the per-key metrics on `registry`
+    /// (feature `prometheus`, on by default). An elector built on a registry that already has
+    /// them from another elector writes the same collectors, its own `key` series.
+    #[cfg(feature = "prometheus")]
     #[must_use]
-    pub fn registry(mut self, registry: &Registry) -> Self {
+    pub fn registry(mut self, registry: &prometheus::Registry) -> Self {
         self.registry = Some(registry.clone());
+        self
+    }
+
+    /// Also records the same metrics (names, labels, help) through the `metrics` crate's facade,
+    /// on the recorder installed when the elector is built (feature `metrics`): for services
+    /// that export with `metrics-exporter-prometheus`, OpenTelemetry or another recorder and
+    /// keep no Prometheus registry. Install the recorder before [`Elector::new`](crate::Elector::new).
+    #[cfg(feature = "metrics")]
+    #[must_use]
+    pub fn metrics_facade(mut self, on: bool) -> Self {
+        self.metrics_facade = on;
         self
     }
 
@@ -250,7 +268,6 @@ impl fmt::Debug for Config {
         f.debug_struct("Config")
             .field("sessions", &self.sessions)
             .field("check_interval", &self.check_interval)
-            .field("registry", &self.registry.is_some())
             .field("acquire_mode", &self.acquire_mode)
             .field("stop_grace", &self.stop_grace)
             .field("fencing", &self.fencing)

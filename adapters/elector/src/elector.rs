@@ -10,7 +10,6 @@ use plexsphere_leader_core::work::{TermStatus, WorkOutcome};
 use plexsphere_leader_core::{
     CheckInterval, Election, Event, Options, StuckLeader, TermEndCause, TermId,
 };
-use prometheus::IntGauge;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -20,7 +19,7 @@ use crate::driver::Driver;
 use crate::error::{CheckError, ConfigError, RunError};
 use crate::key::LockKey;
 use crate::leadership::{Leadership, TermWaitCancelled};
-use crate::metrics::{self, ElectorMetrics};
+use crate::metrics::Sinks;
 use crate::session::SessionSource;
 use crate::term::{Term, TermShared};
 
@@ -70,10 +69,9 @@ pub(crate) struct Inner {
     /// The published leadership: the one source every consumer reads.
     leadership: watch::Sender<Leadership>,
     current: Mutex<Option<Arc<TermShared>>>,
-    gauge: Option<IntGauge>,
     key: LockKey,
     identity: String,
-    metrics: Option<ElectorMetrics>,
+    metrics: Option<Sinks>,
     hold_off: Duration,
     /// Operator requests (resign, eligibility) for the running driver, in order.
     controls: Mutex<Vec<Event<CheckError>>>,
@@ -106,16 +104,7 @@ impl Elector {
         let options = config.options()?;
         let hold_off = config.validated_hold_off(options.interval())?;
         let identity = config.resolved_identity()?;
-        let (gauge, metrics) = match &config.registry {
-            Some(registry) => {
-                let key = metrics::key_label(config.key);
-                let gauge = metrics::leader_gauge(registry).map_err(ConfigError::Metrics)?;
-                let metrics =
-                    ElectorMetrics::register(registry, &key).map_err(ConfigError::Metrics)?;
-                (Some(gauge), Some(metrics))
-            }
-            None => (None, None),
-        };
+        let metrics = Sinks::for_config(&config)?;
         if let Some(metrics) = &metrics {
             metrics.set_eligible(config.eligible);
         }
@@ -126,7 +115,6 @@ impl Elector {
             leading: AtomicBool::new(false),
             leadership: watch::Sender::new(Leadership::default()),
             current: Mutex::new(None),
-            gauge,
             key: config.key,
             identity,
             metrics,
@@ -465,8 +453,8 @@ impl Inner {
         &self.identity
     }
 
-    /// The per-key metrics, when a registry was given.
-    pub(crate) fn metrics(&self) -> Option<&ElectorMetrics> {
+    /// The metrics sinks, when any was configured.
+    pub(crate) fn metrics(&self) -> Option<&Sinks> {
         self.metrics.as_ref()
     }
 
@@ -522,8 +510,8 @@ impl Inner {
             .send_modify(|leadership| *leadership = change(*leadership));
         let leading = self.leadership.borrow().is_leader();
         self.leading.store(leading, Ordering::Release);
-        if let Some(gauge) = &self.gauge {
-            gauge.set(i64::from(leading));
+        if let Some(metrics) = &self.metrics {
+            metrics.leading(leading);
         }
     }
 }
