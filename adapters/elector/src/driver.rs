@@ -7,12 +7,13 @@ use std::sync::Arc;
 use plexsphere_leader_core::{Action, ConnId, Event, LogKind, TermId};
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::now;
 use crate::connection::{self, Completion, Held, Operation};
-use crate::elector::Inner;
 use crate::error::{CheckError, RunError};
 use crate::log;
 use crate::observe::Observer;
 use crate::session::LockSession;
+use crate::shared::Shared;
 use crate::sql;
 use crate::term::TermShared;
 
@@ -20,7 +21,7 @@ use crate::term::TermShared;
 /// `run`, or the `run` future dropped) reports [`Event::Panicked`] or [`Event::Dropped`] to the
 /// core and performs what it asks: the term ends and the connection closes without an unlock.
 pub(crate) struct Driver {
-    inner: Arc<Inner>,
+    inner: Arc<Shared>,
     held: Option<(ConnId, Held)>,
     in_flight: Option<Operation>,
     /// The term a graceful stop ended, whose work it awaits.
@@ -45,7 +46,7 @@ enum Wake {
 
 impl Driver {
     /// Starts a run: the first check begins at once.
-    pub(crate) fn start(inner: Arc<Inner>) -> Result<Self, RunError> {
+    pub(crate) fn start(inner: Arc<Shared>) -> Result<Self, RunError> {
         inner
             .election()
             .start(now())
@@ -329,10 +330,5 @@ async fn in_flight(operation: &mut Option<Operation>) -> Completion {
     }
 }
 
-/// The current time: the only place the adapter reads the clock, through tokio so that paused
-/// time and the simulation's clock apply.
-pub(crate) fn now() -> std::time::Instant {
-    tokio::time::Instant::now().into_std()
-}
 #[cfg(test)]
 mod tests;

@@ -1,27 +1,24 @@
 //! The elector services embed.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::{AbortHandle, Abortable};
 use plexsphere_leader_core::work::{TermStatus, WorkOutcome};
-use plexsphere_leader_core::{
-    CheckInterval, Election, Event, Options, StuckLeader, TermEndCause, TermId,
-};
-use tokio::sync::{Notify, watch};
+use plexsphere_leader_core::{Event, StuckLeader, TermId};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::config::Config;
 use crate::driver::Driver;
-use crate::error::{CheckError, ConfigError, RunError};
+use crate::error::{ConfigError, RunError};
 use crate::key::LockKey;
 use crate::leadership::{Leadership, TermWaitCancelled};
 use crate::metrics::Sinks;
-use crate::session::SessionSource;
-use crate::term::{Term, TermShared};
+use crate::shared::Shared;
+use crate::term::Term;
 
 /// Elects one background leader among the replicas of a service through a PostgreSQL session
 /// advisory lock (by default `(1886156915, 1)`, see [`Config::key`]), and tells the service
@@ -55,28 +52,7 @@ use crate::term::{Term, TermShared};
 /// ```
 #[derive(Clone, Debug)]
 pub struct Elector {
-    inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    /// Where lock sessions come from: the pool, through the [`SessionSource`] seam.
-    sessions: Arc<dyn SessionSource>,
-    options: Options,
-    election: Mutex<Election<CheckError>>,
-    /// [`Leadership::is_leader`] of the published value, for the spec's atomic `IsLeader`;
-    /// written only by [`Inner::publish`], together with the value.
-    leading: AtomicBool,
-    /// The published leadership: the one source every consumer reads.
-    leadership: watch::Sender<Leadership>,
-    current: Mutex<Option<Arc<TermShared>>>,
-    key: LockKey,
-    identity: String,
-    metrics: Option<Sinks>,
-    hold_off: Duration,
-    /// Operator requests (resign, eligibility) for the running driver, in order.
-    controls: Mutex<Vec<Event<CheckError>>>,
-    /// Wakes the driver when a request is queued.
-    control_queued: Notify,
+    inner: Arc<Shared>,
 }
 
 /// What became of [`Elector::resign`].
@@ -108,20 +84,14 @@ impl Elector {
         if let Some(metrics) = &metrics {
             metrics.set_eligible(config.eligible);
         }
-        let inner = Inner {
-            sessions: config.sessions,
+        let inner = Shared::new(
+            config.sessions,
             options,
-            election: Mutex::new(Election::with_options(options)),
-            leading: AtomicBool::new(false),
-            leadership: watch::Sender::new(Leadership::default()),
-            current: Mutex::new(None),
-            key: config.key,
+            config.key,
             identity,
             metrics,
             hold_off,
-            controls: Mutex::new(Vec::new()),
-            control_queued: Notify::new(),
-        };
+        );
         Ok(Self {
             inner: Arc::new(inner),
         })
@@ -153,8 +123,8 @@ impl Elector {
         let span = tracing::info_span!(
             target: "plexsphere_leader",
             "election",
-            key = %self.inner.key,
-            identity = %self.inner.identity,
+            key = %self.inner.key(),
+            identity = %self.inner.identity(),
         );
         let driver = span.in_scope(|| Driver::start(Arc::clone(&self.inner)))?;
         driver.run(shutdown).instrument(span).await;
@@ -165,13 +135,7 @@ impl Elector {
     /// cancelled when `parent` is cancelled or the term ends, whichever comes first; `None` on a
     /// standby. Dropping the [`Term`] cancels its token.
     pub fn term(&self, parent: &CancellationToken) -> Option<Term> {
-        let current = self
-            .inner
-            .current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        current?.handle(parent)
+        self.inner.current_term()?.handle(parent)
     }
 
     /// Runs one unit of background work on the leader (the spec's `Do`). `work` receives the
@@ -231,12 +195,12 @@ impl Elector {
     /// Whether this replica holds the lock (the spec's `IsLeader`): an atomic read, callable from
     /// any thread; the same answer as [`leadership`](Self::leadership)`().is_leader()`.
     pub fn is_leader(&self) -> bool {
-        self.inner.leading.load(Ordering::Acquire)
+        self.inner.is_leader()
     }
 
     /// The latest published [`Leadership`]: the open term, if any, and how the last one ended.
     pub fn leadership(&self) -> Leadership {
-        *self.inner.leadership.borrow()
+        self.inner.leadership()
     }
 
     /// A receiver of the published [`Leadership`], updated every time a term of this replica
@@ -265,7 +229,7 @@ impl Elector {
     /// # }
     /// ```
     pub fn subscribe(&self) -> watch::Receiver<Leadership> {
-        self.inner.leadership.subscribe()
+        self.inner.subscribe()
     }
 
     /// Waits until this replica leads and returns the open [`Term`], whose token is a child of
@@ -308,12 +272,7 @@ impl Elector {
 
     /// The open term's id while leading.
     pub fn current_term(&self) -> Option<TermId> {
-        let current = self
-            .inner
-            .current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        current.as_ref().map(|term| term.id())
+        self.inner.current_term().map(|term| term.id())
     }
 
     /// The validated check interval.
@@ -324,7 +283,7 @@ impl Elector {
     /// Asks this replica to give up leadership for the configured
     /// [`resign_hold_off`](crate::Config::resign_hold_off) (see [`resign_for`](Self::resign_for)).
     pub fn resign(&self) -> Resignation {
-        self.resign_for(self.inner.hold_off)
+        self.resign_for(self.inner.hold_off())
     }
 
     /// Asks this replica to give up leadership and not to try the lock for `hold_off` (at most
@@ -350,7 +309,7 @@ impl Elector {
     /// [`resign`](Self::resign) and stays out until made eligible again. The setting outlives
     /// runs; [`Config::eligible`](crate::Config::eligible) gives the initial one.
     pub fn set_eligible(&self, eligible: bool) {
-        if let Some(metrics) = &self.inner.metrics {
+        if let Some(metrics) = self.inner.metrics() {
             metrics.set_eligible(eligible);
         }
         let mut election = self.inner.election();
@@ -359,7 +318,7 @@ impl Elector {
             self.inner.queue_control(event);
         } else {
             // Not running: the election only records the setting and queues nothing.
-            election.handle_event(crate::driver::now(), event);
+            election.handle_event(crate::clock::now(), event);
         }
     }
 
@@ -371,13 +330,13 @@ impl Elector {
 
     /// The election's advisory lock key ([`Config::key`]).
     pub fn key(&self) -> LockKey {
-        self.inner.key
+        self.inner.key()
     }
 
     /// The identity the lock session's `application_name` carries while this replica leads
     /// ([`Config::identity`], or the default `<service>@<host>`).
     pub fn identity(&self) -> &str {
-        &self.inner.identity
+        self.inner.identity()
     }
 
     /// Who leads this elector's election, asked of the server on a connection of the
@@ -390,8 +349,8 @@ impl Elector {
     pub async fn who_leads(
         &self,
     ) -> Result<Option<crate::status::LeaderStatus>, crate::status::StatusError> {
-        let session = self.inner.sessions.acquire().await?;
-        crate::status::who_leads_on(&*session, self.inner.key).await
+        let session = self.inner.sessions().acquire().await?;
+        crate::status::who_leads_on(&*session, self.inner.key()).await
     }
 
     /// Whether the election is still driven (stuck-leader liveness): `Err` when this replica
@@ -407,123 +366,6 @@ impl Elector {
     /// [`StuckLeader`] with the age of the last check and the bound.
     pub fn liveness(&self) -> Result<(), StuckLeader> {
         // The core's verdict (`Election::stuck`), on the driver's clock.
-        self.inner.election().stuck(crate::driver::now())
-    }
-}
-
-impl Inner {
-    pub(crate) fn election(&self) -> MutexGuard<'_, Election<CheckError>> {
-        self.election.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Where lock sessions come from.
-    pub(crate) fn sessions(&self) -> Arc<dyn SessionSource> {
-        Arc::clone(&self.sessions)
-    }
-
-    /// Queues an operator request for the driver. Called with the election locked, so that the
-    /// driver, which takes the queue after every input, cannot finish in between unnoticed.
-    fn queue_control(&self, event: Event<CheckError>) {
-        self.controls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(event);
-        self.control_queued.notify_one();
-    }
-
-    /// Resolves when an operator request may be queued. Cancel-safe.
-    pub(crate) async fn control_queued(&self) {
-        self.control_queued.notified().await;
-    }
-
-    /// Takes the queued operator requests, in order.
-    pub(crate) fn take_controls(&self) -> Vec<Event<CheckError>> {
-        std::mem::take(&mut *self.controls.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    pub(crate) fn interval(&self) -> CheckInterval {
-        self.options.interval()
-    }
-
-    pub(crate) fn key(&self) -> LockKey {
-        self.key
-    }
-
-    pub(crate) fn identity(&self) -> &str {
-        &self.identity
-    }
-
-    /// The metrics sinks, when any was configured.
-    pub(crate) fn metrics(&self) -> Option<&Sinks> {
-        self.metrics.as_ref()
-    }
-
-    /// A term begins: its handles can be taken, then is-leader, the gauge and the published
-    /// leadership turn on.
-    pub(crate) fn begin_term(&self, id: TermId, epoch: Option<u64>) {
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(TermShared::new(id, epoch));
-        let now = crate::driver::now();
-        self.publish(|leadership| leadership.began(id, epoch, now));
-    }
-
-    /// The term ends: is-leader, the gauge and the published leadership turn off, then every
-    /// handle's token is cancelled. Returns the ended term, whose work a graceful stop then
-    /// awaits.
-    pub(crate) fn end_term(&self, cause: TermEndCause) -> Option<Arc<TermShared>> {
-        let now = crate::driver::now();
-        self.publish(|leadership| leadership.ended(cause, now));
-        let current = self
-            .current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(term) = &current {
-            term.end(cause);
-        }
-        current
-    }
-
-    /// Whether a work deadline is set ([`Config::work_deadline`]).
-    pub(crate) fn has_work_deadline(&self) -> bool {
-        self.options.work_deadline_of().is_some()
-    }
-
-    /// Performs the election's [`Action::ReportOverdueWork`](plexsphere_leader_core::Action):
-    /// reports (and, when `abort`, aborts) the work of `term` still running, and counts it.
-    pub(crate) fn report_overdue(&self, term: &TermShared, abort: bool, run_finished: bool) {
-        let deadline = self
-            .options
-            .work_deadline_of()
-            .map_or(Duration::ZERO, |deadline| deadline.after);
-        if let (Some(aborted), Some(metrics)) = (
-            crate::overdue::report(term, deadline, abort, run_finished),
-            &self.metrics,
-        ) {
-            metrics.overdue_work(aborted);
-        }
-    }
-
-    /// Publishes a new leadership value, and the is-leader flag and gauge derived from it.
-    fn publish(&self, change: impl FnOnce(Leadership) -> Leadership) {
-        self.leadership
-            .send_modify(|leadership| *leadership = change(*leadership));
-        let leading = self.leadership.borrow().is_leader();
-        self.leading.store(leading, Ordering::Release);
-        if let Some(metrics) = &self.metrics {
-            metrics.leading(leading);
-        }
-    }
-}
-
-impl std::fmt::Debug for Inner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Elector")
-            .field("options", &self.options)
-            .field("key", &self.key)
-            .field("identity", &self.identity)
-            .field("is_leader", &self.leading.load(Ordering::Relaxed))
-            .field("election", &*self.election())
-            .finish()
+        self.inner.election().stuck(crate::clock::now())
     }
 }

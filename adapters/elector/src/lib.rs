@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod clock;
 mod config;
 mod connection;
 mod driver;
@@ -48,6 +49,7 @@ pub mod metrics;
 mod observe;
 mod overdue;
 pub mod session;
+mod shared;
 pub mod sql;
 pub mod status;
 mod term;

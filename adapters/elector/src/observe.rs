@@ -7,13 +7,13 @@ use std::time::Instant;
 
 use plexsphere_leader_core::{Action, Cause, ConnId, Event, LogKind, LogRecord};
 
-use crate::elector::Inner;
 use crate::error::CheckError;
 use crate::metrics::{AttemptOutcome, CheckRole, Transition};
+use crate::shared::Shared;
 
 /// The observer of one run, owned by its driver.
 pub(crate) struct Observer {
-    inner: Arc<Inner>,
+    inner: Arc<Shared>,
     /// The check statement in flight.
     check: Option<InFlight>,
 }
@@ -31,13 +31,13 @@ struct InFlight {
 }
 
 impl Observer {
-    pub(crate) fn new(inner: Arc<Inner>) -> Self {
+    pub(crate) fn new(inner: Arc<Shared>) -> Self {
         Self { inner, check: None }
     }
 
     /// An action is about to be performed.
     pub(crate) fn action(&mut self, action: &Action<CheckError>) {
-        let now = crate::driver::now();
+        let now = crate::clock::now();
         match action {
             Action::TryLock { conn } => self.started(*conn, CheckRole::Standby, None, now, true),
             Action::WaitForLock { conn, .. } => {
@@ -74,7 +74,7 @@ impl Observer {
 
     /// A completion is about to be reported to the core.
     pub(crate) fn completion(&mut self, event: &Event<CheckError>) {
-        let now = crate::driver::now();
+        let now = crate::clock::now();
         let answered = match event {
             Event::LockGranted { conn, .. } => Some((*conn, Some(AttemptOutcome::Granted), true)),
             // A queued wait that the server's lock_timeout ended: refused for this check.

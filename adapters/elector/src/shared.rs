@@ -1,0 +1,214 @@
+//! What an [`Elector`](crate::Elector)'s handles and its running driver share: the core
+//! election behind a mutex, the published leadership (one `watch`, and the `is_leader` flag and
+//! the metrics derived from it), the open term, the queue of operator requests, and the
+//! validated configuration. The driver owns everything else of a run (the operation in flight,
+//! the held lock session, the ended terms whose work deadline may still pass); the handles own
+//! nothing.
+//!
+//! Module graph: `elector` (the handles) and `driver` (a run) both use this module; the driver
+//! does not use the elector, and this module uses neither.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use plexsphere_leader_core::{CheckInterval, Election, Event, Options, TermEndCause, TermId};
+use tokio::sync::{Notify, watch};
+
+use crate::error::CheckError;
+use crate::key::LockKey;
+use crate::leadership::Leadership;
+use crate::metrics::Sinks;
+use crate::session::SessionSource;
+use crate::term::TermShared;
+
+pub(crate) struct Shared {
+    /// Where lock sessions come from: the pool, through the [`SessionSource`] seam.
+    sessions: Arc<dyn SessionSource>,
+    options: Options,
+    election: Mutex<Election<CheckError>>,
+    /// [`Leadership::is_leader`] of the published value, for the spec's atomic `IsLeader`;
+    /// written only by [`Inner::publish`], together with the value.
+    leading: AtomicBool,
+    /// The published leadership: the one source every consumer reads.
+    leadership: watch::Sender<Leadership>,
+    current: Mutex<Option<Arc<TermShared>>>,
+    key: LockKey,
+    identity: String,
+    metrics: Option<Sinks>,
+    hold_off: Duration,
+    /// Operator requests (resign, eligibility) for the running driver, in order.
+    controls: Mutex<Vec<Event<CheckError>>>,
+    /// Wakes the driver when a request is queued.
+    control_queued: Notify,
+}
+
+impl Shared {
+    /// The shared state of a new elector: standby, not running, nothing queued.
+    pub(crate) fn new(
+        sessions: Arc<dyn SessionSource>,
+        options: Options,
+        key: LockKey,
+        identity: String,
+        metrics: Option<Sinks>,
+        hold_off: Duration,
+    ) -> Self {
+        Self {
+            sessions,
+            options,
+            election: Mutex::new(Election::with_options(options)),
+            leading: AtomicBool::new(false),
+            leadership: watch::Sender::new(Leadership::default()),
+            current: Mutex::new(None),
+            key,
+            identity,
+            metrics,
+            hold_off,
+            controls: Mutex::new(Vec::new()),
+            control_queued: Notify::new(),
+        }
+    }
+
+    /// Whether the published leadership is leading (the spec's atomic `IsLeader`).
+    pub(crate) fn is_leader(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
+    }
+
+    /// The published leadership.
+    pub(crate) fn leadership(&self) -> Leadership {
+        *self.leadership.borrow()
+    }
+
+    /// A receiver of every published leadership.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Leadership> {
+        self.leadership.subscribe()
+    }
+
+    /// The open term, while leading.
+    pub(crate) fn current_term(&self) -> Option<Arc<TermShared>> {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The resign hold-off of [`Elector::resign`](crate::Elector::resign).
+    pub(crate) fn hold_off(&self) -> Duration {
+        self.hold_off
+    }
+
+    pub(crate) fn election(&self) -> MutexGuard<'_, Election<CheckError>> {
+        self.election.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Where lock sessions come from.
+    pub(crate) fn sessions(&self) -> Arc<dyn SessionSource> {
+        Arc::clone(&self.sessions)
+    }
+
+    /// Queues an operator request for the driver. Called with the election locked, so that the
+    /// driver, which takes the queue after every input, cannot finish in between unnoticed.
+    pub(crate) fn queue_control(&self, event: Event<CheckError>) {
+        self.controls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(event);
+        self.control_queued.notify_one();
+    }
+
+    /// Resolves when an operator request may be queued. Cancel-safe.
+    pub(crate) async fn control_queued(&self) {
+        self.control_queued.notified().await;
+    }
+
+    /// Takes the queued operator requests, in order.
+    pub(crate) fn take_controls(&self) -> Vec<Event<CheckError>> {
+        std::mem::take(&mut *self.controls.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    pub(crate) fn interval(&self) -> CheckInterval {
+        self.options.interval()
+    }
+
+    pub(crate) fn key(&self) -> LockKey {
+        self.key
+    }
+
+    pub(crate) fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// The metrics sinks, when any was configured.
+    pub(crate) fn metrics(&self) -> Option<&Sinks> {
+        self.metrics.as_ref()
+    }
+
+    /// A term begins: its handles can be taken, then is-leader, the gauge and the published
+    /// leadership turn on.
+    pub(crate) fn begin_term(&self, id: TermId, epoch: Option<u64>) {
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(TermShared::new(id, epoch));
+        let now = crate::clock::now();
+        self.publish(|leadership| leadership.began(id, epoch, now));
+    }
+
+    /// The term ends: is-leader, the gauge and the published leadership turn off, then every
+    /// handle's token is cancelled. Returns the ended term, whose work a graceful stop then
+    /// awaits.
+    pub(crate) fn end_term(&self, cause: TermEndCause) -> Option<Arc<TermShared>> {
+        let now = crate::clock::now();
+        self.publish(|leadership| leadership.ended(cause, now));
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(term) = &current {
+            term.end(cause);
+        }
+        current
+    }
+
+    /// Whether a work deadline is set ([`Config::work_deadline`]).
+    pub(crate) fn has_work_deadline(&self) -> bool {
+        self.options.work_deadline_of().is_some()
+    }
+
+    /// Performs the election's [`Action::ReportOverdueWork`](plexsphere_leader_core::Action):
+    /// reports (and, when `abort`, aborts) the work of `term` still running, and counts it.
+    pub(crate) fn report_overdue(&self, term: &TermShared, abort: bool, run_finished: bool) {
+        let deadline = self
+            .options
+            .work_deadline_of()
+            .map_or(Duration::ZERO, |deadline| deadline.after);
+        if let (Some(aborted), Some(metrics)) = (
+            crate::overdue::report(term, deadline, abort, run_finished),
+            &self.metrics,
+        ) {
+            metrics.overdue_work(aborted);
+        }
+    }
+
+    /// Publishes a new leadership value, and the is-leader flag and gauge derived from it.
+    fn publish(&self, change: impl FnOnce(Leadership) -> Leadership) {
+        self.leadership
+            .send_modify(|leadership| *leadership = change(*leadership));
+        let leading = self.leadership.borrow().is_leader();
+        self.leading.store(leading, Ordering::Release);
+        if let Some(metrics) = &self.metrics {
+            metrics.leading(leading);
+        }
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elector")
+            .field("options", &self.options)
+            .field("key", &self.key)
+            .field("identity", &self.identity)
+            .field("is_leader", &self.leading.load(Ordering::Relaxed))
+            .field("election", &*self.election())
+            .finish()
+    }
+}
