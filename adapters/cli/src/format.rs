@@ -51,28 +51,6 @@ pub fn format_duration(duration: Duration) -> String {
         .join(" ")
 }
 
-/// Displays an error with its sources, `": "`-separated, skipping a source whose text the
-/// previous message already contains
-/// (`status: error connecting to server: Connection refused (os error 111)`).
-pub(crate) struct Chain<'a>(pub(crate) &'a dyn std::error::Error);
-
-impl std::fmt::Display for Chain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut previous = self.0.to_string();
-        f.write_str(&previous)?;
-        let mut source = self.0.source();
-        while let Some(cause) = source {
-            let text = cause.to_string();
-            if !previous.contains(&text) {
-                write!(f, ": {text}")?;
-            }
-            previous = text;
-            source = cause.source();
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

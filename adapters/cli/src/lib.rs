@@ -24,8 +24,6 @@ use tokio_postgres::NoTls;
 use plexsphere_leader::LockKey;
 use plexsphere_leader::status::{self, LeaderStatus, Since, StatusError};
 
-use crate::format::Chain;
-
 /// How long `status` waits for the connection and the answer, unless `--timeout` says.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -129,7 +127,8 @@ where
                 }
                 Err(error) => {
                     // The error's own text starts `status: `.
-                    let _ = writeln!(err, "plexsphere-leader {}", Chain(&error));
+                    // Its text is the whole chain of causes, each once (no `source()`).
+                    let _ = writeln!(err, "plexsphere-leader {error}");
                     EXIT_ERROR
                 }
             }
