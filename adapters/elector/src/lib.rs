@@ -63,9 +63,9 @@ pub use leadership::{Leadership, TermEnd, TermEvent, TermEvents, TermInfo, TermW
 pub use overdue::OVERDUE_WORK_MESSAGE;
 pub use plexsphere_leader_core::work::Interruption;
 pub use plexsphere_leader_core::{
-    AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, LockCheck, LockFinding,
-    LossReason, MAX_HOLD_OFF, MAX_STOP_GRACE_INTERVALS, STUCK_AFTER_INTERVALS, StopGraceTooLong,
-    StuckLeader, TermEndCause, TermId, UNLOCK_BUDGET,
+    AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, LossReason, MAX_HOLD_OFF,
+    MAX_STOP_GRACE_INTERVALS, STUCK_AFTER_INTERVALS, StopGraceTooLong, StuckLeader, TermEndCause,
+    TermId, UNLOCK_BUDGET,
 };
 pub use term::{Term, named_work};
 
