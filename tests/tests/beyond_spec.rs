@@ -496,3 +496,112 @@ async fn a_hot_standby_refuses_the_grant_and_after_failover_the_epoch_keeps_risi
         task.await.unwrap();
     }
 }
+
+/// Issue 16 §2. A role's `statement_timeout` shorter than the queued wait used to cancel every
+/// wait (57014): the standby got a new backend every interval and sat in the lock queue a few
+/// percent of the time. The wait now sets its own statement timeout for its statement only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_statement_timeout_shorter_than_the_wait_does_not_cut_the_queue() {
+    let interval = Duration::from_secs(1);
+    let db = TestDb::create("queued_role_timeout").await.unwrap();
+    db.admin()
+        .batch_execute(&format!(
+            "ALTER ROLE postgres IN DATABASE {} SET statement_timeout = '100ms'",
+            db.name()
+        ))
+        .await
+        .unwrap();
+    let config = |pool| {
+        Config::new(pool)
+            .check_interval(interval)
+            .acquire_mode(AcquireMode::Queue)
+    };
+    let (a, a_stop, a_task) = spawn_elector(config(db.pool_with_app_name("queued-a", 2).unwrap()));
+    wait_for(STARTUP, || a.is_leader()).await.expect("a leads");
+    let (b, b_stop, b_task) = spawn_elector(config(db.pool_with_app_name("queued-b", 2).unwrap()));
+    // Until b first waits in the queue.
+    let waiting = || async {
+        db.admin()
+            .query(
+                "SELECT a.pid FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+                 WHERE l.locktype = 'advisory' AND NOT l.granted \
+                 AND a.application_name = 'queued-b'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get::<_, i32>(0))
+            .collect::<Vec<i32>>()
+    };
+    wait_for_async(STARTUP, || async { !waiting().await.is_empty() })
+        .await
+        .expect("b waits in the lock queue");
+    // Three intervals, sampled every 50 ms: b waits all along, on one backend.
+    let (mut samples, mut queued, mut backends) = (0, 0, std::collections::BTreeSet::new());
+    let until = Instant::now() + 3 * interval;
+    while Instant::now() < until {
+        let pids = waiting().await;
+        samples += 1;
+        if !pids.is_empty() {
+            queued += 1;
+        }
+        backends.extend(pids);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let share = f64::from(queued) / f64::from(samples);
+    println!("b queued in {queued} of {samples} samples on backends {backends:?}");
+    // Generous: a wait ends and the next begins once an interval (a round trip apart).
+    assert!(share >= 0.8, "b sat in the queue {share:.2} of the time");
+    assert_eq!(
+        backends.len(),
+        1,
+        "one backend, never cancelled: {backends:?}"
+    );
+
+    let stopped = Instant::now();
+    a_stop.cancel();
+    a_task.await.unwrap();
+    wait_for(MARGIN, || b.is_leader()).await.expect("b leads");
+    let handover = stopped.elapsed();
+    println!("queued handover under a 100 ms role statement_timeout: {handover:?}");
+    assert!(handover < interval / 2, "{handover:?}");
+    b_stop.cancel();
+    b_task.await.unwrap();
+    db.cleanup().await.unwrap();
+}
+
+/// Issue 16 §2. A role's `idle_session_timeout` and `idle_in_transaction_session_timeout` of
+/// 1 s, shorter than the interval: the grant's own session-level `idle_session_timeout` (4·I)
+/// wins on the lock session, so the leader keeps its term and its backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_idle_timeout_shorter_than_the_interval_does_not_make_the_leader_flap() {
+    let interval = Duration::from_secs(2);
+    let db = TestDb::create("role_idle_timeouts").await.unwrap();
+    db.admin()
+        .batch_execute(&format!(
+            "ALTER ROLE postgres IN DATABASE {name} SET idle_session_timeout = '1s'; \
+             ALTER ROLE postgres IN DATABASE {name} SET idle_in_transaction_session_timeout = '1s'",
+            name = db.name()
+        ))
+        .await
+        .unwrap();
+    let config = |pool| Config::new(pool).check_interval(interval);
+    let (a, a_stop, a_task) = spawn_elector(config(db.pool(2).unwrap()));
+    wait_for(STARTUP, || a.is_leader()).await.expect("a leads");
+    let (_b, b_stop, b_task) = spawn_elector(config(db.pool(2).unwrap()));
+    let term = a.current_term().expect("a term");
+    let holder = lock_holders(&db).await;
+    tokio::time::sleep(3 * interval).await;
+    assert_eq!(
+        a.current_term(),
+        Some(term),
+        "the same term after 3 intervals"
+    );
+    assert_eq!(lock_holders(&db).await, holder, "the same lock backend");
+    for (stop, task) in [(a_stop, a_task), (b_stop, b_task)] {
+        stop.cancel();
+        task.await.unwrap();
+    }
+    db.cleanup().await.unwrap();
+}

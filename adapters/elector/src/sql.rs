@@ -106,13 +106,21 @@ pub fn try_lock(key: LockKey, identity: &str, idle_timeout_ms: u32) -> String {
 /// `lock_timeout_ms` (a transaction-local `lock_timeout`, so the pooled connection keeps its
 /// own setting), then as [`try_lock`]. A wait that times out fails with SQLSTATE 55P03. The
 /// grant time in `application_name` is read after the wait, when the lock is taken.
+///
+/// The wait is bounded by its `lock_timeout` alone, whatever the role or database sets: a
+/// `SET LOCAL statement_timeout` of twice the wait runs first in the same query string (its
+/// implicit transaction ends with the statement, so the pooled session keeps its own value;
+/// since PostgreSQL 13 each statement of a query string gets its own statement timeout). A
+/// role's `statement_timeout` shorter than the wait would otherwise cancel every wait (57014)
+/// long before its `lock_timeout`.
 pub fn wait_for_lock(
     key: LockKey,
     identity: &str,
     lock_timeout_ms: u32,
     idle_timeout_ms: u32,
 ) -> String {
-    grant(
+    let statement_timeout_ms = u64::from(lock_timeout_ms) * 2;
+    let wait = grant(
         key,
         &format!(
             "WHEN set_config('lock_timeout', '{lock_timeout_ms}', true) IS NULL THEN '{refused}' \
@@ -122,7 +130,8 @@ pub fn wait_for_lock(
         ),
         identity,
         idle_timeout_ms,
-    )
+    );
+    format!("SET LOCAL statement_timeout = '{statement_timeout_ms}'; {wait}")
 }
 
 /// The grant statement around `taking`, the `WHEN … THEN 'refused'` branches that take the

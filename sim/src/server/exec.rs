@@ -273,6 +273,10 @@ struct Ctx<'a> {
     journal: Vec<Value>,
     /// When the current statement first blocked, when it is being resumed.
     blocked_since: Option<Duration>,
+    /// Whether the statements run in an implicit transaction block: a simple Query of several
+    /// statements (PostgreSQL's `TBLOCK_IMPLICIT_INPROGRESS`), where `SET LOCAL` lasts until
+    /// the end of the query string without the 25P01 warning a lone statement gets.
+    implicit_block: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -287,11 +291,13 @@ impl<'a> Ctx<'a> {
             replay: VecDeque::new(),
             journal: Vec::new(),
             blocked_since: None,
+            implicit_block: false,
         }
     }
 
     /// Runs `statements` from index `next`; stops at the first error or lock wait.
     fn drive(mut self, statements: Vec<Statement>, next: usize, before: Gucs) -> Option<Run> {
+        self.implicit_block = self.protocol == Protocol::Simple && statements.len() > 1;
         for (index, statement) in statements.iter().enumerate().skip(next) {
             if self.transaction() == TransactionStatus::Failed && !statement.ends_transaction() {
                 let error = SqlError::error(
@@ -493,10 +499,11 @@ impl<'a> Ctx<'a> {
     }
 
     /// `SET`, or `SET LOCAL` (`local`): a local value lasts until the transaction ends, and
-    /// outside a block (where it would end with the statement) PostgreSQL warns 25P01.
+    /// outside a block, explicit or implicit (where it would end with the statement),
+    /// PostgreSQL warns 25P01.
     fn set(&mut self, name: &str, value: &SetValue, local: bool) -> Result<(), SqlError> {
         let guc = Guc::lookup(name)?;
-        if local && self.transaction() == TransactionStatus::Idle {
+        if local && self.transaction() == TransactionStatus::Idle && !self.implicit_block {
             self.reply.notice(&SqlError::warning(
                 sqlstate::NO_ACTIVE_SQL_TRANSACTION,
                 "SET LOCAL can only be used in transaction blocks",

@@ -23,6 +23,10 @@ pub(crate) enum Guc {
     IdleInTransactionSessionTimeout,
     /// `lock_timeout`, an integer in milliseconds; 0 (the default) waits without a limit.
     LockTimeout,
+    /// `statement_timeout`, an integer in milliseconds: kept and shown, not enforced (no
+    /// simulated role or database sets one; the elector's queued wait sets it locally so that
+    /// its `lock_timeout` alone bounds the wait).
+    StatementTimeout,
     /// `application_name`, reported to the client with ParameterStatus.
     ApplicationName,
     /// A custom placeholder (its name has a dot), lowercased.
@@ -35,6 +39,7 @@ pub(crate) struct Gucs {
     pub(crate) idle_session_timeout: Duration,
     pub(crate) idle_in_transaction_session_timeout: Duration,
     pub(crate) lock_timeout: Duration,
+    pub(crate) statement_timeout: Duration,
     pub(crate) application_name: String,
     /// The custom placeholders that exist in the session, by lowercased name.
     pub(crate) custom: BTreeMap<String, String>,
@@ -49,6 +54,7 @@ impl Guc {
             "idle_session_timeout" => Ok(Self::IdleSessionTimeout),
             "idle_in_transaction_session_timeout" => Ok(Self::IdleInTransactionSessionTimeout),
             "lock_timeout" => Ok(Self::LockTimeout),
+            "statement_timeout" => Ok(Self::StatementTimeout),
             "application_name" => Ok(Self::ApplicationName),
             custom if custom.contains('.') => Ok(Self::Custom(lower)),
             _ => Err(unrecognized(name)),
@@ -61,6 +67,7 @@ impl Guc {
             Self::IdleSessionTimeout => "idle_session_timeout",
             Self::IdleInTransactionSessionTimeout => "idle_in_transaction_session_timeout",
             Self::LockTimeout => "lock_timeout",
+            Self::StatementTimeout => "statement_timeout",
             Self::ApplicationName => "application_name",
             Self::Custom(name) => name,
         }
@@ -87,6 +94,7 @@ impl Gucs {
                 self.idle_in_transaction_session_timeout = parse_timeout(guc.name(), value)?;
             }
             Guc::LockTimeout => self.lock_timeout = parse_timeout(guc.name(), value)?,
+            Guc::StatementTimeout => self.statement_timeout = parse_timeout(guc.name(), value)?,
             Guc::ApplicationName => self.application_name = clean_application_name(value),
             Guc::Custom(name) => {
                 self.custom.insert(name.clone(), value.to_owned());
@@ -103,6 +111,7 @@ impl Gucs {
                 self.idle_in_transaction_session_timeout = Duration::ZERO;
             }
             Guc::LockTimeout => self.lock_timeout = Duration::ZERO,
+            Guc::StatementTimeout => self.statement_timeout = Duration::ZERO,
             Guc::ApplicationName => self.application_name.clear(),
             Guc::Custom(name) => {
                 self.custom.insert(name.clone(), String::new());
@@ -119,6 +128,7 @@ impl Gucs {
                 format_timeout(self.idle_in_transaction_session_timeout)
             }
             Guc::LockTimeout => format_timeout(self.lock_timeout),
+            Guc::StatementTimeout => format_timeout(self.statement_timeout),
             Guc::ApplicationName => self.application_name.clone(),
             Guc::Custom(name) => self.custom.get(name)?.clone(),
         })
