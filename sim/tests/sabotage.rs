@@ -37,7 +37,7 @@ fn assert_caught(sabotage: Sabotage, property: Property) {
     }
 }
 
-/// A leader that never runs `SELECT 1` keeps leading after its session is gone.
+/// A leader whose check is answered without a query keeps leading after its session is gone.
 #[test]
 fn never_ping_is_caught_as_a_late_detection() {
     assert_caught(

@@ -101,8 +101,9 @@ impl Elector {
     ///
     /// It checks once at once, then every check interval: a standby borrows a pooled connection
     /// and tries the lock (refused: the connection goes back untouched; granted: it is taken out
-    /// of the pool, the replica leads and a term begins); the leader runs `SELECT 1` on its
-    /// connection, and a failure or no answer within one interval demotes it. Connection and
+    /// of the pool, the replica leads and a term begins); the leader verifies its lock on its
+    /// own session (same backend, lock held, not in recovery: `sql::verify`), and a failed
+    /// verdict, an error or no answer within one interval demotes it. Connection and
     /// query failures are logged at WARN (`leader: acquire lock connection: <cause>`) and retried
     /// at the next check; `run` does not return for them.
     ///
