@@ -151,6 +151,12 @@ impl Options {
         self.fencing
     }
 
+    /// The longest a graceful stop of a leader takes: the stop grace for its work, then the
+    /// unlock's budget ([`UNLOCK_BUDGET`](crate::UNLOCK_BUDGET)). A standby stops at once.
+    pub fn stop_budget(&self) -> Duration {
+        self.stop_grace + crate::UNLOCK_BUDGET
+    }
+
     /// The longest stop grace accepted with this interval.
     pub fn max_stop_grace(&self) -> Duration {
         self.interval.get() * MAX_STOP_GRACE_INTERVALS
@@ -221,6 +227,12 @@ mod tests {
         let options = Options::new(interval(200));
         assert!(options.stop_grace(Duration::from_millis(400)).is_ok());
         assert!(options.stop_grace(Duration::ZERO).is_ok());
+        assert_eq!(
+            options.stop_budget(),
+            Duration::from_millis(200) + crate::UNLOCK_BUDGET
+        );
+        let no_grace = options.stop_grace(Duration::ZERO).unwrap();
+        assert_eq!(no_grace.stop_budget(), crate::UNLOCK_BUDGET);
         let error = options.stop_grace(Duration::from_millis(401)).unwrap_err();
         assert_eq!(error.max, Duration::from_millis(400));
         assert!(

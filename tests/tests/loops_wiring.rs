@@ -295,3 +295,60 @@ async fn a_worker_that_exhausts_its_restart_budget_fails_the_workers_probe_on_re
     );
     stop.cancel();
 }
+
+/// Issue 16 §3. With the defaults (I = 5 s, stop grace one interval, 2 s unlock budget) a
+/// leader whose work ignores cancellation takes over 5 s to stop gracefully; the fixed 5 s
+/// shutdown bound aborted the election worker inside its grace, before the unlock, and left the
+/// lock to `idle_session_timeout` (20 s). `shutdown_bound(&elector)` covers the stop budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_supervisors_bound_for_an_elector_lets_a_slow_draining_leader_unlock() {
+    let db = TestDb::create("loops_wiring_shutdown_bound").await.unwrap();
+    let elector = Elector::new(Config::new(db.pool(3).unwrap())).unwrap();
+    let bound = plexsphere_leader_service::shutdown_bound(&elector);
+    assert_eq!(elector.stop_budget(), Duration::from_secs(7));
+    assert_eq!(bound, Duration::from_secs(8));
+    assert!(bound > plexsphere_leader_service::DEFAULT_SHUTDOWN_BOUND);
+
+    let readiness = Readiness::new();
+    let mut background = Background::new(&readiness).unwrap();
+    wire_background(Some(elector.clone()), &mut background, |_elector, _bg| {
+        Ok(())
+    })
+    .unwrap();
+    let stop = CancellationToken::new();
+    background.boot(&stop).await;
+    let running = background.start(&stop);
+    eventually(Duration::from_secs(15), "the replica leads", || async {
+        elector.is_leader().then_some(())
+    })
+    .await;
+    // Leader work that holds its term and ignores the term's end for longer than the grace.
+    let term = elector.term(&CancellationToken::new()).unwrap();
+    let stubborn = tokio::spawn(async move {
+        let _held = term;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+
+    let stopping = tokio::time::Instant::now();
+    let report = running.shutdown(bound).await;
+    let took = stopping.elapsed();
+    println!(
+        "graceful stop through the supervisor: {took:?}, aborted {:?}",
+        report.aborted
+    );
+    assert!(
+        !report.aborted.iter().any(|name| name == ELECTION_WORKER),
+        "the election worker finished its stop: {report:?}"
+    );
+    assert!(report.aborted.is_empty(), "{report:?}");
+    assert!(
+        lock_holders(&db).await.is_empty(),
+        "the lock was released by the unlock, not left to the idle timeout"
+    );
+    assert!(
+        took >= Duration::from_secs(5),
+        "the stop grace was waited out: {took:?}"
+    );
+    stubborn.abort();
+    db.cleanup().await.unwrap();
+}

@@ -369,4 +369,12 @@ impl Elector {
         // The core's verdict (`Election::stuck`), on the driver's clock.
         self.inner.election().stuck(crate::clock::now())
     }
+
+    /// The longest a graceful stop of [`run`](Self::run) takes when this replica leads: the
+    /// stop grace for its work, then the 2-second unlock budget. Give whatever waits for `run`
+    /// to return after cancelling it (a supervisor's shutdown bound) at least this long, or the
+    /// unlock is cut short and the lock left to `idle_session_timeout`.
+    pub fn stop_budget(&self) -> Duration {
+        self.inner.stop_budget()
+    }
 }

@@ -92,6 +92,11 @@ impl Shared {
             .clone()
     }
 
+    /// The longest a graceful stop of a leader takes (the core's arithmetic).
+    pub(crate) fn stop_budget(&self) -> Duration {
+        self.options.stop_budget()
+    }
+
     /// The resign hold-off of [`Elector::resign`](crate::Elector::resign).
     pub(crate) fn hold_off(&self) -> Duration {
         self.hold_off

@@ -56,8 +56,8 @@ pub use plexsphere_leader_core::readiness::Tick;
 pub use plexsphere_leader_core::supervision::{RestartPolicy, WorkerState};
 pub use readiness::{DuplicateProbe, LoopProbe, Probe, ProbeReport, Readiness, ReadinessReport};
 pub use supervisor::{
-    DEFAULT_SHUTDOWN_BOUND, DuplicateWorker, RunningWorkers, ShutdownReport, Supervisor,
-    WORKERS_PROBE, WorkersProbe,
+    DEFAULT_SHUTDOWN_BOUND, DuplicateWorker, RunningWorkers, SHUTDOWN_SLACK, ShutdownReport,
+    Supervisor, WORKERS_PROBE, WorkersProbe, shutdown_bound,
 };
 
 /// Compiles the package README's example.

@@ -16,6 +16,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use plexsphere_leader::Elector;
 use plexsphere_leader_core::supervision::{
     Decision, Exit, RestartBudget, RestartPolicy, WorkerState, workers_probe,
 };
@@ -27,8 +28,23 @@ use crate::loops::{BoxError, BoxFuture};
 use crate::readiness::Probe;
 
 /// How long [`RunningWorkers::shutdown`] waits by default: more than the election's 2-second
-/// unlock budget.
+/// unlock budget. A supervisor that runs an elector waits [`shutdown_bound`] instead, which also
+/// covers the elector's stop grace.
 pub const DEFAULT_SHUTDOWN_BOUND: Duration = Duration::from_secs(5);
+
+/// Slack of [`shutdown_bound`] beyond the elector's own stop budget: scheduling, and the close
+/// after the unlock.
+pub const SHUTDOWN_SLACK: Duration = Duration::from_secs(1);
+
+/// The shutdown bound for a supervisor that runs `elector`: [`DEFAULT_SHUTDOWN_BOUND`], or the
+/// elector's [`stop_budget`](Elector::stop_budget) (its stop grace, then the unlock) plus
+/// [`SHUTDOWN_SLACK`], whichever is longer, so that a graceful stop of a leader whose work is
+/// slow to drain still unlocks before the supervisor aborts it (with the defaults, 5 s of grace
+/// and 2 s of unlock: 8 s, where the fixed 5 s aborted the unlock and left the lock to
+/// `idle_session_timeout`).
+pub fn shutdown_bound(elector: &Elector) -> Duration {
+    DEFAULT_SHUTDOWN_BOUND.max(elector.stop_budget() + SHUTDOWN_SLACK)
+}
 
 /// The name of the supervisor's readiness probe.
 pub const WORKERS_PROBE: &str = "workers";

@@ -20,7 +20,7 @@ use plexsphere_leader::{
 use plexsphere_leader_service::loops::{BoxError, ELECTION_WORKER, TickMetrics, Wired, pass_fn};
 use plexsphere_leader_service::{
     Background, DEFAULT_SHUTDOWN_BOUND, ElectorLiveness, Gate, LeaderTicker, Liveness, Readiness,
-    WhileLeader, wire_background,
+    WhileLeader, shutdown_bound, wire_background,
 };
 use prometheus::Registry;
 use serde_json::json;
@@ -159,7 +159,11 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
     }
 
     shutdown.cancelled().await;
-    let report = running.shutdown(DEFAULT_SHUTDOWN_BOUND).await;
+    // Long enough for a leader's graceful stop (its stop grace, then the unlock).
+    let bound = elector
+        .as_ref()
+        .map_or(DEFAULT_SHUTDOWN_BOUND, shutdown_bound);
+    let report = running.shutdown(bound).await;
     if !report.aborted.is_empty() {
         tracing::warn!(aborted = ?report.aborted, "workers aborted at the shutdown bound");
     }
