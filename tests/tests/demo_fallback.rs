@@ -67,3 +67,46 @@ async fn without_any_dsn_or_local_server_the_demo_runs_on_a_throwaway_cluster_an
     assert!(stdout.trim_end().ends_with("event=stopped"), "{stdout}");
     assert!(!dir.exists(), "{} removed on exit", dir.display());
 }
+
+/// Issue 16 §4: the demo's start-up warning names the server's own error (a missing role, a
+/// wrong password), not just the driver's `db error`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_refuses_the_demo_is_named_with_its_cause() {
+    let binary = demo_binary().await;
+    let port = free_ports(1);
+    let base = plexsphere_leader_tests::base_config().unwrap();
+    let server_port = base.get_ports().first().copied().unwrap_or(5432);
+    let output = Command::new(binary)
+        .args([
+            "--replicas",
+            "1",
+            "--check-interval",
+            "200ms",
+            "--duration",
+            "2s",
+            "--http-port",
+        ])
+        .arg(port.to_string())
+        .arg("--dsn")
+        .arg(format!(
+            "host=127.0.0.1 port={server_port} user=plx_no_such_role dbname=postgres"
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), output)
+        .await
+        .expect("the demo exits after --duration")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let warning = stderr
+        .lines()
+        .find(|line| line.contains("create the demo schema; retrying"))
+        .unwrap_or_else(|| panic!("a start-up warning in:\n{stderr}"));
+    assert!(
+        warning.contains(r#"role "plx_no_such_role" does not exist"#),
+        "the server's own error is named: {warning}"
+    );
+}

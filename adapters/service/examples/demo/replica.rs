@@ -154,6 +154,7 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
     };
     let server = serve(&args, &me, probes, elector.clone(), &shutdown).await;
     if let Err(error) = &server {
+        let error = chain(error.as_ref());
         tracing::error!(%error, "cannot serve HTTP");
         shutdown.cancel();
     }
@@ -201,6 +202,22 @@ fn pool(dsn: &str, application_name: &str) -> Result<Pool, Error> {
         .build()?)
 }
 
+/// `error` and its sources, `": "`-separated, a source left out when the text before already
+/// says it: the driver's `db error` alone says nothing of a wrong password or a missing role.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// Creates the demo schema, retrying every interval until it works; `false` when the shutdown
 /// came first.
 async fn create_schema(pool: &Pool, shutdown: &CancellationToken, interval: Duration) -> bool {
@@ -212,7 +229,10 @@ async fn create_schema(pool: &Pool, shutdown: &CancellationToken, interval: Dura
         };
         match attempt.await {
             Ok(()) => return true,
-            Err(error) => tracing::warn!(%error, "create the demo schema; retrying"),
+            Err(error) => {
+                let error = chain(error.as_ref());
+                tracing::warn!(%error, "create the demo schema; retrying");
+            }
         }
         tokio::select! {
             () = shutdown.cancelled() => return false,
