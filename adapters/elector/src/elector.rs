@@ -154,7 +154,7 @@ impl Elector {
     /// term then ended too, the result is `Ok(false)` and nothing is logged (the term's
     /// [`cause`](Term::cause) is `ParentCancelled`). A panic in `work` propagates to the caller; the term's
     /// token handed to it is cancelled as the panic unwinds. With
-    /// [`Config::work_deadline`](crate::Config::work_deadline) and [`OnOverdue::Abort`], `work`
+    /// [`Config::work_deadline`](crate::Config::work_deadline) and [`OnOverdue::Abort`](crate::OnOverdue::Abort), `work`
     /// still running that long after its term ended is dropped and the result is `Ok(false)`.
     ///
     /// # Errors
@@ -289,7 +289,7 @@ impl Elector {
 
     /// Asks this replica to give up leadership and not to try the lock for `hold_off` (at most
     /// [`MAX_HOLD_OFF`](crate::MAX_HOLD_OFF); longer is shortened to it), so that another
-    /// replica takes over. A leader ends its term ([`TermEndCause::Resigned`]), gives its work
+    /// replica takes over. A leader ends its term ([`TermEndCause::Resigned`](crate::TermEndCause::Resigned)), gives its work
     /// the stop grace, releases the lock with `pg_advisory_unlock`, logs
     /// `leader: released background leader lock after resigning` and stays a standby; a
     /// standby abandons a check in progress and sits the hold-off out. Returns at once; the

@@ -2,8 +2,7 @@
 //! per-key metrics beyond the spec (transitions, lock attempts, check latency, the last
 //! successful check, the current term). They go to a Prometheus registry
 //! ([`Config::registry`](crate::Config::registry), feature `prometheus`, on by default), to the
-//! `metrics` crate's global recorder ([`Config::metrics_facade`](crate::Config::metrics_facade),
-//! feature `metrics`), to both, or nowhere. The names, labels and help texts are the same on
+//! `metrics` crate's global recorder (`Config::metrics_facade`, feature `metrics`), to both, or nowhere. The names, labels and help texts are the same on
 //! both; `docs/metrics.md` describes each metric and gives alert rules.
 
 #![cfg_attr(

@@ -22,13 +22,14 @@ use crate::metrics::Sinks;
 use crate::session::SessionSource;
 use crate::term::TermShared;
 
+/// The state an elector's handles and its running driver share (see the module docs).
 pub(crate) struct Shared {
     /// Where lock sessions come from: the pool, through the [`SessionSource`] seam.
     sessions: Arc<dyn SessionSource>,
     options: Options,
     election: Mutex<Election<CheckError>>,
     /// [`Leadership::is_leader`] of the published value, for the spec's atomic `IsLeader`;
-    /// written only by [`Inner::publish`], together with the value.
+    /// written only by [`Shared::publish`], together with the value.
     leading: AtomicBool,
     /// The published leadership: the one source every consumer reads.
     leadership: watch::Sender<Leadership>,

@@ -17,8 +17,8 @@ tokio::task_local! {
 
 /// Runs `work` under `name`: a [`Term`] taken inside it (directly, or through
 /// [`Elector::run_if_leader`](crate::Elector::run_if_leader)) carries the name, so a graceful
-/// stop whose grace ends before the work returned names it in its WARN line. The launchers of
-/// [`loops`](crate::loops) name their passes after their loop.
+/// stop whose grace ends before the work returned names it in its WARN line. The loop launchers
+/// of `plexsphere-leader-service` name their passes after their loop.
 pub async fn named_work<F: Future>(name: &str, work: F) -> F::Output {
     WORK_NAME.scope(Arc::from(name), work).await
 }

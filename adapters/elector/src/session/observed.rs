@@ -31,7 +31,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 /// [`Config::new`](crate::Config::new) use by default. Two live connections share a pid only
 /// when they reach different servers; a lookup of such a pid finds no single connection and the
 /// elector falls back to the closed-flag watch. Give a pool its own registry (on both sides:
-/// [`ObservedConnect::with_ends`] and [`Config::session_ends`](crate::Config::session_ends))
+/// [`ObservedConnect::with_ends`] and [`PoolSessions::session_ends`](super::PoolSessions::session_ends))
 /// to keep its lookups apart from other pools', as the simulation does for each run.
 #[derive(Clone, Default)]
 pub struct SessionEnds {
@@ -184,7 +184,7 @@ impl<T> ObservedConnect<T> {
     }
 
     /// A connector that registers its connections' ends in `ends` (give the elector the same
-    /// registry: [`Config::session_ends`](crate::Config::session_ends)).
+    /// registry: [`PoolSessions::session_ends`](super::PoolSessions::session_ends)).
     pub fn with_ends(tls: T, ends: SessionEnds) -> Self {
         Self { tls, ends }
     }
