@@ -264,7 +264,7 @@ impl Sinks {
         let key = key_label(config.key);
         #[cfg(feature = "prometheus")]
         if let Some(registry) = &config.registry {
-            let sink = registry::RegistrySink::register(registry, &key)
+            let sink = registry::ElectorMetrics::register(registry, &key)
                 .map_err(crate::ConfigError::Metrics)?;
             sinks.push(std::sync::Arc::new(sink));
         }

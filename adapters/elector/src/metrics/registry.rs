@@ -22,68 +22,11 @@ use super::{
 };
 
 /// The Prometheus sink of one elector: the spec's gauge and the shared collectors' children for
-/// its `key`.
-pub(super) struct RegistrySink {
-    gauge: IntGauge,
-    metrics: ElectorMetrics,
-}
-
-impl RegistrySink {
-    /// Registers the gauge and the collectors on `registry`, or finds the ones an earlier
-    /// elector registered, and creates every series of `key` (at zero).
-    ///
-    /// # Errors
-    /// The registry refused them, or another kind of collector uses one of the names.
-    pub(super) fn register(registry: &Registry, key: &str) -> Result<Self, prometheus::Error> {
-        Ok(Self {
-            gauge: leader_gauge(registry)?,
-            metrics: ElectorMetrics::register(registry, key)?,
-        })
-    }
-}
-
-impl super::Sink for RegistrySink {
-    fn leading(&self, leading: bool) {
-        self.gauge.set(i64::from(leading));
-    }
-
-    fn term_began(&self, epoch: Option<u64>) {
-        self.metrics.term_began(epoch);
-    }
-
-    fn term_ended(&self) {
-        self.metrics.term_ended();
-    }
-
-    fn transition(&self, transition: Transition) {
-        self.metrics.transition(transition);
-    }
-
-    fn attempt(&self, outcome: AttemptOutcome) {
-        self.metrics.attempt(outcome);
-    }
-
-    fn check_latency(&self, role: CheckRole, took: Duration) {
-        self.metrics.check_latency(role, took);
-    }
-
-    fn check_succeeded(&self) {
-        self.metrics.check_succeeded();
-    }
-
-    fn set_eligible(&self, eligible: bool) {
-        self.metrics.set_eligible(eligible);
-    }
-
-    fn overdue_work(&self, aborted: bool) {
-        self.metrics.overdue_work(aborted);
-    }
-}
-
-/// The metrics of one elector: the shared collectors' children for its `key`, one method per
-/// observation. Every method is a few atomic operations.
+/// its `key`. Every observation is a few atomic operations.
 #[derive(Clone)]
 pub(crate) struct ElectorMetrics {
+    /// The spec's unlabeled gauge, shared by every elector on the registry.
+    gauge: IntGauge,
     is_leader: IntGauge,
     term_start: Gauge,
     term_epoch: IntGauge,
@@ -100,12 +43,14 @@ pub(crate) struct ElectorMetrics {
 }
 
 impl ElectorMetrics {
-    /// Registers the collectors on `registry`, or finds the ones an earlier elector registered,
-    /// and creates every series of `key` (at zero, so rates are defined from the start).
+    /// Registers the spec's gauge and the collectors on `registry`, or finds the ones an earlier
+    /// elector registered, and creates every series of `key` (at zero, so rates are defined
+    /// from the start).
     ///
     /// # Errors
-    /// The registry refused the collectors, or another kind of collector uses one of the names.
+    /// The registry refused them, or another kind of collector uses one of the names.
     pub(crate) fn register(registry: &Registry, key: &str) -> Result<Self, prometheus::Error> {
+        let gauge = leader_gauge(registry)?;
         let collectors = ElectorCollectors::new()?;
         let collectors = match registry.register(Box::new(collectors.clone())) {
             Ok(()) => collectors,
@@ -114,11 +59,17 @@ impl ElectorMetrics {
             }
             Err(error) => return Err(error),
         };
-        collectors.children(key)
+        collectors.children(key, gauge)
+    }
+}
+
+impl super::Sink for ElectorMetrics {
+    fn leading(&self, leading: bool) {
+        self.gauge.set(i64::from(leading));
     }
 
     /// A term began with fencing `epoch`: is-leader 1, its start time and epoch.
-    pub(crate) fn term_began(&self, epoch: Option<u64>) {
+    fn term_began(&self, epoch: Option<u64>) {
         self.term_start.set(unix_seconds(SystemTime::now()));
         self.term_epoch
             .set(epoch.map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX)));
@@ -127,15 +78,15 @@ impl ElectorMetrics {
     }
 
     /// The term ended: is-leader, its start time and epoch go to 0. The transition is counted
-    /// apart, once its cause is known ([`transition`](Self::transition)).
-    pub(crate) fn term_ended(&self) {
+    /// apart, once its cause is known (`transition`).
+    fn term_ended(&self) {
         self.is_leader.set(0);
         self.term_start.set(0.0);
         self.term_epoch.set(0);
     }
 
     /// Counts one leadership transition.
-    pub(crate) fn transition(&self, transition: Transition) {
+    fn transition(&self, transition: Transition) {
         if let Some(counter) =
             index_of(&Transition::ALL, transition).and_then(|index| self.transitions.get(index))
         {
@@ -144,7 +95,7 @@ impl ElectorMetrics {
     }
 
     /// Counts one lock attempt.
-    pub(crate) fn attempt(&self, outcome: AttemptOutcome) {
+    fn attempt(&self, outcome: AttemptOutcome) {
         if let Some(counter) =
             index_of(&AttemptOutcome::ALL, outcome).and_then(|index| self.attempts.get(index))
         {
@@ -153,7 +104,7 @@ impl ElectorMetrics {
     }
 
     /// Observes how long a check's statement took.
-    pub(crate) fn check_latency(&self, role: CheckRole, took: Duration) {
+    fn check_latency(&self, role: CheckRole, took: Duration) {
         if let Some(histogram) =
             index_of(&CheckRole::ALL, role).and_then(|index| self.check_duration.get(index))
         {
@@ -162,17 +113,17 @@ impl ElectorMetrics {
     }
 
     /// A check answered: its wall-clock time.
-    pub(crate) fn check_succeeded(&self) {
+    fn check_succeeded(&self) {
         self.last_check.set(unix_seconds(SystemTime::now()));
     }
 
     /// The replica was made eligible to lead, or not.
-    pub(crate) fn set_eligible(&self, eligible: bool) {
+    fn set_eligible(&self, eligible: bool) {
         self.eligible.set(i64::from(eligible));
     }
 
     /// Work was found running past the work deadline; `aborted` when it was aborted.
-    pub(crate) fn overdue_work(&self, aborted: bool) {
+    fn overdue_work(&self, aborted: bool) {
         if aborted {
             self.overdue_aborted.inc();
         } else {
@@ -226,7 +177,7 @@ impl ElectorCollectors {
     }
 
     /// The children of `key`, every series created.
-    fn children(&self, key: &str) -> Result<ElectorMetrics, prometheus::Error> {
+    fn children(&self, key: &str, gauge: IntGauge) -> Result<ElectorMetrics, prometheus::Error> {
         let transitions = Transition::ALL
             .iter()
             .map(|t| {
@@ -249,6 +200,7 @@ impl ElectorCollectors {
             })
             .collect::<Result<_, _>>()?;
         Ok(ElectorMetrics {
+            gauge,
             is_leader: self.is_leader.get_metric_with_label_values(&[key])?,
             term_start: self.term_start.get_metric_with_label_values(&[key])?,
             term_epoch: self.term_epoch.get_metric_with_label_values(&[key])?,
@@ -386,7 +338,7 @@ fn registered_collectors(registry: &Registry) -> Option<ElectorCollectors> {
 mod tests {
     use super::*;
     use crate::key::LockKey;
-    use crate::metrics::key_label;
+    use crate::metrics::{Sink as _, key_label};
 
     fn value(registry: &Registry) -> Option<i64> {
         let families = registry.gather();
