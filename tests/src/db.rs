@@ -162,6 +162,23 @@ impl TestDb {
             .collect()
     }
 
+    /// The backend pids holding the default key's leader lock, granted rows of the spec's
+    /// `pg_locks` query (`sql::leader_query`) only.
+    ///
+    /// # Errors
+    /// The query failed.
+    pub async fn lock_holders(&self) -> Result<Vec<i32>, HarnessError> {
+        let query = plexsphere_leader::sql::leader_query(plexsphere_leader::LockKey::DEFAULT);
+        let rows = self.admin.query(&query, &[]).await?;
+        rows.iter()
+            .filter_map(|row| match row.try_get::<_, bool>(1) {
+                Ok(true) => Some(row.try_get(0).map_err(HarnessError::from)),
+                Ok(false) => None,
+                Err(error) => Some(Err(error.into())),
+            })
+            .collect()
+    }
+
     /// How many sessions on this database have an `application_name` starting with `prefix`.
     pub async fn session_count(&self, prefix: &str) -> Result<usize, HarnessError> {
         Ok(self.sessions_of(prefix).await?.len())

@@ -89,18 +89,7 @@ where
 
 /// The backend pids holding the leader lock in `db`.
 pub async fn lock_holders(db: &TestDb) -> Vec<i32> {
-    let rows = db
-        .admin()
-        .query(
-            &plexsphere_leader::sql::leader_query(plexsphere_leader::LockKey::DEFAULT),
-            &[],
-        )
-        .await
-        .unwrap();
-    rows.iter()
-        .filter(|row| row.get::<_, bool>(1))
-        .map(|row| row.get(0))
-        .collect()
+    db.lock_holders().await.unwrap()
 }
 
 /// The demo example's binary, built if needed.

@@ -131,18 +131,7 @@ where
 
 /// The leader's backend pids from the spec's `pg_locks` query, granted rows only.
 pub async fn lock_holders(db: &TestDb) -> Vec<i32> {
-    let rows = db
-        .admin()
-        .query(
-            &plexsphere_leader::sql::leader_query(plexsphere_leader::LockKey::DEFAULT),
-            &[],
-        )
-        .await
-        .expect("pg_locks query");
-    rows.iter()
-        .filter(|row| row.get::<_, bool>(1))
-        .map(|row| row.get(0))
-        .collect()
+    db.lock_holders().await.expect("pg_locks query")
 }
 
 /// Index of the one replica that leads, waiting up to `timeout` for exactly one.
