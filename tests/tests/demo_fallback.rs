@@ -18,38 +18,46 @@ use std::time::Duration;
 use loops_support::{demo_binary, free_ports};
 use tokio::process::Command;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_any_dsn_or_local_server_the_demo_runs_on_a_throwaway_cluster_and_removes_it() {
+/// Runs the demo with one replica at a 200 ms interval for `duration` on a free HTTP port, with
+/// whatever `configure` adds (a DSN, environment); waits at most 2 minutes for it to exit.
+async fn run_demo(duration: &str, configure: impl FnOnce(&mut Command)) -> std::process::Output {
     let binary = demo_binary().await;
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let closed_port = closed.local_addr().unwrap().port();
-    drop(closed);
     let port = free_ports(1);
-    let output = Command::new(binary)
+    let mut command = Command::new(binary);
+    command
         .args([
             "--replicas",
             "1",
             "--check-interval",
             "200ms",
             "--duration",
-            "3s",
-            "--http-port",
+            duration,
         ])
+        .arg("--http-port")
         .arg(port.to_string())
-        .env_remove("PLEXSPHERE_DSN")
-        .env(
-            "PLEXSPHERE_DEMO_LOCAL_DSN",
-            format!("host=127.0.0.1 port={closed_port} user=postgres dbname=postgres"),
-        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(120), output)
+        .kill_on_drop(true);
+    configure(&mut command);
+    tokio::time::timeout(Duration::from_secs(120), command.output())
         .await
         .expect("the demo exits after --duration")
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_any_dsn_or_local_server_the_demo_runs_on_a_throwaway_cluster_and_removes_it() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let output = run_demo("3s", |demo| {
+        demo.env_remove("PLEXSPHERE_DSN").env(
+            "PLEXSPHERE_DEMO_LOCAL_DSN",
+            format!("host=127.0.0.1 port={closed_port} user=postgres dbname=postgres"),
+        );
+    })
+    .await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     println!("{stdout}\n{stderr}");
@@ -72,34 +80,14 @@ async fn without_any_dsn_or_local_server_the_demo_runs_on_a_throwaway_cluster_an
 /// wrong password), not just the driver's `db error`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_refuses_the_demo_is_named_with_its_cause() {
-    let binary = demo_binary().await;
-    let port = free_ports(1);
-    let base = plexsphere_leader_tests::base_config().unwrap();
-    let server_port = base.get_ports().first().copied().unwrap_or(5432);
-    let output = Command::new(binary)
-        .args([
-            "--replicas",
-            "1",
-            "--check-interval",
-            "200ms",
-            "--duration",
-            "2s",
-            "--http-port",
-        ])
-        .arg(port.to_string())
-        .arg("--dsn")
-        .arg(format!(
-            "host=127.0.0.1 port={server_port} user=plx_no_such_role dbname=postgres"
-        ))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(120), output)
-        .await
-        .expect("the demo exits after --duration")
-        .unwrap();
+    // The test server, as a role that does not exist.
+    let mut refused = plexsphere_leader_tests::base_config().unwrap();
+    refused.user("plx_no_such_role");
+    let dsn = plexsphere_leader_tests::replica_process::dsn(&refused);
+    let output = run_demo("2s", |demo| {
+        demo.arg("--dsn").arg(dsn);
+    })
+    .await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     let warning = stderr
         .lines()
