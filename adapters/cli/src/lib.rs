@@ -179,12 +179,9 @@ pub async fn query_status_within(
     }
 }
 
-/// Connects with `dsn` (no TLS) and asks [`status::who_leads`], without a timeout of its own
-/// (the DSN's `connect_timeout` still applies to the connection).
-///
-/// # Errors
-/// [`StatusError::Query`] when the DSN is invalid, the connection fails or the query does.
-pub async fn query_status(dsn: &str, key: LockKey) -> Result<Option<LeaderStatus>, StatusError> {
+/// Connects with `dsn` (no TLS) and asks [`status::who_leads`]; unbounded on its own, so only
+/// [`query_status_within`] calls it.
+async fn query_status(dsn: &str, key: LockKey) -> Result<Option<LeaderStatus>, StatusError> {
     let (client, connection) = tokio_postgres::connect(dsn, NoTls).await?;
     let driver = tokio::spawn(connection);
     let answer = status::who_leads(&client, key).await;
