@@ -173,6 +173,9 @@ pub struct Cases {
     pub detections: usize,
     /// Idle periods of lock-holding sessions (the orphan bound).
     pub idle_periods: usize,
+    /// Grants in the instant a queued wait's `lock_timeout` fired, answered with 55P03 all
+    /// the same (PostgreSQL's grant-at-timeout race): each must be released at once.
+    pub timeout_grants: usize,
 }
 
 impl Measurements {
@@ -189,6 +192,7 @@ impl Measurements {
         self.cases.gaps += other.cases.gaps;
         self.cases.detections += other.cases.detections;
         self.cases.idle_periods += other.cases.idle_periods;
+        self.cases.timeout_grants += other.cases.timeout_grants;
         self.fence.merge(&other.fence);
     }
 }
@@ -240,6 +244,9 @@ struct Hold {
     released: Option<Duration>,
     /// The release was `pg_terminate_backend` ending the holding session (a nemesis fault).
     terminated: bool,
+    /// Granted in the instant the session's queued wait timed out: the statement failed with
+    /// 55P03 though the session holds the lock ([`Event::GrantedAtLockTimeout`]).
+    at_timeout: bool,
 }
 
 /// Checks a run; returns what it measured and every violation, in time order.
@@ -281,14 +288,16 @@ impl<'a> Checker<'a> {
             .iter()
             .enumerate()
             .flat_map(|(index, server)| holds(index, &server.log, &owners[index]))
-            .collect();
+            .collect::<Vec<Hold>>();
+        let mut measured = Measurements::default();
+        measured.cases.timeout_grants = holds.iter().filter(|h| h.at_timeout).count();
         Self {
             e,
             p: e.params,
             end: e.history.end,
             owners,
             holds,
-            measured: Measurements::default(),
+            measured,
             violations: Vec::new(),
         }
     }
@@ -757,6 +766,27 @@ impl<'a> Checker<'a> {
             if !self.healthy(replica, before, grant.granted + margin) {
                 continue;
             }
+            // A grant whose queued wait failed with 55P03 in the same instant (the
+            // grant-at-timeout race) makes no leader: the replica must release it at once, and
+            // that release is checked as a moment the lock becomes free. Kept, it strands the
+            // lock on a replica that does not lead.
+            if grant.at_timeout {
+                let held = grant.released.unwrap_or(self.end) - grant.granted;
+                if held > margin {
+                    self.violate(
+                        grant.granted,
+                        Property::Liveness,
+                        format!(
+                            "r{replica}.{incarnation} kept the lock on {} for {} after its queued wait failed with 55P03 though granted (pid {}; it must release it within {})",
+                            SERVERS[server],
+                            ms(held),
+                            grant.pid,
+                            ms(margin)
+                        ),
+                    );
+                }
+                continue;
+            }
             let began = self
                 .e
                 .history
@@ -933,7 +963,17 @@ fn holds(server: usize, log: &[LogEntry], owners: &BTreeMap<i32, Owner>) -> Vec<
                 granted: entry.at,
                 released: None,
                 terminated: false,
+                at_timeout: false,
             }),
+            Event::GrantedAtLockTimeout { pid, .. } => {
+                if let Some(hold) = holds
+                    .iter_mut()
+                    .rev()
+                    .find(|h| h.pid == *pid && h.released.is_none())
+                {
+                    hold.at_timeout = true;
+                }
+            }
             Event::LockReleased {
                 pid,
                 remaining: 0,

@@ -134,8 +134,8 @@ impl fmt::Display for Report {
         let cases = all.measured.cases;
         let _ = writeln!(
             out,
-            "cases measured: {} overlaps, {} leaderless gaps with a healthy standby, {} detections, {} idle periods of lock holders",
-            cases.overlaps, cases.gaps, cases.detections, cases.idle_periods
+            "cases measured: {} overlaps, {} leaderless gaps with a healthy standby, {} detections, {} idle periods of lock holders, {} grants at a lock_timeout (55P03)",
+            cases.overlaps, cases.gaps, cases.detections, cases.idle_periods, cases.timeout_grants
         );
         let fence = all.measured.fence;
         let _ = writeln!(

@@ -317,6 +317,9 @@ fn describe(entry: &LogEntry) -> String {
         } => format!("session {pid} opened by {application_name}"),
         Event::SessionEnded { pid, reason, .. } => format!("session {pid} ended: {reason:?}"),
         Event::LockGranted { pid, count, .. } => format!("lock granted to {pid} (count {count})"),
+        Event::GrantedAtLockTimeout { pid, .. } => {
+            format!("wait of {pid} fails with 55P03 at its lock_timeout, though granted the lock")
+        }
         Event::LockReleased {
             pid,
             remaining,

@@ -1477,6 +1477,98 @@ fn lock_timeout_fails_the_wait_with_55p03_and_rolls_back_the_local_setting() {
     sim.run().unwrap();
 }
 
+/// What a queued wait ended with when the lock was freed around the tick its `lock_timeout`
+/// was due: its answer (the outcome, or the SQLSTATE), whether its session then held the
+/// lock, whether the server logged the race, and what the elector's release-if-held
+/// statement answered on that session.
+#[derive(Debug, PartialEq, Eq)]
+struct RaceOutcome {
+    answer: Result<String, String>,
+    holds: bool,
+    logged: bool,
+    released: String,
+}
+
+/// Session a holds the lock, session b waits for it with a `lock_timeout` of 200 ms, and the
+/// server ends a's session (freeing the lock) `offset` ticks after the tick b's timeout is due.
+fn free_the_lock_around_the_timeout(offset: i8) -> RaceOutcome {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    let outcome = Rc::new(RefCell::new(None));
+    let out = Rc::clone(&outcome);
+    sim.client("app", async move {
+        let a = Session::open("pg1", "a").await?;
+        let b = Session::open("pg1", "b").await?;
+        let (pa, pb) = (a.pid().await, b.pid().await);
+        a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?;
+        let b_task = tokio::task::spawn_local(async move {
+            let answer = b
+                .values(&sql::wait_for_lock(KEY, IDENTITY, 200, BOUND_MS))
+                .await
+                .map(|row| row[0].clone())
+                .map_err(|e| code(&e));
+            (b, answer)
+        });
+        sleep(Duration::from_millis(10)).await;
+        let due = h.queries().last().unwrap().received + Duration::from_millis(200);
+        let freed = match offset {
+            0.. => due + Duration::from_millis(offset.unsigned_abs().into()),
+            _ => due - Duration::from_millis(offset.unsigned_abs().into()),
+        };
+        // The server host steps before this one: it ends a's session in the next tick.
+        sleep(freed - Duration::from_millis(1) - now()).await;
+        assert!(h.terminate_backend(pa));
+        let (b, answer) = b_task.await.unwrap();
+        assert_eq!(release_time(&h, pa), Some(freed));
+        let holds = h.holder(DB, LEADER) == Some(pb);
+        let logged = h.log().iter().any(|entry| {
+            entry.at == freed
+                && matches!(entry.event, Event::GrantedAtLockTimeout { pid, .. } if pid == pb)
+        });
+        let released = b.value(&sql::release_if_held(KEY)).await?;
+        assert_eq!(h.holder(DB, LEADER), None);
+        *out.borrow_mut() = Some(RaceOutcome {
+            answer,
+            holds,
+            logged,
+            released,
+        });
+        Ok(())
+    });
+    sim.run().unwrap();
+    assert_eq!(handle.check_mutual_exclusion(), Ok(()));
+    outcome.take().unwrap()
+}
+
+/// PostgreSQL's grant-at-timeout race: a queued `pg_advisory_lock` granted in the instant its
+/// `lock_timeout` fires still fails with 55P03, and the session keeps the lock (a
+/// session-level lock outlives the failed statement) until the client releases it, as the
+/// elector's release-if-held does. In the model that instant is the tick: the lock freed a
+/// tick before the timeout is due is granted; freed in that tick, it is granted and the wait
+/// still fails with 55P03; a tick later the waiter has left the queue and the lock stays free.
+#[test]
+fn a_wait_granted_in_the_tick_its_lock_timeout_fires_fails_with_55p03_and_keeps_the_lock() {
+    let outcome = |answer: Result<&str, &str>, holds, logged, released: &str| RaceOutcome {
+        answer: answer.map(str::to_owned).map_err(str::to_owned),
+        holds,
+        logged,
+        released: released.to_owned(),
+    };
+    assert_eq!(
+        free_the_lock_around_the_timeout(-1),
+        outcome(Ok("granted"), true, false, "t")
+    );
+    assert_eq!(
+        free_the_lock_around_the_timeout(0),
+        outcome(Err("55P03"), true, true, "t")
+    );
+    assert_eq!(
+        free_the_lock_around_the_timeout(1),
+        outcome(Err("55P03"), false, false, "f")
+    );
+}
+
 #[test]
 fn lock_timeout_in_a_block_fails_the_block_and_rollback_restores_settings() {
     let mut sim = sim();

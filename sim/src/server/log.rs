@@ -56,6 +56,16 @@ pub enum Event {
         /// The session's count after the grant; 1 means the lock was free before.
         count: u64,
     },
+    /// A queued `pg_advisory_lock` was granted in the instant its `lock_timeout` expired
+    /// (PostgreSQL's grant-at-timeout race): the statement failed with 55P03 all the same,
+    /// and the session holds the lock, whose [`Event::LockGranted`] came just before. A
+    /// session-level lock outlives the failed statement; the client must release it.
+    GrantedAtLockTimeout {
+        /// Backend pid of the session that holds the lock and got 55P03.
+        pid: i32,
+        /// The lock.
+        lock: LockId,
+    },
     /// A session's count on a lock went down.
     LockReleased {
         /// Backend pid of the holding session.

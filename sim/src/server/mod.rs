@@ -7,7 +7,9 @@
 //! those statements without parameters (what `tokio_postgres`'s `query` sends). It models
 //! session advisory locks with re-entrancy counts,
 //! `idle_session_timeout` (FATAL 57P05), `idle_in_transaction_session_timeout` (FATAL 25P03),
-//! `pg_advisory_lock`'s FIFO wait queue with `lock_timeout` (ERROR 55P03), transaction-local
+//! `pg_advisory_lock`'s FIFO wait queue with `lock_timeout` (ERROR 55P03; a wait granted in
+//! the tick its timeout fires still fails with 55P03 and keeps the lock, as PostgreSQL's
+//! grant-at-timeout race does, logged as [`Event::GrantedAtLockTimeout`]), transaction-local
 //! `set_config`, custom placeholder settings, hot standbys (`pg_is_in_recovery()`, see
 //! [`ServerConfig::with_in_recovery`]), the fencing table (committed data that survives
 //! crashes and, with [`ServerHandle::replicate_to`], failovers) with `FOR SHARE` row locks

@@ -11,7 +11,9 @@
 //! over (the row to be free), for `lock_timeout`, or for a terminate request. As in PostgreSQL with
 //! `client_connection_check_interval = 0` (the default), the socket is not watched during
 //! the wait: a waiter whose client went away stays queued, is granted the lock in its turn,
-//! and releases it when the session then ends on the closed socket.
+//! and releases it when the session then ends on the closed socket. A wait granted in the
+//! tick its `lock_timeout` is due fails with 55P03 all the same and keeps the advisory lock
+//! (PostgreSQL's grant-at-timeout race, see `State::finish_wait`).
 
 use std::io;
 use std::rc::Rc;
@@ -23,7 +25,7 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 use turmoil::net::TcpStream;
 
-use super::exec::{self, Blocked, Run, WaitEnd};
+use super::exec::{self, Blocked, Run};
 use super::extended::{self, Execution};
 use super::frontend::{self, Frame, StartupPacket};
 use super::handle::TransactionStatus;
@@ -441,18 +443,22 @@ async fn wait_for_lock(
             () = wake.notified() => false,
             () = sleep_until_some(deadline) => true,
         };
+        if timed_out && !shared.borrow().wait_granted(pid) {
+            // Sessions woken in this same instant go first: a release among them hands the
+            // lock over in the instant the timeout fires, which PostgreSQL answers with 55P03
+            // all the same (see `State::finish_wait`).
+            tokio::task::yield_now().await;
+        }
         let run = {
             let mut state = shared.borrow_mut();
             if state.take_terminate(pid) {
                 state.end_wait(pid);
                 None
             } else if timed_out || state.wait_granted(pid) {
-                let end = if state.end_wait(pid) {
-                    WaitEnd::Granted
-                } else {
-                    WaitEnd::TimedOut
-                };
+                // A grant woke it in the tick its lock_timeout is due: the timeout still wins.
+                let expired = timed_out || deadline.is_some_and(|due| Instant::now() >= due);
                 let at = state.clock();
+                let end = state.finish_wait(pid, expired, at);
                 Some(exec::resume(&mut state, pid, blocked, end, at))
             } else {
                 continue;

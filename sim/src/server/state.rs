@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::config::ServerConfig;
+use super::exec::WaitEnd;
 use super::extended::Prepared;
 use super::guc::Gucs;
 use super::handle::TransactionStatus;
@@ -357,6 +358,25 @@ impl State {
             }
         }
         granted
+    }
+
+    /// Ends session `pid`'s lock wait, granted or not, at `at`; `expired` when its
+    /// `lock_timeout` is due in this instant. A wait granted in the instant its timeout is due
+    /// still fails with 55P03, as in PostgreSQL: the timeout's interrupt is already pending
+    /// when the grant wakes the backend, and `LockErrorCleanup` keeps the grant. An advisory
+    /// lock so granted stays with the session (a session-level lock outlives the failed
+    /// statement), logged as [`Event::GrantedAtLockTimeout`]; a row so freed is not updated
+    /// (its transaction-level lock goes with the failed statement).
+    pub(crate) fn finish_wait(&mut self, pid: i32, expired: bool, at: Duration) -> WaitEnd {
+        let waited = self.sessions.get(&pid).and_then(|s| s.waiting.clone());
+        match (self.end_wait(pid), expired, waited) {
+            (true, false, _) => WaitEnd::Granted,
+            (true, true, Some(Wait::Advisory(lock))) => {
+                self.record(at, Event::GrantedAtLockTimeout { pid, lock });
+                WaitEnd::TimedOut
+            }
+            _ => WaitEnd::TimedOut,
+        }
     }
 
     /// Whether session `pid`'s wait is over (see [`Session::wait_granted`]).
