@@ -24,6 +24,7 @@ pub mod invariants;
 mod liveness;
 mod options;
 pub mod readiness;
+mod release;
 mod schedule;
 pub mod supervision;
 mod verify;
@@ -41,6 +42,7 @@ pub use liveness::{STUCK_AFTER_INTERVALS, StuckLeader};
 pub use options::{
     AcquireMode, MAX_STOP_GRACE_INTERVALS, OnOverdue, Options, StopGraceTooLong, WorkDeadline,
 };
+pub use release::{Release, ReleaseOutcome};
 pub use verify::{LockCheck, LockFinding};
 
 /// Compiles the package README's example.

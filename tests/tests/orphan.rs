@@ -86,3 +86,75 @@ async fn a_leader_cut_off_without_fin_loses_the_lock_within_four_intervals_and_d
     drop(proxy);
     db.cleanup().await.unwrap();
 }
+
+/// A graceful stop whose unlock never gets an answer (the lock session blackholed: no FIN, no
+/// RST) ends the run within the stop budget (grace, then the 2-second unlock), publishes the
+/// release as unanswered rather than released, and the server frees the orphan by the
+/// `idle_session_timeout` the grant set (4·I), after which the standby leads.
+#[tokio::test]
+async fn a_graceful_stop_while_the_lock_session_is_blackholed_ends_in_budget_and_says_unanswered() {
+    let db = TestDb::create("orphan_blackholed_stop").await.unwrap();
+    let proxy = FaultProxy::in_front_of(&db.config()).await.unwrap();
+    let leader = Replica::spawn(
+        pool_for(proxy.pg_config(&db.config_with_app_name("blackholed")), 2).unwrap(),
+        I,
+    );
+    wait_for(STARTUP, || leader.elector.is_leader())
+        .await
+        .expect("leads through the proxy");
+    let standby = Replica::spawn_as(db.pool_with_app_name("standby", 2).unwrap(), I, "standby");
+    let observer = LockObserver::start(&db.config()).await.unwrap();
+    let orphan = observer
+        .wait_for_holder(MARGIN)
+        .await
+        .expect("the lock is held");
+    let elector = leader.elector.clone();
+    let budget = elector.stop_budget();
+
+    proxy.set_both(Mode::Blackhole);
+    let cut = Instant::now();
+    let stop = tokio::spawn(async move {
+        leader.stop().await.expect("the run ends");
+        cut.elapsed()
+    });
+    // The server frees the orphan by the idle timeout while the unlock still waits.
+    let new_holder = observer
+        .wait_for_new_holder(orphan.pid, 4 * I + I + MARGIN)
+        .await
+        .expect("the server ends the orphaned session and the standby takes the lock");
+    let freed_after = cut.elapsed();
+    let stopped_after = stop.await.unwrap();
+    assert!(
+        stopped_after <= budget + MARGIN,
+        "the run ended {stopped_after:?} after the stop, budget {budget:?}"
+    );
+    let leadership = elector.leadership();
+    let end = leadership.last_end().expect("the term ended");
+    assert_eq!(end.cause, plexsphere_leader::TermEndCause::Stopped);
+    let release = leadership.last_release().expect("the release is published");
+    assert_eq!(release.term, end.id);
+    assert_eq!(
+        release.outcome,
+        plexsphere_leader::ReleaseOutcome::Unanswered(plexsphere_leader::UNLOCK_BUDGET),
+        "the unlock got no answer: {}",
+        release.outcome
+    );
+    assert!(!release.outcome.is_confirmed());
+
+    assert_eq!(new_holder.application_name.as_deref(), Some("standby"));
+    assert!(
+        freed_after <= 4 * I + I + MARGIN,
+        "freed and retaken after {freed_after:?}"
+    );
+    assert!(standby.elector.is_leader());
+    assert_eq!(observer.max_granted(), 1, "never two granted rows");
+    println!(
+        "blackholed stop: run ended after {stopped_after:?} (budget {budget:?}); lock freed and \
+         retaken after {freed_after:?} (idle timeout {:?})",
+        4 * I
+    );
+
+    standby.stop().await.unwrap();
+    drop(proxy);
+    db.cleanup().await.unwrap();
+}

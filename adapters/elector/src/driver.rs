@@ -255,6 +255,9 @@ impl Driver {
                     })
                     .flatten();
                 log::emit(&record, self.inner.interval().get(), work.as_deref());
+                if let Some(release) = record.release() {
+                    self.inner.released(release);
+                }
             }
             Action::Finish => self.finished = true,
         }

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use plexsphere_leader_core::{TermEndCause, TermId};
+use plexsphere_leader_core::{Release, TermEndCause, TermId};
 
 /// This replica's place in the election, published by the elector every time a term begins or
 /// ends (a `tokio::sync::watch` value: [`Elector::subscribe`](crate::Elector::subscribe)).
@@ -15,6 +15,7 @@ use plexsphere_leader_core::{TermEndCause, TermId};
 pub struct Leadership {
     current: Option<TermInfo>,
     last_end: Option<TermEnd>,
+    last_release: Option<Release>,
 }
 
 /// A term of leadership of this replica.
@@ -61,6 +62,23 @@ impl Leadership {
         self.last_end
     }
 
+    /// How the last term that gave up its lock did so: published after its end, once the
+    /// graceful stop's unlock answered, failed or went unanswered (or a panic, drop or the
+    /// session's end closed it). A term lost to a failed check has none. `None` before the
+    /// first such release. A reader that printed [`TermEvent::Ended`] for a stopped term waits
+    /// for this to say whether the lock is already free.
+    pub fn last_release(&self) -> Option<Release> {
+        self.last_release
+    }
+
+    /// The value once `release` was decided.
+    pub(crate) fn released(self, release: Release) -> Self {
+        Self {
+            last_release: Some(release),
+            ..self
+        }
+    }
+
     /// The value once term `id` began at `since`.
     pub(crate) fn began(self, id: TermId, epoch: Option<u64>, since: Instant) -> Self {
         Self {
@@ -75,6 +93,7 @@ impl Leadership {
         match self.current {
             Some(term) => Self {
                 current: None,
+                last_release: self.last_release,
                 last_end: Some(TermEnd {
                     id: term.id,
                     epoch: term.epoch,

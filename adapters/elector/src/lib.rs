@@ -64,8 +64,8 @@ pub use overdue::OVERDUE_WORK_MESSAGE;
 pub use plexsphere_leader_core::work::Interruption;
 pub use plexsphere_leader_core::{
     AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, LossReason, MAX_HOLD_OFF,
-    MAX_STOP_GRACE_INTERVALS, STUCK_AFTER_INTERVALS, StopGraceTooLong, StuckLeader, TermEndCause,
-    TermId, UNLOCK_BUDGET,
+    MAX_STOP_GRACE_INTERVALS, Release, ReleaseOutcome, STUCK_AFTER_INTERVALS, StopGraceTooLong,
+    StuckLeader, TermEndCause, TermId, UNLOCK_BUDGET,
 };
 pub use term::{Term, named_work};
 

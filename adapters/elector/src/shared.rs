@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use plexsphere_leader_core::{CheckInterval, Election, Event, Options, TermEndCause, TermId};
+use plexsphere_leader_core::{
+    CheckInterval, Election, Event, Options, Release, TermEndCause, TermId,
+};
 use tokio::sync::{Notify, watch};
 
 use crate::error::CheckError;
@@ -173,6 +175,11 @@ impl Shared {
             term.end(cause);
         }
         current
+    }
+
+    /// A term's hold on the lock ended as `release` says: published beside the leadership.
+    pub(crate) fn released(&self, release: Release) {
+        self.publish(|leadership| leadership.released(release));
     }
 
     /// Whether a work deadline is set ([`Config::work_deadline`]).
