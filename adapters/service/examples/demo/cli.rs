@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use plexsphere_leader::LockKey;
+use plexsphere_leader::{AcquireMode, LockKey};
 
 /// The environment variable naming the database, when `--dsn` is not given.
 pub(crate) const DSN_ENV: &str = "PLEXSPHERE_DSN";
@@ -38,9 +38,46 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = LockKey::DEFAULT, allow_hyphen_values = true)]
     pub(crate) key: LockKey,
 
+    /// How a standby asks for the lock: `poll` tries it every interval (the spec), `queue`
+    /// waits in the server's lock queue and takes over within milliseconds of a release.
+    #[arg(long, value_enum, default_value_t = Acquire::Poll)]
+    pub(crate) acquire: Acquire,
+
+    /// Give every term a fencing epoch from the `plexsphere_leader_fence` table (created at
+    /// start); `/status` shows the epoch.
+    #[arg(long)]
+    pub(crate) fencing: bool,
+
     /// Exit cleanly after this long (e.g. 30s); runs until Ctrl-C or SIGTERM without it.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) duration: Option<Duration>,
+}
+
+/// `--acquire`: the elector's [`AcquireMode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Acquire {
+    /// Try the lock every check interval (the spec's behaviour).
+    Poll,
+    /// Wait in the server's lock queue.
+    Queue,
+}
+
+impl From<Acquire> for AcquireMode {
+    fn from(acquire: Acquire) -> Self {
+        match acquire {
+            Acquire::Poll => Self::Poll,
+            Acquire::Queue => Self::Queue,
+        }
+    }
+}
+
+impl std::fmt::Display for Acquire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Poll => "poll",
+            Self::Queue => "queue",
+        })
+    }
 }
 
 /// Parses a duration written as one or more `<number><unit>` parts, units `ns`, `us`, `ms`, `s`,
@@ -118,6 +155,8 @@ mod tests {
         assert_eq!(args.dsn, None);
         assert_eq!(args.duration, None);
         assert_eq!(args.key, LockKey::DEFAULT);
+        assert_eq!(args.acquire, Acquire::Poll);
+        assert!(!args.fencing);
         let args = Args::try_parse_from([
             "demo",
             "--replicas",
@@ -132,6 +171,9 @@ mod tests {
             "3s",
             "--key",
             "-7:2",
+            "--acquire",
+            "queue",
+            "--fencing",
         ])
         .unwrap();
         assert_eq!(args.replicas, 2);
@@ -140,5 +182,8 @@ mod tests {
         assert_eq!(args.http_port, 9000);
         assert_eq!(args.duration, Some(Duration::from_secs(3)));
         assert_eq!(args.key, LockKey::new(-7, 2));
+        assert_eq!(AcquireMode::from(args.acquire), AcquireMode::Queue);
+        assert!(args.fencing);
+        assert!(Args::try_parse_from(["demo", "--acquire", "wait"]).is_err());
     }
 }

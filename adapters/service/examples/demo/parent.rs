@@ -36,8 +36,16 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
         return Err("--http-port plus --replicas exceeds 65535".into());
     }
     say(&format!(
-        "event=start replicas={} check_interval={:?} key={} database={:?} http=127.0.0.1:{}..{}",
-        args.replicas, args.check_interval, args.key, database.source, args.http_port, last_port
+        "event=start replicas={} check_interval={:?} key={} acquire={} fencing={} database={:?} \
+         http=127.0.0.1:{}..{}",
+        args.replicas,
+        args.check_interval,
+        args.key,
+        args.acquire,
+        args.fencing,
+        database.source,
+        args.http_port,
+        last_port
     ));
 
     let (exits, mut exited) = mpsc::unbounded_channel();
@@ -52,6 +60,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
         replicas.push(watch(child, index, pid, exits.clone()));
     }
     drop(exits);
+    say(&hint(&args));
 
     let deadline = async {
         match args.duration {
@@ -91,6 +100,16 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
     }
 }
 
+/// What to try once the replicas run: one line, so that scripts can skip it (`event=hint`).
+fn hint(args: &Args) -> String {
+    format!(
+        "event=hint text=\"kill -9 the pid of the replica that acquired the lock and \
+         another takes over within about {:?}; curl http://127.0.0.1:{}/status shows who leads; \
+         Ctrl-C stops every replica\"",
+        args.check_interval, args.http_port
+    )
+}
+
 fn spawn(args: &Args, index: u16, dsn: &str) -> Result<Child, Error> {
     let exe = std::env::current_exe()?;
     let mut command = Command::new(exe);
@@ -103,6 +122,9 @@ fn spawn(args: &Args, index: u16, dsn: &str) -> Result<Child, Error> {
         .arg(args.http_port.to_string())
         .arg("--key")
         .arg(args.key.to_string())
+        .arg("--acquire")
+        .arg(args.acquire.to_string())
+        .args(args.fencing.then_some("--fencing"))
         .env(REPLICA_ENV, index.to_string())
         .env(DSN_ENV, dsn)
         .stdin(Stdio::piped())

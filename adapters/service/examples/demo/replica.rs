@@ -15,7 +15,8 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use plexsphere_leader::{
-    Config, Elector, Leadership, OnOverdue, Resignation, TermEndCause, TermEvent, TermEvents,
+    Config, Elector, Leadership, OnOverdue, Release, ReleaseOutcome, Resignation, TermEnd,
+    TermEndCause, TermEvent, TermEvents, TermId,
 };
 use plexsphere_leader_service::loops::{BoxError, ELECTION_WORKER, TickMetrics, Wired, pass_fn};
 use plexsphere_leader_service::{
@@ -99,16 +100,15 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
     let (elector, pool) = match &dsn {
         Some(dsn) => {
             let pool = pool(dsn, &me.application_name)?;
-            if !create_schema(&pool, &shutdown, me.interval).await {
-                return Ok(());
-            }
             // Leader work still running two intervals after its term ended is reported.
             let config = Config::new(pool.clone())
                 .check_interval(me.interval)
                 .registry(&registry)
                 .work_deadline(2 * me.interval, OnOverdue::Report)
                 .identity(&me.application_name)
-                .key(args.key);
+                .key(args.key)
+                .acquire_mode(args.acquire.into())
+                .fencing(args.fencing);
             let elector = Elector::new(config)?;
             // Liveness, never readiness: a leader whose election stopped being driven.
             liveness.register(
@@ -135,6 +135,25 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         Wired::Loops(names) => tracing::info!(workers = names.len(), "background loops wired"),
     }
 
+    // Served before the database answers: /livez passes, /readyz fails (no boot pass yet) and
+    // /status says no replica of this process leads, while the schema waits for the server.
+    let probes = Probes {
+        readiness: readiness.clone(),
+        liveness: liveness.clone(),
+        registry: registry.clone(),
+    };
+    let server = serve(&args, &me, probes, elector.clone(), &shutdown).await;
+    if let Err(error) = &server {
+        let error = chain(error.as_ref());
+        tracing::error!(%error, "cannot serve HTTP");
+        shutdown.cancel();
+    }
+    if let Some(pool) = &pool
+        && !create_schema(pool, &shutdown, me.interval, args.fencing).await
+    {
+        return stop_serving(server).await;
+    }
+
     // The boot passes run on every replica, ungated, before it reports ready.
     let boot = background.boot(&shutdown).await;
     for failed in boot.failures() {
@@ -147,17 +166,6 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
     let watcher = elector
         .clone()
         .map(|elector| tokio::spawn(print_leadership(elector, me.clone(), watch.clone())));
-    let probes = Probes {
-        readiness: readiness.clone(),
-        liveness: liveness.clone(),
-        registry: registry.clone(),
-    };
-    let server = serve(&args, &me, probes, elector.clone(), &shutdown).await;
-    if let Err(error) = &server {
-        let error = chain(error.as_ref());
-        tracing::error!(%error, "cannot serve HTTP");
-        shutdown.cancel();
-    }
 
     shutdown.cancelled().await;
     // Long enough for a leader's graceful stop (its stop grace, then the unlock).
@@ -172,11 +180,16 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
     if let Some(watcher) = watcher {
         let _ = watcher.await;
     }
-    if let Ok(server) = server {
-        let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
-    }
     if let Some(pool) = pool {
         pool.close();
+    }
+    stop_serving(server).await
+}
+
+/// Waits (at most 2 s) for the HTTP server, whose graceful shutdown `shutdown` started.
+async fn stop_serving(server: Result<tokio::task::JoinHandle<()>, Error>) -> Result<(), Error> {
+    if let Ok(server) = server {
+        let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
     }
     Ok(())
 }
@@ -220,11 +233,21 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// Creates the demo schema, retrying every interval until it works; `false` when the shutdown
 /// came first.
-async fn create_schema(pool: &Pool, shutdown: &CancellationToken, interval: Duration) -> bool {
+/// Creates the demo's tables (and the fence table with `--fencing`), retrying every interval
+/// (at least 500 ms) until the database answers; `false` when `shutdown` came first.
+async fn create_schema(
+    pool: &Pool,
+    shutdown: &CancellationToken,
+    interval: Duration,
+    fencing: bool,
+) -> bool {
     loop {
         let attempt = async {
             let mut client = pool.get().await?;
             passes::create_schema(&mut client).await?;
+            if fencing {
+                plexsphere_leader::fencing::setup(&**client).await?;
+            }
             Ok::<(), Error>(())
         };
         match attempt.await {
@@ -510,7 +533,7 @@ async fn key_watcher(
 /// the elector's published leadership: no polling, and the typed cause of each term's end.
 async fn print_leadership(elector: Elector, me: Me, watch: CancellationToken) {
     let mut published = elector.subscribe();
-    let mut events = TermEvents::new();
+    let mut events = Printed::default();
     loop {
         let leadership = *published.borrow_and_update();
         print_events(&me, &mut events, &leadership);
@@ -523,15 +546,26 @@ async fn print_leadership(elector: Elector, me: Me, watch: CancellationToken) {
     print_events(&me, &mut events, &elector.leadership());
 }
 
-fn print_events(me: &Me, events: &mut TermEvents, leadership: &Leadership) {
-    for event in events.read(leadership) {
+/// What [`print_events`] already printed.
+#[derive(Default)]
+struct Printed {
+    terms: TermEvents,
+    release: Option<TermId>,
+}
+
+/// Prints the term begins and ends `leadership` implies, then the release of a stopped term
+/// once the elector knows what the unlock did: `event=released` when the server released it,
+/// else `event=release-failed` with the outcome (the lock may be left for the server to free).
+fn print_events(me: &Me, printed: &mut Printed, leadership: &Leadership) {
+    for event in printed.terms.read(leadership) {
         let text = match event {
             TermEvent::Began(term) => format!("event=acquired term={}", term.id),
+            // The stop's line waits for its release below.
+            TermEvent::Ended(TermEnd {
+                cause: TermEndCause::Stopped,
+                ..
+            }) => continue,
             TermEvent::Ended(end) => match end.cause {
-                TermEndCause::Stopped => format!(
-                    "event=released term={} cause=\"election stopped: lock released\"",
-                    end.id
-                ),
                 TermEndCause::Resigned => {
                     format!(
                         "event=resigned term={} cause=\"leadership resigned\"",
@@ -551,6 +585,33 @@ fn print_events(me: &Me, events: &mut TermEvents, leadership: &Leadership) {
         };
         line(me, &text);
     }
+    let stopped = leadership
+        .last_end()
+        .filter(|end| end.cause == TermEndCause::Stopped);
+    let release = leadership
+        .last_release()
+        .filter(|release| stopped.is_some_and(|end| end.id == release.term))
+        .filter(|release| printed.release != Some(release.term));
+    if let Some(release) = release {
+        printed.release = Some(release.term);
+        line(me, &release_line(release));
+    }
+}
+
+/// The line of a stopped term's release.
+fn release_line(release: Release) -> String {
+    if release.outcome == ReleaseOutcome::Released {
+        return format!(
+            "event=released term={} cause=\"election stopped: {}\"",
+            release.term, release.outcome
+        );
+    }
+    format!(
+        "event=release-failed term={} outcome={} cause=\"election stopped: {}\"",
+        release.term,
+        release.outcome.label(),
+        release.outcome
+    )
 }
 
 fn line(me: &Me, event: &str) {
@@ -655,6 +716,11 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
         "is_leader": is_leader,
         "eligible": state.elector.as_ref().map(Elector::is_eligible),
         "term": term,
+        "epoch": state
+            .elector
+            .as_ref()
+            .and_then(|elector| elector.leadership().term())
+            .and_then(|term| term.epoch),
         "lock_backend_pid": lock_backend_pid,
         "leader": leader,
         "live": live.as_ref().map(Result::is_ok),
