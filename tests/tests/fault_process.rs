@@ -19,6 +19,7 @@
 //! | server→client drop | demotes within 2·I; its close reaches the server, which frees the lock at once (no FATAL) |
 //! | reply lost after the try | the client never leads; the grant's own `idle_session_timeout` frees the orphan within 4·I |
 //! | `pg_terminate_backend` of a standby, then of the leader | standby: no effect on the leader, it reconnects; leader: demotes within 2·I, successor follows |
+//! | SIGSTOP for 2·I (between I and 3·I), then SIGCONT | the server keeps the session: no successor; the resumed leader keeps its term and lock backend |
 //! | SIGSTOP longer than the idle timeout, then SIGCONT | server frees within 4·I; successor within 5·I; the resumed leader demotes at its next check (2·I) |
 //! | slow server (answers after 2·I) | nobody leads while slow; one WARN per interval; a leader within 2·I of recovery |
 //! | pool exhausted by other work | each attempt ends within one interval with a WARN; leads once the pool has room |
@@ -561,6 +562,54 @@ async fn a_leader_stopped_longer_than_the_idle_timeout_loses_the_lock_and_demote
         2 * I + MARGIN,
     );
     assert_eq!(fleet.leaders(), vec![b]);
+
+    fleet.finish(db.admin()).await;
+    db.cleanup().await.unwrap();
+}
+
+/// A pause shorter than the idle timeout (2·I here: between I and 3·I) leaves the server
+/// session alone, so the lock stays with the frozen leader's backend: the standby cannot take
+/// it, and the resumed leader's overdue check finds the same backend holding it and keeps its
+/// term. The freeze starts halfway between two checks, so no check is in flight when it lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_between_one_and_three_intervals_keeps_the_term_and_the_lock_backend() {
+    let db = TestDb::create("fault_short_sigstop").await.unwrap();
+    let observer = LockObserver::start(&db.config()).await.unwrap();
+    let mut fleet = Fleet::new();
+    let a = fleet.spawn("a", &db.config(), I).await;
+    fleet.wait_lead(a, STARTUP).await;
+    let b = fleet.spawn("b", &db.config(), I).await;
+    fleet.wait_checked(db.admin(), b).await;
+    let holder = observer.wait_for_holder(MARGIN).await.expect("a holds");
+
+    let ready = ready_at(fleet.get(a));
+    sleep_until(next_check(ready, I, Instant::now() + I) + I / 2).await;
+    fleet.get(a).signal(Signal::SIGSTOP).unwrap();
+    let stopped = Instant::now();
+    tokio::time::sleep(2 * I).await;
+    fleet.get(a).signal(Signal::SIGCONT).unwrap();
+    let resumed = Instant::now();
+    // Three checks after the resume.
+    tokio::time::sleep(3 * I).await;
+
+    assert_eq!(fleet.leaders(), vec![a], "a still leads");
+    assert_eq!(fleet.get(a).terms().len(), 1, "the same term");
+    assert!(
+        fleet
+            .get(b)
+            .wait_for_since(stopped, Duration::ZERO, |r| r.event == LEAD)
+            .await
+            .is_none(),
+        "b never led: the server kept the frozen leader's session"
+    );
+    let now = observer.current().expect("the lock is held");
+    assert_eq!(now.pid, holder.pid, "the same lock backend");
+    assert_eq!(observer.max_granted(), 1);
+    println!(
+        "paused {:?}; after the resume, a kept term 1 on backend {}",
+        resumed - stopped,
+        holder.pid
+    );
 
     fleet.finish(db.admin()).await;
     db.cleanup().await.unwrap();
