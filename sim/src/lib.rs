@@ -5,10 +5,12 @@
 //! pool whose connections are `turmoil::net::TcpStream`s ([`TurmoilConnect`]). Two
 //! [`server`] hosts play the primary and the failover target. A seeded nemesis injects faults
 //! ([`FaultKind`]), a liveness phase follows, then every replica is stopped gracefully; the
-//! checker then holds the run against the bounds of design.md section 6 ([`Property`]). Half
-//! the seeds ([`RunOptions::fencing_for_seed`]) run with fencing on: every term gets an epoch
-//! and the simulated service's work is fenced writes, checked for rising epochs and a fence
-//! that holds.
+//! checker then holds the run against the bounds of design.md section 6 ([`Property`]). Each
+//! seed picks its fault kind, its acquire mode (the spec's polling or the server's lock queue)
+//! and whether it fences, so that every combination runs within [`RunOptions::CYCLE`]
+//! consecutive seeds ([`RunOptions`](RunOptions#what-a-seed-runs)). In fencing runs every term
+//! gets an epoch and the simulated service's work is fenced writes, checked for rising epochs
+//! and a fence that holds.
 //!
 //! ```no_run
 //! use plexsphere_leader_sim::{RunOptions, run};
@@ -40,5 +42,5 @@ pub use connect::TurmoilConnect;
 pub use nemesis::{FaultKind, RunKind};
 pub use params::Params;
 pub use report::Report;
-pub use run::{RunOptions, RunOutcome, run, run_once};
+pub use run::{RunOptions, RunOutcome, mode_from_name, mode_name, run, run_once};
 pub use sabotage::{DriverSabotage, Sabotage};

@@ -1,18 +1,20 @@
 //! `plexsphere-leader-sim`: runs seeds of the deterministic simulation and prints, per fault
-//! kind, the runs, the largest measurements against their bounds and the violations, ending
-//! with `seeds: N, violations: V`. Exits non-zero on any violation.
+//! kind, the runs, the largest measurements against their bounds and the violations; then the
+//! runs and violations per (kind, acquire mode, fencing) cell, an empty one reading `EMPTY`;
+//! ending with `seeds: N, violations: V`. Exits non-zero on any violation, and when a run of
+//! at least one cycle of seeds (`RunOptions::CYCLE`, 56) with neither `--mode` nor
+//! `--fencing` left a cell empty.
 //!
 //! ```text
-//! plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--fencing on|off]
-//!     [--sabotage NAME]
+//! plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue]
+//!     [--fencing on|off] [--sabotage NAME]
 //! ```
 //!
 //! `--seed S` starts at seed S (default 0); given without `--seeds` it runs that one seed and
-//! prints its trace. `--jobs J` runs seeds on J threads. `--fencing` forces fencing on or off
-//! for every seed (by default seeds with `(seed / 2) % 2 == 1` fence). `--sabotage` switches
-//! on a deliberately broken behaviour (never-ping, return-granted-to-pool,
-//! skip-idle-session-timeout, keep-term-on-failed-ping of the driver; fence-without-row-lock
-//! of the simulated server), to see the checker fail.
+//! prints its trace. `--jobs J` runs seeds on J threads. `--mode` and `--fencing` force the
+//! acquire mode and fencing for every seed (by default each seed's, see `RunOptions`).
+//! `--sabotage` switches on a deliberately broken behaviour (`Sabotage::ALL`: of the replica's
+//! software, or fence-without-row-lock of the simulated server), to see the checker fail.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::process::ExitCode;
@@ -20,7 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use plexsphere_leader_sim::{Params, Report, RunKind, RunOptions, RunOutcome, Sabotage, run};
+use plexsphere_leader::AcquireMode;
+use plexsphere_leader_sim::{
+    Params, Report, RunOptions, RunOutcome, Sabotage, mode_from_name, run,
+};
 
 struct Args {
     first: u64,
@@ -29,6 +34,8 @@ struct Args {
     jobs: usize,
     /// `--fencing`: fencing forced on or off; `None` follows the seed.
     fencing: Option<bool>,
+    /// `--mode`: the acquire mode forced; `None` follows the seed.
+    mode: Option<AcquireMode>,
     sabotage: Option<Sabotage>,
     trace: bool,
 }
@@ -40,6 +47,7 @@ fn parse() -> Result<Args, String> {
         replicas: 3,
         jobs: 1,
         fencing: None,
+        mode: None,
         sabotage: None,
         trace: false,
     };
@@ -62,6 +70,12 @@ fn parse() -> Result<Args, String> {
                     "off" => Some(false),
                     other => return Err(format!("--fencing takes on or off, not {other}")),
                 }
+            }
+            "--mode" => {
+                let name = value()?;
+                let mode = mode_from_name(&name);
+                args.mode =
+                    Some(mode.ok_or_else(|| format!("--mode takes poll or queue, not {name}"))?);
             }
             "--sabotage" => {
                 let name = value()?;
@@ -86,11 +100,13 @@ fn number(text: &str) -> Result<u64, String> {
 }
 
 fn options(args: &Args, seed: u64) -> RunOptions {
+    let seeded = RunOptions::new(seed);
     RunOptions {
         replicas: args.replicas,
-        fencing: args.fencing.unwrap_or(RunOptions::fencing_for_seed(seed)),
+        fencing: args.fencing.unwrap_or(seeded.fencing),
+        mode: args.mode.unwrap_or(seeded.mode),
         sabotage: args.sabotage,
-        ..RunOptions::new(seed)
+        ..seeded
     }
 }
 
@@ -116,7 +132,7 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(error) => {
             eprintln!(
-                "{error}\nusage: plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--fencing on|off] [--sabotage NAME]"
+                "{error}\nusage: plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue] [--fencing on|off] [--sabotage NAME]"
             );
             return ExitCode::from(2);
         }
@@ -155,14 +171,29 @@ fn main() -> ExitCode {
                 }
                 Err(panic) => {
                     print!("{panic}");
-                    report.add_panic(RunKind::for_seed(seed));
+                    report.add_panic(&options(&args, seed));
                 }
             }
         }
     });
     println!("wall time: {:.1} s", started.elapsed().as_secs_f64());
+    let empty = report.empty_cells();
+    // A whole cycle of seeds following the seeds' own modes and fencing runs every cell: an
+    // empty one means the derivation in RunOptions lost a combination.
+    let uncovered = args.seeds >= RunOptions::CYCLE
+        && args.mode.is_none()
+        && args.fencing.is_none()
+        && !empty.is_empty();
+    if uncovered {
+        println!(
+            "coverage: {} consecutive seeds left {} cell(s) empty, which a cycle of {} fills",
+            args.seeds,
+            empty.len(),
+            RunOptions::CYCLE
+        );
+    }
     println!("{report}");
-    if report.violations() == 0 {
+    if report.violations() == 0 && !uncovered {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

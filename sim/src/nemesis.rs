@@ -98,6 +98,9 @@ pub enum RunKind {
 }
 
 impl RunKind {
+    /// How many run kinds there are: every fault kind alone, and the mixed one.
+    pub const COUNT: usize = FaultKind::ALL.len() + 1;
+
     /// Every run kind, in report order.
     pub fn all() -> Vec<Self> {
         FaultKind::ALL
@@ -107,11 +110,12 @@ impl RunKind {
             .collect()
     }
 
-    /// The kind of seed `seed`: the seeds cycle through the kinds.
+    /// The kind of seed `seed`, `seed % COUNT`: the seeds cycle through the kinds (the acquire
+    /// mode and fencing of a seed take the next digit; see
+    /// [`RunOptions`](crate::RunOptions#what-a-seed-runs)).
     pub fn for_seed(seed: u64) -> Self {
         let all = Self::all();
-        let count = all.len() as u64;
-        all[usize::try_from(seed % count).unwrap_or(0)]
+        all[usize::try_from(seed % Self::COUNT as u64).unwrap_or(0)]
     }
 
     /// The name in reports.

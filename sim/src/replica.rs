@@ -59,6 +59,8 @@ pub(crate) struct ReplicaEnv {
     /// Whether the run fences: the elector advances an epoch per term and the service's
     /// units of work are fenced writes.
     pub(crate) fencing: bool,
+    /// How the elector's standby asks for the lock.
+    pub(crate) mode: plexsphere_leader::AcquireMode,
     pub(crate) slot: Rc<RefCell<Slot>>,
     pub(crate) recorder: SharedRecorder,
     /// Where the run's connections signal their ends to the electors (one per run).
@@ -105,12 +107,6 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
         .application_name(application_name(env.index, incarnation));
     let connect = TurmoilConnect::new(env.primary.clone(), PORT, env.session_ends.clone());
     let pool = connect.pool(pg, POOL_SIZE)?;
-    // Odd seeds run the queued acquire mode, even ones the spec's polling.
-    let mode = if env.seed % 2 == 1 {
-        plexsphere_leader::AcquireMode::Queue
-    } else {
-        plexsphere_leader::AcquireMode::Poll
-    };
     let sessions = PoolSessions::new(pool.clone()).session_ends(env.session_ends.clone());
     let key = election_key(env.seed);
     let config = match env.sabotage {
@@ -123,7 +119,7 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
         None => Config::with_sessions(sessions),
     }
     .check_interval(env.params.interval)
-    .acquire_mode(mode)
+    .acquire_mode(env.mode)
     .fencing(env.fencing)
     .key(key)
     .identity(application_name(env.index, incarnation));

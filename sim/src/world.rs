@@ -15,6 +15,7 @@ use crate::record::{
     HeldOut, History, LinkFault, Recorder, SharedRecorder, Span, TermEnd, TermRecord, UpSpan,
 };
 use crate::replica::{self, ReplicaEnv, Slot};
+use crate::run::RunOptions;
 use crate::sabotage::{DriverSabotage, Sabotage};
 use crate::server::{Primary, ServerConfig, ServerHandle, SimPostgres};
 
@@ -50,15 +51,18 @@ pub(crate) struct World<'a> {
 }
 
 impl World<'_> {
-    /// The world of seed `seed`: `replicas` replicas, with fencing on or off, and at most one
-    /// deliberately broken behaviour.
-    pub(crate) fn new(
-        seed: u64,
-        replicas: usize,
-        params: Params,
-        fencing: bool,
-        sabotage: Option<Sabotage>,
-    ) -> Self {
+    /// The world of `options`: its seed's network, its replicas with their acquire mode and
+    /// fencing, and at most one deliberately broken behaviour.
+    pub(crate) fn new(options: &RunOptions) -> Self {
+        let RunOptions {
+            seed,
+            replicas,
+            params,
+            fencing,
+            mode,
+            sabotage,
+            ..
+        } = *options;
         let mut sim = Builder::new()
             .rng_seed(seed)
             .simulation_duration(params.total() * 4)
@@ -97,6 +101,7 @@ impl World<'_> {
                 primary: primary.clone(),
                 sabotage: sabotage.and_then(Sabotage::driver),
                 fencing,
+                mode,
                 slot: Rc::clone(&slot),
                 recorder: Rc::clone(&recorder),
                 session_ends: session_ends.clone(),

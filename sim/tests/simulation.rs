@@ -3,6 +3,7 @@
 //! release binary, see .ci/test; these debug-build tests keep to a few seeds.
 #![allow(missing_docs)] // test functions
 
+use plexsphere_leader::AcquireMode;
 use plexsphere_leader_sim::{FaultKind, Params, RunKind, RunOptions, RunOutcome, Sabotage, run};
 
 fn assert_clean(options: &RunOptions) -> RunOutcome {
@@ -25,11 +26,12 @@ fn assert_clean(options: &RunOptions) -> RunOutcome {
     outcome
 }
 
-/// Every fault kind at once, run twice with identical traces.
+/// Every fault kind at once, queued, run twice with identical traces.
 #[test]
 fn a_mixed_seed_runs_clean_and_identically_twice() {
-    let options = RunOptions::new(13);
+    let options = RunOptions::new(27);
     assert_eq!(options.kind, RunKind::Mixed);
+    assert_eq!(options.mode, AcquireMode::Queue);
     assert_clean(&options);
 }
 
@@ -49,11 +51,13 @@ fn a_resign_seed_runs_clean() {
     );
 }
 
-/// Failovers with a silent old primary push the detection delay to its bound.
+/// Failovers with a silent old primary push the detection delay to its bound; with fencing,
+/// the new primary's epochs go on from the old one's.
 #[test]
-fn a_failover_seed_runs_clean() {
-    let options = RunOptions::new(10);
+fn a_failover_seed_with_fencing_runs_clean() {
+    let options = RunOptions::new(38);
     assert_eq!(options.kind, RunKind::Only(FaultKind::Failover));
+    assert!(options.fencing);
     assert_clean(&options);
 }
 
@@ -72,8 +76,9 @@ fn a_silent_death_seed_with_two_replicas_runs_clean() {
 /// the old leader's fenced transaction may still hold the fence row.
 #[test]
 fn a_terminate_seed_with_fencing_runs_clean_and_every_term_has_its_epoch() {
-    let options = RunOptions::new(7);
+    let options = RunOptions::new(49);
     assert_eq!(options.kind, RunKind::Only(FaultKind::Terminate));
+    assert_eq!(options.mode, AcquireMode::Queue);
     assert!(options.fencing);
     let outcome = assert_clean(&options);
     let fence = outcome.measurements.fence;
@@ -105,10 +110,8 @@ fn a_failure_report_names_the_seed_and_the_replay_command() {
         forced.replay_command(),
         "cargo run --release -p plexsphere-leader-sim -- --seed 4 --fencing on --sabotage fence-without-row-lock"
     );
-    assert_eq!(
-        (0..8)
-            .filter(|&seed| RunOptions::fencing_for_seed(seed))
-            .collect::<Vec<_>>(),
-        [2, 3, 6, 7]
-    );
+    let fencing: Vec<u64> = (0..RunOptions::CYCLE)
+        .filter(|&seed| RunOptions::fencing_for_seed(seed))
+        .collect();
+    assert_eq!(fencing, (28..56).collect::<Vec<_>>());
 }
