@@ -34,6 +34,11 @@ pub enum Property {
     Detection,
     /// A session holding the lock stayed idle for longer than 4·I.
     OrphanBound,
+    /// A lock granted in the instant a queued wait failed with 55P03 (the grant-at-timeout
+    /// race) was not given back: the session's next statement did not release it (it went
+    /// back to the pool holding the lock), or a healthy replica held it longer than the gap
+    /// margin.
+    StrandedLock,
     /// The lock stayed free, or no leader appeared, longer than I + round trips while a
     /// healthy standby existed.
     Liveness,
@@ -67,6 +72,7 @@ impl Property {
             Self::OperatorControls => "operator-controls",
             Self::Detection => "detection",
             Self::OrphanBound => "orphan-bound",
+            Self::StrandedLock => "stranded-lock",
             Self::Liveness => "liveness",
             Self::SteadyState => "steady-state",
             Self::CleanStop => "clean-stop",
@@ -259,6 +265,7 @@ pub(crate) fn check(evidence: &Evidence<'_>) -> (Measurements, Vec<Violation>) {
     checker.graceful();
     checker.operator_controls();
     checker.orphans();
+    checker.stranded();
     checker.liveness();
     checker.steady_state();
     checker.clean_stop();
@@ -716,6 +723,61 @@ impl<'a> Checker<'a> {
         crashed || moved
     }
 
+    /// The grants in the instant a queued wait failed with 55P03: the session's next
+    /// statement must release the lock (the elector's release-if-held), and a healthy
+    /// replica must have released it within the gap margin.
+    fn stranded(&mut self) {
+        let margin = self.p.margin();
+        for hold in self.holds.clone() {
+            if !hold.at_timeout {
+                continue;
+            }
+            let who = match hold.owner {
+                Some((replica, incarnation)) => format!("r{replica}.{incarnation}"),
+                None => "an unknown client".to_owned(),
+            };
+            let where_ = format!("pid {} on {}", hold.pid, SERVERS[hold.server]);
+            let next = self.e.servers[hold.server]
+                .queries
+                .iter()
+                .find(|q| q.pid == hold.pid && q.received > hold.granted);
+            let still_held = |at: Duration| hold.released.is_none_or(|released| released > at);
+            if let Some(answered) = next.and_then(|q| q.answered).filter(|&a| still_held(a)) {
+                self.violate(
+                    hold.granted,
+                    Property::StrandedLock,
+                    format!(
+                        "{who} ({where_}) was granted the lock as its queued wait failed with 55P03, and the session's next statement (answered {}) left it held: the session went on, as back in the pool, holding the lock",
+                        secs(answered)
+                    ),
+                );
+                continue;
+            }
+            let held = hold.released.unwrap_or(self.end) - hold.granted;
+            let healthy = hold.owner.is_some_and(|(replica, incarnation)| {
+                self.e
+                    .history
+                    .is_current(replica, incarnation, hold.granted)
+                    && self.healthy(
+                        replica,
+                        hold.granted.saturating_sub(self.p.tick),
+                        hold.granted + margin,
+                    )
+            });
+            if healthy && held > margin {
+                self.violate(
+                    hold.granted,
+                    Property::StrandedLock,
+                    format!(
+                        "{who} ({where_}) kept the lock for {} after its queued wait failed with 55P03 though granted (bound {})",
+                        ms(held),
+                        ms(margin)
+                    ),
+                );
+            }
+        }
+    }
+
     fn liveness(&mut self) {
         let bound = self.p.gap_bound();
         let margin = self.p.margin();
@@ -767,24 +829,9 @@ impl<'a> Checker<'a> {
                 continue;
             }
             // A grant whose queued wait failed with 55P03 in the same instant (the
-            // grant-at-timeout race) makes no leader: the replica must release it at once, and
-            // that release is checked as a moment the lock becomes free. Kept, it strands the
-            // lock on a replica that does not lead.
+            // grant-at-timeout race) makes no leader: the replica releases it at once (checked
+            // by `stranded`), and that release is checked as a moment the lock becomes free.
             if grant.at_timeout {
-                let held = grant.released.unwrap_or(self.end) - grant.granted;
-                if held > margin {
-                    self.violate(
-                        grant.granted,
-                        Property::Liveness,
-                        format!(
-                            "r{replica}.{incarnation} kept the lock on {} for {} after its queued wait failed with 55P03 though granted (pid {}; it must release it within {})",
-                            SERVERS[server],
-                            ms(held),
-                            grant.pid,
-                            ms(margin)
-                        ),
-                    );
-                }
                 continue;
             }
             let began = self

@@ -26,6 +26,11 @@ pub enum DriverSabotage {
     KeepTermOnFailedPing,
     /// A resign request loses its hold-off: the resigner may take the lock straight back.
     ResignWithoutHoldOff,
+    /// A queued wait that failed with 55P03 (its `lock_timeout`) is answered as a plain
+    /// refusal, so the elector skips its release-if-held and returns the session to the pool:
+    /// a lock granted in the instant the wait timed out (PostgreSQL's grant-at-timeout race)
+    /// stays on an idle pooled session of a replica that does not lead.
+    LockTimeoutAsRefusal,
 }
 
 /// One deliberately broken behaviour.
@@ -42,12 +47,13 @@ pub enum Sabotage {
 
 impl Sabotage {
     /// Every sabotage, for the CLI and the checker-must-fail test.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Driver(DriverSabotage::NeverPing),
         Self::Driver(DriverSabotage::ReturnGrantedToPool),
         Self::Driver(DriverSabotage::SkipIdleSessionTimeout),
         Self::Driver(DriverSabotage::KeepTermOnFailedPing),
         Self::Driver(DriverSabotage::ResignWithoutHoldOff),
+        Self::Driver(DriverSabotage::LockTimeoutAsRefusal),
         Self::FenceWithoutRowLock,
     ];
 
@@ -59,6 +65,7 @@ impl Sabotage {
             Self::Driver(DriverSabotage::SkipIdleSessionTimeout) => "skip-idle-session-timeout",
             Self::Driver(DriverSabotage::KeepTermOnFailedPing) => "keep-term-on-failed-ping",
             Self::Driver(DriverSabotage::ResignWithoutHoldOff) => "resign-without-hold-off",
+            Self::Driver(DriverSabotage::LockTimeoutAsRefusal) => "lock-timeout-as-refusal",
             Self::FenceWithoutRowLock => "fence-without-row-lock",
         }
     }
@@ -146,6 +153,13 @@ struct SabotagedSession {
 }
 
 impl SabotagedSession {
+    /// The grant statement's answer of a refusal.
+    fn refused(&self) -> Vec<Row> {
+        let pid = self.backend_pid.unwrap_or_default().to_string();
+        let refused = plexsphere_leader::sql::outcome::REFUSED.to_owned();
+        vec![vec![Some(refused), Some(pid)]]
+    }
+
     /// The check's answer of a session that holds the lock.
     fn holding(&self) -> Vec<Row> {
         let pid = self.backend_pid.unwrap_or_default().to_string();
@@ -183,6 +197,15 @@ impl LockSession for SabotagedSession {
                 DriverSabotage::KeepTermOnFailedPing if check => {
                     let _answer = tokio::time::timeout(self.patience, self.pass(statement)).await;
                     Ok(self.holding())
+                }
+                // The queued grant statement (`pg_advisory_lock`, not `pg_try_advisory_lock`).
+                DriverSabotage::LockTimeoutAsRefusal
+                    if statement.contains(" pg_advisory_lock(") =>
+                {
+                    match self.pass(statement).await {
+                        Err(QueryError::LockTimeout(_)) => Ok(self.refused()),
+                        answer => answer,
+                    }
                 }
                 DriverSabotage::SkipIdleSessionTimeout
                     if statement.contains("'idle_session_timeout'") =>

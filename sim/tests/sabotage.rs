@@ -5,6 +5,7 @@
 //! left unlocked, the fence-holds property fails.
 #![allow(missing_docs)] // test functions
 
+use plexsphere_leader::AcquireMode;
 use plexsphere_leader_sim::{
     DriverSabotage, Property, RunKind, RunOptions, Sabotage, Violation, run_once,
 };
@@ -94,6 +95,18 @@ fn keep_term_on_failed_ping_is_caught_as_a_late_detection() {
     assert_caught(
         Sabotage::Driver(DriverSabotage::KeepTermOnFailedPing),
         Property::Detection,
+    );
+}
+
+/// A queued wait's 55P03 taken for a plain refusal returns a lock granted in the instant the
+/// wait timed out (the grant-at-timeout race) to the pool on its session: the session's next
+/// statement (the replica's next check) finds the lock still held. Only queued seeds wait.
+#[test]
+fn lock_timeout_as_refusal_is_caught_as_a_stranded_lock() {
+    assert_caught_among(
+        Sabotage::Driver(DriverSabotage::LockTimeoutAsRefusal),
+        Property::StrandedLock,
+        |options| options.mode == AcquireMode::Queue,
     );
 }
 
