@@ -62,11 +62,17 @@ pub enum Action<C> {
         /// session's end signal).
         backend_pid: i32,
     },
-    /// Fencing: advance the fencing epoch on the lock connection, then report `EpochAdvanced` or
-    /// `EpochFailed`.
+    /// Fencing: advance the fencing epoch on the lock connection under a transaction-local
+    /// `lock_timeout` of `lock_timeout_ms`, then report `EpochAdvanced` or `EpochFailed`. The
+    /// server bounds the wait for the fence row itself (a cut-off leader's fenced transaction may
+    /// hold it until its session ends): a backend whose client gave up would otherwise go on
+    /// waiting, holding the advisory lock.
     AdvanceEpoch {
         /// The lock connection.
         conn: ConnId,
+        /// The wait's `lock_timeout`, in milliseconds: half a check interval, so the server's
+        /// 55P03 comes before the election's deadline of one interval.
+        lock_timeout_ms: u32,
     },
     /// The leader's check: verify the lock on the lock connection (the spec's ping, now a lock
     /// verification): read the answering backend, whether the server is in recovery, whether
@@ -142,7 +148,7 @@ impl<C> Action<C> {
             | Self::ReleaseIfHeld { conn }
             | Self::ReturnToPool { conn }
             | Self::Hijack { conn, .. }
-            | Self::AdvanceEpoch { conn }
+            | Self::AdvanceEpoch { conn, .. }
             | Self::Ping { conn, .. }
             | Self::Unlock { conn }
             | Self::CloseConnection { conn } => Some(*conn),

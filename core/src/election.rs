@@ -698,7 +698,10 @@ impl<C> Election<C> {
     fn on_granted(&mut self, now: Instant, conn: ConnId, backend_pid: i32) {
         self.push(Action::Hijack { conn, backend_pid });
         if self.options.is_fencing() {
-            self.push(Action::AdvanceEpoch { conn });
+            self.push(Action::AdvanceEpoch {
+                conn,
+                lock_timeout_ms: self.interval().half_millis(),
+            });
             let deadline = now + self.interval().get();
             self.set_role(Role::Standby(Standby::Fencing {
                 conn,

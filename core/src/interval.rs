@@ -59,6 +59,14 @@ impl CheckInterval {
         u32::try_from(millis).unwrap_or(i32::MAX as u32)
     }
 
+    /// Half the interval in whole milliseconds, rounded up, at least 1 and at most `i32::MAX`:
+    /// the `lock_timeout` of the fencing epoch's advance, so that the server ends a wait for the
+    /// fence row before the election's own deadline of one interval gives up on the answer.
+    pub fn half_millis(self) -> u32 {
+        let millis = (self.0.as_nanos() / 2).div_ceil(1_000_000).max(1);
+        u32::try_from(millis).map_or(i32::MAX as u32, |ms| ms.min(i32::MAX as u32))
+    }
+
     /// [`Self::idle_session_timeout_millis`] as a `Duration`.
     pub fn idle_session_timeout(self) -> Duration {
         Duration::from_millis(u64::from(self.idle_session_timeout_millis()))
@@ -170,5 +178,15 @@ mod tests {
         let interval = CheckInterval::new(Duration::from_micros(1_200)).unwrap();
         assert_eq!(interval.idle_session_timeout(), Duration::from_millis(5));
         assert_eq!(interval.to_string(), "1.2ms");
+    }
+
+    #[test]
+    fn the_advances_lock_timeout_is_half_an_interval_rounded_up_and_never_zero() {
+        let of = |d| CheckInterval::new(d).unwrap().half_millis();
+        assert_eq!(of(Duration::from_secs(5)), 2_500);
+        assert_eq!(of(Duration::from_millis(200)), 100);
+        assert_eq!(of(Duration::from_micros(1_200)), 1);
+        assert_eq!(of(MIN_CHECK_INTERVAL), 1);
+        assert!(u64::from(of(MAX_CHECK_INTERVAL)) <= i32::MAX as u64);
     }
 }

@@ -873,7 +873,10 @@ mod tests {
                 conn: C1,
                 backend_pid: PID,
             },
-            A::AdvanceEpoch { conn: C1 },
+            A::AdvanceEpoch {
+                conn: C1,
+                lock_timeout_ms: 2_500,
+            },
         ];
         trace
             .event(
@@ -910,7 +913,10 @@ mod tests {
                     conn: C1,
                     found: LockCheck::holding(PID),
                 },
-                &[A::AdvanceEpoch { conn: C1 }],
+                &[A::AdvanceEpoch {
+                    conn: C1,
+                    lock_timeout_ms: 2_500,
+                }],
             ),
             "AdvanceEpoch on conn#1 (Hijacked) in answer to PingAnswered",
         );

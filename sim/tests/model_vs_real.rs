@@ -290,7 +290,12 @@ where
     for s in [&a, &b, &c] {
         pids.push(s.run("SELECT pg_backend_pid()").await);
     }
-    let own = |observed: String, who: usize| observed.replace(&pids[who], "<pid>");
+    let database = a.run("SELECT current_database()").await;
+    let own = |observed: String, who: usize| {
+        observed
+            .replace(&pids[who], "<pid>")
+            .replace(&database, "<db>")
+    };
     let mut see = |what: &str, observed: String| seen.push(format!("{what}: {observed}"));
     see(
         "a try_lock",
@@ -354,12 +359,15 @@ where
         own(c.run_row(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await, 2),
     );
     // b queues behind c; c's client goes away; the lock goes to b.
-    let b_pid = pids[1].clone();
+    let (b_pid, b_database) = (pids[1].clone(), database.clone());
     let waiting = tokio::spawn(async move {
         let answer = b
             .run_row(&sql::wait_for_lock(KEY, IDENTITY, 10_000, BOUND_MS))
             .await;
-        (b, answer.replace(&b_pid, "<pid>"))
+        (
+            b,
+            answer.replace(&b_pid, "<pid>").replace(&b_database, "<db>"),
+        )
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     see(
@@ -589,17 +597,17 @@ fn the_simulated_server_answers_the_electors_grant_check_wait_and_fence_statemen
         real.join("\n  ")
     );
     for line in [
-        "grant columns: set_config|pg_backend_pid",
+        "grant columns: set_config|pg_backend_pid|current_database",
         "unbounded columns: case|pg_backend_pid",
         "verify columns: pg_backend_pid|pg_is_in_recovery|exists|current_setting",
         "a verify after unlock: <pid>|f|f|shared",
-        "a try_lock: granted|<pid>",
-        "b try_lock: refused|<pid>",
+        "a try_lock: granted|<pid>|<db>",
+        "b try_lock: refused|<pid>|<db>",
         "a's application_name after its grant: model-vs-real since <10 digits>",
         "b's application_name after its refusal: b",
-        "a try_lock again: shared|<pid>",
+        "a try_lock again: shared|<pid>|<db>",
         "b wait_for_lock times out: error 55P03",
-        "b wait_for_lock after c disconnects: granted|<pid>",
+        "b wait_for_lock after c disconnects: granted|<pid>|<db>",
         "a check: 3",
     ] {
         assert!(model.iter().any(|l| l == line), "{line}: {model:?}");

@@ -1123,16 +1123,16 @@ fn try_lock_answers_granted_refused_and_shared_with_the_pid_and_bounds_only_the_
             .row(&sql::try_lock(KEY, IDENTITY, BOUND_MS))
             .await?
             .unwrap();
-        assert_eq!(names, ["set_config", "pg_backend_pid"]);
-        assert_eq!(values, ["granted", &pa.to_string()]);
+        assert_eq!(names, ["set_config", "pg_backend_pid", "current_database"]);
+        assert_eq!(values, ["granted", &pa.to_string(), DB]);
         assert_eq!(
             b.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?,
-            ["refused", &pb.to_string()]
+            ["refused", &pb.to_string(), DB]
         );
         // The same session asking again: the lock is not taken twice, the session is marked.
         assert_eq!(
             a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?,
-            ["shared", &pa.to_string()]
+            ["shared", &pa.to_string(), DB]
         );
         assert_eq!(h.session(pa).unwrap().locks, vec![(LEADER, 1)]);
         assert_eq!(
@@ -1176,12 +1176,12 @@ fn a_hot_standby_answers_in_recovery_and_takes_no_lock() {
         assert_eq!(a.value("SELECT pg_is_in_recovery()").await?, "t");
         assert_eq!(
             a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?,
-            ["in_recovery", &pa.to_string()]
+            ["in_recovery", &pa.to_string(), DB]
         );
         assert_eq!(
             a.values(&sql::wait_for_lock(KEY, IDENTITY, 100, BOUND_MS))
                 .await?,
-            ["in_recovery", &pa.to_string()]
+            ["in_recovery", &pa.to_string(), DB]
         );
         assert_eq!(h.locks(), vec![]);
         // Advisory locks themselves work on a standby, as in PostgreSQL.
@@ -1194,7 +1194,7 @@ fn a_hot_standby_answers_in_recovery_and_takes_no_lock() {
         assert!(!h.is_in_recovery());
         assert_eq!(
             a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?,
-            ["granted", &pa.to_string()]
+            ["granted", &pa.to_string(), DB]
         );
         Ok(())
     });
@@ -1392,7 +1392,7 @@ fn queued_waiters_are_granted_in_fifo_order_on_unlock_and_on_session_end() {
         assert_eq!(waiting, [pb, pc]);
         assert_eq!(a.value(&sql::unlock(KEY)).await?, "t");
         let (b, answer, b_at) = b_task.await.unwrap();
-        assert_eq!(answer?, ["granted", &pb.to_string()]);
+        assert_eq!(answer?, ["granted", &pb.to_string(), DB]);
         assert_eq!(h.holder(DB, LEADER), Some(pb));
         assert_eq!(grant_time(&h, pb), Some(b_at - Duration::from_millis(1)));
         assert_eq!(
@@ -1409,7 +1409,7 @@ fn queued_waiters_are_granted_in_fifo_order_on_unlock_and_on_session_end() {
         let b_end = now();
         drop(b);
         let (c, answer, _) = c_task.await.unwrap();
-        assert_eq!(answer?, ["granted", &pc.to_string()]);
+        assert_eq!(answer?, ["granted", &pc.to_string(), DB]);
         assert_eq!(h.holder(DB, LEADER), Some(pc));
         assert_eq!(grant_time(&h, pc), release_time(&h, pb));
         assert!(grant_time(&h, pc).unwrap() - b_end <= Duration::from_millis(2));
@@ -1661,7 +1661,7 @@ fn a_waiter_whose_client_went_away_is_granted_in_turn_and_frees_the_lock_at_once
         );
         assert_eq!(a.value(&sql::unlock(KEY)).await?, "t");
         let (_c, answer) = c_task.await.unwrap();
-        assert_eq!(answer?, ["granted", &pc.to_string()]);
+        assert_eq!(answer?, ["granted", &pc.to_string(), DB]);
         assert!(h.session(pb).is_none());
         assert_eq!(grant_time(&h, pc), release_time(&h, pb));
         Ok(())

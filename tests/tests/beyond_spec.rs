@@ -605,3 +605,78 @@ async fn a_role_idle_timeout_shorter_than_the_interval_does_not_make_the_leader_
     }
     db.cleanup().await.unwrap();
 }
+
+/// A fenced transaction that never ends (a cut-off leader's, here a client that checked the fence
+/// and went quiet) holds the fence row: a new leader's epoch advance waits for it. The advance
+/// runs under a transaction-local `lock_timeout` of one interval, so the server itself ends the
+/// wait (55P03) and the backend lets go of the advisory lock when the elector closes it; without
+/// it the backend, whose client gave up, went on waiting and held the lock until the
+/// transaction ended. Once the transaction ends, the elector leads with a greater epoch.
+#[tokio::test]
+async fn an_epoch_advance_behind_a_held_fence_row_gives_the_lock_back_within_an_interval() {
+    let db = TestDb::create("fencing_bounded_advance").await.unwrap();
+    let mut holder = db.connect("plx-fence-holder").await.unwrap();
+    fencing::setup(&holder).await.unwrap();
+    let first = holder
+        .query_one(&sql::advance_epoch(KEY), &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    let (logs, _guard) = Logs::capture();
+    let fenced_tx = holder.transaction().await.unwrap();
+    fencing::check(&fenced_tx, KEY, u64::try_from(first).unwrap())
+        .await
+        .expect("the current epoch");
+
+    let config = Config::new(db.pool(2).unwrap())
+        .check_interval(I)
+        .fencing(true)
+        .registry(&Registry::new());
+    let (elector, stop, task) = spawn_elector(config);
+    wait_for(STARTUP, || {
+        logs.contains("WARN", "leader: advance fencing epoch")
+    })
+    .await
+    .expect("the advance fails");
+    // Watched for longer than the bound (so a backend that kept waiting would break it): no
+    // backend keeps the advisory lock longer than one interval plus the margin.
+    let watched = Instant::now();
+    let mut held_since: Option<(i32, Instant)> = None;
+    let mut longest = Duration::ZERO;
+    while watched.elapsed() < I + MARGIN + 4 * I {
+        let holders = lock_holders(&db).await;
+        match (holders.first().copied(), held_since) {
+            (Some(pid), Some((since_pid, since))) if pid == since_pid => {
+                longest = longest.max(since.elapsed());
+            }
+            (Some(pid), _) => held_since = Some((pid, Instant::now())),
+            (None, _) => held_since = None,
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        longest <= I + MARGIN,
+        "a backend held the lock behind the fence row for {longest:?}"
+    );
+    assert!(
+        logs.contains("WARN", "lock timeout"),
+        "the server ended the wait: {:?}",
+        logs.lines()
+    );
+    assert!(!elector.is_leader());
+
+    fenced_tx.rollback().await.unwrap();
+    wait_for(2 * I + MARGIN, || elector.is_leader())
+        .await
+        .expect("leads once the row is free");
+    let epoch = elector
+        .term(&CancellationToken::new())
+        .and_then(|term| term.epoch())
+        .expect("an epoch");
+    assert!(epoch > u64::try_from(first).unwrap(), "{epoch} > {first}");
+    println!("held fence row: longest lock hold of a waiting advance {longest:?} (I = {I:?})");
+
+    stop.cancel();
+    task.await.unwrap();
+    db.cleanup().await.unwrap();
+}

@@ -229,7 +229,7 @@ impl std::io::Write for Captured {
 }
 
 #[tokio::test]
-async fn two_elections_in_one_process_log_under_their_own_key_and_identity() {
+async fn two_elections_in_one_process_log_under_their_own_key_identity_and_database() {
     let captured = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .with_ansi(false)
@@ -256,14 +256,18 @@ async fn two_elections_in_one_process_log_under_their_own_key_and_identity() {
     let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     for (key, identity) in [("7:1", "shard-1@test"), ("7:2", "shard-2@test")] {
         let span = format!("election{{key={key} identity={identity}}}");
+        // The database comes from the server (the grant's current_database()), so replicas
+        // pointed at different databases show it at once.
+        let database = format!("database={}", db.name());
         for message in [
             "acquired background leader lock",
             "released background leader lock",
         ] {
             assert!(
-                text.lines()
-                    .any(|line| line.contains(&span) && line.contains(message)),
-                "no {message:?} line under {span}:\n{text}"
+                text.lines().any(|line| line.contains(&span)
+                    && line.contains(message)
+                    && line.contains(&database)),
+                "no {message:?} line under {span} naming {database}:\n{text}"
             );
         }
     }

@@ -22,6 +22,8 @@ pub(crate) type Held = Arc<Box<dyn LockSession>>;
 pub(crate) struct Completion {
     pub(crate) event: Event<CheckError>,
     pub(crate) acquired: Option<Box<dyn LockSession>>,
+    /// The database a grant statement ran in (`current_database()`), for the log lines.
+    pub(crate) database: Option<String>,
 }
 
 impl Completion {
@@ -29,6 +31,7 @@ impl Completion {
         Self {
             event,
             acquired: None,
+            database: None,
         }
     }
 }
@@ -48,13 +51,16 @@ pub(crate) fn acquire(source: Arc<dyn SessionSource>, conn: ConnId) -> Operation
     })
 }
 
-/// Runs a grant statement of [`sql`] (`try_lock`, `wait_for_lock`): `(outcome, pid)`.
+/// Runs a grant statement of [`sql`] (`try_lock`, `wait_for_lock`): `(outcome, pid,
+/// database)`.
 pub(crate) fn try_lock(held: Held, conn: ConnId, statement: String) -> Operation {
     Box::pin(async move {
         let name = "the lock statement";
+        let mut database = None;
         let answer = match one_row(&**held, &statement, name).await {
             Ok(row) => text(&row, 0, name).and_then(|outcome| {
                 let pid = text(&row, 1, name)?;
+                database = row.get(2).cloned().flatten();
                 Ok((outcome, parse_int::<i32>(&pid, name)?))
             }),
             Err(QueryError::LockTimeout(_)) => {
@@ -64,7 +70,7 @@ pub(crate) fn try_lock(held: Held, conn: ConnId, statement: String) -> Operation
             }
             Err(error) => Err(error.into_cause()),
         };
-        Completion::of(match answer {
+        let event = match answer {
             Ok((granted, backend_pid)) if granted == outcome::GRANTED => {
                 Event::LockGranted { conn, backend_pid }
             }
@@ -78,7 +84,11 @@ pub(crate) fn try_lock(held: Held, conn: ConnId, statement: String) -> Operation
                 Event::LockQueryFailed { conn, cause }
             }
             Err(cause) => Event::LockQueryFailed { conn, cause },
-        })
+        };
+        Completion {
+            database,
+            ..Completion::of(event)
+        }
     })
 }
 
@@ -126,10 +136,11 @@ fn lock_check(row: &Row, name: &'static str) -> Result<LockCheck, CheckError> {
 }
 
 /// Fencing ([`sql::advance_epoch`]): the new term's epoch.
-pub(crate) fn advance_epoch(held: Held, conn: ConnId, key: LockKey) -> Operation {
+/// `statement` is [`sql::advance_epoch_within`].
+pub(crate) fn advance_epoch(held: Held, conn: ConnId, statement: String) -> Operation {
     Box::pin(async move {
         let name = "the fencing epoch";
-        let epoch = match single_value(&**held, &sql::advance_epoch(key), name).await {
+        let epoch = match single_value(&**held, &statement, name).await {
             Ok(value) => parse_int::<u64>(&value, name),
             Err(error) => Err(error),
         };

@@ -32,6 +32,8 @@ pub(crate) struct Driver {
     /// The lock connection whose end was already reported.
     watch_reported: Option<ConnId>,
     finished: bool,
+    /// The database the last answered grant statement ran in: named in the log lines.
+    database: Option<String>,
     observer: Observer,
 }
 
@@ -60,6 +62,7 @@ impl Driver {
             ended_terms: BTreeMap::new(),
             watch_reported: None,
             finished: false,
+            database: None,
         };
         driver.perform_queued();
         Ok(driver)
@@ -120,7 +123,14 @@ impl Driver {
     }
 
     fn complete(&mut self, completion: Completion) {
-        let Completion { event, acquired } = completion;
+        let Completion {
+            event,
+            acquired,
+            database,
+        } = completion;
+        if database.is_some() {
+            self.database = database;
+        }
         if let Event::WorkDrained { term } = &event {
             self.ended_terms.remove(term);
         }
@@ -187,9 +197,14 @@ impl Driver {
                 let key = self.inner.key();
                 self.start_on(conn, |held| connection::release_if_held(held, conn, key));
             }
-            Action::AdvanceEpoch { conn } => {
-                let key = self.inner.key();
-                self.start_on(conn, |held| connection::advance_epoch(held, conn, key));
+            Action::AdvanceEpoch {
+                conn,
+                lock_timeout_ms,
+            } => {
+                let statement = sql::advance_epoch_within(self.inner.key(), lock_timeout_ms);
+                self.start_on(conn, |held| {
+                    connection::advance_epoch(held, conn, statement)
+                });
             }
             Action::AwaitWork { term } => {
                 let stopped = self
@@ -254,7 +269,12 @@ impl Driver {
                             .map(|t| t.running_work().join(", "))
                     })
                     .flatten();
-                log::emit(&record, self.inner.interval().get(), work.as_deref());
+                log::emit(
+                    &record,
+                    self.inner.interval().get(),
+                    work.as_deref(),
+                    self.database.as_deref(),
+                );
                 if let Some(release) = record.release() {
                     self.inner.released(release);
                 }

@@ -83,7 +83,9 @@ pub mod outcome {
 /// the session with `idle_session_timeout` and `idle_in_transaction_session_timeout`, names it
 /// (`application_name` = `<identity> since <server's unix seconds>`) and marks it, in the same
 /// statement, so that a reply lost on the way back can never leave an unbounded orphaned lock.
-/// Returns `(outcome, pg_backend_pid())`; see [`outcome`]. A refused check changes nothing on
+/// Returns `(outcome, pg_backend_pid(), current_database())`; see [`outcome`]. The database
+/// is named in the acquired and lost log lines, so replicas pointed at different databases
+/// (each then leads its own) show at once. A refused check changes nothing on
 /// the pooled session.
 ///
 /// It refuses a server in recovery, and a session that already holds the lock (a pooler that
@@ -149,7 +151,8 @@ fn grant(key: LockKey, taking: &str, identity: &str, idle_timeout_ms: u32) -> St
          WHEN set_config('idle_in_transaction_session_timeout', '{idle_timeout_ms}', false) IS NULL \
          THEN '{granted}' \
          WHEN set_config('application_name', {name}, false) IS NULL THEN '{granted}' \
-         ELSE set_config('{SESSION_MARKER}', '{granted}', false) END, pg_backend_pid()",
+         ELSE set_config('{SESSION_MARKER}', '{granted}', false) END, pg_backend_pid(), \
+         current_database()",
         held = held_by_this_session(key),
         name = leader_application_name(identity),
         in_recovery = outcome::IN_RECOVERY,
@@ -259,6 +262,19 @@ pub fn advance_epoch(key: LockKey) -> String {
     )
 }
 
+/// [`advance_epoch`] as the driver sends it: after `SET LOCAL lock_timeout` of `lock_timeout_ms`
+/// (half a check interval) in the same query string, so the server itself ends a wait for the
+/// fence row that a cut-off leader's fenced transaction holds (SQLSTATE 55P03). Without it the
+/// backend would go on waiting after its client gave up, holding the advisory lock until that
+/// transaction ended. The implicit transaction of the query string ends with it, so the session
+/// keeps its own `lock_timeout`.
+pub fn advance_epoch_within(key: LockKey, lock_timeout_ms: u32) -> String {
+    format!(
+        "SET LOCAL lock_timeout = '{lock_timeout_ms}'; {}",
+        advance_epoch(key)
+    )
+}
+
 /// Run by a pass inside its own transaction before its fenced writes: the current epoch of
 /// `key`, row-locked (`FOR SHARE`) until the transaction ends, so that a new leader's epoch can
 /// only be advanced after the pass committed or rolled back.
@@ -312,6 +328,14 @@ mod tests {
     }
 
     #[test]
+    fn the_epoch_advance_waits_for_the_fence_row_at_most_its_lock_timeout() {
+        assert_eq!(
+            advance_epoch_within(KEY, 250),
+            format!("SET LOCAL lock_timeout = '250'; {}", advance_epoch(KEY))
+        );
+    }
+
+    #[test]
     fn every_statement_names_its_key() {
         let key = LockKey::new(-7, 42);
         for statement in [
@@ -320,6 +344,7 @@ mod tests {
             unlock(key),
             release_if_held(key),
             advance_epoch(key),
+            advance_epoch_within(key, 1),
         ] {
             assert!(statement.contains("(-7, 42"), "{statement}");
             assert!(!statement.contains("1886156915"), "{statement}");

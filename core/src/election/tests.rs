@@ -1396,7 +1396,10 @@ fn granted_fencing() -> Fixture {
                 conn: C1,
                 backend_pid: PID
             },
-            A::AdvanceEpoch { conn: C1 }
+            A::AdvanceEpoch {
+                conn: C1,
+                lock_timeout_ms: 2_500
+            }
         ]
     );
     assert_eq!(f.election.phase(), Phase::Fencing);

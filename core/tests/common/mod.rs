@@ -268,11 +268,11 @@ impl World {
                     released: held,
                 })
             }
-            Action::AdvanceEpoch { conn } if fail => Some(Event::EpochFailed {
+            Action::AdvanceEpoch { conn, .. } if fail => Some(Event::EpochFailed {
                 conn,
                 cause: "fence error",
             }),
-            Action::AdvanceEpoch { conn } => {
+            Action::AdvanceEpoch { conn, .. } => {
                 self.server.epoch += 1;
                 Some(Event::EpochAdvanced {
                     conn,

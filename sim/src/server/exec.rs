@@ -964,6 +964,13 @@ impl<'a> Ctx<'a> {
                 }
             }
             (Func::BackendPid, []) => Ok(Value::Int(i64::from(pid))),
+            (Func::CurrentDatabase, []) => Ok(Value::Text(
+                self.state
+                    .sessions
+                    .get(&pid)
+                    .map(|session| session.database.clone())
+                    .unwrap_or_default(),
+            )),
             (Func::IsInRecovery, []) => Ok(Value::Bool(self.state.in_recovery)),
             (Func::TerminateBackend, [Value::Int(target)]) => {
                 let signalled =
@@ -1162,7 +1169,9 @@ fn type_of(expr: &Expr) -> PgType {
             | Func::IsInRecovery
             | Func::TerminateBackend => PgType::Bool,
             Func::AdvisoryUnlockAll | Func::AdvisoryLock => PgType::Void,
-            Func::SetConfig | Func::CurrentSetting | Func::Concat => PgType::Text,
+            Func::SetConfig | Func::CurrentSetting | Func::Concat | Func::CurrentDatabase => {
+                PgType::Text
+            }
             Func::BackendPid => PgType::Int4,
             Func::DatePart | Func::Trunc => PgType::Float8,
             Func::ClockTimestamp => PgType::Timestamptz,

@@ -160,6 +160,8 @@ pub(crate) enum Func {
     CurrentSetting,
     /// `pg_backend_pid()` → int4.
     BackendPid,
+    /// `current_database()` → name (as text): the database the session connected to.
+    CurrentDatabase,
     /// `pg_is_in_recovery()` → bool: whether the instance is a hot standby.
     IsInRecovery,
     /// `pg_terminate_backend(pid)` → bool: asks backend `pid` to end with FATAL 57P01.
@@ -184,6 +186,7 @@ impl Func {
             "set_config" => Self::SetConfig,
             "current_setting" => Self::CurrentSetting,
             "pg_backend_pid" => Self::BackendPid,
+            "current_database" => Self::CurrentDatabase,
             "pg_is_in_recovery" => Self::IsInRecovery,
             "pg_terminate_backend" => Self::TerminateBackend,
             "clock_timestamp" => Self::ClockTimestamp,
@@ -204,6 +207,7 @@ impl Func {
             Self::SetConfig => "set_config",
             Self::CurrentSetting => "current_setting",
             Self::BackendPid => "pg_backend_pid",
+            Self::CurrentDatabase => "current_database",
             Self::IsInRecovery => "pg_is_in_recovery",
             Self::TerminateBackend => "pg_terminate_backend",
             Self::ClockTimestamp => "clock_timestamp",
