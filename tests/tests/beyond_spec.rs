@@ -82,7 +82,11 @@ async fn the_grant_refuses_a_session_that_already_holds_the_lock_and_the_check_s
     let client = db.connect("plx-statements").await.unwrap();
     let pid = row(&client, "SELECT pg_backend_pid()").await[0].clone();
     let first = row(&client, &sql::try_lock(KEY, IDENTITY, 800)).await;
-    assert_eq!(first, vec![Some("granted".into()), pid.clone()]);
+    let database = Some(db.name().to_owned());
+    assert_eq!(
+        first,
+        vec![Some("granted".into()), pid.clone(), database.clone()]
+    );
     assert_eq!(
         row(&client, &sql::verify(KEY)).await,
         vec![
@@ -95,7 +99,7 @@ async fn the_grant_refuses_a_session_that_already_holds_the_lock_and_the_check_s
     // A second grant on the same session (what a transaction-mode pooler produces) is refused
     // and marks the session, and nothing re-entered the lock.
     let second = row(&client, &sql::try_lock(KEY, IDENTITY, 800)).await;
-    assert_eq!(second, vec![Some("shared".into()), pid.clone()]);
+    assert_eq!(second, vec![Some("shared".into()), pid.clone(), database]);
     assert_eq!(
         row(&client, &sql::verify(KEY)).await[3],
         Some("shared".into())
@@ -143,6 +147,73 @@ async fn after_a_timed_out_wait_the_release_frees_a_lock_the_session_was_granted
         row(&client, &sql::release_if_held(KEY)).await,
         vec![Some("f".into())]
     );
+    db.cleanup().await.unwrap();
+}
+
+/// A queued standby cut off at the instant its wait is granted as the wait's `lock_timeout`
+/// fires: its 55P03 and its close are lost, and its session holds the lock. The failed statement
+/// rolled back the idle bound the grant statement sets, so the bound is armed in a query of its
+/// own before the wait (`sql::bound_idle_before_wait`, committed): the server ends the session,
+/// and the lock with it, four intervals after the wait. The race's state is made by hand as in
+/// the test above (the session takes the lock itself after its 55P03), and the client then
+/// sends nothing, as a cut-off one would.
+#[tokio::test]
+async fn a_standby_cut_off_after_its_wait_timed_out_holding_the_lock_is_ended_by_the_server() {
+    let idle_ms: u32 = 800;
+    let db = TestDb::create("queued_race_bound").await.unwrap();
+    let leader = db.connect("plx-leader").await.unwrap();
+    leader
+        .batch_execute("SELECT pg_advisory_lock(1886156915, 1)")
+        .await
+        .unwrap();
+    let standby = db.connect("plx-cut-off").await.unwrap();
+    let pid: i32 = row(&standby, "SELECT pg_backend_pid()").await[0]
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap();
+    standby
+        .batch_execute(&sql::bound_idle_before_wait(idle_ms))
+        .await
+        .unwrap();
+    let error = standby
+        .batch_execute(&sql::wait_for_lock(KEY, IDENTITY, 100, idle_ms))
+        .await
+        .expect_err("the wait times out");
+    assert_eq!(
+        error.code(),
+        Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+    );
+    // The instant of the race: the leader lets go and the standby's session ends up holding
+    // the lock although its wait failed.
+    leader
+        .batch_execute("SELECT pg_advisory_unlock(1886156915, 1)")
+        .await
+        .unwrap();
+    standby
+        .batch_execute("SELECT pg_advisory_lock(1886156915, 1)")
+        .await
+        .unwrap();
+    assert_eq!(lock_holders(&db).await, vec![pid]);
+    assert_eq!(
+        row(&standby, "SHOW idle_session_timeout").await,
+        vec![Some(format!("{idle_ms}ms"))],
+        "the bound armed before the wait survived its failure"
+    );
+
+    // Cut off: the client sends nothing more. The server ends the session.
+    let cut = Instant::now();
+    let freed = wait_for_async(
+        Duration::from_millis(u64::from(idle_ms)) + MARGIN,
+        || async { lock_holders(&db).await.is_empty() },
+    )
+    .await
+    .expect("the server ends the idle session and frees the lock");
+    assert!(
+        cut.elapsed() >= Duration::from_millis(u64::from(idle_ms) / 2),
+        "not before the idle bound: {freed:?}"
+    );
+    println!("cut-off standby holding the lock: freed after {freed:?} (idle bound {idle_ms} ms)");
     db.cleanup().await.unwrap();
 }
 

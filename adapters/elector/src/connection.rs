@@ -92,6 +92,27 @@ pub(crate) fn try_lock(held: Held, conn: ConnId, statement: String) -> Operation
     })
 }
 
+/// The queued wait: arms the session's idle bound in a query of its own
+/// ([`sql::bound_idle_before_wait`]), then runs `statement` ([`sql::wait_for_lock`]) as
+/// [`try_lock`] does. A failure to arm is reported as the grant's failure: whether the session
+/// holds the lock is then known (it does not), but the core closes the connection all the same.
+pub(crate) fn wait_for_lock(
+    held: Held,
+    conn: ConnId,
+    bound: String,
+    statement: String,
+) -> Operation {
+    Box::pin(async move {
+        if let Err(error) = held.query(&bound).await {
+            return Completion::of(Event::LockQueryFailed {
+                conn,
+                cause: error.into_cause(),
+            });
+        }
+        try_lock(held, conn, statement).await
+    })
+}
+
 /// After a queued wait timed out: unlocks only if this session holds the lock
 /// ([`sql::release_if_held`]).
 pub(crate) fn release_if_held(held: Held, conn: ConnId, key: LockKey) -> Operation {

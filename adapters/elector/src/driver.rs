@@ -191,7 +191,10 @@ impl Driver {
                 let idle_ms = self.inner.interval().idle_session_timeout_millis();
                 let (key, identity) = (self.inner.key(), self.inner.identity());
                 let statement = sql::wait_for_lock(key, identity, lock_timeout_ms, idle_ms);
-                self.start_on(conn, |held| connection::try_lock(held, conn, statement));
+                let bound = sql::bound_idle_before_wait(idle_ms);
+                self.start_on(conn, |held| {
+                    connection::wait_for_lock(held, conn, bound, statement)
+                });
             }
             Action::ReleaseIfHeld { conn } => {
                 let key = self.inner.key();

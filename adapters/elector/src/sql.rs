@@ -176,14 +176,33 @@ pub fn unlock(key: LockKey) -> String {
     format!("SELECT pg_advisory_unlock({})", args(key))
 }
 
+/// Run on a standby's connection, in a query of its own, right before its queued wait
+/// ([`wait_for_lock`]): bounds the session's idle time as a grant would
+/// (`idle_session_timeout` and `idle_in_transaction_session_timeout` of `idle_timeout_ms`,
+/// four intervals). PostgreSQL can grant the wait at the instant its `lock_timeout` fires and
+/// raise 55P03 anyway, keeping the lock; the failed statement rolls back the settings the grant
+/// statement would have made, so a standby cut off at that instant (its 55P03 and its close
+/// lost) would leave a lock that only TCP keepalives end, hours later. Armed beforehand and
+/// committed, the bound ends that session four intervals after the wait. [`release_if_held`]
+/// resets both settings when the connection goes back to the pool.
+pub fn bound_idle_before_wait(idle_timeout_ms: u32) -> String {
+    format!(
+        "SELECT set_config('idle_session_timeout', '{idle_timeout_ms}', false), \
+         set_config('idle_in_transaction_session_timeout', '{idle_timeout_ms}', false)"
+    )
+}
+
 /// Run on a standby's connection after its queued wait ([`wait_for_lock`]) ended with
 /// `lock_timeout` (SQLSTATE 55P03): releases the lock of `key` if the session holds it, and
 /// answers whether it did. PostgreSQL can grant a waiting lock at the instant the timeout fires
 /// and raise the error anyway (`LockErrorCleanup` keeps the grant), and a session-level advisory
 /// lock outlives the failed statement; without this the pooled session would keep the lock.
+/// It first resets the idle bounds [`bound_idle_before_wait`] armed, so the connection goes back
+/// to the pool as it came.
 pub fn release_if_held(key: LockKey) -> String {
     format!(
-        "SELECT CASE WHEN {} \
+        "RESET idle_session_timeout; RESET idle_in_transaction_session_timeout; \
+         SELECT CASE WHEN {} \
          THEN pg_advisory_unlock({}) ELSE false END",
         held_by_this_session(key),
         args(key)
@@ -316,7 +335,8 @@ mod tests {
              WHEN set_config('application_name', concat('svc@host since ', \
              trunc(date_part('epoch', clock_timestamp()))::bigint), false) IS NULL \
              THEN 'granted' \
-             ELSE set_config('plexsphere.leader_session', 'granted', false) END, pg_backend_pid()"
+             ELSE set_config('plexsphere.leader_session', 'granted', false) END, pg_backend_pid(), \
+             current_database()"
         );
         assert!(wait_for_lock(KEY, "svc", 5_000, 20_000).contains(
             "THEN set_config('plexsphere.leader_session', 'shared', false) \
@@ -325,6 +345,18 @@ mod tests {
              WHEN set_config('idle_session_timeout', '20000', false)"
         ));
         assert_eq!(unlock(KEY), "SELECT pg_advisory_unlock(1886156915, 1)");
+    }
+
+    #[test]
+    fn the_queued_wait_is_bounded_before_it_starts_and_reset_after_it_timed_out() {
+        assert_eq!(
+            bound_idle_before_wait(800),
+            "SELECT set_config('idle_session_timeout', '800', false), \
+             set_config('idle_in_transaction_session_timeout', '800', false)"
+        );
+        assert!(release_if_held(KEY).starts_with(
+            "RESET idle_session_timeout; RESET idle_in_transaction_session_timeout; SELECT CASE"
+        ));
     }
 
     #[test]

@@ -21,6 +21,8 @@ const I: Duration = Duration::from_millis(100);
 /// What a statement is, told from the statement text the driver sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
+    /// The queued wait's idle bound, armed before the wait.
+    BoundIdle,
     Grant,
     Verify,
     Unlock,
@@ -35,6 +37,8 @@ fn kind_of(statement: &str) -> Kind {
         Kind::Unlock
     } else if statement == crate::sql::release_if_held(key) {
         Kind::ReleaseIfHeld
+    } else if statement.starts_with("SELECT set_config('idle_session_timeout'") {
+        Kind::BoundIdle
     } else {
         assert!(statement.contains("advisory_lock"), "{statement}");
         Kind::Grant
@@ -106,6 +110,7 @@ impl Fake {
         let held = server.holder == Some(id);
         let yes_no = |b: bool| Some(if b { "t" } else { "f" }.to_owned());
         match kind {
+            Kind::BoundIdle => vec![Some("400".into()), Some("400".into())],
             Kind::Grant if server.holder.is_none() || held => {
                 server.holder = Some(id);
                 vec![Some("granted".into()), pid]
@@ -313,7 +318,10 @@ async fn a_queued_wait_granted_as_it_timed_out_is_released_on_the_same_session()
     tokio::time::sleep(I / 2).await;
     {
         let server = fake.lock();
-        assert_eq!(server.log, vec![Kind::Grant, Kind::ReleaseIfHeld]);
+        assert_eq!(
+            server.log,
+            vec![Kind::BoundIdle, Kind::Grant, Kind::ReleaseIfHeld]
+        );
         assert_eq!(
             server.holder, None,
             "the lock granted at the timeout was released"
