@@ -13,6 +13,9 @@
 //! [demo] replica=1 pid=4242 event=released term=1 cause="election stopped: lock released"
 //! ```
 //!
+//! `/status` also lists the wired workers and readiness probes. `sse-nonce-sweep` ticks once per
+//! `$PLEXSPHERE_SSE_NONCE_TTL` (default 5m) instead of once per interval.
+//!
 //! The command line is a stable contract: see `docs/loops.md`.
 #![forbid(unsafe_code)]
 

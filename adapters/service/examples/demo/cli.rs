@@ -11,6 +11,30 @@ pub(crate) const DSN_ENV: &str = "PLEXSPHERE_DSN";
 /// Set by the demo on the replica processes it starts: the replica's index.
 pub(crate) const REPLICA_ENV: &str = "PLEXSPHERE_DEMO_REPLICA";
 
+/// The signed event bus's nonce TTL: the freshness window of `sse-nonce-sweep`, and its period.
+pub(crate) const SSE_NONCE_TTL_ENV: &str = "PLEXSPHERE_SSE_NONCE_TTL";
+
+/// The nonce TTL when [`SSE_NONCE_TTL_ENV`] is unset or blank.
+pub(crate) const DEFAULT_SSE_NONCE_TTL: Duration = Duration::from_secs(300);
+
+/// The nonce TTL from `$PLEXSPHERE_SSE_NONCE_TTL`; see [`sse_nonce_ttl`].
+pub(crate) fn sse_nonce_ttl_from_env() -> Result<Duration, String> {
+    sse_nonce_ttl(std::env::var(SSE_NONCE_TTL_ENV).ok().as_deref())
+}
+
+/// The nonce TTL from the variable's `value`: [`DEFAULT_SSE_NONCE_TTL`] when unset or blank,
+/// else a duration in the form of `--check-interval` (e.g. `30s`, `5m`), at least 1 ms.
+pub(crate) fn sse_nonce_ttl(value: Option<&str>) -> Result<Duration, String> {
+    let Some(text) = value.filter(|text| !text.trim().is_empty()) else {
+        return Ok(DEFAULT_SSE_NONCE_TTL);
+    };
+    let ttl = parse_duration(text).map_err(|e| format!("{SSE_NONCE_TTL_ENV}: {e}"))?;
+    if ttl < Duration::from_millis(1) {
+        return Err(format!("{SSE_NONCE_TTL_ENV}: {text:?} is below 1ms"));
+    }
+    Ok(ttl)
+}
+
 /// A multi-replica service whose replicas elect one background leader through a PostgreSQL
 /// session advisory lock and run the leader-gated background loops of the spec.
 #[derive(Debug, Clone, Parser)]
@@ -143,6 +167,23 @@ mod tests {
     fn durations_without_a_unit_or_with_junk_are_refused() {
         for bad in ["", "5", "s", "5x", "1..2s", "-1s", "ms5"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_nonce_ttl_defaults_to_five_minutes_and_the_variable_overrides_it() {
+        assert_eq!(sse_nonce_ttl(None), Ok(Duration::from_secs(300)));
+        assert_eq!(sse_nonce_ttl(Some("")), Ok(Duration::from_secs(300)));
+        assert_eq!(sse_nonce_ttl(Some("  ")), Ok(Duration::from_secs(300)));
+        assert_eq!(sse_nonce_ttl(Some("2s")), Ok(Duration::from_secs(2)));
+        assert_eq!(sse_nonce_ttl(Some("1m30s")), Ok(Duration::from_secs(90)));
+        assert_eq!(sse_nonce_ttl(Some("1h")), Ok(Duration::from_secs(3600)));
+        for bad in ["5", "5x", "0s", "0.5us", "-1m"] {
+            let error = sse_nonce_ttl(Some(bad)).unwrap_err();
+            assert!(
+                error.starts_with("PLEXSPHERE_SSE_NONCE_TTL: "),
+                "{bad:?}: {error}"
+            );
         }
     }
 

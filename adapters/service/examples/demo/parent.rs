@@ -30,6 +30,8 @@ struct Running {
 pub(crate) async fn run(args: Args) -> Result<(), Error> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
+    // Refused here once, rather than by every replica at its start.
+    crate::cli::sse_nonce_ttl_from_env()?;
     let database = database::resolve(args.dsn.clone()).await?;
     let last_port = u32::from(args.http_port) + u32::from(args.replicas) - 1;
     if last_port > u32::from(u16::MAX) {

@@ -57,7 +57,27 @@ CREATE TABLE IF NOT EXISTS plexsphere_demo.durables (
     orphaned  boolean NOT NULL DEFAULT false,
     delivered bigint  NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS plexsphere_demo.rate_budgets (
+    bucket    text PRIMARY KEY,
+    spent     bigint      NOT NULL DEFAULT 0,
+    last_used timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS plexsphere_demo.sse_nonces (
+    nonce     text PRIMARY KEY,
+    last_seen timestamptz NOT NULL DEFAULT now()
+);
 ";
+
+/// The ticked loop that reclaims idle rate-budget token buckets.
+pub(crate) const RATE_BUDGET_SWEEP: &str = "rate-budget-sweep";
+
+/// The spec's idle rule of `rate-budget-sweep`: a token bucket unused for longer than this is
+/// reclaimed.
+pub(crate) const RATE_BUDGET_IDLE: Duration = Duration::from_secs(3600);
+
+/// The ticked loop that deletes stale signed-event-bus nonces; it ticks once per
+/// `PLEXSPHERE_SSE_NONCE_TTL`, which is also its freshness window.
+pub(crate) const SSE_NONCE_SWEEP: &str = "sse-nonce-sweep";
 
 /// Creates the schema, idempotently and safely from several replicas at once.
 pub(crate) async fn create_schema(client: &mut Client) -> Result<(), tokio_postgres::Error> {
@@ -131,7 +151,11 @@ pub(crate) async fn prune(
         .await
 }
 
-/// One pass of a ticked loop: seed one item, sweep what fell due, prune what is old.
+/// One pass of a ticked loop: seed one item, sweep what fell due, prune what is old; then the
+/// loop's own rule, where the spec gives one: [`RATE_BUDGET_SWEEP`] reclaims the buckets idle
+/// for longer than [`RATE_BUDGET_IDLE`], [`SSE_NONCE_SWEEP`] deletes the nonces last seen
+/// before the freshness window, which is its `period` (the nonce TTL). Returns how many items
+/// the sweep moved.
 pub(crate) async fn ticked_pass(
     client: &impl GenericClient,
     loop_name: &str,
@@ -141,7 +165,78 @@ pub(crate) async fn ticked_pass(
     seed(client, loop_name, period * 2).await?;
     let moved = sweep(client, loop_name, actor).await?;
     prune(client, loop_name, Duration::from_secs(600)).await?;
+    match loop_name {
+        RATE_BUDGET_SWEEP => {
+            reclaim_rate_budgets(client, RATE_BUDGET_IDLE).await?;
+        }
+        SSE_NONCE_SWEEP => {
+            sweep_nonces(client, period).await?;
+        }
+        _ => {}
+    }
     Ok(moved)
+}
+
+/// Spends one token of the rate-budget bucket `bucket` (every-replica traffic: each replica
+/// has its own bucket), creating it when missing; the bucket's `last_used` becomes now.
+pub(crate) async fn spend_rate_budget(
+    client: &impl GenericClient,
+    bucket: &str,
+) -> Result<(), tokio_postgres::Error> {
+    client
+        .execute(
+            "INSERT INTO plexsphere_demo.rate_budgets (bucket, spent) VALUES ($1, 1) \
+             ON CONFLICT (bucket) DO UPDATE \
+             SET spent = plexsphere_demo.rate_budgets.spent + 1, last_used = now()",
+            &[&bucket],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Deletes the rate-budget buckets unused for longer than `idle`. Returns how many. A bucket
+/// spent from while the delete waits on its row is re-checked and kept; one spent from after
+/// the delete is created afresh.
+pub(crate) async fn reclaim_rate_budgets(
+    client: &impl GenericClient,
+    idle: Duration,
+) -> Result<u64, tokio_postgres::Error> {
+    let seconds = idle.as_secs_f64();
+    client
+        .execute(
+            "DELETE FROM plexsphere_demo.rate_budgets \
+             WHERE last_used < now() - make_interval(secs => $1)",
+            &[&seconds],
+        )
+        .await
+}
+
+/// Records a fresh nonce of the signed event bus (what a relayed event carries), last seen now.
+pub(crate) async fn record_nonce(client: &impl GenericClient) -> Result<(), tokio_postgres::Error> {
+    client
+        .execute(
+            "INSERT INTO plexsphere_demo.sse_nonces (nonce) \
+             VALUES (md5(random()::text || clock_timestamp()::text)) ON CONFLICT DO NOTHING",
+            &[],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Deletes the nonces last seen before the freshness window `ttl` (before now − `ttl`).
+/// Returns how many.
+pub(crate) async fn sweep_nonces(
+    client: &impl GenericClient,
+    ttl: Duration,
+) -> Result<u64, tokio_postgres::Error> {
+    let seconds = ttl.as_secs_f64();
+    client
+        .execute(
+            "DELETE FROM plexsphere_demo.sse_nonces \
+             WHERE last_seen < now() - make_interval(secs => $1)",
+            &[&seconds],
+        )
+        .await
 }
 
 /// The authz outbox consumer's step: marks up to 50 unmirrored transitions mirrored (skipping
@@ -209,7 +304,8 @@ pub(crate) async fn record_crossing(
 }
 
 /// One relay tick: advances the relay cursor under `FOR UPDATE SKIP LOCKED`, which serialises the
-/// ticks across replicas. Returns whether this replica got the cursor.
+/// ticks across replicas, and records the nonce of the event it relayed. Returns whether this
+/// replica got the cursor.
 pub(crate) async fn relay(client: &mut Client) -> Result<bool, tokio_postgres::Error> {
     let tx = client.transaction().await?;
     let row = tx
@@ -229,6 +325,7 @@ pub(crate) async fn relay(client: &mut Client) -> Result<bool, tokio_postgres::E
         &[&(position + 1)],
     )
     .await?;
+    record_nonce(&tx).await?;
     tx.commit().await?;
     Ok(true)
 }

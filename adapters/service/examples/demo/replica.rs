@@ -30,7 +30,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::cli::{Args, DSN_ENV};
+use crate::cli::{Args, DSN_ENV, sse_nonce_ttl_from_env};
 use crate::passes;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -72,6 +72,8 @@ struct Me {
     actor: String,
     application_name: String,
     interval: Duration,
+    /// `$PLEXSPHERE_SSE_NONCE_TTL`: the period and freshness window of `sse-nonce-sweep`.
+    nonce_ttl: Duration,
 }
 
 /// Runs replica `index` until Ctrl-C, SIGTERM, or its standard input closes (the demo that
@@ -84,6 +86,7 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         actor: format!("replica-{index}/pid-{pid}"),
         application_name: format!("plexsphere-demo-r{index}-{pid}"),
         interval: args.check_interval,
+        nonce_ttl: sse_nonce_ttl_from_env()?,
     };
     init_logs(index);
     let shutdown = CancellationToken::new();
@@ -130,10 +133,16 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         }
     })
     .map_err(|e| format!("wiring: {e}"))?;
-    match &wired {
-        Wired::Nothing => tracing::warn!("no database: no Elector and no background loop"),
-        Wired::Loops(names) => tracing::info!(workers = names.len(), "background loops wired"),
-    }
+    let workers: Arc<[String]> = match &wired {
+        Wired::Nothing => {
+            tracing::warn!("no database: no Elector and no background loop");
+            Arc::new([])
+        }
+        Wired::Loops(names) => {
+            tracing::info!(workers = names.len(), "background loops wired");
+            names.as_slice().into()
+        }
+    };
 
     // Served before the database answers: /livez passes, /readyz fails (no boot pass yet) and
     // /status says no replica of this process leads, while the schema waits for the server.
@@ -141,6 +150,7 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         readiness: readiness.clone(),
         liveness: liveness.clone(),
         registry: registry.clone(),
+        workers,
     };
     let server = serve(&args, &me, probes, elector.clone(), &shutdown).await;
     if let Err(error) = &server {
@@ -264,7 +274,8 @@ async fn create_schema(
     }
 }
 
-/// Wires every loop of the spec's three tables under its own name and placement.
+/// Wires every loop of the spec's three tables under its own name and placement. Every ticked
+/// loop ticks once per check interval, except `sse-nonce-sweep`: once per nonce TTL.
 fn wire_loops(
     elector: &Elector,
     background: &mut Background,
@@ -273,8 +284,13 @@ fn wire_loops(
     metrics: &TickMetrics,
 ) -> Result<(), plexsphere_leader_service::loops::WiringError> {
     for (name, probe) in TICKED {
-        let pass = ticked_pass(pool.clone(), name, me.actor.clone(), me.interval);
-        let mut ticker = LeaderTicker::new(name, elector.clone(), me.interval, pass)
+        let period = if name == passes::SSE_NONCE_SWEEP {
+            me.nonce_ttl
+        } else {
+            me.interval
+        };
+        let pass = ticked_pass(pool.clone(), name, me.actor.clone(), period);
+        let mut ticker = LeaderTicker::new(name, elector.clone(), period, pass)
             .at_boot()
             .metrics(metrics);
         if let Some(probe) = probe {
@@ -319,14 +335,18 @@ fn wire_loops(
             consume_loop(pool.clone(), durable, period, gate.clone(), token)
         })?;
     }
+    // Each step also spends from this replica's rate budget (its bucket is its
+    // application_name, so a restarted replica leaves its old bucket to `rate-budget-sweep`).
     background.worker("sse-relay", {
         let (pool, period) = (pool.clone(), me.interval);
+        let bucket: Arc<str> = me.application_name.as_str().into();
         move |token| {
-            let pool = pool.clone();
+            let (pool, bucket) = (pool.clone(), Arc::clone(&bucket));
             every(period, token, move || {
-                let pool = pool.clone();
+                let (pool, bucket) = (pool.clone(), Arc::clone(&bucket));
                 async move {
                     let mut client = pool.get().await?;
+                    passes::spend_rate_budget(&**client, &bucket).await?;
                     passes::relay(&mut client).await?;
                     Ok(())
                 }
@@ -626,13 +646,16 @@ struct StatusState {
     me: Me,
     elector: Option<Elector>,
     readiness: Readiness,
+    workers: Arc<[String]>,
 }
 
-/// What `/readyz`, `/livez` and `/metrics` report.
+/// What `/readyz`, `/livez` and `/metrics` report, and the workers `/status` lists.
 struct Probes {
     readiness: Readiness,
     liveness: Liveness,
     registry: Registry,
+    /// The supervisor's worker names, in registration order (empty without a database).
+    workers: Arc<[String]>,
 }
 
 async fn serve(
@@ -658,6 +681,7 @@ async fn serve(
             me: me.clone(),
             elector,
             readiness: probes.readiness.clone(),
+            workers: probes.workers,
         });
     let app =
         plexsphere_leader_service::http::router(probes.readiness, probes.liveness, probes.registry)
@@ -729,6 +753,9 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
         "check_interval_ms": u64::try_from(state.me.interval.as_millis()).unwrap_or(u64::MAX),
         "ready": state.readiness.report().is_ready(),
         "database": state.elector.is_some(),
+        "workers": &*state.workers,
+        "probes": state.readiness.names(),
+        "sse_nonce_ttl_ms": u64::try_from(state.me.nonce_ttl.as_millis()).unwrap_or(u64::MAX),
     });
     (
         [(header::CONTENT_TYPE, "application/json")],
