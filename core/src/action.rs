@@ -353,6 +353,10 @@ pub enum LogKind {
     /// A queued wait timed out at the instant it was granted: the lock was released on the
     /// same session before the connection went back to the pool. INFO.
     GrantReleasedAfterWaitTimeout,
+    /// A standby's pooled session held the lock with no live leader checking it (stranded by a
+    /// vanished client: a pooler without a reset query handed its server session on); it was
+    /// released on that session and the check went on. WARN.
+    StrandedLockReleased,
 }
 
 impl LogKind {
@@ -375,6 +379,11 @@ impl LogKind {
             Self::GrantReleasedAfterWaitTimeout => {
                 "leader: a lock wait timed out as it was granted; released"
             }
+            Self::StrandedLockReleased => {
+                "leader: released a lock stranded on a pooled session (a pooler without a reset \
+                 query, such as PgBouncer's server_reset_query, handed over a vanished client's \
+                 session)"
+            }
         }
     }
 
@@ -394,7 +403,8 @@ impl LogKind {
             | Self::AbandonedAfterDrop
             | Self::WorkOutlivedStop
             | Self::FencingFailed
-            | Self::SessionEndedWhileStopping => Level::Warn,
+            | Self::SessionEndedWhileStopping
+            | Self::StrandedLockReleased => Level::Warn,
         }
     }
 }
@@ -410,6 +420,15 @@ pub enum Cause<C> {
     LockNotHeld,
     /// The leader's check answered, and what it found does not prove the lock.
     LockNotVerified(LockFinding),
+    /// The pooled session already held the lock, and a leader's check proved it there this many
+    /// seconds ago: another live client shares the server session (a transaction-mode pooler).
+    SessionShared {
+        /// Seconds since that check.
+        checked_secs_ago: u64,
+    },
+    /// The pooled session still held the lock after a stranded lock was released on it (the
+    /// lock was taken more than once on that server session).
+    StrandedLockKept,
     /// The fencing epoch the database returned is not greater than one this election already
     /// used (a restored backup, or a failover to a standby that missed it).
     EpochDidNotAdvance {
@@ -429,6 +448,19 @@ impl<C: fmt::Display> fmt::Display for Cause<C> {
                 f.write_str("pg_advisory_unlock returned false: the session did not hold the lock")
             }
             Self::LockNotVerified(finding) => write!(f, "lock check failed: {finding}"),
+            Self::SessionShared { checked_secs_ago } => write!(
+                f,
+                "the pooled session already held the lock, which another client's check proved \
+                 {checked_secs_ago} s ago on this server session: a pooler shares server sessions \
+                 between clients (PgBouncer in transaction mode), or handed over the session of a \
+                 client that vanished since (a pooler without a reset query; the lock is then \
+                 released once no check has proved it for four intervals); use a session-mode \
+                 pool that resets sessions, or a direct connection"
+            ),
+            Self::StrandedLockKept => f.write_str(
+                "the pooled session still held the lock after its stranded lock was released \
+                 (taken more than once on that server session); the connection is closed",
+            ),
             Self::EpochDidNotAdvance { epoch, last } => write!(
                 f,
                 "the fencing epoch did not advance ({epoch} after {last}): the fence table \

@@ -237,12 +237,17 @@ enum Standby {
     TryingLock {
         conn: ConnId,
         deadline: Instant,
+        /// A stranded lock was already released on this connection in this check.
+        after_stranded: bool,
     },
-    /// A queued wait timed out (55P03): the session may still hold the lock (granted at the
-    /// instant of the timeout), so it is released if held before the connection goes back.
+    /// The session may hold the lock without a term of this election on it: a queued wait
+    /// timed out (55P03, granted at the instant of the timeout), or the grant found a lock
+    /// stranded there. It is released if held; then the connection goes back, or (stranded)
+    /// the check goes on.
     ReleasingIfHeld {
         conn: ConnId,
         deadline: Instant,
+        stranded: bool,
     },
     Fencing {
         conn: ConnId,
@@ -533,11 +538,12 @@ impl<C> Election<C> {
             Event::LockGranted { conn, backend_pid } => self.on_granted(now, conn, backend_pid),
             Event::LockRefused { conn } => self.on_refused(now, conn),
             Event::LockWaitTimedOut { conn } => self.on_wait_timed_out(conn),
+            Event::LockHeldBySession {
+                conn,
+                checked_secs_ago,
+            } => self.on_held_by_session(now, conn, checked_secs_ago),
             Event::ReleasedIfHeld { conn, released } => {
-                if released {
-                    self.log(LogKind::GrantReleasedAfterWaitTimeout, None, None);
-                }
-                self.on_refused(now, conn);
+                self.on_released_if_held(now, conn, released);
             }
             Event::LockQueryFailed { conn, cause } => {
                 self.on_try_failed(now, conn, Cause::Error(cause));
@@ -664,6 +670,11 @@ impl<C> Election<C> {
 
     /// A connection came: try the lock (poll mode) or queue for it (queue mode).
     fn on_acquired(&mut self, now: Instant, conn: ConnId) {
+        self.try_lock_on(now, conn, false);
+    }
+
+    /// Tries the lock (poll mode) or queues for it (queue mode) on the borrowed `conn`.
+    fn try_lock_on(&mut self, now: Instant, conn: ConnId, after_stranded: bool) {
         match self.options.acquire_mode() {
             AcquireMode::Poll => self.push(Action::TryLock { conn }),
             AcquireMode::Queue => self.push(Action::WaitForLock {
@@ -672,7 +683,72 @@ impl<C> Election<C> {
             }),
         }
         let deadline = now + self.grant_budget();
-        self.set_role(Role::Standby(Standby::TryingLock { conn, deadline }));
+        self.set_role(Role::Standby(Standby::TryingLock {
+            conn,
+            deadline,
+            after_stranded,
+        }));
+    }
+
+    /// The grant found the session already holding the lock. A leader's check proved it there
+    /// within [`CheckInterval::stranded_after_secs`]: a live client shares the server session
+    /// (transaction mode), so the connection is closed and the check fails naming that. Else
+    /// the lock was stranded by a vanished client (a pooler without a reset query): it is
+    /// released on this same session and the check goes on, once per check.
+    fn on_held_by_session(&mut self, now: Instant, conn: ConnId, checked_secs_ago: Option<u64>) {
+        let State::Running(Running {
+            role:
+                Role::Standby(Standby::TryingLock {
+                    deadline,
+                    after_stranded,
+                    ..
+                }),
+            ..
+        }) = &self.state
+        else {
+            return;
+        };
+        let (deadline, after_stranded) = (*deadline, *after_stranded);
+        match checked_secs_ago {
+            Some(age) if age <= self.interval().stranded_after_secs() => {
+                self.on_try_failed(
+                    now,
+                    conn,
+                    Cause::SessionShared {
+                        checked_secs_ago: age,
+                    },
+                );
+            }
+            _ if after_stranded => self.on_try_failed(now, conn, Cause::StrandedLockKept),
+            _ => {
+                self.push(Action::ReleaseIfHeld { conn });
+                self.set_role(Role::Standby(Standby::ReleasingIfHeld {
+                    conn,
+                    deadline,
+                    stranded: true,
+                }));
+            }
+        }
+    }
+
+    /// The release after a timed-out wait or a stranded lock answered.
+    fn on_released_if_held(&mut self, now: Instant, conn: ConnId, released: bool) {
+        let stranded = matches!(
+            &self.state,
+            State::Running(Running {
+                role: Role::Standby(Standby::ReleasingIfHeld { stranded: true, .. }),
+                ..
+            })
+        );
+        if stranded {
+            self.log(LogKind::StrandedLockReleased, None, None);
+            self.try_lock_on(now, conn, true);
+        } else {
+            if released {
+                self.log(LogKind::GrantReleasedAfterWaitTimeout, None, None);
+            }
+            self.on_refused(now, conn);
+        }
     }
 
     /// How long the grant statement may take: one interval, or the queued wait plus one.
@@ -765,7 +841,11 @@ impl<C> Election<C> {
         };
         let deadline = *deadline;
         self.push(Action::ReleaseIfHeld { conn });
-        self.set_role(Role::Standby(Standby::ReleasingIfHeld { conn, deadline }));
+        self.set_role(Role::Standby(Standby::ReleasingIfHeld {
+            conn,
+            deadline,
+            stranded: false,
+        }));
     }
 
     fn on_refused(&mut self, now: Instant, conn: ConnId) {
@@ -1217,6 +1297,7 @@ fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
                 | Event::LockRefused { .. }
                 | Event::LockQueryFailed { .. }
                 | Event::LockWaitTimedOut { .. }
+                | Event::LockHeldBySession { .. }
         ),
         Role::Standby(Standby::ReleasingIfHeld { .. }) => matches!(
             event,

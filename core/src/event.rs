@@ -47,6 +47,19 @@ pub enum Event<C> {
         /// The connection the lock was waited for on.
         conn: ConnId,
     },
+    /// [`Action::TryLock`](crate::Action::TryLock) or `WaitForLock` found the session already
+    /// holding the lock before it asked: no term of this election is on it, so another client
+    /// took it on the same server session (a pooler). The statement marked the session
+    /// `shared`, so a client that leads on it demotes at its next check. `checked_secs_ago` is
+    /// how long ago (server clock, whole seconds) a leader's check last proved the lock on this
+    /// session, `None` when none ever did; the election tells a live leader sharing the session
+    /// (transaction mode) from a lock a vanished client stranded there (no reset query) by it.
+    LockHeldBySession {
+        /// The connection the lock was tried on.
+        conn: ConnId,
+        /// Seconds since a leader's check last proved the lock on this session.
+        checked_secs_ago: Option<u64>,
+    },
     /// [`Action::ReleaseIfHeld`](crate::Action::ReleaseIfHeld) answered: the session no longer
     /// holds the lock; `released` says whether it did and was released.
     ReleasedIfHeld {
@@ -153,6 +166,7 @@ impl<C> Event<C> {
             | Self::LockGranted { conn, .. }
             | Self::LockRefused { conn }
             | Self::LockWaitTimedOut { conn }
+            | Self::LockHeldBySession { conn, .. }
             | Self::ReleasedIfHeld { conn, .. }
             | Self::LockQueryFailed { conn, .. }
             | Self::PingAnswered { conn, .. }

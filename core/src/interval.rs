@@ -67,6 +67,14 @@ impl CheckInterval {
         u32::try_from(millis).map_or(i32::MAX as u32, |ms| ms.min(i32::MAX as u32))
     }
 
+    /// After how many whole seconds without a leader's check a lock found on a pooled session is
+    /// taken for stranded: the idle timeout rounded up to the second, plus one second for the
+    /// truncation of the two server timestamps compared. A live leader checks every interval,
+    /// and the server itself ends a direct session idle that long.
+    pub fn stranded_after_secs(self) -> u64 {
+        u64::from(self.idle_session_timeout_millis()).div_ceil(1000) + 1
+    }
+
     /// [`Self::idle_session_timeout_millis`] as a `Duration`.
     pub fn idle_session_timeout(self) -> Duration {
         Duration::from_millis(u64::from(self.idle_session_timeout_millis()))

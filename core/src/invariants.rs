@@ -12,7 +12,9 @@
 //!   check row's own finding for `PingAnswered`, …);
 //! - `Hijack` and every `Ping` carry the backend pid the newest grant named;
 //! - `Hijack` only in answer to `LockGranted`, `ReleaseIfHeld` only in answer to
-//!   `LockWaitTimedOut`, and `ReturnToPool` only in answer to `LockRefused` or `ReleasedIfHeld`
+//!   `LockWaitTimedOut` or `LockHeldBySession`, a grant statement on a borrowed connection only
+//!   in answer to its acquire or to `ReleasedIfHeld` (a stranded lock released), and
+//!   `ReturnToPool` only in answer to `LockRefused` or `ReleasedIfHeld`
 //!   for the same connection, or to an acquire's deadline; a term begins only on a hijacked connection, in answer to
 //!   `LockGranted` or (fencing) `EpochAdvanced`, and fencing epochs strictly increase;
 //! - actions only ever name the newest connection, and nothing is done with a connection after it
@@ -365,7 +367,18 @@ impl Checker {
                 ConnState::Done
             }
             (Action::ReleaseIfHeld { .. }, ConnState::Borrowed)
-                if answered(|e| matches!(e, Event::LockWaitTimedOut { .. })) =>
+                if answered(|e| {
+                    matches!(
+                        e,
+                        Event::LockWaitTimedOut { .. } | Event::LockHeldBySession { .. }
+                    )
+                }) =>
+            {
+                ConnState::Borrowed
+            }
+            // The check goes on after a stranded lock was released on the same session.
+            (Action::TryLock { .. } | Action::WaitForLock { .. }, ConnState::Borrowed)
+                if answered(|e| matches!(e, Event::ReleasedIfHeld { .. })) =>
             {
                 ConnState::Borrowed
             }
@@ -465,6 +478,7 @@ fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
         Some(Event::LockGranted { .. }) => "LockGranted",
         Some(Event::LockRefused { .. }) => "LockRefused",
         Some(Event::LockWaitTimedOut { .. }) => "LockWaitTimedOut",
+        Some(Event::LockHeldBySession { .. }) => "LockHeldBySession",
         Some(Event::ReleasedIfHeld { .. }) => "ReleasedIfHeld",
         Some(Event::LockQueryFailed { .. }) => "LockQueryFailed",
         Some(Event::EpochAdvanced { .. }) => "EpochAdvanced",

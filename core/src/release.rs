@@ -112,7 +112,8 @@ impl<C> LogRecord<C> {
                 | LogKind::WorkOutlivedStop
                 | LogKind::FencingFailed
                 | LogKind::Resigned
-                | LogKind::GrantReleasedAfterWaitTimeout,
+                | LogKind::GrantReleasedAfterWaitTimeout
+                | LogKind::StrandedLockReleased,
                 _,
             ) => return None,
         };

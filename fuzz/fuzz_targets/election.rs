@@ -28,6 +28,8 @@ enum FuzzInput {
     Granted(Which, u8),
     Refused(Which),
     WaitTimedOut(Which),
+    /// The grant found the session already holding the lock, checked that many seconds ago.
+    HeldBySession(Which, Option<u8>),
     ReleasedIfHeld(Which, bool),
     TryFailed(Which),
     /// A check answer that proves the lock of the newest grant.
@@ -148,6 +150,10 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
             },
             FuzzInput::Refused(w) => Event::LockRefused { conn: conn(w) },
             FuzzInput::WaitTimedOut(w) => Event::LockWaitTimedOut { conn: conn(w) },
+            FuzzInput::HeldBySession(w, age) => Event::LockHeldBySession {
+                conn: conn(w),
+                checked_secs_ago: age.map(u64::from),
+            },
             FuzzInput::ReleasedIfHeld(w, released) => Event::ReleasedIfHeld {
                 conn: conn(w),
                 released: *released,

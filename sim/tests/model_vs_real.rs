@@ -270,6 +270,22 @@ where
     }
 }
 
+/// `observed` with every `|`-separated field of ten digits (a unix time in seconds: the check
+/// marker and the server's clock) shown as `<secs>`.
+fn unix_seconds_masked(observed: &str) -> String {
+    observed
+        .split('|')
+        .map(|field| {
+            if field.len() == 10 && field.bytes().all(|b| b.is_ascii_digit()) {
+                "<secs>"
+            } else {
+                field
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
 /// The idle bound the elector script's grants set, in ms: longer than the script runs.
 const BOUND_MS: u32 = 60_000;
 
@@ -292,9 +308,11 @@ where
     }
     let database = a.run("SELECT current_database()").await;
     let own = |observed: String, who: usize| {
-        observed
-            .replace(&pids[who], "<pid>")
-            .replace(&database, "<db>")
+        unix_seconds_masked(
+            &observed
+                .replace(&pids[who], "<pid>")
+                .replace(&database, "<db>"),
+        )
     };
     let mut see = |what: &str, observed: String| seen.push(format!("{what}: {observed}"));
     see(
@@ -366,7 +384,7 @@ where
             .await;
         (
             b,
-            answer.replace(&b_pid, "<pid>").replace(&b_database, "<db>"),
+            unix_seconds_masked(&answer.replace(&b_pid, "<pid>").replace(&b_database, "<db>")),
         )
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -597,17 +615,17 @@ fn the_simulated_server_answers_the_electors_grant_check_wait_and_fence_statemen
         real.join("\n  ")
     );
     for line in [
-        "grant columns: set_config|pg_backend_pid|current_database",
+        "grant columns: set_config|pg_backend_pid|current_database|current_setting|concat",
         "unbounded columns: case|pg_backend_pid",
-        "verify columns: pg_backend_pid|pg_is_in_recovery|exists|current_setting",
-        "a verify after unlock: <pid>|f|f|shared",
-        "a try_lock: granted|<pid>|<db>",
-        "b try_lock: refused|<pid>|<db>",
+        "verify columns: pg_backend_pid|pg_is_in_recovery|exists|current_setting|set_config",
+        "a verify after unlock: <pid>|f|f|shared|<secs>",
+        "a try_lock: granted|<pid>|<db>|<secs>|<secs>",
+        "b try_lock: refused|<pid>|<db>|NULL|<secs>",
         "a's application_name after its grant: model-vs-real since <10 digits>",
         "b's application_name after its refusal: b",
-        "a try_lock again: shared|<pid>|<db>",
+        "a try_lock again: shared|<pid>|<db>|<secs>|<secs>",
         "b wait_for_lock times out: error 55P03",
-        "b wait_for_lock after c disconnects: granted|<pid>|<db>",
+        "b wait_for_lock after c disconnects: granted|<pid>|<db>|<secs>|<secs>",
         "a check: 3",
     ] {
         assert!(model.iter().any(|l| l == line), "{line}: {model:?}");

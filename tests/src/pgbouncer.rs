@@ -29,12 +29,16 @@ pub enum PoolMode {
     /// A server session per transaction: after each transaction the server session may serve
     /// another client. A session advisory lock stays on the server session, not on the client.
     Transaction,
+    /// Session mode with an empty `server_reset_query`: a server session goes from a client that
+    /// disconnected to the next one as it was, session advisory locks and settings included
+    /// (the default reset, `DISCARD ALL`, would release them).
+    SessionWithoutReset,
 }
 
 impl PoolMode {
     fn setting(self) -> &'static str {
         match self {
-            Self::Session => "session",
+            Self::Session | Self::SessionWithoutReset => "session",
             Self::Transaction => "transaction",
         }
     }
@@ -228,6 +232,7 @@ fn write_files(
          auth_type = trust\n\
          auth_file = {dir}/userlist.txt\n\
          pool_mode = {mode}\n\
+         {reset}\
          default_pool_size = {pool_size}\n\
          min_pool_size = 0\n\
          reserve_pool_size = 0\n\
@@ -238,6 +243,11 @@ fn write_files(
          log_disconnections = 1\n",
         dir = dir.display(),
         mode = mode.setting(),
+        reset = if mode == PoolMode::SessionWithoutReset {
+            "server_reset_query =\n"
+        } else {
+            ""
+        },
     );
     let files = [
         ("pgbouncer.ini", ini),

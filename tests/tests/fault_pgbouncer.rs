@@ -6,9 +6,13 @@
 //! (the grant re-entered on a shared server session, and `SELECT 1` was answered by any server
 //! session: two, then three leaders at once). Now the grant statement refuses a session that
 //! already holds the lock, marking it `shared`, and the leader's check verifies its backend, its
-//! `pg_locks` row and that mark: no replica leads through the pooler, and each says why. The
-//! lock stays on PgBouncer's server session until that session goes idle for the
-//! `idle_session_timeout` the first grant set on it.
+//! `pg_locks` row and that mark: the leader demotes at its next check once another replica's
+//! grant ran on its server session, and each replica says why. The lock left on PgBouncer's
+//! server session is stranded in turn and is retaken once no check has proved it for four
+//! intervals (rounded up, plus a second), so leadership through such a pooler is intermittent,
+//! never shared. Behind a session-mode PgBouncer without a reset query, a vanished leader's lock
+//! is handed to the next client with its server session; the standby releases it there and
+//! leads.
 
 mod fault_support;
 mod support;
@@ -16,9 +20,15 @@ mod support;
 use std::time::Duration;
 
 use fault_support::{Fleet, I, MARGIN, STARTUP};
+use nix::sys::signal::Signal;
 use plexsphere_leader_tests::replica_process::{REPLICA_APP_PREFIX, wait_clean};
 use plexsphere_leader_tests::{LockObserver, PgBouncer, PoolMode, TestDb};
 use tokio::time::Instant;
+
+/// A replica name's application_name.
+fn app(name: &str) -> String {
+    format!("{REPLICA_APP_PREFIX}{name}")
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_transaction_mode_pgbouncer_no_replica_leads_and_each_says_why() {
@@ -93,5 +103,71 @@ async fn behind_a_transaction_mode_pgbouncer_no_replica_leads_and_each_says_why(
     if let Err(left) = wait_clean(db.admin(), REPLICA_APP_PREFIX, Duration::from_secs(10)).await {
         panic!("left on the server: {left}");
     }
+    db.cleanup().await.unwrap();
+}
+
+/// PgBouncer in session mode with an empty `server_reset_query`: the leader's SIGKILL leaves
+/// its lock on the pooler's server session, which the pooler hands to the standby as it was.
+/// Before, the standby refused at every check ("PgBouncer in transaction mode", wrongly) and,
+/// since its own checks kept the session from idling out, nobody led again (72 s by hand,
+/// until PgBouncer was stopped). The grant now tells a stranded lock from a shared one by the
+/// leader's check stamp on the session: unchecked for four intervals (rounded up to whole
+/// seconds, plus one), it is released on that same session with a WARN naming the pooler's
+/// missing reset query, and the standby leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_session_mode_pgbouncer_without_reset_a_stranded_lock_is_released_and_retaken() {
+    let db = TestDb::create("fault_pgbouncer_stranded").await.unwrap();
+    let bouncer = PgBouncer::start(&db.config(), PoolMode::SessionWithoutReset, 1)
+        .await
+        .unwrap();
+    let observer = LockObserver::start(&db.config()).await.unwrap();
+    let pooled = bouncer.pg_config(&db.config());
+    let mut fleet = Fleet::new();
+    let a = fleet.spawn("a", &pooled, I).await;
+    fleet.wait_lead(a, STARTUP).await;
+    let server_session = observer
+        .wait_for_holder(MARGIN)
+        .await
+        .expect("the lock is on PgBouncer's server session");
+    // One server session: b's connection waits in PgBouncer until a's is free.
+    let b = fleet.spawn("b", &pooled, I).await;
+
+    fleet.get(a).signal(Signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    // Four intervals (800 ms) rounded up to 1 s, plus 1 s, then b's next check.
+    let stranded_after = Duration::from_secs(2);
+    let led = fleet
+        .wait_lead_since(b, killed, stranded_after + 2 * I + MARGIN)
+        .await;
+    println!(
+        "stranded lock released and retaken {:?} after the leader's SIGKILL",
+        led - killed
+    );
+    let holder = observer.current().expect("b holds the lock");
+    assert_eq!(
+        holder.pid, server_session.pid,
+        "the same server session, handed from a to b"
+    );
+    assert_eq!(holder.application_name.as_deref(), Some(&*app("b")));
+    let released = fleet.get(b).logs(
+        "WARN",
+        "leader: released a lock stranded on a pooled session",
+    );
+    assert!(!released.is_empty(), "b says what it released and why");
+    assert!(
+        released.iter().any(|line| line
+            .str("message")
+            .unwrap_or_default()
+            .contains("without a reset query")),
+        "{released:?}"
+    );
+    assert_eq!(
+        observer.max_granted(),
+        1,
+        "one session held the lock at a time"
+    );
+
+    fleet.stop_all().await;
+    drop(bouncer);
     db.cleanup().await.unwrap();
 }

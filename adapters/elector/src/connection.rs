@@ -57,10 +57,12 @@ pub(crate) fn try_lock(held: Held, conn: ConnId, statement: String) -> Operation
     Box::pin(async move {
         let name = "the lock statement";
         let mut database = None;
+        let mut checked_secs_ago = None;
         let answer = match one_row(&**held, &statement, name).await {
             Ok(row) => text(&row, 0, name).and_then(|outcome| {
                 let pid = text(&row, 1, name)?;
                 database = row.get(2).cloned().flatten();
+                checked_secs_ago = seconds_between(&row, 3, 4);
                 Ok((outcome, parse_int::<i32>(&pid, name)?))
             }),
             Err(QueryError::LockTimeout(_)) => {
@@ -75,10 +77,14 @@ pub(crate) fn try_lock(held: Held, conn: ConnId, statement: String) -> Operation
                 Event::LockGranted { conn, backend_pid }
             }
             Ok((refused, _)) if refused == outcome::REFUSED => Event::LockRefused { conn },
+            // The core tells a live leader sharing the session from a stranded lock.
+            Ok((shared, _)) if shared == outcome::SHARED => Event::LockHeldBySession {
+                conn,
+                checked_secs_ago,
+            },
             Ok((other, _)) => {
                 let cause = match other.as_str() {
                     outcome::IN_RECOVERY => CheckError::InRecovery,
-                    outcome::SHARED => CheckError::SharedSession,
                     _ => unexpected(name, format!("{other:?}")),
                 };
                 Event::LockQueryFailed { conn, cause }
@@ -231,6 +237,19 @@ async fn one_row(
         )));
     }
     Ok(row)
+}
+
+/// Seconds from the unix time in column `earlier` to the one in column `later`, when both are
+/// whole numbers (`None` when the earlier one is missing: no check ever stamped the session).
+fn seconds_between(row: &Row, earlier: usize, later: usize) -> Option<u64> {
+    let seconds = |index: usize| {
+        row.get(index)
+            .cloned()
+            .flatten()
+            .and_then(|text| text.parse::<i64>().ok())
+    };
+    let (earlier, later) = (seconds(earlier)?, seconds(later)?);
+    Some(u64::try_from(later.saturating_sub(earlier)).unwrap_or(0))
 }
 
 /// Column `index` of `row`, which must exist (it may be `NULL`).

@@ -84,6 +84,9 @@ impl Observer {
             Event::LockQueryFailed { conn, cause } => {
                 Some((*conn, Some(attempt_failure(cause)), false))
             }
+            Event::LockHeldBySession { conn, .. } => {
+                Some((*conn, Some(AttemptOutcome::SharedSession), false))
+            }
             Event::PingAnswered { conn, found } => {
                 // The core's own verdict, on the backend the check was sent for.
                 let proves = self

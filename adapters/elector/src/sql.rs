@@ -28,6 +28,15 @@ pub const LEADER_QUERY: &str = "SELECT pid, granted \
 /// second client's grant statement found the lock already held by the same session.
 pub const SESSION_MARKER: &str = "plexsphere.leader_session";
 
+/// The session setting the grant and every leader's check write: the server's unix time in whole
+/// seconds. A standby whose grant finds its pooled session already holding the lock reads it to
+/// tell a live leader sharing the server session (checked within the idle bound: transaction
+/// mode) from a lock a vanished client left there (a pooler without a reset query).
+pub const CHECKED_MARKER: &str = "plexsphere.leader_checked";
+
+/// The server's unix time in whole seconds, as text.
+const SERVER_SECONDS: &str = "concat(trunc(date_part('epoch', clock_timestamp()))::bigint)";
+
 /// `EXISTS` of this session's granted row of `key` in `pg_locks`.
 fn held_by_this_session(key: LockKey) -> String {
     format!(
@@ -83,7 +92,8 @@ pub mod outcome {
 /// the session with `idle_session_timeout` and `idle_in_transaction_session_timeout`, names it
 /// (`application_name` = `<identity> since <server's unix seconds>`) and marks it, in the same
 /// statement, so that a reply lost on the way back can never leave an unbounded orphaned lock.
-/// Returns `(outcome, pg_backend_pid(), current_database())`; see [`outcome`]. The database
+/// Returns `(outcome, pg_backend_pid(), current_database(), the session's
+/// [`CHECKED_MARKER`], the server's unix seconds)`; see [`outcome`]. The database
 /// is named in the acquired and lost log lines, so replicas pointed at different databases
 /// (each then leads its own) show at once. A refused check changes nothing on
 /// the pooled session.
@@ -151,8 +161,9 @@ fn grant(key: LockKey, taking: &str, identity: &str, idle_timeout_ms: u32) -> St
          WHEN set_config('idle_in_transaction_session_timeout', '{idle_timeout_ms}', false) IS NULL \
          THEN '{granted}' \
          WHEN set_config('application_name', {name}, false) IS NULL THEN '{granted}' \
+         WHEN set_config('{CHECKED_MARKER}', {SERVER_SECONDS}, false) IS NULL THEN '{granted}' \
          ELSE set_config('{SESSION_MARKER}', '{granted}', false) END, pg_backend_pid(), \
-         current_database()",
+         current_database(), current_setting('{CHECKED_MARKER}', true), {SERVER_SECONDS}",
         held = held_by_this_session(key),
         name = leader_application_name(identity),
         in_recovery = outcome::IN_RECOVERY,
@@ -162,11 +173,13 @@ fn grant(key: LockKey, taking: &str, identity: &str, idle_timeout_ms: u32) -> St
 }
 
 /// The leader's check: in one round trip, the backend's pid, whether the server is in
-/// recovery, whether this session still holds the lock of `key`, and the session marker.
+/// recovery, whether this session still holds the lock of `key`, and the session marker; it
+/// also stamps [`CHECKED_MARKER`] with the server's time (fifth column).
 pub fn verify(key: LockKey) -> String {
     format!(
         "SELECT pg_backend_pid(), pg_is_in_recovery(), {}, \
-         current_setting('{SESSION_MARKER}', true)",
+         current_setting('{SESSION_MARKER}', true), \
+         set_config('{CHECKED_MARKER}', {SERVER_SECONDS}, false)",
         held_by_this_session(key)
     )
 }
@@ -335,8 +348,12 @@ mod tests {
              WHEN set_config('application_name', concat('svc@host since ', \
              trunc(date_part('epoch', clock_timestamp()))::bigint), false) IS NULL \
              THEN 'granted' \
+             WHEN set_config('plexsphere.leader_checked', \
+             concat(trunc(date_part('epoch', clock_timestamp()))::bigint), false) IS NULL \
+             THEN 'granted' \
              ELSE set_config('plexsphere.leader_session', 'granted', false) END, pg_backend_pid(), \
-             current_database()"
+             current_database(), current_setting('plexsphere.leader_checked', true), \
+             concat(trunc(date_part('epoch', clock_timestamp()))::bigint)"
         );
         assert!(wait_for_lock(KEY, "svc", 5_000, 20_000).contains(
             "THEN set_config('plexsphere.leader_session', 'shared', false) \

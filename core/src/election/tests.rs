@@ -2187,3 +2187,152 @@ fn every_work_deadline_that_passed_fires_in_one_late_timeout() {
         "nothing due is left"
     );
 }
+
+// ---- beyond the spec: a lock found on the standby's own pooled session ----
+
+/// Fixture: a polling standby whose grant statement on conn 1 just found the session holding
+/// the lock, checked by a leader `checked_secs_ago` seconds ago.
+fn found_held(checked_secs_ago: Option<u64>) -> Fixture {
+    let mut f = Fixture::started();
+    f.event(1, E::ConnectionAcquired { conn: C1 });
+    assert_eq!(f.drain(), vec![A::TryLock { conn: C1 }]);
+    f.event(
+        2,
+        E::LockHeldBySession {
+            conn: C1,
+            checked_secs_ago,
+        },
+    );
+    f
+}
+
+#[test]
+fn a_lock_a_live_leader_checks_on_the_same_session_fails_the_check_naming_transaction_mode() {
+    // I = 5 s: the idle timeout is 20 s, so a check 21 s ago is still a live leader's.
+    let stranded_after = CheckInterval::new(Duration::from_millis(IMS))
+        .unwrap()
+        .stranded_after_secs();
+    assert_eq!(stranded_after, 21);
+    let mut f = found_held(Some(stranded_after));
+    let cause = Cause::SessionShared {
+        checked_secs_ago: stranded_after,
+    };
+    assert!(cause.to_string().contains("transaction mode"));
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::AcquireFailed, None, Some(cause)),
+        ]
+    );
+    assert!(!f.election.is_leader());
+    assert_eq!(f.election.timeout_reason(), Some(Timer::NextCheck));
+}
+
+#[test]
+fn a_stranded_lock_is_released_on_the_same_session_with_a_warning_and_the_check_goes_on() {
+    for checked_secs_ago in [None, Some(22)] {
+        let mut f = found_held(checked_secs_ago);
+        assert_eq!(f.drain(), vec![A::ReleaseIfHeld { conn: C1 }]);
+        assert_eq!(f.election.phase(), Phase::TryingLock);
+        f.event(
+            3,
+            E::ReleasedIfHeld {
+                conn: C1,
+                released: true,
+            },
+        );
+        assert_eq!(
+            f.drain(),
+            vec![
+                log(LogKind::StrandedLockReleased, None, None),
+                A::TryLock { conn: C1 },
+            ],
+            "{checked_secs_ago:?}"
+        );
+        assert_eq!(LogKind::StrandedLockReleased.level(), Level::Warn);
+        assert!(
+            LogKind::StrandedLockReleased
+                .message()
+                .contains("without a reset query")
+        );
+        // The check goes on to its grant on the same session.
+        f.event(
+            4,
+            E::LockGranted {
+                conn: C1,
+                backend_pid: PID,
+            },
+        );
+        assert!(f.election.is_leader());
+    }
+}
+
+#[test]
+fn a_lock_still_held_after_its_stranded_release_closes_the_connection_once_per_check() {
+    let mut f = found_held(None);
+    f.drain();
+    f.event(
+        3,
+        E::ReleasedIfHeld {
+            conn: C1,
+            released: true,
+        },
+    );
+    f.drain();
+    f.event(
+        4,
+        E::LockHeldBySession {
+            conn: C1,
+            checked_secs_ago: None,
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::AcquireFailed, None, Some(Cause::StrandedLockKept)),
+        ]
+    );
+    assert_eq!(f.election.timeout_reason(), Some(Timer::NextCheck));
+}
+
+#[test]
+fn a_queued_standby_goes_on_queueing_after_a_stranded_release() {
+    let mut f = Fixture::started_with(spec_options().acquire(AcquireMode::Queue));
+    f.event(1, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.event(
+        2,
+        E::LockHeldBySession {
+            conn: C1,
+            checked_secs_ago: None,
+        },
+    );
+    assert_eq!(f.drain(), vec![A::ReleaseIfHeld { conn: C1 }]);
+    f.event(
+        3,
+        E::ReleasedIfHeld {
+            conn: C1,
+            released: true,
+        },
+    );
+    assert_eq!(
+        f.drain()[1..],
+        [A::WaitForLock {
+            conn: C1,
+            lock_timeout_ms: 5_000
+        }]
+    );
+    // A wait that then times out is the ordinary refusal.
+    f.event(IMS + 3, E::LockWaitTimedOut { conn: C1 });
+    assert_eq!(f.drain(), vec![A::ReleaseIfHeld { conn: C1 }]);
+    f.event(
+        IMS + 4,
+        E::ReleasedIfHeld {
+            conn: C1,
+            released: false,
+        },
+    );
+    assert_eq!(f.drain(), vec![A::ReturnToPool { conn: C1 }]);
+}

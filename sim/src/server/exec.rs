@@ -1292,17 +1292,18 @@ mod tests {
             run(&mut state, a, "SELECT pg_advisory_lock(1886156915, 1)"),
             ["T pg_advisory_lock:2278", "D ", "C SELECT 1", "Z I"]
         );
+        // The two RESETs of the idle bounds come first (the model tags them SET).
         assert_eq!(
             run(&mut state, b, &release),
-            ["T case:16", "D f", "C SELECT 1", "Z I"]
+            ["C SET", "C SET", "T case:16", "D f", "C SELECT 1", "Z I"]
         );
         assert_eq!(
             run(&mut state, a, &release),
-            ["T case:16", "D t", "C SELECT 1", "Z I"]
+            ["C SET", "C SET", "T case:16", "D t", "C SELECT 1", "Z I"]
         );
         assert_eq!(
             run(&mut state, a, &release),
-            ["T case:16", "D f", "C SELECT 1", "Z I"]
+            ["C SET", "C SET", "T case:16", "D f", "C SELECT 1", "Z I"]
         );
     }
 
