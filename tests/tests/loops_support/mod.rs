@@ -132,11 +132,20 @@ pub async fn demo_binary() -> PathBuf {
     binary
 }
 
-/// A base port with `n` free consecutive ports on 127.0.0.1.
+/// A base port with `n` free consecutive ports on 127.0.0.1, never one handed out before in this
+/// process: tests of one binary run at once, and a port checked free is only bound later (by
+/// the demo), so two calls must not start from the same place.
 pub fn free_ports(n: u16) -> u16 {
+    static HANDED_OUT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
     let seed = u16::try_from(std::process::id() % 20_000).unwrap();
-    (0..200)
-        .map(|attempt| 30_000 + (seed + attempt * 97) % 30_000)
-        .find(|base| (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()))
-        .expect("free ports")
+    loop {
+        let offset = HANDED_OUT.fetch_add(n + 1, std::sync::atomic::Ordering::Relaxed);
+        assert!(offset < 20_000, "free ports");
+        let base = 30_000 + (seed + offset) % 30_000;
+        if base + n <= 60_000
+            && (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok())
+        {
+            return base;
+        }
+    }
 }
