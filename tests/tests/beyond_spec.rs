@@ -679,7 +679,7 @@ async fn a_role_idle_timeout_shorter_than_the_interval_does_not_make_the_leader_
 
 /// A fenced transaction that never ends (a cut-off leader's, here a client that checked the fence
 /// and went quiet) holds the fence row: a new leader's epoch advance waits for it. The advance
-/// runs under a transaction-local `lock_timeout` of one interval, so the server itself ends the
+/// runs under a transaction-local `lock_timeout` of half an interval, so the server itself ends the
 /// wait (55P03) and the backend lets go of the advisory lock when the elector closes it; without
 /// it the backend, whose client gave up, went on waiting and held the lock until the
 /// transaction ended. Once the transaction ends, the elector leads with a greater epoch.

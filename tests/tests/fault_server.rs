@@ -1,6 +1,6 @@
 //! Fault injection on the server itself, each test on its own throwaway cluster (`Cluster`):
 //! restarts, a failover to a promoted standby, and `max_connections` exhausted. Replicas are
-//! OS processes (`plx-replica`), I = 200 ms, bounds asserted as `bound + MARGIN` (1.5 s).
+//! OS processes (`plx-replica`), I = 200 ms, bounds asserted as `bound + MARGIN` (2 s).
 //!
 //! | scenario | expected outcome (bound) |
 //! |----------|--------------------------|
