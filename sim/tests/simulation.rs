@@ -115,3 +115,40 @@ fn a_failure_report_names_the_seed_and_the_replay_command() {
         .collect();
     assert_eq!(fencing, (28..56).collect::<Vec<_>>());
 }
+
+/// Without the fenced transaction's idle bound (`Params::fenced_idle_timeout` zero), a leader
+/// cut off inside a fenced transaction holds the fence row until its session ends, which in the
+/// model is never. The next leader's epoch advance then waits for the row; it runs under a
+/// `lock_timeout` of half an interval (`sql::advance_epoch_within`), so the server ends the wait
+/// and the backend lets go of the advisory lock: the orphan bound holds, while no replica can
+/// lead until the row is free (the steady state breaks, which the idle bound prevents).
+/// Before the advance was bounded, its backend held the advisory lock for the rest of the run.
+#[test]
+fn a_held_fence_row_never_makes_a_waiting_advance_an_orphaned_lock() {
+    let mut orphaned = Vec::new();
+    let mut runs = 0;
+    for seed in 0..RunOptions::CYCLE * 2 {
+        let mut options = RunOptions::new(seed);
+        let cut_off = matches!(
+            options.kind,
+            RunKind::Only(
+                FaultKind::Partition | FaultKind::PartitionOneWay | FaultKind::SilentDeath
+            )
+        );
+        if !(options.fencing && cut_off) {
+            continue;
+        }
+        runs += 1;
+        options.params.fenced_idle_timeout = std::time::Duration::ZERO;
+        let outcome = run(&options);
+        orphaned.extend(
+            outcome
+                .violations
+                .iter()
+                .filter(|v| v.property == plexsphere_leader_sim::Property::OrphanBound)
+                .map(|v| format!("seed {seed}: {v}")),
+        );
+    }
+    assert!(runs >= 6, "{runs} fencing runs of the cut-off kinds");
+    assert!(orphaned.is_empty(), "{orphaned:#?}");
+}
