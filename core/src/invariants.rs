@@ -1160,6 +1160,49 @@ mod tests {
     }
 
     #[test]
+    fn a_grant_on_a_borrowed_connection_only_follows_a_stranded_release() {
+        let trying = || {
+            let mut trace = Trace::new();
+            trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+            trace
+                .event(
+                    1,
+                    E::ConnectionAcquired { conn: C1 },
+                    &[A::TryLock { conn: C1 }],
+                )
+                .unwrap();
+            trace
+        };
+        // The grant found a stranded lock: released on the same session, then the grant again.
+        let mut stranded = trying();
+        stranded
+            .event(
+                2,
+                E::LockHeldBySession {
+                    conn: C1,
+                    checked_secs_ago: None,
+                },
+                &[A::ReleaseIfHeld { conn: C1 }],
+            )
+            .unwrap();
+        stranded
+            .event(
+                3,
+                E::ReleasedIfHeld {
+                    conn: C1,
+                    released: true,
+                },
+                &[A::TryLock { conn: C1 }],
+            )
+            .unwrap();
+        // A grant sent again on the borrowed session in answer to anything else is reported.
+        violation(
+            trying().event(2, E::LockRefused { conn: C1 }, &[A::TryLock { conn: C1 }]),
+            "TryLock on conn#1 (Borrowed) in answer to LockRefused",
+        );
+    }
+
+    #[test]
     fn a_report_of_overdue_work_of_a_term_not_ended_is_reported() {
         let overdue = [A::ReportOverdueWork {
             term: T1,
