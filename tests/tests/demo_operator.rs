@@ -11,99 +11,11 @@
 
 mod loops_support;
 
-use std::net::SocketAddr;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use loops_support::{MARGIN, demo_binary, eventually, free_ports, get};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use loops_support::{DEMO_BOOT as BOOT, Demo, MARGIN, eventually, get};
 use plexsphere_leader_tests::replica_process::dsn;
 use plexsphere_leader_tests::{FaultProxy, Mode, TestDb};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-
-/// How long one replica may take to build, boot and lead.
-const BOOT: Duration = Duration::from_secs(30);
-
-/// A running demo of one replica: its standard output, line by line, and its HTTP address.
-struct Demo {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    addr: SocketAddr,
-}
-
-impl Demo {
-    /// Starts the demo with one replica at 200 ms on `dsn`, with `extra` arguments.
-    async fn start(dsn: &str, extra: &[&str]) -> Self {
-        let binary = demo_binary().await;
-        let port = free_ports(1);
-        let mut child = Command::new(binary)
-            .args(["--replicas", "1", "--check-interval", "200ms"])
-            .arg("--http-port")
-            .arg(port.to_string())
-            .arg("--dsn")
-            .arg(dsn)
-            .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stdout = child.stdout.take().unwrap();
-        tokio::spawn({
-            let lines = Arc::clone(&lines);
-            async move {
-                let mut reader = BufReader::new(stdout).lines();
-                while let Ok(Some(line)) = reader.next_line().await {
-                    println!("{line}");
-                    lines.lock().unwrap().push(line);
-                }
-            }
-        });
-        Self {
-            child,
-            lines,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        }
-    }
-
-    /// The first line that contains `text`, waiting at most `within`.
-    async fn line(&self, within: Duration, text: &str) -> String {
-        eventually(within, text, || async {
-            self.lines
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|line| line.contains(text))
-                .cloned()
-        })
-        .await
-    }
-
-    /// `GET path`: the status code and the body, once the replica answers at all.
-    async fn get(&self, path: &str) -> (u16, String) {
-        eventually(BOOT, path, || async { get(self.addr, path).await.ok() }).await
-    }
-
-    /// SIGTERM, then the demo's exit within `within`; returns every line it printed.
-    async fn stop(mut self, within: Duration) -> Vec<String> {
-        let pid = Pid::from_raw(i32::try_from(self.child.id().unwrap()).unwrap());
-        kill(pid, Signal::SIGTERM).unwrap();
-        let exit = tokio::time::timeout(within, self.child.wait())
-            .await
-            .expect("the demo exits after SIGTERM")
-            .unwrap();
-        assert!(exit.success(), "{exit}");
-        // The reader task prints what is left of the pipe.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        self.lines.lock().unwrap().clone()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_the_database_does_not_answer_the_demo_serves_its_probes_and_status() {
@@ -112,6 +24,7 @@ async fn while_the_database_does_not_answer_the_demo_serves_its_probes_and_statu
     drop(closed);
     let demo = Demo::start(
         &format!("host=127.0.0.1 port={closed_port} user=postgres dbname=postgres"),
+        &[],
         &[],
     )
     .await;
@@ -143,7 +56,12 @@ async fn while_the_database_does_not_answer_the_demo_serves_its_probes_and_statu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_queues_and_fences_when_asked_and_says_what_to_try() {
     let db = TestDb::create("demo_queue_fencing").await.unwrap();
-    let demo = Demo::start(&dsn(&db.config()), &["--acquire", "queue", "--fencing"]).await;
+    let demo = Demo::start(
+        &dsn(&db.config()),
+        &["--acquire", "queue", "--fencing"],
+        &[],
+    )
+    .await;
 
     let start = demo.line(BOOT, "event=start").await;
     assert!(start.contains(" acquire=queue fencing=true "), "{start}");
@@ -185,7 +103,7 @@ async fn the_demo_queues_and_fences_when_asked_and_says_what_to_try() {
 async fn a_stop_whose_unlock_gets_no_answer_is_printed_as_such_not_as_a_release() {
     let db = TestDb::create("demo_unanswered_unlock").await.unwrap();
     let proxy = FaultProxy::in_front_of(&db.config()).await.unwrap();
-    let demo = Demo::start(&dsn(&proxy.pg_config(&db.config())), &[]).await;
+    let demo = Demo::start(&dsn(&proxy.pg_config(&db.config())), &[], &[]).await;
     demo.line(BOOT, "event=acquired term=1").await;
 
     proxy.set_both(Mode::Blackhole);

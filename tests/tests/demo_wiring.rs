@@ -26,22 +26,12 @@ mod loops_support;
 mod passes;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use loops_support::{MARGIN, demo_binary, eventually, get};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use loops_support::{DEMO_BOOT as BOOT, Demo, MARGIN, eventually, get};
 use plexsphere_leader_tests::TestDb;
 use plexsphere_leader_tests::replica_process::dsn;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio_postgres::Client;
-
-/// How long one replica may take to build, boot and lead.
-const BOOT: Duration = Duration::from_secs(30);
 
 /// Every worker of a replica with a database, in registration order: the election, the spec's
 /// fifteen leader-ticked loops in its table's order, its two while-leader loops, then the
@@ -128,97 +118,17 @@ fn probes() -> Vec<&'static str> {
         .collect()
 }
 
-/// A running demo of one replica: its standard output, line by line, and its HTTP address.
-struct Demo {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    addr: SocketAddr,
+/// `/status` of `demo` as JSON.
+async fn status(demo: &Demo) -> serde_json::Value {
+    let (code, body) = demo.get("/status").await;
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
 }
 
-impl Demo {
-    /// Starts the demo with one replica at 200 ms on `dsn`, with `$PLEXSPHERE_SSE_NONCE_TTL`
-    /// set to `nonce_ttl` (unset with `None`).
-    async fn start(dsn: &str, nonce_ttl: Option<&str>) -> Self {
-        let binary = demo_binary().await;
-        let port = free_port();
-        let mut command = Command::new(binary);
-        command
-            .args(["--replicas", "1", "--check-interval", "200ms"])
-            .arg("--http-port")
-            .arg(port.to_string())
-            .arg("--dsn")
-            .arg(dsn)
-            .env("RUST_LOG", "warn")
-            .env_remove("PLEXSPHERE_SSE_NONCE_TTL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        if let Some(ttl) = nonce_ttl {
-            command.env("PLEXSPHERE_SSE_NONCE_TTL", ttl);
-        }
-        let mut child = command.spawn().unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stdout = child.stdout.take().unwrap();
-        tokio::spawn({
-            let lines = Arc::clone(&lines);
-            async move {
-                let mut reader = BufReader::new(stdout).lines();
-                while let Ok(Some(line)) = reader.next_line().await {
-                    println!("{line}");
-                    lines.lock().unwrap().push(line);
-                }
-            }
-        });
-        Self {
-            child,
-            lines,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        }
-    }
-
-    /// Waits at most `within` for a line that contains `text`.
-    async fn line(&self, within: Duration, text: &str) -> String {
-        eventually(within, text, || async {
-            self.lines
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|line| line.contains(text))
-                .cloned()
-        })
-        .await
-    }
-
-    /// `GET path`: the status code and the body, once the replica answers at all.
-    async fn get(&self, path: &str) -> (u16, String) {
-        eventually(BOOT, path, || async { get(self.addr, path).await.ok() }).await
-    }
-
-    /// `/status` as JSON.
-    async fn status(&self) -> serde_json::Value {
-        let (code, body) = self.get("/status").await;
-        assert_eq!(code, 200, "{body}");
-        serde_json::from_str(&body).unwrap()
-    }
-
-    /// SIGTERM, then the demo's clean exit within `within`.
-    async fn stop(mut self, within: Duration) {
-        let pid = Pid::from_raw(i32::try_from(self.child.id().unwrap()).unwrap());
-        kill(pid, Signal::SIGTERM).unwrap();
-        let exit = tokio::time::timeout(within, self.child.wait())
-            .await
-            .expect("the demo exits after SIGTERM")
-            .unwrap();
-        assert!(exit.success(), "{exit}");
-    }
-}
-
-/// A free port of 127.0.0.1, from the kernel: `loops_support::free_ports` derives its ports
-/// from the process id, so two tests of one binary starting at once can get the same one.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+/// Starts the demo on `dsn` with `$PLEXSPHERE_SSE_NONCE_TTL` set to `nonce_ttl` (unset with
+/// `None`).
+async fn start(dsn: &str, nonce_ttl: Option<&str>) -> Demo {
+    Demo::start(dsn, &[], &[("PLEXSPHERE_SSE_NONCE_TTL", nonce_ttl)]).await
 }
 
 /// The strings of the JSON array `value`.
@@ -252,10 +162,10 @@ fn ticks(metrics: &str) -> BTreeMap<String, u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_wires_the_specs_workers_probes_and_ticked_loops_exactly() {
     let db = TestDb::create("demo_wiring").await.unwrap();
-    let demo = Demo::start(&dsn(&db.config()), Some("2s")).await;
+    let demo = start(&dsn(&db.config()), Some("2s")).await;
     demo.line(BOOT, "event=acquired term=1").await;
 
-    let status = demo.status().await;
+    let status = status(&demo).await;
     assert_eq!(strings(&status["workers"]), WORKERS, "{status}");
     assert_eq!(strings(&status["probes"]), probes(), "{status}");
     assert_eq!(
@@ -326,13 +236,13 @@ async fn each_probe_quotes_its_own_loop_and_eight_ticked_loops_have_none() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let closed_port = closed.local_addr().unwrap().port();
     drop(closed);
-    let demo = Demo::start(
+    let demo = start(
         &format!("host=127.0.0.1 port={closed_port} user=postgres dbname=postgres"),
         None,
     )
     .await;
 
-    let status = demo.status().await;
+    let status = status(&demo).await;
     assert_eq!(strings(&status["workers"]), WORKERS, "{status}");
     assert_eq!(strings(&status["probes"]), probes(), "{status}");
     assert_eq!(

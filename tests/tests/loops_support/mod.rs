@@ -149,3 +149,97 @@ pub fn free_ports(n: u16) -> u16 {
         }
     }
 }
+
+/// A running demo of one replica at a 200 ms interval: its standard output, line by line, and
+/// its HTTP address.
+pub struct Demo {
+    child: tokio::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Where the replica serves its routes.
+    pub addr: SocketAddr,
+}
+
+/// How long one replica may take to build, boot and lead.
+pub const DEMO_BOOT: Duration = Duration::from_secs(30);
+
+impl Demo {
+    /// Starts the demo with one replica at 200 ms on `dsn`, with `extra` arguments and the
+    /// environment changes `env` (`None` removes the variable). `RUST_LOG` is `warn`.
+    pub async fn start(dsn: &str, extra: &[&str], env: &[(&str, Option<&str>)]) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let binary = demo_binary().await;
+        let port = free_ports(1);
+        let mut command = tokio::process::Command::new(binary);
+        command
+            .args(["--replicas", "1", "--check-interval", "200ms"])
+            .arg("--http-port")
+            .arg(port.to_string())
+            .arg("--dsn")
+            .arg(dsn)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true);
+        for (name, value) in env {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        let mut child = command.spawn().unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().unwrap();
+        tokio::spawn({
+            let lines = std::sync::Arc::clone(&lines);
+            async move {
+                let mut reader = tokio::io::BufReader::new(stdout).lines();
+                while let Ok(Some(line)) = reader.next_line().await {
+                    println!("{line}");
+                    lines.lock().unwrap().push(line);
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        }
+    }
+
+    /// The first line that contains `text`, waiting at most `within`.
+    pub async fn line(&self, within: Duration, text: &str) -> String {
+        eventually(within, text, || async {
+            self.lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|line| line.contains(text))
+                .cloned()
+        })
+        .await
+    }
+
+    /// `GET path`: the status code and the body, once the replica answers at all.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        eventually(DEMO_BOOT, path, || async {
+            get(self.addr, path).await.ok()
+        })
+        .await
+    }
+
+    /// SIGTERM, then the demo's clean exit within `within`; returns every line it printed.
+    pub async fn stop(mut self, within: Duration) -> Vec<String> {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id().unwrap()).unwrap());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let exit = tokio::time::timeout(within, self.child.wait())
+            .await
+            .expect("the demo exits after SIGTERM")
+            .unwrap();
+        assert!(exit.success(), "{exit}");
+        // The reader task prints what is left of the pipe.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.lines.lock().unwrap().clone()
+    }
+}
