@@ -84,12 +84,15 @@ async fn the_grant_refuses_a_session_that_already_holds_the_lock_and_the_check_s
     let first = row(&client, &sql::try_lock(KEY, IDENTITY, 800)).await;
     let database = Some(db.name().to_owned());
     assert_eq!(
-        first,
-        vec![Some("granted".into()), pid.clone(), database.clone()]
+        first[..3],
+        [Some("granted".into()), pid.clone(), database.clone()]
     );
+    // The grant stamped the session with the server's time, which it also answers.
+    assert_eq!(first[3], first[4], "{first:?}");
+    let verified = row(&client, &sql::verify(KEY)).await;
     assert_eq!(
-        row(&client, &sql::verify(KEY)).await,
-        vec![
+        verified[..4],
+        [
             pid.clone(),
             Some("f".into()),
             Some("t".into()),
@@ -97,9 +100,11 @@ async fn the_grant_refuses_a_session_that_already_holds_the_lock_and_the_check_s
         ]
     );
     // A second grant on the same session (what a transaction-mode pooler produces) is refused
-    // and marks the session, and nothing re-entered the lock.
+    // and marks the session, and nothing re-entered the lock. It answers the stamp of the
+    // check above, from which the core tells a live leader's session from a stranded lock.
     let second = row(&client, &sql::try_lock(KEY, IDENTITY, 800)).await;
-    assert_eq!(second, vec![Some("shared".into()), pid.clone(), database]);
+    assert_eq!(second[..3], [Some("shared".into()), pid.clone(), database]);
+    assert_eq!(second[3], verified[4], "the check's stamp: {second:?}");
     assert_eq!(
         row(&client, &sql::verify(KEY)).await[3],
         Some("shared".into())
