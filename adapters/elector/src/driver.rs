@@ -230,7 +230,8 @@ impl Driver {
                 self.start_on(conn, |held| connection::unlock(held, conn, key));
             }
             Action::ReturnToPool { conn } => {
-                // Cancels an acquire still in flight; a session already borrowed goes back.
+                // Gives up an acquire still in flight (the source may keep a connection being
+                // set up for the next check); a session already borrowed goes back.
                 self.in_flight = None;
                 if let Some(session) = self.take(conn) {
                     drop(session);
@@ -244,6 +245,9 @@ impl Driver {
             }
             Action::CloseConnection { conn } => {
                 self.in_flight = None;
+                // A connection still being set up goes too (`ReturnToPool` keeps it for the
+                // next check).
+                self.inner.sessions().cancel_kept();
                 if let Some(session) = self.take(conn) {
                     session.close();
                 }

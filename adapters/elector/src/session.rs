@@ -19,6 +19,7 @@
 
 mod deadpool;
 mod observed;
+mod setup;
 
 use std::fmt;
 use std::future::Future;
@@ -29,6 +30,7 @@ use crate::error::CheckError;
 pub use self::deadpool::PoolSessions;
 pub(crate) use self::deadpool::text_rows;
 pub use self::observed::{ConnectionEnd, ObservedConnect, SessionEnds, observe_connection};
+pub use self::setup::LateSetups;
 
 /// A boxed, sendable future borrowing for `'a`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -73,11 +75,20 @@ impl fmt::Display for QueryError {
 
 /// Where lock sessions come from: a pool of PostgreSQL sessions.
 pub trait SessionSource: std::fmt::Debug + Send + Sync + 'static {
-    /// Borrows a session. Dropping the future cancels the borrow.
+    /// Borrows a session. Dropping the future gives up the borrow; a source may keep work in
+    /// progress for its next borrow rather than cancel it ([`PoolSessions`] keeps a connection
+    /// it is setting up, bounded), until [`cancel_kept`](Self::cancel_kept).
     ///
     /// # Errors
     /// The pool's error (unreachable server, refused authentication, pool closed).
     fn acquire(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>>;
+
+    /// Cancels what a dropped [`acquire`](Self::acquire) left for the next one. The elector
+    /// calls it when it closes the connection it was acquiring (the election stops, is
+    /// dropped or panics, or the replica steps down); when it only gives that connection back
+    /// (its check timed out, and the next check begins at once), the work is kept. The default
+    /// keeps nothing, so it does nothing.
+    fn cancel_kept(&self) {}
 }
 
 /// One session borrowed from a [`SessionSource`]. Dropping it gives it back to its pool, as it

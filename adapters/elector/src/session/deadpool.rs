@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::{ClientWrapper, Object, Pool};
+use deadpool_postgres::{ClientWrapper, Object, Pool, PoolError};
 use tokio_postgres::SimpleQueryMessage;
 use tokio_postgres::error::SqlState;
 use tokio_util::sync::CancellationToken;
 
+use super::setup::{LateSetups, Setups};
 use super::{BoxFuture, LockSession, QueryError, Row, SessionEnds, SessionSource};
 use crate::error::CheckError;
 
@@ -21,10 +22,21 @@ const SESSION_WATCH_PERIOD: Duration = Duration::from_millis(5);
 /// lock; its end wakes the elector at once when the pool's connector is an
 /// [`ObservedConnect`](super::ObservedConnect) registering in the same [`SessionEnds`], and
 /// within 5 ms otherwise.
+///
+/// A connection the pool is still setting up when the check that asked for it gives up is not
+/// cancelled: it is kept, and the next check, which begins at once, resumes it
+/// ([`late_setups`](Self::late_setups) counts them). At most one is kept per `PoolSessions` and
+/// its clones; it is cancelled when the elector closes the connection it was acquiring
+/// ([`cancel_kept`](SessionSource::cancel_kept): the run stops, or the replica steps down),
+/// once it has run for twice the longer of that check's wait and the last new connection's
+/// setup (at least 100 ms; 2 s before the first connection), or when the last clone is dropped.
+/// So a cold start of many electors converges at short check intervals, and no backend is
+/// forked for an attempt thrown away.
 #[derive(Clone)]
 pub struct PoolSessions {
     pool: Pool,
     ends: SessionEnds,
+    setups: Setups<Object, PoolError>,
 }
 
 impl PoolSessions {
@@ -35,6 +47,7 @@ impl PoolSessions {
         Self {
             pool,
             ends: SessionEnds::global(),
+            setups: Setups::new(),
         }
     }
 
@@ -51,6 +64,12 @@ impl PoolSessions {
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
+
+    /// What became, so far, of the connection setups a check gave up on (shared by the clones):
+    /// each was kept for the next acquire instead of being cancelled.
+    pub fn late_setups(&self) -> LateSetups {
+        self.setups.counts()
+    }
 }
 
 impl std::fmt::Debug for PoolSessions {
@@ -64,10 +83,24 @@ impl std::fmt::Debug for PoolSessions {
 impl SessionSource for PoolSessions {
     fn acquire(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
         Box::pin(async move {
-            let object = self.pool.get().await?;
+            let object = self
+                .setups
+                .run(
+                    || {
+                        let pool = self.pool.clone();
+                        Box::pin(async move { pool.get().await })
+                    },
+                    // New, made by this setup: one the pool had ready was recycled first.
+                    |object| Object::metrics(object).recycle_count == 0,
+                )
+                .await?;
             let session = PgSession::Pooled(object, self.ends.clone());
             Ok(Box::new(session) as Box<dyn LockSession>)
         })
+    }
+
+    fn cancel_kept(&self) {
+        self.setups.cancel();
     }
 }
 
