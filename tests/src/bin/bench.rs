@@ -21,7 +21,9 @@
 //!    check (one elector in this process, a counting global allocator), and the backends opened
 //!    over 1,000 refused checks.
 //! 3. **Scale**: many electors in one database at a short interval: leaders at every instant,
-//!    the server's CPU share, checks per second.
+//!    the server's CPU share, checks per second; for a cold start, the time to the first leader
+//!    and until every elector had a connection, and what became of the connection setups a
+//!    check gave up on (`PoolSessions::late_setups`).
 //! 4. **Detection floor**: how soon a bare tokio-postgres connection in this process learns
 //!    that `pg_terminate_backend` ended its session (no elector): the part of the failover
 //!    table's detection figure no client can shave off.
@@ -38,6 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Hook, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use plexsphere_leader::session::{LateSetups, PoolSessions};
 use plexsphere_leader::{Config, Elector};
 use plexsphere_leader_tests::clock::{monotonic_ns, process_cpu};
 use plexsphere_leader_tests::replica_process::{
@@ -1024,10 +1027,11 @@ async fn wakeups() -> Result<(), BoxError> {
 // ---------------------------------------------------------------------------------------------
 // Scale
 
-/// One elector, its pool and its `run` task.
+/// One elector, its pool, its sessions (for their counts) and its `run` task.
 type Member = (
     Elector,
     Pool,
+    PoolSessions,
     tokio::task::JoinHandle<Result<(), plexsphere_leader::RunError>>,
 );
 
@@ -1035,6 +1039,8 @@ type Member = (
 struct Electors {
     members: Vec<Member>,
     shutdown: CancellationToken,
+    /// When the first elector was started.
+    started: Instant,
 }
 
 impl Electors {
@@ -1049,6 +1055,7 @@ impl Electors {
     ) -> Result<Self, BoxError> {
         let shutdown = CancellationToken::new();
         let mut members = Vec::new();
+        let mut started = None;
         for i in 0..n {
             let mut config = config.clone();
             config.application_name(format!("{REPLICA_APP_PREFIX}{i}"));
@@ -1056,38 +1063,53 @@ impl Electors {
             if warm {
                 drop(pool.get().await?);
             }
+            let sessions = PoolSessions::new(pool.clone());
             let elector = Elector::new(
-                Config::new(pool.clone())
+                Config::with_sessions(sessions.clone())
                     .check_interval(interval)
                     .identity(format!("{REPLICA_APP_PREFIX}{i}")),
             )?;
+            started.get_or_insert_with(Instant::now);
             let task = tokio::spawn({
                 let (elector, shutdown) = (elector.clone(), shutdown.clone());
                 async move { elector.run(shutdown).await }
             });
-            members.push((elector, pool, task));
+            members.push((elector, pool, sessions, task));
         }
-        Ok(Self { members, shutdown })
+        Ok(Self {
+            members,
+            shutdown,
+            started: started.unwrap_or_else(Instant::now),
+        })
     }
 
     fn leaders(&self) -> usize {
-        self.members
-            .iter()
-            .filter(|(e, _, _)| e.is_leader())
-            .count()
+        self.members.iter().filter(|(e, ..)| e.is_leader()).count()
     }
 
     /// Electors that lead or whose pool holds a connection.
     fn connected(&self) -> usize {
         self.members
             .iter()
-            .filter(|(e, pool, _)| e.is_leader() || pool.status().size > 0)
+            .filter(|(e, pool, ..)| e.is_leader() || pool.status().size > 0)
             .count()
+    }
+
+    /// The connection setups a check gave up on, summed over the electors.
+    fn late_setups(&self) -> LateSetups {
+        self.members
+            .iter()
+            .fold(LateSetups::default(), |mut sum, (_, _, sessions, _)| {
+                let late = sessions.late_setups();
+                sum.finished += late.finished;
+                sum.given_up += late.given_up;
+                sum
+            })
     }
 
     async fn stop(self) -> Result<(), BoxError> {
         self.shutdown.cancel();
-        for (_, _, task) in self.members {
+        for (.., task) in self.members {
             task.await??;
         }
         Ok(())
@@ -1122,8 +1144,8 @@ async fn scale(options: &Options) -> Result<(), BoxError> {
     fleet.stop().await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    // Cold start: all at once, every pool empty, so each first check must connect within one
-    // interval.
+    // Cold start: all at once, every pool empty: each first check must connect within one
+    // interval, or a later check finishes the connection that check gave up on.
     let fleet = Electors::start(&config, n, interval, &counters, false).await?;
     let cold = observe(&fleet, &cluster, &counters, COLD_WINDOW, interval).await;
     fleet.stop().await?;
@@ -1146,6 +1168,11 @@ async fn scale(options: &Options) -> Result<(), BoxError> {
             cold.leaders(),
         ),
         (
+            "first sample with a leader / with every elector connected, from the first elector's start",
+            "— (connected before)".into(),
+            cold.convergence(),
+        ),
+        (
             "granted rows per observer poll (server)",
             format!("max {}", observer.max_granted()),
             "(same observer)".into(),
@@ -1159,6 +1186,11 @@ async fn scale(options: &Options) -> Result<(), BoxError> {
             "failed checks (WARN lines) / connections opened",
             steady.failures(),
             cold.failures(),
+        ),
+        (
+            "connection setups a check gave up on: finished for a later check / cancelled",
+            steady.late(),
+            cold.late(),
         ),
         (
             "server CPU (the cluster's postmaster and all its backends)",
@@ -1200,6 +1232,11 @@ struct Observation {
     warned: u64,
     server: Duration,
     client: Duration,
+    /// From the fleet's start to the first sample with a leader.
+    first_leader: Option<Duration>,
+    /// From the fleet's start to the first sample with every elector connected.
+    all_connected: Option<Duration>,
+    late: LateSetups,
 }
 
 impl Observation {
@@ -1229,6 +1266,15 @@ impl Observation {
 
     fn failures(&self) -> String {
         format!("{} / {}", self.warned, self.opened)
+    }
+
+    fn convergence(&self) -> String {
+        let at = |t: Option<Duration>| t.map_or("never".into(), |t| format!("{t:.0?}"));
+        format!("{} / {}", at(self.first_leader), at(self.all_connected))
+    }
+
+    fn late(&self) -> String {
+        format!("{} / {}", self.late.finished, self.late.given_up)
     }
 
     fn server(&self) -> String {
@@ -1264,10 +1310,18 @@ async fn observe(
     let (server, client) = (server_cpu(cluster), process_cpu());
     let handed_out = counters.handed_out.load(Ordering::Relaxed);
     let (opened, warned) = (counters.opened.load(Ordering::Relaxed), warnings.count());
+    let late = fleet.late_setups();
     let start = Instant::now();
     let (mut min, mut max, mut off, mut samples, mut with_leader) = (usize::MAX, 0, 0, 0, 0);
+    let (mut first_leader, mut all_connected) = (None, None);
     while start.elapsed() < window {
         let leaders = fleet.leaders();
+        if leaders > 0 {
+            first_leader.get_or_insert_with(|| fleet.started.elapsed());
+        }
+        if all_connected.is_none() && fleet.connected() == fleet.members.len() {
+            all_connected = Some(fleet.started.elapsed());
+        }
         (min, max) = (min.min(leaders), max.max(leaders));
         off += u64::from(leaders != 1);
         with_leader += u64::from(leaders > 0);
@@ -1290,6 +1344,15 @@ async fn observe(
         warned: warnings.count() - warned,
         server: server_cpu(cluster).saturating_sub(server),
         client: process_cpu() - client,
+        first_leader,
+        all_connected,
+        late: {
+            let now = fleet.late_setups();
+            let mut delta = LateSetups::default();
+            delta.finished = now.finished - late.finished;
+            delta.given_up = now.given_up - late.given_up;
+            delta
+        },
     }
 }
 
