@@ -63,8 +63,7 @@ impl CheckInterval {
     /// the `lock_timeout` of the fencing epoch's advance, so that the server ends a wait for the
     /// fence row before the election's own deadline of one interval gives up on the answer.
     pub fn half_millis(self) -> u32 {
-        let millis = (self.0.as_nanos() / 2).div_ceil(1_000_000).max(1);
-        u32::try_from(millis).map_or(i32::MAX as u32, |ms| ms.min(i32::MAX as u32))
+        timeout_millis(self.0 / 2)
     }
 
     /// After how many whole seconds without a leader's check a lock found on a pooled session is
@@ -79,6 +78,13 @@ impl CheckInterval {
     pub fn idle_session_timeout(self) -> Duration {
         Duration::from_millis(u64::from(self.idle_session_timeout_millis()))
     }
+}
+
+/// `duration` as a PostgreSQL timeout setting takes it: whole milliseconds, rounded up (never
+/// shorter than asked), at least 1 (0 would disable the timeout), at most `i32::MAX`.
+pub(crate) fn timeout_millis(duration: Duration) -> u32 {
+    let millis = duration.as_nanos().div_ceil(1_000_000).max(1);
+    u32::try_from(millis).map_or(i32::MAX as u32, |ms| ms.min(i32::MAX as u32))
 }
 
 impl Default for CheckInterval {

@@ -171,8 +171,7 @@ impl Options {
     /// `lock_timeout` takes it: rounded up (never shorter than the interval), at least 1, at
     /// most `i32::MAX`.
     pub fn lock_timeout_millis(&self) -> u32 {
-        let millis = self.lock_timeout().as_nanos().div_ceil(1_000_000).max(1);
-        u32::try_from(millis).map_or(i32::MAX as u32, |ms| ms.min(i32::MAX as u32))
+        crate::interval::timeout_millis(self.lock_timeout())
     }
 
     /// How long the election waits for a queued grant statement to answer: the `lock_timeout`

@@ -27,10 +27,6 @@ pub enum CheckError {
     /// The grant statement found the server in recovery (a hot standby): the lock is only
     /// taken on a primary.
     InRecovery,
-    /// The grant statement found the lock already held by its own session before this replica
-    /// asked: the server session is shared between clients, as behind PgBouncer in transaction
-    /// mode. The elector refuses to lead through such a pooler.
-    SharedSession,
     /// The lock connection closed on its own (noticed by the session watch).
     SessionEnded,
     /// A failure of another session backend ([`Config::with_sessions`](crate::Config::with_sessions)):
@@ -119,12 +115,6 @@ impl std::fmt::Display for CheckError {
             Self::InRecovery => f.write_str(
                 "the server is in recovery (a hot standby): the leader lock is only taken on \
                  the primary",
-            ),
-            Self::SharedSession => f.write_str(
-                "the session already held the leader lock before this replica asked: the \
-                 server session is shared between clients, as behind PgBouncer in transaction \
-                 mode; the elector refuses to lead through it (use session pooling or a direct \
-                 connection)",
             ),
             Self::SessionEnded => f.write_str(
                 "the lock session's connection closed (the server terminated the backend, \

@@ -178,7 +178,6 @@ impl Observer {
 fn attempt_failure(cause: &CheckError) -> AttemptOutcome {
     match cause {
         CheckError::InRecovery => AttemptOutcome::InRecovery,
-        CheckError::SharedSession => AttemptOutcome::SharedSession,
         _ => AttemptOutcome::Error,
     }
 }
