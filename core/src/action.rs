@@ -174,10 +174,13 @@ pub enum TermEndCause {
     /// An operator asked the leader to resign, or made it ineligible: it gives the lock up on
     /// purpose and stays a standby.
     Resigned,
+    /// Sharded elections only: the shard was handed over to another replica for balance.
+    HandedOver,
 }
 
 impl TermEndCause {
-    /// Every cause, in a fixed order: for metrics that pre-register one series per cause.
+    /// Every cause of a single election, in a fixed order: for metrics that pre-register one
+    /// series per cause. ([`HandedOver`](Self::HandedOver) ends only shard terms.)
     pub const ALL: [Self; 11] = [
         Self::Lost(LossReason::CheckFailed),
         Self::Lost(LossReason::CheckTimedOut),
@@ -203,6 +206,7 @@ impl TermEndCause {
             Self::Lost(reason) => reason.label(),
             Self::Stopped => "stopped",
             Self::Resigned => "resigned",
+            Self::HandedOver => "handed_over",
         }
     }
 }
@@ -213,6 +217,7 @@ impl fmt::Display for TermEndCause {
             Self::Lost(reason) => write!(f, "leadership lost: {reason}"),
             Self::Stopped => f.write_str("election stopped"),
             Self::Resigned => f.write_str("leadership resigned"),
+            Self::HandedOver => f.write_str("shard handed over for balance"),
         }
     }
 }

@@ -10,6 +10,8 @@
 //! - [`Election`]: the state machine, its inputs ([`Event`], timeouts) and outputs ([`Action`]).
 //! - [`CheckInterval`]: the validated interval and the `idle_session_timeout` derived from it.
 //! - [`work`]: the outcome table of a unit of leader work (the spec's `Do`).
+//! - [`shards`]: sharded leadership, `K` shards balanced over the live replicas on one lock
+//!   session each.
 //! - [`invariants`]: a checker of the safety properties over a trace, shared by the property
 //!   tests, the fuzz target and the simulation.
 #![forbid(unsafe_code)]
@@ -26,6 +28,7 @@ mod options;
 pub mod readiness;
 mod release;
 mod schedule;
+pub mod shards;
 pub mod supervision;
 mod verify;
 pub mod work;

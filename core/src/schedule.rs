@@ -38,6 +38,11 @@ impl Schedule {
         (self.current + self.interval).max(now)
     }
 
+    /// The grid time of the check in progress, or of the last one.
+    pub(crate) fn current(&self) -> Instant {
+        self.current
+    }
+
     /// The first grid time at or after `t`.
     pub(crate) fn first_at_or_after(&self, t: Instant) -> Instant {
         let before = self.grid_at_or_before(t);

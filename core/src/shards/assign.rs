@@ -1,0 +1,267 @@
+//! Who should own which shard: the balanced, sticky assignment computed from one survey.
+//!
+//! Every replica computes the same plan from the same [`Survey`], and each performs only its
+//! own part of it: the shards it gives up and the free shards it takes. Replicas that saw
+//! slightly different surveys may plan to take the same free shard; the server grants it to one
+//! of them and the other plans again at its next survey, so the plan only has to converge, never
+//! to be agreed on.
+//!
+//! 1. **Caps.** With `R` members and `K` shards, every member may own `⌊K/R⌋` shards and
+//!    `K mod R` of them one more. The extra slots go to the members owning the most shards now
+//!    (ties broken by a hash of the member), so a balanced deployment keeps its extra slots
+//!    where they are and a change of membership moves no shard for the sake of the remainder.
+//! 2. **Give.** A member over its cap gives up the excess, starting with the shards it ranks
+//!    lowest by rendezvous score (the shards another member is likelier to want).
+//! 3. **Take.** Free shards (no holder) go, in shard order, each to the member with room under
+//!    its cap that ranks it highest by rendezvous score. A join therefore moves only the
+//!    joiner's share, and a leave only the leaver's shards.
+
+use std::cmp::Reverse;
+
+use super::{MemberId, Shard};
+
+/// What one survey found: the members and every shard's holder.
+///
+/// Built by [`Survey::new`] from the rows of the survey statement; the invariants (members
+/// sorted and unique, one entry per shard, the answering backend known) hold for every value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Survey {
+    backend: MemberId,
+    members: Vec<MemberId>,
+    holders: Vec<Option<MemberId>>,
+}
+
+/// Why survey rows do not describe a shard space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SurveyError {
+    /// A row names a shard outside `0..count`.
+    ShardOutOfRange {
+        /// The shard named.
+        shard: u32,
+        /// The number of shards.
+        count: u32,
+    },
+    /// Two backends hold the same shard: impossible for an exclusive lock, so the rows do not
+    /// come from `pg_locks`.
+    TwoHolders {
+        /// The shard held twice.
+        shard: Shard,
+    },
+}
+
+impl std::fmt::Display for SurveyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ShardOutOfRange { shard, count } => {
+                write!(f, "survey row names shard {shard}, outside 0..{count}")
+            }
+            Self::TwoHolders { shard } => {
+                write!(f, "survey rows show two holders of shard {shard}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SurveyError {}
+
+impl Survey {
+    /// A survey of `count` shards answered by backend `backend`, from one row per backend
+    /// holding a lock of the space: whether it holds the member lock, and the shards it holds.
+    ///
+    /// # Errors
+    /// A shard outside `0..count`, or a shard with two holders.
+    pub fn new<S>(
+        count: u32,
+        backend: MemberId,
+        rows: impl IntoIterator<Item = (MemberId, bool, S)>,
+    ) -> Result<Self, SurveyError>
+    where
+        S: IntoIterator<Item = u32>,
+    {
+        let mut members = Vec::new();
+        let mut holders = vec![None; count as usize];
+        for (pid, member, shards) in rows {
+            if member {
+                members.push(pid);
+            }
+            for shard in shards {
+                let slot = holders
+                    .get_mut(shard as usize)
+                    .ok_or(SurveyError::ShardOutOfRange { shard, count })?;
+                if slot.is_some_and(|held: MemberId| held != pid) {
+                    return Err(SurveyError::TwoHolders {
+                        shard: Shard::new(shard),
+                    });
+                }
+                *slot = Some(pid);
+            }
+        }
+        members.sort_unstable();
+        members.dedup();
+        Ok(Self {
+            backend,
+            members,
+            holders,
+        })
+    }
+
+    /// The backend that answered the survey (`pg_backend_pid()` of the lock session).
+    pub fn backend(&self) -> MemberId {
+        self.backend
+    }
+
+    /// The backends holding the member lock, in ascending order.
+    pub fn members(&self) -> &[MemberId] {
+        &self.members
+    }
+
+    /// How many shards the space has.
+    pub fn shard_count(&self) -> u32 {
+        // Built from a `u32` count.
+        self.holders.len() as u32
+    }
+
+    /// The holder of `shard`, if any (a member, or a backend that holds the shard without the
+    /// member lock).
+    pub fn holder(&self, shard: Shard) -> Option<MemberId> {
+        self.holders.get(shard.index()).copied().flatten()
+    }
+
+    /// Every shard with its holder, in shard order.
+    pub fn holders(&self) -> impl Iterator<Item = (Shard, Option<MemberId>)> + '_ {
+        (0u32..)
+            .zip(&self.holders)
+            .map(|(s, h)| (Shard::new(s), *h))
+    }
+
+    /// The shards `member` holds, in shard order.
+    pub fn held_by(&self, member: MemberId) -> Vec<Shard> {
+        self.holders()
+            .filter(|(_, holder)| *holder == Some(member))
+            .map(|(shard, _)| shard)
+            .collect()
+    }
+
+    /// How many shards have a holder.
+    pub fn held_count(&self) -> usize {
+        self.holders.iter().flatten().count()
+    }
+
+    /// Every member with the number of shards it holds, in member order.
+    pub fn loads(&self) -> Vec<(MemberId, u32)> {
+        self.members
+            .iter()
+            .map(|&m| {
+                let held = self.holders.iter().filter(|h| **h == Some(m)).count();
+                (m, u32::try_from(held).unwrap_or(u32::MAX))
+            })
+            .collect()
+    }
+}
+
+/// The rendezvous score of `member` for `shard`: the member that scores a shard highest is its
+/// preferred owner. A fixed function (SplitMix64's finaliser over both numbers), so replicas of
+/// every version agree.
+pub fn score(member: MemberId, shard: Shard) -> u64 {
+    mix((u64::from(member.get() as u32) << 32) | u64::from(shard.get()))
+}
+
+fn mix(value: u64) -> u64 {
+    let mut z = value.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Every member's cap in `survey`, in member order: `⌊K/R⌋`, plus one for the `K mod R`
+/// members that hold the most shards now (ties: lower [`mix`] of the member first). Empty when
+/// there is no member.
+pub fn caps(survey: &Survey) -> Vec<(MemberId, u32)> {
+    let loads = survey.loads();
+    let Ok(members) = u32::try_from(loads.len()) else {
+        return Vec::new();
+    };
+    if members == 0 {
+        return Vec::new();
+    }
+    let count = survey.shard_count();
+    let base = count / members;
+    let extra = (count % members) as usize;
+    let mut ranked: Vec<(MemberId, u32)> = loads.clone();
+    ranked.sort_by_key(|&(m, held)| (Reverse(held), mix(u64::from(m.get() as u32)), m));
+    let lucky: Vec<MemberId> = ranked.iter().take(extra).map(|&(m, _)| m).collect();
+    loads
+        .into_iter()
+        .map(|(m, _)| (m, base + u32::from(lucky.contains(&m))))
+        .collect()
+}
+
+/// One member's part of the assignment computed from a survey.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// The member's cap.
+    pub cap: u32,
+    /// The shards it holds now.
+    pub held: u32,
+    /// Held shards to give up, lowest rendezvous score first (all of the excess over the cap).
+    pub give: Vec<Shard>,
+    /// Free shards to take, in shard order.
+    pub take: Vec<Shard>,
+}
+
+/// The part of the assignment of `survey` that falls to `me`. A `me` that is not a member gets
+/// an empty plan that gives up everything it holds.
+pub fn plan(survey: &Survey, me: MemberId) -> Plan {
+    let caps = caps(survey);
+    let loads = survey.loads();
+    let mine = survey.held_by(me);
+    let held = u32::try_from(mine.len()).unwrap_or(u32::MAX);
+    let Some(&(_, cap)) = caps.iter().find(|(m, _)| *m == me) else {
+        return Plan {
+            cap: 0,
+            held,
+            give: mine,
+            take: Vec::new(),
+        };
+    };
+    let mut give = Vec::new();
+    if held > cap {
+        let mut ranked = mine;
+        ranked.sort_by_key(|&s| (score(me, s), s));
+        ranked.truncate((held - cap) as usize);
+        give = ranked;
+    }
+    let mut room: Vec<(MemberId, u32)> = caps
+        .iter()
+        .zip(&loads)
+        .map(|(&(m, cap), &(_, held))| (m, cap.saturating_sub(held)))
+        .collect();
+    let mut take = Vec::new();
+    if held < cap {
+        for (shard, holder) in survey.holders() {
+            if holder.is_some() {
+                continue;
+            }
+            let Some(best) = room
+                .iter_mut()
+                .filter(|(_, left)| *left > 0)
+                .max_by_key(|(m, _)| (score(*m, shard), Reverse(*m)))
+            else {
+                break;
+            };
+            best.1 -= 1;
+            if best.0 == me {
+                take.push(shard);
+                if take.len() as u32 + held == cap {
+                    break;
+                }
+            }
+        }
+    }
+    Plan {
+        cap,
+        held,
+        give,
+        take,
+    }
+}

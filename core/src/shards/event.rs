@@ -1,0 +1,303 @@
+//! The inputs and outputs of a [`ShardedElection`](super::ShardedElection).
+
+use std::fmt;
+
+use super::{LockTableTooSmall, MemberId, Shard, Survey};
+use crate::action::{Cause, Level, TermEndCause};
+use crate::ids::{ConnId, TermId};
+
+/// What the driver reports: the completion of an action, or a request from outside.
+///
+/// Completions echo the [`ConnId`] of their action; one for another connection than the
+/// election's current one is ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardEvent<C> {
+    /// [`ShardAction::AcquireSession`] got a session.
+    Acquired {
+        /// The connection asked for.
+        conn: ConnId,
+    },
+    /// [`ShardAction::AcquireSession`] failed.
+    AcquireFailed {
+        /// The connection asked for.
+        conn: ConnId,
+        /// The pool's error.
+        cause: C,
+    },
+    /// [`ShardAction::Register`] answered.
+    Registered {
+        /// The session.
+        conn: ConnId,
+        /// `pg_backend_pid()` of the session: the member it now is.
+        backend: MemberId,
+        /// Whether the member lock was granted (`false`: another session holds the member key
+        /// exclusively, so the space is not usable).
+        granted: bool,
+        /// The server's lock-table slots: `max_locks_per_transaction × (max_connections +
+        /// max_prepared_transactions)`.
+        lock_capacity: u64,
+        /// The members of the space, this one included when granted.
+        members: u32,
+    },
+    /// [`ShardAction::Survey`] answered.
+    Surveyed {
+        /// The session.
+        conn: ConnId,
+        /// What it found.
+        survey: Survey,
+    },
+    /// [`ShardAction::Take`] answered with the shards the server granted (the others are held
+    /// by another session).
+    Took {
+        /// The session.
+        conn: ConnId,
+        /// The shards granted, a subset of those asked for.
+        granted: Vec<Shard>,
+    },
+    /// [`ShardAction::Unlock`] answered.
+    Unlocked {
+        /// The session.
+        conn: ConnId,
+        /// The shards whose `pg_advisory_unlock` returned `false`: the session did not hold
+        /// them.
+        not_held: Vec<Shard>,
+    },
+    /// [`ShardAction::UnlockAll`] answered.
+    UnlockedAll {
+        /// The session.
+        conn: ConnId,
+    },
+    /// A statement on the session failed.
+    StatementFailed {
+        /// The session.
+        conn: ConnId,
+        /// The driver's error.
+        cause: C,
+        /// Whether the error ended the session (closed socket, SQLSTATE class 57P).
+        session_ended: bool,
+    },
+    /// The detached lock session ended on its own (the server closed it, or the socket broke).
+    SessionEnded {
+        /// The session.
+        conn: ConnId,
+    },
+    /// Every handle of this ended term is gone ([`ShardAction::AwaitWork`]).
+    WorkDrained {
+        /// The term.
+        term: TermId,
+    },
+    /// The run is asked to stop: hand every shard back and finish.
+    Cancelled,
+    /// A panic unwound the run.
+    Panicked,
+    /// The run was dropped.
+    Dropped,
+}
+
+impl<C> ShardEvent<C> {
+    /// The connection a completion concerns.
+    pub fn conn(&self) -> Option<ConnId> {
+        match self {
+            Self::Acquired { conn }
+            | Self::AcquireFailed { conn, .. }
+            | Self::Registered { conn, .. }
+            | Self::Surveyed { conn, .. }
+            | Self::Took { conn, .. }
+            | Self::Unlocked { conn, .. }
+            | Self::UnlockedAll { conn }
+            | Self::StatementFailed { conn, .. }
+            | Self::SessionEnded { conn } => Some(*conn),
+            Self::WorkDrained { .. } | Self::Cancelled | Self::Panicked | Self::Dropped => None,
+        }
+    }
+}
+
+/// What the election asks the driver to do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardAction<C> {
+    /// Borrow a session from the pool; report [`ShardEvent::Acquired`] or
+    /// [`ShardEvent::AcquireFailed`].
+    AcquireSession {
+        /// The connection's id.
+        conn: ConnId,
+    },
+    /// Take the member lock `(class, -1)` in shared mode and, when granted, bound the session
+    /// with `idle_session_timeout`; report [`ShardEvent::Registered`].
+    Register {
+        /// The session.
+        conn: ConnId,
+        /// The `idle_session_timeout` to set, in milliseconds (four intervals).
+        idle_session_timeout_ms: u32,
+    },
+    /// Take the session out of the pool for good: it carries the member lock.
+    Detach {
+        /// The session.
+        conn: ConnId,
+        /// Its backend.
+        backend: MemberId,
+    },
+    /// Read the space's rows of `pg_locks`; report [`ShardEvent::Surveyed`].
+    Survey {
+        /// The session.
+        conn: ConnId,
+    },
+    /// Try the locks of these shards in one statement; report [`ShardEvent::Took`].
+    Take {
+        /// The session.
+        conn: ConnId,
+        /// The shards, ascending.
+        shards: Vec<Shard>,
+    },
+    /// Unlock these shards in one statement; report [`ShardEvent::Unlocked`].
+    Unlock {
+        /// The session.
+        conn: ConnId,
+        /// The shards, ascending.
+        shards: Vec<Shard>,
+    },
+    /// Release every advisory lock of the session (`pg_advisory_unlock_all()`); report
+    /// [`ShardEvent::UnlockedAll`].
+    UnlockAll {
+        /// The session.
+        conn: ConnId,
+    },
+    /// Close the session, or abandon its acquire; the server releases whatever it held.
+    CloseSession {
+        /// The session.
+        conn: ConnId,
+    },
+    /// A term of `shard` begins: this replica owns it.
+    BeginTerm {
+        /// The shard.
+        shard: Shard,
+        /// Its new term.
+        term: TermId,
+    },
+    /// The term of `shard` ends (exactly once per term).
+    EndTerm {
+        /// The shard.
+        shard: Shard,
+        /// The term.
+        term: TermId,
+        /// Why.
+        cause: TermEndCause,
+    },
+    /// Report [`ShardEvent::WorkDrained`] once no handle of this ended term is alive.
+    AwaitWork {
+        /// The term.
+        term: TermId,
+    },
+    /// Log this record.
+    Log(ShardLog<C>),
+    /// The run cannot go on: it ends with this error ([`ShardAction::Finish`] follows).
+    Fail(LockTableTooSmall),
+    /// The run is over: no term is open and no session is held.
+    Finish,
+}
+
+/// A log record of a sharded election.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardLog<C> {
+    /// What happened.
+    pub kind: ShardLogKind,
+    /// How many shards it concerns.
+    pub shards: u32,
+    /// Why terms ended, for the records of a loss.
+    pub reason: Option<TermEndCause>,
+    /// Why, for the records of a failure.
+    pub cause: Option<Cause<C>>,
+}
+
+impl<C> ShardLog<C> {
+    pub(crate) fn new(kind: ShardLogKind, shards: usize) -> Self {
+        Self {
+            kind,
+            shards: u32::try_from(shards).unwrap_or(u32::MAX),
+            reason: None,
+            cause: None,
+        }
+    }
+}
+
+impl<C: fmt::Display> fmt::Display for ShardLog<C> {
+    /// The message, then `": <reason>"` and `": <cause>"` when there are.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind.message())?;
+        if let Some(reason) = self.reason {
+            write!(f, ": {reason}")?;
+        }
+        if let Some(cause) = &self.cause {
+            write!(f, ": {cause}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a [`ShardLog`] reports; fixes its message and level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ShardLogKind {
+    /// The lock session holds the member lock: the replica is a member of the space.
+    Joined,
+    /// Shards were granted.
+    Took,
+    /// Shards are being handed over for balance: their terms ended, their work is awaited.
+    HandingOver,
+    /// Handed-over shards were unlocked.
+    HandedOver,
+    /// The lock session is lost, and every shard with it.
+    SessionLost,
+    /// A session could not be acquired.
+    AcquireFailed,
+    /// The member lock is held exclusively by another session.
+    MemberLockRefused,
+    /// A handed-over shard's work outlived the handover grace; the lock stays until it returns.
+    HandoverOverdue,
+    /// The graceful release failed; the session is closed, and the server releases the locks.
+    ReleaseFailed,
+    /// A graceful stop's grace ended before every shard's work returned.
+    WorkOutlivedStop,
+    /// A panic unwound the run; the session is closed without unlocking.
+    AbandonedAfterPanic,
+    /// The run was dropped; the session is closed without unlocking.
+    AbandonedAfterDrop,
+}
+
+impl ShardLogKind {
+    /// The fixed message.
+    pub const fn message(self) -> &'static str {
+        match self {
+            Self::Joined => "sharded leader: joined the shard space",
+            Self::Took => "sharded leader: took shards",
+            Self::HandingOver => "sharded leader: handing shards over for balance",
+            Self::HandedOver => "sharded leader: handed shards over",
+            Self::SessionLost => "sharded leader: lock session lost with every shard it held",
+            Self::AcquireFailed => "sharded leader: acquire lock connection",
+            Self::MemberLockRefused => {
+                "sharded leader: the member lock is held exclusively by another session"
+            }
+            Self::HandoverOverdue => {
+                "sharded leader: handed-over shard's work still runs; the lock is kept until it returns"
+            }
+            Self::ReleaseFailed => "sharded leader: release shard locks",
+            Self::WorkOutlivedStop => "sharded leader: shard work outlived the stop grace",
+            Self::AbandonedAfterPanic => "sharded leader: shard locks abandoned after a panic",
+            Self::AbandonedAfterDrop => "sharded leader: shard locks abandoned after a drop",
+        }
+    }
+
+    /// The level.
+    pub const fn level(self) -> Level {
+        match self {
+            Self::Joined | Self::Took | Self::HandingOver | Self::HandedOver => Level::Info,
+            Self::SessionLost
+            | Self::AcquireFailed
+            | Self::MemberLockRefused
+            | Self::HandoverOverdue
+            | Self::ReleaseFailed
+            | Self::WorkOutlivedStop
+            | Self::AbandonedAfterPanic
+            | Self::AbandonedAfterDrop => Level::Warn,
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The validated options of a sharded election.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::interval::CheckInterval;
+use crate::options::{MAX_STOP_GRACE_INTERVALS, StopGraceTooLong};
+
+/// The most shards one space may have: far more than a server's lock table holds with its
+/// defaults (6,400 locks), so that a larger table is the only limit in practice.
+pub const MAX_SHARDS: u32 = 1 << 20;
+
+/// The options of one [`ShardedElection`](super::ShardedElection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ShardOptions {
+    interval: CheckInterval,
+    count: u32,
+    rebalance_delay: Duration,
+    max_moves: u32,
+    stop_grace: Duration,
+    handover_grace: Duration,
+}
+
+/// An invalid shard option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ShardOptionsError {
+    /// The space has no shard, or more than [`MAX_SHARDS`].
+    ShardCount(u32),
+    /// The move limit is zero: no replica could ever give a shard up.
+    NoMoves,
+    /// The stop grace is longer than the election allows.
+    StopGrace(StopGraceTooLong),
+}
+
+impl fmt::Display for ShardOptionsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ShardCount(count) => {
+                write!(f, "shard count {count} is outside 1..={MAX_SHARDS}")
+            }
+            Self::NoMoves => f.write_str("the move limit per interval must be at least 1"),
+            Self::StopGrace(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ShardOptionsError {}
+
+/// The server's lock table has no room for the space's locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockTableTooSmall {
+    /// Locks the space needs: one per shard and one per member.
+    pub needed: u64,
+    /// The lock table's slots: `max_locks_per_transaction × (max_connections +
+    /// max_prepared_transactions)`.
+    pub capacity: u64,
+}
+
+impl LockTableTooSmall {
+    /// The share of the lock table a shard space may fill: one half, the other half is left to
+    /// every other lock of the server (tables, indexes, other advisory locks).
+    pub const fn usable(capacity: u64) -> u64 {
+        capacity / 2
+    }
+}
+
+impl fmt::Display for LockTableTooSmall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the shard space needs {} advisory locks (one per shard and one per replica), more \
+             than half of the server's lock table of {} slots (max_locks_per_transaction × \
+             (max_connections + max_prepared_transactions)); raise max_locks_per_transaction or \
+             use fewer shards",
+            self.needed, self.capacity
+        )
+    }
+}
+
+impl std::error::Error for LockTableTooSmall {}
+
+impl ShardOptions {
+    /// A space of `count` shards checked every `interval`: a rebalance delay of one interval, at
+    /// most `⌈count / 4⌉` shards given up per interval, a stop grace of one interval, and a
+    /// WARN when a handed-over shard's work outlives one interval.
+    ///
+    /// # Errors
+    /// [`ShardOptionsError::ShardCount`] for a count outside `1..=MAX_SHARDS`.
+    pub fn new(interval: CheckInterval, count: u32) -> Result<Self, ShardOptionsError> {
+        if count == 0 || count > MAX_SHARDS {
+            return Err(ShardOptionsError::ShardCount(count));
+        }
+        Ok(Self {
+            interval,
+            count,
+            rebalance_delay: interval.get(),
+            max_moves: count.div_ceil(4),
+            stop_grace: interval.get(),
+            handover_grace: interval.get(),
+        })
+    }
+
+    /// How long the set of members must stay unchanged before this replica gives up shards
+    /// for balance, and how long a cold start (no shard held by anyone) waits before its first
+    /// take, so that replicas starting together split the space instead of the first one taking
+    /// it all. Free shards are taken at once otherwise, whatever the window.
+    #[must_use]
+    pub fn rebalance_delay(mut self, delay: Duration) -> Self {
+        self.rebalance_delay = delay.min(crate::MAX_HOLD_OFF);
+        self
+    }
+
+    /// The most shards this replica starts handing over in one interval.
+    ///
+    /// # Errors
+    /// [`ShardOptionsError::NoMoves`] for zero.
+    pub fn max_moves(mut self, moves: u32) -> Result<Self, ShardOptionsError> {
+        if moves == 0 {
+            return Err(ShardOptionsError::NoMoves);
+        }
+        self.max_moves = moves;
+        Ok(self)
+    }
+
+    /// How long a graceful stop waits for the work of every shard before releasing the locks
+    /// anyway; at most [`MAX_STOP_GRACE_INTERVALS`] intervals.
+    ///
+    /// # Errors
+    /// [`ShardOptionsError::StopGrace`] for a longer grace.
+    pub fn stop_grace(mut self, grace: Duration) -> Result<Self, ShardOptionsError> {
+        let max = self.interval.get() * MAX_STOP_GRACE_INTERVALS;
+        if grace > max {
+            return Err(ShardOptionsError::StopGrace(StopGraceTooLong {
+                given: grace,
+                max,
+            }));
+        }
+        self.stop_grace = grace;
+        Ok(self)
+    }
+
+    /// After how long a handed-over shard whose work still runs is reported at WARN. The lock is
+    /// kept until the work returns, whatever the wait: a successor never overlaps it.
+    #[must_use]
+    pub fn handover_grace(mut self, grace: Duration) -> Self {
+        self.handover_grace = grace.min(crate::MAX_HOLD_OFF);
+        self
+    }
+
+    /// The check interval.
+    pub fn interval(&self) -> CheckInterval {
+        self.interval
+    }
+
+    /// The number of shards, `K`.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The rebalance delay.
+    pub fn delay(&self) -> Duration {
+        self.rebalance_delay
+    }
+
+    /// The move limit per interval.
+    pub fn moves(&self) -> u32 {
+        self.max_moves
+    }
+
+    /// The stop grace.
+    pub fn grace(&self) -> Duration {
+        self.stop_grace
+    }
+
+    /// The handover grace.
+    pub fn handover(&self) -> Duration {
+        self.handover_grace
+    }
+
+    /// Whether the server's lock table of `capacity` slots has room for this space with
+    /// `members` members: `K + members` at most [`LockTableTooSmall::usable`].
+    ///
+    /// # Errors
+    /// [`LockTableTooSmall`] when it has not.
+    pub fn check_lock_table(&self, capacity: u64, members: u32) -> Result<(), LockTableTooSmall> {
+        let needed = u64::from(self.count) + u64::from(members);
+        if needed > LockTableTooSmall::usable(capacity) {
+            return Err(LockTableTooSmall { needed, capacity });
+        }
+        Ok(())
+    }
+}

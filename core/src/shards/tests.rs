@@ -1,0 +1,990 @@
+//! Exact-action tests of the sharded election, one per row of the module's table, and the
+//! assignment's rules.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::action::{Cause, LossReason, TermEndCause};
+use crate::election::{Handled, Ignored};
+use crate::ids::{ConnId, TermId};
+use crate::interval::CheckInterval;
+
+const I: Duration = Duration::from_secs(1);
+const ME: MemberId = MemberId::new(100);
+const OTHER: MemberId = MemberId::new(200);
+const C1: ConnId = ConnId::new(1);
+
+type Machine = ShardedElection<&'static str>;
+type A = ShardAction<&'static str>;
+
+fn options(count: u32) -> ShardOptions {
+    ShardOptions::new(CheckInterval::new(I).expect("valid"), count).expect("valid")
+}
+
+fn drain(m: &mut Machine) -> Vec<A> {
+    std::iter::from_fn(|| m.poll_action()).collect()
+}
+
+fn log(kind: ShardLogKind, shards: u32) -> A {
+    ShardAction::Log(ShardLog {
+        kind,
+        shards,
+        reason: None,
+        cause: None,
+    })
+}
+
+fn shards(range: std::ops::Range<u32>) -> Vec<Shard> {
+    range.map(Shard::new).collect()
+}
+
+fn survey(count: u32, rows: &[(MemberId, bool, Vec<u32>)]) -> Survey {
+    Survey::new(count, ME, rows.iter().cloned()).expect("valid rows")
+}
+
+/// A machine of `count` shards that joined at `t0` as `ME` with one other member, its first
+/// survey in flight.
+fn joined(count: u32, t0: Instant) -> Machine {
+    let mut m = Machine::new(options(count));
+    m.start(t0).expect("not running");
+    m.handle_event(t0, ShardEvent::Acquired { conn: C1 });
+    m.handle_event(
+        t0,
+        ShardEvent::Registered {
+            conn: C1,
+            backend: ME,
+            granted: true,
+            lock_capacity: 6400,
+            members: 2,
+        },
+    );
+    drain(&mut m);
+    m
+}
+
+/// [`joined`], then owning `owned` after a survey where `OTHER` holds the rest.
+fn owning(count: u32, owned: std::ops::Range<u32>, t0: Instant) -> Machine {
+    let mut m = joined(count, t0);
+    let rest: Vec<u32> = (0..count).filter(|s| !owned.contains(s)).collect();
+    m.handle_event(
+        t0,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: survey(count, &[(ME, true, vec![]), (OTHER, true, rest)]),
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::Take {
+            conn: C1,
+            shards: shards(owned.clone())
+        }]
+    );
+    m.handle_event(
+        t0,
+        ShardEvent::Took {
+            conn: C1,
+            granted: shards(owned),
+        },
+    );
+    drain(&mut m);
+    m
+}
+
+#[test]
+fn start_acquires_a_session_at_once() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8));
+    m.start(t0).expect("not running");
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::AcquireSession { conn: C1 }]
+    );
+    assert_eq!(m.poll_timeout(), Some(t0 + I));
+    assert_eq!(m.timeout_reason(), Some(ShardTimer::AcquireDeadline));
+    assert_eq!(m.phase(), ShardPhase::Acquiring);
+    assert_eq!(m.start(t0), Err(crate::AlreadyRunning));
+}
+
+#[test]
+fn an_acquired_session_registers_with_four_intervals_of_idle_timeout() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8));
+    m.start(t0).expect("not running");
+    drain(&mut m);
+    assert_eq!(
+        m.handle_event(t0, ShardEvent::Acquired { conn: C1 }),
+        Handled::Applied
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::Register {
+            conn: C1,
+            idle_session_timeout_ms: 4000
+        }]
+    );
+    assert_eq!(m.phase(), ShardPhase::Registering);
+}
+
+#[test]
+fn a_lock_table_too_small_fails_the_run() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8));
+    m.start(t0).expect("not running");
+    m.handle_event(t0, ShardEvent::Acquired { conn: C1 });
+    drain(&mut m);
+    m.handle_event(
+        t0,
+        ShardEvent::Registered {
+            conn: C1,
+            backend: ME,
+            granted: true,
+            lock_capacity: 16,
+            members: 1,
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::CloseSession { conn: C1 },
+            ShardAction::Fail(LockTableTooSmall {
+                needed: 9,
+                capacity: 16
+            }),
+            ShardAction::Finish,
+        ]
+    );
+    assert!(!m.is_running());
+}
+
+#[test]
+fn a_lock_table_with_room_for_exactly_half_accepts_the_space() {
+    assert_eq!(options(8).check_lock_table(18, 1), Ok(()));
+    assert_eq!(
+        options(8).check_lock_table(17, 1),
+        Err(LockTableTooSmall {
+            needed: 9,
+            capacity: 17
+        })
+    );
+}
+
+#[test]
+fn a_registered_session_detaches_and_surveys_at_once() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8));
+    m.start(t0).expect("not running");
+    m.handle_event(t0, ShardEvent::Acquired { conn: C1 });
+    drain(&mut m);
+    m.handle_event(
+        t0,
+        ShardEvent::Registered {
+            conn: C1,
+            backend: ME,
+            granted: true,
+            lock_capacity: 6400,
+            members: 1,
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::Detach {
+                conn: C1,
+                backend: ME
+            },
+            log(ShardLogKind::Joined, 0),
+            ShardAction::Survey { conn: C1 },
+        ]
+    );
+    assert_eq!(m.member(), Some(ME));
+    assert_eq!(m.phase(), ShardPhase::Busy);
+}
+
+#[test]
+fn a_refused_member_lock_closes_the_session_and_tries_again_at_the_next_check() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8));
+    m.start(t0).expect("not running");
+    m.handle_event(t0, ShardEvent::Acquired { conn: C1 });
+    drain(&mut m);
+    m.handle_event(
+        t0,
+        ShardEvent::Registered {
+            conn: C1,
+            backend: ME,
+            granted: false,
+            lock_capacity: 6400,
+            members: 0,
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::CloseSession { conn: C1 },
+            log(ShardLogKind::MemberLockRefused, 0)
+        ]
+    );
+    m.handle_timeout(t0 + I);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::AcquireSession {
+            conn: ConnId::new(2)
+        }]
+    );
+}
+
+#[test]
+fn a_cold_start_waits_the_rebalance_delay_then_takes_its_share() {
+    let t0 = Instant::now();
+    let mut m = joined(8, t0);
+    let empty = survey(8, &[(ME, true, vec![]), (OTHER, true, vec![])]);
+    m.handle_event(
+        t0 + Duration::from_millis(5),
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: empty.clone(),
+        },
+    );
+    assert_eq!(drain(&mut m), vec![], "nothing held by anyone: wait");
+    m.handle_timeout(t0 + I);
+    assert_eq!(drain(&mut m), vec![ShardAction::Survey { conn: C1 }]);
+    m.handle_event(
+        t0 + I,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: empty.clone(),
+        },
+    );
+    let expected = plan(&empty, ME).take;
+    assert_eq!(expected.len(), 4, "half of 8");
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::Take {
+            conn: C1,
+            shards: expected
+        }]
+    );
+}
+
+#[test]
+fn free_shards_are_taken_at_once_when_others_hold_shards() {
+    let t0 = Instant::now();
+    let mut m = joined(8, t0);
+    m.handle_event(
+        t0,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: survey(8, &[(ME, true, vec![]), (OTHER, true, vec![0, 1, 2, 3])]),
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::Take {
+            conn: C1,
+            shards: shards(4..8)
+        }]
+    );
+}
+
+#[test]
+fn granted_shards_begin_terms_and_refused_ones_do_not() {
+    let t0 = Instant::now();
+    let mut m = joined(8, t0);
+    m.handle_event(
+        t0,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: survey(8, &[(ME, true, vec![]), (OTHER, true, vec![0, 1, 2, 3])]),
+        },
+    );
+    drain(&mut m);
+    m.handle_event(
+        t0,
+        ShardEvent::Took {
+            conn: C1,
+            granted: vec![Shard::new(5), Shard::new(7), Shard::new(99)],
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::BeginTerm {
+                shard: Shard::new(5),
+                term: TermId::new(1)
+            },
+            ShardAction::BeginTerm {
+                shard: Shard::new(7),
+                term: TermId::new(2)
+            },
+            log(ShardLogKind::Took, 2),
+        ],
+        "a shard not asked for is not believed"
+    );
+    assert_eq!(m.term_of(Shard::new(5)), Some(TermId::new(1)));
+    assert_eq!(m.term_of(Shard::new(4)), None);
+    assert_eq!(m.phase(), ShardPhase::Member);
+}
+
+#[test]
+fn a_survey_missing_an_owned_shard_loses_every_shard_and_the_session() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 4..8, t0);
+    m.handle_timeout(t0 + I);
+    assert_eq!(drain(&mut m), vec![ShardAction::Survey { conn: C1 }]);
+    m.handle_event(
+        t0 + I,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: survey(
+                8,
+                &[(ME, true, vec![4, 5, 6]), (OTHER, true, vec![0, 1, 2, 3])],
+            ),
+        },
+    );
+    let lost = TermEndCause::Lost(LossReason::LockNotHeld);
+    let mut expected: Vec<A> = (4..8)
+        .map(|s| ShardAction::EndTerm {
+            shard: Shard::new(s),
+            term: TermId::new(u64::from(s) - 3),
+            cause: lost,
+        })
+        .collect();
+    expected.push(ShardAction::CloseSession { conn: C1 });
+    expected.push(ShardAction::Log(ShardLog {
+        kind: ShardLogKind::SessionLost,
+        shards: 4,
+        reason: Some(lost),
+        cause: None,
+    }));
+    assert_eq!(drain(&mut m), expected);
+    assert!(m.owned().is_empty());
+    assert_eq!(m.phase(), ShardPhase::Detached);
+    m.handle_timeout(t0 + 2 * I);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::AcquireSession {
+            conn: ConnId::new(2)
+        }]
+    );
+}
+
+#[test]
+fn a_survey_showing_an_unexpected_shard_or_no_member_lock_loses_the_session() {
+    for rows in [
+        vec![
+            (ME, true, vec![3, 4, 5, 6, 7]),
+            (OTHER, true, vec![0, 1, 2]),
+        ],
+        vec![
+            (ME, false, vec![4, 5, 6, 7]),
+            (OTHER, true, vec![0, 1, 2, 3]),
+        ],
+    ] {
+        let t0 = Instant::now();
+        let mut m = owning(8, 4..8, t0);
+        m.handle_timeout(t0 + I);
+        drain(&mut m);
+        m.handle_event(
+            t0 + I,
+            ShardEvent::Surveyed {
+                conn: C1,
+                survey: survey(8, &rows),
+            },
+        );
+        let actions = drain(&mut m);
+        assert!(
+            actions.contains(&ShardAction::CloseSession { conn: C1 }),
+            "{rows:?}"
+        );
+        assert!(m.owned().is_empty());
+    }
+}
+
+#[test]
+fn a_survey_answered_by_another_backend_loses_the_session() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 4..8, t0);
+    m.handle_timeout(t0 + I);
+    drain(&mut m);
+    let moved = Survey::new(8, OTHER, [(ME, true, vec![4u32, 5, 6, 7])]).expect("valid");
+    m.handle_event(
+        t0 + I,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: moved,
+        },
+    );
+    let actions = drain(&mut m);
+    assert!(actions.contains(&ShardAction::EndTerm {
+        shard: Shard::new(4),
+        term: TermId::new(1),
+        cause: TermEndCause::Lost(LossReason::BackendChanged)
+    }));
+}
+
+#[test]
+fn a_join_hands_the_excess_over_after_the_delay_work_first_then_unlock() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 4..8, t0);
+    let joiner = MemberId::new(300);
+    let after_join = survey(
+        8,
+        &[
+            (ME, true, vec![4, 5, 6, 7]),
+            (OTHER, true, vec![0, 1, 2, 3]),
+            (joiner, true, vec![]),
+        ],
+    );
+    m.handle_timeout(t0 + I);
+    drain(&mut m);
+    m.handle_event(
+        t0 + I,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: after_join.clone(),
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![],
+        "the membership changed: wait the delay"
+    );
+    let p = plan(&after_join, ME);
+    assert_eq!(p.cap, 3, "8 over 3 members: 3, 3 and 2 for the joiner");
+    let given = p.give.clone();
+    assert_eq!(given.len(), 1);
+    let term = m.term_of(given[0]).expect("owned");
+    m.handle_timeout(t0 + 2 * I);
+    drain(&mut m);
+    m.handle_event(
+        t0 + 2 * I,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: after_join.clone(),
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::EndTerm {
+                shard: given[0],
+                term,
+                cause: TermEndCause::HandedOver
+            },
+            ShardAction::AwaitWork { term },
+            log(ShardLogKind::HandingOver, 1),
+        ]
+    );
+    assert_eq!(m.handing_over(), given);
+    assert_eq!(m.term_of(given[0]), None);
+    m.handle_event(t0 + 2 * I, ShardEvent::WorkDrained { term });
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::Unlock {
+            conn: C1,
+            shards: given.clone()
+        }]
+    );
+    m.handle_event(
+        t0 + 2 * I,
+        ShardEvent::Unlocked {
+            conn: C1,
+            not_held: vec![],
+        },
+    );
+    assert_eq!(drain(&mut m), vec![log(ShardLogKind::HandedOver, 1)]);
+    assert!(m.handing_over().is_empty());
+}
+
+#[test]
+fn handovers_per_interval_stop_at_the_move_limit() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(
+        options(8)
+            .max_moves(1)
+            .expect("valid")
+            .rebalance_delay(Duration::ZERO),
+    );
+    m.start(t0).expect("not running");
+    m.handle_event(t0, ShardEvent::Acquired { conn: C1 });
+    m.handle_event(
+        t0,
+        ShardEvent::Registered {
+            conn: C1,
+            backend: ME,
+            granted: true,
+            lock_capacity: 6400,
+            members: 1,
+        },
+    );
+    m.handle_event(
+        t0,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: survey(8, &[(ME, true, vec![])]),
+        },
+    );
+    drain(&mut m);
+    m.handle_event(
+        t0,
+        ShardEvent::Took {
+            conn: C1,
+            granted: shards(0..8),
+        },
+    );
+    drain(&mut m);
+    let crowded = survey(
+        8,
+        &[
+            (ME, true, (0..8).collect()),
+            (OTHER, true, vec![]),
+            (MemberId::new(300), true, vec![]),
+        ],
+    );
+    for k in 1..=2u32 {
+        let now = t0 + I * k;
+        m.handle_timeout(now);
+        drain(&mut m);
+        m.handle_event(
+            now,
+            ShardEvent::Surveyed {
+                conn: C1,
+                survey: crowded.clone(),
+            },
+        );
+        let ended = drain(&mut m)
+            .into_iter()
+            .filter(|a| matches!(a, ShardAction::EndTerm { .. }))
+            .count();
+        assert_eq!(ended, 1, "interval {k}");
+    }
+    assert_eq!(m.handing_over().len(), 2);
+}
+
+#[test]
+fn a_handover_whose_work_outlives_its_grace_warns_once_and_keeps_the_lock() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 4..8, t0);
+    let crowded = survey(
+        8,
+        &[
+            (ME, true, vec![4, 5, 6, 7]),
+            (OTHER, true, vec![0, 1, 2, 3]),
+            (MemberId::new(300), true, vec![]),
+        ],
+    );
+    for k in 1..=2u32 {
+        m.handle_timeout(t0 + I * k);
+        drain(&mut m);
+        m.handle_event(
+            t0 + I * k,
+            ShardEvent::Surveyed {
+                conn: C1,
+                survey: crowded.clone(),
+            },
+        );
+        drain(&mut m);
+    }
+    assert_eq!(m.handing_over().len(), 1);
+    assert_eq!(m.poll_timeout(), Some(t0 + 3 * I));
+    m.handle_timeout(t0 + 3 * I);
+    let actions = drain(&mut m);
+    assert_eq!(actions[0], log(ShardLogKind::HandoverOverdue, 1));
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, ShardAction::Unlock { .. }))
+    );
+    assert_eq!(m.handing_over().len(), 1);
+}
+
+#[test]
+fn an_unanswered_survey_loses_every_shard_after_one_interval() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 4..8, t0);
+    m.handle_timeout(t0 + I);
+    drain(&mut m);
+    assert_eq!(m.poll_timeout(), Some(t0 + 2 * I));
+    assert_eq!(m.timeout_reason(), Some(ShardTimer::StatementDeadline));
+    m.handle_timeout(t0 + 2 * I);
+    let actions = drain(&mut m);
+    let lost = TermEndCause::Lost(LossReason::CheckTimedOut);
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| matches!(a, ShardAction::EndTerm { cause, .. } if *cause == lost))
+            .count(),
+        4
+    );
+    assert!(actions.contains(&ShardAction::CloseSession { conn: C1 }));
+    assert!(actions.contains(&ShardAction::Log(ShardLog {
+        kind: ShardLogKind::SessionLost,
+        shards: 4,
+        reason: Some(lost),
+        cause: Some(Cause::TimedOut(I)),
+    })));
+    assert_eq!(
+        actions.last(),
+        Some(&ShardAction::AcquireSession {
+            conn: ConnId::new(2)
+        }),
+        "the check due at the same instant opens a new session"
+    );
+}
+
+#[test]
+fn a_failed_statement_or_an_ended_session_loses_every_shard() {
+    for (event, reason) in [
+        (
+            ShardEvent::StatementFailed {
+                conn: C1,
+                cause: "boom",
+                session_ended: false,
+            },
+            LossReason::CheckFailed,
+        ),
+        (
+            ShardEvent::StatementFailed {
+                conn: C1,
+                cause: "57P01",
+                session_ended: true,
+            },
+            LossReason::SessionEnded,
+        ),
+        (
+            ShardEvent::SessionEnded { conn: C1 },
+            LossReason::SessionEnded,
+        ),
+    ] {
+        let t0 = Instant::now();
+        let mut m = owning(8, 4..8, t0);
+        m.handle_timeout(t0 + I);
+        drain(&mut m);
+        assert_eq!(m.handle_event(t0 + I, event), Handled::Applied);
+        let actions = drain(&mut m);
+        assert!(actions.contains(&ShardAction::EndTerm {
+            shard: Shard::new(7),
+            term: TermId::new(4),
+            cause: TermEndCause::Lost(reason)
+        }));
+        assert!(m.owned().is_empty());
+    }
+}
+
+#[test]
+fn a_completion_for_an_older_session_is_ignored() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 4..8, t0);
+    assert_eq!(
+        m.handle_event(
+            t0,
+            ShardEvent::SessionEnded {
+                conn: ConnId::new(7)
+            }
+        ),
+        Handled::Ignored(Ignored::StaleConnection)
+    );
+    assert_eq!(
+        m.handle_event(
+            t0,
+            ShardEvent::Took {
+                conn: C1,
+                granted: vec![]
+            }
+        ),
+        Handled::Ignored(Ignored::Unexpected)
+    );
+    assert_eq!(m.owned().len(), 4);
+}
+
+#[test]
+fn a_stop_ends_every_term_awaits_the_work_then_unlocks_all() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 6..8, t0);
+    let now = t0 + Duration::from_millis(10);
+    m.handle_event(now, ShardEvent::Cancelled);
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::EndTerm {
+                shard: Shard::new(6),
+                term: TermId::new(1),
+                cause: TermEndCause::Stopped
+            },
+            ShardAction::EndTerm {
+                shard: Shard::new(7),
+                term: TermId::new(2),
+                cause: TermEndCause::Stopped
+            },
+            ShardAction::AwaitWork {
+                term: TermId::new(1)
+            },
+            ShardAction::AwaitWork {
+                term: TermId::new(2)
+            },
+        ]
+    );
+    assert_eq!(m.phase(), ShardPhase::Stopping);
+    assert_eq!(m.poll_timeout(), Some(now + I), "the stop grace");
+    m.handle_event(
+        now,
+        ShardEvent::WorkDrained {
+            term: TermId::new(1),
+        },
+    );
+    assert_eq!(drain(&mut m), vec![]);
+    m.handle_event(
+        now,
+        ShardEvent::WorkDrained {
+            term: TermId::new(2),
+        },
+    );
+    assert_eq!(drain(&mut m), vec![ShardAction::UnlockAll { conn: C1 }]);
+    m.handle_event(now, ShardEvent::UnlockedAll { conn: C1 });
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::CloseSession { conn: C1 }, ShardAction::Finish]
+    );
+    assert!(!m.is_running());
+}
+
+#[test]
+fn a_stop_whose_work_outlives_the_grace_unlocks_anyway_and_says_so() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 6..8, t0);
+    m.handle_event(t0, ShardEvent::Cancelled);
+    drain(&mut m);
+    assert_eq!(m.timeout_reason(), Some(ShardTimer::DrainDeadline));
+    m.handle_timeout(t0 + I);
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            log(ShardLogKind::WorkOutlivedStop, 2),
+            ShardAction::UnlockAll { conn: C1 }
+        ]
+    );
+    assert_eq!(m.poll_timeout(), Some(t0 + I + crate::UNLOCK_BUDGET));
+    m.handle_timeout(t0 + I + crate::UNLOCK_BUDGET);
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::CloseSession { conn: C1 },
+            ShardAction::Log(ShardLog {
+                kind: ShardLogKind::ReleaseFailed,
+                shards: 0,
+                reason: None,
+                cause: Some(Cause::TimedOut(crate::UNLOCK_BUDGET)),
+            }),
+            ShardAction::Finish,
+        ]
+    );
+}
+
+#[test]
+fn a_stop_during_a_statement_waits_for_its_answer_and_begins_no_term() {
+    let t0 = Instant::now();
+    let mut m = joined(8, t0);
+    m.handle_event(
+        t0,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: survey(8, &[(ME, true, vec![]), (OTHER, true, vec![0, 1, 2, 3])]),
+        },
+    );
+    drain(&mut m);
+    m.handle_event(t0, ShardEvent::Cancelled);
+    assert_eq!(drain(&mut m), vec![], "the take is in flight");
+    m.handle_event(
+        t0,
+        ShardEvent::Took {
+            conn: C1,
+            granted: shards(4..8),
+        },
+    );
+    assert_eq!(drain(&mut m), vec![ShardAction::UnlockAll { conn: C1 }]);
+}
+
+#[test]
+fn a_stop_without_a_session_finishes_at_once() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8));
+    m.start(t0).expect("not running");
+    drain(&mut m);
+    m.handle_event(t0, ShardEvent::Cancelled);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::CloseSession { conn: C1 }, ShardAction::Finish]
+    );
+    assert_eq!(
+        m.handle_event(t0, ShardEvent::Cancelled),
+        Handled::Ignored(Ignored::NotRunning)
+    );
+}
+
+#[test]
+fn a_panic_ends_every_term_as_lost_and_closes_without_unlocking() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 7..8, t0);
+    m.handle_event(t0, ShardEvent::Panicked);
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::EndTerm {
+                shard: Shard::new(7),
+                term: TermId::new(1),
+                cause: TermEndCause::Lost(LossReason::Panicked)
+            },
+            ShardAction::CloseSession { conn: C1 },
+            log(ShardLogKind::AbandonedAfterPanic, 0),
+            ShardAction::Finish,
+        ]
+    );
+}
+
+#[test]
+fn an_unlock_that_finds_a_shard_not_held_loses_the_session() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 4..8, t0);
+    let crowded = survey(
+        8,
+        &[
+            (ME, true, vec![4, 5, 6, 7]),
+            (OTHER, true, vec![0, 1, 2, 3]),
+            (MemberId::new(300), true, vec![]),
+        ],
+    );
+    for k in 1..=2u32 {
+        m.handle_timeout(t0 + I * k);
+        drain(&mut m);
+        m.handle_event(
+            t0 + I * k,
+            ShardEvent::Surveyed {
+                conn: C1,
+                survey: crowded.clone(),
+            },
+        );
+    }
+    let actions = drain(&mut m);
+    let Some(ShardAction::AwaitWork { term }) = actions.get(1).cloned() else {
+        panic!("{actions:?}");
+    };
+    m.handle_event(t0 + 2 * I, ShardEvent::WorkDrained { term });
+    let Some(ShardAction::Unlock { shards, .. }) = drain(&mut m).pop() else {
+        panic!("an unlock");
+    };
+    m.handle_event(
+        t0 + 2 * I,
+        ShardEvent::Unlocked {
+            conn: C1,
+            not_held: shards,
+        },
+    );
+    let actions = drain(&mut m);
+    assert!(actions.contains(&ShardAction::CloseSession { conn: C1 }));
+    assert!(m.owned().is_empty());
+}
+
+// The assignment.
+
+fn balanced(count: u32, members: &[i32]) -> Survey {
+    let rows: Vec<(MemberId, bool, Vec<u32>)> = members
+        .iter()
+        .map(|&m| (MemberId::new(m), true, vec![]))
+        .collect();
+    let mut s = Survey::new(count, MemberId::new(members[0]), rows.clone()).expect("valid");
+    // Hand every member its plan, one after another, as the cluster would.
+    for _ in 0..members.len() {
+        let mut next = rows.clone();
+        for (i, &m) in members.iter().enumerate() {
+            let mut held = s.held_by(MemberId::new(m));
+            held.extend(plan(&s, MemberId::new(m)).take);
+            next[i].2 = held.iter().map(|s| s.get()).collect();
+        }
+        s = Survey::new(count, MemberId::new(members[0]), next).expect("valid");
+    }
+    s
+}
+
+#[test]
+fn caps_give_the_remainder_to_the_members_holding_most() {
+    let s = survey(
+        10,
+        &[
+            (ME, true, vec![0, 1, 2, 3]),
+            (OTHER, true, vec![4, 5, 6]),
+            (MemberId::new(300), true, vec![7, 8, 9]),
+            (MemberId::new(400), true, vec![]),
+        ],
+    );
+    let caps = caps(&s);
+    assert_eq!(caps.iter().map(|c| c.1).sum::<u32>(), 10);
+    assert_eq!(caps[0], (ME, 3), "the most loaded keeps an extra slot");
+    assert_eq!(
+        caps[3],
+        (MemberId::new(400), 2),
+        "the empty joiner does not"
+    );
+}
+
+#[test]
+fn a_fresh_space_is_split_evenly_without_two_members_planning_one_shard() {
+    let members = [11, 22, 33, 44, 55];
+    let s = balanced(1024, &members);
+    let loads = s.loads();
+    assert!(
+        loads.iter().all(|(_, n)| *n == 204 || *n == 205),
+        "{loads:?}"
+    );
+    assert_eq!(s.held_count(), 1024);
+}
+
+#[test]
+fn a_join_moves_only_the_joiners_share() {
+    let before = balanced(1024, &[11, 22, 33, 44, 55, 66, 77, 88]);
+    let joiner = MemberId::new(99);
+    let mut rows: Vec<(MemberId, bool, Vec<u32>)> = before
+        .members()
+        .iter()
+        .map(|&m| (m, true, before.held_by(m).iter().map(|s| s.get()).collect()))
+        .collect();
+    rows.push((joiner, true, vec![]));
+    let after = Survey::new(1024, joiner, rows).expect("valid");
+    let given: usize = after
+        .members()
+        .iter()
+        .map(|&m| plan(&after, m).give.len())
+        .sum();
+    assert_eq!(given, 1024 / 9, "the joiner's cap, 113, and no more");
+}
+
+#[test]
+fn survey_rows_outside_the_space_or_held_twice_are_rejected() {
+    assert_eq!(
+        Survey::new(4, ME, [(ME, true, vec![4u32])]),
+        Err(SurveyError::ShardOutOfRange { shard: 4, count: 4 })
+    );
+    assert_eq!(
+        Survey::new(4, ME, [(ME, true, vec![1u32]), (OTHER, true, vec![1])]),
+        Err(SurveyError::TwoHolders {
+            shard: Shard::new(1)
+        })
+    );
+}
+
+#[test]
+fn options_reject_an_empty_space_and_a_zero_move_limit() {
+    let interval = CheckInterval::new(I).expect("valid");
+    assert_eq!(
+        ShardOptions::new(interval, 0),
+        Err(ShardOptionsError::ShardCount(0))
+    );
+    assert_eq!(
+        ShardOptions::new(interval, MAX_SHARDS + 1),
+        Err(ShardOptionsError::ShardCount(MAX_SHARDS + 1))
+    );
+    assert_eq!(options(8).max_moves(0), Err(ShardOptionsError::NoMoves));
+    assert!(options(8).stop_grace(3 * I).is_err());
+    assert_eq!(options(8).moves(), 2);
+    assert_eq!(options(1024).moves(), 256);
+}
