@@ -1,0 +1,270 @@
+//! Replays an arbitrary sequence of (delay, input) through one sharded election and checks every
+//! step: terms open and end exactly once, the election's owned set is the set of open terms, a
+//! take never asks for a shard the replica holds, an unlock only names shards whose term ended,
+//! a finished run owns nothing and acts no more, and a deadline never lies in the past after
+//! its timeouts fired. Surveys are either consistent with what the replica holds (other members
+//! and holders arbitrary) or arbitrary rows.
+#![no_main]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use plexsphere_leader_core::shards::{
+    MemberId, Shard, ShardAction, ShardEvent, ShardOptions, ShardedElection, Survey,
+};
+use plexsphere_leader_core::{CheckInterval, ConnId, TermId};
+
+#[derive(Debug, Arbitrary)]
+struct Step {
+    delay_ms: u16,
+    input: FuzzInput,
+}
+
+#[derive(Debug, Arbitrary)]
+enum FuzzInput {
+    Start,
+    Acquired(Which),
+    AcquireFailed(Which),
+    /// Registered as backend `pid`, granted or not, with this lock capacity and member count.
+    Registered(Which, u8, bool, u16, u8),
+    /// A survey consistent with the believed set: other members (pids) and, for each free
+    /// shard, a holder index into them (or none).
+    ConsistentSurvey(Which, Vec<u8>, Vec<Option<u8>>),
+    /// Arbitrary rows: (pid, member, shards).
+    RawSurvey(Which, u8, Vec<(u8, bool, Vec<u8>)>),
+    /// Grants these shards (by index into the asked set, or any number).
+    Took(Which, Vec<u8>),
+    Unlocked(Which, Vec<u8>),
+    UnlockedAll(Which),
+    Failed(Which, bool),
+    SessionEnded(Which),
+    WorkDrained(u8),
+    Cancelled,
+    Panicked,
+    Dropped,
+}
+
+#[derive(Debug, Arbitrary)]
+enum Which {
+    Newest,
+    Number(u8),
+}
+
+#[derive(Debug, Arbitrary)]
+struct FuzzOptions {
+    interval_ms: u16,
+    shards: u8,
+    delay_ms: u16,
+    moves: u8,
+    grace_ms: u16,
+}
+
+#[derive(Default)]
+struct Model {
+    open: BTreeMap<Shard, TermId>,
+    ended: BTreeSet<TermId>,
+    seen_terms: BTreeSet<TermId>,
+    finished: bool,
+    newest: u64,
+    backend: i32,
+    last_take: Vec<Shard>,
+    last_unlock: Vec<Shard>,
+}
+
+fn drain(election: &mut ShardedElection<u8>, model: &mut Model) {
+    while let Some(action) = election.poll_action() {
+        assert!(!model.finished, "an action after Finish: {action:?}");
+        match action {
+            ShardAction::AcquireSession { conn } => model.newest = conn.get(),
+            ShardAction::Take { shards, .. } => {
+                for s in &shards {
+                    assert!(!model.open.contains_key(s), "take of an owned shard {s}");
+                    assert!(
+                        !election.handing_over().contains(s),
+                        "take of a shard being handed over {s}"
+                    );
+                }
+                model.last_take = shards;
+            }
+            ShardAction::Unlock { shards, .. } => {
+                for s in &shards {
+                    assert!(!model.open.contains_key(s), "unlock of a shard with a term {s}");
+                }
+                model.last_unlock = shards;
+            }
+            ShardAction::BeginTerm { shard, term } => {
+                assert!(model.seen_terms.insert(term), "term {term} begun twice");
+                assert!(model.open.insert(shard, term).is_none(), "two terms of {shard}");
+            }
+            ShardAction::EndTerm { shard, term, .. } => {
+                assert_eq!(model.open.remove(&shard), Some(term), "end of a term not open");
+                assert!(model.ended.insert(term));
+            }
+            ShardAction::Finish => {
+                assert!(model.open.is_empty(), "finished owning shards");
+                model.finished = true;
+            }
+            _ => {}
+        }
+    }
+    if !model.finished {
+        let owned: BTreeMap<Shard, TermId> = election.owned().into_iter().collect();
+        assert_eq!(owned, model.open, "owned() differs from the open terms");
+    }
+}
+
+fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
+    let (o, steps) = input;
+    let Ok(interval) = CheckInterval::new(Duration::from_millis(u64::from(o.interval_ms.max(1))))
+    else {
+        return;
+    };
+    let count = u32::from(o.shards % 16) + 1;
+    let Ok(options) = ShardOptions::new(interval, count) else {
+        return;
+    };
+    let Ok(options) = options.max_moves(u32::from(o.moves.max(1))) else {
+        return;
+    };
+    let Ok(options) = options
+        .rebalance_delay(Duration::from_millis(u64::from(o.delay_ms)))
+        .stop_grace(Duration::from_millis(u64::from(o.grace_ms)))
+    else {
+        return;
+    };
+    let mut election = ShardedElection::<u8>::new(options);
+    let mut model = Model::default();
+    let mut now = Instant::now();
+    for step in steps {
+        now += Duration::from_millis(u64::from(step.delay_ms));
+        if election.poll_timeout().is_some_and(|at| at <= now) {
+            election.handle_timeout(now);
+            drain(&mut election, &mut model);
+            if let Some(at) = election.poll_timeout() {
+                assert!(at > now, "a deadline in the past after the timeouts fired");
+            }
+        }
+        let conn = |w: &Which, model: &Model| match w {
+            Which::Newest => ConnId::new(model.newest),
+            Which::Number(n) => ConnId::new(u64::from(*n)),
+        };
+        let event = match step.input {
+            FuzzInput::Start => {
+                if election.start(now).is_ok() {
+                    model.finished = false;
+                }
+                drain(&mut election, &mut model);
+                continue;
+            }
+            FuzzInput::Acquired(w) => ShardEvent::Acquired { conn: conn(&w, &model) },
+            FuzzInput::AcquireFailed(w) => ShardEvent::AcquireFailed {
+                conn: conn(&w, &model),
+                cause: 1,
+            },
+            FuzzInput::Registered(w, pid, granted, capacity, members) => {
+                model.backend = i32::from(pid) + 1;
+                ShardEvent::Registered {
+                    conn: conn(&w, &model),
+                    backend: MemberId::new(model.backend),
+                    granted,
+                    lock_capacity: u64::from(capacity),
+                    members: u32::from(members),
+                }
+            }
+            FuzzInput::ConsistentSurvey(w, others, holders) => {
+                let me = MemberId::new(model.backend);
+                let mut held: BTreeSet<Shard> = model.open.keys().copied().collect();
+                held.extend(election.handing_over());
+                let others: Vec<MemberId> =
+                    others.iter().map(|p| MemberId::new(1000 + i32::from(*p))).collect();
+                let mut rows: BTreeMap<MemberId, (bool, Vec<u32>)> = BTreeMap::new();
+                rows.insert(me, (true, held.iter().map(|s| s.get()).collect()));
+                for m in &others {
+                    rows.entry(*m).or_default().0 = true;
+                }
+                let mut free = (0..count).filter(|s| !held.contains(&Shard::new(*s)));
+                for holder in holders {
+                    let Some(s) = free.next() else { break };
+                    if let Some(i) = holder
+                        && !others.is_empty()
+                    {
+                        let m = others[usize::from(i) % others.len()];
+                        rows.entry(m).or_default().1.push(s);
+                    }
+                }
+                let Ok(survey) = Survey::new(
+                    count,
+                    me,
+                    rows.into_iter().map(|(m, (member, shards))| (m, member, shards)),
+                ) else {
+                    continue;
+                };
+                ShardEvent::Surveyed {
+                    conn: conn(&w, &model),
+                    survey,
+                }
+            }
+            FuzzInput::RawSurvey(w, backend, rows) => {
+                let Ok(survey) = Survey::new(
+                    count,
+                    MemberId::new(i32::from(backend)),
+                    rows.into_iter().map(|(pid, member, shards)| {
+                        (
+                            MemberId::new(i32::from(pid)),
+                            member,
+                            shards.into_iter().map(u32::from).collect::<Vec<_>>(),
+                        )
+                    }),
+                ) else {
+                    continue;
+                };
+                ShardEvent::Surveyed {
+                    conn: conn(&w, &model),
+                    survey,
+                }
+            }
+            FuzzInput::Took(w, picks) => {
+                let granted = picks
+                    .iter()
+                    .filter_map(|i| {
+                        model
+                            .last_take
+                            .get(usize::from(*i))
+                            .copied()
+                            .or(Some(Shard::new(u32::from(*i))))
+                    })
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                ShardEvent::Took {
+                    conn: conn(&w, &model),
+                    granted,
+                }
+            }
+            FuzzInput::Unlocked(w, picks) => ShardEvent::Unlocked {
+                conn: conn(&w, &model),
+                not_held: picks
+                    .iter()
+                    .filter_map(|i| model.last_unlock.get(usize::from(*i)).copied())
+                    .collect(),
+            },
+            FuzzInput::UnlockedAll(w) => ShardEvent::UnlockedAll { conn: conn(&w, &model) },
+            FuzzInput::Failed(w, ended) => ShardEvent::StatementFailed {
+                conn: conn(&w, &model),
+                cause: 2,
+                session_ended: ended,
+            },
+            FuzzInput::SessionEnded(w) => ShardEvent::SessionEnded { conn: conn(&w, &model) },
+            FuzzInput::WorkDrained(t) => ShardEvent::WorkDrained {
+                term: TermId::new(u64::from(t)),
+            },
+            FuzzInput::Cancelled => ShardEvent::Cancelled,
+            FuzzInput::Panicked => ShardEvent::Panicked,
+            FuzzInput::Dropped => ShardEvent::Dropped,
+        };
+        election.handle_event(now, event);
+        drain(&mut election, &mut model);
+    }
+});
