@@ -49,6 +49,7 @@ pub mod metrics;
 mod observe;
 mod overdue;
 pub mod session;
+pub mod shard_sql;
 mod shared;
 pub mod sql;
 pub mod status;
