@@ -4,8 +4,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::{AbortHandle, Abortable};
-use plexsphere_leader_core::work::{TermStatus, WorkOutcome};
 use plexsphere_leader_core::{Event, StuckLeader, TermId};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -168,29 +166,7 @@ impl Elector {
         F: FnOnce(CancellationToken) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let Some(term) = self.term(parent) else {
-            return WorkOutcome::<T, E>::Skipped.into_result();
-        };
-        let (abort, registration) = AbortHandle::new_pair();
-        term.abort_with(abort);
-        let outcome = match Abortable::new(work(term.token().clone()), registration).await {
-            Ok(result) => WorkOutcome::settle(term.status(), result),
-            // Only the work deadline aborts, and only after the term ended.
-            Err(_aborted) => match term.status() {
-                TermStatus::Ended(why) => WorkOutcome::Interrupted(why),
-                TermStatus::Live => WorkOutcome::Skipped,
-            },
-        };
-        if let Some(kind) = outcome.log_kind() {
-            tracing::info!(
-                target: "plexsphere_leader",
-                term = term.id().get(),
-                cause = %term.cause().map(|c| c.to_string()).unwrap_or_default(),
-                "{}",
-                kind.message()
-            );
-        }
-        outcome.into_result()
+        crate::term::run_in(self.term(parent), work).await
     }
 
     /// Whether this replica holds the lock (the spec's `IsLeader`): an atomic read, callable from

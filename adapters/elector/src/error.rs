@@ -176,6 +176,10 @@ pub enum ConfigError {
     /// `application_name`.
     #[error("identity: {0}")]
     Identity(crate::identity::IdentityError),
+    /// An option of a sharded election is out of range (no shard, too many, a move limit of
+    /// zero, a stop grace longer than two intervals).
+    #[error(transparent)]
+    Shards(#[from] plexsphere_leader_core::shards::ShardOptionsError),
 }
 
 // The variants whose text includes their cause have no `source()`: a chain printer would print
@@ -186,13 +190,18 @@ impl From<crate::identity::IdentityError> for ConfigError {
     }
 }
 
-/// Why [`Elector::run`](crate::Elector::run) returned an error.
+/// Why [`Elector::run`](crate::Elector::run) or
+/// [`ShardedElector::run`](crate::sharded::ShardedElector::run) returned an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
     /// Another `run` of the same elector is in progress; this call changed nothing.
     #[error("the elector is already running: never run two `run` calls at once")]
     AlreadyRunning,
+    /// A sharded election found the server's lock table too small for its shards and members
+    /// (checked as the lock session joins); nothing was taken, and the session is closed.
+    #[error(transparent)]
+    LockTableTooSmall(#[from] plexsphere_leader_core::shards::LockTableTooSmall),
 }
 
 #[cfg(test)]

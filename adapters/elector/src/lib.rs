@@ -50,6 +50,7 @@ mod observe;
 mod overdue;
 pub mod session;
 pub mod shard_sql;
+pub mod sharded;
 mod shared;
 pub mod sql;
 pub mod status;

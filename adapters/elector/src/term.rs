@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use futures_util::future::AbortHandle;
-use plexsphere_leader_core::work::{Interruption, TermStatus};
+use futures_util::future::{AbortHandle, Abortable};
+use plexsphere_leader_core::work::{Interruption, TermStatus, WorkOutcome};
 use plexsphere_leader_core::{TermEndCause, TermId};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -21,6 +21,39 @@ tokio::task_local! {
 /// of `plexsphere-leader-service` name their passes after their loop.
 pub async fn named_work<F: Future>(name: &str, work: F) -> F::Output {
     WORK_NAME.scope(Arc::from(name), work).await
+}
+
+/// Runs `work` in `term` (the spec's `Do` for a term already looked up): skipped without a term,
+/// its own result when the term held until it returned, `Ok(false)` (logged at INFO) when the
+/// term ended under it. See [`Elector::run_if_leader`](crate::Elector::run_if_leader).
+pub(crate) async fn run_in<T, E, F, Fut>(term: Option<Term>, work: F) -> Result<bool, E>
+where
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let Some(term) = term else {
+        return WorkOutcome::<T, E>::Skipped.into_result();
+    };
+    let (abort, registration) = AbortHandle::new_pair();
+    term.abort_with(abort);
+    let outcome = match Abortable::new(work(term.token().clone()), registration).await {
+        Ok(result) => WorkOutcome::settle(term.status(), result),
+        // Only the work deadline aborts, and only after the term ended.
+        Err(_aborted) => match term.status() {
+            TermStatus::Ended(why) => WorkOutcome::Interrupted(why),
+            TermStatus::Live => WorkOutcome::Skipped,
+        },
+    };
+    if let Some(kind) = outcome.log_kind() {
+        tracing::info!(
+            target: "plexsphere_leader",
+            term = term.id().get(),
+            cause = %term.cause().map(|c| c.to_string()).unwrap_or_default(),
+            "{}",
+            kind.message()
+        );
+    }
+    outcome.into_result()
 }
 
 /// One term's shared state: its end, and the tokens handed out for it.

@@ -174,7 +174,7 @@ fn mix(value: u64) -> u64 {
 }
 
 /// Every member's cap in `survey`, in member order: `⌊K/R⌋`, plus one for the `K mod R`
-/// members that hold the most shards now (ties: lower [`mix`] of the member first). Empty when
+/// members that hold the most shards now (ties: a fixed hash of the member, then its id). Empty when
 /// there is no member.
 pub fn caps(survey: &Survey) -> Vec<(MemberId, u32)> {
     let loads = survey.loads();

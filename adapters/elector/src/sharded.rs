@@ -1,0 +1,223 @@
+//! Sharded leadership: `K` shards balanced over the live replicas, each shard owned by at most
+//! one replica at a time, all of a replica's shard locks on one PostgreSQL session.
+//!
+//! Every replica runs one [`ShardedElector`]. Its lock session holds the member lock
+//! `(class, -1)` in shared mode and the locks `(class, s)` of the shards it owns; once per
+//! interval one statement reads the space's rows of `pg_locks` (who is a member, who holds
+//! which shard), proves this replica's own locks, and the pure core
+//! ([`plexsphere_leader_core::shards`]) decides what to take and what to hand over:
+//!
+//! - every member may own `⌊K/R⌋` shards, and `K mod R` of them one more; free shards are taken
+//!   at once up to that cap, in rendezvous order, so a join or a leave moves about `K/R` shards;
+//! - a member over its cap hands the excess over once the membership has been stable for the
+//!   rebalance delay, a limited number per interval: it ends the shard's term, waits for the
+//!   work of that term to return, then unlocks; the new owner takes it at its next survey;
+//! - a failed, unanswered or contradicting survey ends the session and every shard with it;
+//!   the server releases them, and the other members take them at their next survey.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use plexsphere_leader::sharded::{ShardConfig, ShardedElector};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn example(pool: deadpool_postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
+//! let elector = ShardedElector::new(
+//!     ShardConfig::new(pool, 1024).check_interval(Duration::from_secs(1)),
+//! )?;
+//! let shutdown = CancellationToken::new();
+//! let run = tokio::spawn({
+//!     let elector = elector.clone();
+//!     let shutdown = shutdown.clone();
+//!     async move { elector.run(shutdown).await }
+//! });
+//! // A sweep over every tenant: each replica sweeps the tenants of the shards it owns.
+//! for shard in elector.ownership().shards.keys() {
+//!     elector
+//!         .run_if_owner(*shard, &shutdown, |token| async move {
+//!             // sweep the tenants with `tenant_id % 1024 == shard`, until `token` is cancelled
+//!             Ok::<_, std::io::Error>(())
+//!         })
+//!         .await?;
+//! }
+//! shutdown.cancel();
+//! run.await??;
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+mod driver;
+mod metrics;
+mod shared;
+mod view;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use self::driver::ShardDriver;
+use self::metrics::ShardMetrics;
+use self::shared::ShardShared;
+use crate::error::{ConfigError, RunError};
+use crate::term::Term;
+
+pub use self::config::{DEFAULT_SHARD_CLASS, ShardConfig};
+pub use self::view::{Holder, OwnedShard, Ownership, SpaceView, TRANSITIONS_KEPT, Transition};
+pub use plexsphere_leader_core::shards::{
+    LockTableTooSmall, MAX_SHARDS, MemberId, Shard, ShardOptionsError,
+};
+
+/// One replica's part in a shard space. Cloning gives another handle on the same election.
+#[derive(Clone)]
+pub struct ShardedElector {
+    inner: Arc<ShardShared>,
+}
+
+impl std::fmt::Debug for ShardedElector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardedElector")
+            .field("class", &self.inner.class())
+            .field("shards", &self.inner.options().count())
+            .field("identity", &self.inner.identity())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShardedElector {
+    /// A sharded elector with `config`, not running.
+    ///
+    /// # Errors
+    /// [`ConfigError`] for an interval out of range, a shard count outside `1..=MAX_SHARDS`,
+    /// a move limit of zero, a stop grace over two intervals, an invalid identity, or metrics
+    /// that cannot be registered.
+    pub fn new(config: ShardConfig) -> Result<Self, ConfigError> {
+        let options = config.options()?;
+        let identity = config.resolved_identity()?;
+        #[cfg(feature = "prometheus")]
+        let metrics = match &config.registry {
+            Some(registry) => {
+                Some(ShardMetrics::register(registry, config.class).map_err(ConfigError::Metrics)?)
+            }
+            None => None,
+        };
+        #[cfg(not(feature = "prometheus"))]
+        let metrics: Option<ShardMetrics> = None;
+        Ok(Self {
+            inner: Arc::new(ShardShared::new(
+                config.sessions,
+                config.class,
+                identity,
+                options,
+                metrics,
+            )),
+        })
+    }
+
+    /// Takes part in the space until `shutdown` is cancelled.
+    ///
+    /// It joins at once (a session from the pool, the member lock, `idle_session_timeout` of
+    /// four intervals, the session taken out of the pool), then surveys every interval and
+    /// takes or hands over shards as the core decides. Failures of the pool or the session are
+    /// logged at WARN and retried at the next interval; every shard's term ends when the
+    /// session is lost. On cancellation every term ends
+    /// ([`TermEndCause::Stopped`](crate::TermEndCause::Stopped)), their work gets the stop
+    /// grace, then `pg_advisory_unlock_all()` runs under a 2-second budget and the session
+    /// closes. A panic or a dropped future ends every term as lost and closes the session
+    /// without unlocking (the server then releases the locks).
+    ///
+    /// # Errors
+    /// [`RunError::AlreadyRunning`] when another `run` of this elector is in progress;
+    /// [`RunError::LockTableTooSmall`] when the server's lock table has no room for the space
+    /// (nothing was taken).
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<(), RunError> {
+        let span = tracing::info_span!(
+            target: "plexsphere_leader",
+            "shard_space",
+            class = self.inner.class(),
+            identity = %self.inner.identity(),
+        );
+        let driver = span.in_scope(|| ShardDriver::start(Arc::clone(&self.inner)))?;
+        driver.run(shutdown).instrument(span).await
+    }
+
+    /// Whether this replica owns `shard`: a read of the published ownership.
+    pub fn is_owner(&self, shard: u32) -> bool {
+        self.inner.is_owner(shard)
+    }
+
+    /// The current term of `shard` on this replica: `Some` while it owns the shard, with a
+    /// token cancelled when `parent` is cancelled or the shard's term ends (lost, handed over,
+    /// stopped), whichever comes first. A handover waits until every such handle is dropped
+    /// before it unlocks the shard.
+    pub fn term(&self, shard: u32, parent: &CancellationToken) -> Option<Term> {
+        self.inner.term_of(shard)?.handle(parent)
+    }
+
+    /// Runs one unit of work for `shard` when this replica owns it: the single election's
+    /// [`run_if_leader`](crate::Elector::run_if_leader) table, per shard (`Ok(false)` without
+    /// the shard; `work`'s result when the term held; `Ok(false)` when the term ended under it).
+    ///
+    /// # Errors
+    /// `work`'s own error, when the shard's term held until it returned.
+    pub async fn run_if_owner<T, E, F, Fut>(
+        &self,
+        shard: u32,
+        parent: &CancellationToken,
+        work: F,
+    ) -> Result<bool, E>
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        crate::term::run_in(self.term(shard, parent), work).await
+    }
+
+    /// The shards this replica owns now.
+    pub fn ownership(&self) -> Ownership {
+        self.inner.ownership()
+    }
+
+    /// The ownership, published on every change: await `changed()` instead of polling.
+    pub fn subscribe(&self) -> watch::Receiver<Ownership> {
+        self.inner.subscribe()
+    }
+
+    /// Who owns what, as this replica's last survey saw it (`None` before the first survey).
+    pub fn view(&self) -> Option<SpaceView> {
+        self.inner.view()
+    }
+
+    /// The view, published after every survey.
+    pub fn subscribe_view(&self) -> watch::Receiver<Option<SpaceView>> {
+        self.inner.subscribe_view()
+    }
+
+    /// The last [`TRANSITIONS_KEPT`] shard terms begun or ended on this replica, oldest first.
+    pub fn transitions(&self) -> Vec<Transition> {
+        self.inner.transitions()
+    }
+
+    /// The number of shards of the space.
+    pub fn shard_count(&self) -> u32 {
+        self.inner.options().count()
+    }
+
+    /// The class id of the space.
+    pub fn class(&self) -> i32 {
+        self.inner.class()
+    }
+
+    /// The name this replica shows as.
+    pub fn identity(&self) -> &str {
+        self.inner.identity()
+    }
+
+    /// The check interval.
+    pub fn check_interval(&self) -> Duration {
+        self.inner.options().interval().get()
+    }
+}

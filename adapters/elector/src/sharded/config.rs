@@ -1,0 +1,150 @@
+//! The configuration of a sharded elector.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plexsphere_leader_core::shards::ShardOptions;
+use plexsphere_leader_core::{CheckInterval, DEFAULT_CHECK_INTERVAL};
+
+use crate::error::ConfigError;
+use crate::session::{PoolSessions, SessionSource};
+
+/// The default class id of a shard space: `0x706c7368`, "plsh" in ASCII. Shard `s` is the
+/// advisory lock `(1886155624, s)` and the member lock `(1886155624, -1)`.
+pub const DEFAULT_SHARD_CLASS: i32 = 0x706c_7368;
+
+/// The configuration of a [`ShardedElector`](super::ShardedElector): where lock sessions come
+/// from, the space (class id and shard count) and the timing.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    pub(crate) sessions: Arc<dyn SessionSource>,
+    pub(crate) shards: u32,
+    pub(crate) class: i32,
+    pub(crate) interval: Duration,
+    pub(crate) rebalance_delay: Option<Duration>,
+    pub(crate) max_moves: Option<u32>,
+    pub(crate) stop_grace: Option<Duration>,
+    pub(crate) handover_grace: Option<Duration>,
+    pub(crate) identity: Option<String>,
+    #[cfg(feature = "prometheus")]
+    pub(crate) registry: Option<prometheus::Registry>,
+}
+
+impl ShardConfig {
+    /// A space of `shards` shards under [`DEFAULT_SHARD_CLASS`], with lock sessions from `pool`
+    /// and the spec's default interval (5 s). Build the pool with
+    /// [`ObservedConnect`](crate::session::ObservedConnect) so that the end of the lock session
+    /// wakes the elector at once.
+    pub fn new(pool: deadpool_postgres::Pool, shards: u32) -> Self {
+        Self::with_sessions(PoolSessions::new(pool), shards)
+    }
+
+    /// The same, with sessions from any [`SessionSource`].
+    pub fn with_sessions(sessions: impl SessionSource, shards: u32) -> Self {
+        Self {
+            sessions: Arc::new(sessions),
+            shards,
+            class: DEFAULT_SHARD_CLASS,
+            interval: DEFAULT_CHECK_INTERVAL,
+            rebalance_delay: None,
+            max_moves: None,
+            stop_grace: None,
+            handover_grace: None,
+            identity: None,
+            #[cfg(feature = "prometheus")]
+            registry: None,
+        }
+    }
+
+    /// The class id of the space: shard `s` is the lock `(class, s)`, the member lock
+    /// `(class, -1)`. Two spaces of one database need two class ids; a single election's key
+    /// must not use this class.
+    #[must_use]
+    pub fn class(mut self, class: i32) -> Self {
+        self.class = class;
+        self
+    }
+
+    /// The check interval (default 5 s): every replica surveys the space this often.
+    #[must_use]
+    pub fn check_interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// How long the set of members must stay unchanged before shards move for balance, and how
+    /// long a cold start waits before its first take (default: one interval).
+    #[must_use]
+    pub fn rebalance_delay(mut self, delay: Duration) -> Self {
+        self.rebalance_delay = Some(delay);
+        self
+    }
+
+    /// The most shards this replica starts handing over per interval (default: a quarter of
+    /// the space, rounded up).
+    #[must_use]
+    pub fn max_moves(mut self, moves: u32) -> Self {
+        self.max_moves = Some(moves);
+        self
+    }
+
+    /// How long a graceful stop waits for shard work before releasing anyway (default: one
+    /// interval; at most two).
+    #[must_use]
+    pub fn stop_grace(mut self, grace: Duration) -> Self {
+        self.stop_grace = Some(grace);
+        self
+    }
+
+    /// After how long a handed-over shard whose work still runs is reported at WARN (default:
+    /// one interval). The lock is kept until the work returns.
+    #[must_use]
+    pub fn handover_grace(mut self, grace: Duration) -> Self {
+        self.handover_grace = Some(grace);
+        self
+    }
+
+    /// The name this replica shows as (`application_name` of its lock session, and the status
+    /// views); default: the host name and process id.
+    #[must_use]
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = Some(identity.into());
+        self
+    }
+
+    /// Registers the sharded metrics (`plexsphere_shards_*`) on `registry`.
+    #[cfg(feature = "prometheus")]
+    #[must_use]
+    pub fn registry(mut self, registry: &prometheus::Registry) -> Self {
+        self.registry = Some(registry.clone());
+        self
+    }
+
+    pub(crate) fn options(&self) -> Result<ShardOptions, ConfigError> {
+        let interval = CheckInterval::new(self.interval)?;
+        let mut options = ShardOptions::new(interval, self.shards)?;
+        if let Some(delay) = self.rebalance_delay {
+            options = options.rebalance_delay(delay);
+        }
+        if let Some(moves) = self.max_moves {
+            options = options.max_moves(moves)?;
+        }
+        if let Some(grace) = self.stop_grace {
+            options = options.stop_grace(grace)?;
+        }
+        if let Some(grace) = self.handover_grace {
+            options = options.handover_grace(grace);
+        }
+        Ok(options)
+    }
+
+    pub(crate) fn resolved_identity(&self) -> Result<String, ConfigError> {
+        match &self.identity {
+            Some(identity) => {
+                crate::identity::validate(identity)?;
+                Ok(identity.clone())
+            }
+            None => Ok(crate::identity::default_identity()),
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! What a sharded elector publishes: the shards this replica owns, the space as its last survey
+//! saw it, and the recent transitions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::SystemTime;
+
+use plexsphere_leader_core::{TermEndCause, TermId};
+
+/// The shards this replica owns, published on every change
+/// ([`ShardedElector::subscribe`](super::ShardedElector::subscribe)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ownership {
+    /// The member this replica is (its lock session's backend pid), while it is one.
+    pub member: Option<i32>,
+    /// The owned shards, each with its open term.
+    pub shards: BTreeMap<u32, OwnedShard>,
+    /// Shards whose term ended for a handover while their lock is kept until their work returns.
+    pub handing_over: BTreeSet<u32>,
+}
+
+impl Ownership {
+    /// Whether this replica owns `shard` (a term of it is open).
+    pub fn is_owner(&self, shard: u32) -> bool {
+        self.shards.contains_key(&shard)
+    }
+
+    /// How many shards this replica owns.
+    pub fn count(&self) -> usize {
+        self.shards.len()
+    }
+}
+
+/// One owned shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnedShard {
+    /// Its term.
+    pub term: TermId,
+    /// When the term began (wall clock).
+    pub since: SystemTime,
+}
+
+/// The space as this replica's last survey saw it: who owns what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpaceView {
+    /// When the survey answered (wall clock).
+    pub surveyed_at: SystemTime,
+    /// This replica's member id (its lock session's backend pid).
+    pub me: i32,
+    /// The members, by backend pid, with their names and shards.
+    pub members: Vec<Holder>,
+    /// Backends holding shards without the member lock (a session of another program using
+    /// the same class id).
+    pub foreign: Vec<Holder>,
+    /// Shards nobody holds.
+    pub unowned: Vec<u32>,
+}
+
+/// One backend holding locks of the space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// Its backend pid.
+    pub pid: i32,
+    /// Its `application_name`: the identity the replica registered with.
+    pub name: Option<String>,
+    /// The shards it holds, ascending.
+    pub shards: Vec<u32>,
+}
+
+/// A shard term that began or ended on this replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transition {
+    /// When (wall clock).
+    pub at: SystemTime,
+    /// The shard.
+    pub shard: u32,
+    /// The term.
+    pub term: TermId,
+    /// `None` for a term that began; the cause for one that ended.
+    pub ended: Option<TermEndCause>,
+}
+
+/// How many transitions [`ShardedElector::transitions`](super::ShardedElector::transitions)
+/// keeps, newest last.
+pub const TRANSITIONS_KEPT: usize = 256;

@@ -1,0 +1,347 @@
+//! Sharded leadership against the real server: replicas split a space evenly on one lock session
+//! each, a join and a leave move about the share of one replica, a terminated session demotes
+//! every shard it held at once, a handover waits for the shard's work, and a lock table too small
+//! for the space fails the run with a typed error. Every test has its own database.
+//!
+//! Bounds are asserted with the margins of `support` (I = 200 ms, MARGIN = 2 s): a handover or
+//! a failover within one interval plus the margin, a balance within a few intervals plus it.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use plexsphere_leader::sharded::{ShardConfig, ShardedElector};
+use plexsphere_leader::{RunError, TermEndCause};
+use plexsphere_leader_tests::TestDb;
+use support::{I, MARGIN, STARTUP, wait_for};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// One replica of a sharded service.
+struct Member {
+    elector: ShardedElector,
+    shutdown: CancellationToken,
+    run: JoinHandle<Result<(), RunError>>,
+}
+
+impl Member {
+    fn spawn(db: &TestDb, shards: u32, name: &str) -> Self {
+        Self::spawn_with(
+            db,
+            name,
+            ShardConfig::new(db.pool(4).expect("pool"), shards),
+        )
+    }
+
+    fn spawn_with(_db: &TestDb, name: &str, config: ShardConfig) -> Self {
+        let elector =
+            ShardedElector::new(config.check_interval(I).identity(name)).expect("valid config");
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn({
+            let elector = elector.clone();
+            let shutdown = shutdown.clone();
+            async move { elector.run(shutdown).await }
+        });
+        Self {
+            elector,
+            shutdown,
+            run,
+        }
+    }
+
+    fn owned(&self) -> BTreeSet<u32> {
+        self.elector.ownership().shards.keys().copied().collect()
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.run.await.expect("no panic").expect("run returns Ok");
+    }
+}
+
+/// Whether every shard is owned by exactly one member and each owns ⌊K/R⌋ or ⌈K/R⌉.
+fn balanced(members: &[&Member], shards: u32) -> bool {
+    let counts: Vec<usize> = members.iter().map(|m| m.owned().len()).collect();
+    let (lo, hi) = (
+        shards as usize / members.len(),
+        (shards as usize).div_ceil(members.len()),
+    );
+    counts.iter().all(|c| (lo..=hi).contains(c)) && counts.iter().sum::<usize>() == shards as usize
+}
+
+/// Panics when two members own one shard.
+fn assert_disjoint(members: &[&Member]) {
+    let mut owner: BTreeMap<u32, usize> = BTreeMap::new();
+    for (i, m) in members.iter().enumerate() {
+        for shard in m.owned() {
+            if let Some(other) = owner.insert(shard, i) {
+                panic!("shard {shard} owned by members {other} and {i}");
+            }
+        }
+    }
+}
+
+/// The backend pids holding locks of the space, with their shard counts and member flags.
+async fn holders(db: &TestDb, class: i32) -> BTreeMap<i32, (bool, usize)> {
+    let rows = db
+        .admin()
+        .query(
+            "SELECT pid, bool_or(objid = 4294967295), count(*) FILTER (WHERE objid <> 4294967295) \
+             FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             AND classid = ($1::int8 & 4294967295)::oid GROUP BY pid",
+            &[&i64::from(class)],
+        )
+        .await
+        .expect("pg_locks");
+    rows.iter()
+        .map(|r| {
+            let count: i64 = r.get(2);
+            (r.get(0), (r.get(1), count as usize))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn replicas_split_the_space_evenly_each_on_one_lock_session() {
+    let db = TestDb::create("sharded_split").await.unwrap();
+    let members: Vec<Member> = (0..4)
+        .map(|i| Member::spawn(&db, 64, &format!("shard-{i}")))
+        .collect();
+    let refs: Vec<&Member> = members.iter().collect();
+    let took = wait_for(STARTUP, || balanced(&refs, 64)).await;
+    assert!(
+        took.is_some(),
+        "not balanced: {:?}",
+        refs.iter().map(|m| m.owned().len()).collect::<Vec<_>>()
+    );
+    assert_disjoint(&refs);
+    let seen = holders(&db, plexsphere_leader::sharded::DEFAULT_SHARD_CLASS).await;
+    assert_eq!(seen.len(), 4, "one lock session per replica: {seen:?}");
+    assert!(
+        seen.values().all(|(member, count)| *member && *count == 16),
+        "{seen:?}"
+    );
+    // Each replica's member id is its session's pid, and the view names every member.
+    let view = members[0].elector.view().expect("surveyed");
+    assert_eq!(view.members.len(), 4);
+    assert!(
+        view.members
+            .iter()
+            .all(|h| h.name.as_deref().is_some_and(|n| n.starts_with("shard-")))
+    );
+    for m in members {
+        m.stop().await;
+    }
+    assert!(
+        holders(&db, plexsphere_leader::sharded::DEFAULT_SHARD_CLASS)
+            .await
+            .is_empty()
+    );
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_join_moves_about_the_joiners_share_without_two_owners() {
+    let db = TestDb::create("sharded_join").await.unwrap();
+    let k = 60;
+    let mut members: Vec<Member> = (0..3)
+        .map(|i| Member::spawn(&db, k, &format!("shard-{i}")))
+        .collect();
+    {
+        let refs: Vec<&Member> = members.iter().collect();
+        assert!(wait_for(STARTUP, || balanced(&refs, k)).await.is_some());
+    }
+    let before: Vec<BTreeSet<u32>> = members.iter().map(Member::owned).collect();
+    members.push(Member::spawn(&db, k, "shard-3"));
+    let refs: Vec<&Member> = members.iter().collect();
+    let bound = 6 * I + MARGIN;
+    let mut balanced_after = None;
+    let start = std::time::Instant::now();
+    while start.elapsed() < bound {
+        assert_disjoint(&refs);
+        if balanced(&refs, k) {
+            balanced_after = Some(start.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let took = balanced_after.expect("balanced after the join");
+    let moved: usize = before
+        .iter()
+        .zip(&members)
+        .map(|(b, m)| b.difference(&m.owned()).count())
+        .sum();
+    assert_eq!(
+        moved,
+        members[3].owned().len(),
+        "only the joiner's share moved"
+    );
+    assert!(moved <= (k as usize / 4) * 3 / 2, "moved {moved}");
+    eprintln!("join balanced after {took:?}, {moved} shards moved");
+    for m in members {
+        m.stop().await;
+    }
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_graceful_stop_hands_every_shard_over_within_one_interval() {
+    let db = TestDb::create("sharded_stop").await.unwrap();
+    let k = 30;
+    let mut members: Vec<Member> = (0..3)
+        .map(|i| Member::spawn(&db, k, &format!("shard-{i}")))
+        .collect();
+    {
+        let refs: Vec<&Member> = members.iter().collect();
+        assert!(wait_for(STARTUP, || balanced(&refs, k)).await.is_some());
+    }
+    let leaving = members.remove(0);
+    let released = leaving.owned();
+    leaving.stop().await;
+    let refs: Vec<&Member> = members.iter().collect();
+    let took = wait_for(I + MARGIN, || {
+        released
+            .iter()
+            .all(|s| refs.iter().any(|m| m.elector.is_owner(*s)))
+    })
+    .await
+    .expect("every released shard has a new owner");
+    eprintln!("{} shards handed over in {took:?}", released.len());
+    assert!(
+        wait_for(4 * I + MARGIN, || balanced(&refs, k))
+            .await
+            .is_some()
+    );
+    assert_disjoint(&refs);
+    for m in members {
+        m.stop().await;
+    }
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_terminated_session_demotes_every_shard_at_once_and_others_take_them() {
+    let db = TestDb::create("sharded_terminate").await.unwrap();
+    let k = 30;
+    let members: Vec<Member> = (0..3)
+        .map(|i| Member::spawn(&db, k, &format!("shard-{i}")))
+        .collect();
+    let refs: Vec<&Member> = members.iter().collect();
+    assert!(wait_for(STARTUP, || balanced(&refs, k)).await.is_some());
+    let victim = &members[0];
+    let pid = victim.elector.ownership().member.expect("a member");
+    let lost = victim.owned();
+    let mut ownership = victim.elector.subscribe();
+    assert!(db.terminate(pid).await.unwrap());
+    // The victim learns at once (the session's end wakes it), and drops every shard together.
+    tokio::time::timeout(2 * I + MARGIN, ownership.wait_for(|o| o.shards.is_empty()))
+        .await
+        .expect("demoted in time")
+        .expect("elector lives");
+    let ends: Vec<_> = victim
+        .elector
+        .transitions()
+        .into_iter()
+        .filter(|t| lost.contains(&t.shard))
+        .filter_map(|t| t.ended)
+        .collect();
+    assert_eq!(ends.len(), lost.len());
+    assert!(
+        ends.iter().all(|c| matches!(c, TermEndCause::Lost(_))),
+        "{ends:?}"
+    );
+    // Every lost shard has a new owner within an interval (the victim rejoins with a new
+    // session, so the space then rebalances).
+    wait_for(I + MARGIN, || {
+        lost.iter()
+            .all(|s| refs.iter().any(|m| m.elector.is_owner(*s)))
+    })
+    .await
+    .expect("the lost shards are taken");
+    assert!(
+        wait_for(8 * I + MARGIN, || balanced(&refs, k))
+            .await
+            .is_some()
+    );
+    assert_disjoint(&refs);
+    for m in members {
+        m.stop().await;
+    }
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_handover_waits_for_the_shards_work_before_unlocking() {
+    let db = TestDb::create("sharded_work").await.unwrap();
+    let k = 2;
+    let first = Member::spawn(&db, k, "shard-a");
+    assert!(
+        wait_for(STARTUP, || first.owned().len() == 2)
+            .await
+            .is_some()
+    );
+    // Work that holds shard 0's and shard 1's terms until released.
+    let release = CancellationToken::new();
+    let terms: Vec<_> = (0..2)
+        .map(|s| {
+            first
+                .elector
+                .term(s, &CancellationToken::new())
+                .expect("owned")
+        })
+        .collect();
+    let second = Member::spawn(&db, k, "shard-b");
+    // The first replica ends one shard's term for the handover...
+    let given = wait_for(STARTUP, || first.owned().len() == 1).await;
+    assert!(given.is_some(), "a shard is handed over");
+    let handed: u32 = (0..2)
+        .find(|s| !first.elector.is_owner(*s))
+        .expect("one handed");
+    assert!(first.elector.ownership().handing_over.contains(&handed));
+    // ...but keeps its lock while the work holds the term: the joiner does not get it.
+    tokio::time::sleep(4 * I).await;
+    assert!(!second.elector.is_owner(handed), "taken under running work");
+    drop(terms);
+    drop(release);
+    wait_for(2 * I + MARGIN, || second.elector.is_owner(handed))
+        .await
+        .expect("taken once the work returned");
+    first.stop().await;
+    second.stop().await;
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lock_table_too_small_for_the_space_fails_the_run_with_a_typed_error() {
+    let db = TestDb::create("sharded_lock_table").await.unwrap();
+    let shards = plexsphere_leader::sharded::MAX_SHARDS;
+    let member = Member::spawn(&db, shards, "shard-big");
+    let result = tokio::time::timeout(STARTUP, member.run)
+        .await
+        .expect("the run ends")
+        .expect("no panic");
+    let Err(RunError::LockTableTooSmall(too_small)) = result else {
+        panic!("expected LockTableTooSmall, got {result:?}");
+    };
+    assert_eq!(too_small.needed, u64::from(shards) + 1);
+    let row = db
+        .admin()
+        .query_one(
+            "SELECT current_setting('max_locks_per_transaction')::int8 * \
+             (current_setting('max_connections')::int8 + \
+              current_setting('max_prepared_transactions')::int8)",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(too_small.capacity, row.get::<_, i64>(0) as u64);
+    assert!(too_small.to_string().contains("max_locks_per_transaction"));
+    assert!(
+        holders(&db, plexsphere_leader::sharded::DEFAULT_SHARD_CLASS)
+            .await
+            .is_empty()
+    );
+    db.cleanup().await.unwrap();
+}
