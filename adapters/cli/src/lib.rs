@@ -4,12 +4,17 @@
 //! ([`status::who_leads`]). The DSN comes from `--dsn` or from the environment variable
 //! `PLEXSPHERE_DSN` (so that a password need not show in `ps`).
 //!
+//! `plexsphere-leader shards --shards K [--class C] [--dsn <DSN>] [--format text|json]` prints
+//! who owns which shards of a shard space ([`status::shard_owners`]); it exits 0 when every
+//! shard is owned and 1 when some is not.
+//!
 //! Exit codes: [`EXIT_LEADER`] (0) a replica leads, [`EXIT_NO_LEADER`] (1) none does,
 //! [`EXIT_ERROR`] (2) the question could not be answered (bad arguments, connection or query
 //! failure, no answer within the timeout). The DSN is never printed.
 #![forbid(unsafe_code)]
 
 mod format;
+pub mod shards;
 
 pub use format::{format_duration, format_utc};
 
@@ -22,6 +27,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tokio_postgres::NoTls;
 
 use plexsphere_leader::LockKey;
+use plexsphere_leader::sharded::DEFAULT_SHARD_CLASS;
 use plexsphere_leader::status::{self, LeaderStatus, Since, StatusError};
 
 /// How long `status` waits for the connection and the answer, unless `--timeout` says.
@@ -39,7 +45,8 @@ pub const EXIT_ERROR: u8 = 2;
     name = "plexsphere-leader",
     version,
     about = "Operate plexsphere-leader elections from the server's views",
-    after_help = "Exit codes: 0 a replica leads, 1 no replica leads, 2 error."
+    after_help = "Exit codes: 0 a replica leads (shards: every shard is owned), 1 no replica \
+                  leads (shards: some shard is not), 2 error."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -68,6 +75,28 @@ enum Command {
         /// How long to wait for the connection and the answer together (`10s`, `500ms`, `2`
         /// for seconds); a server that accepts the connection and never answers fails after
         /// it with exit 2.
+        #[arg(long, default_value = "10s", value_parser = parse_timeout)]
+        timeout: Duration,
+    },
+    /// Print who owns which shards of a shard space (sharded leadership).
+    Shards {
+        /// The database of the space, as a libpq-style DSN or URL. No TLS.
+        #[arg(long, env = "PLEXSPHERE_DSN", hide_env_values = true)]
+        dsn: String,
+        /// The number of shards of the space (`K`: shards are `0..K`).
+        #[arg(long)]
+        shards: u32,
+        /// The space's class id (may be negative).
+        #[arg(
+            long,
+            default_value_t = DEFAULT_SHARD_CLASS,
+            allow_hyphen_values = true
+        )]
+        class: i32,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// How long to wait for the connection and the answer together.
         #[arg(long, default_value = "10s", value_parser = parse_timeout)]
         timeout: Duration,
     },
@@ -133,7 +162,57 @@ where
                 }
             }
         }
+        Command::Shards {
+            dsn,
+            shards,
+            class,
+            format,
+            timeout,
+        } => {
+            let database = database_of(&dsn);
+            let answer = tokio::time::timeout(timeout, query_owners(&dsn, class, shards)).await;
+            let rows = match answer {
+                Ok(Ok(rows)) => rows,
+                Ok(Err(error)) => {
+                    let _ = writeln!(err, "plexsphere-leader {error}");
+                    return EXIT_ERROR;
+                }
+                Err(_elapsed) => {
+                    let _ = writeln!(
+                        err,
+                        "plexsphere-leader shards: no answer within {timeout:?}"
+                    );
+                    return EXIT_ERROR;
+                }
+            };
+            let space = shards::Space::new(class, shards, &database, rows);
+            let text = match format {
+                Format::Text => space.render_text(),
+                Format::Json => space.render_json(),
+            };
+            if writeln!(out, "{text}").is_err() {
+                return EXIT_ERROR;
+            }
+            if space.unowned().is_empty() {
+                EXIT_LEADER
+            } else {
+                EXIT_NO_LEADER
+            }
+        }
     }
+}
+
+async fn query_owners(
+    dsn: &str,
+    class: i32,
+    count: u32,
+) -> Result<Vec<plexsphere_leader::shard_sql::OwnerRow>, StatusError> {
+    let (client, connection) = tokio_postgres::connect(dsn, NoTls).await?;
+    let driver = tokio::spawn(connection);
+    let answer = status::shard_owners(&client, class, count).await;
+    drop(client);
+    let _ = driver.await;
+    answer
 }
 
 /// Why [`query_status_within`] had no answer.
@@ -350,7 +429,10 @@ mod tests {
         let Command::Status { timeout, .. } =
             Cli::try_parse_from(["plexsphere-leader", "status", "--dsn", "host=x"])
                 .unwrap()
-                .command;
+                .command
+        else {
+            panic!("status parses as status");
+        };
         assert_eq!(timeout, DEFAULT_TIMEOUT);
     }
 

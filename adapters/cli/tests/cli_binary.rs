@@ -145,3 +145,66 @@ async fn a_server_that_never_answers_fails_after_the_timeout() {
     assert!(took < std::time::Duration::from_secs(10), "{took:?}");
     drop(silent);
 }
+
+/// `plexsphere-leader shards`: exit code and stdout.
+fn shards(dsn: &str, class: i32, count: u32, format: &str) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_plexsphere-leader"))
+        .args(["shards", "--dsn", dsn, "--class", &class.to_string()])
+        .args(["--shards", &count.to_string(), "--format", format])
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap(),
+        String::from_utf8(output.stdout).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn the_binary_reports_who_owns_which_shards() {
+    use plexsphere_leader::shard_sql;
+    use plexsphere_leader::sharded::Shard;
+
+    let base = base_dsn();
+    let admin = connect(&base).await;
+    let database = format!("plx_cli_shards_{}", std::process::id());
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {database}"))
+        .await
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    let dsn = format!("{base} dbname={database}");
+    let member = connect(&dsn).await;
+    let class = -42;
+    member
+        .simple_query(&shard_sql::register(class, "cli-member", 60_000))
+        .await
+        .unwrap();
+    let shards_taken: Vec<Shard> = (0..6).map(Shard::new).collect();
+    member
+        .simple_query(&shard_sql::take(class, &shards_taken))
+        .await
+        .unwrap();
+    let (code, text) = shards(&dsn, class, 8, "text");
+    assert_eq!(code, 1, "two shards are unowned: {text}");
+    assert!(text.contains("1 members, 2 unowned"), "{text}");
+    assert!(text.contains("cli-member"), "{text}");
+    assert!(text.contains("6 shards  0-5"), "{text}");
+    assert!(text.ends_with("unowned: 6-7\n"), "{text}");
+    member
+        .simple_query(&shard_sql::take(class, &[Shard::new(6), Shard::new(7)]))
+        .await
+        .unwrap();
+    let (code, json) = shards(&dsn, class, 8, "json");
+    assert_eq!(code, 0, "{json}");
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(value["holders"][0]["count"], 8);
+    assert_eq!(value["unowned"], serde_json::json!([]));
+    drop(member);
+    admin
+        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .await
+        .unwrap();
+}

@@ -133,6 +133,32 @@ pub async fn who_leads(
     status_of(key, &crate::session::text_rows(messages)?)
 }
 
+/// Who owns what in the shard space `class` of `count` shards, in `client`'s current database:
+/// one [`OwnerRow`](crate::shard_sql::OwnerRow) per backend holding a lock of the space (members
+/// and foreign holders), ascending by pid; empty when nobody does. One statement
+/// ([`shard_sql::owners`](crate::shard_sql::owners)) over the simple query protocol; it takes no
+/// lock.
+///
+/// # Errors
+/// [`StatusError::Query`] when the query fails or answers rows of another shape.
+/// Cancel-safe.
+pub async fn shard_owners(
+    client: &tokio_postgres::Client,
+    class: i32,
+    count: u32,
+) -> Result<Vec<crate::shard_sql::OwnerRow>, StatusError> {
+    let messages = client
+        .simple_query(&crate::shard_sql::owners(class, count))
+        .await?;
+    let rows = crate::session::text_rows(messages)?;
+    crate::shard_sql::parse_owners(&rows).map_err(|error| {
+        StatusError::Query(CheckError::UnexpectedReply {
+            statement: "owners",
+            detail: error.to_string(),
+        })
+    })
+}
+
 /// [`who_leads`] on a session of any backend (what
 /// [`Elector::who_leads`](crate::Elector::who_leads) runs on a session of its source).
 ///
