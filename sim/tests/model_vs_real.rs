@@ -16,6 +16,13 @@
 //! idle_in_transaction_session_timeout` ends with FATAL 25P03 and frees the advance, and
 //! `plexsphere_leader::fencing::check` (the extended protocol, in a `Transaction`) answers as on
 //! PostgreSQL.
+//!
+//! A fourth script runs the statements of a sharded election (`plexsphere_leader::shard_sql`):
+//! two registrations (the shared member lock, the member count, the lock table's size, the
+//! bound and the name they set), takes that race for a shard, locks outside the protocol (a
+//! shard without the member lock, an `objid` at the count, a negative one, a shard in shared
+//! mode), the survey's rows, an unlock of a shard held and one not held (its WARNING), the
+//! owners' rows, `pg_advisory_unlock_all` and the empty survey.
 #![allow(clippy::unwrap_used)] // tests: an unexpected failure is the assertion
 #![allow(missing_docs)] // test functions
 
@@ -256,6 +263,8 @@ enum Script {
     Elector,
     /// The fence row's locks: `FOR SHARE` against the epoch advance.
     Fence,
+    /// The statements of a sharded election.
+    Shards,
 }
 
 async fn run_script<F, Fut>(which: Script, open: F) -> Vec<String>
@@ -267,6 +276,7 @@ where
         Script::Locks => script(open).await,
         Script::Elector => elector_script(open).await,
         Script::Fence => fence_script(open).await,
+        Script::Shards => shards_script(open).await,
     }
 }
 
@@ -505,6 +515,179 @@ where
     seen
 }
 
+/// The shard space of the sharded script: a negative class, shown as an `oid` in `pg_locks`.
+const CLASS: i32 = -7;
+/// Its number of shards.
+const COUNT: u32 = 8;
+
+/// Every row of `query`, `|`-separated columns (`NULL` for NULL), rows in the order the server
+/// sent them joined by `; `, then the notices it raised; or the error's SQLSTATE.
+async fn all_rows(session: &Session, query: &str) -> String {
+    let result = session.client.simple_query(query).await;
+    tokio::task::yield_now().await;
+    let notices = std::mem::take(&mut *session.notices.lock().unwrap());
+    let rows = match result {
+        Ok(messages) => {
+            let rows: Vec<String> = messages
+                .iter()
+                .filter_map(|m| match m {
+                    SimpleQueryMessage::Row(row) => Some(
+                        (0..row.len())
+                            .map(|i| row.get(i).unwrap_or("NULL"))
+                            .collect::<Vec<_>>()
+                            .join("|"),
+                    ),
+                    _ => None,
+                })
+                .collect();
+            if rows.is_empty() {
+                "no row".to_owned()
+            } else {
+                rows.join("; ")
+            }
+        }
+        Err(error) => match error.as_db_error() {
+            Some(db) => format!("error {}", db.code().code()),
+            None => "error without SQLSTATE".to_owned(),
+        },
+    };
+    if notices.is_empty() {
+        rows
+    } else {
+        format!("{rows} + {}", notices.join("; "))
+    }
+}
+
+/// The statements of `plexsphere_leader::shard_sql`. Backend pids show as the sessions'
+/// names (`<a>`); rows that the statements order by pid are checked to be ascending and then
+/// shown in the order of the sessions' names, since the real server's pids need not rise with
+/// the order the sessions were opened in.
+async fn shards_script<F, Fut>(open: F) -> Vec<String>
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Session>,
+{
+    use plexsphere_leader::shard_sql;
+    use plexsphere_leader::sharded::Shard;
+
+    let shards = |numbers: &[u32]| numbers.iter().copied().map(Shard::new).collect::<Vec<_>>();
+    let mut seen = Vec::new();
+    let a = open("a").await;
+    let b = open("b").await;
+    let c = open("c").await;
+    let mut pids = Vec::new();
+    for s in [&a, &b, &c] {
+        pids.push(s.run("SELECT pg_backend_pid()").await);
+    }
+    let names = ["<a>", "<b>", "<c>"];
+    // The lock table's slots, computed here: the model's general parser has no arithmetic.
+    let mut setting = Vec::new();
+    for name in [
+        "max_locks_per_transaction",
+        "max_connections",
+        "max_prepared_transactions",
+    ] {
+        let value = a.run(&format!("SELECT current_setting('{name}')")).await;
+        setting.push(value.parse::<u64>().unwrap());
+    }
+    let settings = (setting[0] * (setting[1] + setting[2])).to_string();
+    // Pids masked; rows by pid checked ascending, then sorted by the names.
+    let mask = |observed: String| {
+        let (rows, notices) = match observed.split_once(" + ") {
+            Some((rows, notices)) => (rows.to_owned(), format!(" + {notices}")),
+            None => (observed.clone(), String::new()),
+        };
+        let rows: Vec<&str> = rows.split("; ").collect();
+        let first = |row: &str| {
+            row.split('|')
+                .next()
+                .unwrap_or_default()
+                .parse::<i64>()
+                .ok()
+        };
+        let firsts: Vec<Option<i64>> = rows.iter().map(|row| first(row)).collect();
+        let ascending = firsts.windows(2).all(|w| w[0] <= w[1]);
+        let mut masked: Vec<String> = rows
+            .iter()
+            .map(|row| {
+                row.split('|')
+                    .map(|field| {
+                        pids.iter().position(|pid| pid == field).map_or_else(
+                            || field.replace(&settings, "<capacity>"),
+                            |i| names[i].to_owned(),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
+            .collect();
+        masked.sort();
+        let order = if ascending {
+            ""
+        } else {
+            " (NOT ascending by pid)"
+        };
+        format!("{}{order}{notices}", masked.join("; "))
+    };
+    let mut see = |what: &str, observed: String| seen.push(format!("{what}: {observed}"));
+    let register = |name: &str| shard_sql::register(CLASS, name, 60_000);
+    see("a register", mask(all_rows(&a, &register("alpha")).await));
+    see("b register", mask(all_rows(&b, &register("beta")).await));
+    see("register columns", b.names(&register("beta")).await);
+    see(
+        "b bound and name",
+        b.run_row(
+            "SELECT current_setting('idle_session_timeout'), \
+             current_setting('idle_in_transaction_session_timeout'), \
+             current_setting('application_name')",
+        )
+        .await,
+    );
+    let take = |asked: &[u32]| shard_sql::take(CLASS, &shards(asked));
+    see("a take 0,1,2", mask(all_rows(&a, &take(&[0, 1, 2])).await));
+    see("b take 2,3", mask(all_rows(&b, &take(&[2, 3])).await));
+    see("b take none", mask(all_rows(&b, &take(&[])).await));
+    for outside in [
+        "SELECT pg_try_advisory_lock(-7, 6)",
+        "SELECT pg_try_advisory_lock(-7, 8)",
+        "SELECT pg_try_advisory_lock(-7, -2)",
+        "SELECT pg_try_advisory_lock_shared(-7, 5)",
+        "SELECT pg_try_advisory_lock(7, 4)",
+    ] {
+        see(&format!("c {outside}"), c.run(outside).await);
+    }
+    let survey = shard_sql::survey(CLASS, COUNT);
+    see("a survey", mask(all_rows(&a, &survey).await));
+    see("survey columns", a.names(&survey).await);
+    see(
+        "a unlock 1,3",
+        mask(all_rows(&a, &shard_sql::unlock(CLASS, &shards(&[1, 3]))).await),
+    );
+    see("b survey", mask(all_rows(&b, &survey).await));
+    let owners = shard_sql::owners(CLASS, COUNT);
+    see("c owners", mask(all_rows(&c, &owners).await));
+    see("owners columns", c.names(&owners).await);
+    see(
+        "c owners of the positive twin",
+        mask(all_rows(&c, &shard_sql::owners(7, COUNT)).await),
+    );
+    for (name, s) in [("a", &a), ("b", &b), ("c", &c)] {
+        see(
+            &format!("{name} unlock_all"),
+            all_rows(s, &shard_sql::unlock_all()).await,
+        );
+    }
+    see(
+        "a survey of the empty space",
+        mask(all_rows(&a, &survey).await),
+    );
+    see(
+        "a owners of the empty space",
+        mask(all_rows(&a, &owners).await),
+    );
+    seen
+}
+
 fn observed_on_the_model(which: Script) -> Vec<String> {
     let mut sim = turmoil::Builder::new()
         .rng_seed(1)
@@ -652,6 +835,29 @@ fn the_simulated_server_locks_the_fence_row_as_postgresql_does() {
         "a ended: FATAL 25P03",
         "b's advance after a's idle-in-transaction timeout: 4",
         "c fencing::check of the current epoch: ok",
+    ] {
+        assert!(model.iter().any(|l| l == line), "{line}: {model:?}");
+    }
+}
+
+#[test]
+fn the_simulated_server_answers_the_shard_statements_as_postgresql_does() {
+    let (model, real) = compare(Script::Shards);
+    assert_eq!(
+        model,
+        real,
+        "\nmodel:\n  {}\nreal:\n  {}",
+        model.join("\n  "),
+        real.join("\n  ")
+    );
+    for line in [
+        "a register: <a>|t|<capacity>|0|f",
+        "b register: <b>|t|<capacity>|1|f",
+        "a take 0,1,2: 0; 1; 2",
+        "b take 2,3: 3",
+        "a survey: <a>|t|0,1,2|alpha|<a>; <b>|t|3|beta|<a>; <c>|f|6|c|<a>",
+        "a unlock 1,3: 3 + WARNING 01000 you don't own a lock of type ExclusiveLock",
+        "a survey of the empty space: NULL|NULL|NULL|NULL|<a>",
     ] {
         assert!(model.iter().any(|l| l == line), "{line}: {model:?}");
     }

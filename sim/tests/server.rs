@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use futures_util::future::poll_fn;
 use plexsphere_leader_sim::server::{
-    ConnectError, EndReason, Event, LockId, LockKey, Primary, ReleaseReason, ServerConfig,
-    ServerHandle, SimPostgres, TransactionStatus, connect_with,
+    ConnectError, EndReason, Event, LockId, LockKey, LockMode, Primary, ReleaseReason,
+    ServerConfig, ServerHandle, SimPostgres, TransactionStatus, connect_with,
 };
 use tokio::task::JoinHandle;
 use tokio::time::sleep;
@@ -1005,23 +1005,27 @@ fn ground_truth_log_records_grants_and_releases_at_the_right_times() {
             pid: 1000,
             lock: lock.clone(),
             count: 1,
+            mode: LockMode::Exclusive,
         },
         Event::LockReleased {
             pid: 1000,
             lock: lock.clone(),
             remaining: 0,
             reason: ReleaseReason::Unlock,
+            mode: LockMode::Exclusive,
         },
         Event::LockGranted {
             pid: 1001,
             lock: lock.clone(),
             count: 1,
+            mode: LockMode::Exclusive,
         },
         Event::LockReleased {
             pid: 1001,
             lock,
             remaining: 0,
             reason: ReleaseReason::SessionEnd(EndReason::ClientTerminate),
+            mode: LockMode::Exclusive,
         },
     ];
     let lock_events: Vec<_> = handle
@@ -2250,4 +2254,283 @@ fn the_adapters_fence_check_runs_unmodified_in_a_transaction() {
         Ok(())
     });
     sim.run().unwrap();
+}
+
+/// Every row of `query`, each column's text (`None` for NULL), with the notices it raised
+/// (`severity code message`).
+async fn rows_and_notices(
+    session: &Session,
+    query: &str,
+) -> Result<(Vec<plexsphere_leader::session::Row>, Vec<String>), tokio_postgres::Error> {
+    let messages = session.client.simple_query(query).await?;
+    tokio::task::yield_now().await;
+    let rows = messages
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_owned))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect();
+    let notices = session
+        .notices
+        .borrow_mut()
+        .drain(..)
+        .map(|n| format!("{} {} {}", n.severity(), n.code().code(), n.message()))
+        .collect();
+    Ok((rows, notices))
+}
+
+#[test]
+fn shared_locks_coexist_exclude_exclusive_ones_and_unlock_all_frees_both_modes() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let (a, b, c) = (
+            Session::open("pg1", "a").await?,
+            Session::open("pg1", "b").await?,
+            Session::open("pg1", "c").await?,
+        );
+        let (pa, pb) = (a.pid().await, b.pid().await);
+        let shared = "SELECT pg_try_advisory_lock_shared(5, -1)";
+        let exclusive = "SELECT pg_try_advisory_lock(5, -1)";
+        assert_eq!(a.value(shared).await?, "t");
+        assert_eq!(b.value(shared).await?, "t");
+        assert_eq!(a.value(shared).await?, "t", "re-entrant");
+        assert_eq!(c.value(exclusive).await?, "f", "shared holders exclude it");
+        assert_eq!(a.value(exclusive).await?, "f", "b's shared hold excludes a");
+        let modes: Vec<(i32, u64, LockMode)> =
+            h.locks().iter().map(|l| (l.pid, l.count, l.mode)).collect();
+        assert_eq!(
+            modes,
+            [(pa, 2, LockMode::Shared), (pb, 1, LockMode::Shared)]
+        );
+        let (rows, notices) =
+            rows_and_notices(&c, "SELECT pg_advisory_unlock_shared(5, -1)").await?;
+        assert_eq!(rows, [[Some("f".to_owned())]]);
+        assert_eq!(
+            notices,
+            ["WARNING 01000 you don't own a lock of type ShareLock"]
+        );
+        assert_eq!(
+            b.value("SELECT pg_advisory_unlock_shared(5, -1)").await?,
+            "t"
+        );
+        // a's own shared hold does not keep it from the exclusive mode.
+        assert_eq!(a.value(exclusive).await?, "t");
+        assert_eq!(
+            b.value(shared).await?,
+            "f",
+            "the exclusive hold excludes it"
+        );
+        assert_eq!(a.value("SELECT pg_advisory_unlock_all()").await?, "");
+        assert_eq!(h.locks(), vec![]);
+        assert_eq!(c.value(exclusive).await?, "t");
+        Ok(())
+    });
+    sim.run().unwrap();
+    assert_eq!(handle.check_mutual_exclusion(), Ok(()));
+    let unlock_all: Vec<(i32, LockMode)> = handle
+        .log()
+        .into_iter()
+        .filter_map(|e| match e.event {
+            Event::LockReleased {
+                pid,
+                reason: ReleaseReason::UnlockAll,
+                mode,
+                ..
+            } => Some((pid, mode)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        unlock_all,
+        [(1000, LockMode::Exclusive), (1000, LockMode::Shared)]
+    );
+}
+
+#[test]
+fn a_shared_try_behind_a_queued_exclusive_wait_is_refused() {
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let h = handle.clone();
+    sim.client("app", async move {
+        let (a, b, c) = (
+            Session::open("pg1", "a").await?,
+            Session::open("pg1", "b").await?,
+            Session::open("pg1", "c").await?,
+        );
+        assert_eq!(a.value("SELECT pg_try_advisory_lock_shared(9)").await?, "t");
+        let waiter = tokio::task::spawn_local(async move {
+            let answer = b.value("SELECT pg_advisory_lock(9)").await.unwrap();
+            (b, answer)
+        });
+        while h.waiters().is_empty() {
+            sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(c.value("SELECT pg_try_advisory_lock_shared(9)").await?, "f");
+        assert_eq!(
+            a.value("SELECT pg_try_advisory_lock_shared(9)").await?,
+            "t",
+            "re-entrant"
+        );
+        assert_eq!(a.value("SELECT pg_advisory_unlock_all()").await?, "");
+        let (_b, answer) = waiter.await.unwrap();
+        assert_eq!(answer, "");
+        Ok(())
+    });
+    sim.run().unwrap();
+    assert_eq!(handle.check_mutual_exclusion(), Ok(()));
+}
+
+#[test]
+fn the_lock_table_settings_show_and_cannot_be_changed() {
+    let mut sim = sim();
+    server(&mut sim, "pg1", ServerConfig::default());
+    server(
+        &mut sim,
+        "pg2",
+        ServerConfig::default().with_lock_table(10, 20, 2),
+    );
+    sim.client("app", async move {
+        let settings = "SELECT current_setting('max_locks_per_transaction'), \
+                        current_setting('max_connections'), current_setting('max_prepared_transactions')";
+        let a = Session::open("pg1", "a").await?;
+        assert_eq!(a.values(settings).await?, ["64", "100", "0"]);
+        let b = Session::open("pg2", "b").await?;
+        assert_eq!(b.values(settings).await?, ["10", "20", "2"]);
+        assert_eq!(b.value("SHOW max_connections").await?, "20");
+        for set in [
+            "SET max_connections = 5",
+            "RESET max_locks_per_transaction",
+            "SELECT set_config('max_prepared_transactions', '1', false)",
+        ] {
+            let error = b.client.simple_query(set).await.unwrap_err();
+            assert_eq!(code(&error), "55P02", "{set}");
+        }
+        assert_eq!(b.values(settings).await?, ["10", "20", "2"]);
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+#[test]
+fn the_shard_statements_answer_as_the_adapters_parsers_read_them() {
+    use plexsphere_leader::shard_sql;
+    use plexsphere_leader::sharded::{MemberId, Shard};
+
+    fn shards(numbers: &[u32]) -> Vec<Shard> {
+        numbers.iter().copied().map(Shard::new).collect()
+    }
+    const CLASS: i32 = -7;
+    const COUNT: u32 = 8;
+    let mut sim = sim();
+    let handle = server(&mut sim, "pg1", ServerConfig::default());
+    let standby = server(
+        &mut sim,
+        "pg2",
+        ServerConfig::default().with_in_recovery(true),
+    );
+    let h = handle.clone();
+    sim.client("app", async move {
+        let (a, b, c) = (
+            Session::open("pg1", "a").await?,
+            Session::open("pg1", "b").await?,
+            Session::open("pg1", "c").await?,
+        );
+        let (pa, pb, pc) = (a.pid().await, b.pid().await, c.pid().await);
+        let register = |name: &str| shard_sql::register(CLASS, name, 400);
+        let (rows, _) = rows_and_notices(&a, &register("alpha")).await?;
+        let first = shard_sql::parse_registered(&rows).unwrap();
+        assert_eq!(first.backend, MemberId::new(pa));
+        assert!(first.granted && !first.in_recovery);
+        assert_eq!((first.members, first.lock_capacity), (1, 6400));
+        let (rows, _) = rows_and_notices(&b, &register("beta")).await?;
+        let second = shard_sql::parse_registered(&rows).unwrap();
+        assert_eq!((second.granted, second.members), (true, 2));
+        assert_eq!(
+            b.values("SELECT current_setting('idle_session_timeout'), current_setting('idle_in_transaction_session_timeout'), current_setting('application_name')")
+                .await?,
+            ["400ms", "400ms", "beta"]
+        );
+        assert_eq!(
+            b.row(&register("beta")).await?.unwrap().0,
+            ["pg_backend_pid", "case", "?column?", "count", "pg_is_in_recovery"]
+        );
+
+        let take = |asked: &[u32]| shard_sql::take(CLASS, &shards(asked));
+        let (rows, _) = rows_and_notices(&a, &take(&[0, 1, 2])).await?;
+        assert_eq!(shard_sql::parse_taken(&rows).unwrap(), shards(&[0, 1, 2]));
+        let (rows, _) = rows_and_notices(&b, &take(&[2, 3])).await?;
+        assert_eq!(shard_sql::parse_taken(&rows).unwrap(), shards(&[3]));
+        // A shard held without the member lock, and locks outside the space.
+        c.value("SELECT pg_try_advisory_lock(-7, 6)").await?;
+        c.value("SELECT pg_try_advisory_lock(-7, 8)").await?;
+        c.value("SELECT pg_try_advisory_lock(-7, -2)").await?;
+        c.value("SELECT pg_try_advisory_lock_shared(-7, 5)").await?;
+
+        let (rows, _) = rows_and_notices(&a, &shard_sql::survey(CLASS, COUNT)).await?;
+        let read = shard_sql::parse_survey(COUNT, &rows).unwrap();
+        assert_eq!(read.survey.backend(), MemberId::new(pa));
+        assert_eq!(read.survey.members(), [MemberId::new(pa), MemberId::new(pb)]);
+        assert_eq!(read.survey.held_by(MemberId::new(pa)), shards(&[0, 1, 2]));
+        assert_eq!(read.survey.held_by(MemberId::new(pb)), shards(&[3]));
+        assert_eq!(read.survey.holder(Shard::new(6)), Some(MemberId::new(pc)));
+        assert_eq!(read.survey.holder(Shard::new(5)), None, "held in shared mode");
+        assert_eq!(read.names.get(&MemberId::new(pa)).map(String::as_str), Some("alpha"));
+        assert_eq!(read.names.get(&MemberId::new(pc)).map(String::as_str), Some("c"));
+
+        let (rows, notices) =
+            rows_and_notices(&a, &shard_sql::unlock(CLASS, &shards(&[1, 3]))).await?;
+        assert_eq!(shard_sql::parse_unlocked(&rows).unwrap(), shards(&[3]));
+        assert_eq!(
+            notices,
+            ["WARNING 01000 you don't own a lock of type ExclusiveLock"]
+        );
+        let (rows, _) = rows_and_notices(&c, &shard_sql::owners(CLASS, COUNT)).await?;
+        let owners = shard_sql::parse_owners(&rows).unwrap();
+        let summary: Vec<(i32, bool, Vec<Shard>)> = owners
+            .iter()
+            .map(|o| (o.pid.get(), o.member, o.shards.clone()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (pa, true, shards(&[0, 2])),
+                (pb, true, shards(&[3])),
+                (pc, false, shards(&[6]))
+            ]
+        );
+
+        for s in [&a, &b, &c] {
+            assert_eq!(s.value(&shard_sql::unlock_all()).await?, "");
+        }
+        assert_eq!(h.locks(), vec![]);
+        let (rows, _) = rows_and_notices(&a, &shard_sql::survey(CLASS, COUNT)).await?;
+        assert_eq!(rows, [[None, None, None, None, Some(pa.to_string())]]);
+        let (rows, _) = rows_and_notices(&a, &shard_sql::owners(CLASS, COUNT)).await?;
+        assert!(rows.is_empty());
+
+        // A text that begins like a shard statement but is not the adapter's.
+        let bent = take(&[1, 2]).replace("{1,2}", "{2,1}");
+        let error = a.client.simple_query(&bent).await.unwrap_err();
+        assert_eq!(code(&error), "0A000");
+
+        let s = Session::open("pg2", "s").await?;
+        let (rows, _) = rows_and_notices(&s, &register("standby")).await?;
+        let refused = shard_sql::parse_registered(&rows).unwrap();
+        assert!(!refused.granted && refused.in_recovery);
+        assert_eq!(
+            s.value("SELECT current_setting('application_name')").await?,
+            "s"
+        );
+        Ok(())
+    });
+    sim.run().unwrap();
+    assert_eq!(handle.check_mutual_exclusion(), Ok(()));
+    assert_eq!(standby.locks(), vec![]);
 }

@@ -322,6 +322,7 @@ mod tests {
                 pid,
                 lock,
                 count: 1,
+                mode: crate::server::LockMode::Exclusive,
             },
         )
     }

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::guc::LockTableSettings;
+
 /// Settings of a [`SimPostgres`](super::SimPostgres) instance, built from
 /// [`ServerConfig::default`] with the `with_*` methods.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,12 +14,14 @@ pub struct ServerConfig {
     pub(crate) server_version: String,
     pub(crate) in_recovery: bool,
     pub(crate) row_locks: bool,
+    pub(crate) lock_table: LockTableSettings,
 }
 
 impl Default for ServerConfig {
     /// First pid 1000, no query latency, a 60 s startup timeout (PostgreSQL's
     /// `authentication_timeout`), `server_version` 16.0, a primary (not in recovery), row
-    /// locks on.
+    /// locks on, PostgreSQL's default lock table (`max_locks_per_transaction` 64,
+    /// `max_connections` 100, `max_prepared_transactions` 0).
     fn default() -> Self {
         Self {
             first_pid: 1000,
@@ -26,6 +30,7 @@ impl Default for ServerConfig {
             server_version: "16.0 (plexsphere-leader-sim)".to_owned(),
             in_recovery: false,
             row_locks: true,
+            lock_table: LockTableSettings::default(),
         }
     }
 }
@@ -78,6 +83,25 @@ impl ServerConfig {
     #[must_use]
     pub fn with_row_locks(mut self, row_locks: bool) -> Self {
         self.row_locks = row_locks;
+        self
+    }
+
+    /// The settings that size the lock table, as `current_setting` shows them:
+    /// `max_locks_per_transaction`, `max_connections`, `max_prepared_transactions`. The model
+    /// never runs out of lock slots; the settings only feed what a sharded replica checks
+    /// when it registers (`K + R` within half the table).
+    #[must_use]
+    pub fn with_lock_table(
+        mut self,
+        max_locks_per_transaction: u32,
+        max_connections: u32,
+        max_prepared_transactions: u32,
+    ) -> Self {
+        self.lock_table = LockTableSettings {
+            max_locks_per_transaction,
+            max_connections,
+            max_prepared_transactions,
+        };
         self
     }
 }

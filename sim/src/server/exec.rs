@@ -21,12 +21,14 @@
 //! `pg_advisory_lock`, and resumes, reading the committed epoch again, once no other session
 //! share-locks the row (see `rows`).
 
+mod shards;
+
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::guc::{Guc, Gucs, unrecognized};
 use super::handle::TransactionStatus;
-use super::locks::LockKey;
+use super::locks::{LockKey, LockMode};
 use super::log::Event;
 use super::reply::{self, PgType, Reply, SqlError, sqlstate};
 use super::rows::RowId;
@@ -130,6 +132,7 @@ pub(crate) fn result_columns(statement: &Statement) -> Option<Vec<(String, PgTyp
             let name = Guc::lookup(name).map_or_else(|_| name.clone(), |g| g.name().to_owned());
             Some(vec![(name, PgType::Text)])
         }
+        Statement::Shard(statement) => Some(shards::columns(statement)),
         Statement::Set { .. }
         | Statement::Begin
         | Statement::Commit
@@ -434,6 +437,7 @@ impl<'a> Ctx<'a> {
                 objid,
                 for_share,
             } => Ok(self.select_epoch(table, (*classid, *objid), *for_share)?),
+            Statement::Shard(statement) => self.shard(statement),
         }
     }
 
@@ -503,6 +507,9 @@ impl<'a> Ctx<'a> {
     /// PostgreSQL warns 25P01.
     fn set(&mut self, name: &str, value: &SetValue, local: bool) -> Result<(), SqlError> {
         let guc = Guc::lookup(name)?;
+        if let Some(error) = guc.fixed() {
+            return Err(error);
+        }
         if local && self.transaction() == TransactionStatus::Idle && !self.implicit_block {
             self.reply.notice(&SqlError::warning(
                 sqlstate::NO_ACTIVE_SQL_TRANSACTION,
@@ -916,14 +923,34 @@ impl<'a> Ctx<'a> {
     fn call(&mut self, func: Func, args: &[Value]) -> Result<Value, Stop> {
         let (pid, at) = (self.pid, self.at);
         match (func, args) {
-            (Func::TryAdvisoryLock | Func::AdvisoryUnlock | Func::AdvisoryLock, _)
-                if args.contains(&Value::Null) =>
-            {
-                Ok(Value::Null)
-            }
+            (
+                Func::TryAdvisoryLock
+                | Func::AdvisoryUnlock
+                | Func::AdvisoryLock
+                | Func::TryAdvisoryLockShared
+                | Func::AdvisoryUnlockShared,
+                _,
+            ) if args.contains(&Value::Null) => Ok(Value::Null),
             (Func::TryAdvisoryLock, _) => {
                 let key = lock_key(func, args)?;
                 Ok(Value::Bool(self.state.try_lock(pid, key, at)))
+            }
+            (Func::TryAdvisoryLockShared, _) => {
+                let key = lock_key(func, args)?;
+                Ok(Value::Bool(self.state.try_lock_in(
+                    pid,
+                    key,
+                    LockMode::Shared,
+                    at,
+                )))
+            }
+            (Func::AdvisoryUnlockShared, _) => {
+                let key = lock_key(func, args)?;
+                let released = self.state.unlock_in(pid, key, LockMode::Shared, at);
+                if !released {
+                    self.notices.push(not_owned(LockMode::Shared));
+                }
+                Ok(Value::Bool(released))
             }
             (Func::AdvisoryLock, _) => {
                 let key = lock_key(func, args)?;
@@ -936,10 +963,7 @@ impl<'a> Ctx<'a> {
                 let key = lock_key(func, args)?;
                 let released = self.state.unlock(pid, key, at);
                 if !released {
-                    self.notices.push(SqlError::warning(
-                        sqlstate::WARNING,
-                        "you don't own a lock of type ExclusiveLock",
-                    ));
+                    self.notices.push(not_owned(LockMode::Exclusive));
                 }
                 Ok(Value::Bool(released))
             }
@@ -1021,6 +1045,14 @@ impl<'a> Ctx<'a> {
 
 /// The one column the fence statements return.
 const EPOCH_COLUMN: [(&str, PgType); 1] = [("epoch", PgType::Int8)];
+
+/// The WARNING of an unlock of a lock the session does not hold in `mode`.
+fn not_owned(mode: LockMode) -> SqlError {
+    SqlError::warning(
+        sqlstate::WARNING,
+        format!("you don't own a lock of type {}", mode.pg_name()),
+    )
+}
 
 fn gone() -> SqlError {
     SqlError::error(sqlstate::PROTOCOL_VIOLATION, "session is gone")
@@ -1166,6 +1198,8 @@ fn type_of(expr: &Expr) -> PgType {
         Expr::Call(func, _) => match func {
             Func::TryAdvisoryLock
             | Func::AdvisoryUnlock
+            | Func::TryAdvisoryLockShared
+            | Func::AdvisoryUnlockShared
             | Func::IsInRecovery
             | Func::TerminateBackend => PgType::Bool,
             Func::AdvisoryUnlockAll | Func::AdvisoryLock => PgType::Void,

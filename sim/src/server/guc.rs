@@ -29,8 +29,59 @@ pub(crate) enum Guc {
     StatementTimeout,
     /// `application_name`, reported to the client with ParameterStatus.
     ApplicationName,
+    /// A setting fixed at server start, which sizes the lock table
+    /// ([`ServerConfig::with_lock_table`](super::ServerConfig::with_lock_table)): shown, never
+    /// set (55P02).
+    Server(ServerSetting),
     /// A custom placeholder (its name has a dot), lowercased.
     Custom(String),
+}
+
+/// A setting fixed at server start ([`Guc::Server`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ServerSetting {
+    /// `max_locks_per_transaction`.
+    LocksPerTransaction,
+    /// `max_connections`.
+    Connections,
+    /// `max_prepared_transactions`.
+    PreparedTransactions,
+}
+
+/// The server-start settings that size PostgreSQL's shared lock table:
+/// `max_locks_per_transaction × (max_connections + max_prepared_transactions)` slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LockTableSettings {
+    pub(crate) max_locks_per_transaction: u32,
+    pub(crate) max_connections: u32,
+    pub(crate) max_prepared_transactions: u32,
+}
+
+impl Default for LockTableSettings {
+    /// PostgreSQL's defaults: 64, 100 and 0 (6,400 slots).
+    fn default() -> Self {
+        Self {
+            max_locks_per_transaction: 64,
+            max_connections: 100,
+            max_prepared_transactions: 0,
+        }
+    }
+}
+
+impl LockTableSettings {
+    /// The lock table's slots, as the sharded registration computes them.
+    pub(crate) fn capacity(&self) -> u64 {
+        u64::from(self.max_locks_per_transaction)
+            * (u64::from(self.max_connections) + u64::from(self.max_prepared_transactions))
+    }
+
+    fn value(&self, setting: ServerSetting) -> u32 {
+        match setting {
+            ServerSetting::LocksPerTransaction => self.max_locks_per_transaction,
+            ServerSetting::Connections => self.max_connections,
+            ServerSetting::PreparedTransactions => self.max_prepared_transactions,
+        }
+    }
 }
 
 /// A session's values of the parameters in [`Guc`].
@@ -41,6 +92,8 @@ pub(crate) struct Gucs {
     pub(crate) lock_timeout: Duration,
     pub(crate) statement_timeout: Duration,
     pub(crate) application_name: String,
+    /// The server's lock-table settings (the same in every session).
+    pub(crate) server: LockTableSettings,
     /// The custom placeholders that exist in the session, by lowercased name.
     pub(crate) custom: BTreeMap<String, String>,
 }
@@ -56,6 +109,9 @@ impl Guc {
             "lock_timeout" => Ok(Self::LockTimeout),
             "statement_timeout" => Ok(Self::StatementTimeout),
             "application_name" => Ok(Self::ApplicationName),
+            "max_locks_per_transaction" => Ok(Self::Server(ServerSetting::LocksPerTransaction)),
+            "max_connections" => Ok(Self::Server(ServerSetting::Connections)),
+            "max_prepared_transactions" => Ok(Self::Server(ServerSetting::PreparedTransactions)),
             custom if custom.contains('.') => Ok(Self::Custom(lower)),
             _ => Err(unrecognized(name)),
         }
@@ -69,8 +125,25 @@ impl Guc {
             Self::LockTimeout => "lock_timeout",
             Self::StatementTimeout => "statement_timeout",
             Self::ApplicationName => "application_name",
+            Self::Server(ServerSetting::LocksPerTransaction) => "max_locks_per_transaction",
+            Self::Server(ServerSetting::Connections) => "max_connections",
+            Self::Server(ServerSetting::PreparedTransactions) => "max_prepared_transactions",
             Self::Custom(name) => name,
         }
+    }
+
+    /// The error of setting (or resetting) a server-start setting in a session, `None` for
+    /// the others.
+    pub(crate) fn fixed(&self) -> Option<SqlError> {
+        matches!(self, Self::Server(_)).then(|| {
+            SqlError::error(
+                sqlstate::CANT_CHANGE_RUNTIME_PARAM,
+                format!(
+                    "parameter \"{}\" cannot be changed without restarting the server",
+                    self.name()
+                ),
+            )
+        })
     }
 }
 
@@ -86,6 +159,9 @@ impl Gucs {
     /// Sets `guc` from its text form, or fails without changing anything. Setting a custom
     /// placeholder creates it.
     pub(crate) fn set(&mut self, guc: &Guc, value: &str) -> Result<(), SqlError> {
+        if let Some(error) = guc.fixed() {
+            return Err(error);
+        }
         match guc {
             Guc::IdleSessionTimeout => {
                 self.idle_session_timeout = parse_timeout(guc.name(), value)?;
@@ -96,6 +172,7 @@ impl Gucs {
             Guc::LockTimeout => self.lock_timeout = parse_timeout(guc.name(), value)?,
             Guc::StatementTimeout => self.statement_timeout = parse_timeout(guc.name(), value)?,
             Guc::ApplicationName => self.application_name = clean_application_name(value),
+            Guc::Server(_) => {}
             Guc::Custom(name) => {
                 self.custom.insert(name.clone(), value.to_owned());
             }
@@ -113,6 +190,7 @@ impl Gucs {
             Guc::LockTimeout => self.lock_timeout = Duration::ZERO,
             Guc::StatementTimeout => self.statement_timeout = Duration::ZERO,
             Guc::ApplicationName => self.application_name.clear(),
+            Guc::Server(_) => {}
             Guc::Custom(name) => {
                 self.custom.insert(name.clone(), String::new());
             }
@@ -130,6 +208,7 @@ impl Gucs {
             Guc::LockTimeout => format_timeout(self.lock_timeout),
             Guc::StatementTimeout => format_timeout(self.statement_timeout),
             Guc::ApplicationName => self.application_name.clone(),
+            Guc::Server(setting) => self.server.value(*setting).to_string(),
             Guc::Custom(name) => self.custom.get(name)?.clone(),
         })
     }

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::locks::{LockId, LockKey};
+use super::locks::{LockId, LockKey, LockMode};
 use super::rows::RowId;
 
 /// One event of the ground-truth log.
@@ -53,8 +53,11 @@ pub enum Event {
         pid: i32,
         /// The lock.
         lock: LockId,
-        /// The session's count after the grant; 1 means the lock was free before.
+        /// The session's count in `mode` after the grant; 1 means the session did not hold
+        /// it in that mode before (for an exclusive grant: the lock was free before).
         count: u64,
+        /// The mode granted.
+        mode: LockMode,
     },
     /// A queued `pg_advisory_lock` was granted in the instant its `lock_timeout` expired
     /// (PostgreSQL's grant-at-timeout race): the statement failed with 55P03 all the same,
@@ -72,10 +75,13 @@ pub enum Event {
         pid: i32,
         /// The lock.
         lock: LockId,
-        /// The count left; 0 means the lock is free now.
+        /// The count left in `mode`; 0 means the session's hold ended (for an exclusive
+        /// hold: the lock is free now).
         remaining: u64,
         /// Why.
         reason: ReleaseReason,
+        /// The mode of the hold.
+        mode: LockMode,
     },
     /// A fencing epoch advance (the fence table's upsert) committed.
     EpochAdvanced {
@@ -150,7 +156,8 @@ pub enum ReleaseReason {
 /// An inconsistency found by [`check_mutual_exclusion`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LogViolation {
-    /// A lock was granted to a session while another session held it.
+    /// A lock was granted to a session while another session held it in a conflicting mode
+    /// (exclusive against anything; shared against exclusive).
     #[error(
         "at {at:?}: lock {key:?} in {database:?} granted to pid {intruder} while pid {holder} held it"
     )]
@@ -188,10 +195,11 @@ pub enum LogViolation {
     },
 }
 
-/// Replays `log` and checks that no lock was ever held by two sessions at once, that
-/// every release matches a grant, and that time never goes backwards.
+/// Replays `log` and checks that no lock was ever held by two sessions at once in conflicting
+/// modes (an exclusive hold beside any other session's hold), that every release matches a
+/// grant, and that time never goes backwards.
 pub fn check_mutual_exclusion(log: &[LogEntry]) -> Result<(), LogViolation> {
-    let mut holders: BTreeMap<&LockId, (i32, u64)> = BTreeMap::new();
+    let mut holders: BTreeMap<&LockId, Holds> = BTreeMap::new();
     let mut last = Duration::ZERO;
     for (index, entry) in log.iter().enumerate() {
         if entry.at < last {
@@ -202,15 +210,21 @@ pub fn check_mutual_exclusion(log: &[LogEntry]) -> Result<(), LogViolation> {
         }
         last = entry.at;
         match &entry.event {
-            Event::LockGranted { pid, lock, count } => {
-                grant(&mut holders, entry.at, *pid, lock, *count)?;
+            Event::LockGranted {
+                pid,
+                lock,
+                count,
+                mode,
+            } => {
+                grant(&mut holders, entry.at, *pid, lock, *count, *mode)?;
             }
             Event::LockReleased {
                 pid,
                 lock,
                 remaining,
+                mode,
                 ..
-            } => release(&mut holders, entry.at, *pid, lock, *remaining)?,
+            } => release(&mut holders, entry.at, *pid, lock, *remaining, *mode)?,
             Event::ServerCrashed => holders.clear(),
             _ => {}
         }
@@ -218,41 +232,55 @@ pub fn check_mutual_exclusion(log: &[LogEntry]) -> Result<(), LogViolation> {
     Ok(())
 }
 
+/// The holds of one lock during the replay: (pid, mode) → count.
+type Holds = BTreeMap<(i32, LockMode), u64>;
+
 fn grant<'a>(
-    holders: &mut BTreeMap<&'a LockId, (i32, u64)>,
+    holders: &mut BTreeMap<&'a LockId, Holds>,
     at: Duration,
     pid: i32,
     lock: &'a LockId,
     count: u64,
+    mode: LockMode,
 ) -> Result<(), LogViolation> {
-    match holders.get(lock) {
-        Some(&(holder, _)) if holder != pid => Err(LogViolation::DoubleGrant {
+    let holds = holders.entry(lock).or_default();
+    let conflict = holds.keys().find(|&&(holder, held)| {
+        holder != pid && (mode == LockMode::Exclusive || held == LockMode::Exclusive)
+    });
+    if let Some(&(holder, _)) = conflict {
+        return Err(LogViolation::DoubleGrant {
             at,
             database: lock.database.clone(),
             key: lock.key,
             holder,
             intruder: pid,
-        }),
-        _ => {
-            holders.insert(lock, (pid, count));
-            Ok(())
-        }
+        });
     }
+    holds.insert((pid, mode), count);
+    Ok(())
 }
 
 fn release(
-    holders: &mut BTreeMap<&LockId, (i32, u64)>,
+    holders: &mut BTreeMap<&LockId, Holds>,
     at: Duration,
     pid: i32,
     lock: &LockId,
     remaining: u64,
+    mode: LockMode,
 ) -> Result<(), LogViolation> {
-    match holders.get(lock) {
-        Some(&(holder, count)) if holder == pid && remaining < count => {
+    let held = holders
+        .get(lock)
+        .and_then(|holds| holds.get(&(pid, mode)))
+        .copied();
+    match (held, holders.get_mut(lock)) {
+        (Some(count), Some(holds)) if remaining < count => {
             if remaining == 0 {
+                holds.remove(&(pid, mode));
+            } else {
+                holds.insert((pid, mode), remaining);
+            }
+            if holds.is_empty() {
                 holders.remove(lock);
-            } else if let Some(slot) = holders.get_mut(lock) {
-                *slot = (pid, remaining);
             }
             Ok(())
         }
@@ -288,6 +316,16 @@ mod tests {
             pid,
             lock: lock(),
             count,
+            mode: LockMode::Exclusive,
+        }
+    }
+
+    fn shared(pid: i32, count: u64) -> Event {
+        Event::LockGranted {
+            pid,
+            lock: lock(),
+            count,
+            mode: LockMode::Shared,
         }
     }
 
@@ -297,7 +335,73 @@ mod tests {
             lock: lock(),
             remaining,
             reason: ReleaseReason::Unlock,
+            mode: LockMode::Exclusive,
         }
+    }
+
+    fn released_shared(pid: i32, remaining: u64) -> Event {
+        Event::LockReleased {
+            pid,
+            lock: lock(),
+            remaining,
+            reason: ReleaseReason::Unlock,
+            mode: LockMode::Shared,
+        }
+    }
+
+    #[test]
+    fn shared_holds_coexist_and_exclude_an_exclusive_grant_until_the_last_goes() {
+        let log = [
+            at(1, shared(1, 1)),
+            at(2, shared(2, 1)),
+            at(3, shared(1, 2)),
+            at(4, released_shared(1, 1)),
+            at(5, released_shared(1, 0)),
+            at(6, granted(3, 1)),
+        ];
+        assert!(matches!(
+            check_mutual_exclusion(&log),
+            Err(LogViolation::DoubleGrant {
+                holder: 2,
+                intruder: 3,
+                ..
+            })
+        ));
+        let log = [
+            at(1, shared(1, 1)),
+            at(2, shared(2, 1)),
+            at(3, released_shared(2, 0)),
+            at(4, granted(1, 1)),
+            at(5, released(1, 0)),
+            at(5, released_shared(1, 0)),
+            at(6, granted(3, 1)),
+        ];
+        assert_eq!(
+            check_mutual_exclusion(&log),
+            Ok(()),
+            "a session's own holds"
+        );
+    }
+
+    #[test]
+    fn a_shared_grant_beside_an_exclusive_holder_is_a_double_grant() {
+        let log = [at(1, granted(1, 1)), at(2, shared(2, 1))];
+        assert!(matches!(
+            check_mutual_exclusion(&log),
+            Err(LogViolation::DoubleGrant {
+                holder: 1,
+                intruder: 2,
+                ..
+            })
+        ));
+        let log = [at(1, shared(1, 1)), at(2, released(1, 0))];
+        assert!(
+            matches!(
+                check_mutual_exclusion(&log),
+                Err(LogViolation::BadRelease { pid: 1, .. })
+            ),
+            "a release in the wrong mode"
+        );
     }
 
     #[test]

@@ -74,6 +74,11 @@ impl<K: Ord + Clone> WaitQueues<K> {
         taken
     }
 
+    /// Whether some session waits for `key`.
+    pub(crate) fn is_waited(&self, key: &K) -> bool {
+        self.queues.contains_key(key)
+    }
+
     /// Every waiter, as `(key, pid)` in key order and queue order.
     pub(crate) fn all(&self) -> Vec<(K, i32)> {
         self.queues

@@ -111,6 +111,8 @@ pub(crate) mod sqlstate {
     /// idle_in_transaction_session_timeout.
     pub(crate) const IDLE_IN_TRANSACTION_SESSION_TIMEOUT: &str = "25P03";
     /// lock_not_available (`lock_timeout` expired).
+    /// `cant_change_runtime_param`: a server-start setting set in a session.
+    pub(crate) const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
     pub(crate) const LOCK_NOT_AVAILABLE: &str = "55P03";
     /// read_only_sql_transaction (a write on a hot standby).
     pub(crate) const READ_ONLY_SQL_TRANSACTION: &str = "25006";

@@ -17,7 +17,9 @@
 //! - `SET [SESSION | LOCAL] <name> {=|TO} {<value>|DEFAULT}`, `RESET <name>`, `SHOW <name>`;
 //! - `BEGIN`/`START TRANSACTION`, `COMMIT`/`END`, `ROLLBACK`/`ABORT`;
 //! - `SELECT pg_terminate_backend(pid)` of another backend (terminating one's own backend is
-//!   not modelled: the reply comes before the FATAL).
+//!   not modelled: the reply comes before the FATAL);
+//! - the statements of a sharded election, exactly as `plexsphere_leader::shard_sql` builds
+//!   them, recognised whole (see `shard`).
 //!
 //! Anything else fails with 0A000 (an unsupported statement), 42601 (malformed) or
 //! 42883 (unknown function). Unlike PostgreSQL, which looks functions up statement by
@@ -25,6 +27,7 @@
 //! [`Func`] here and its effect in `exec`.
 
 use super::reply::{SqlError, sqlstate};
+use super::shard::{self, ShardStatement};
 
 /// One parsed statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +66,8 @@ pub(crate) enum Statement {
     Commit,
     /// `ROLLBACK`.
     Rollback,
+    /// A statement of a sharded election (`plexsphere_leader::shard_sql`), recognised whole.
+    Shard(ShardStatement),
 }
 
 impl Statement {
@@ -152,8 +157,12 @@ pub(crate) enum Func {
     AdvisoryUnlock,
     /// `pg_advisory_lock(int4, int4)` or `(bigint)` → void: waits in the lock's queue.
     AdvisoryLock,
-    /// `pg_advisory_unlock_all()` → void.
+    /// `pg_advisory_unlock_all()` → void: every advisory lock of the session, in either mode.
     AdvisoryUnlockAll,
+    /// `pg_try_advisory_lock_shared(int4, int4)` or `(bigint)` → bool.
+    TryAdvisoryLockShared,
+    /// `pg_advisory_unlock_shared(int4, int4)` or `(bigint)` → bool.
+    AdvisoryUnlockShared,
     /// `set_config(name, value, is_local)` → text.
     SetConfig,
     /// `current_setting(name [, missing_ok])` → text.
@@ -183,6 +192,8 @@ impl Func {
             "pg_advisory_unlock" => Self::AdvisoryUnlock,
             "pg_advisory_lock" => Self::AdvisoryLock,
             "pg_advisory_unlock_all" => Self::AdvisoryUnlockAll,
+            "pg_try_advisory_lock_shared" => Self::TryAdvisoryLockShared,
+            "pg_advisory_unlock_shared" => Self::AdvisoryUnlockShared,
             "set_config" => Self::SetConfig,
             "current_setting" => Self::CurrentSetting,
             "pg_backend_pid" => Self::BackendPid,
@@ -204,6 +215,8 @@ impl Func {
             Self::AdvisoryUnlock => "pg_advisory_unlock",
             Self::AdvisoryLock => "pg_advisory_lock",
             Self::AdvisoryUnlockAll => "pg_advisory_unlock_all",
+            Self::TryAdvisoryLockShared => "pg_try_advisory_lock_shared",
+            Self::AdvisoryUnlockShared => "pg_advisory_unlock_shared",
             Self::SetConfig => "set_config",
             Self::CurrentSetting => "current_setting",
             Self::BackendPid => "pg_backend_pid",
@@ -221,6 +234,9 @@ impl Func {
 /// Parses a simple-Query string into its statements; empty statements are dropped, so an
 /// empty or all-`;` string gives an empty list (EmptyQueryResponse).
 pub(crate) fn parse(query: &str) -> Result<Vec<Statement>, SqlError> {
+    if let Some(statement) = shard::recognise(query) {
+        return statement.map(|statement| vec![Statement::Shard(statement)]);
+    }
     let tokens = tokenize(query)?;
     tokens
         .split(|t| *t == Tok::Semi)

@@ -18,7 +18,7 @@ use super::exec::WaitEnd;
 use super::extended::Prepared;
 use super::guc::Gucs;
 use super::handle::TransactionStatus;
-use super::locks::{LockId, LockKey, LockTable, TryLock, Unlock};
+use super::locks::{LockId, LockKey, LockMode, LockTable, TryLock, Unlock};
 use super::log::{EndReason, Event, LogEntry, ReleaseReason};
 use super::rows::{RowId, RowLocks};
 use super::storage::Storage;
@@ -213,6 +213,7 @@ impl State {
             last_query_at: None,
             gucs: Gucs {
                 application_name: startup.application_name,
+                server: self.config.lock_table,
                 ..Gucs::default()
             },
             saved_gucs: None,
@@ -237,7 +238,7 @@ impl State {
         };
         self.end_row_locks(pid);
         let released = self.locks.release_session(pid);
-        for (lock, _count) in &released {
+        for (lock, mode, _count) in &released {
             self.record(
                 at,
                 Event::LockReleased {
@@ -245,6 +246,7 @@ impl State {
                     lock: lock.clone(),
                     remaining: 0,
                     reason: ReleaseReason::SessionEnd(reason),
+                    mode: *mode,
                 },
             );
         }
@@ -256,14 +258,15 @@ impl State {
                 reason,
             },
         );
-        for (lock, _count) in released {
+        for (lock, _mode, _count) in released {
             self.hand_over(&lock, at);
         }
     }
 
-    /// Grants the free lock `lock` to its first waiter, if any, and wakes that session.
+    /// Grants the lock `lock`, if nobody holds it, to its first waiter, if any, and wakes that
+    /// session.
     fn hand_over(&mut self, lock: &LockId, at: Duration) {
-        if !self.running {
+        if !self.running || !self.locks.is_free(lock) {
             return;
         }
         let Some(pid) = self.locks.hand_over(lock) else {
@@ -275,6 +278,7 @@ impl State {
                 pid,
                 lock: lock.clone(),
                 count: 1,
+                mode: LockMode::Exclusive,
             },
         );
         if let Some(session) = self.sessions.get_mut(&pid) {
@@ -391,12 +395,34 @@ impl State {
 
     /// `pg_try_advisory_lock` for session `pid`.
     pub(crate) fn try_lock(&mut self, pid: i32, key: LockKey, at: Duration) -> bool {
+        self.try_lock_in(pid, key, LockMode::Exclusive, at)
+    }
+
+    /// `pg_try_advisory_lock` (`Exclusive`) or `pg_try_advisory_lock_shared` (`Shared`) for
+    /// session `pid`.
+    pub(crate) fn try_lock_in(
+        &mut self,
+        pid: i32,
+        key: LockKey,
+        mode: LockMode,
+        at: Duration,
+    ) -> bool {
         let Some(lock) = self.lock_id(pid, key) else {
             return false;
         };
-        match self.locks.try_lock(lock.clone(), pid) {
+        let tried = match mode {
+            LockMode::Exclusive => self.locks.try_lock(lock.clone(), pid),
+            LockMode::Shared => self.locks.try_lock_shared(lock.clone(), pid),
+        };
+        match tried {
             TryLock::Granted { count } => {
-                self.record(at, Event::LockGranted { pid, lock, count });
+                let event = Event::LockGranted {
+                    pid,
+                    lock,
+                    count,
+                    mode,
+                };
+                self.record(at, event);
                 true
             }
             TryLock::Refused => false,
@@ -405,10 +431,26 @@ impl State {
 
     /// `pg_advisory_unlock` for session `pid`; false when the session does not hold it.
     pub(crate) fn unlock(&mut self, pid: i32, key: LockKey, at: Duration) -> bool {
+        self.unlock_in(pid, key, LockMode::Exclusive, at)
+    }
+
+    /// `pg_advisory_unlock` (`Exclusive`) or `pg_advisory_unlock_shared` (`Shared`) for
+    /// session `pid`; false when the session does not hold it in that mode.
+    pub(crate) fn unlock_in(
+        &mut self,
+        pid: i32,
+        key: LockKey,
+        mode: LockMode,
+        at: Duration,
+    ) -> bool {
         let Some(lock) = self.lock_id(pid, key) else {
             return false;
         };
-        match self.locks.unlock(&lock, pid) {
+        let unlocked = match mode {
+            LockMode::Exclusive => self.locks.unlock(&lock, pid),
+            LockMode::Shared => self.locks.unlock_shared(&lock, pid),
+        };
+        match unlocked {
             Unlock::Released { remaining } => {
                 self.record(
                     at,
@@ -417,6 +459,7 @@ impl State {
                         lock: lock.clone(),
                         remaining,
                         reason: ReleaseReason::Unlock,
+                        mode,
                     },
                 );
                 if remaining == 0 {
@@ -428,9 +471,10 @@ impl State {
         }
     }
 
-    /// `pg_advisory_unlock_all` for session `pid`.
+    /// `pg_advisory_unlock_all` for session `pid`: every lock, in either mode.
     pub(crate) fn unlock_all(&mut self, pid: i32, at: Duration) {
-        for (lock, _count) in self.locks.release_session(pid) {
+        let released = self.locks.release_session(pid);
+        for (lock, mode, _count) in &released {
             self.record(
                 at,
                 Event::LockReleased {
@@ -438,8 +482,11 @@ impl State {
                     lock: lock.clone(),
                     remaining: 0,
                     reason: ReleaseReason::UnlockAll,
+                    mode: *mode,
                 },
             );
+        }
+        for (lock, _mode, _count) in released {
             self.hand_over(&lock, at);
         }
     }
