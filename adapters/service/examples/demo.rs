@@ -13,6 +13,11 @@
 //! [demo] replica=1 pid=4242 event=released term=1 cause="election stopped: lock released"
 //! ```
 //!
+//! With `--shards K` every replica also runs a sharded elector of K shards: the ticked loops'
+//! sweeps are spread over the replicas by item id mod K, each replica prints
+//! `event=shards owned=N took=T gave=G` when its shards change, and each replica's `/` serves a
+//! live page of who owns which shards.
+//!
 //! `/status` also lists the wired workers and readiness probes. `sse-nonce-sweep` ticks once per
 //! `$PLEXSPHERE_SSE_NONCE_TTL` (default 5m) instead of once per interval.
 //!
@@ -29,6 +34,8 @@ mod parent;
 mod passes;
 #[path = "demo/replica.rs"]
 mod replica;
+#[path = "demo/shards.rs"]
+mod shards;
 
 use std::process::ExitCode;
 

@@ -166,12 +166,29 @@ impl Demo {
     /// Starts the demo with one replica at 200 ms on `dsn`, with `extra` arguments and the
     /// environment changes `env` (`None` removes the variable). `RUST_LOG` is `warn`.
     pub async fn start(dsn: &str, extra: &[&str], env: &[(&str, Option<&str>)]) -> Self {
+        Self::start_replicas(dsn, 1, "200ms", extra, env).await
+    }
+
+    /// [`start`](Self::start) with `replicas` replicas at `interval`; replica `i` serves on
+    /// [`addr`](Self::addr)'s port plus `i`.
+    pub async fn start_replicas(
+        dsn: &str,
+        replicas: u16,
+        interval: &str,
+        extra: &[&str],
+        env: &[(&str, Option<&str>)],
+    ) -> Self {
         use tokio::io::AsyncBufReadExt;
         let binary = demo_binary().await;
-        let port = free_ports(1);
+        let port = free_ports(replicas);
         let mut command = tokio::process::Command::new(binary);
         command
-            .args(["--replicas", "1", "--check-interval", "200ms"])
+            .args([
+                "--replicas",
+                &replicas.to_string(),
+                "--check-interval",
+                interval,
+            ])
             .arg("--http-port")
             .arg(port.to_string())
             .arg("--dsn")

@@ -75,6 +75,11 @@ pub(crate) struct Args {
     /// Exit cleanly after this long (e.g. 30s); runs until Ctrl-C or SIGTERM without it.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) duration: Option<Duration>,
+    /// Spread the ticked loops' sweeps over the replicas: every replica also runs a sharded
+    /// elector of K shards (item id mod K), sweeps the items of the shards it owns, and serves
+    /// on `/` a live page of who owns which shards.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=i64::from(plexsphere_leader::sharded::MAX_SHARDS)))]
+    pub(crate) shards: Option<u32>,
 }
 
 /// `--acquire`: the elector's [`AcquireMode`].

@@ -37,7 +37,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
     if last_port > u32::from(u16::MAX) {
         return Err("--http-port plus --replicas exceeds 65535".into());
     }
-    say(&format!(
+    say(&(format!(
         "event=start replicas={} check_interval={:?} key={} acquire={} fencing={} database={:?} \
          http=127.0.0.1:{}..{}",
         args.replicas,
@@ -48,7 +48,10 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
         database.source,
         args.http_port,
         last_port
-    ));
+    ) + &args
+        .shards
+        .map(|count| format!(" shards={count}"))
+        .unwrap_or_default()));
 
     let (exits, mut exited) = mpsc::unbounded_channel();
     let mut replicas = Vec::new();
@@ -104,10 +107,17 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
 
 /// What to try once the replicas run: one line, so that scripts can skip it (`event=hint`).
 fn hint(args: &Args) -> String {
+    let shards = match args.shards {
+        Some(_) => format!(
+            "; open http://127.0.0.1:{}/ for who owns which shards",
+            args.http_port
+        ),
+        None => String::new(),
+    };
     format!(
         "event=hint text=\"kill -9 the pid of the replica that acquired the lock and \
          another takes over within about {:?}; curl http://127.0.0.1:{}/status shows who leads; \
-         Ctrl-C stops every replica\"",
+         Ctrl-C stops every replica{shards}\"",
         args.check_interval, args.http_port
     )
 }
@@ -127,6 +137,7 @@ fn spawn(args: &Args, index: u16, dsn: &str) -> Result<Child, Error> {
         .arg("--acquire")
         .arg(args.acquire.to_string())
         .args(args.fencing.then_some("--fencing"))
+        .args(args.shards.map(|count| format!("--shards={count}")))
         .env(REPLICA_ENV, index.to_string())
         .env(DSN_ENV, dsn)
         .stdin(Stdio::piped())

@@ -164,6 +164,60 @@ pub(crate) async fn ticked_pass(
 ) -> Result<u64, tokio_postgres::Error> {
     seed(client, loop_name, period * 2).await?;
     let moved = sweep(client, loop_name, actor).await?;
+    upkeep(client, loop_name, period).await?;
+    Ok(moved)
+}
+
+/// One pass of a ticked loop whose sweep the shard owners do (`demo --shards K`, see
+/// [`sweep_shards`]): seed one item, prune what is old, then the loop's own rule.
+pub(crate) async fn ticked_pass_sharded(
+    client: &impl GenericClient,
+    loop_name: &str,
+    period: Duration,
+) -> Result<(), tokio_postgres::Error> {
+    seed(client, loop_name, period * 2).await?;
+    upkeep(client, loop_name, period).await
+}
+
+/// The sweep of every loop's due items in `shards` of a space of `count` shards (item `id`
+/// mod `count`), by the replica that owns them: the same compare-and-set as [`sweep`], so a
+/// shard's old and new owner never move one item twice. Returns how many it moved.
+pub(crate) async fn sweep_shards(
+    client: &impl GenericClient,
+    shards: &[i32],
+    count: u32,
+    actor: &str,
+) -> Result<u64, tokio_postgres::Error> {
+    client
+        .execute(
+            "WITH due AS ( \
+                 SELECT id, version FROM plexsphere_demo.items \
+                 WHERE state = 'pending' AND due_at <= now() \
+                   AND (id % $2)::int4 = ANY($1::int4[]) \
+                 ORDER BY due_at LIMIT 1000 \
+             ), moved AS ( \
+                 UPDATE plexsphere_demo.items i \
+                 SET state = 'done', version = i.version + 1, done_at = now(), done_by = $3 \
+                 FROM due \
+                 WHERE i.id = due.id AND i.version = due.version AND i.state = 'pending' \
+                 RETURNING i.id, i.loop_name \
+             ) \
+             INSERT INTO plexsphere_demo.transitions (item_id, loop_name, actor) \
+             SELECT id, loop_name, $3 FROM moved",
+            &[&shards, &i64::from(count), &actor],
+        )
+        .await
+}
+
+/// After a pass's sweep: prune what is old, then the loop's own rule, where the spec gives one:
+/// [`RATE_BUDGET_SWEEP`] reclaims the buckets idle for longer than [`RATE_BUDGET_IDLE`],
+/// [`SSE_NONCE_SWEEP`] deletes the nonces last seen before the freshness window, which is its
+/// `period` (the nonce TTL).
+async fn upkeep(
+    client: &impl GenericClient,
+    loop_name: &str,
+    period: Duration,
+) -> Result<(), tokio_postgres::Error> {
     prune(client, loop_name, Duration::from_secs(600)).await?;
     match loop_name {
         RATE_BUDGET_SWEEP => {
@@ -174,7 +228,7 @@ pub(crate) async fn ticked_pass(
         }
         _ => {}
     }
-    Ok(moved)
+    Ok(())
 }
 
 /// Spends one token of the rate-budget bucket `bucket` (every-replica traffic: each replica

@@ -123,12 +123,32 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         None => (None, None),
     };
 
+    // `--shards K`: a sharded elector beside the Elector, on the same pool.
+    let sharded = match (&pool, args.shards) {
+        (Some(pool), Some(count)) => Some(crate::shards::build(
+            pool,
+            count,
+            &me.application_name,
+            me.interval,
+            &registry,
+        )?),
+        _ => None,
+    };
+
     // Every later surface reads the Elector and gates its loops on it.
     let metrics = TickMetrics::register(&registry)?;
     let mut background = Background::new(&readiness)?;
     let wired = wire_background(elector.clone(), &mut background, |elector, background| {
         match &pool {
-            Some(pool) => wire_loops(elector, background, pool, &me, &metrics),
+            Some(pool) => {
+                wire_loops(elector, background, pool, &me, &metrics, sharded.is_some())?;
+                match &sharded {
+                    Some(sharded) => {
+                        crate::shards::wire(background, sharded, pool, &me.actor, me.interval)
+                    }
+                    None => Ok(()),
+                }
+            }
             None => Ok(()), // the Elector is built only with a pool
         }
     })
@@ -152,7 +172,15 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         registry: registry.clone(),
         workers,
     };
-    let server = serve(&args, &me, probes, elector.clone(), &shutdown).await;
+    let server = serve(
+        &args,
+        &me,
+        probes,
+        elector.clone(),
+        sharded.clone(),
+        &shutdown,
+    )
+    .await;
     if let Err(error) = &server {
         let error = chain(error.as_ref());
         tracing::error!(%error, "cannot serve HTTP");
@@ -176,6 +204,14 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
     let watcher = elector
         .clone()
         .map(|elector| tokio::spawn(print_leadership(elector, me.clone(), watch.clone())));
+    let shard_watcher = sharded.clone().map(|sharded| {
+        let me = me.clone();
+        tokio::spawn(crate::shards::print_changes(
+            sharded,
+            move |event| line(&me, event),
+            watch.clone(),
+        ))
+    });
 
     shutdown.cancelled().await;
     // Long enough for a leader's graceful stop (its stop grace, then the unlock).
@@ -188,6 +224,9 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
     }
     watch.cancel();
     if let Some(watcher) = watcher {
+        let _ = watcher.await;
+    }
+    if let Some(watcher) = shard_watcher {
         let _ = watcher.await;
     }
     if let Some(pool) = pool {
@@ -282,6 +321,7 @@ fn wire_loops(
     pool: &Pool,
     me: &Me,
     metrics: &TickMetrics,
+    sharded: bool,
 ) -> Result<(), plexsphere_leader_service::loops::WiringError> {
     for (name, probe) in TICKED {
         let period = if name == passes::SSE_NONCE_SWEEP {
@@ -289,7 +329,7 @@ fn wire_loops(
         } else {
             me.interval
         };
-        let pass = ticked_pass(pool.clone(), name, me.actor.clone(), period);
+        let pass = ticked_pass(pool.clone(), name, me.actor.clone(), period, sharded);
         let mut ticker = LeaderTicker::new(name, elector.clone(), period, pass)
             .at_boot()
             .metrics(metrics);
@@ -372,19 +412,25 @@ fn wire_loops(
     Ok(())
 }
 
-/// The pass of a ticked loop: seed, sweep (compare-and-set), prune; stops with its term.
+/// The pass of a ticked loop: seed, sweep (compare-and-set), prune; stops with its term. With
+/// `--shards` the shard owners sweep instead ([`crate::shards`]).
 fn ticked_pass(
     pool: Pool,
     name: &'static str,
     actor: String,
     period: Duration,
+    sharded: bool,
 ) -> plexsphere_leader_service::loops::PassFn {
     pass_fn(move |token: CancellationToken| {
         let (pool, actor) = (pool.clone(), actor.clone());
         async move {
             let work = async {
                 let client = pool.get().await?;
-                passes::ticked_pass(&**client, name, &actor, period).await?;
+                if sharded {
+                    passes::ticked_pass_sharded(&**client, name, period).await?;
+                } else {
+                    passes::ticked_pass(&**client, name, &actor, period).await?;
+                }
                 Ok::<(), BoxError>(())
             };
             tokio::select! {
@@ -663,6 +709,7 @@ async fn serve(
     me: &Me,
     probes: Probes,
     elector: Option<Elector>,
+    sharded: Option<plexsphere_leader::sharded::ShardedElector>,
     shutdown: &CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, Error> {
     let port = args
@@ -685,7 +732,8 @@ async fn serve(
         });
     let app =
         plexsphere_leader_service::http::router(probes.readiness, probes.liveness, probes.registry)
-            .merge(status);
+            .merge(status)
+            .merge(crate::shards::router(sharded, me.application_name.clone()));
     let stop = shutdown.clone();
     Ok(tokio::spawn(async move {
         let served = axum::serve(listener, app)
