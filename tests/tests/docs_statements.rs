@@ -1,8 +1,10 @@
 //! Every SQL statement quoted in `docs/` is one the code runs: each ```sql block, whitespace
-//! collapsed, equals a statement of `plexsphere_leader::sql` for the default key. A statement
+//! collapsed, equals a statement of `plexsphere_leader::sql` for the default key, or of
+//! `plexsphere_leader::shard_sql` for the default shard class and 1,024 shards. A statement
 //! changed in the code without its docs fails here (issue 16 §4: docs that drifted).
 
-use plexsphere_leader::{LockKey, sql};
+use plexsphere_leader::sharded::DEFAULT_SHARD_CLASS;
+use plexsphere_leader::{LockKey, shard_sql, sql};
 
 /// The docs pages, by name.
 const PAGES: [(&str, &str); 5] = [
@@ -38,6 +40,15 @@ fn code_statements() -> Vec<(&'static str, String)> {
         ("sql::release_if_held", sql::release_if_held(key)),
         ("sql::unlock", sql::unlock(key)),
         ("sql::FENCE_SETUP", sql::FENCE_SETUP.to_owned()),
+        (
+            "shard_sql::owners (default class, 1024 shards)",
+            shard_sql::owners(DEFAULT_SHARD_CLASS, 1024),
+        ),
+        (
+            "shard_sql::survey (default class, 1024 shards)",
+            shard_sql::survey(DEFAULT_SHARD_CLASS, 1024),
+        ),
+        ("shard_sql::unlock_all", shard_sql::unlock_all()),
     ]
 }
 

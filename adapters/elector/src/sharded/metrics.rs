@@ -82,6 +82,7 @@ impl ShardMetrics {
 
 #[cfg(feature = "prometheus")]
 mod prom {
+    use plexsphere_leader_core::TermEndCause;
     use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
 
     pub(super) struct Inner {
@@ -127,6 +128,14 @@ mod prom {
                     ]),
                 )?,
             };
+            // Every series at zero from the start, so `rate()` and `increase()` are defined.
+            inner.terms.with_label_values(&["began", ""]);
+            for cause in TermEndCause::ALL
+                .into_iter()
+                .chain([TermEndCause::HandedOver])
+            {
+                inner.terms.with_label_values(&["ended", cause.label()]);
+            }
             registry.register(Box::new(inner.owned.clone()))?;
             registry.register(Box::new(inner.members.clone()))?;
             registry.register(Box::new(inner.unowned.clone()))?;
