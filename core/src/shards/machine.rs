@@ -417,9 +417,6 @@ impl<C> ShardedElection<C> {
         let mut log = ShardLog::new(ShardLogKind::AcquireFailed, 0);
         log.cause = Some(cause);
         self.log(log);
-        if self.run().stop.is_some() {
-            self.finish();
-        }
         Handled::Applied
     }
 
@@ -743,6 +740,7 @@ impl<C> ShardedElection<C> {
             }
             Session::Open(_) => {}
         }
+        // Handovers still waiting for their work were asked for it already.
         let mut awaiting: BTreeSet<TermId> = run
             .handing
             .values()
@@ -758,7 +756,7 @@ impl<C> ShardedElection<C> {
                 cause: TermEndCause::Stopped,
             });
         }
-        for &term in &awaiting {
+        for &term in owned.values() {
             self.actions.push_back(ShardAction::AwaitWork { term });
         }
         self.run().stop = Some(Stop {

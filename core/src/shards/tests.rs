@@ -988,3 +988,528 @@ fn options_reject_an_empty_space_and_a_zero_move_limit() {
     assert_eq!(options(8).moves(), 2);
     assert_eq!(options(1024).moves(), 256);
 }
+
+// Further transitions, and the fixed texts and functions other versions rely on.
+
+#[test]
+fn an_acquire_without_answer_within_one_interval_is_abandoned_and_retried_at_once() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8));
+    m.start(t0).expect("not running");
+    drain(&mut m);
+    m.handle_timeout(t0 + I);
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::CloseSession { conn: C1 },
+            ShardAction::Log(ShardLog {
+                kind: ShardLogKind::AcquireFailed,
+                shards: 0,
+                reason: None,
+                cause: Some(Cause::TimedOut(I)),
+            }),
+            ShardAction::AcquireSession {
+                conn: ConnId::new(2)
+            },
+        ]
+    );
+    m.handle_event(
+        t0 + I,
+        ShardEvent::AcquireFailed {
+            conn: ConnId::new(2),
+            cause: "refused",
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::Log(ShardLog {
+            kind: ShardLogKind::AcquireFailed,
+            shards: 0,
+            reason: None,
+            cause: Some(Cause::Error("refused")),
+        })]
+    );
+    assert_eq!(m.phase(), ShardPhase::Detached);
+    assert_eq!(m.timeout_reason(), Some(ShardTimer::NextCheck));
+    assert_eq!(m.poll_timeout(), Some(t0 + 2 * I));
+}
+
+#[test]
+fn a_failed_registration_closes_the_session_with_nothing_to_end() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8));
+    m.start(t0).expect("not running");
+    m.handle_event(t0, ShardEvent::Acquired { conn: C1 });
+    drain(&mut m);
+    assert_eq!(
+        m.handle_event(
+            t0,
+            ShardEvent::StatementFailed {
+                conn: C1,
+                cause: "in recovery",
+                session_ended: false,
+            },
+        ),
+        Handled::Applied
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::CloseSession { conn: C1 },
+            ShardAction::Log(ShardLog {
+                kind: ShardLogKind::SessionLost,
+                shards: 0,
+                reason: Some(TermEndCause::Lost(LossReason::CheckFailed)),
+                cause: Some(Cause::Error("in recovery")),
+            }),
+        ]
+    );
+    assert_eq!(
+        m.handle_event(
+            t0,
+            ShardEvent::StatementFailed {
+                conn: C1,
+                cause: "late",
+                session_ended: false,
+            },
+        ),
+        Handled::Ignored(Ignored::StaleConnection)
+    );
+}
+
+#[test]
+fn a_statement_failure_with_no_statement_in_flight_is_ignored() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 4..8, t0);
+    assert_eq!(
+        m.handle_event(
+            t0,
+            ShardEvent::StatementFailed {
+                conn: C1,
+                cause: "?",
+                session_ended: false,
+            },
+        ),
+        Handled::Ignored(Ignored::Unexpected)
+    );
+    assert_eq!(
+        m.handle_event(t0, ShardEvent::UnlockedAll { conn: C1 }),
+        Handled::Ignored(Ignored::Unexpected)
+    );
+    assert_eq!(
+        m.handle_event(
+            t0,
+            ShardEvent::Unlocked {
+                conn: C1,
+                not_held: vec![]
+            }
+        ),
+        Handled::Ignored(Ignored::Unexpected)
+    );
+    assert_eq!(
+        m.handle_event(
+            t0,
+            ShardEvent::WorkDrained {
+                term: TermId::new(1)
+            }
+        ),
+        Handled::Ignored(Ignored::Unexpected),
+        "term 1 is open, not handed over"
+    );
+    assert_eq!(m.owned().len(), 4);
+}
+
+#[test]
+fn a_second_survey_while_handovers_wait_gives_up_only_the_rest_of_the_excess() {
+    let t0 = Instant::now();
+    // ME takes 7 of 8 beside OTHER's 1, then OTHER and a third replica are members: caps 3, 3
+    // and 2.
+    let mut m = Machine::new(options(8).rebalance_delay(Duration::ZERO));
+    m.start(t0).expect("not running");
+    m.handle_event(t0, ShardEvent::Acquired { conn: C1 });
+    m.handle_event(
+        t0,
+        ShardEvent::Registered {
+            conn: C1,
+            backend: ME,
+            granted: true,
+            lock_capacity: 6400,
+            members: 2,
+        },
+    );
+    m.handle_event(
+        t0,
+        ShardEvent::Surveyed {
+            conn: C1,
+            // OTHER holds shard 0 before it joins: ME alone may own the other 7.
+            survey: survey(8, &[(ME, true, vec![]), (OTHER, false, vec![0])]),
+        },
+    );
+    assert_eq!(
+        drain(&mut m).last(),
+        Some(&ShardAction::Take {
+            conn: C1,
+            shards: shards(1..8)
+        })
+    );
+    m.handle_event(
+        t0,
+        ShardEvent::Took {
+            conn: C1,
+            granted: shards(1..8),
+        },
+    );
+    drain(&mut m);
+    let crowded = survey(
+        8,
+        &[
+            (ME, true, (1..8).collect()),
+            (OTHER, true, vec![0]),
+            (MemberId::new(300), true, vec![]),
+        ],
+    );
+    let ended = |actions: &[A]| {
+        actions
+            .iter()
+            .filter(|a| matches!(a, ShardAction::EndTerm { .. }))
+            .count()
+    };
+    m.handle_timeout(t0 + I);
+    drain(&mut m);
+    m.handle_event(
+        t0 + I,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: crowded.clone(),
+        },
+    );
+    // ME holds 7 with a cap of 3: 4 to give, within the default limit of 2 per interval.
+    let first = drain(&mut m);
+    assert_eq!(ended(&first), 2, "{first:?}");
+    m.handle_timeout(t0 + 2 * I);
+    drain(&mut m);
+    m.handle_event(
+        t0 + 2 * I,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: crowded.clone(),
+        },
+    );
+    assert_eq!(ended(&drain(&mut m)), 2, "two more: 4 in all");
+    m.handle_timeout(t0 + 3 * I);
+    drain(&mut m);
+    m.handle_event(
+        t0 + 3 * I,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: crowded,
+        },
+    );
+    assert_eq!(
+        ended(&drain(&mut m)),
+        0,
+        "the four waiting for their work are the whole excess"
+    );
+    assert_eq!(m.handing_over().len(), 4);
+    assert_eq!(m.owned().len(), 3);
+    assert_eq!(m.last_survey().map(|s| s.members().len()), Some(3));
+}
+
+#[test]
+fn a_stop_during_a_handover_awaits_the_handed_over_work_once() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 4..8, t0);
+    let crowded = survey(
+        8,
+        &[
+            (ME, true, vec![4, 5, 6, 7]),
+            (OTHER, true, vec![0, 1, 2, 3]),
+            (MemberId::new(300), true, vec![]),
+        ],
+    );
+    for k in 1..=2u32 {
+        m.handle_timeout(t0 + I * k);
+        drain(&mut m);
+        m.handle_event(
+            t0 + I * k,
+            ShardEvent::Surveyed {
+                conn: C1,
+                survey: crowded.clone(),
+            },
+        );
+    }
+    let handed = drain(&mut m);
+    let Some(ShardAction::AwaitWork { term: handed_term }) = handed.get(1).cloned() else {
+        panic!("{handed:?}");
+    };
+    m.handle_event(t0 + 2 * I, ShardEvent::Cancelled);
+    let actions = drain(&mut m);
+    let awaited: Vec<TermId> = actions
+        .iter()
+        .filter_map(|a| match a {
+            ShardAction::AwaitWork { term } => Some(*term),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(awaited.len(), 3, "the three stopped terms: {actions:?}");
+    assert!(!awaited.contains(&handed_term));
+    assert_eq!(
+        m.handle_event(t0 + 2 * I, ShardEvent::Cancelled),
+        Handled::Ignored(Ignored::AlreadyStopping)
+    );
+    for term in awaited {
+        m.handle_event(t0 + 2 * I, ShardEvent::WorkDrained { term });
+    }
+    assert_eq!(drain(&mut m), vec![], "the handed-over work still runs");
+    m.handle_event(t0 + 2 * I, ShardEvent::WorkDrained { term: handed_term });
+    assert_eq!(drain(&mut m), vec![ShardAction::UnlockAll { conn: C1 }]);
+    m.handle_event(
+        t0 + 2 * I,
+        ShardEvent::StatementFailed {
+            conn: C1,
+            cause: "broken",
+            session_ended: true,
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::CloseSession { conn: C1 },
+            ShardAction::Log(ShardLog {
+                kind: ShardLogKind::ReleaseFailed,
+                shards: 0,
+                reason: None,
+                cause: Some(Cause::Error("broken")),
+            }),
+            ShardAction::Finish,
+        ]
+    );
+}
+
+#[test]
+fn a_session_lost_while_stopping_finishes_the_run() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 6..8, t0);
+    m.handle_event(t0, ShardEvent::Cancelled);
+    drain(&mut m);
+    m.handle_event(t0, ShardEvent::SessionEnded { conn: C1 });
+    let actions = drain(&mut m);
+    assert_eq!(actions.last(), Some(&ShardAction::Finish));
+    assert!(actions.contains(&ShardAction::CloseSession { conn: C1 }));
+    assert!(!m.is_running());
+}
+
+#[test]
+fn a_drop_ends_every_term_as_lost_and_says_so() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 7..8, t0);
+    m.handle_event(t0, ShardEvent::Dropped);
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::EndTerm {
+                shard: Shard::new(7),
+                term: TermId::new(1),
+                cause: TermEndCause::Lost(LossReason::Dropped)
+            },
+            ShardAction::CloseSession { conn: C1 },
+            log(ShardLogKind::AbandonedAfterDrop, 0),
+            ShardAction::Finish,
+        ]
+    );
+    assert_eq!(m.phase(), ShardPhase::Idle);
+    assert!(m.owned().is_empty());
+    assert_eq!(m.member(), None);
+    assert!(
+        m.last_survey().is_some(),
+        "kept for status pages after the run"
+    );
+    assert_eq!(m.options(), options(8));
+}
+
+#[test]
+fn the_rendezvous_score_is_a_fixed_function() {
+    // Replicas of different versions must agree on it: these values never change.
+    assert_eq!(
+        score(MemberId::new(0), Shard::new(0)),
+        0xe220_a839_7b1d_cdaf
+    );
+    assert_eq!(
+        score(MemberId::new(100), Shard::new(7)),
+        10_650_617_695_808_049_802
+    );
+    assert_ne!(
+        score(MemberId::new(100), Shard::new(7)),
+        score(MemberId::new(7), Shard::new(100))
+    );
+}
+
+#[test]
+fn tied_loads_give_the_extra_slots_by_the_members_fixed_hash() {
+    let s = survey(
+        5,
+        &[
+            (ME, true, vec![]),
+            (OTHER, true, vec![]),
+            (MemberId::new(300), true, vec![]),
+        ],
+    );
+    let caps = caps(&s);
+    assert_eq!(caps.iter().map(|c| c.1).sum::<u32>(), 5);
+    let lucky: Vec<MemberId> = caps.iter().filter(|c| c.1 == 2).map(|c| c.0).collect();
+    assert_eq!(lucky, vec![ME, MemberId::new(300)]);
+    let nobody = Survey::new(5, ME, Vec::<(MemberId, bool, Vec<u32>)>::new()).expect("valid");
+    assert!(super::caps(&nobody).is_empty());
+}
+
+#[test]
+fn the_excess_given_up_is_the_lowest_scoring_for_the_giver() {
+    let s = survey(6, &[(ME, true, (0..6).collect()), (OTHER, true, vec![])]);
+    let p = plan(&s, ME);
+    assert_eq!((p.cap, p.held), (3, 6));
+    let mut by_score: Vec<Shard> = (0..6).map(Shard::new).collect();
+    by_score.sort_by_key(|&s| score(ME, s));
+    assert_eq!(p.give, by_score[..3].to_vec());
+    assert!(p.take.is_empty());
+    // A backend that is not a member gives everything up.
+    let outsider = plan(&survey(6, &[(ME, false, vec![1, 2])]), ME);
+    assert_eq!((outsider.cap, outsider.give.len()), (0, 2));
+}
+
+#[test]
+fn free_shards_go_to_the_member_with_room_that_scores_them_highest() {
+    let s = survey(4, &[(ME, true, vec![]), (OTHER, true, vec![])]);
+    let mine = plan(&s, ME).take;
+    let theirs = plan(&s, OTHER).take;
+    assert_eq!(mine.len() + theirs.len(), 4);
+    assert!(mine.iter().all(|s| !theirs.contains(s)));
+    // The first free shard goes to whoever scores it higher.
+    let first = Shard::new(0);
+    let winner = if score(ME, first) > score(OTHER, first) {
+        &mine
+    } else {
+        &theirs
+    };
+    assert!(winner.contains(&first));
+}
+
+#[test]
+fn a_survey_reports_its_members_holders_and_loads() {
+    let s = survey(
+        4,
+        &[
+            (OTHER, true, vec![0, 2]),
+            (ME, true, vec![1]),
+            (MemberId::new(300), false, vec![3]),
+        ],
+    );
+    assert_eq!(s.backend(), ME);
+    assert_eq!(s.members(), &[ME, OTHER]);
+    assert_eq!(s.shard_count(), 4);
+    assert_eq!(s.holder(Shard::new(3)), Some(MemberId::new(300)));
+    assert_eq!(s.holder(Shard::new(9)), None);
+    assert_eq!(s.held_count(), 4);
+    assert_eq!(s.loads(), vec![(ME, 1), (OTHER, 2)]);
+    assert_eq!(s.held_by(OTHER), vec![Shard::new(0), Shard::new(2)]);
+}
+
+#[test]
+fn every_text_says_what_it_means() {
+    let interval = CheckInterval::new(I).expect("valid");
+    assert_eq!(
+        ShardOptionsError::ShardCount(0).to_string(),
+        "shard count 0 is outside 1..=1048576"
+    );
+    assert_eq!(
+        ShardOptionsError::NoMoves.to_string(),
+        "the move limit per interval must be at least 1"
+    );
+    let Err(grace) = ShardOptions::new(interval, 8)
+        .expect("valid")
+        .stop_grace(3 * I)
+    else {
+        panic!("too long");
+    };
+    assert!(grace.to_string().contains("3s"), "{grace}");
+    let too_small = LockTableTooSmall {
+        needed: 9,
+        capacity: 16,
+    };
+    assert!(too_small.to_string().starts_with(
+        "the shard space needs 9 advisory locks (one per shard and one per replica), more than \
+         half of the server's lock table of 16 slots"
+    ));
+    assert_eq!(
+        SurveyError::ShardOutOfRange { shard: 4, count: 4 }.to_string(),
+        "survey row names shard 4, outside 0..4"
+    );
+    assert_eq!(
+        SurveyError::TwoHolders {
+            shard: Shard::new(1)
+        }
+        .to_string(),
+        "survey rows show two holders of shard 1"
+    );
+    assert_eq!(MemberId::new(42).to_string(), "pid 42");
+    let lost: ShardLog<&str> = ShardLog {
+        kind: ShardLogKind::SessionLost,
+        shards: 3,
+        reason: Some(TermEndCause::Lost(LossReason::CheckTimedOut)),
+        cause: Some(Cause::TimedOut(I)),
+    };
+    assert_eq!(
+        lost.to_string(),
+        "sharded leader: lock session lost with every shard it held: leadership lost: the check \
+         did not answer in time: no answer within 1s"
+    );
+    assert_eq!(TermEndCause::HandedOver.label(), "handed_over");
+    assert_eq!(
+        TermEndCause::HandedOver.to_string(),
+        "shard handed over for balance"
+    );
+    assert!(!TermEndCause::HandedOver.is_loss());
+    use crate::action::Level;
+    for (kind, level) in [
+        (ShardLogKind::Joined, Level::Info),
+        (ShardLogKind::Took, Level::Info),
+        (ShardLogKind::HandingOver, Level::Info),
+        (ShardLogKind::HandedOver, Level::Info),
+        (ShardLogKind::SessionLost, Level::Warn),
+        (ShardLogKind::AcquireFailed, Level::Warn),
+        (ShardLogKind::MemberLockRefused, Level::Warn),
+        (ShardLogKind::HandoverOverdue, Level::Warn),
+        (ShardLogKind::ReleaseFailed, Level::Warn),
+        (ShardLogKind::WorkOutlivedStop, Level::Warn),
+        (ShardLogKind::AbandonedAfterPanic, Level::Warn),
+        (ShardLogKind::AbandonedAfterDrop, Level::Warn),
+    ] {
+        assert_eq!(kind.level(), level, "{kind:?}");
+        assert!(kind.message().starts_with("sharded leader: "), "{kind:?}");
+    }
+}
+
+#[test]
+fn builder_options_are_kept_and_long_windows_are_shortened() {
+    let o = options(8)
+        .rebalance_delay(Duration::from_millis(1500))
+        .handover_grace(Duration::from_millis(700))
+        .stop_grace(2 * I)
+        .expect("two intervals")
+        .max_moves(3)
+        .expect("valid");
+    assert_eq!(o.delay(), Duration::from_millis(1500));
+    assert_eq!(o.handover(), Duration::from_millis(700));
+    assert_eq!(o.grace(), 2 * I);
+    assert_eq!(o.moves(), 3);
+    assert_eq!(o.count(), 8);
+    assert_eq!(o.interval().get(), I);
+    let long = Duration::from_secs(30 * 24 * 3600);
+    assert_eq!(
+        options(8).rebalance_delay(long).delay(),
+        crate::MAX_HOLD_OFF
+    );
+    assert_eq!(
+        options(8).handover_grace(long).handover(),
+        crate::MAX_HOLD_OFF
+    );
+}
