@@ -45,8 +45,8 @@ fn op() -> impl Strategy<Value = Op> {
 /// never reached the server.
 const SETTLE_INTERVALS: u32 = 24;
 
-fn run_case(shards: u32, silent_closes: bool, ops: &[Op]) {
-    let mut world = World::new(REPLICAS, shards, |o| o);
+fn run_case(shards: u32, silent_closes: bool, fencing: bool, ops: &[Op]) {
+    let mut world = World::new(REPLICAS, shards, |o| o.fencing(fencing));
     world.silent_closes = silent_closes;
     world.max_latency = Duration::from_millis(40);
     for op in ops {
@@ -120,10 +120,11 @@ proptest! {
     #[test]
     fn faults_never_give_a_shard_two_owners_and_the_space_rebalances(
         shards in 1u32..40,
-        silent_closes in any::<bool>(),
+                silent_closes in any::<bool>(),
+        fencing in any::<bool>(),
         ops in prop::collection::vec(op(), 1..80),
     ) {
-        run_case(shards, silent_closes, &ops);
+        run_case(shards, silent_closes, fencing, &ops);
     }
 }
 

@@ -36,6 +36,8 @@ enum FuzzInput {
     RawSurvey(Which, u8, Vec<(u8, bool, Vec<u8>)>),
     /// Grants these shards (by index into the asked set, or any number).
     Took(Which, Vec<u8>),
+    /// Epochs for these shards (by index into the last take's, or any number).
+    EpochsAdvanced(Which, Vec<(u8, u8)>),
     Unlocked(Which, Vec<u8>),
     UnlockedAll(Which),
     Failed(Which, bool),
@@ -54,6 +56,7 @@ enum Which {
 
 #[derive(Debug, Arbitrary)]
 struct FuzzOptions {
+    fencing: bool,
     interval_ms: u16,
     shards: u8,
     delay_ms: u16,
@@ -90,16 +93,26 @@ fn drain(election: &mut ShardedElection<u8>, model: &mut Model) {
             }
             ShardAction::Unlock { shards, .. } => {
                 for s in &shards {
-                    assert!(!model.open.contains_key(s), "unlock of a shard with a term {s}");
+                    assert!(
+                        !model.open.contains_key(s),
+                        "unlock of a shard with a term {s}"
+                    );
                 }
                 model.last_unlock = shards;
             }
-            ShardAction::BeginTerm { shard, term } => {
+            ShardAction::BeginTerm { shard, term, .. } => {
                 assert!(model.seen_terms.insert(term), "term {term} begun twice");
-                assert!(model.open.insert(shard, term).is_none(), "two terms of {shard}");
+                assert!(
+                    model.open.insert(shard, term).is_none(),
+                    "two terms of {shard}"
+                );
             }
             ShardAction::EndTerm { shard, term, .. } => {
-                assert_eq!(model.open.remove(&shard), Some(term), "end of a term not open");
+                assert_eq!(
+                    model.open.remove(&shard),
+                    Some(term),
+                    "end of a term not open"
+                );
                 assert!(model.ended.insert(term));
             }
             ShardAction::Finish => {
@@ -129,6 +142,7 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
         return;
     };
     let Ok(options) = options
+        .fencing(o.fencing)
         .rebalance_delay(Duration::from_millis(u64::from(o.delay_ms)))
         .stop_grace(Duration::from_millis(u64::from(o.grace_ms)))
     else {
@@ -158,7 +172,9 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
                 drain(&mut election, &mut model);
                 continue;
             }
-            FuzzInput::Acquired(w) => ShardEvent::Acquired { conn: conn(&w, &model) },
+            FuzzInput::Acquired(w) => ShardEvent::Acquired {
+                conn: conn(&w, &model),
+            },
             FuzzInput::AcquireFailed(w) => ShardEvent::AcquireFailed {
                 conn: conn(&w, &model),
                 cause: 1,
@@ -177,8 +193,10 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
                 let me = MemberId::new(model.backend);
                 let mut held: BTreeSet<Shard> = model.open.keys().copied().collect();
                 held.extend(election.handing_over());
-                let others: Vec<MemberId> =
-                    others.iter().map(|p| MemberId::new(1000 + i32::from(*p))).collect();
+                let others: Vec<MemberId> = others
+                    .iter()
+                    .map(|p| MemberId::new(1000 + i32::from(*p)))
+                    .collect();
                 let mut rows: BTreeMap<MemberId, (bool, Vec<u32>)> = BTreeMap::new();
                 rows.insert(me, (true, held.iter().map(|s| s.get()).collect()));
                 for m in &others {
@@ -197,7 +215,8 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
                 let Ok(survey) = Survey::new(
                     count,
                     me,
-                    rows.into_iter().map(|(m, (member, shards))| (m, member, shards)),
+                    rows.into_iter()
+                        .map(|(m, (member, shards))| (m, member, shards)),
                 ) else {
                     continue;
                 };
@@ -243,6 +262,20 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
                     granted,
                 }
             }
+            FuzzInput::EpochsAdvanced(w, picks) => ShardEvent::EpochsAdvanced {
+                conn: conn(&w, &model),
+                epochs: picks
+                    .iter()
+                    .map(|(i, epoch)| {
+                        let shard = model
+                            .last_take
+                            .get(usize::from(*i))
+                            .copied()
+                            .unwrap_or(Shard::new(u32::from(*i)));
+                        (shard, u64::from(*epoch))
+                    })
+                    .collect(),
+            },
             FuzzInput::Unlocked(w, picks) => ShardEvent::Unlocked {
                 conn: conn(&w, &model),
                 not_held: picks
@@ -250,13 +283,17 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
                     .filter_map(|i| model.last_unlock.get(usize::from(*i)).copied())
                     .collect(),
             },
-            FuzzInput::UnlockedAll(w) => ShardEvent::UnlockedAll { conn: conn(&w, &model) },
+            FuzzInput::UnlockedAll(w) => ShardEvent::UnlockedAll {
+                conn: conn(&w, &model),
+            },
             FuzzInput::Failed(w, ended) => ShardEvent::StatementFailed {
                 conn: conn(&w, &model),
                 cause: 2,
                 session_ended: ended,
             },
-            FuzzInput::SessionEnded(w) => ShardEvent::SessionEnded { conn: conn(&w, &model) },
+            FuzzInput::SessionEnded(w) => ShardEvent::SessionEnded {
+                conn: conn(&w, &model),
+            },
             FuzzInput::WorkDrained(t) => ShardEvent::WorkDrained {
                 term: TermId::new(u64::from(t)),
             },

@@ -345,3 +345,70 @@ async fn a_lock_table_too_small_for_the_space_fails_the_run_with_a_typed_error()
     );
     db.cleanup().await.unwrap();
 }
+
+#[tokio::test]
+async fn with_fencing_each_shard_term_has_an_epoch_that_fences_off_the_previous_owner() {
+    use plexsphere_leader::LockKey;
+    use plexsphere_leader::fencing::{self, FenceError};
+    use plexsphere_leader::sharded::DEFAULT_SHARD_CLASS;
+
+    let db = TestDb::create("sharded_fencing").await.unwrap();
+    fencing::setup(db.admin()).await.unwrap();
+    let k = 4;
+    let fenced = |name: &str| {
+        Member::spawn_with(
+            &db,
+            name,
+            ShardConfig::new(db.pool(4).expect("pool"), k).fencing(true),
+        )
+    };
+    let first = fenced("fenced-a");
+    assert!(
+        wait_for(STARTUP, || first.owned().len() == 4)
+            .await
+            .is_some()
+    );
+    let before = first.elector.ownership();
+    assert!(
+        before.shards.values().all(|s| s.epoch == Some(1)),
+        "{before:?}"
+    );
+    let term = first
+        .elector
+        .term(0, &CancellationToken::new())
+        .expect("owned");
+    assert_eq!(term.epoch(), Some(1));
+    drop(term);
+    let second = fenced("fenced-b");
+    let members = [&first, &second];
+    assert!(wait_for(STARTUP, || balanced(&members, k)).await.is_some());
+    // Every shard the second replica took has a newer epoch than the first one's term had.
+    let moved: Vec<u32> = second.owned().into_iter().collect();
+    assert_eq!(moved.len(), 2);
+    let mut client = db.connect("fence-check").await.unwrap();
+    for shard in &moved {
+        let epoch = second.elector.ownership().shards[shard]
+            .epoch
+            .expect("fenced");
+        assert_eq!(epoch, 2, "shard {shard}");
+        let key = LockKey::new(DEFAULT_SHARD_CLASS, i32::try_from(*shard).unwrap());
+        let tx = client.transaction().await.unwrap();
+        assert!(matches!(
+            fencing::check(&tx, key, 1).await,
+            Err(FenceError::Stale {
+                epoch: 1,
+                current: 2
+            })
+        ));
+        tx.rollback().await.unwrap();
+        let tx = client.transaction().await.unwrap();
+        fencing::check(&tx, key, epoch)
+            .await
+            .expect("the owner's epoch passes");
+        tx.rollback().await.unwrap();
+    }
+    drop(client);
+    first.stop().await;
+    second.stop().await;
+    db.cleanup().await.unwrap();
+}

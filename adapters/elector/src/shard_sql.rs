@@ -49,6 +49,8 @@ pub mod statement {
     pub const UNLOCK: &str = "unlock";
     /// [`owners`](super::owners).
     pub const OWNERS: &str = "owners";
+    /// [`advance_epochs`](super::advance_epochs).
+    pub const ADVANCE_EPOCHS: &str = "advance epochs";
 }
 
 /// Why the rows of a shard statement do not read as its contract says.
@@ -310,6 +312,44 @@ pub fn take(class: i32, shards: &[Shard]) -> String {
 /// A column missing, `NULL` or not a shard number.
 pub fn parse_taken(rows: &[Row]) -> Result<Vec<Shard>, ShardSqlError> {
     shard_rows(statement::TAKE, rows)
+}
+
+/// With fencing, run on the lock session right after a take: the next epoch of every granted
+/// shard in the fence table ([`FENCE_SETUP`](crate::sql::FENCE_SETUP); shard `s` of `class` is
+/// the row `(class, s)`, the same row [`fencing::check`](crate::fencing::check) reads for the
+/// key `LockKey::new(class, s)`), one row `(objid, epoch)` per shard, in one statement. It runs
+/// after `SET LOCAL lock_timeout` of `lock_timeout_ms` in the same query string: a fenced
+/// transaction of a cut-off former owner holding a fence row (`FOR SHARE`) makes the server end
+/// the wait (SQLSTATE 55P03) instead of holding the session past the interval. The implicit
+/// transaction ends with the string, so the session keeps its own `lock_timeout`.
+pub fn advance_epochs(class: i32, shards: &[Shard], lock_timeout_ms: u32) -> String {
+    format!(
+        "SET LOCAL lock_timeout = '{lock_timeout_ms}'; \
+         INSERT INTO plexsphere_leader_fence AS f (classid, objid, epoch) \
+         SELECT {class}, t.s, 1 FROM unnest({}) AS t(s) \
+         ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 \
+         RETURNING f.objid, f.epoch",
+        int4_array(shards)
+    )
+}
+
+/// Reads the rows of [`advance_epochs`]: each shard with its new epoch, ascending by shard.
+///
+/// # Errors
+/// A column missing, `NULL` or unparsable.
+pub fn parse_epochs(rows: &[Row]) -> Result<Vec<(Shard, u64)>, ShardSqlError> {
+    let mut epochs = rows
+        .iter()
+        .map(|row| {
+            let cols = Columns::new(statement::ADVANCE_EPOCHS, row);
+            Ok((
+                Shard::new(cols.number(0, "objid")?),
+                cols.number(1, "epoch")?,
+            ))
+        })
+        .collect::<Result<Vec<_>, ShardSqlError>>()?;
+    epochs.sort_unstable();
+    Ok(epochs)
 }
 
 /// Unlocks each of `shards` on this session (`pg_advisory_unlock(class, s)`, sorted and
@@ -895,6 +935,30 @@ mod tests {
         assert!(matches!(
             parse_owners(&[null_pid]),
             Err(ShardSqlError::NullColumn { column: "pid", .. })
+        ));
+    }
+
+    #[test]
+    fn the_epoch_advance_bounds_its_wait_and_returns_every_shards_epoch() {
+        let sql = advance_epochs(7, &shards(&[3, 1, 3]), 250);
+        assert!(
+            sql.starts_with("SET LOCAL lock_timeout = '250'; INSERT INTO plexsphere_leader_fence")
+        );
+        assert!(
+            sql.contains("SELECT 7, t.s, 1 FROM unnest('{1,3}'::int4[]) AS t(s)"),
+            "{sql}"
+        );
+        assert!(sql.ends_with("RETURNING f.objid, f.epoch"), "{sql}");
+        assert_eq!(
+            parse_epochs(&[row(&[Some("3"), Some("9")]), row(&[Some("1"), Some("2")])]),
+            Ok(vec![(Shard::new(1), 2), (Shard::new(3), 9)])
+        );
+        assert!(matches!(
+            parse_epochs(&[row(&[Some("1"), None])]),
+            Err(ShardSqlError::NullColumn {
+                column: "epoch",
+                ..
+            })
         ));
     }
 }

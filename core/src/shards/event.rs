@@ -54,6 +54,13 @@ pub enum ShardEvent<C> {
         /// The shards granted, a subset of those asked for.
         granted: Vec<Shard>,
     },
+    /// [`ShardAction::AdvanceEpochs`] answered with each shard's new epoch.
+    EpochsAdvanced {
+        /// The session.
+        conn: ConnId,
+        /// The epoch of each shard asked for.
+        epochs: Vec<(Shard, u64)>,
+    },
     /// [`ShardAction::Unlock`] answered.
     Unlocked {
         /// The session.
@@ -103,6 +110,7 @@ impl<C> ShardEvent<C> {
             | Self::Registered { conn, .. }
             | Self::Surveyed { conn, .. }
             | Self::Took { conn, .. }
+            | Self::EpochsAdvanced { conn, .. }
             | Self::Unlocked { conn, .. }
             | Self::UnlockedAll { conn }
             | Self::StatementFailed { conn, .. }
@@ -148,6 +156,16 @@ pub enum ShardAction<C> {
         /// The shards, ascending.
         shards: Vec<Shard>,
     },
+    /// Advance the fencing epochs of these just-granted shards in one statement, waiting for a
+    /// fence row at most `lock_timeout_ms`; report [`ShardEvent::EpochsAdvanced`].
+    AdvanceEpochs {
+        /// The session.
+        conn: ConnId,
+        /// The shards, ascending.
+        shards: Vec<Shard>,
+        /// The statement's `lock_timeout`, in milliseconds (half an interval).
+        lock_timeout_ms: u32,
+    },
     /// Unlock these shards in one statement; report [`ShardEvent::Unlocked`].
     Unlock {
         /// The session.
@@ -172,6 +190,8 @@ pub enum ShardAction<C> {
         shard: Shard,
         /// Its new term.
         term: TermId,
+        /// Its fencing epoch, with fencing on.
+        epoch: Option<u64>,
     },
     /// The term of `shard` ends (exactly once per term).
     EndTerm {
@@ -253,6 +273,9 @@ pub enum ShardLogKind {
     MemberLockRefused,
     /// A handed-over shard's work outlived the handover grace; the lock stays until it returns.
     HandoverOverdue,
+    /// The fencing epochs of granted shards could not be advanced; their locks are released
+    /// and taken again at a later survey.
+    FencingFailed,
     /// The graceful release failed; the session is closed, and the server releases the locks.
     ReleaseFailed,
     /// A graceful stop's grace ended before every shard's work returned.
@@ -279,6 +302,7 @@ impl ShardLogKind {
             Self::HandoverOverdue => {
                 "sharded leader: handed-over shard's work still runs; the lock is kept until it returns"
             }
+            Self::FencingFailed => "sharded leader: advance the granted shards' fencing epochs",
             Self::ReleaseFailed => "sharded leader: release shard locks",
             Self::WorkOutlivedStop => "sharded leader: shard work outlived the stop grace",
             Self::AbandonedAfterPanic => "sharded leader: shard locks abandoned after a panic",
@@ -294,6 +318,7 @@ impl ShardLogKind {
             | Self::AcquireFailed
             | Self::MemberLockRefused
             | Self::HandoverOverdue
+            | Self::FencingFailed
             | Self::ReleaseFailed
             | Self::WorkOutlivedStop
             | Self::AbandonedAfterPanic

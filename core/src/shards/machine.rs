@@ -9,6 +9,7 @@
 //! | a cold start waits the rebalance delay before its first take | `Surveyed` (nothing held) | none until the delay passed | `a_cold_start_waits_the_rebalance_delay_then_takes_its_share` |
 //! | free shards are taken at once up to the cap | `Surveyed` | `Take` | `free_shards_are_taken_at_once_when_others_hold_shards` |
 //! | granted shards begin terms | `Took` | `BeginTerm` each, `Log(Took)` | `granted_shards_begin_terms_and_refused_ones_do_not` |
+//! | with fencing, granted shards' epochs advance first; a failure releases them | `Took`, `EpochsAdvanced`, `StatementFailed` | `AdvanceEpochs`, then `BeginTerm { epoch }`, or `Log(FencingFailed)` and `Unlock` | `with_fencing_granted_shards_begin_terms_with_their_epochs` |
 //! | a survey that disproves a believed shard loses the session | `Surveyed` | `EndTerm(Lost)` each, `CloseSession`, `Log(SessionLost)` | `a_survey_missing_an_owned_shard_loses_every_shard_and_the_session` |
 //! | over the cap after the delay: end terms, await work, unlock, limited per interval | `Surveyed`, `WorkDrained` | `EndTerm(HandedOver)`, `AwaitWork`, `Unlock` | `a_join_hands_the_excess_over_after_the_delay_work_first_then_unlock` |
 //! | a failed or unanswered statement loses the session | `StatementFailed`, [`ShardTimer::StatementDeadline`] | `EndTerm(Lost)`, `CloseSession` | `an_unanswered_survey_loses_every_shard_after_one_interval` |
@@ -88,6 +89,8 @@ struct Run {
     session: Session,
     owned: BTreeMap<Shard, TermId>,
     handing: BTreeMap<Shard, Handover>,
+    /// Granted shards whose fencing failed: held without a term, unlocked at the next chance.
+    release: BTreeSet<Shard>,
     pending_take: Vec<Shard>,
     members: Vec<MemberId>,
     members_since: Instant,
@@ -115,6 +118,7 @@ struct Open {
 enum Op {
     Survey,
     Take(Vec<Shard>),
+    Fence(Vec<Shard>),
     Unlock(Vec<Shard>),
     UnlockAll,
 }
@@ -280,6 +284,7 @@ impl<C> ShardedElection<C> {
             session: Session::None,
             owned: BTreeMap::new(),
             handing: BTreeMap::new(),
+            release: BTreeSet::new(),
             pending_take: Vec::new(),
             members: Vec::new(),
             members_since: now,
@@ -333,6 +338,7 @@ impl<C> ShardedElection<C> {
             } => self.registered(now, backend, granted, lock_capacity, members),
             ShardEvent::Surveyed { survey, .. } => self.surveyed(now, survey),
             ShardEvent::Took { granted, .. } => self.took(now, granted),
+            ShardEvent::EpochsAdvanced { epochs, .. } => self.epochs_advanced(now, &epochs),
             ShardEvent::Unlocked { not_held, .. } => self.unlocked(now, not_held),
             ShardEvent::UnlockedAll { .. } => self.unlocked_all(),
             ShardEvent::StatementFailed {
@@ -492,6 +498,7 @@ impl<C> ShardedElection<C> {
             .owned
             .keys()
             .chain(run.handing.keys())
+            .chain(&run.release)
             .copied()
             .collect();
         let mut believed = believed;
@@ -562,6 +569,7 @@ impl<C> ShardedElection<C> {
     }
 
     fn took(&mut self, now: Instant, granted: Vec<Shard>) -> Handled {
+        let options = self.options;
         let run = self.run();
         let Session::Open(open) = &mut run.session else {
             return Handled::Ignored(Ignored::Unexpected);
@@ -571,22 +579,71 @@ impl<C> ShardedElection<C> {
         };
         let stopping = run.stop.is_some();
         let granted: Vec<Shard> = granted.into_iter().filter(|s| asked.contains(s)).collect();
-        if stopping {
-            // The release of every lock follows; no term begins.
+        if stopping || granted.is_empty() {
+            // Stopping: the release of every lock follows, and no term begins.
             self.pump(now);
             return Handled::Applied;
         }
-        for &shard in &granted {
+        if options.is_fencing() {
+            let interval = options.interval();
+            let conn = open.conn;
+            open.busy = Some((Op::Fence(granted.clone()), now + interval.get()));
+            self.actions.push_back(ShardAction::AdvanceEpochs {
+                conn,
+                shards: granted,
+                lock_timeout_ms: interval.half_millis(),
+            });
+            return Handled::Applied;
+        }
+        self.begin_terms(granted.into_iter().map(|shard| (shard, None)));
+        self.pump(now);
+        Handled::Applied
+    }
+
+    fn begin_terms(&mut self, shards: impl IntoIterator<Item = (Shard, Option<u64>)>) {
+        let mut began = 0;
+        for (shard, epoch) in shards {
             let term = self.next_term();
             self.run().owned.insert(shard, term);
             self.actions
-                .push_back(ShardAction::BeginTerm { shard, term });
+                .push_back(ShardAction::BeginTerm { shard, term, epoch });
+            began += 1;
         }
-        if !granted.is_empty() {
-            self.log(ShardLog::new(ShardLogKind::Took, granted.len()));
+        if began > 0 {
+            self.log(ShardLog::new(ShardLogKind::Took, began));
+        }
+    }
+
+    fn epochs_advanced(&mut self, now: Instant, epochs: &[(Shard, u64)]) -> Handled {
+        let run = self.run();
+        let Session::Open(open) = &mut run.session else {
+            return Handled::Ignored(Ignored::Unexpected);
+        };
+        let Some((Op::Fence(asked), _)) = open.busy.take() else {
+            return Handled::Ignored(Ignored::Unexpected);
+        };
+        if run.stop.is_some() {
+            self.pump(now);
+            return Handled::Applied;
+        }
+        let epoch_of = |shard: Shard| epochs.iter().find(|(s, _)| *s == shard).map(|e| e.1);
+        let (fenced, unfenced): (Vec<Shard>, Vec<Shard>) =
+            asked.iter().partition(|&&shard| epoch_of(shard).is_some());
+        self.begin_terms(fenced.into_iter().map(|shard| (shard, epoch_of(shard))));
+        if !unfenced.is_empty() {
+            self.fencing_failed(unfenced, None);
         }
         self.pump(now);
         Handled::Applied
+    }
+
+    /// Granted shards whose epochs were not advanced: no term begins; their locks are released
+    /// at the next chance and taken again at a later survey.
+    fn fencing_failed(&mut self, shards: Vec<Shard>, cause: Option<Cause<C>>) {
+        let mut log = ShardLog::new(ShardLogKind::FencingFailed, shards.len());
+        log.cause = cause;
+        self.run().release.extend(shards);
+        self.log(log);
     }
 
     fn unlocked(&mut self, now: Instant, not_held: Vec<Shard>) -> Handled {
@@ -597,14 +654,18 @@ impl<C> ShardedElection<C> {
         let Some((Op::Unlock(shards), _)) = open.busy.take() else {
             return Handled::Ignored(Ignored::Unexpected);
         };
+        let mut handed = 0;
         for shard in &shards {
-            run.handing.remove(shard);
+            handed += usize::from(run.handing.remove(shard).is_some());
+            run.release.remove(shard);
         }
         if !not_held.is_empty() {
             self.lose(now, LossReason::LockNotHeld, Some(Cause::LockNotHeld));
             return Handled::Applied;
         }
-        self.log(ShardLog::new(ShardLogKind::HandedOver, shards.len()));
+        if handed > 0 {
+            self.log(ShardLog::new(ShardLogKind::HandedOver, handed));
+        }
         self.pump(now);
         Handled::Applied
     }
@@ -634,6 +695,12 @@ impl<C> ShardedElection<C> {
             self.release_failed(Cause::Error(cause));
             return Handled::Applied;
         }
+        if !session_ended && let Some(asked) = self.fencing() {
+            // The grant stands, the epochs do not: release those shards, keep the session.
+            self.fencing_failed(asked, Some(Cause::Error(cause)));
+            self.pump(now);
+            return Handled::Applied;
+        }
         let reason = if session_ended {
             LossReason::SessionEnded
         } else {
@@ -654,6 +721,20 @@ impl<C> ShardedElection<C> {
             LossReason::CheckTimedOut,
             Some(Cause::TimedOut(interval)),
         );
+    }
+
+    /// The shards of the fencing statement in flight, taken out of it.
+    fn fencing(&mut self) -> Option<Vec<Shard>> {
+        let Session::Open(open) = &mut self.run().session else {
+            return None;
+        };
+        match open.busy.take() {
+            Some((Op::Fence(asked), _)) => Some(asked),
+            other => {
+                open.busy = other;
+                None
+            }
+        }
     }
 
     fn releasing(&mut self) -> bool {
@@ -790,6 +871,7 @@ impl<C> ShardedElection<C> {
         let run = self.run();
         let owned = std::mem::take(&mut run.owned);
         run.handing.clear();
+        run.release.clear();
         run.pending_take.clear();
         for (&shard, &term) in &owned {
             self.actions
@@ -841,14 +923,16 @@ impl<C> ShardedElection<C> {
                 Op::Take(std::mem::take(&mut run.pending_take)),
                 now + interval,
             )
-        } else if run.handing.values().any(|h| h.drained) {
-            let drained = run
+        } else if run.handing.values().any(|h| h.drained) || !run.release.is_empty() {
+            let mut unlock: Vec<Shard> = run
                 .handing
                 .iter()
                 .filter(|(_, h)| h.drained)
                 .map(|(s, _)| *s)
+                .chain(run.release.iter().copied())
                 .collect();
-            (Op::Unlock(drained), now + interval)
+            unlock.sort_unstable();
+            (Op::Unlock(unlock), now + interval)
         } else if open.survey_due {
             open.survey_due = false;
             (Op::Survey, now + interval)
@@ -856,9 +940,16 @@ impl<C> ShardedElection<C> {
             return;
         };
         open.busy = Some((op.clone(), deadline));
+        let lock_timeout_ms = self.options.interval().half_millis();
         self.actions.push_back(match op {
             Op::Survey => ShardAction::Survey { conn },
             Op::Take(shards) => ShardAction::Take { conn, shards },
+            // Started by `took`, never from here.
+            Op::Fence(shards) => ShardAction::AdvanceEpochs {
+                conn,
+                shards,
+                lock_timeout_ms,
+            },
             Op::Unlock(shards) => ShardAction::Unlock { conn, shards },
             Op::UnlockAll => ShardAction::UnlockAll { conn },
         });

@@ -19,6 +19,7 @@ pub struct ShardOptions {
     max_moves: u32,
     stop_grace: Duration,
     handover_grace: Duration,
+    fencing: bool,
 }
 
 /// An invalid shard option.
@@ -98,6 +99,7 @@ impl ShardOptions {
             max_moves: count.div_ceil(4),
             stop_grace: interval.get(),
             handover_grace: interval.get(),
+            fencing: false,
         })
     }
 
@@ -146,6 +148,20 @@ impl ShardOptions {
     pub fn handover_grace(mut self, grace: Duration) -> Self {
         self.handover_grace = grace.min(crate::MAX_HOLD_OFF);
         self
+    }
+
+    /// Give every shard term a fencing epoch: right after a take, the granted shards' epochs
+    /// are advanced in one statement (rows `(class, shard)` of the fence table) before their
+    /// terms begin.
+    #[must_use]
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.fencing = enabled;
+        self
+    }
+
+    /// Whether shard terms get fencing epochs.
+    pub fn is_fencing(&self) -> bool {
+        self.fencing
     }
 
     /// The check interval.

@@ -311,11 +311,13 @@ fn granted_shards_begin_terms_and_refused_ones_do_not() {
         vec![
             ShardAction::BeginTerm {
                 shard: Shard::new(5),
-                term: TermId::new(1)
+                term: TermId::new(1),
+                epoch: None
             },
             ShardAction::BeginTerm {
                 shard: Shard::new(7),
-                term: TermId::new(2)
+                term: TermId::new(2),
+                epoch: None
             },
             log(ShardLogKind::Took, 2),
         ],
@@ -1512,4 +1514,157 @@ fn builder_options_are_kept_and_long_windows_are_shortened() {
         options(8).handover_grace(long).handover(),
         crate::MAX_HOLD_OFF
     );
+}
+
+fn fenced_taking(t0: Instant) -> Machine {
+    let mut m = Machine::new(options(8).fencing(true));
+    m.start(t0).expect("not running");
+    m.handle_event(t0, ShardEvent::Acquired { conn: C1 });
+    m.handle_event(
+        t0,
+        ShardEvent::Registered {
+            conn: C1,
+            backend: ME,
+            granted: true,
+            lock_capacity: 6400,
+            members: 2,
+        },
+    );
+    m.handle_event(
+        t0,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: survey(8, &[(ME, true, vec![]), (OTHER, true, vec![0, 1, 2, 3, 7])]),
+        },
+    );
+    drain(&mut m);
+    m.handle_event(
+        t0,
+        ShardEvent::Took {
+            conn: C1,
+            granted: shards(4..7),
+        },
+    );
+    m
+}
+
+#[test]
+fn with_fencing_granted_shards_begin_terms_with_their_epochs() {
+    let t0 = Instant::now();
+    let mut m = fenced_taking(t0);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::AdvanceEpochs {
+            conn: C1,
+            shards: shards(4..7),
+            lock_timeout_ms: 500,
+        }],
+        "no term before the epochs"
+    );
+    assert!(m.owned().is_empty());
+    m.handle_event(
+        t0,
+        ShardEvent::EpochsAdvanced {
+            conn: C1,
+            epochs: vec![(Shard::new(4), 7), (Shard::new(5), 3)],
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::BeginTerm {
+                shard: Shard::new(4),
+                term: TermId::new(1),
+                epoch: Some(7),
+            },
+            ShardAction::BeginTerm {
+                shard: Shard::new(5),
+                term: TermId::new(2),
+                epoch: Some(3),
+            },
+            log(ShardLogKind::Took, 2),
+            log(ShardLogKind::FencingFailed, 1),
+            ShardAction::Unlock {
+                conn: C1,
+                shards: vec![Shard::new(6)]
+            },
+        ],
+        "a shard the answer left out is released"
+    );
+    m.handle_event(
+        t0,
+        ShardEvent::Unlocked {
+            conn: C1,
+            not_held: vec![],
+        },
+    );
+    assert_eq!(drain(&mut m), vec![], "a release is not a handover");
+    assert_eq!(m.owned().len(), 2);
+}
+
+#[test]
+fn a_failed_epoch_advance_releases_the_granted_shards_and_keeps_the_session() {
+    let t0 = Instant::now();
+    let mut m = fenced_taking(t0);
+    drain(&mut m);
+    m.handle_event(
+        t0,
+        ShardEvent::StatementFailed {
+            conn: C1,
+            cause: "55P03",
+            session_ended: false,
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::Log(ShardLog {
+                kind: ShardLogKind::FencingFailed,
+                shards: 3,
+                reason: None,
+                cause: Some(Cause::Error("55P03")),
+            }),
+            ShardAction::Unlock {
+                conn: C1,
+                shards: shards(4..7)
+            },
+        ]
+    );
+    // Until the unlock answers, the survey would show them: they are believed held.
+    assert_eq!(m.phase(), ShardPhase::Busy);
+}
+
+#[test]
+fn an_unanswered_epoch_advance_loses_the_session() {
+    let t0 = Instant::now();
+    let mut m = fenced_taking(t0);
+    drain(&mut m);
+    m.handle_timeout(t0 + I);
+    let actions = drain(&mut m);
+    assert!(
+        actions.contains(&ShardAction::CloseSession { conn: C1 }),
+        "{actions:?}"
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, ShardAction::BeginTerm { .. }))
+    );
+}
+
+#[test]
+fn a_stop_during_an_epoch_advance_begins_no_term() {
+    let t0 = Instant::now();
+    let mut m = fenced_taking(t0);
+    drain(&mut m);
+    m.handle_event(t0, ShardEvent::Cancelled);
+    assert_eq!(drain(&mut m), vec![]);
+    m.handle_event(
+        t0,
+        ShardEvent::EpochsAdvanced {
+            conn: C1,
+            epochs: vec![(Shard::new(4), 1)],
+        },
+    );
+    assert_eq!(drain(&mut m), vec![ShardAction::UnlockAll { conn: C1 }]);
 }

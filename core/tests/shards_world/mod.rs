@@ -39,6 +39,8 @@ pub(crate) struct Server {
     members: BTreeSet<Sid>,
     /// Holder of each shard.
     pub(crate) shards: Vec<Option<Sid>>,
+    /// The fencing epoch of each shard (the fence table).
+    epochs: Vec<u64>,
     next_pid: i32,
 }
 
@@ -110,6 +112,8 @@ pub(crate) struct World {
     pub(crate) moves: u64,
     /// The last holder slot of each shard, for counting moves.
     last_owner: BTreeMap<Shard, usize>,
+    /// The epoch of each open fenced term, by (replica slot, term).
+    term_epochs: BTreeMap<(usize, TermId), u64>,
     /// The largest latency a case uses.
     pub(crate) max_latency: Duration,
     /// Closes that do not reach the server (the session lingers until its idle timeout).
@@ -141,6 +145,7 @@ impl World {
                 .collect(),
             server: Server {
                 shards: vec![None; shards as usize],
+                epochs: vec![0; shards as usize],
                 next_pid: 1000,
                 ..Server::default()
             },
@@ -149,6 +154,7 @@ impl World {
             unproven: BTreeMap::new(),
             moves: 0,
             last_owner: BTreeMap::new(),
+            term_epochs: BTreeMap::new(),
             max_latency: Duration::from_millis(1),
             silent_closes: false,
         }
@@ -322,6 +328,21 @@ impl World {
                 }
                 self.reply(r, ShardEvent::Took { conn, granted });
             }
+            ShardAction::AdvanceEpochs { conn, shards, .. } => {
+                let sid = self.sid(r, conn);
+                if self.on_server(sid).is_none() {
+                    return self.failed(r, conn);
+                }
+                let epochs = shards
+                    .into_iter()
+                    .map(|s| {
+                        let epoch = &mut self.server.epochs[s.get() as usize];
+                        *epoch += 1;
+                        (s, *epoch)
+                    })
+                    .collect();
+                self.reply(r, ShardEvent::EpochsAdvanced { conn, epochs });
+            }
             ShardAction::Unlock { conn, shards } => {
                 let sid = self.sid(r, conn);
                 if self.on_server(sid).is_none() {
@@ -360,7 +381,17 @@ impl World {
                     self.replicas[r].session = None;
                 }
             }
-            ShardAction::BeginTerm { shard, term } => {
+            ShardAction::BeginTerm { shard, term, epoch } => {
+                // With fencing every term has an epoch; `check` holds that at most one believed
+                // owner of a shard has its current epoch.
+                assert_eq!(
+                    epoch.is_some(),
+                    self.options.is_fencing(),
+                    "epoch {epoch:?}"
+                );
+                if let Some(epoch) = epoch {
+                    self.term_epochs.insert((r, term), epoch);
+                }
                 let sid = self.replicas[r]
                     .session
                     .map(|c| self.sid(r, c))
@@ -504,6 +535,23 @@ impl World {
 
     /// The cross-replica checks.
     fn check(&mut self) {
+        // Fencing: of the replicas that believe they own a shard, at most one holds the shard's
+        // current epoch (a stale owner's fenced writes are rejected).
+        let mut current: BTreeMap<Shard, usize> = BTreeMap::new();
+        for (r, replica) in self.replicas.iter().enumerate() {
+            for (&shard, &term) in &replica.owned {
+                if self.term_epochs.get(&(r, term))
+                    == Some(&self.server.epochs[shard.get() as usize])
+                {
+                    let holders = current.entry(shard).or_default();
+                    *holders += 1;
+                    assert!(
+                        *holders <= 1,
+                        "two owners of shard {shard} hold its current epoch"
+                    );
+                }
+            }
+        }
         let bound = 2 * I + 2 * self.max_latency + Duration::from_millis(1);
         for (r, replica) in self.replicas.iter().enumerate() {
             let sid = replica.session.map(|c| (r, replica.incarnation, c));

@@ -26,6 +26,7 @@ pub struct ShardConfig {
     pub(crate) stop_grace: Option<Duration>,
     pub(crate) handover_grace: Option<Duration>,
     pub(crate) identity: Option<String>,
+    pub(crate) fencing: bool,
     #[cfg(feature = "prometheus")]
     pub(crate) registry: Option<prometheus::Registry>,
 }
@@ -51,6 +52,7 @@ impl ShardConfig {
             stop_grace: None,
             handover_grace: None,
             identity: None,
+            fencing: false,
             #[cfg(feature = "prometheus")]
             registry: None,
         }
@@ -112,6 +114,17 @@ impl ShardConfig {
         self
     }
 
+    /// Give every shard term a fencing epoch ([`Term::epoch`](crate::Term::epoch)): right after
+    /// a take, the granted shards' rows of `plexsphere_leader_fence` are advanced in one
+    /// statement, before their terms begin. A fenced write checks
+    /// `fencing::check(&tx, LockKey::new(class, shard), epoch)`. Create the table first
+    /// ([`fencing::setup`](crate::fencing::setup)).
+    #[must_use]
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.fencing = enabled;
+        self
+    }
+
     /// Registers the sharded metrics (`plexsphere_shards_*`) on `registry`.
     #[cfg(feature = "prometheus")]
     #[must_use]
@@ -122,7 +135,7 @@ impl ShardConfig {
 
     pub(crate) fn options(&self) -> Result<ShardOptions, ConfigError> {
         let interval = CheckInterval::new(self.interval)?;
-        let mut options = ShardOptions::new(interval, self.shards)?;
+        let mut options = ShardOptions::new(interval, self.shards)?.fencing(self.fencing);
         if let Some(delay) = self.rebalance_delay {
             options = options.rebalance_delay(delay);
         }

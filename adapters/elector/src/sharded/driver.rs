@@ -240,6 +240,19 @@ impl ShardDriver {
                     })
                 });
             }
+            ShardAction::AdvanceEpochs {
+                conn,
+                shards,
+                lock_timeout_ms,
+            } => {
+                let sql = shard_sql::advance_epochs(class, &shards, lock_timeout_ms);
+                self.start_on(conn, move |held| {
+                    statement(held, conn, sql, "advance epochs", move |rows| {
+                        let epochs = shard_sql::parse_epochs(rows)?;
+                        Ok(Ok(ShardEvent::EpochsAdvanced { conn, epochs }))
+                    })
+                });
+            }
             ShardAction::Unlock { conn, shards } => {
                 let sql = shard_sql::unlock(class, &shards);
                 self.start_on(conn, move |held| {
@@ -264,7 +277,9 @@ impl ShardDriver {
                     session.close();
                 }
             }
-            ShardAction::BeginTerm { shard, term } => self.inner.begin(shard.get(), term),
+            ShardAction::BeginTerm { shard, term, epoch } => {
+                self.inner.begin(shard.get(), term, epoch);
+            }
             ShardAction::EndTerm { shard, term, cause } => {
                 if let Some(shared) = self.inner.end(shard.get(), term, cause) {
                     self.ended.insert(term, shared);

@@ -116,11 +116,11 @@ impl ShardShared {
     }
 
     /// A term of `shard` begins: its handles can be taken, then the ownership says so.
-    pub(crate) fn begin(&self, shard: u32, term: TermId) {
-        lock(&self.terms).insert(shard, TermShared::new(term, None));
+    pub(crate) fn begin(&self, shard: u32, term: TermId, epoch: Option<u64>) {
+        lock(&self.terms).insert(shard, TermShared::new(term, epoch));
         let since = SystemTime::now();
         self.ownership.send_modify(|o| {
-            o.shards.insert(shard, OwnedShard { term, since });
+            o.shards.insert(shard, OwnedShard { term, since, epoch });
         });
         self.record(Transition {
             at: since,

@@ -37,6 +37,8 @@ pub struct OwnedShard {
     pub term: TermId,
     /// When the term began (wall clock).
     pub since: SystemTime,
+    /// Its fencing epoch, with [`ShardConfig::fencing`](super::ShardConfig::fencing).
+    pub epoch: Option<u64>,
 }
 
 /// The space as this replica's last survey saw it: who owns what.
