@@ -341,8 +341,12 @@ impl Drop for Driver {
 }
 
 /// Resolves with the held connection once its session ended on its own (and that was not
-/// reported yet): [`LockSession::ended`], which only a detached session ever resolves.
-async fn watch_session(held: &Option<(ConnId, Held)>, reported: Option<ConnId>) -> ConnId {
+/// reported yet): [`LockSession::ended`], which only a detached session ever resolves. Shared
+/// with the sharded driver.
+pub(crate) async fn watch_session(
+    held: &Option<(ConnId, Held)>,
+    reported: Option<ConnId>,
+) -> ConnId {
     match held {
         Some((conn, session)) if reported != Some(*conn) => {
             session.ended().await;
@@ -352,8 +356,11 @@ async fn watch_session(held: &Option<(ConnId, Held)>, reported: Option<ConnId>) 
     }
 }
 
-/// Waits for the operation in flight; never resolves when there is none.
-async fn in_flight(operation: &mut Option<Operation>) -> Completion {
+/// Waits for the operation in flight; never resolves when there is none. Shared with the
+/// sharded driver.
+pub(crate) async fn in_flight<F: std::future::Future + Unpin>(
+    operation: &mut Option<F>,
+) -> F::Output {
     match operation.as_mut() {
         Some(operation) => operation.await,
         None => std::future::pending().await,

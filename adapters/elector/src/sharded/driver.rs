@@ -19,12 +19,13 @@ use tokio_util::sync::CancellationToken;
 use super::shared::ShardShared;
 use super::view::{Holder, SpaceView};
 use crate::clock::now;
+use crate::driver::{in_flight, watch_session};
 use crate::error::{CheckError, RunError};
 use crate::session::{LockSession, QueryError, Row, SessionSource};
 use crate::shard_sql::{self, ShardSqlError, SurveyRows};
 use crate::term::TermShared;
 
-type Held = Arc<Box<dyn LockSession>>;
+use crate::connection::Held;
 
 /// What an operation in flight produces.
 struct Completion {
@@ -469,22 +470,5 @@ fn emit(record: &ShardLog<CheckError>, interval: Duration) {
         Level::Warn => tracing::warn!(
             target: "plexsphere_leader", shards, reason, cause, interval, "{record}"
         ),
-    }
-}
-
-async fn watch_session(held: &Option<(ConnId, Held)>, reported: Option<ConnId>) -> ConnId {
-    match held {
-        Some((conn, session)) if reported != Some(*conn) => {
-            session.ended().await;
-            *conn
-        }
-        _ => std::future::pending().await,
-    }
-}
-
-async fn in_flight(operation: &mut Option<Operation>) -> Completion {
-    match operation.as_mut() {
-        Some(operation) => operation.await,
-        None => std::future::pending().await,
     }
 }
