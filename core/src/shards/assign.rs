@@ -160,10 +160,10 @@ impl Survey {
 }
 
 /// The rendezvous score of `member` for `shard`: the member that scores a shard highest is its
-/// preferred owner. A fixed function (SplitMix64's finaliser over both numbers), so replicas of
-/// every version agree.
+/// preferred owner. A fixed function (SplitMix64's finaliser of the member's, mixed with the
+/// shard, finalised again), so replicas of every version agree.
 pub fn score(member: MemberId, shard: Shard) -> u64 {
-    mix((u64::from(member.get() as u32) << 32) | u64::from(shard.get()))
+    mix(mix(u64::from(member.get() as u32)) ^ u64::from(shard.get()))
 }
 
 fn mix(value: u64) -> u64 {
@@ -224,38 +224,32 @@ pub fn plan(survey: &Survey, me: MemberId) -> Plan {
             take: Vec::new(),
         };
     };
-    let mut give = Vec::new();
-    if held > cap {
-        let mut ranked = mine;
-        ranked.sort_by_key(|&s| (score(me, s), s));
-        ranked.truncate((held - cap) as usize);
-        give = ranked;
-    }
+    // The excess over the cap (none at or under it), lowest score first.
+    let mut give = mine;
+    give.sort_by_key(|&s| (score(me, s), s));
+    give.truncate(held.saturating_sub(cap) as usize);
     let mut room: Vec<(MemberId, u32)> = caps
         .iter()
         .zip(&loads)
         .map(|(&(m, cap), &(_, held))| (m, cap.saturating_sub(held)))
         .collect();
+    // Every member's share of the free shards, of which this one keeps its own (none when it
+    // has no room).
     let mut take = Vec::new();
-    if held < cap {
-        for (shard, holder) in survey.holders() {
-            if holder.is_some() {
-                continue;
-            }
-            let Some(best) = room
-                .iter_mut()
-                .filter(|(_, left)| *left > 0)
-                .max_by_key(|(m, _)| (score(*m, shard), Reverse(*m)))
-            else {
-                break;
-            };
-            best.1 -= 1;
-            if best.0 == me {
-                take.push(shard);
-                if take.len() as u32 + held == cap {
-                    break;
-                }
-            }
+    for (shard, holder) in survey.holders() {
+        if holder.is_some() {
+            continue;
+        }
+        let Some(best) = room
+            .iter_mut()
+            .filter(|(_, left)| *left > 0)
+            .max_by_key(|(m, _)| (score(*m, shard), Reverse(*m)))
+        else {
+            break;
+        };
+        best.1 -= 1;
+        if best.0 == me {
+            take.push(shard);
         }
     }
     Plan {
