@@ -1669,3 +1669,30 @@ fn a_stop_during_an_epoch_advance_begins_no_term() {
     );
     assert_eq!(drain(&mut m), vec![ShardAction::UnlockAll { conn: C1 }]);
 }
+
+#[test]
+fn a_registration_without_answer_within_one_interval_loses_the_session() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8));
+    m.start(t0).expect("not running");
+    m.handle_event(t0, ShardEvent::Acquired { conn: C1 });
+    drain(&mut m);
+    assert_eq!(m.timeout_reason(), Some(ShardTimer::StatementDeadline));
+    assert_eq!(m.poll_timeout(), Some(t0 + I));
+    m.handle_timeout(t0 + I);
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::CloseSession { conn: C1 },
+            ShardAction::Log(ShardLog {
+                kind: ShardLogKind::SessionLost,
+                shards: 0,
+                reason: Some(TermEndCause::Lost(LossReason::CheckTimedOut)),
+                cause: Some(Cause::TimedOut(I)),
+            }),
+            ShardAction::AcquireSession {
+                conn: ConnId::new(2)
+            },
+        ]
+    );
+}
