@@ -3,13 +3,16 @@
 //! (`fence`).
 
 mod fence;
+pub(crate) mod shards;
+
+pub use shards::ShardMeasurements;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
 use crate::params::Params;
-use crate::record::{FencedWrite, History, Span, TermEnd, TermRecord};
+use crate::record::{FencedWrite, History, ShardWork, Span, TermEnd, TermRecord};
 use crate::server::{
     EndReason, Event, HeldLock, LogEntry, QueryRecord, ReleaseReason, SessionInfo,
     check_mutual_exclusion,
@@ -44,6 +47,9 @@ pub enum Property {
     Liveness,
     /// After the faults stopped, no single leader appeared in time or it did not stay alone.
     SteadyState,
+    /// Sharded runs: after the faults stopped the space was not balanced in time (every
+    /// replica owning ⌊K/R⌋ or ⌈K/R⌉ shards, every shard one owner) or did not stay so.
+    Balance,
     /// After every replica stopped, a lock, a session or a term was left, or a replica did not
     /// stop in time.
     CleanStop,
@@ -75,6 +81,7 @@ impl Property {
             Self::StrandedLock => "stranded-lock",
             Self::Liveness => "liveness",
             Self::SteadyState => "steady-state",
+            Self::Balance => "balance",
             Self::CleanStop => "clean-stop",
             Self::EpochsRise => "epochs-rise",
             Self::FenceHolds => "fence-holds",
@@ -129,6 +136,8 @@ pub struct Measurements {
     pub cases: Cases,
     /// Fencing: what the fenced units of work and the fenced commits came to.
     pub fence: FenceCounts,
+    /// Sharded runs: what they measured.
+    pub shards: ShardMeasurements,
 }
 
 /// What fencing runs came to, summed over runs.
@@ -200,6 +209,7 @@ impl Measurements {
         self.cases.idle_periods += other.cases.idle_periods;
         self.cases.timeout_grants += other.cases.timeout_grants;
         self.fence.merge(&other.fence);
+        self.shards.merge(&other.shards);
     }
 }
 
@@ -234,6 +244,8 @@ pub(crate) struct Evidence<'a> {
     pub(crate) work: &'a [(usize, Span)],
     /// The fenced units of work, as the service saw them.
     pub(crate) fenced: &'a [FencedWrite],
+    /// Sharded runs: the units of shard work.
+    pub(crate) shard_work: &'a [ShardWork],
     pub(crate) servers: Vec<ServerEvidence>,
 }
 

@@ -12,6 +12,14 @@
 //! gets an epoch and the simulated service's work is fenced writes, checked for rising epochs
 //! and a fence that holds.
 //!
+//! Sharded runs ([`RunOptions::sharded`], a seed space of their own, see [`Sharding`]) run
+//! the real [`ShardedElector::run`](plexsphere_leader::sharded::ShardedElector::run) on every
+//! replica instead, with a unit of work per shard through `run_if_owner`, under the same
+//! nemesis; the checker holds every shard to the single election's bounds (one believed owner
+//! but within the detection delay of a lost session, none across a graceful handover,
+//! demotion within 2·I, re-owned within I, the orphan bound) and the space to its balance
+//! after the faults ([`ShardMeasurements`], [`ShardReport`]).
+//!
 //! ```no_run
 //! use plexsphere_leader_sim::{RunOptions, run};
 //!
@@ -35,12 +43,14 @@ mod report;
 mod run;
 mod sabotage;
 pub mod server;
+mod sharding;
 mod world;
 
-pub use checker::{Cases, Measurements, Property, Violation};
+pub use checker::{Cases, Measurements, Property, ShardMeasurements, Violation};
 pub use connect::TurmoilConnect;
 pub use nemesis::{FaultKind, RunKind};
 pub use params::Params;
-pub use report::Report;
+pub use report::{Report, ShardReport};
 pub use run::{RunOptions, RunOutcome, mode_from_name, mode_name, run, run_once};
-pub use sabotage::{DriverSabotage, Sabotage};
+pub use sabotage::{DriverSabotage, Sabotage, ShardSabotage};
+pub use sharding::Sharding;

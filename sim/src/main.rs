@@ -8,7 +8,14 @@
 //! ```text
 //! plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue]
 //!     [--fencing on|off] [--sabotage NAME]
+//! plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J]
+//!     [--sabotage NAME]
 //! ```
+//!
+//! `--sharded` runs the sharded seeds instead (a seed space of their own, see `Sharding`):
+//! every replica runs a `ShardedElector`, `--shards K` forces the number of shards (by
+//! default each seed's: 8, 2 or 12) and `--replicas R` the number of replicas (3); the summary
+//! is the sharded one (per kind and shard count).
 //!
 //! `--seed S` starts at seed S (default 0); given without `--seeds` it runs that one seed and
 //! prints its trace. `--jobs J` runs seeds on J threads. `--mode` and `--fencing` force the
@@ -24,7 +31,7 @@ use std::time::Instant;
 
 use plexsphere_leader::AcquireMode;
 use plexsphere_leader_sim::{
-    Params, Report, RunOptions, RunOutcome, Sabotage, mode_from_name, run,
+    Params, Report, RunOptions, RunOutcome, Sabotage, ShardReport, Sharding, mode_from_name, run,
 };
 
 struct Args {
@@ -38,6 +45,10 @@ struct Args {
     mode: Option<AcquireMode>,
     sabotage: Option<Sabotage>,
     trace: bool,
+    /// `--sharded`: the seeds of the sharded runs.
+    sharded: bool,
+    /// `--shards`: the number of shards forced; `None` follows the seed.
+    shards: Option<u32>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -50,6 +61,8 @@ fn parse() -> Result<Args, String> {
         mode: None,
         sabotage: None,
         trace: false,
+        sharded: false,
+        shards: None,
     };
     let (mut seeds, mut seed) = (None, None);
     let mut it = std::env::args().skip(1);
@@ -60,6 +73,10 @@ fn parse() -> Result<Args, String> {
             "--seed" => seed = Some(number(&value()?)?),
             "--replicas" => {
                 args.replicas = usize::try_from(number(&value()?)?).map_err(|e| e.to_string())?
+            }
+            "--sharded" => args.sharded = true,
+            "--shards" => {
+                args.shards = Some(u32::try_from(number(&value()?)?).map_err(|e| e.to_string())?)
             }
             "--jobs" => {
                 args.jobs = usize::try_from(number(&value()?)?).map_err(|e| e.to_string())?
@@ -92,6 +109,24 @@ fn parse() -> Result<Args, String> {
     if args.replicas == 0 || args.jobs == 0 {
         return Err("--replicas and --jobs must be at least 1".into());
     }
+    if args.sharded && (args.mode.is_some() || args.fencing.is_some()) {
+        return Err("--mode and --fencing are for the single election, not --sharded".into());
+    }
+    if !args.sharded && args.shards.is_some() {
+        return Err("--shards needs --sharded".into());
+    }
+    if args.shards == Some(0) {
+        return Err("--shards must be at least 1".into());
+    }
+    if let Some(sabotage) = args.sabotage
+        && sabotage.is_sharded() != args.sharded
+    {
+        let needs = if args.sharded { "" } else { "--sharded and " };
+        return Err(format!(
+            "--sabotage {sabotage} is {}a sharded sabotage: it needs {needs}a run of its kind",
+            if sabotage.is_sharded() { "" } else { "not " }
+        ));
+    }
     Ok(args)
 }
 
@@ -100,6 +135,18 @@ fn number(text: &str) -> Result<u64, String> {
 }
 
 fn options(args: &Args, seed: u64) -> RunOptions {
+    if args.sharded {
+        let seeded = RunOptions::sharded(seed);
+        let sharding = seeded.sharding.map(|sharding| Sharding {
+            shards: args.shards.unwrap_or(sharding.shards),
+        });
+        return RunOptions {
+            replicas: args.replicas,
+            sabotage: args.sabotage,
+            sharding,
+            ..seeded
+        };
+    }
     let seeded = RunOptions::new(seed);
     RunOptions {
         replicas: args.replicas,
@@ -132,13 +179,17 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(error) => {
             eprintln!(
-                "{error}\nusage: plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue] [--fencing on|off] [--sabotage NAME]"
+                "{error}\nusage: plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue] [--fencing on|off] [--sabotage NAME]\n       plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J] [--sabotage NAME]"
             );
             return ExitCode::from(2);
         }
     };
     let started = Instant::now();
-    let mut report = Report::new(Params::default());
+    let mut report = if args.sharded {
+        Summary::Sharded(ShardReport::new(Params::default(), args.replicas))
+    } else {
+        Summary::Single(Report::new(Params::default()))
+    };
     let next = AtomicU64::new(args.first);
     let end = args.first + args.seeds;
     let (send, receive) = mpsc::channel();
@@ -178,18 +229,23 @@ fn main() -> ExitCode {
     });
     println!("wall time: {:.1} s", started.elapsed().as_secs_f64());
     let empty = report.empty_cells();
-    // A whole cycle of seeds following the seeds' own modes and fencing runs every cell: an
-    // empty one means the derivation in RunOptions lost a combination.
-    let uncovered = args.seeds >= RunOptions::CYCLE
+    // A whole cycle of seeds following the seeds' own modes and fencing (or shard counts) runs
+    // every cell: an empty one means the derivation in RunOptions lost a combination.
+    let cycle = if args.sharded {
+        Sharding::CYCLE
+    } else {
+        RunOptions::CYCLE
+    };
+    let uncovered = args.seeds >= cycle
         && args.mode.is_none()
         && args.fencing.is_none()
+        && args.shards.is_none()
         && !empty.is_empty();
     if uncovered {
         println!(
-            "coverage: {} consecutive seeds left {} cell(s) empty, which a cycle of {} fills",
+            "coverage: {} consecutive seeds left {} cell(s) empty, which a cycle of {cycle} fills",
             args.seeds,
             empty.len(),
-            RunOptions::CYCLE
         );
     }
     println!("{report}");
@@ -197,5 +253,50 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// The summary being gathered: of single-election runs, or of sharded runs.
+enum Summary {
+    Single(Report),
+    Sharded(ShardReport),
+}
+
+impl Summary {
+    fn add(&mut self, outcome: &RunOutcome) {
+        match self {
+            Self::Single(report) => report.add(outcome),
+            Self::Sharded(report) => report.add(outcome),
+        }
+    }
+
+    fn add_panic(&mut self, options: &RunOptions) {
+        match self {
+            Self::Single(report) => report.add_panic(options),
+            Self::Sharded(report) => report.add_panic(options),
+        }
+    }
+
+    fn empty_cells(&self) -> Vec<String> {
+        match self {
+            Self::Single(report) => report.empty_cells(),
+            Self::Sharded(report) => report.empty_cells(),
+        }
+    }
+
+    fn violations(&self) -> u64 {
+        match self {
+            Self::Single(report) => report.violations(),
+            Self::Sharded(report) => report.violations(),
+        }
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Single(report) => report.fmt(f),
+            Self::Sharded(report) => report.fmt(f),
+        }
     }
 }

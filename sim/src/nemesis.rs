@@ -82,6 +82,25 @@ impl FaultKind {
     }
 }
 
+impl FaultKind {
+    /// Every kind a sharded elector meets, in report order: all but [`FaultKind::Resign`]
+    /// (a sharded elector has no operator controls).
+    pub const SHARDED: [Self; 12] = [
+        Self::Partition,
+        Self::PartitionOneWay,
+        Self::Hold,
+        Self::Crash,
+        Self::SilentDeath,
+        Self::Restart,
+        Self::GracefulStop,
+        Self::Terminate,
+        Self::ServerCrash,
+        Self::ServerRestart,
+        Self::Failover,
+        Self::Latency,
+    ];
+}
+
 impl fmt::Display for FaultKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -125,6 +144,26 @@ impl RunKind {
             Self::Mixed => "mixed",
         }
     }
+
+    /// How many run kinds a sharded run has: every fault kind a sharded elector meets
+    /// ([`FaultKind::SHARDED`]) alone, and the mixed one.
+    pub const SHARDED_COUNT: usize = FaultKind::SHARDED.len() + 1;
+
+    /// Every run kind of a sharded run, in report order.
+    pub fn sharded_all() -> Vec<Self> {
+        FaultKind::SHARDED
+            .iter()
+            .map(|&kind| Self::Only(kind))
+            .chain([Self::Mixed])
+            .collect()
+    }
+
+    /// The kind of sharded seed `seed`, `seed % SHARDED_COUNT` (see
+    /// [`Sharding`](crate::Sharding#what-a-sharded-seed-runs)).
+    pub fn for_sharded_seed(seed: u64) -> Self {
+        let all = Self::sharded_all();
+        all[usize::try_from(seed % Self::SHARDED_COUNT as u64).unwrap_or(0)]
+    }
 }
 
 impl fmt::Display for RunKind {
@@ -167,6 +206,8 @@ struct Pending {
 pub(crate) struct Nemesis {
     rng: StdRng,
     kind: RunKind,
+    /// The kinds a mixed run draws from.
+    mixed: &'static [FaultKind],
     next_at: Duration,
     pending: Vec<Pending>,
 }
@@ -175,10 +216,17 @@ pub(crate) struct Nemesis {
 const MAX_ACTIVE: usize = 2;
 
 impl Nemesis {
-    pub(crate) fn new(seed: u64, kind: RunKind, interval: Duration) -> Self {
+    /// The nemesis of the run of `seed`; a mixed run draws from every kind, or in a sharded
+    /// run (`sharded`) from [`FaultKind::SHARDED`].
+    pub(crate) fn new(seed: u64, kind: RunKind, interval: Duration, sharded: bool) -> Self {
         Self {
             rng: StdRng::seed_from_u64(seed ^ 0x6e65_6d65_7369_7300),
             kind,
+            mixed: if sharded {
+                &FaultKind::SHARDED
+            } else {
+                &FaultKind::ALL
+            },
             next_at: 2 * interval,
             pending: Vec::new(),
         }
@@ -198,7 +246,7 @@ impl Nemesis {
         }
         let kind = match self.kind {
             RunKind::Only(kind) => kind,
-            RunKind::Mixed => FaultKind::ALL[self.rng.random_range(0..FaultKind::ALL.len())],
+            RunKind::Mixed => self.mixed[self.rng.random_range(0..self.mixed.len())],
         };
         self.inject(world, kind);
     }

@@ -111,6 +111,26 @@ impl Params {
         3 * self.interval
     }
 
+    /// How long after every fault healed and every replica is up a sharded deployment of
+    /// `shards` shards over `replicas` replicas must be balanced (every replica owns ⌊K/R⌋ or
+    /// ⌈K/R⌉ shards, every shard owned), with `moves` the elector's move limit per interval:
+    ///
+    /// - 4·I: a member session cut off without FIN/RST (a ghost) holds its member lock, and
+    ///   its shards, until `idle_session_timeout` ends it (a restarted server instead makes a
+    ///   cold start: a reconnect within I and the cold-start delay of one I, less than 4·I);
+    /// - I: every member's next survey sees the ghost gone (or the last member join);
+    /// - I: the rebalance delay, a stable membership before shards move for balance;
+    /// - ⌈(K − ⌊K/R⌋) / moves⌉ · I: the rounds of hand-overs, at most `moves` shards per giver
+    ///   and interval, for the largest excess one replica can hold (all K but its share);
+    /// - T + I: the last round's work drains, the unlock, and the taker's next survey and take;
+    /// - the margin's round trips.
+    pub fn balance_bound(&self, shards: u32, replicas: usize, moves: u32) -> Duration {
+        let replicas = u32::try_from(replicas.max(1)).unwrap_or(u32::MAX);
+        let excess = shards - shards / replicas;
+        let rounds = excess.div_ceil(moves.max(1));
+        (7 + rounds) * self.interval + self.longest_work + self.margin()
+    }
+
     /// The whole simulated time a run may take.
     pub fn total(&self) -> Duration {
         self.fault_phase + self.liveness_phase + self.stop_budget

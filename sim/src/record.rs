@@ -42,6 +42,19 @@ pub(crate) struct Recorder {
     pub(crate) work: Vec<(usize, Span)>,
     /// Fencing runs: every fenced unit of work, as the service saw it.
     pub(crate) fenced: Vec<FencedWrite>,
+    /// Sharded runs: every unit of shard work, from its start to its end.
+    pub(crate) shard_work: Vec<ShardWork>,
+}
+
+/// One unit of work of a shard, run in a term of that shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShardWork {
+    pub(crate) replica: usize,
+    pub(crate) incarnation: u32,
+    pub(crate) shard: u32,
+    /// The term it ran in (the term `run_if_owner` took).
+    pub(crate) term: u64,
+    pub(crate) span: Span,
 }
 
 /// How a fenced unit of work ended, as the service saw it.
@@ -98,6 +111,39 @@ impl Recorder {
                 span.end = Some(at);
             }
         }
+        for work in &mut self.shard_work {
+            if work.replica == replica && work.span.end.is_none() {
+                work.span.end = Some(at);
+            }
+        }
+    }
+
+    /// A unit of shard work begins; returns its index for [`Recorder::end_shard_work`].
+    pub(crate) fn begin_shard_work(
+        &mut self,
+        replica: usize,
+        incarnation: u32,
+        shard: u32,
+        term: u64,
+        at: Duration,
+    ) -> usize {
+        self.shard_work.push(ShardWork {
+            replica,
+            incarnation,
+            shard,
+            term,
+            span: Span::open(at),
+        });
+        self.shard_work.len() - 1
+    }
+
+    /// Unit `index` of shard work ended.
+    pub(crate) fn end_shard_work(&mut self, index: usize, at: Duration) {
+        if let Some(work) = self.shard_work.get_mut(index)
+            && work.span.end.is_none()
+        {
+            work.span.end = Some(at);
+        }
     }
 
     /// A fenced unit of work begins; returns its index for the calls below.
@@ -145,6 +191,8 @@ pub(crate) enum TermEnd {
     Lost,
     /// `TermEndCause::Resigned`: an operator's resign, or the replica made ineligible.
     Resigned,
+    /// `TermEndCause::HandedOver`: a shard given up for balance (sharded runs).
+    HandedOver,
     /// Still open when the run ended.
     Open,
 }
@@ -159,6 +207,28 @@ pub(crate) struct TermRecord {
     pub(crate) epoch: Option<u64>,
     pub(crate) span: Span,
     pub(crate) end: TermEnd,
+}
+
+/// One term of one shard as the harness observed it (sharded runs): from the ownership the
+/// replica's elector published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShardTermRecord {
+    pub(crate) replica: usize,
+    pub(crate) incarnation: u32,
+    pub(crate) shard: u32,
+    pub(crate) id: u64,
+    pub(crate) span: Span,
+    pub(crate) end: TermEnd,
+}
+
+/// A shard whose term ended for a handover while its replica keeps the lock until the work
+/// returned and the unlock ran (`Ownership::handing_over`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Handing {
+    pub(crate) replica: usize,
+    pub(crate) incarnation: u32,
+    pub(crate) shard: u32,
+    pub(crate) span: Span,
 }
 
 /// A link fault between a replica and a server host.
@@ -193,6 +263,13 @@ pub(crate) struct UpSpan {
 #[derive(Debug, Default)]
 pub(crate) struct History {
     pub(crate) terms: Vec<TermRecord>,
+    /// Sharded runs: every shard term, in the order they began.
+    pub(crate) shard_terms: Vec<ShardTermRecord>,
+    /// Sharded runs: every shard being handed over, in the order the handovers began.
+    pub(crate) handing: Vec<Handing>,
+    /// Sharded runs: every advisory lock each server held when every replica was asked to
+    /// stop (the end of the steady state), by server.
+    pub(crate) locks_at_stop: Vec<Vec<crate::server::HeldLock>>,
     pub(crate) up: Vec<UpSpan>,
     /// Every incarnation the harness saw start: (replica, incarnation, when), in time order.
     pub(crate) incarnations: Vec<(usize, u32, Duration)>,

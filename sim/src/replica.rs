@@ -1,12 +1,14 @@
 //! The software of one replica host: the real `Elector::run` of the adapter, on a pool of
 //! turmoil connections, and a simulated service that runs units of leader work through
-//! `run_if_leader` (fenced ones in fencing runs, see [`crate::fenced`]).
+//! `run_if_leader` (fenced ones in fencing runs, see [`crate::fenced`]); in sharded runs the
+//! real `ShardedElector::run` instead, and a unit of work per shard through `run_if_owner`.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
 use std::rc::Rc;
 use std::time::Duration;
 
+use plexsphere_leader::sharded::{ShardConfig, ShardedElector};
 use plexsphere_leader::{Config, Elector, LockKey};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -18,8 +20,9 @@ use crate::connect::TurmoilConnect;
 use crate::fenced::{self, FencedUnit};
 use crate::params::Params;
 use crate::record::{Recorder, SharedRecorder};
-use crate::sabotage::{DriverSabotage, SabotagedSessions};
+use crate::sabotage::{DriverSabotage, SabotagedSessions, ShardSabotage, StaleSurveySessions};
 use crate::server::Primary;
+use crate::sharding::Sharding;
 use plexsphere_leader::session::PoolSessions;
 
 /// The port every simulated server listens on.
@@ -45,8 +48,31 @@ pub(crate) struct Slot {
 /// The handles of a running incarnation.
 #[derive(Debug, Clone)]
 pub(crate) struct Live {
-    pub(crate) elector: Elector,
+    pub(crate) elector: Elected,
     pub(crate) shutdown: CancellationToken,
+}
+
+/// The elector an incarnation runs: the single election, or its part of a shard space.
+#[derive(Debug, Clone)]
+pub(crate) enum Elected {
+    Single(Elector),
+    Sharded(ShardedElector),
+}
+
+impl Elected {
+    pub(crate) fn single(&self) -> Option<&Elector> {
+        match self {
+            Self::Single(elector) => Some(elector),
+            Self::Sharded(_) => None,
+        }
+    }
+
+    pub(crate) fn sharded(&self) -> Option<&ShardedElector> {
+        match self {
+            Self::Single(_) => None,
+            Self::Sharded(elector) => Some(elector),
+        }
+    }
 }
 
 /// Everything the software of replica `index` is built from.
@@ -56,6 +82,10 @@ pub(crate) struct ReplicaEnv {
     pub(crate) params: Params,
     pub(crate) primary: Primary,
     pub(crate) sabotage: Option<DriverSabotage>,
+    /// A sharded run's space; `None` runs the single election.
+    pub(crate) sharding: Option<Sharding>,
+    /// A sharded run's deliberately broken behaviour, if any.
+    pub(crate) shard_sabotage: Option<ShardSabotage>,
     /// Whether the run fences: the elector advances an epoch per term and the service's
     /// units of work are fenced writes.
     pub(crate) fencing: bool,
@@ -108,6 +138,9 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     let connect = TurmoilConnect::new(env.primary.clone(), PORT, env.session_ends.clone());
     let pool = connect.pool(pg, POOL_SIZE)?;
     let sessions = PoolSessions::new(pool.clone()).session_ends(env.session_ends.clone());
+    if let Some(sharding) = env.sharding {
+        return sharded_software(env, incarnation, sharding, pool, sessions).await;
+    }
     let key = election_key(env.seed);
     let config = match env.sabotage {
         Some(sabotage) => Config::with_sessions(SabotagedSessions::new(
@@ -131,7 +164,7 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
             shutdown.cancel();
         }
         slot.live = Some(Live {
-            elector: elector.clone(),
+            elector: Elected::Single(elector.clone()),
             shutdown: shutdown.clone(),
         });
     }
@@ -151,17 +184,173 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     let result = Tagged::new(env.index, elector.run(shutdown.clone())).await;
     shutdown.cancel();
     let _ended = service.await;
+    finish(&env, pool).await;
+    Ok(result?)
+}
+
+/// After `run` returned: closes the pool, so that no session is left, and tells the harness.
+async fn finish(env: &ReplicaEnv, pool: deadpool_postgres::Pool) {
     pool.close();
     drop(pool);
     // Let the runtime drop the aborted connection tasks, so their sockets close (FIN) before
     // the software returns and turmoil stops ticking this host.
     tokio::time::sleep(2 * env.params.tick).await;
+    let mut slot = env.slot.borrow_mut();
+    slot.live = None;
+    slot.finished = true;
+}
+
+/// One incarnation of a sharded replica: the real `ShardedElector::run` on the pool's
+/// sessions (its one lock session), and a unit of work per shard every `work_period`, until
+/// the harness cancels it; then the pool closes.
+async fn sharded_software(
+    env: Rc<ReplicaEnv>,
+    incarnation: u32,
+    sharding: Sharding,
+    pool: deadpool_postgres::Pool,
+    sessions: PoolSessions,
+) -> turmoil::Result {
+    let class = Sharding::class(env.seed);
+    let config = match env.shard_sabotage {
+        Some(ShardSabotage::KeepShardsOnFailedSurvey) => ShardConfig::with_sessions(
+            StaleSurveySessions::new(sessions, class, sharding.shards, env.params.interval),
+            sharding.shards,
+        ),
+        _ => ShardConfig::with_sessions(sessions, sharding.shards),
+    }
+    .class(class)
+    .check_interval(env.params.interval)
+    .identity(application_name(env.index, incarnation));
+    let elector = ShardedElector::new(config)?;
+    let shutdown = CancellationToken::new();
     {
         let mut slot = env.slot.borrow_mut();
-        slot.live = None;
-        slot.finished = true;
+        if slot.stop_requested {
+            shutdown.cancel();
+        }
+        slot.live = Some(Live {
+            elector: Elected::Sharded(elector.clone()),
+            shutdown: shutdown.clone(),
+        });
     }
+    let workers: Vec<_> = (0..sharding.shards)
+        .map(|shard| {
+            tokio::task::spawn_local(Tagged::new(
+                env.index,
+                shard_work(
+                    Rc::clone(&env),
+                    elector.clone(),
+                    shutdown.clone(),
+                    incarnation,
+                    shard,
+                ),
+            ))
+        })
+        .collect();
+    let result = Tagged::new(env.index, elector.run(shutdown.clone())).await;
+    shutdown.cancel();
+    for worker in workers {
+        let _ended = worker.await;
+    }
+    finish(&env, pool).await;
     Ok(result?)
+}
+
+/// The simulated work of one shard: every `work_period` a unit of random length up to
+/// `longest_work` through `run_if_owner`, which does not look at its term's token (the worst
+/// case); the shard's handover waits for it. With the sabotage
+/// [`ShardSabotage::WorkOutlivesTerm`] the unit gives its term handle back as it starts.
+async fn shard_work(
+    env: Rc<ReplicaEnv>,
+    elector: ShardedElector,
+    shutdown: CancellationToken,
+    incarnation: u32,
+    shard: u32,
+) {
+    let mut rng = StdRng::seed_from_u64(
+        env.seed
+            ^ ((env.index as u64) << 48)
+            ^ (u64::from(incarnation) << 32)
+            ^ (u64::from(shard) << 16)
+            ^ 0x5ba2_d0c4,
+    );
+    let mut ticker = tokio::time::interval(env.params.work_period);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let longest = u64::try_from(env.params.longest_work.as_micros()).unwrap_or(u64::MAX);
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let length = Duration::from_micros(rng.random_range(0..=longest));
+        // The term `run_if_owner` takes: nothing awaits in between.
+        let Some(term) = elector.ownership().shards.get(&shard).map(|o| o.term.get()) else {
+            continue;
+        };
+        let unit = ShardUnit {
+            recorder: Rc::clone(&env.recorder),
+            replica: env.index,
+            incarnation,
+            shard,
+            term,
+        };
+        if env.shard_sabotage == Some(ShardSabotage::WorkOutlivesTerm) {
+            // The term handle goes back at once: a handover no longer waits for the work.
+            drop(elector.term(shard, &shutdown));
+            unit.run(length).await;
+            continue;
+        }
+        let _ran = elector
+            .run_if_owner(shard, &shutdown, |_token| async move {
+                unit.run(length).await;
+                Ok::<(), Infallible>(())
+            })
+            .await;
+    }
+}
+
+/// One unit of a shard's work, recorded from its start to its end (or to the crash that drops
+/// it).
+struct ShardUnit {
+    recorder: SharedRecorder,
+    replica: usize,
+    incarnation: u32,
+    shard: u32,
+    term: u64,
+}
+
+impl ShardUnit {
+    async fn run(self, length: Duration) {
+        let at = sim_time(&self.recorder);
+        let index = self.recorder.borrow_mut().begin_shard_work(
+            self.replica,
+            self.incarnation,
+            self.shard,
+            self.term,
+            at,
+        );
+        let _guard = ShardWorkGuard {
+            recorder: self.recorder,
+            index,
+        };
+        tokio::time::sleep(length).await;
+    }
+}
+
+/// Ends a unit of shard work when dropped.
+struct ShardWorkGuard {
+    recorder: SharedRecorder,
+    index: usize,
+}
+
+impl Drop for ShardWorkGuard {
+    fn drop(&mut self) {
+        let at = sim_time(&self.recorder);
+        if let Ok(mut recorder) = self.recorder.try_borrow_mut() {
+            recorder.end_shard_work(self.index, at);
+        }
+    }
 }
 
 /// The simulated service: every `work_period` it asks for one unit of leader work, which

@@ -3,6 +3,8 @@
 //! the cell table, runs and violations per (kind, acquire mode, fencing), where a cell no run
 //! reached reads `EMPTY`.
 
+mod shards;
+
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::time::Duration;
@@ -13,6 +15,8 @@ use crate::checker::Measurements;
 use crate::nemesis::RunKind;
 use crate::params::Params;
 use crate::run::{RunOptions, RunOutcome};
+
+pub use shards::ShardReport;
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Row {

@@ -11,7 +11,8 @@ use crate::nemesis::{Nemesis, RunKind};
 use crate::params::Params;
 use crate::record::{FenceOutcome, FencedWrite};
 use crate::sabotage::Sabotage;
-use crate::server::{Event, LogEntry};
+use crate::server::{Event, LockId, LockKey, LockMode, LogEntry};
+use crate::sharding::Sharding;
 use crate::world::{SERVERS, World};
 
 /// What to run.
@@ -55,6 +56,10 @@ pub struct RunOptions {
     pub sabotage: Option<Sabotage>,
     /// Which faults the nemesis injects.
     pub kind: RunKind,
+    /// A sharded run: the replicas run a [`ShardedElector`](plexsphere_leader::sharded) over
+    /// this space instead of the single election (mode and fencing then do not apply); see
+    /// [`RunOptions::sharded`].
+    pub sharding: Option<Sharding>,
 }
 
 impl RunOptions {
@@ -73,6 +78,23 @@ impl RunOptions {
             mode: Self::mode_for_seed(seed),
             sabotage: None,
             kind: RunKind::for_seed(seed),
+            sharding: None,
+        }
+    }
+
+    /// Sharded seed `seed` (a seed space of its own) with three replicas, the default timing,
+    /// no sabotage, and the seed's kind of faults and number of shards (see
+    /// [What a sharded seed runs](Sharding#what-a-sharded-seed-runs)).
+    pub fn sharded(seed: u64) -> Self {
+        Self {
+            seed,
+            replicas: 3,
+            params: Params::default(),
+            fencing: false,
+            mode: AcquireMode::Poll,
+            sabotage: None,
+            kind: RunKind::for_sharded_seed(seed),
+            sharding: Some(Sharding::for_seed(seed)),
         }
     }
 
@@ -97,12 +119,26 @@ impl RunOptions {
 
     /// The command that replays this run with a readable trace.
     pub fn replay_command(&self) -> String {
+        let sharded = if self.sharding.is_some() {
+            " --sharded"
+        } else {
+            ""
+        };
         let mut command = format!(
-            "cargo run --release -p plexsphere-leader-sim -- --seed {}",
+            "cargo run --release -p plexsphere-leader-sim --{sharded} --seed {}",
             self.seed
         );
         if self.replicas != 3 {
             command.push_str(&format!(" --replicas {}", self.replicas));
+        }
+        if let Some(sharding) = self.sharding {
+            if sharding != Sharding::for_seed(self.seed) {
+                command.push_str(&format!(" --shards {}", sharding.shards));
+            }
+            if let Some(sabotage) = self.sabotage {
+                command.push_str(&format!(" --sabotage {sabotage}"));
+            }
+            return command;
         }
         if self.mode != Self::mode_for_seed(self.seed) {
             command.push_str(&format!(" --mode {}", mode_name(self.mode)));
@@ -120,6 +156,12 @@ impl RunOptions {
     /// The run's name in reports: its fault kind, its acquire mode, and whether it fences
     /// (`terminate, queue, fencing`).
     pub fn describe(&self) -> String {
+        if let Some(sharding) = self.sharding {
+            return format!(
+                "{}, {} shards, {} replicas",
+                self.kind, sharding.shards, self.replicas
+            );
+        }
         let mode = mode_name(self.mode);
         if self.fencing {
             format!("{}, {mode}, fencing", self.kind)
@@ -128,6 +170,9 @@ impl RunOptions {
         }
     }
 }
+
+/// The second half of the member lock `(class, -1)` of a shard space.
+const MEMBER: i32 = plexsphere_leader::shard_sql::MEMBER_OBJ_ID;
 
 /// How many (acquire mode, fencing) variants a kind runs in.
 const VARIANTS: u64 = 4;
@@ -220,11 +265,13 @@ pub fn run_once(options: &RunOptions) -> RunOutcome {
 fn simulate(options: &RunOptions) -> RunOutcome {
     let params = options.params;
     let mut world = World::new(options);
-    let mut nemesis = Nemesis::new(options.seed, options.kind, params.interval);
-    let _completed = phases(&mut world, &mut nemesis);
+    let sharded = options.sharding.is_some();
+    let mut nemesis = Nemesis::new(options.seed, options.kind, params.interval, sharded);
+    let _completed = phases(&mut world, &mut nemesis, settle_bound(options));
     world.history.end = world.now();
     let work = world.recorder.borrow().work.clone();
     let fenced = world.recorder.borrow().fenced.clone();
+    let shard_work = world.recorder.borrow().shard_work.clone();
     let servers = world
         .servers
         .iter()
@@ -235,7 +282,10 @@ fn simulate(options: &RunOptions) -> RunOutcome {
             locks: handle.locks(),
         })
         .collect::<Vec<_>>();
-    let trace = trace(&world, &servers, &fenced);
+    let space = options
+        .sharding
+        .map(|sharding| (sharding, Sharding::class(options.seed)));
+    let trace = trace(&world, &servers, &fenced, space.map(|(_, class)| class));
     let evidence = Evidence {
         params,
         replicas: options.replicas,
@@ -243,9 +293,13 @@ fn simulate(options: &RunOptions) -> RunOutcome {
         history: &world.history,
         work: &work,
         fenced: &fenced,
+        shard_work: &shard_work,
         servers,
     };
-    let (measurements, violations) = checker::check(&evidence);
+    let (measurements, violations) = match space {
+        Some((sharding, class)) => checker::shards::check(&evidence, sharding, class),
+        None => checker::check(&evidence),
+    };
     RunOutcome {
         options: *options,
         measurements,
@@ -254,8 +308,22 @@ fn simulate(options: &RunOptions) -> RunOutcome {
     }
 }
 
-/// Runs the three phases; `Err` when a host failed and the run was cut short.
-fn phases(world: &mut World<'_>, nemesis: &mut Nemesis) -> Result<(), ()> {
+/// How long after every fault healed and every replica is up the run must have settled: a
+/// single leader ([`Params::liveness_bound`]), or a balanced shard space
+/// ([`Params::balance_bound`]).
+pub(crate) fn settle_bound(options: &RunOptions) -> Duration {
+    let params = options.params;
+    match options.sharding {
+        Some(sharding) => {
+            params.balance_bound(sharding.shards, options.replicas, sharding.moves(params))
+        }
+        None => params.liveness_bound(),
+    }
+}
+
+/// Runs the three phases, the liveness phase lasting until `settle` plus four intervals after
+/// every replica is up; `Err` when a host failed and the run was cut short.
+fn phases(world: &mut World<'_>, nemesis: &mut Nemesis, settle: Duration) -> Result<(), ()> {
     let params = world.params;
     while world.now() < params.fault_phase {
         world.step()?;
@@ -275,8 +343,7 @@ fn phases(world: &mut World<'_>, nemesis: &mut Nemesis) -> Result<(), ()> {
                 .note(now, "nemesis", "every fault healed, every replica up");
         }
         let until = world.history.all_up.map(|up| {
-            (faults_stopped + params.liveness_phase)
-                .max(up + params.liveness_bound() + 4 * params.interval)
+            (faults_stopped + params.liveness_phase).max(up + settle + 4 * params.interval)
         });
         if until.is_some_and(|until| world.now() >= until) {
             break;
@@ -298,6 +365,7 @@ fn stop_all(world: &mut World<'_>) -> Result<(), ()> {
     let params = world.params;
     let asked = world.now();
     world.history.stop_all = Some(asked);
+    world.history.locks_at_stop = world.servers.iter().map(|s| s.locks()).collect();
     world
         .history
         .note(asked, "harness", "every replica is asked to stop");
@@ -319,8 +387,14 @@ fn stop_all(world: &mut World<'_>) -> Result<(), ()> {
 }
 
 /// The readable trace: the harness's notes, the fenced writes as the service saw them (at
-/// their end) and the servers' logs, merged in time order.
-fn trace(world: &World<'_>, servers: &[ServerEvidence], fenced: &[FencedWrite]) -> Vec<String> {
+/// their end) and the servers' logs, merged in time order; in a sharded run (`class`) the
+/// locks of the space are named (`shard 3`, `member lock`).
+fn trace(
+    world: &World<'_>,
+    servers: &[ServerEvidence],
+    fenced: &[FencedWrite],
+    class: Option<i32>,
+) -> Vec<String> {
     let mut lines: Vec<(Duration, usize, String, String)> = world
         .history
         .trace
@@ -341,7 +415,7 @@ fn trace(world: &World<'_>, servers: &[ServerEvidence], fenced: &[FencedWrite]) 
                 entry.at,
                 base + index * 1_000_000 + order,
                 SERVERS[index].to_owned(),
-                describe(entry),
+                describe(entry, class),
             ));
         }
     }
@@ -372,7 +446,18 @@ fn describe_fenced(write: &FencedWrite) -> String {
     )
 }
 
-fn describe(entry: &LogEntry) -> String {
+/// The name of `lock` in a trace: in a sharded run of `class`, `shard <s>` or `member lock`;
+/// otherwise `lock` (the election's only lock).
+fn lock_name(lock: &LockId, class: Option<i32>) -> String {
+    match (lock.key, class) {
+        (LockKey::Pair(held, MEMBER), Some(class)) if held == class => "member lock".to_owned(),
+        (LockKey::Pair(held, shard), Some(class)) if held == class => format!("shard {shard}"),
+        (key, Some(_)) => format!("lock {key:?}"),
+        (_, None) => "lock".to_owned(),
+    }
+}
+
+fn describe(entry: &LogEntry, class: Option<i32>) -> String {
     match &entry.event {
         Event::ServerStarted => "server started".to_owned(),
         Event::ServerCrashed => "server crashed".to_owned(),
@@ -382,7 +467,22 @@ fn describe(entry: &LogEntry) -> String {
             ..
         } => format!("session {pid} opened by {application_name}"),
         Event::SessionEnded { pid, reason, .. } => format!("session {pid} ended: {reason:?}"),
-        Event::LockGranted { pid, count, .. } => format!("lock granted to {pid} (count {count})"),
+        Event::LockGranted {
+            pid,
+            count,
+            lock,
+            mode,
+        } => {
+            let shared = if *mode == LockMode::Shared {
+                " (shared)"
+            } else {
+                ""
+            };
+            format!(
+                "{}{shared} granted to {pid} (count {count})",
+                lock_name(lock, class)
+            )
+        }
         Event::GrantedAtLockTimeout { pid, .. } => {
             format!("wait of {pid} fails with 55P03 at its lock_timeout, though granted the lock")
         }
@@ -390,8 +490,12 @@ fn describe(entry: &LogEntry) -> String {
             pid,
             remaining,
             reason,
+            lock,
             ..
-        } => format!("lock released by {pid} (count {remaining} left): {reason:?}"),
+        } => format!(
+            "{} released by {pid} (count {remaining} left): {reason:?}",
+            lock_name(lock, class)
+        ),
         Event::EpochAdvanced {
             pid, epoch, waited, ..
         } if waited.is_zero() => format!("epoch advanced to {epoch} by {pid}"),

@@ -1,10 +1,11 @@
 //! Deliberately broken behaviours, to see the checker fail: the lock sessions of the real
-//! adapter broken on purpose (a wrapper of its session seam, [`SabotagedSessions`]), an
-//! operator whose resign loses its hold-off, and the simulated server's own. A run that checks
-//! the real adapter switches none on; the adapter itself has no sabotage in it.
+//! adapter broken on purpose (a wrapper of its session seam, [`SabotagedSessions`], and for
+//! sharded runs [`StaleSurveySessions`]), an operator whose resign loses its hold-off, a
+//! sharded service whose work does not hold its term, and the simulated server's own. A run
+//! that checks the real adapter switches none on; the adapter itself has no sabotage in it.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use plexsphere_leader::LockKey;
@@ -33,11 +34,27 @@ pub enum DriverSabotage {
     LockTimeoutAsRefusal,
 }
 
+/// One broken behaviour of a sharded replica's software (sharded runs only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShardSabotage {
+    /// The service's unit of shard work gives its term handle back as it starts and works on
+    /// without it, so a handover unlocks the shard while the old owner's work still runs: the
+    /// old term's work no longer ends before the unlock.
+    WorkOutlivesTerm,
+    /// A survey that fails or does not answer within half an interval is answered with the
+    /// rows of the session's last good survey, so a replica cut off from the server keeps
+    /// believing it owns its shards (the sharded twin of
+    /// [`DriverSabotage::KeepTermOnFailedPing`]).
+    KeepShardsOnFailedSurvey,
+}
+
 /// One deliberately broken behaviour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Sabotage {
     /// A broken behaviour of the replica's software ([`DriverSabotage`]).
     Driver(DriverSabotage),
+    /// A broken behaviour of a sharded replica's software ([`ShardSabotage`]).
+    Shard(ShardSabotage),
     /// Both simulated servers read the fence row `FOR SHARE` without locking it
     /// ([`ServerConfig::with_row_locks`](crate::server::ServerConfig::with_row_locks)), so a
     /// new leader's epoch advance does not wait for an old leader's fenced transaction: the
@@ -57,9 +74,17 @@ impl Sabotage {
         Self::FenceWithoutRowLock,
     ];
 
+    /// Every sabotage of a sharded run (`--sharded --sabotage NAME`).
+    pub const SHARDED: [Self; 2] = [
+        Self::Shard(ShardSabotage::WorkOutlivesTerm),
+        Self::Shard(ShardSabotage::KeepShardsOnFailedSurvey),
+    ];
+
     /// The CLI name (`--sabotage NAME`).
     pub const fn name(self) -> &'static str {
         match self {
+            Self::Shard(ShardSabotage::WorkOutlivesTerm) => "shard-work-outlives-term",
+            Self::Shard(ShardSabotage::KeepShardsOnFailedSurvey) => "keep-shards-on-failed-survey",
             Self::Driver(DriverSabotage::NeverPing) => "never-ping",
             Self::Driver(DriverSabotage::ReturnGrantedToPool) => "return-granted-to-pool",
             Self::Driver(DriverSabotage::SkipIdleSessionTimeout) => "skip-idle-session-timeout",
@@ -70,18 +95,32 @@ impl Sabotage {
         }
     }
 
-    /// The sabotage named `name`, if any.
+    /// The sabotage named `name`, if any (of either list).
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL
             .into_iter()
+            .chain(Self::SHARDED)
             .find(|sabotage| sabotage.name() == name)
+    }
+
+    /// Whether it breaks a sharded run ([`Sabotage::SHARDED`]) rather than a single election.
+    pub const fn is_sharded(self) -> bool {
+        matches!(self, Self::Shard(_))
     }
 
     /// The replica's software sabotage, if this is one.
     pub(crate) fn driver(self) -> Option<DriverSabotage> {
         match self {
             Self::Driver(driver) => Some(driver),
-            Self::FenceWithoutRowLock => None,
+            Self::Shard(_) | Self::FenceWithoutRowLock => None,
+        }
+    }
+
+    /// The sharded replica's software sabotage, if this is one.
+    pub(crate) fn shard(self) -> Option<ShardSabotage> {
+        match self {
+            Self::Shard(shard) => Some(shard),
+            Self::Driver(_) | Self::FenceWithoutRowLock => None,
         }
     }
 }
@@ -243,13 +282,122 @@ impl LockSession for SabotagedSession {
     }
 }
 
+/// The lock sessions of a sharded replica with [`ShardSabotage::KeepShardsOnFailedSurvey`]
+/// in them: every other statement goes through as it is.
+#[derive(Debug)]
+pub(crate) struct StaleSurveySessions {
+    inner: Arc<dyn SessionSource>,
+    /// The survey statement of this space, to recognise it.
+    survey: String,
+    /// How long a survey may take before the last good rows answer it.
+    patience: Duration,
+}
+
+impl StaleSurveySessions {
+    /// `inner`'s sessions for the space of `count` shards of `class` at check interval
+    /// `interval`.
+    pub(crate) fn new(
+        inner: impl SessionSource,
+        class: i32,
+        count: u32,
+        interval: Duration,
+    ) -> Self {
+        Self {
+            inner: Arc::new(inner),
+            survey: plexsphere_leader::shard_sql::survey(class, count),
+            patience: interval / 2,
+        }
+    }
+}
+
+impl SessionSource for StaleSurveySessions {
+    fn acquire(
+        &self,
+    ) -> BoxFuture<'_, Result<Box<dyn LockSession>, plexsphere_leader::CheckError>> {
+        Box::pin(async move {
+            let session = self.inner.acquire().await?;
+            Ok(Box::new(StaleSurveySession {
+                session,
+                survey: self.survey.clone(),
+                patience: self.patience,
+                last: Mutex::new(None),
+            }) as Box<dyn LockSession>)
+        })
+    }
+
+    fn cancel_kept(&self) {
+        self.inner.cancel_kept();
+    }
+}
+
+/// One session of [`StaleSurveySessions`]: remembers its last good survey.
+struct StaleSurveySession {
+    session: Box<dyn LockSession>,
+    survey: String,
+    patience: Duration,
+    last: Mutex<Option<Vec<Row>>>,
+}
+
+impl StaleSurveySession {
+    fn last(&self) -> Option<Vec<Row>> {
+        self.last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl LockSession for StaleSurveySession {
+    fn query<'a>(&'a self, statement: &'a str) -> BoxFuture<'a, Result<Vec<Row>, QueryError>> {
+        Box::pin(async move {
+            if statement != self.survey {
+                return self.session.query(statement).await;
+            }
+            let answer = tokio::time::timeout(self.patience, self.session.query(statement)).await;
+            match (answer, self.last()) {
+                (Ok(Ok(rows)), _) => {
+                    *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(rows.clone());
+                    Ok(rows)
+                }
+                (_, Some(stale)) => Ok(stale),
+                (Ok(Err(error)), None) => Err(error),
+                // Nothing to pretend with: the elector's own deadline ends the wait.
+                (Err(_elapsed), None) => std::future::pending().await,
+            }
+        })
+    }
+
+    fn detach(self: Box<Self>, backend_pid: i32) -> Box<dyn LockSession> {
+        let Self {
+            session,
+            survey,
+            patience,
+            last,
+        } = *self;
+        Box::new(Self {
+            session: session.detach(backend_pid),
+            survey,
+            patience,
+            last,
+        })
+    }
+
+    fn close(self: Box<Self>) {
+        self.session.close();
+    }
+
+    fn ended(&self) -> BoxFuture<'_, ()> {
+        self.session.ended()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_name_round_trips() {
-        for sabotage in Sabotage::ALL {
+        for sabotage in Sabotage::ALL.into_iter().chain(Sabotage::SHARDED) {
             assert_eq!(Sabotage::from_name(sabotage.name()), Some(sabotage));
         }
         assert_eq!(Sabotage::from_name("nope"), None);

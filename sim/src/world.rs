@@ -2,9 +2,11 @@
 //! primitives the nemesis uses. Every primitive records itself in the history.
 
 use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
+use plexsphere_leader::sharded::Ownership;
 use plexsphere_leader::{Leadership, TermEndCause, TermInfo};
 use tokio::sync::watch;
 use turmoil::{Builder, Sim};
@@ -12,12 +14,13 @@ use turmoil::{Builder, Sim};
 use crate::capture;
 use crate::params::Params;
 use crate::record::{
-    HeldOut, History, LinkFault, Recorder, SharedRecorder, Span, TermEnd, TermRecord, UpSpan,
+    Handing, HeldOut, History, LinkFault, Recorder, ShardTermRecord, SharedRecorder, Span, TermEnd,
+    TermRecord, UpSpan,
 };
-use crate::replica::{self, ReplicaEnv, Slot};
+use crate::replica::{self, Live, ReplicaEnv, Slot};
 use crate::run::RunOptions;
 use crate::sabotage::{DriverSabotage, Sabotage};
-use crate::server::{Primary, ServerConfig, ServerHandle, SimPostgres};
+use crate::server::{LockMode, Primary, ServerConfig, ServerHandle, SimPostgres};
 
 /// The server host names; index 0 is the first primary.
 pub(crate) const SERVERS: [&str; 2] = ["pg1", "pg2"];
@@ -35,6 +38,12 @@ pub(crate) struct ReplicaHost {
     up: Option<usize>,
     /// The published leadership of the incarnation it belongs to.
     leadership: Option<(u32, watch::Receiver<Leadership>)>,
+    /// Sharded runs: the open shard terms, shard → index in `history.shard_terms`.
+    open_shards: BTreeMap<u32, usize>,
+    /// Sharded runs: the shards being handed over, shard → index in `history.handing`.
+    open_handing: BTreeMap<u32, usize>,
+    /// Sharded runs: the published ownership of the incarnation it belongs to.
+    ownership: Option<(u32, watch::Receiver<Ownership>)>,
 }
 
 /// The world of one run.
@@ -48,6 +57,8 @@ pub(crate) struct World<'a> {
     pub(crate) history: History,
     /// The run's deliberately broken behaviour, if any.
     sabotage: Option<Sabotage>,
+    /// Whether the replicas run sharded electors.
+    sharded: bool,
 }
 
 impl World<'_> {
@@ -61,6 +72,7 @@ impl World<'_> {
             fencing,
             mode,
             sabotage,
+            sharding,
             ..
         } = *options;
         let mut sim = Builder::new()
@@ -100,6 +112,8 @@ impl World<'_> {
                 params,
                 primary: primary.clone(),
                 sabotage: sabotage.and_then(Sabotage::driver),
+                sharding,
+                shard_sabotage: sabotage.and_then(Sabotage::shard),
                 fencing,
                 mode,
                 slot: Rc::clone(&slot),
@@ -119,6 +133,9 @@ impl World<'_> {
                 open_term: None,
                 up: Some(history.up.len() - 1),
                 leadership: None,
+                open_shards: BTreeMap::new(),
+                open_handing: BTreeMap::new(),
+                ownership: None,
             });
         }
         Self {
@@ -130,6 +147,7 @@ impl World<'_> {
             recorder,
             history,
             sabotage,
+            sharded: sharding.is_some(),
         }
     }
 
@@ -202,9 +220,14 @@ impl World<'_> {
                 self.history
                     .note(now, self.incarnation_name(index), "run returned; stopped");
             }
+            if self.sharded {
+                self.observe_shards(index, incarnation, live.as_ref(), now);
+                continue;
+            }
             let published = self.published(index, incarnation, live.as_ref());
-            if let (Some(leadership), Some(live)) = (&published, &live)
-                && leadership.is_leader() != live.elector.is_leader()
+            let single = live.as_ref().and_then(|live| live.elector.single());
+            if let (Some(leadership), Some(elector)) = (&published, single)
+                && leadership.is_leader() != elector.is_leader()
             {
                 let what = format!("r{index}: is_leader() disagrees with the published leadership");
                 self.history.errors.push((now, what));
@@ -229,10 +252,10 @@ impl World<'_> {
         live: Option<&crate::replica::Live>,
     ) -> Option<Leadership> {
         let host = &mut self.replicas[index];
-        if let Some(live) = live
+        if let Some(elector) = live.and_then(|live| live.elector.single())
             && host.leadership.as_ref().map(|(seen, _)| *seen) != Some(incarnation)
         {
-            host.leadership = Some((incarnation, live.elector.subscribe()));
+            host.leadership = Some((incarnation, elector.subscribe()));
         }
         match &mut host.leadership {
             Some((seen, receiver)) if *seen == incarnation => Some(*receiver.borrow_and_update()),
@@ -310,8 +333,174 @@ impl World<'_> {
         self.history.note(now, who, what);
     }
 
-    /// The replicas that lead now, as last observed.
+    /// Sharded runs: brings the recorded shard terms and handovers of replica `index` in
+    /// line with the ownership its running incarnation published: a recorded term that is no
+    /// longer owned ends (with the cause its elector's transitions give), a newly owned one
+    /// begins; likewise the shards being handed over.
+    fn observe_shards(
+        &mut self,
+        index: usize,
+        incarnation: u32,
+        live: Option<&Live>,
+        now: Duration,
+    ) {
+        let published = self.published_ownership(index, incarnation, live);
+        let (owned, handing): (BTreeMap<u32, u64>, BTreeSet<u32>) = match (live, published) {
+            (Some(_), Some(ownership)) => (
+                ownership
+                    .shards
+                    .iter()
+                    .map(|(shard, owned)| (*shard, owned.term.get()))
+                    .collect(),
+                ownership.handing_over,
+            ),
+            // The incarnation no longer runs: whatever it published is over.
+            _ => (BTreeMap::new(), BTreeSet::new()),
+        };
+        let ended: Vec<(u32, usize)> = self.replicas[index]
+            .open_shards
+            .iter()
+            .filter(|&(shard, &open)| {
+                let record = &self.history.shard_terms[open];
+                record.incarnation != incarnation || owned.get(shard) != Some(&record.id)
+            })
+            .map(|(shard, open)| (*shard, *open))
+            .collect();
+        if !ended.is_empty() {
+            let transitions = live
+                .and_then(|live| live.elector.sharded())
+                .map(|elector| elector.transitions())
+                .unwrap_or_default();
+            for (shard, open) in ended {
+                let id = self.history.shard_terms[open].id;
+                let cause = transitions
+                    .iter()
+                    .rev()
+                    .find(|t| t.shard == shard && t.term.get() == id)
+                    .and_then(|t| t.ended);
+                self.end_shard_term(index, shard, open, cause, now);
+            }
+        }
+        for (shard, id) in owned {
+            if self.replicas[index].open_shards.contains_key(&shard) {
+                continue;
+            }
+            self.history.shard_terms.push(ShardTermRecord {
+                replica: index,
+                incarnation,
+                shard,
+                id,
+                span: Span::open(now),
+                end: TermEnd::Open,
+            });
+            let record = self.history.shard_terms.len() - 1;
+            self.replicas[index].open_shards.insert(shard, record);
+            let who = replica::application_name(index, incarnation);
+            self.history
+                .note(now, who, format!("shard {shard} term {id} begins"));
+        }
+        self.sync_handing(index, incarnation, &handing, now);
+    }
+
+    /// The shards replica `index` is handing over: a span per shard from the moment its
+    /// ownership shows it handing over to the moment it no longer does.
+    fn sync_handing(
+        &mut self,
+        index: usize,
+        incarnation: u32,
+        handing: &BTreeSet<u32>,
+        now: Duration,
+    ) {
+        let over: Vec<(u32, usize)> = self.replicas[index]
+            .open_handing
+            .iter()
+            .filter(|&(shard, &open)| {
+                self.history.handing[open].incarnation != incarnation || !handing.contains(shard)
+            })
+            .map(|(shard, open)| (*shard, *open))
+            .collect();
+        for (shard, open) in over {
+            self.replicas[index].open_handing.remove(&shard);
+            self.history.handing[open].span.end = Some(now);
+        }
+        for &shard in handing {
+            if self.replicas[index].open_handing.contains_key(&shard) {
+                continue;
+            }
+            self.history.handing.push(Handing {
+                replica: index,
+                incarnation,
+                shard,
+                span: Span::open(now),
+            });
+            let open = self.history.handing.len() - 1;
+            self.replicas[index].open_handing.insert(shard, open);
+        }
+    }
+
+    /// The recorded term `open` of `shard` on replica `index` ended, for `cause` as its
+    /// elector recorded it (`None`: the incarnation stopped running first, which counts as
+    /// lost).
+    fn end_shard_term(
+        &mut self,
+        index: usize,
+        shard: u32,
+        open: usize,
+        cause: Option<TermEndCause>,
+        now: Duration,
+    ) {
+        self.replicas[index].open_shards.remove(&shard);
+        let term = &mut self.history.shard_terms[open];
+        term.span.end = Some(now);
+        term.end = match cause {
+            Some(TermEndCause::Stopped) => TermEnd::Stopped,
+            Some(TermEndCause::HandedOver) => TermEnd::HandedOver,
+            Some(_) | None => TermEnd::Lost,
+        };
+        let why = match cause {
+            Some(TermEndCause::HandedOver) => "handed over".to_owned(),
+            Some(TermEndCause::Stopped) => "stopped".to_owned(),
+            Some(other) => other.to_string(),
+            None => "leadership lost: the incarnation stopped".to_owned(),
+        };
+        let what = format!("shard {shard} term {} ends: {why}", term.id);
+        let who = replica::application_name(index, term.incarnation);
+        self.history.note(now, who, what);
+    }
+
+    /// The latest ownership the running incarnation of replica `index` published, read from
+    /// a receiver subscribed when the harness first saw that incarnation run; `None` before
+    /// it ran.
+    fn published_ownership(
+        &mut self,
+        index: usize,
+        incarnation: u32,
+        live: Option<&Live>,
+    ) -> Option<Ownership> {
+        let host = &mut self.replicas[index];
+        if let Some(elector) = live.and_then(|live| live.elector.sharded())
+            && host.ownership.as_ref().map(|(seen, _)| *seen) != Some(incarnation)
+        {
+            host.ownership = Some((incarnation, elector.subscribe()));
+        }
+        match &mut host.ownership {
+            Some((seen, receiver)) if *seen == incarnation => {
+                Some(receiver.borrow_and_update().clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// The replicas that lead now, as last observed; in a sharded run the replicas that own
+    /// shards, the one owning the most first.
     pub(crate) fn leaders(&self) -> Vec<usize> {
+        if self.sharded {
+            let mut owners: Vec<usize> = (0..self.replicas.len())
+                .filter(|&r| !self.replicas[r].open_shards.is_empty())
+                .collect();
+            owners.sort_by_key(|&r| (std::cmp::Reverse(self.replicas[r].open_shards.len()), r));
+            return owners;
+        }
         (0..self.replicas.len())
             .filter(|&r| self.replicas[r].open_term.is_some())
             .collect()
@@ -411,13 +600,15 @@ impl World<'_> {
     /// happens (and nothing is recorded) when its run is not in progress.
     pub(crate) fn resign(&mut self, r: usize, hold_off: Duration) {
         let live = self.replicas[r].slot.borrow().live.clone();
-        let Some(live) = live else { return };
+        let Some(elector) = live.as_ref().and_then(|live| live.elector.single()) else {
+            return;
+        };
         // The sabotage drops the hold-off; the history keeps the one the operator asked for.
         let asked = match self.sabotage {
             Some(Sabotage::Driver(DriverSabotage::ResignWithoutHoldOff)) => Duration::ZERO,
             _ => hold_off,
         };
-        let outcome = live.elector.resign_for(asked);
+        let outcome = elector.resign_for(asked);
         let name = self.incarnation_name(r);
         self.note(
             name,
@@ -442,8 +633,10 @@ impl World<'_> {
     /// happens when its run is not in progress.
     pub(crate) fn set_eligible(&mut self, r: usize, eligible: bool) {
         let live = self.replicas[r].slot.borrow().live.clone();
-        let Some(live) = live else { return };
-        live.elector.set_eligible(eligible);
+        let Some(elector) = live.as_ref().and_then(|live| live.elector.single()) else {
+            return;
+        };
+        elector.set_eligible(eligible);
         let name = self.incarnation_name(r);
         self.note(
             name,
@@ -608,9 +801,15 @@ impl World<'_> {
         }
     }
 
-    /// The pid of the session holding the leader lock on server `s`, if any.
+    /// The pid of the session holding the leader lock on server `s`, if any; in a sharded
+    /// run the owner of the lowest shard held.
     pub(crate) fn lock_holder(&self, s: usize) -> Option<i32> {
-        self.servers[s].locks().first().map(|lock| lock.pid)
+        let locks = self.servers[s].locks();
+        locks
+            .iter()
+            .find(|lock| lock.mode == LockMode::Exclusive)
+            .or(locks.first())
+            .map(|lock| lock.pid)
     }
 
     /// The pids of the live sessions of server `s`.

@@ -2,12 +2,15 @@
 //! software (its lock sessions wrapped, or its operator) switched on, one at a time, the
 //! simulation reports the violation that behaviour causes within one cycle of seeds through
 //! every (fault kind, acquire mode, fencing) cell; and with the simulated server's fence row
-//! left unlocked, the fence-holds property fails.
+//! left unlocked, the fence-holds property fails. The sharded sabotages (a shard's work that
+//! does not hold its term, a survey answered from the last good rows) are caught within one
+//! cycle of sharded seeds.
 #![allow(missing_docs)] // test functions
 
 use plexsphere_leader::AcquireMode;
 use plexsphere_leader_sim::{
-    DriverSabotage, Property, RunKind, RunOptions, Sabotage, Violation, run_once,
+    DriverSabotage, Property, RunKind, RunOptions, Sabotage, ShardSabotage, Sharding, Violation,
+    run_once,
 };
 
 /// One cycle through every cell: the fourteen run kinds (thirteen fault kinds and the mixed
@@ -118,5 +121,60 @@ fn fence_without_row_lock_is_caught_as_a_broken_fence() {
         Sabotage::FenceWithoutRowLock,
         Property::FenceHolds,
         |options| options.fencing,
+    );
+}
+
+/// The first violation of `property` whose detail contains `marks` with the sharded sabotage
+/// `sabotage` on, among one cycle of sharded seeds (every kind with every shard count), and its
+/// seed.
+fn first_sharded_catch(
+    sabotage: ShardSabotage,
+    property: Property,
+    marks: &str,
+) -> Option<(u64, Violation)> {
+    (0..Sharding::CYCLE).find_map(|seed| {
+        let options = RunOptions {
+            sabotage: Some(Sabotage::Shard(sabotage)),
+            ..RunOptions::sharded(seed)
+        };
+        run_once(&options)
+            .violations
+            .into_iter()
+            .find(|v| v.property == property && v.detail.contains(marks))
+            .map(|violation| (seed, violation))
+    })
+}
+
+fn assert_sharded_caught(sabotage: ShardSabotage, property: Property, marks: &str) {
+    let name = Sabotage::Shard(sabotage);
+    match first_sharded_catch(sabotage, property, marks) {
+        Some((seed, violation)) => println!("{name} caught at sharded seed {seed}: {violation}"),
+        None => panic!(
+            "{name}: no {property} violation ({marks}) within {} sharded seeds",
+            Sharding::CYCLE
+        ),
+    }
+}
+
+/// Shard work that does not hold its term lets a handover unlock the shard while the old
+/// owner's work still runs: the zero overlap of a graceful handover breaks. (A handover, not
+/// a stop: the core's own finding, a stop during a survey, shows as a stopped term.)
+#[test]
+fn shard_work_outliving_its_term_is_caught_as_a_graceful_overlap() {
+    assert_sharded_caught(
+        ShardSabotage::WorkOutlivesTerm,
+        Property::GracefulOverlap,
+        "(handed over)",
+    );
+}
+
+/// A replica that answers a failed survey with its last good rows keeps its shards after the
+/// server ended its session.
+#[test]
+fn keep_shards_on_failed_survey_is_caught_as_a_late_detection() {
+    assert_sharded_caught(
+        ShardSabotage::KeepShardsOnFailedSurvey,
+        Property::Detection,
+        "still owned the shard",
     );
 }

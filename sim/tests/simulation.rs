@@ -4,7 +4,9 @@
 #![allow(missing_docs)] // test functions
 
 use plexsphere_leader::AcquireMode;
-use plexsphere_leader_sim::{FaultKind, Params, RunKind, RunOptions, RunOutcome, Sabotage, run};
+use plexsphere_leader_sim::{
+    FaultKind, Params, RunKind, RunOptions, RunOutcome, Sabotage, ShardSabotage, Sharding, run,
+};
 
 fn assert_clean(options: &RunOptions) -> RunOutcome {
     let outcome = run(options);
@@ -151,4 +153,103 @@ fn a_held_fence_row_never_makes_a_waiting_advance_an_orphaned_lock() {
     }
     assert!(runs >= 6, "{runs} fencing runs of the cut-off kinds");
     assert!(orphaned.is_empty(), "{orphaned:#?}");
+}
+
+/// A sharded seed runs clean and identically twice: every replica runs the real
+/// `ShardedElector`, and each shard is held to the single election's bounds.
+fn assert_sharded_clean(seed: u64, kind: FaultKind, shards: u32) -> RunOutcome {
+    let options = RunOptions::sharded(seed);
+    assert_eq!(options.kind, RunKind::Only(kind), "seed {seed}");
+    assert_eq!(
+        options.sharding.map(|s| s.shards),
+        Some(shards),
+        "seed {seed}"
+    );
+    let outcome = run(&options);
+    assert!(
+        outcome.violations.is_empty(),
+        "{}",
+        outcome.failure_report()
+    );
+    let shards = outcome.measurements.shards;
+    assert!(shards.terms > 0, "no shard term in seed {seed}");
+    assert!(outcome.measurements.faults > 0, "no fault in seed {seed}");
+    assert!(shards.balance.is_some(), "never balanced in seed {seed}");
+    outcome
+}
+
+/// Silent deaths leave ghost members whose shards only idle_session_timeout frees (after
+/// 4·I idle); the others take them within one interval after.
+#[test]
+fn a_sharded_silent_death_seed_runs_clean() {
+    let outcome = assert_sharded_clean(4, FaultKind::SilentDeath, 8);
+    let idle = outcome.measurements.shards.orphan_idle.unwrap_or_default();
+    let interval = Params::default().interval;
+    assert!(idle >= 4 * interval - interval / 10, "{idle:?}");
+}
+
+/// Failovers with a silent old primary: every replica notices the loss of its shards within
+/// 2·I and the space starts cold on the new primary.
+#[test]
+fn a_sharded_failover_seed_runs_clean() {
+    let outcome = assert_sharded_clean(10, FaultKind::Failover, 8);
+    assert!(outcome.measurements.shards.detections > 0);
+}
+
+/// Fewer shards than replicas: one replica owns none, terminations hand shards on at once.
+#[test]
+fn a_sharded_terminate_seed_with_two_shards_runs_clean() {
+    assert_sharded_clean(20, FaultKind::Terminate, 2);
+}
+
+/// Graceful stops hand every shard over after its work: the stopped terms' work ends before
+/// the unlock-all, and rebalancing handovers before their unlock.
+#[test]
+fn a_sharded_graceful_stop_seed_with_twelve_shards_runs_clean() {
+    let outcome = assert_sharded_clean(32, FaultKind::GracefulStop, 12);
+    let shards = outcome.measurements.shards;
+    assert!(shards.stops > 0 && shards.handovers > 0, "{shards:?}");
+    assert!(
+        outcome
+            .trace
+            .iter()
+            .any(|line| line.contains("ends: handed over")),
+        "a shard was handed over"
+    );
+}
+
+/// The replay command of a sharded run names the mode and what the seed does not choose.
+#[test]
+fn a_sharded_failure_report_names_the_seed_and_the_replay_command() {
+    let options = RunOptions::sharded(760);
+    assert_eq!(
+        options.replay_command(),
+        "cargo run --release -p plexsphere-leader-sim -- --sharded --seed 760"
+    );
+    let forced = RunOptions {
+        replicas: 4,
+        sharding: Some(Sharding { shards: 5 }),
+        sabotage: Some(Sabotage::Shard(ShardSabotage::WorkOutlivesTerm)),
+        ..RunOptions::sharded(7)
+    };
+    assert_eq!(
+        forced.replay_command(),
+        "cargo run --release -p plexsphere-leader-sim -- --sharded --seed 7 --replicas 4 --shards 5 --sabotage shard-work-outlives-term"
+    );
+    assert_eq!(forced.describe(), "terminate, 5 shards, 4 replicas");
+}
+
+/// Finding (core, open): a graceful stop requested while a survey is in flight abandons the
+/// stop. `ShardedElection::cancelled` moves every owned shard out of `owned` (into the stop's
+/// awaited terms) while their locks are still held, so the survey answered during the drain
+/// contradicts what the core believes; the core loses the session (`CloseSession`, `Finish`)
+/// without awaiting the stopped terms' work and without `pg_advisory_unlock_all`. The socket's
+/// close frees the locks while that work still runs: in seed 760 r2.2 takes shard 1 two
+/// milliseconds later and its term overlaps r0.4's stopped term's work by 16 ms. Ignored until
+/// the core is fixed; `cargo test -p plexsphere-leader-sim --test simulation -- --ignored`
+/// then runs it clean.
+#[test]
+#[ignore = "core finding: a stop during a survey closes the session with the stopped terms' work running (docs/simulation.md)"]
+fn a_stop_during_a_survey_waits_for_the_stopped_terms_work() {
+    assert_sharded_clean(760, FaultKind::GracefulStop, 2);
 }

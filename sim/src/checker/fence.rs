@@ -399,6 +399,7 @@ mod tests {
             history,
             work: &[],
             fenced: &[],
+            shard_work: &[],
             servers,
         };
         let mut checker = Checker::new(&evidence);
@@ -454,6 +455,7 @@ mod tests {
             history: &history,
             work: &[],
             fenced: &[],
+            shard_work: &[],
             servers: evidence_servers,
         };
         let mut checker = Checker::new(&evidence);

@@ -1,0 +1,1170 @@
+//! The checker of a sharded run: each shard held to the single election's bounds, over the
+//! servers' logs (ground truth) and the shard terms and work the replicas' electors published,
+//! and the space held to its balance.
+//!
+//! | property | what |
+//! |---|---|
+//! | mutual exclusion | the servers' logs: no lock held by two sessions in conflicting modes |
+//! | overlap | per shard and pair of replicas, acting as owner (term open, or a unit of its work running) at once for at most 2·I + T |
+//! | graceful overlap | a shard term ended by a handover or a stop, whose lock its own session released (unlock, unlock-all): the term and every unit of its work ended before the release |
+//! | detection | a shard term ends within 2·I of its lock's loss (release, or its server deposed) |
+//! | orphan bound | a member session (and so its shards) is never idle longer than 4·I |
+//! | stranded lock | a shard lock held by a healthy replica's session that believes neither the term nor a handover of it, for longer than I + margin; and when every replica is asked to stop, every lock of the space is held by a current incarnation on the primary, each shard by the one that owns it |
+//! | liveness | a shard free on the primary is taken within I + margin by a replica that begins its term (see [`ShardChecker::liveness`] for the window) |
+//! | balance | from every replica up + [`Params::balance_bound`] to the stop, every replica owns ⌊K/R⌋ or ⌈K/R⌉ shards and every shard has one owner |
+//! | clean stop | the base checker's, and no shard term left open |
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::{Checker, Evidence, Measurements, Owner, Property, Violation, intersections, max, ms};
+use crate::params::Params;
+use crate::record::{ShardTermRecord, TermEnd};
+use crate::server::{EndReason, Event, LockKey, LockMode, ReleaseReason};
+use crate::sharding::Sharding;
+use crate::world::SERVERS;
+
+/// The second half of the member lock.
+const MEMBER: i32 = plexsphere_leader::shard_sql::MEMBER_OBJ_ID;
+
+/// What sharded runs measured, summed or maximised over runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShardMeasurements {
+    /// Sharded runs.
+    pub runs: usize,
+    /// Shard terms observed.
+    pub terms: usize,
+    /// Largest overlap of two replicas acting as owner of one shard.
+    pub overlap: Option<Duration>,
+    /// Largest delay between a shard lock's loss and the end of its term.
+    pub detection: Option<Duration>,
+    /// Largest idle period of a member session.
+    pub orphan_idle: Option<Duration>,
+    /// Largest time a checked shard stayed without owner, from the moment it became free to
+    /// the moment its next owner's term began, whatever held it open.
+    pub leaderless: Option<Duration>,
+    /// Largest time a shard stayed without owner from the moment a member able to take it was
+    /// on the server, where no member left, joined or was cut off in the window (bound
+    /// I + margin, + I for a cold start).
+    pub gap: Option<Duration>,
+    /// Largest time from the moment it became free where a member that could not take (cut
+    /// off, stopping, deposed) or that left or joined held the window open (bounded by that
+    /// member's end, or its join, + I + margin).
+    pub ghost_gap: Option<Duration>,
+    /// Largest time from every replica up to a balanced space that stayed balanced.
+    pub balance: Option<Duration>,
+    /// Cases measured.
+    pub overlaps: usize,
+    /// Shard terms that outlived their lock (the detection bound).
+    pub detections: usize,
+    /// Idle periods of member sessions.
+    pub idle_periods: usize,
+    /// Free shards checked against the plain bound.
+    pub gaps: usize,
+    /// Free shards checked against a bound a ghost or a leave extended.
+    pub ghost_gaps: usize,
+    /// Terms ended by a handover whose unlock was checked against the term's work.
+    pub handovers: usize,
+    /// Terms ended by a graceful stop whose unlock-all was checked against the term's work.
+    pub stops: usize,
+    /// Shard moves: a shard granted to another replica than its previous holder.
+    pub moves: usize,
+    /// Membership changes: a member lock granted or released (on the primary).
+    pub membership_changes: usize,
+    /// Moves after every replica was up (the rebalance), summed over runs.
+    pub settle_moves: usize,
+    /// The most moves one run made after every replica was up.
+    pub max_settle_moves: usize,
+}
+
+impl ShardMeasurements {
+    /// Sums the counts and keeps the larger of each maximum.
+    pub fn merge(&mut self, other: &Self) {
+        self.runs += other.runs;
+        self.terms += other.terms;
+        self.overlap = max(self.overlap, other.overlap);
+        self.detection = max(self.detection, other.detection);
+        self.orphan_idle = max(self.orphan_idle, other.orphan_idle);
+        self.leaderless = max(self.leaderless, other.leaderless);
+        self.gap = max(self.gap, other.gap);
+        self.ghost_gap = max(self.ghost_gap, other.ghost_gap);
+        self.balance = max(self.balance, other.balance);
+        self.overlaps += other.overlaps;
+        self.detections += other.detections;
+        self.idle_periods += other.idle_periods;
+        self.gaps += other.gaps;
+        self.ghost_gaps += other.ghost_gaps;
+        self.handovers += other.handovers;
+        self.stops += other.stops;
+        self.moves += other.moves;
+        self.membership_changes += other.membership_changes;
+        self.settle_moves += other.settle_moves;
+        self.max_settle_moves = self.max_settle_moves.max(other.max_settle_moves);
+    }
+}
+
+/// One tenure of a lock of the space on one server: a session's first grant to its release.
+#[derive(Debug, Clone, Copy)]
+struct Tenure {
+    server: usize,
+    pid: i32,
+    owner: Option<Owner>,
+    granted: Duration,
+    released: Option<Duration>,
+    /// Released by its own replica: an unlock, the unlock-all, or the client closing the
+    /// session (Terminate, or the socket's FIN), not a server-side end.
+    unlocked: bool,
+}
+
+impl Tenure {
+    fn held_at(&self, at: Duration) -> bool {
+        self.granted <= at && self.released.is_none_or(|released| released > at)
+    }
+}
+
+/// Checks a sharded run of `sharding` in the space of `class`; returns what it measured and
+/// every violation, in time order.
+pub(crate) fn check(
+    evidence: &Evidence<'_>,
+    sharding: Sharding,
+    class: i32,
+) -> (Measurements, Vec<Violation>) {
+    let mut base = Checker::new(evidence);
+    base.harness();
+    base.mutual_exclusion();
+    base.clean_stop();
+    let mut checker = ShardChecker::new(base, sharding, class);
+    checker.detection();
+    checker.overlap();
+    checker.graceful();
+    checker.orphans();
+    checker.stranded();
+    checker.stranded_at_stop();
+    checker.liveness();
+    checker.balance();
+    checker.moves();
+    checker.open_terms();
+    let ShardChecker {
+        base, mut measured, ..
+    } = checker;
+    let mut violations = base.violations;
+    violations.sort_by_key(|v| (v.at, v.property));
+    measured.runs = 1;
+    measured.terms = evidence.history.shard_terms.len();
+    let measurements = Measurements {
+        faults: evidence.history.faults,
+        shards: measured,
+        ..Measurements::default()
+    };
+    (measurements, violations)
+}
+
+struct ShardChecker<'a> {
+    base: Checker<'a>,
+    p: Params,
+    shards: u32,
+    replicas: usize,
+    /// Every tenure of each shard's lock, by shard, in grant order.
+    holds: BTreeMap<u32, Vec<Tenure>>,
+    /// Every tenure of the member lock, in grant order.
+    members: Vec<Tenure>,
+    measured: ShardMeasurements,
+}
+
+impl<'a> ShardChecker<'a> {
+    fn new(base: Checker<'a>, sharding: Sharding, class: i32) -> Self {
+        let mut holds: BTreeMap<u32, Vec<Tenure>> = BTreeMap::new();
+        let mut members = Vec::new();
+        for (server, evidence) in base.e.servers.iter().enumerate() {
+            let (server_holds, server_members) = tenures(
+                server,
+                &evidence.log,
+                &base.owners[server],
+                class,
+                sharding.shards,
+            );
+            for (shard, tenure) in server_holds {
+                holds.entry(shard).or_default().push(tenure);
+            }
+            members.extend(server_members);
+        }
+        for tenures in holds.values_mut() {
+            tenures.sort_by_key(|t| (t.granted, t.server, t.pid));
+        }
+        members.sort_by_key(|t| (t.granted, t.server, t.pid));
+        Self {
+            p: base.p,
+            replicas: base.e.replicas,
+            base,
+            shards: sharding.shards,
+            holds,
+            members,
+            measured: ShardMeasurements::default(),
+        }
+    }
+
+    fn terms(&self) -> &'a [ShardTermRecord] {
+        &self.base.e.history.shard_terms
+    }
+
+    fn end(&self) -> Duration {
+        self.base.end
+    }
+
+    /// When `tenure` stopped counting: released, or its server deposed as the primary (or it
+    /// never was the primary at the grant).
+    fn loss(&self, tenure: &Tenure) -> Duration {
+        let history = self.base.e.history;
+        if history.primary_at(tenure.granted) != tenure.server {
+            return tenure.granted;
+        }
+        let moved = history
+            .primaries
+            .iter()
+            .find(|(since, server)| *since > tenure.granted && *server != tenure.server)
+            .map(|(since, _)| *since);
+        match (tenure.released, moved) {
+            (Some(released), Some(moved)) => released.min(moved),
+            (Some(at), None) | (None, Some(at)) => at,
+            (None, None) => self.end() + Duration::from_secs(3600),
+        }
+    }
+
+    /// The lock tenure a shard term rests on: its incarnation's latest grant of the shard at
+    /// or before the term began.
+    fn hold_of(&self, term: &ShardTermRecord) -> Option<Tenure> {
+        let owner = (term.replica, term.incarnation);
+        self.holds
+            .get(&term.shard)?
+            .iter()
+            .filter(|t| t.owner == Some(owner) && t.granted <= term.span.start)
+            .max_by_key(|t| t.granted)
+            .copied()
+    }
+
+    fn violate(&mut self, at: Duration, property: Property, detail: impl Into<String>) {
+        self.base.violate(at, property, detail);
+    }
+
+    /// A replica stops believing it owns a shard within 2·I of losing its lock.
+    fn detection(&mut self) {
+        let bound = self.p.detection_bound();
+        for term in self.terms() {
+            let who = term_name(term);
+            let Some(hold) = self.hold_of(term) else {
+                self.violate(
+                    term.span.start,
+                    Property::Detection,
+                    format!("{who} began without a grant of the shard"),
+                );
+                continue;
+            };
+            let lost = self.loss(&hold);
+            let ended = term.span.end_or(self.end());
+            if lost >= ended {
+                continue;
+            }
+            let since = lost.max(term.span.start);
+            let delay = ended - since;
+            self.measured.detection = max(self.measured.detection, Some(delay));
+            self.measured.detections += 1;
+            if delay > bound {
+                self.violate(
+                    since,
+                    Property::Detection,
+                    format!(
+                        "{who} still owned the shard {} after its session (pid {} on {}) lost its lock (bound {})",
+                        ms(delay),
+                        hold.pid,
+                        SERVERS[hold.server],
+                        ms(bound)
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Replica `replica`'s intervals of acting as owner of `shard`: its terms and the units
+    /// of work of the shard, merged.
+    fn acting(&self, replica: usize, shard: u32) -> Vec<(Duration, Duration)> {
+        let end = self.end();
+        let terms = self
+            .terms()
+            .iter()
+            .filter(|t| t.replica == replica && t.shard == shard)
+            .map(|t| t.span);
+        let work = self
+            .base
+            .e
+            .shard_work
+            .iter()
+            .filter(|w| w.replica == replica && w.shard == shard)
+            .map(|w| w.span);
+        merge(terms.chain(work).map(|span| (span.start, span.end_or(end))))
+    }
+
+    /// At most one believed owner per shard, except within the detection bound of a lost
+    /// session (and the last unit of work, T).
+    fn overlap(&mut self) {
+        let bound = self.p.overlap_bound();
+        for shard in 0..self.shards {
+            let acting: Vec<_> = (0..self.replicas).map(|r| self.acting(r, shard)).collect();
+            for a in 0..acting.len() {
+                for b in a + 1..acting.len() {
+                    for (start, end) in intersections(&acting[a], &acting[b]) {
+                        let length = end - start;
+                        self.measured.overlap = max(self.measured.overlap, Some(length));
+                        self.measured.overlaps += 1;
+                        if length > bound {
+                            self.violate(
+                                start,
+                                Property::Overlap,
+                                format!(
+                                    "r{a} and r{b} both acted as owner of shard {shard} for {} (bound {})",
+                                    ms(length),
+                                    ms(bound)
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A graceful handover or stop: the term, and every unit of its work, ended before the
+    /// replica released the lock (its unlock or unlock-all, or its closing the session; a
+    /// crash ends the host's work with it).
+    fn graceful(&mut self) {
+        for term in self.terms() {
+            if !matches!(term.end, TermEnd::HandedOver | TermEnd::Stopped) {
+                continue;
+            }
+            let Some(hold) = self.hold_of(term) else {
+                continue;
+            };
+            let (Some(released), true) = (hold.released, hold.unlocked) else {
+                continue;
+            };
+            if term.end == TermEnd::HandedOver {
+                self.measured.handovers += 1;
+            } else {
+                self.measured.stops += 1;
+            }
+            let ended = term.span.end_or(self.end());
+            let work_end = self
+                .base
+                .e
+                .shard_work
+                .iter()
+                .filter(|w| {
+                    w.replica == term.replica
+                        && w.incarnation == term.incarnation
+                        && w.shard == term.shard
+                        && w.term == term.id
+                })
+                .map(|w| w.span.end_or(self.end()))
+                .max();
+            let how = if term.end == TermEnd::HandedOver {
+                "handed over"
+            } else {
+                "stopped"
+            };
+            if ended > released {
+                self.violate(
+                    released,
+                    Property::GracefulOverlap,
+                    format!(
+                        "{} ({how}) ended {} after its session (pid {}) released the shard's lock",
+                        term_name(term),
+                        ms(ended - released),
+                        hold.pid
+                    ),
+                );
+            }
+            if let Some(work_end) = work_end.filter(|&end| end > released) {
+                // A successor whose term began while that work ran.
+                let successor = self
+                    .terms()
+                    .iter()
+                    .filter(|t| {
+                        t.shard == term.shard
+                            && t.replica != term.replica
+                            && t.span.start >= released
+                            && t.span.start < work_end
+                    })
+                    .min_by_key(|t| t.span.start)
+                    .map_or_else(String::new, |t| {
+                        format!(
+                            "; r{}.{} began its term of the shard {} before that work ended",
+                            t.replica,
+                            t.incarnation,
+                            ms(work_end - t.span.start)
+                        )
+                    });
+                self.violate(
+                    released,
+                    Property::GracefulOverlap,
+                    format!(
+                        "{} ({how}): its session (pid {}) released the shard's lock while the term's work ran {} longer{successor}",
+                        term_name(term),
+                        hold.pid,
+                        ms(work_end - released)
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Every idle period of a member session (which holds its shards) is at most 4·I.
+    fn orphans(&mut self) {
+        let bound = self.p.orphan_bound();
+        for tenure in self.members.clone() {
+            let until = tenure.released.unwrap_or(self.end());
+            for (from, to) in self.idle_periods(&tenure, until) {
+                let idle = to.saturating_sub(from);
+                self.measured.orphan_idle = max(self.measured.orphan_idle, Some(idle));
+                self.measured.idle_periods += 1;
+                if idle > bound {
+                    self.violate(
+                        from,
+                        Property::OrphanBound,
+                        format!(
+                            "member pid {} on {} held the member lock (and its shards) idle for {} (bound {})",
+                            tenure.pid,
+                            SERVERS[tenure.server],
+                            ms(idle),
+                            ms(bound)
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// The idle periods of `tenure`'s session from the answer of the statement that was
+    /// granted the lock to `until`: answer → arrival of the next statement.
+    fn idle_periods(&self, tenure: &Tenure, until: Duration) -> Vec<(Duration, Duration)> {
+        let queries = &self.base.e.servers[tenure.server].queries;
+        let mut mine = queries.iter().filter(|q| q.pid == tenure.pid);
+        let Some(mut idle_since) = mine
+            .by_ref()
+            .find(|q| q.answered.is_some_and(|a| a >= tenure.granted))
+            .and_then(|q| q.answered)
+        else {
+            return Vec::new();
+        };
+        let mut periods = Vec::new();
+        for query in mine {
+            if query.received > until {
+                break;
+            }
+            periods.push((idle_since, query.received));
+            match query.answered {
+                Some(answered) => idle_since = answered,
+                None => return periods,
+            }
+        }
+        if idle_since <= until {
+            periods.push((idle_since, until));
+        }
+        periods
+    }
+
+    /// What replica `replica`'s incarnation `incarnation` believed about `shard`: its terms
+    /// and its handovers, merged.
+    fn believed(&self, replica: usize, incarnation: u32, shard: u32) -> Vec<(Duration, Duration)> {
+        let end = self.end();
+        let history = self.base.e.history;
+        let terms = history
+            .shard_terms
+            .iter()
+            .filter(|t| t.replica == replica && t.incarnation == incarnation && t.shard == shard)
+            .map(|t| t.span);
+        let handing = history
+            .handing
+            .iter()
+            .filter(|h| h.replica == replica && h.incarnation == incarnation && h.shard == shard)
+            .map(|h| h.span);
+        merge(
+            terms
+                .chain(handing)
+                .map(|span| (span.start, span.end_or(end))),
+        )
+    }
+
+    /// A shard lock held by a session whose healthy replica believes neither its term nor its
+    /// handover, for longer than I + margin (a take whose answer it ignored, a lock kept
+    /// after a term it ended, …).
+    fn stranded(&mut self) {
+        let bound = self.p.interval + self.p.margin();
+        let tail = self.p.disturbance_tail();
+        let mut found = Vec::new();
+        for (&shard, tenures) in &self.holds {
+            for tenure in tenures {
+                let Some((replica, incarnation)) = tenure.owner else {
+                    continue;
+                };
+                let until = tenure.released.unwrap_or(self.end());
+                let believed = self.believed(replica, incarnation, shard);
+                for (from, to) in gaps_in((tenure.granted, until), &believed) {
+                    if to - from <= bound {
+                        continue;
+                    }
+                    let current = self.base.e.history.is_current(replica, incarnation, from);
+                    let up = self.base.e.history.up.iter().any(|u| {
+                        u.replica == replica && u.span.start <= from && u.span.end_or(to) >= to
+                    });
+                    let disturbed = self.base.disturbed(replica, from.saturating_sub(tail), to)
+                        || self
+                            .base
+                            .interrupted(tenure.server, from.saturating_sub(tail), to);
+                    if current && up && !disturbed {
+                        found.push((from, shard, replica, incarnation, *tenure, to - from));
+                    }
+                }
+            }
+        }
+        for (from, shard, replica, incarnation, tenure, held) in found {
+            self.violate(
+                from,
+                Property::StrandedLock,
+                format!(
+                    "r{replica}.{incarnation}'s session (pid {} on {}) held shard {shard} for {} while the replica believed neither a term nor a handover of it (bound {})",
+                    tenure.pid,
+                    SERVERS[tenure.server],
+                    ms(held),
+                    ms(bound)
+                ),
+            );
+        }
+    }
+
+    /// When every replica is asked to stop: every lock of the space on either server is held
+    /// by a session of a current incarnation on the primary, and every shard lock by the
+    /// incarnation that owns the shard (a take answered within a round trip excepted).
+    fn stranded_at_stop(&mut self) {
+        let history = self.base.e.history;
+        let Some(stop) = history.stop_all else {
+            return;
+        };
+        let primary = history.primary_at(stop);
+        let mut problems = Vec::new();
+        for (server, locks) in history.locks_at_stop.iter().enumerate() {
+            for lock in locks {
+                let owner = self.base.owners[server].get(&lock.pid).copied();
+                let name = owner.map_or_else(
+                    || format!("pid {}", lock.pid),
+                    |(r, n)| format!("r{r}.{n} (pid {})", lock.pid),
+                );
+                let what = match lock.id.key {
+                    LockKey::Pair(_, MEMBER) => "the member lock".to_owned(),
+                    LockKey::Pair(_, shard) => format!("shard {shard}"),
+                    key => format!("{key:?}"),
+                };
+                let current = owner
+                    .is_some_and(|(r, n)| history.is_current(r, n, stop) && self.up_at(r, stop));
+                if server != primary || !current {
+                    problems.push(format!(
+                        "{name} holds {what} on {} (not the primary's session of a running replica)",
+                        SERVERS[server]
+                    ));
+                    continue;
+                }
+                let (LockKey::Pair(_, shard), LockMode::Exclusive) = (lock.id.key, lock.mode)
+                else {
+                    continue;
+                };
+                let Some((replica, incarnation)) = owner else {
+                    continue;
+                };
+                let shard = shard.cast_unsigned();
+                let believes = self.terms().iter().any(|t| {
+                    t.replica == replica
+                        && t.incarnation == incarnation
+                        && t.shard == shard
+                        && t.span.start <= stop
+                        && t.span.end.is_none_or(|end| end >= stop)
+                });
+                let taking = self.holds.get(&shard).is_some_and(|tenures| {
+                    tenures.iter().any(|t| {
+                        t.pid == lock.pid
+                            && t.held_at(stop)
+                            && stop - t.granted <= self.p.round_trip()
+                    })
+                });
+                if !believes && !taking {
+                    problems.push(format!(
+                        "{name} holds {what} on {}, which it does not own",
+                        SERVERS[server]
+                    ));
+                }
+            }
+        }
+        for problem in problems {
+            self.violate(
+                stop,
+                Property::StrandedLock,
+                format!("at the stop: {problem}"),
+            );
+        }
+    }
+
+    fn up_at(&self, replica: usize, at: Duration) -> bool {
+        self.base.e.history.up.iter().any(|u| {
+            u.replica == replica && u.span.start <= at && u.span.end.is_none_or(|end| end >= at)
+        })
+    }
+
+    /// Whether member `tenure` can take a shard promptly over `[from, to]`: its session is
+    /// its current incarnation's, running and not asked to stop, with no fault on its link to
+    /// the server and no raised query latency from `disturbance_tail` before `from`.
+    fn able(&self, tenure: &Tenure, from: Duration, to: Duration) -> bool {
+        let history = self.base.e.history;
+        let Some((replica, incarnation)) = tenure.owner else {
+            return false;
+        };
+        let since = from.max(tenure.granted);
+        let until = to.min(tenure.released.unwrap_or(to));
+        let tail = self.p.disturbance_tail();
+        let current = history.is_current(replica, incarnation, since);
+        let up = history.up.iter().any(|u| {
+            u.replica == replica
+                && u.span.start <= since
+                && u.span.end.is_none_or(|end| end >= until)
+        });
+        let link = history.link_faults.iter().any(|f| {
+            f.replica == replica
+                && f.server == tenure.server
+                && f.span.meets(from.saturating_sub(tail), to)
+        });
+        let slow = history.latency.iter().any(|(server, span)| {
+            *server == tenure.server && span.meets(from.saturating_sub(tail), to)
+        });
+        current && up && !link && !slow
+    }
+
+    /// Whether some shard of the space is held on `server` at `at`.
+    fn any_held(&self, server: usize, at: Duration) -> bool {
+        self.holds
+            .values()
+            .flatten()
+            .any(|t| t.server == server && t.held_at(at))
+    }
+
+    /// The moments `shard` becomes free on the running primary: a release of its lock, the
+    /// server's start, the primary's change.
+    fn free_moments(&self, shard: u32) -> Vec<(usize, Duration)> {
+        let history = self.base.e.history;
+        let mut moments: Vec<(usize, Duration)> = self
+            .holds
+            .get(&shard)
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.released.map(|at| (t.server, at)))
+            .collect();
+        for (server, evidence) in self.base.e.servers.iter().enumerate() {
+            for entry in &evidence.log {
+                if entry.event == Event::ServerStarted {
+                    moments.push((server, entry.at));
+                }
+            }
+        }
+        moments.extend(
+            history
+                .primaries
+                .iter()
+                .map(|&(since, server)| (server, since)),
+        );
+        let held = |server: usize, at: Duration| {
+            self.holds
+                .get(&shard)
+                .is_some_and(|tenures| tenures.iter().any(|t| t.server == server && t.held_at(at)))
+        };
+        moments.retain(|&(server, at)| {
+            history.primary_at(at) == server && self.base.running(server, at) && !held(server, at)
+        });
+        moments.sort();
+        moments.dedup();
+        moments
+    }
+
+    /// A shard that becomes free on the primary is taken within I + margin, and its taker's
+    /// term begins within the same bound; the window is measured from the moment a member
+    /// able to take is on the server (a failover or a restart leaves none until the replicas
+    /// reconnect), plus one I when nothing of the space is held then (a cold start waits the
+    /// rebalance delay). A member that cannot take (cut off, stopping, its link or server
+    /// disturbed), or that leaves, may be the one every plan gives the shard to: the window
+    /// then runs until that member's session is gone (the orphan bound ends a cut-off one)
+    /// plus I + margin. A member that joins in the window changes every plan (the caps'
+    /// extra slots go to the members owning the most): the window runs until its join plus
+    /// I + margin, by when every member surveyed the new membership. A case whose window reaches the stop, or in which the server crashes or
+    /// is deposed, or with no able member, is not checked.
+    fn liveness(&mut self) {
+        let history = self.base.e.history;
+        let stop = history.stop_all.unwrap_or(self.end());
+        let step = self.p.interval + self.p.margin();
+        let mut found = Vec::new();
+        for shard in 0..self.shards {
+            for (server, free) in self.free_moments(shard) {
+                let first_able = self
+                    .members
+                    .iter()
+                    .filter(|t| {
+                        t.server == server
+                            && t.released.is_none_or(|r| r > free)
+                            && t.granted <= stop
+                    })
+                    .filter(|t| self.able(t, free.max(t.granted), free.max(t.granted) + step))
+                    .map(|t| t.granted.max(free))
+                    .min();
+                let Some(start) = first_able else {
+                    continue;
+                };
+                let cold = !self.any_held(server, start);
+                let plain = start
+                    + step
+                    + if cold {
+                        self.p.interval
+                    } else {
+                        Duration::ZERO
+                    };
+                let mut deadline = plain;
+                for _ in 0..16 {
+                    let extended = self
+                        .members
+                        .iter()
+                        .filter(|t| {
+                            t.server == server
+                                && t.granted <= deadline
+                                && t.released.is_none_or(|r| r > free)
+                        })
+                        .filter_map(|t| {
+                            let end = t.released.unwrap_or(self.end());
+                            let leaves = end <= deadline;
+                            let joins = t.granted > start;
+                            if leaves || !self.able(t, free, deadline) {
+                                Some(end + step)
+                            } else if joins {
+                                Some(t.granted + step)
+                            } else {
+                                None
+                            }
+                        })
+                        .max()
+                        .unwrap_or(deadline);
+                    if extended <= deadline {
+                        break;
+                    }
+                    deadline = extended;
+                }
+                if deadline > stop || self.base.interrupted(server, free, deadline) {
+                    continue;
+                }
+                let ghost = deadline > plain;
+                let next = self
+                    .holds
+                    .get(&shard)
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| t.server == server && t.granted >= free)
+                    .min_by_key(|t| t.granted)
+                    .copied();
+                // The next grant, if it came before the server crashed or was deposed.
+                let grant = next.filter(|g| !self.base.interrupted(server, free, g.granted));
+                let Some(grant) = grant else {
+                    found.push((
+                        free,
+                        format!(
+                            "shard {shard} stayed free on {} for more than {} (bound {}{})",
+                            SERVERS[server],
+                            ms(deadline - free),
+                            ms(deadline - free),
+                            if ghost {
+                                ", a member that could not take, left or joined in the window"
+                            } else {
+                                ""
+                            }
+                        ),
+                    ));
+                    continue;
+                };
+                let Some((replica, incarnation)) = grant.owner else {
+                    continue;
+                };
+                let began = self
+                    .terms()
+                    .iter()
+                    .filter(|t| {
+                        t.replica == replica
+                            && t.incarnation == incarnation
+                            && t.shard == shard
+                            && t.span.start >= grant.granted
+                    })
+                    .map(|t| t.span.start)
+                    .min();
+                let taker_able = self.members.iter().any(|m| {
+                    m.server == server
+                        && m.owner == grant.owner
+                        && m.held_at(grant.granted)
+                        && self.able(m, grant.granted, grant.granted + self.p.margin())
+                });
+                // A taker cut off, stopping or lost as it took makes no owner; the lock's
+                // release is then a free moment of its own.
+                if grant.granted <= deadline
+                    && (!taker_able
+                        || grant
+                            .released
+                            .is_some_and(|released| began.is_none_or(|b| b > released)))
+                {
+                    continue;
+                }
+                // A taker that lost the lock before its term began made no owner: its grant
+                // is the measure (its release is a free moment of its own).
+                let lost = grant
+                    .released
+                    .is_some_and(|released| began.is_none_or(|b| b > released));
+                let began = match began {
+                    Some(began) if !lost => began,
+                    _ => grant.granted,
+                };
+                let gap = began - free;
+                self.measured.leaderless = max(self.measured.leaderless, Some(gap));
+                if ghost {
+                    self.measured.ghost_gap = max(self.measured.ghost_gap, Some(gap));
+                    self.measured.ghost_gaps += 1;
+                } else {
+                    // From the moment a member able to take was there.
+                    let waited = began.saturating_sub(start);
+                    self.measured.gap = max(self.measured.gap, Some(waited));
+                    self.measured.gaps += 1;
+                }
+                if began > deadline {
+                    found.push((free, format!(
+                        "shard {shard} had no owner for {} after it became free on {} (r{replica}.{incarnation} was granted it {} after; bound {}{})",
+                        ms(gap),
+                        SERVERS[server],
+                        ms(grant.granted - free),
+                        ms(deadline - free),
+                        if ghost { ", a member that could not take, left or joined in the window" } else { "" }
+                    )));
+                }
+            }
+        }
+        for (at, detail) in found {
+            self.violate(at, Property::Liveness, detail);
+        }
+    }
+
+    /// From every replica up + the balance bound to the stop, the space stays balanced: each
+    /// replica owns ⌊K/R⌋ or ⌈K/R⌉ shards and each shard has exactly one owner.
+    fn balance(&mut self) {
+        let history = self.base.e.history;
+        let (Some(all_up), Some(stop)) = (history.all_up, history.stop_all) else {
+            return;
+        };
+        let moves = Sharding {
+            shards: self.shards,
+        }
+        .moves(self.p);
+        let bound = self.p.balance_bound(self.shards, self.replicas, moves);
+        let mut points: Vec<Duration> = vec![all_up];
+        for term in self.terms() {
+            for at in [Some(term.span.start), term.span.end].into_iter().flatten() {
+                if at > all_up && at < stop {
+                    points.push(at);
+                }
+            }
+        }
+        points.sort();
+        points.dedup();
+        let mut settled = Some(all_up);
+        let mut last_bad = None;
+        for &at in &points {
+            match self.imbalance(at) {
+                Some(what) => {
+                    settled = None;
+                    last_bad = Some((at, what));
+                }
+                None if settled.is_none() => settled = Some(at),
+                None => {}
+            }
+        }
+        if let Some(settled) = settled {
+            self.measured.balance = max(self.measured.balance, Some(settled - all_up));
+        }
+        let late = settled.is_none_or(|settled| settled > all_up + bound);
+        if late && all_up + bound < stop {
+            let (at, what) = last_bad.unwrap_or((stop, String::new()));
+            self.violate(
+                at,
+                Property::Balance,
+                format!(
+                    "{} after every replica was up the space was not balanced (bound {}): {what}",
+                    ms(at - all_up),
+                    ms(bound)
+                ),
+            );
+        }
+    }
+
+    /// What is wrong with the ownership at `at` (after every change at that instant), if
+    /// anything: a replica owning outside ⌊K/R⌋..=⌈K/R⌉, a shard without owner or with two.
+    fn imbalance(&self, at: Duration) -> Option<String> {
+        let open = |t: &&ShardTermRecord| t.span.start <= at && t.span.end.is_none_or(|e| e > at);
+        let mut owners: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        let mut counts = vec![0_u32; self.replicas];
+        for term in self.terms().iter().filter(open) {
+            owners.entry(term.shard).or_default().push(term.replica);
+            counts[term.replica] += 1;
+        }
+        let replicas = u32::try_from(self.replicas).unwrap_or(u32::MAX).max(1);
+        let (low, high) = (self.shards / replicas, self.shards.div_ceil(replicas));
+        let mut what = String::new();
+        for (replica, count) in counts.iter().enumerate() {
+            if !(low..=high).contains(count) {
+                let _ = write!(what, "r{replica} owns {count} (not {low}..={high}); ");
+            }
+        }
+        for shard in 0..self.shards {
+            match owners.get(&shard).map_or(0, Vec::len) {
+                1 => {}
+                0 => {
+                    let _ = write!(what, "shard {shard} has no owner; ");
+                }
+                n => {
+                    let _ = write!(what, "shard {shard} has {n} owners; ");
+                }
+            }
+        }
+        (!what.is_empty()).then(|| what.trim_end_matches("; ").to_owned())
+    }
+
+    /// Counts the moves (a shard granted on the primary to another replica than its previous
+    /// holder on that server since the server last started) and the membership changes on
+    /// the primary, and the moves after every replica was up.
+    fn moves(&mut self) {
+        let history = self.base.e.history;
+        let all_up = history.all_up.unwrap_or(self.end());
+        let starts: Vec<(usize, Duration)> = self
+            .base
+            .e
+            .servers
+            .iter()
+            .enumerate()
+            .flat_map(|(server, evidence)| {
+                evidence
+                    .log
+                    .iter()
+                    .filter(|entry| entry.event == Event::ServerStarted)
+                    .map(move |entry| (server, entry.at))
+            })
+            .collect();
+        let mut settle = 0;
+        for tenures in self.holds.values() {
+            let mut previous: BTreeMap<usize, (usize, Duration)> = BTreeMap::new();
+            for tenure in tenures {
+                let Some((replica, _)) = tenure.owner else {
+                    continue;
+                };
+                let before = previous.insert(tenure.server, (replica, tenure.granted));
+                let restarted = |since: Duration| {
+                    starts
+                        .iter()
+                        .any(|&(s, at)| s == tenure.server && at > since && at <= tenure.granted)
+                };
+                let moved =
+                    before.is_some_and(|(holder, since)| holder != replica && !restarted(since));
+                if moved && history.primary_at(tenure.granted) == tenure.server {
+                    self.measured.moves += 1;
+                    if tenure.granted >= all_up {
+                        settle += 1;
+                    }
+                }
+            }
+        }
+        self.measured.settle_moves = settle;
+        self.measured.max_settle_moves = settle;
+        self.measured.membership_changes = self
+            .members
+            .iter()
+            .filter(|t| history.primary_at(t.granted) == t.server)
+            .map(|t| 1 + usize::from(t.released.is_some()))
+            .sum();
+    }
+
+    /// After every replica stopped, no shard term is left open.
+    fn open_terms(&mut self) {
+        let end = self.end();
+        let open: Vec<String> = self
+            .terms()
+            .iter()
+            .filter(|t| t.span.end.is_none())
+            .map(term_name)
+            .collect();
+        for name in open {
+            self.violate(end, Property::CleanStop, format!("{name} is still open"));
+        }
+    }
+}
+
+fn term_name(term: &ShardTermRecord) -> String {
+    format!(
+        "r{}.{} shard {} term {}",
+        term.replica, term.incarnation, term.shard, term.id
+    )
+}
+
+/// The tenures of the space's locks in one server's log: the shard locks `(class, s)`,
+/// `0 <= s < count`, held exclusively, by shard; and the member lock `(class, -1)` held in
+/// shared mode.
+fn tenures(
+    server: usize,
+    log: &[crate::server::LogEntry],
+    owners: &BTreeMap<i32, Owner>,
+    class: i32,
+    count: u32,
+) -> (Vec<(u32, Tenure)>, Vec<Tenure>) {
+    let mut shards: Vec<(u32, Tenure)> = Vec::new();
+    let mut members: Vec<Tenure> = Vec::new();
+    for entry in log {
+        let (pid, lock, mode, granted, reason) = match &entry.event {
+            Event::LockGranted {
+                pid,
+                lock,
+                count: 1,
+                mode,
+            } => (*pid, lock, *mode, true, None),
+            Event::LockReleased {
+                pid,
+                lock,
+                remaining: 0,
+                mode,
+                reason,
+            } => (*pid, lock, *mode, false, Some(*reason)),
+            _ => continue,
+        };
+        let LockKey::Pair(held_class, objid) = lock.key else {
+            continue;
+        };
+        if held_class != class {
+            continue;
+        }
+        let list: &mut Vec<Tenure> = if objid == MEMBER && mode == LockMode::Shared {
+            &mut members
+        } else if objid >= 0 && objid.cast_unsigned() < count && mode == LockMode::Exclusive {
+            let shard = objid.cast_unsigned();
+            if granted {
+                shards.push((shard, tenure(server, pid, owners, entry.at)));
+            } else if let Some((_, open)) = shards
+                .iter_mut()
+                .rev()
+                .find(|(s, t)| *s == shard && t.pid == pid && t.released.is_none())
+            {
+                close(open, entry.at, reason);
+            }
+            continue;
+        } else {
+            continue;
+        };
+        if granted {
+            list.push(tenure(server, pid, owners, entry.at));
+        } else if let Some(open) = list
+            .iter_mut()
+            .rev()
+            .find(|t| t.pid == pid && t.released.is_none())
+        {
+            close(open, entry.at, reason);
+        }
+    }
+    (shards, members)
+}
+
+fn tenure(server: usize, pid: i32, owners: &BTreeMap<i32, Owner>, at: Duration) -> Tenure {
+    Tenure {
+        server,
+        pid,
+        owner: owners.get(&pid).copied(),
+        granted: at,
+        released: None,
+        unlocked: false,
+    }
+}
+
+fn close(tenure: &mut Tenure, at: Duration, reason: Option<ReleaseReason>) {
+    tenure.released = Some(at);
+    tenure.unlocked = matches!(
+        reason,
+        Some(
+            ReleaseReason::Unlock
+                | ReleaseReason::UnlockAll
+                | ReleaseReason::SessionEnd(EndReason::ClientClosed | EndReason::ClientTerminate)
+        )
+    );
+}
+
+/// Sorted, merged intervals.
+fn merge(spans: impl Iterator<Item = (Duration, Duration)>) -> Vec<(Duration, Duration)> {
+    let mut spans: Vec<(Duration, Duration)> = spans.collect();
+    spans.sort();
+    let mut merged: Vec<(Duration, Duration)> = Vec::new();
+    for (start, end) in spans {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    merged
+}
+
+/// The parts of `(from, to)` that no interval of the sorted, merged `covered` covers.
+fn gaps_in(
+    (from, to): (Duration, Duration),
+    covered: &[(Duration, Duration)],
+) -> Vec<(Duration, Duration)> {
+    let mut gaps = Vec::new();
+    let mut at = from;
+    for &(start, end) in covered {
+        if end <= at {
+            continue;
+        }
+        if start >= to {
+            break;
+        }
+        if start > at {
+            gaps.push((at, start));
+        }
+        at = at.max(end);
+    }
+    if at < to {
+        gaps.push((at, to));
+    }
+    gaps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn gaps_are_the_uncovered_parts() {
+        let covered = [(d(10), d(20)), (d(30), d(40))];
+        assert_eq!(
+            gaps_in((d(0), d(50)), &covered),
+            vec![(d(0), d(10)), (d(20), d(30)), (d(40), d(50))]
+        );
+        assert_eq!(gaps_in((d(12), d(18)), &covered), vec![]);
+        assert_eq!(gaps_in((d(15), d(35)), &covered), vec![(d(20), d(30))]);
+    }
+
+    #[test]
+    fn merge_joins_touching_and_overlapping_spans() {
+        let spans = [(d(5), d(8)), (d(0), d(5)), (d(10), d(12)), (d(11), d(20))];
+        assert_eq!(merge(spans.into_iter()), vec![(d(0), d(8)), (d(10), d(20))]);
+    }
+}
