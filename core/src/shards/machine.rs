@@ -785,9 +785,8 @@ impl<C> ShardedElection<C> {
                 late += 1;
             }
         }
-        if late > 0 {
-            self.log(ShardLog::new(ShardLogKind::HandoverOverdue, late));
-        }
+        // Called at the earliest such deadline: at least one is late.
+        self.log(ShardLog::new(ShardLogKind::HandoverOverdue, late));
     }
 
     fn drain_timed_out(&mut self, now: Instant) {

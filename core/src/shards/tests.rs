@@ -1696,3 +1696,145 @@ fn a_registration_without_answer_within_one_interval_loses_the_session() {
         ]
     );
 }
+
+#[test]
+fn an_advance_that_fences_nothing_begins_nothing_and_says_only_that() {
+    let t0 = Instant::now();
+    let mut m = fenced_taking(t0);
+    drain(&mut m);
+    m.handle_event(
+        t0,
+        ShardEvent::EpochsAdvanced {
+            conn: C1,
+            epochs: vec![],
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            log(ShardLogKind::FencingFailed, 3),
+            ShardAction::Unlock {
+                conn: C1,
+                shards: shards(4..7)
+            },
+        ]
+    );
+}
+
+#[test]
+fn an_overdue_handover_is_reported_once_and_drained_ones_never() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8).rebalance_delay(Duration::ZERO));
+    m.start(t0).expect("not running");
+    m.handle_event(t0, ShardEvent::Acquired { conn: C1 });
+    m.handle_event(
+        t0,
+        ShardEvent::Registered {
+            conn: C1,
+            backend: ME,
+            granted: true,
+            lock_capacity: 6400,
+            members: 1,
+        },
+    );
+    m.handle_event(
+        t0,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: survey(8, &[(ME, true, vec![])]),
+        },
+    );
+    m.handle_event(
+        t0,
+        ShardEvent::Took {
+            conn: C1,
+            granted: shards(0..8),
+        },
+    );
+    drain(&mut m);
+    let crowded = survey(8, &[(ME, true, (0..8).collect()), (OTHER, true, vec![])]);
+    let overdue = |actions: &[A]| -> Vec<u32> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                ShardAction::Log(ShardLog {
+                    kind: ShardLogKind::HandoverOverdue,
+                    shards,
+                    ..
+                }) => Some(*shards),
+                _ => None,
+            })
+            .collect()
+    };
+    let awaited = |actions: &[A]| -> Vec<TermId> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                ShardAction::AwaitWork { term } => Some(*term),
+                _ => None,
+            })
+            .collect()
+    };
+    // At I two shards are handed over (the default limit of 2 per interval), due at 2I.
+    m.handle_timeout(t0 + I);
+    drain(&mut m);
+    m.handle_event(
+        t0 + I,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: crowded.clone(),
+        },
+    );
+    let first = awaited(&drain(&mut m));
+    assert_eq!(first.len(), 2);
+    // One of them drains at 1.5I; its unlock is still in flight at 2I.
+    m.handle_event(t0 + I * 3 / 2, ShardEvent::WorkDrained { term: first[1] });
+    let unlock = drain(&mut m);
+    let [
+        ShardAction::Unlock {
+            shards: unlocked, ..
+        },
+    ] = unlock.as_slice()
+    else {
+        panic!("{unlock:?}");
+    };
+    let unlocked = unlocked.clone();
+    m.handle_timeout(t0 + 2 * I);
+    assert_eq!(
+        overdue(&drain(&mut m)),
+        vec![1],
+        "the drained one is not late"
+    );
+    // The unlock answers; the survey due at 2I runs and hands two more over, due at 3I.
+    m.handle_event(
+        t0 + 2 * I,
+        ShardEvent::Unlocked {
+            conn: C1,
+            not_held: vec![],
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            log(ShardLogKind::HandedOver, 1),
+            ShardAction::Survey { conn: C1 }
+        ]
+    );
+    let held: Vec<u32> = (0..8)
+        .filter(|s| !unlocked.contains(&Shard::new(*s)))
+        .collect();
+    m.handle_event(
+        t0 + 2 * I,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: survey(8, &[(ME, true, held), (OTHER, true, vec![])]),
+        },
+    );
+    assert_eq!(awaited(&drain(&mut m)).len(), 2);
+    m.handle_timeout(t0 + 3 * I);
+    assert_eq!(
+        overdue(&drain(&mut m)),
+        vec![2],
+        "the two new ones; the first late one was reported at 2I already"
+    );
+}
