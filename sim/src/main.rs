@@ -121,11 +121,12 @@ fn parse() -> Result<Args, String> {
     if let Some(sabotage) = args.sabotage
         && sabotage.is_sharded() != args.sharded
     {
-        let needs = if args.sharded { "" } else { "--sharded and " };
-        return Err(format!(
-            "--sabotage {sabotage} is {}a sharded sabotage: it needs {needs}a run of its kind",
-            if sabotage.is_sharded() { "" } else { "not " }
-        ));
+        let fix = if sabotage.is_sharded() {
+            "a sabotage of sharded runs: add --sharded"
+        } else {
+            "a sabotage of the single election: drop --sharded"
+        };
+        return Err(format!("--sabotage {sabotage} is {fix}"));
     }
     Ok(args)
 }

@@ -143,7 +143,7 @@ const HEADER: [&str; 11] = [
 fn line(out: &mut String, fields: [&str; 11]) {
     let _ = writeln!(
         out,
-        "{:<17} {:>6} {:>7} {:>8} {:>10} {:>12} {:>6} {:>10} {:>11} {:>8} {:>10}",
+        "{:<17} {:>6} {:>7} {:>8} {:>10} {:>12} {:>9} {:>10} {:>11} {:>8} {:>10}",
         fields[0],
         fields[1],
         fields[2],
@@ -211,7 +211,11 @@ impl fmt::Display for ShardReport {
                 &bound(p.overlap_bound()),
                 &bound(p.detection_bound()),
                 &bound(p.orphan_bound()),
-                &bound(p.gap_bound()),
+                &format!(
+                    "({}/{})",
+                    p.gap_bound().as_millis(),
+                    (p.gap_bound() + p.interval).as_millis()
+                ),
                 "(-)",
                 "(-)",
                 &bound(balance),
