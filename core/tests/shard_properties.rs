@@ -71,10 +71,10 @@ fn run_case(shards: u32, silent_closes: bool, fencing: bool, ops: &[Op]) {
     let mut waited = 0;
     // Every replica runs, so the space has settled once each is a member (a replica that lost
     // its session as the faults stopped is out until it joins again).
-    while !(world.balanced() && world.stranded().is_empty() && world.loads().len() == REPLICAS) {
+    while !(world.settled() && world.stranded().is_empty() && world.loads().len() == REPLICAS) {
         assert!(
             waited < SETTLE_INTERVALS,
-            "not balanced {SETTLE_INTERVALS} intervals after the faults stopped: loads {:?}, \
+            "not settled {SETTLE_INTERVALS} intervals after the faults stopped: loads {:?}, \
              stranded {:?}",
             world.loads(),
             world.stranded()
@@ -86,17 +86,13 @@ fn run_case(shards: u32, silent_closes: bool, fencing: bool, ops: &[Op]) {
             world.start(r);
         }
     }
-    // Balanced stays balanced: nothing moves in a stable membership.
+    // Settled (every member at its cap) stays settled: nothing moves in a stable membership.
     let moves = world.moves;
     world.advance(5 * I);
-    assert!(
-        world.balanced(),
-        "balance did not hold: {:?}",
-        world.loads()
-    );
+    assert!(world.settled(), "balance did not hold: {:?}", world.loads());
     assert_eq!(
         world.moves, moves,
-        "shards moved in a stable, balanced membership"
+        "shards moved in a stable, settled membership"
     );
     // A graceful stop of everyone releases everything.
     for r in 0..REPLICAS {

@@ -1,10 +1,11 @@
 //! The sharded simulation's findings about the core, reproduced on the pure
 //! `plexsphere_leader_core::shards` API alone: each test states the behaviour the bounds of the
-//! simulation (and the core's own documentation) promise, and fails on the current core with
-//! the counterexample. They are ignored until the core is fixed:
+//! simulation (and the core's own documentation) promise, and failed on the core of `9c28836`
+//! with the counterexample; the core's fixes (stopping surveys, membership-only caps) made them
+//! pass, and they stay as regression tests:
 //!
 //! ```sh
-//! cargo test -p plexsphere-leader-sim --test core_findings -- --ignored
+//! cargo test -p plexsphere-leader-sim --test core_findings
 //! ```
 //!
 //! See docs/simulation.md, "Sharded runs", for the seeds that show each in a whole run.
@@ -67,7 +68,6 @@ fn owning_two(t0: Instant) -> Machine {
 /// before the stopped terms' work drained and without `UnlockAll`. The close frees the locks
 /// while that work still runs, which the zero overlap of a graceful stop rules out.
 #[test]
-#[ignore = "core finding 1: a stop during a survey closes the session before the work drained"]
 fn a_stop_during_a_survey_still_awaits_the_work_then_unlocks_all() {
     let t0 = Instant::now();
     let mut m = owning_two(t0);
@@ -110,7 +110,6 @@ fn a_stop_during_a_survey_still_awaits_the_work_then_unlocks_all() {
 /// A: the shard waits for A's next survey, one more interval than "taken at the next survey".
 /// The search runs over every holding of 8 shards by 3 members.
 #[test]
-#[ignore = "core finding 2: a free shard's planned taker can flip between two surveys"]
 fn a_free_shard_planned_for_another_member_is_planned_for_it_by_that_member_too() {
     let members = [MemberId::new(1), MemberId::new(2), MemberId::new(3)];
     let count = 8_u32;

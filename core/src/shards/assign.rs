@@ -7,9 +7,10 @@
 //! to be agreed on.
 //!
 //! 1. **Caps.** With `R` members and `K` shards, every member may own `⌊K/R⌋` shards and
-//!    `K mod R` of them one more. The extra slots go to the members owning the most shards now
-//!    (ties broken by a hash of the member), so a balanced deployment keeps its extra slots
-//!    where they are and a change of membership moves no shard for the sake of the remainder.
+//!    `K mod R` of them one more. The extra slots go to the members first by a fixed hash, so
+//!    the caps are a function of the membership alone and every survey of one membership
+//!    agrees on them (a change of membership may move up to `K mod R` shards for the sake of
+//!    the remainder).
 //! 2. **Give.** A member over its cap gives up the excess, starting with the shards it ranks
 //!    lowest by rendezvous score (the shards another member is likelier to want).
 //! 3. **Take.** Free shards (no holder) go, in shard order, each to the member with room under
@@ -174,8 +175,13 @@ fn mix(value: u64) -> u64 {
 }
 
 /// Every member's cap in `survey`, in member order: `⌊K/R⌋`, plus one for the `K mod R`
-/// members that hold the most shards now (ties: a fixed hash of the member, then its id). Empty when
-/// there is no member.
+/// members first by a fixed hash of the member (then its id). Empty when there is no member.
+///
+/// The caps depend on the membership alone, not on who holds what: two members that survey at
+/// different moments of one membership agree on every cap, so a free shard planned for one of
+/// them by the other's survey stays planned for it (ranking the extra slots by the shards held
+/// made a take between two surveys move a slot, and a freed shard could wait a second interval:
+/// the simulation's finding 2).
 pub fn caps(survey: &Survey) -> Vec<(MemberId, u32)> {
     let loads = survey.loads();
     let Ok(members) = u32::try_from(loads.len()) else {
@@ -187,9 +193,9 @@ pub fn caps(survey: &Survey) -> Vec<(MemberId, u32)> {
     let count = survey.shard_count();
     let base = count / members;
     let extra = (count % members) as usize;
-    let mut ranked: Vec<(MemberId, u32)> = loads.clone();
-    ranked.sort_by_key(|&(m, held)| (Reverse(held), mix(u64::from(m.get() as u32)), m));
-    let lucky: Vec<MemberId> = ranked.iter().take(extra).map(|&(m, _)| m).collect();
+    let mut ranked: Vec<MemberId> = loads.iter().map(|&(m, _)| m).collect();
+    ranked.sort_by_key(|&m| (mix(u64::from(m.get() as u32)), m));
+    let lucky: Vec<MemberId> = ranked.into_iter().take(extra).collect();
     loads
         .into_iter()
         .map(|(m, _)| (m, base + u32::from(lucky.contains(&m))))

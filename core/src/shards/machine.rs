@@ -494,6 +494,13 @@ impl<C> ShardedElection<C> {
             self.lose(now, LossReason::BackendChanged, None);
             return Handled::Applied;
         }
+        if run.stop.is_some() {
+            // Stopping: the stopped shards' terms ended but their locks stay until their work
+            // returned and every lock is released at once; nothing is taken or given any more.
+            self.last_survey = Some(survey);
+            self.pump(now);
+            return Handled::Applied;
+        }
         let believed: Vec<Shard> = run
             .owned
             .keys()
@@ -659,7 +666,9 @@ impl<C> ShardedElection<C> {
             handed += usize::from(run.handing.remove(shard).is_some());
             run.release.remove(shard);
         }
-        if !not_held.is_empty() {
+        // While stopping, the release of every lock follows once the work returned: a lock
+        // found missing changes nothing of that.
+        if !not_held.is_empty() && run.stop.is_none() {
             self.lose(now, LossReason::LockNotHeld, Some(Cause::LockNotHeld));
             return Handled::Applied;
         }

@@ -910,8 +910,9 @@ fn balanced(count: u32, members: &[i32]) -> Survey {
 }
 
 #[test]
-fn caps_give_the_remainder_to_the_members_holding_most() {
-    let s = survey(
+fn caps_give_the_remainder_by_the_members_hash_whatever_they_hold() {
+    let members = [ME, OTHER, MemberId::new(300), MemberId::new(400)];
+    let held = survey(
         10,
         &[
             (ME, true, vec![0, 1, 2, 3]),
@@ -920,14 +921,12 @@ fn caps_give_the_remainder_to_the_members_holding_most() {
             (MemberId::new(400), true, vec![]),
         ],
     );
-    let caps = caps(&s);
+    let caps = caps(&held);
     assert_eq!(caps.iter().map(|c| c.1).sum::<u32>(), 10);
-    assert_eq!(caps[0], (ME, 3), "the most loaded keeps an extra slot");
-    assert_eq!(
-        caps[3],
-        (MemberId::new(400), 2),
-        "the empty joiner does not"
-    );
+    // The same membership holding nothing has the same caps: they do not follow the loads.
+    let rows: Vec<(MemberId, bool, Vec<u32>)> =
+        members.iter().map(|&m| (m, true, vec![])).collect();
+    assert_eq!(super::caps(&survey(10, &rows)), caps);
 }
 
 #[test]
@@ -958,7 +957,9 @@ fn a_join_moves_only_the_joiners_share() {
         .iter()
         .map(|&m| plan(&after, m).give.len())
         .sum();
-    assert_eq!(given, 1024 / 9, "the joiner's cap, 113, and no more");
+    let joiners_cap = plan(&after, joiner).cap;
+    assert!(joiners_cap == 1024 / 9 || joiners_cap == 1024 / 9 + 1);
+    assert_eq!(given, joiners_cap as usize, "the joiner's cap and no more");
 }
 
 #[test]
@@ -1837,4 +1838,97 @@ fn an_overdue_handover_is_reported_once_and_drained_ones_never() {
         vec![2],
         "the two new ones; the first late one was reported at 2I already"
     );
+}
+
+#[test]
+fn a_survey_answered_while_stopping_waits_for_the_work_instead_of_losing_the_session() {
+    // The simulation's finding 1: a stop while a survey was in flight took the stopped shards
+    // out of the believed set, the answer then contradicted it, and the session was closed
+    // (every lock freed) while the stopped work still ran.
+    let t0 = Instant::now();
+    let mut m = owning(8, 4..8, t0);
+    m.handle_timeout(t0 + I);
+    assert_eq!(drain(&mut m), vec![ShardAction::Survey { conn: C1 }]);
+    m.handle_event(t0 + I, ShardEvent::Cancelled);
+    let awaited: Vec<TermId> = drain(&mut m)
+        .into_iter()
+        .filter_map(|a| match a {
+            ShardAction::AwaitWork { term } => Some(term),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(awaited.len(), 4);
+    m.handle_event(
+        t0 + I,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: survey(
+                8,
+                &[
+                    (ME, true, vec![4, 5, 6, 7]),
+                    (OTHER, true, vec![0, 1, 2, 3]),
+                ],
+            ),
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![],
+        "no loss, no release before the work returned"
+    );
+    for term in awaited {
+        m.handle_event(t0 + I, ShardEvent::WorkDrained { term });
+    }
+    assert_eq!(drain(&mut m), vec![ShardAction::UnlockAll { conn: C1 }]);
+}
+
+#[test]
+fn an_unlock_missing_a_lock_while_stopping_still_waits_for_the_work() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 4..8, t0);
+    let crowded = survey(
+        8,
+        &[
+            (ME, true, vec![4, 5, 6, 7]),
+            (OTHER, true, vec![0, 1, 2, 3]),
+            (MemberId::new(300), true, vec![]),
+        ],
+    );
+    for k in 1..=2u32 {
+        m.handle_timeout(t0 + I * k);
+        drain(&mut m);
+        m.handle_event(
+            t0 + I * k,
+            ShardEvent::Surveyed {
+                conn: C1,
+                survey: crowded.clone(),
+            },
+        );
+    }
+    let handed = drain(&mut m);
+    let Some(ShardAction::AwaitWork { term }) = handed.get(1).cloned() else {
+        panic!("{handed:?}");
+    };
+    m.handle_event(t0 + 2 * I, ShardEvent::WorkDrained { term });
+    let Some(ShardAction::Unlock {
+        shards: unlocking, ..
+    }) = drain(&mut m).pop()
+    else {
+        panic!("an unlock");
+    };
+    m.handle_event(t0 + 2 * I, ShardEvent::Cancelled);
+    drain(&mut m);
+    m.handle_event(
+        t0 + 2 * I,
+        ShardEvent::Unlocked {
+            conn: C1,
+            not_held: unlocking,
+        },
+    );
+    let actions = drain(&mut m);
+    assert!(
+        !actions.contains(&ShardAction::CloseSession { conn: C1 }),
+        "{actions:?}"
+    );
+    assert_eq!(m.phase(), ShardPhase::Stopping);
 }

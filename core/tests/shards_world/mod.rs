@@ -604,6 +604,27 @@ impl World {
             && loads.iter().map(|(_, n)| n).sum::<usize>() == k
     }
 
+    /// Whether every member owns exactly its cap (`shards::caps` of the membership): the steady
+    /// state, in which nothing moves any more. Implies [`balanced`](Self::balanced).
+    pub(crate) fn settled(&self) -> bool {
+        if !self.balanced() {
+            return false;
+        }
+        let Some(sid) = self.server.members.iter().next().copied() else {
+            return false;
+        };
+        let survey = self.server.survey(sid);
+        let caps = plexsphere_leader_core::shards::caps(&survey);
+        self.loads().iter().all(|(r, n)| {
+            let replica = &self.replicas[*r];
+            let pid = replica
+                .session
+                .and_then(|c| self.server.pid((*r, replica.incarnation, c)));
+            caps.iter()
+                .any(|(m, cap)| Some(m.get()) == pid && *cap as usize == *n)
+        })
+    }
+
     /// Locks held by a session whose replica has no open term or handover for them.
     pub(crate) fn stranded(&self) -> Vec<Shard> {
         (0u32..)

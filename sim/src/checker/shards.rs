@@ -699,13 +699,24 @@ impl<'a> ShardChecker<'a> {
     /// then runs until that member's session is gone (the orphan bound ends a cut-off one)
     /// plus I + margin. A member that joins in the window changes every plan (the caps'
     /// extra slots go to the members owning the most): the window runs until its join plus
-    /// I + margin, by when every member surveyed the new membership. A case whose window reaches the stop, or in which the server crashes or
+    /// I + margin, by when every member surveyed the new membership. Another shard freed in
+    /// the window, before the planned taker surveyed, may take the last of that taker's room and
+    /// move this shard to another member's plan (each member plans from its own survey): the
+    /// window then runs until that other free plus I + margin, once (two intervals at most for
+    /// this cause). A case whose window reaches the stop, or in which the server crashes or
     /// is deposed, or with no able member, is not checked.
     fn liveness(&mut self) {
         let history = self.base.e.history;
         let stop = history.stop_all.unwrap_or(self.end());
         let step = self.p.interval + self.p.margin();
         let mut found = Vec::new();
+        let frees: Vec<(u32, usize, Duration)> = (0..self.shards)
+            .flat_map(|shard| {
+                self.free_moments(shard)
+                    .into_iter()
+                    .map(move |(server, at)| (shard, server, at))
+            })
+            .collect();
         for shard in 0..self.shards {
             for (server, free) in self.free_moments(shard) {
                 let first_able = self
@@ -730,7 +741,15 @@ impl<'a> ShardChecker<'a> {
                     } else {
                         Duration::ZERO
                     };
-                let mut deadline = plain;
+                // Another shard freed after this one and before its planned taker's survey.
+                let concurrent = frees
+                    .iter()
+                    .filter(|(other, s, at)| {
+                        *other != shard && *s == server && *at > free && *at <= plain
+                    })
+                    .map(|(_, _, at)| *at + step)
+                    .max();
+                let mut deadline = plain.max(concurrent.unwrap_or(plain));
                 for _ in 0..16 {
                     let extended = self
                         .members
