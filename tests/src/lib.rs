@@ -30,6 +30,7 @@ mod pgbouncer;
 mod proxy;
 pub mod replica_child;
 pub mod replica_process;
+pub mod shard_child;
 pub mod timeline;
 
 pub use backend::{Backend, BackendPool};
