@@ -1,0 +1,1223 @@
+//! The sharded-leadership benchmark of plexsphere-leader: prints tables, asserts nothing.
+//!
+//! ```text
+//! cargo run --release -p plexsphere-leader-tests --bin shard-bench -- \
+//!     [--shards 1024] [--replicas 8] [--check-interval 1s] [--rounds 3] \
+//!     [--cost-seconds 30] [--only cost|changes|sigkill]
+//! ```
+//!
+//! Replicas are OS processes: this binary re-run as `shard-bench replica …`
+//! (`plexsphere_leader_tests::shard_child`), one `ShardedElector` each, printing every shard
+//! term's begin and end with a `CLOCK_MONOTONIC` stamp, so that every figure comes from one
+//! merged timeline. Each section runs on a throwaway cluster (`Cluster`), one database per
+//! round.
+//!
+//! 1. **Cost** (`cost`): `R` sharded replicas against the same work done by `K` single
+//!    `Elector`s (one per key `(class, s)`, `K/R` per process, each with its own pool), on one
+//!    cluster whose `max_connections` is raised for the single elections; and the sharded
+//!    replicas once more on a cluster with the template's `max_connections` (60), since every
+//!    read of `pg_locks` walks every backend slot. Over a steady window: the cluster's CPU
+//!    (postmaster and backends, `/proc`) per interval, the replica processes' CPU per check
+//!    and per interval and process, sessions, lock sessions, memory of the replicas and of the
+//!    backends.
+//! 2. **Membership changes** (`changes`): per round, a start of `R` at once, a join, a
+//!    graceful leave (SIGTERM) and a SIGKILL: the time until the space is balanced (every live
+//!    replica owns `⌊K/R⌋` or `⌈K/R⌉`, every shard owned once) and stays so, and the shards
+//!    that changed owner.
+//! 3. **SIGKILL** (`sigkill`): per round, from the SIGKILL of one of `R` balanced replicas to
+//!    the last of its shards owned again, against `I +` the measured grant time of one take
+//!    statement of `K/R` shards.
+#![forbid(unsafe_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use plexsphere_leader::shard_sql;
+use plexsphere_leader::sharded::{DEFAULT_SHARD_CLASS, Shard};
+use plexsphere_leader_tests::clock::monotonic_ns;
+use plexsphere_leader_tests::replica_process::dsn;
+use plexsphere_leader_tests::shard_child::ShardChildArgs;
+use plexsphere_leader_tests::shard_child::fleet::{
+    self, CpuSample, ShardEvent, ShardLauncher, ShardProcess,
+};
+use plexsphere_leader_tests::{Cluster, StopMode, TestDb, base_config, connect};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_postgres::Client;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The class id of the single elections' keys `(SINGLE_CLASS, s)`: "plsi".
+const SINGLE_CLASS: i32 = 0x706c_7369;
+/// A class id of no election, for the harness's own take statements: "plsx".
+const SCRATCH_CLASS: i32 = 0x706c_7378;
+/// The longest any one wait for a balanced space may take.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Samples of a statement's round trip.
+const STATEMENT_SAMPLES: usize = 10;
+
+/// The command line.
+#[derive(Debug, Clone)]
+struct Options {
+    shards: u32,
+    replicas: usize,
+    interval: Duration,
+    rounds: usize,
+    cost_window: Duration,
+    only: Option<String>,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Result<Self, String> {
+        let mut options = Self {
+            shards: 1024,
+            replicas: 8,
+            interval: Duration::from_secs(1),
+            rounds: 3,
+            cost_window: Duration::from_secs(30),
+            only: None,
+        };
+        let mut args = args.iter();
+        while let Some(flag) = args.next() {
+            let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            match flag.as_str() {
+                "--shards" => options.shards = count(value)?,
+                "--replicas" => options.replicas = count(value)?,
+                "--check-interval" => options.interval = duration(value)?,
+                "--rounds" => options.rounds = count(value)?,
+                "--cost-seconds" => options.cost_window = Duration::from_secs(count(value)?),
+                "--only" => match value.as_str() {
+                    "cost" | "changes" | "sigkill" => options.only = Some(value.clone()),
+                    other => return Err(format!("--only: cost, changes or sigkill, not {other}")),
+                },
+                other => return Err(format!("unknown argument {other}")),
+            }
+        }
+        if options.replicas < 2 || options.shards < options.replicas as u32 {
+            return Err("need at least 2 replicas and a shard per replica".into());
+        }
+        Ok(options)
+    }
+
+    fn runs(&self, section: &str) -> bool {
+        self.only.as_deref().is_none_or(|only| only == section)
+    }
+
+    /// `K/R`, rounded down: the share of one replica, and the size of the measured take.
+    fn share(&self) -> u32 {
+        self.shards / self.replicas as u32
+    }
+}
+
+/// `250ms`, `2s`, `1.5s`.
+fn duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("not a duration: {text} (use ms or s)");
+    if let Some(ms) = text.strip_suffix("ms") {
+        return ms.parse().map(Duration::from_millis).map_err(|_| bad());
+    }
+    let secs: f64 = text
+        .strip_suffix('s')
+        .ok_or_else(bad)?
+        .parse()
+        .map_err(|_| bad())?;
+    Duration::try_from_secs_f64(secs).map_err(|_| bad())
+}
+
+fn count<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+    text.parse().map_err(|_| format!("not a count: {text}"))
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("replica") {
+        return plexsphere_leader_tests::shard_child::main(args.into_iter().skip(1));
+    }
+    let options = match Options::parse(&args) {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("shard-bench: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build();
+    let result = match runtime {
+        Ok(runtime) => runtime.block_on(run(options)),
+        Err(e) => Err(e.into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shard-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(options: Options) -> Result<(), BoxError> {
+    print_machine(&options).await?;
+    if options.runs("cost") {
+        cost(&options).await?;
+    }
+    if options.runs("changes") || options.runs("sigkill") {
+        let cluster = Cluster::start().await?;
+        if options.runs("changes") {
+            changes(&options, &cluster).await?;
+        }
+        if options.runs("sigkill") {
+            sigkill(&options, &cluster).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn print_machine(options: &Options) -> Result<(), BoxError> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let client = connect(&base_config()?).await?;
+    let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
+    println!("# plexsphere-leader sharded leadership benchmark\n");
+    println!(
+        "machine: {cores} cores, {model}, Linux {}; PostgreSQL {version}; load average {}",
+        kernel.trim(),
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "K = {} shards, R = {} replicas, I = {:?}, {} rounds, cost window {:?}",
+        options.shards, options.replicas, options.interval, options.rounds, options.cost_window
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replica processes
+
+fn launcher() -> Result<ShardLauncher, BoxError> {
+    let me = std::env::current_exe()?;
+    Ok(ShardLauncher::with_prefix(me, &["replica"]))
+}
+
+/// The replica processes of one database, and the space they share.
+struct Deployment {
+    launcher: ShardLauncher,
+    dsn: String,
+    shards: u32,
+    interval: Duration,
+    processes: Vec<ShardProcess>,
+    /// The number the next replica's name gets.
+    next: usize,
+}
+
+impl Deployment {
+    fn new(dsn: String, options: &Options) -> Result<Self, BoxError> {
+        Ok(Self {
+            launcher: launcher()?,
+            dsn,
+            shards: options.shards,
+            interval: options.interval,
+            processes: Vec::new(),
+            next: 0,
+        })
+    }
+
+    fn sharded_args(&mut self) -> ShardChildArgs {
+        let name = format!("plx-shard-{:02}", self.next);
+        self.next += 1;
+        ShardChildArgs {
+            name,
+            dsn: self.dsn.clone(),
+            interval: self.interval,
+            shards: self.shards,
+            class: DEFAULT_SHARD_CLASS,
+            singles: None,
+        }
+    }
+
+    /// Starts every replica of `args` at once; returns when all printed `ready`.
+    async fn spawn_all(&mut self, args: Vec<ShardChildArgs>) -> Result<(), BoxError> {
+        let mut set = JoinSet::new();
+        for (i, args) in args.into_iter().enumerate() {
+            let launcher = self.launcher.clone();
+            set.spawn(async move { (i, launcher.spawn(args).await) });
+        }
+        let mut started = Vec::new();
+        while let Some(joined) = set.join_next().await {
+            let (i, process) = joined?;
+            started.push((i, process?));
+        }
+        started.sort_by_key(|(i, _)| *i);
+        self.processes.extend(started.into_iter().map(|(_, p)| p));
+        Ok(())
+    }
+
+    /// Starts `n` sharded replicas at once.
+    async fn spawn_sharded(&mut self, n: usize) -> Result<(), BoxError> {
+        let args = (0..n).map(|_| self.sharded_args()).collect();
+        self.spawn_all(args).await
+    }
+
+    /// The names of the replicas still running.
+    fn live(&self) -> Vec<String> {
+        self.processes
+            .iter()
+            .filter(|p| !p.exited())
+            .map(|p| p.name().to_owned())
+            .collect()
+    }
+
+    fn events(&self) -> Vec<ShardEvent> {
+        let refs: Vec<&ShardProcess> = self.processes.iter().collect();
+        fleet::shard_events(&refs)
+    }
+
+    /// Waits until the live replicas' ownership is balanced and no term began or ended for two
+    /// intervals; returns the instant it last became balanced (at or after `from`).
+    async fn settle(&self, from: Instant) -> Result<Instant, BoxError> {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        let quiet = 2 * self.interval;
+        loop {
+            let now = Instant::now();
+            let events = self.events();
+            let last = events.last().map_or(from, |e| e.at);
+            if now.saturating_duration_since(last) >= quiet
+                && let Some(at) = fleet::settled_at(&events, &self.live(), self.shards, from, now)
+            {
+                return Ok(at);
+            }
+            if now >= deadline {
+                let owned = fleet::owned_at(&events, now);
+                let counts: Vec<(String, usize)> =
+                    owned.iter().map(|(n, s)| (n.clone(), s.len())).collect();
+                return Err(format!(
+                    "not balanced within {SETTLE_TIMEOUT:?}: {counts:?}, live {:?}",
+                    self.live()
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn find(&self, name: &str) -> Option<usize> {
+        self.processes.iter().position(|p| p.name() == name)
+    }
+
+    /// Graceful stop of every replica still running; the errors their runs reported.
+    async fn stop_all(&mut self) -> Vec<String> {
+        let mut errors = Vec::new();
+        for p in &mut self.processes {
+            if p.exited() {
+                continue;
+            }
+            match p.stop().await {
+                Ok(None) => {}
+                Ok(Some(run)) => errors.push(format!("{}: {run}", p.name())),
+                Err(e) => errors.push(format!("{}: {e}", p.name())),
+            }
+        }
+        errors
+    }
+}
+
+/// A pseudo-random part of one interval, so that a change lands at any phase of the surveys.
+async fn random_phase(interval: Duration) {
+    let phase = monotonic_ns() % u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+    tokio::time::sleep(Duration::from_nanos(phase)).await;
+}
+
+/// Whether the server shows every shard of the space held by the live replicas, in the shares
+/// their own records show, with one member lock each.
+async fn server_agrees(client: &Client, deployment: &Deployment) -> Result<bool, BoxError> {
+    let rows = fleet::owners(client, DEFAULT_SHARD_CLASS, deployment.shards).await?;
+    let believed = fleet::owned_at(&deployment.events(), Instant::now());
+    let live = deployment.live();
+    let mut matched = 0;
+    for row in &rows {
+        let Some(name) = row.name.as_deref() else {
+            return Ok(false);
+        };
+        let shards: BTreeSet<u32> = row.shards.iter().map(|s| s.get()).collect();
+        if !row.member || !live.iter().any(|l| l == name) || believed.get(name) != Some(&shards) {
+            return Ok(false);
+        }
+        matched += 1;
+    }
+    Ok(matched == live.len())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statements: the grant time of a take, the survey's round trip
+
+/// Round trips of `statement` on a fresh session of `db`, each followed by
+/// `pg_advisory_unlock_all()`: `STATEMENT_SAMPLES` samples, sorted.
+async fn round_trips(db: &TestDb, statement: &str) -> Result<Vec<Duration>, BoxError> {
+    let client = db.connect("plx-harness-statements").await?;
+    let mut samples = Vec::with_capacity(STATEMENT_SAMPLES);
+    for _ in 0..STATEMENT_SAMPLES {
+        let start = Instant::now();
+        client.simple_query(statement).await?;
+        samples.push(start.elapsed());
+        client.simple_query(&shard_sql::unlock_all()).await?;
+    }
+    samples.sort();
+    Ok(samples)
+}
+
+/// One take statement of `n` free shards (of a class nobody else uses) on `db`.
+async fn grant_times(db: &TestDb, n: u32) -> Result<Vec<Duration>, BoxError> {
+    let shards: Vec<Shard> = (0..n).map(Shard::new).collect();
+    round_trips(db, &shard_sql::take(SCRATCH_CLASS, &shards)).await
+}
+
+/// One survey statement of the space (from a session that is no member).
+async fn survey_times(db: &TestDb, k: u32) -> Result<Vec<Duration>, BoxError> {
+    round_trips(db, &shard_sql::survey(DEFAULT_SHARD_CLASS, k)).await
+}
+
+fn median(sorted: &[Duration]) -> Duration {
+    percentile(sorted, 50)
+}
+
+/// Nearest-rank percentile.
+fn percentile(values: &[Duration], p: usize) -> Duration {
+    if values.is_empty() {
+        return Duration::ZERO;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    let rank = (p * sorted.len()).div_ceil(100).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn fine_ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// `d` in intervals, to a hundredth.
+fn intervals(d: Duration, interval: Duration) -> String {
+    format!("{:.2}·I", d.as_secs_f64() / interval.as_secs_f64())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cost
+
+/// What one deployment cost over the steady window.
+struct Cost {
+    what: String,
+    processes: usize,
+    /// Checks per interval: one survey per sharded replica, one check per single elector.
+    checks_per_interval: u64,
+    window: Duration,
+    intervals: f64,
+    server: Duration,
+    client: Duration,
+    sessions: BTreeMap<String, usize>,
+    lock_sessions: usize,
+    rss_kb: Vec<u64>,
+    backends: usize,
+    backends_anon_kb: u64,
+    moves: usize,
+    /// Single electors: the pools connected before the electors started, and how long that
+    /// took.
+    warm: Option<(u64, Duration)>,
+    /// Shards owned (leaderships held) at the window's start and end.
+    held: (usize, usize),
+    /// WARN lines of the electors in the window, and the most frequent message.
+    warnings: (usize, Option<String>),
+    survey: Option<Vec<Duration>>,
+    max_connections: i64,
+}
+
+impl Cost {
+    fn checks(&self) -> f64 {
+        (self.checks_per_interval as f64 * self.intervals).max(1.0)
+    }
+
+    fn rows(&self) -> Vec<(&'static str, String)> {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+        let share = self.server.as_secs_f64() / self.window.as_secs_f64();
+        let per_process: Vec<usize> = self.sessions.values().copied().collect();
+        let rss_max = self.rss_kb.iter().copied().max().unwrap_or(0);
+        let rss_mean = self.rss_kb.iter().sum::<u64>() / self.rss_kb.len().max(1) as u64;
+        vec![
+            (
+                "server CPU per interval (postmaster and backends)",
+                format!(
+                    "**{:.2} ms** ({:.2} % of one core, {:.2} % of the {cores} cores)",
+                    self.server.as_secs_f64() * 1e3 / self.intervals,
+                    share * 100.0,
+                    share / cores * 100.0
+                ),
+            ),
+            (
+                "server CPU per check",
+                format!("{:.1} µs", self.server.as_secs_f64() * 1e6 / self.checks()),
+            ),
+            (
+                "client CPU per check (replica processes)",
+                format!(
+                    "**{:.1} µs**",
+                    self.client.as_secs_f64() * 1e6 / self.checks()
+                ),
+            ),
+            (
+                "client CPU per interval per process",
+                format!(
+                    "{:.2} ms",
+                    self.client.as_secs_f64() * 1e3 / self.intervals / self.processes as f64
+                ),
+            ),
+            (
+                "client CPU per interval, all processes",
+                format!("{:.2} ms", self.client.as_secs_f64() * 1e3 / self.intervals),
+            ),
+            (
+                "checks per interval (one survey per replica, one check per elector)",
+                self.checks_per_interval.to_string(),
+            ),
+            (
+                "sessions per process (pg_stat_activity)",
+                format!(
+                    "min {}, max {}; {} in all",
+                    per_process.iter().min().unwrap_or(&0),
+                    per_process.iter().max().unwrap_or(&0),
+                    per_process.iter().sum::<usize>()
+                ),
+            ),
+            (
+                "sessions holding a lock of the space or keys",
+                self.lock_sessions.to_string(),
+            ),
+            (
+                "RSS per replica process",
+                format!("mean {:.1} MiB, max {:.1} MiB", mib(rss_mean), mib(rss_max)),
+            ),
+            (
+                "backends of the database / their anonymous memory (Pss_Anon)",
+                format!("{} / {:.1} MiB", self.backends, mib(self.backends_anon_kb)),
+            ),
+            (
+                "survey statement round trip (harness session), median / max",
+                self.survey.as_ref().map_or("—".into(), |s| {
+                    format!("{} / {}", fine_ms(median(s)), fine_ms(percentile(s, 100)))
+                }),
+            ),
+            (
+                "pools connected before the electors started / in",
+                self.warm
+                    .map_or("—".into(), |(n, took)| format!("{n} / {took:.1?}")),
+            ),
+            (
+                "shards owned (leaderships held) at the window's start / end",
+                format!("{} / {}", self.held.0, self.held.1),
+            ),
+            (
+                "shard terms begun or ended in the window",
+                self.moves.to_string(),
+            ),
+            (
+                "WARN lines of the electors in the window (most frequent)",
+                match &self.warnings {
+                    (0, _) => "0".into(),
+                    (n, message) => format!("{n} (`{}`)", message.as_deref().unwrap_or("")),
+                },
+            ),
+            ("cluster max_connections", self.max_connections.to_string()),
+        ]
+    }
+}
+
+fn mib(kb: u64) -> f64 {
+    kb as f64 / 1024.0
+}
+
+/// The deployments the cost table compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `R` sharded replicas.
+    Sharded,
+    /// This many single electors over `R` processes.
+    Singles(u32),
+}
+
+async fn cost(options: &Options) -> Result<(), BoxError> {
+    let (k, r) = (options.shards, options.replicas);
+    let big = Cluster::start().await?;
+    let admin = big.connect("postgres").await?;
+    let max_connections = k as usize * 5 / 4 + 100;
+    admin
+        .batch_execute(&format!(
+            "ALTER SYSTEM SET max_connections = {max_connections}"
+        ))
+        .await?;
+    drop(admin);
+    big.restart(StopMode::Fast).await?;
+    let sharded = measure(options, &big, Kind::Sharded).await?;
+    let singles = measure(options, &big, Kind::Singles(k)).await?;
+    // A quarter of the keys: single elections where this machine holds them steadily.
+    let quarter = measure(options, &big, Kind::Singles(k / 4)).await?;
+    drop(big);
+    let small = Cluster::start().await?;
+    let sharded_small = measure(options, &small, Kind::Sharded).await?;
+    drop(small);
+
+    println!(
+        "\n## Cost: K = {k} shards over R = {r} replica processes, I = {:?}, steady window {:?}\n",
+        options.interval, options.cost_window
+    );
+    let columns = [&sharded, &singles, &quarter, &sharded_small];
+    println!(
+        "| figure | {} |",
+        columns
+            .iter()
+            .map(|c| c.what.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    println!("|---|{}", "---|".repeat(columns.len()));
+    let rows: Vec<Vec<(&str, String)>> = columns.iter().map(|c| c.rows()).collect();
+    for i in 0..rows[0].len() {
+        println!(
+            "| {} | {} |",
+            rows[0][i].0,
+            rows.iter()
+                .map(|r| r[i].1.clone())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
+    let ratio = |a: Duration, b: Duration| b.as_secs_f64() / a.as_secs_f64().max(1e-9);
+    println!(
+        "\nSingle elections against sharded, same cluster: server CPU ×{:.1}, client CPU ×{:.1} \
+         (per interval, all processes).",
+        ratio(sharded.server, singles.server) * sharded.intervals / singles.intervals,
+        ratio(sharded.client, singles.client) * sharded.intervals / singles.intervals
+    );
+    Ok(())
+}
+
+/// Runs one deployment on `cluster` until it is steady, then measures it over the window.
+async fn measure(options: &Options, cluster: &Cluster, kind: Kind) -> Result<Cost, BoxError> {
+    let db = TestDb::create_on(cluster.config("postgres"), "shard_cost").await?;
+    let max_connections: i64 = db
+        .admin()
+        .query_one("SELECT current_setting('max_connections')::int8", &[])
+        .await?
+        .get(0);
+    let mut deployment = Deployment::new(dsn(&db.config()), options)?;
+    let (k, r) = (options.shards, options.replicas);
+    let mut warm = None;
+    let class = match kind {
+        Kind::Sharded => {
+            deployment.spawn_sharded(r).await?;
+            deployment.settle(Instant::now()).await?;
+            DEFAULT_SHARD_CLASS
+        }
+        Kind::Singles(keys) => {
+            let args = singles_args(&deployment, options, keys);
+            let spawned = Instant::now();
+            deployment.spawn_all(args).await?;
+            let connected: u64 = deployment
+                .processes
+                .iter()
+                .filter_map(|p| p.events("warmed").first()?.u64("connected"))
+                .sum();
+            warm = Some((connected, spawned.elapsed()));
+            for p in &mut deployment.processes {
+                p.command("go").await?;
+            }
+            if let Err(e) = wait_all_lead(&deployment).await {
+                eprintln!("cost: measuring anyway: {e}");
+            }
+            SINGLE_CLASS
+        }
+    };
+    // A few intervals of steady state before the window.
+    tokio::time::sleep(2 * options.interval).await;
+    let before = Snapshot::take(&mut deployment, cluster).await?;
+    tokio::time::sleep(options.cost_window).await;
+    let after = Snapshot::take(&mut deployment, cluster).await?;
+    let owned = |at| -> usize {
+        fleet::owned_at(&deployment.events(), at)
+            .values()
+            .map(BTreeSet::len)
+            .sum()
+    };
+    let held = (owned(before.at), owned(after.at));
+    let window = after.at - before.at;
+    let sessions = sessions_by_process(&db, &deployment).await?;
+    let lock_sessions = lock_sessions(&db, class).await?;
+    let backends = backend_pids(&db).await?;
+    let backends_anon_kb = fleet::anonymous_kb(&backends);
+    let moves = deployment
+        .events()
+        .iter()
+        .filter(|e| e.at > before.at && e.at <= after.at)
+        .count();
+    let warnings = warnings_between(&deployment, before.at, after.at);
+    let survey = match kind {
+        Kind::Sharded => Some(survey_times(&db, k).await?),
+        Kind::Singles(_) => None,
+    };
+    let errors = deployment.stop_all().await;
+    if !errors.is_empty() {
+        eprintln!("cost: runs ended with errors: {errors:?}");
+    }
+    db.cleanup().await?;
+    let client = after
+        .cpu
+        .iter()
+        .zip(&before.cpu)
+        .map(|(a, b)| a.cpu.saturating_sub(b.cpu))
+        .sum();
+    let what = match kind {
+        Kind::Sharded => format!("sharded: {r} `ShardedElector`s"),
+        Kind::Singles(keys) => format!(
+            "single elections: {keys} `Elector`s, {} per process",
+            keys / r as u32
+        ),
+    };
+    Ok(Cost {
+        what: format!("{what} (max_connections {max_connections})"),
+        processes: r,
+        checks_per_interval: match kind {
+            Kind::Sharded => r as u64,
+            Kind::Singles(keys) => u64::from(keys),
+        },
+        window,
+        intervals: window.as_secs_f64() / options.interval.as_secs_f64(),
+        server: after.server.saturating_sub(before.server),
+        client,
+        sessions,
+        lock_sessions,
+        rss_kb: after.cpu.iter().map(|c| c.rss_kb).collect(),
+        backends: backends.len(),
+        backends_anon_kb,
+        moves,
+        held,
+        warm,
+        warnings,
+        survey,
+        max_connections,
+    })
+}
+
+/// The electors' WARN lines stamped in `(from, to]`, and the most frequent message (its text up
+/// to the first digit, so that durations and pids do not split it).
+fn warnings_between(
+    deployment: &Deployment,
+    from: Instant,
+    to: Instant,
+) -> (usize, Option<String>) {
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for p in &deployment.processes {
+        for r in p.logs("WARN") {
+            if r.at > from && r.at <= to {
+                let message = r.str("message").unwrap_or_default();
+                let head = message
+                    .split(|c: char| c.is_ascii_digit())
+                    .next()
+                    .unwrap_or_default();
+                *counts.entry(head.trim().to_owned()).or_default() += 1;
+            }
+        }
+    }
+    let total = counts.values().sum();
+    let top = counts.into_iter().max_by_key(|(_, n)| *n).map(|(m, _)| m);
+    (total, top)
+}
+
+/// `R` processes of single electors for `k` keys, process `i` running keys
+/// `(SINGLE_CLASS, s)` for its `k/R` of them.
+fn singles_args(deployment: &Deployment, options: &Options, k: u32) -> Vec<ShardChildArgs> {
+    let r = options.replicas as u32;
+    (0..r)
+        .map(|i| ShardChildArgs {
+            name: format!("plx-single-{i:02}"),
+            dsn: deployment.dsn.clone(),
+            interval: options.interval,
+            shards: k,
+            class: SINGLE_CLASS,
+            singles: Some(i * k / r..(i + 1) * k / r),
+        })
+        .collect()
+}
+
+/// Waits until every single elector leads its key and nothing changed for two intervals.
+async fn wait_all_lead(deployment: &Deployment) -> Result<(), BoxError> {
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        let all = deployment.processes.iter().all(|p| {
+            let range = p.args().singles.clone().unwrap_or(0..0);
+            p.owned().len() == range.len()
+        });
+        let quiet = deployment
+            .events()
+            .last()
+            .is_none_or(|e| e.at.elapsed() >= 2 * deployment.interval);
+        if all && quiet {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let owned: Vec<usize> = deployment
+                .processes
+                .iter()
+                .map(|p| p.owned().len())
+                .collect();
+            let (warned, top) = warnings_between(deployment, deadline - SETTLE_TIMEOUT, deadline);
+            return Err(format!(
+                "not every single elector led within {SETTLE_TIMEOUT:?}: leading per process \
+                 {owned:?}; {warned} WARN lines, most often {top:?}"
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The counters at one instant.
+struct Snapshot {
+    at: Instant,
+    server: Duration,
+    cpu: Vec<CpuSample>,
+}
+
+impl Snapshot {
+    async fn take(deployment: &mut Deployment, cluster: &Cluster) -> Result<Self, BoxError> {
+        let at = Instant::now();
+        let server = fleet::cluster_cpu(cluster);
+        let mut cpu = Vec::new();
+        for p in &mut deployment.processes {
+            cpu.push(p.cpu().await?);
+        }
+        Ok(Self { at, server, cpu })
+    }
+}
+
+/// Sessions of the database per replica process (by `application_name`: its name, or its name
+/// and ` since …` on a single elector's lock session).
+async fn sessions_by_process(
+    db: &TestDb,
+    deployment: &Deployment,
+) -> Result<BTreeMap<String, usize>, BoxError> {
+    let rows = db
+        .admin()
+        .query(
+            "SELECT coalesce(application_name, '') FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await?;
+    let mut sessions: BTreeMap<String, usize> = deployment
+        .processes
+        .iter()
+        .map(|p| (p.name().to_owned(), 0))
+        .collect();
+    for row in rows {
+        let app: String = row.get(0);
+        let name = app.split(' ').next().unwrap_or_default();
+        if let Some(n) = sessions.get_mut(name) {
+            *n += 1;
+        }
+    }
+    Ok(sessions)
+}
+
+/// Backends holding an advisory lock of `class` in the database.
+async fn lock_sessions(db: &TestDb, class: i32) -> Result<usize, BoxError> {
+    let n: i64 = db
+        .admin()
+        .query_one(
+            "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND classid = ($1::int8 & 4294967295)::oid AND objsubid = 2 \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            &[&i64::from(class)],
+        )
+        .await?
+        .get(0);
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// The backend pids of the database's sessions (the harness's own included).
+async fn backend_pids(db: &TestDb) -> Result<Vec<u32>, BoxError> {
+    let rows = db
+        .admin()
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| u32::try_from(r.get::<_, i32>(0)).ok())
+        .collect())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Membership changes
+
+/// What one membership change measured.
+#[derive(Debug, Clone, Copy)]
+struct Change {
+    /// From the change (the harness's command) to the instant the space last became balanced.
+    balanced: Duration,
+    /// The same from the instant the change took effect (the joiner's membership), when it
+    /// differs.
+    from_effect: Option<Duration>,
+    /// Shard terms begun between the change and the balance.
+    moves: usize,
+    /// Shards whose owner differs between before and after.
+    net: usize,
+    /// The membership whose share bounds the moves.
+    r: usize,
+    /// The server's `pg_locks` showed the children's shares once balanced.
+    agrees: bool,
+}
+
+/// The four changes of a round, in table order.
+const CHANGES: [&str; 4] = [
+    "start of R at once",
+    "a join (R + 1)",
+    "a graceful leave (SIGTERM)",
+    "SIGKILL of one replica",
+];
+
+async fn changes(options: &Options, cluster: &Cluster) -> Result<(), BoxError> {
+    let mut samples: Vec<Vec<Change>> = vec![Vec::new(); CHANGES.len()];
+    let mut overlaps = Vec::new();
+    let mut failures = Vec::new();
+    for round in 0..options.rounds {
+        match change_round(options, cluster).await {
+            Ok((changes, overlap)) => {
+                for (i, change) in changes.into_iter().enumerate() {
+                    samples[i].push(change);
+                }
+                overlaps.push(overlap);
+            }
+            Err(e) => failures.push(format!("round {round}: {e}")),
+        }
+    }
+    print_changes(options, &samples, &overlaps);
+    for failure in failures {
+        eprintln!("changes: a round failed: {failure}");
+    }
+    Ok(())
+}
+
+/// One round: a start of `R`, a join, a graceful leave, a SIGKILL; the longest per-shard
+/// overlap of believed owners over the round.
+async fn change_round(
+    options: &Options,
+    cluster: &Cluster,
+) -> Result<(Vec<Change>, Option<(Duration, u32)>), BoxError> {
+    let db = TestDb::create_on(cluster.config("postgres"), "shard_changes").await?;
+    let mut d = Deployment::new(dsn(&db.config()), options)?;
+    let (k, r) = (options.shards, options.replicas);
+    let mut out = Vec::new();
+
+    let start = Instant::now();
+    d.spawn_sharded(r).await?;
+    let settled = d.settle(start).await?;
+    out.push(Change {
+        balanced: settled - start,
+        from_effect: None,
+        moves: fleet::begins_between(&d.events(), start, settled),
+        net: k as usize,
+        r,
+        agrees: server_agrees(db.admin(), &d).await?,
+    });
+
+    random_phase(options.interval).await;
+    let join = Instant::now();
+    d.spawn_sharded(1).await?;
+    let joiner = d.processes.last().ok_or("no joiner")?;
+    let joined = joiner
+        .wait_for(SETTLE_TIMEOUT, |rec| {
+            rec.event == "member" && rec.fields.get("member").is_some_and(|m| !m.is_null())
+        })
+        .await
+        .ok_or("the joiner never became a member")?
+        .at;
+    out.push(measure_change(&d, db.admin(), join, Some(joined), r + 1).await?);
+
+    random_phase(options.interval).await;
+    let leave = Instant::now();
+    d.processes[0].stop().await?;
+    out.push(measure_change(&d, db.admin(), leave, None, r + 1).await?);
+
+    random_phase(options.interval).await;
+    let killed = d.processes[1].kill().await?;
+    out.push(measure_change(&d, db.admin(), killed, None, r).await?);
+
+    let overlap = fleet::max_shard_overlap(&d.events(), Instant::now());
+    let errors = d.stop_all().await;
+    if !errors.is_empty() {
+        eprintln!("changes: runs ended with errors: {errors:?}");
+    }
+    db.cleanup().await?;
+    Ok((out, overlap))
+}
+
+async fn measure_change(
+    d: &Deployment,
+    admin: &Client,
+    at: Instant,
+    effect: Option<Instant>,
+    r: usize,
+) -> Result<Change, BoxError> {
+    let settled = d.settle(at).await?;
+    let events = d.events();
+    Ok(Change {
+        balanced: settled - at,
+        from_effect: effect.map(|e| settled.saturating_duration_since(e)),
+        moves: fleet::begins_between(&events, at, settled),
+        net: fleet::owners_changed(&events, at, settled),
+        r,
+        agrees: server_agrees(admin, d).await?,
+    })
+}
+
+fn print_changes(options: &Options, samples: &[Vec<Change>], overlaps: &[Option<(Duration, u32)>]) {
+    let (k, i) = (options.shards, options.interval);
+    println!(
+        "\n## Membership changes: K = {k}, R = {}, I = {i:?}, {} rounds\n",
+        options.replicas, options.rounds
+    );
+    println!(
+        "| change | balanced: bound | median | max | from the joiner's membership: median / max | shards moved: bound | median | max | net owner changes: max | server's pg_locks agreed |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (name, changes) in CHANGES.iter().zip(samples) {
+        let times: Vec<Duration> = changes.iter().map(|c| c.balanced).collect();
+        let effects: Vec<Duration> = changes.iter().filter_map(|c| c.from_effect).collect();
+        let moves: Vec<usize> = changes.iter().map(|c| c.moves).collect();
+        let r = changes.first().map_or(options.replicas, |c| c.r);
+        let bound_moves = 1.5 * f64::from(k) / r as f64;
+        let move_bound = if name.starts_with("start") {
+            format!("— (all {k} taken)")
+        } else {
+            format!("1.5·K/R = {bound_moves:.0} (R = {r})")
+        };
+        let mut sorted_moves = moves.clone();
+        sorted_moves.sort_unstable();
+        println!(
+            "| {name} ({} rounds) | 3·I = {} | {} ({}) | {} ({}) | {} | {move_bound} | {} | {} | {} | {} of {} |",
+            changes.len(),
+            ms(3 * i),
+            ms(median(&times)),
+            intervals(median(&times), i),
+            ms(percentile(&times, 100)),
+            intervals(percentile(&times, 100), i),
+            if effects.is_empty() {
+                "—".to_owned()
+            } else {
+                format!(
+                    "{} / {}",
+                    ms(median(&effects)),
+                    ms(percentile(&effects, 100))
+                )
+            },
+            sorted_moves
+                .get(sorted_moves.len() / 2)
+                .copied()
+                .unwrap_or(0),
+            sorted_moves.last().copied().unwrap_or(0),
+            changes.iter().map(|c| c.net).max().unwrap_or(0),
+            changes.iter().filter(|c| c.agrees).count(),
+            changes.len()
+        );
+    }
+    let worst = overlaps.iter().flatten().max();
+    println!(
+        "\nBalanced: every live replica owns ⌊K/R⌋ or ⌈K/R⌉ shards and every shard is owned \
+         once, by the replicas' own begin/end records on one clock, measured from the harness's \
+         command (spawn, SIGTERM, SIGKILL) to the instant the space last became balanced (it \
+         then stayed so for two quiet intervals). Shards moved: shard terms begun in that span \
+         (a shard moved twice counts twice). Two believed owners of one shard at once, longest \
+         over all rounds: {}.",
+        worst.map_or("never".to_owned(), |(d, s)| format!(
+            "{} (shard {s})",
+            fine_ms(*d)
+        ))
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// SIGKILL: every shard of the dead replica re-owned
+
+/// What one SIGKILL round measured.
+struct Kill {
+    /// From the SIGKILL to the first and to the last of its shards owned again.
+    first: Duration,
+    last: Duration,
+    /// Its shards.
+    lost: usize,
+    /// Of them, those owned again only after `I +` the round's grant time.
+    late: usize,
+    /// The grant time of one take of `K/R` free shards, median of the round's samples.
+    grant: Duration,
+    /// From the SIGKILL to the balance of the survivors.
+    balanced: Duration,
+}
+
+async fn sigkill(options: &Options, cluster: &Cluster) -> Result<(), BoxError> {
+    let db = TestDb::create_on(cluster.config("postgres"), "shard_sigkill").await?;
+    let mut d = Deployment::new(dsn(&db.config()), options)?;
+    d.spawn_sharded(options.replicas).await?;
+    d.settle(Instant::now()).await?;
+    let mut kills = Vec::new();
+    let mut grants = Vec::new();
+    for round in 0..options.rounds {
+        match kill_round(options, &db, &mut d, round).await {
+            Ok((kill, samples)) => {
+                kills.push(kill);
+                grants.extend(samples);
+            }
+            Err(e) => eprintln!("sigkill: round {round} failed: {e}"),
+        }
+    }
+    let overlap = fleet::max_shard_overlap(&d.events(), Instant::now());
+    let errors = d.stop_all().await;
+    if !errors.is_empty() {
+        eprintln!("sigkill: runs ended with errors: {errors:?}");
+    }
+    db.cleanup().await?;
+    print_kills(options, &kills, &grants, overlap);
+    Ok(())
+}
+
+/// Kills one replica of a balanced space, measures, then starts a replacement and waits for the
+/// balance again.
+async fn kill_round(
+    options: &Options,
+    db: &TestDb,
+    d: &mut Deployment,
+    round: usize,
+) -> Result<(Kill, Vec<Duration>), BoxError> {
+    let grants = grant_times(db, options.share()).await?;
+    let live = d.live();
+    let victim = d.find(&live[round % live.len()]).ok_or("no such replica")?;
+    random_phase(options.interval).await;
+    let lost = d.processes[victim].owned();
+    let killed = d.processes[victim].kill().await?;
+    let reowned = wait_reowned(d, &lost, killed).await?;
+    let settled = d.settle(killed).await?;
+    let first = reowned.values().min().copied().unwrap_or(killed);
+    let last = reowned.values().max().copied().unwrap_or(killed);
+    let bound = killed + options.interval + median(&grants);
+    let late = reowned.values().filter(|at| **at > bound).count();
+    d.spawn_sharded(1).await?;
+    d.settle(Instant::now()).await?;
+    Ok((
+        Kill {
+            first: first - killed,
+            last: last - killed,
+            lost: lost.len(),
+            late,
+            grant: median(&grants),
+            balanced: settled - killed,
+        },
+        grants,
+    ))
+}
+
+/// Waits until every shard of `lost` began a term on a live replica after `killed`; the first
+/// such begin of each.
+async fn wait_reowned(
+    d: &Deployment,
+    lost: &BTreeSet<u32>,
+    killed: Instant,
+) -> Result<BTreeMap<u32, Instant>, BoxError> {
+    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        let live = d.live();
+        let mut reowned = BTreeMap::new();
+        for e in d.events() {
+            if e.began && e.at >= killed && lost.contains(&e.shard) && live.contains(&e.replica) {
+                reowned.entry(e.shard).or_insert(e.at);
+            }
+        }
+        if reowned.len() == lost.len() {
+            return Ok(reowned);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "{} of {} shards re-owned within {SETTLE_TIMEOUT:?}",
+                reowned.len(),
+                lost.len()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn print_kills(
+    options: &Options,
+    kills: &[Kill],
+    grants: &[Duration],
+    overlap: Option<(Duration, u32)>,
+) {
+    let (i, share) = (options.interval, options.share());
+    let grant = percentile(grants, 100);
+    println!(
+        "\n## SIGKILL of one of R = {} replicas: its shards owned again (K = {}, I = {i:?}, {} rounds)\n",
+        options.replicas,
+        options.shards,
+        kills.len()
+    );
+    println!(
+        "Grant time of one take statement of K/R = {share} free shards (a harness session of the \
+         same database, {} samples over the rounds): median {}, p99 {}, max {}.\n",
+        grants.len(),
+        fine_ms(percentile(grants, 50)),
+        fine_ms(percentile(grants, 99)),
+        fine_ms(grant)
+    );
+    println!(
+        "| round | shards of the killed replica | first re-owned | last re-owned | bound: I + grant (round's median) | re-owned after the bound | survivors balanced |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (n, kill) in kills.iter().enumerate() {
+        println!(
+            "| {n} | {} | {} | **{}** ({}) | {} | {} | {} ({}) |",
+            kill.lost,
+            ms(kill.first),
+            ms(kill.last),
+            intervals(kill.last, i),
+            ms(i + kill.grant),
+            kill.late,
+            ms(kill.balanced),
+            intervals(kill.balanced, i)
+        );
+    }
+    let lasts: Vec<Duration> = kills.iter().map(|k| k.last).collect();
+    println!(
+        "\nLast shard re-owned: median {}, max {}; bound I + max grant time = {}. Two believed \
+         owners of one shard at once: {}.",
+        ms(median(&lasts)),
+        ms(percentile(&lasts, 100)),
+        ms(i + grant),
+        overlap.map_or("never".to_owned(), |(d, s)| format!(
+            "{} (shard {s})",
+            fine_ms(d)
+        ))
+    );
+}
