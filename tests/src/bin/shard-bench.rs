@@ -13,8 +13,9 @@
 //! round.
 //!
 //! 1. **Cost** (`cost`): `R` sharded replicas against the same work done by `K` single
-//!    `Elector`s (one per key `(class, s)`, `K/R` per process, each with its own pool), on one
-//!    cluster whose `max_connections` is raised for the single elections; and the sharded
+//!    `Elector`s (one per key `(class, s)`, `K/R` per process, each with its own pool,
+//!    connected before they start, their starts spread over one interval), and by `K/4` of
+//!    them, on one cluster whose `max_connections` is raised for the single elections; and the sharded
 //!    replicas once more on a cluster with the template's `max_connections` (60), since every
 //!    read of `pg_locks` walks every backend slot. Over a steady window: the cluster's CPU
 //!    (postmaster and backends, `/proc`) per interval, the replica processes' CPU per check
@@ -24,9 +25,10 @@
 //!    graceful leave (SIGTERM) and a SIGKILL: the time until the space is balanced (every live
 //!    replica owns `⌊K/R⌋` or `⌈K/R⌉`, every shard owned once) and stays so, and the shards
 //!    that changed owner.
-//! 3. **SIGKILL** (`sigkill`): per round, from the SIGKILL of one of `R` balanced replicas to
-//!    the last of its shards owned again, against `I +` the measured grant time of one take
-//!    statement of `K/R` shards.
+//! 3. **SIGKILL** (`sigkill`): per round, from the SIGKILL of one of `R` balanced replicas
+//!    (started `I/R` apart, so that their surveys fall at different phases) to the last of its
+//!    shards owned again, against `I +` the measured grant time of one take statement of `K/R`
+//!    shards; then a replacement joins.
 #![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -1080,8 +1082,15 @@ struct Kill {
 async fn sigkill(options: &Options, cluster: &Cluster) -> Result<(), BoxError> {
     let db = TestDb::create_on(cluster.config("postgres"), "shard_sigkill").await?;
     let mut d = Deployment::new(dsn(&db.config()), options)?;
-    d.spawn_sharded(options.replicas).await?;
-    d.settle(Instant::now()).await?;
+    // One by one, `I/R` apart, so that the survivors' surveys fall at different phases of the
+    // interval and the last of them comes up to an interval after a kill (replicas started at
+    // once survey at nearly the same instants).
+    let start = Instant::now();
+    for _ in 0..options.replicas {
+        d.spawn_sharded(1).await?;
+        tokio::time::sleep(options.interval / options.replicas as u32).await;
+    }
+    d.settle(start).await?;
     let mut kills = Vec::new();
     let mut grants = Vec::new();
     for round in 0..options.rounds {
