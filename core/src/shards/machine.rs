@@ -592,14 +592,8 @@ impl<C> ShardedElection<C> {
             return Handled::Applied;
         }
         if options.is_fencing() {
-            let interval = options.interval();
-            let conn = open.conn;
-            open.busy = Some((Op::Fence(granted.clone()), now + interval.get()));
-            self.actions.push_back(ShardAction::AdvanceEpochs {
-                conn,
-                shards: granted,
-                lock_timeout_ms: interval.half_millis(),
-            });
+            // Before anything else the session might run: the grant waits for its epochs.
+            self.issue(Op::Fence(granted), now + options.interval().get());
             return Handled::Applied;
         }
         self.begin_terms(granted.into_iter().map(|shard| (shard, None)));
@@ -920,7 +914,6 @@ impl<C> ShardedElection<C> {
         if open.busy.is_some() {
             return;
         }
-        let conn = open.conn;
         let (op, deadline) = if let Some(stop) = &run.stop {
             if !stop.awaiting.is_empty() {
                 return;
@@ -947,12 +940,20 @@ impl<C> ShardedElection<C> {
         } else {
             return;
         };
-        open.busy = Some((op.clone(), deadline));
+        self.issue(op, deadline);
+    }
+
+    /// Runs `op` on the open session, answered by `deadline`: the one place a statement starts.
+    fn issue(&mut self, op: Op, deadline: Instant) {
         let lock_timeout_ms = self.options.interval().half_millis();
+        let Session::Open(open) = &mut self.run().session else {
+            return;
+        };
+        let conn = open.conn;
+        open.busy = Some((op.clone(), deadline));
         self.actions.push_back(match op {
             Op::Survey => ShardAction::Survey { conn },
             Op::Take(shards) => ShardAction::Take { conn, shards },
-            // Started by `took`, never from here.
             Op::Fence(shards) => ShardAction::AdvanceEpochs {
                 conn,
                 shards,
