@@ -237,13 +237,7 @@ impl Config {
 
     /// The validated identity, or the default one.
     pub(crate) fn resolved_identity(&self) -> Result<String, ConfigError> {
-        match &self.identity {
-            Some(identity) => {
-                crate::identity::validate(identity)?;
-                Ok(identity.clone())
-            }
-            None => Ok(crate::identity::default_identity()),
-        }
+        Ok(crate::identity::resolve(self.identity.as_deref())?)
     }
 
     /// The validated options of the core election.

@@ -73,6 +73,20 @@ pub(crate) fn validate(identity: &str) -> Result<(), IdentityError> {
     Ok(())
 }
 
+/// The configured identity, validated, or [`default_identity`] when none is configured.
+///
+/// # Errors
+/// The configured identity is invalid ([`validate`]).
+pub(crate) fn resolve(configured: Option<&str>) -> Result<String, IdentityError> {
+    match configured {
+        Some(identity) => {
+            validate(identity)?;
+            Ok(identity.to_owned())
+        }
+        None => Ok(default_identity()),
+    }
+}
+
 /// The default identity, `<service>@<host>`: the current executable's file stem and the
 /// hostname, with characters outside printable ASCII replaced by `?` and cut to
 /// [`MAX_IDENTITY_LEN`] bytes. Never fails: a part that cannot be read is `unknown`.

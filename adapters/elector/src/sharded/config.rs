@@ -152,12 +152,6 @@ impl ShardConfig {
     }
 
     pub(crate) fn resolved_identity(&self) -> Result<String, ConfigError> {
-        match &self.identity {
-            Some(identity) => {
-                crate::identity::validate(identity)?;
-                Ok(identity.clone())
-            }
-            None => Ok(crate::identity::default_identity()),
-        }
+        Ok(crate::identity::resolve(self.identity.as_deref())?)
     }
 }
