@@ -292,30 +292,53 @@ impl Driver {
 
     /// Starts `operation` on connection `conn`, replacing any operation in flight.
     fn start_on(&mut self, conn: ConnId, operation: impl FnOnce(Held) -> Operation) {
-        self.in_flight = None;
-        match &self.held {
-            Some((held_conn, held)) if *held_conn == conn => {
-                self.in_flight = Some(operation(Arc::clone(held)));
-            }
-            _ => tracing::error!(
-                target: "plexsphere_leader",
-                %conn,
-                "driver bug: no connection to run the statement on; the check will time out"
-            ),
-        }
+        start_on(&self.held, &mut self.in_flight, conn, operation);
     }
 
     /// Takes connection `conn` out of the driver, once nothing in flight uses it.
     fn take(&mut self, conn: ConnId) -> Option<Box<dyn LockSession>> {
-        match self.held.take() {
-            Some((held_conn, held)) if held_conn == conn => {
-                self.in_flight = None;
-                Arc::try_unwrap(held).ok()
-            }
-            other => {
-                self.held = other;
-                None
-            }
+        take_held(&mut self.held, &mut self.in_flight, conn)
+    }
+}
+
+/// Starts `operation` on the held connection `conn`, replacing any operation in flight; logs a
+/// driver bug when `conn` is not the one held (the operation's deadline then passes). Shared
+/// with the sharded driver.
+pub(crate) fn start_on<F>(
+    held: &Option<(ConnId, Held)>,
+    in_flight: &mut Option<F>,
+    conn: ConnId,
+    operation: impl FnOnce(Held) -> F,
+) {
+    *in_flight = None;
+    match held {
+        Some((held_conn, session)) if *held_conn == conn => {
+            *in_flight = Some(operation(Arc::clone(session)));
+        }
+        _ => tracing::error!(
+            target: "plexsphere_leader",
+            %conn,
+            "driver bug: no connection to run the statement on; the check will time out"
+        ),
+    }
+}
+
+/// Takes the held connection `conn` out of `held`, dropping the operation in flight on it so
+/// that nothing else uses it; `None` (and `held` unchanged) for another connection. Shared
+/// with the sharded driver.
+pub(crate) fn take_held<F>(
+    held: &mut Option<(ConnId, Held)>,
+    in_flight: &mut Option<F>,
+    conn: ConnId,
+) -> Option<Box<dyn LockSession>> {
+    match held.take() {
+        Some((held_conn, session)) if held_conn == conn => {
+            *in_flight = None;
+            Arc::try_unwrap(session).ok()
+        }
+        other => {
+            *held = other;
+            None
         }
     }
 }

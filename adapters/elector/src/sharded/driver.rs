@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::shared::ShardShared;
 use super::view::{Holder, SpaceView};
 use crate::clock::now;
-use crate::driver::{in_flight, watch_session};
+use crate::driver::{in_flight, start_on, take_held, watch_session};
 use crate::error::{CheckError, RunError};
 use crate::session::{LockSession, QueryError, Row, SessionSource};
 use crate::shard_sql::{self, ShardSqlError, SurveyRows};
@@ -305,30 +305,11 @@ impl ShardDriver {
     }
 
     fn start_on(&mut self, conn: ConnId, operation: impl FnOnce(Held) -> Operation) {
-        self.in_flight = None;
-        match &self.session {
-            Some((held_conn, held)) if *held_conn == conn => {
-                self.in_flight = Some(operation(Arc::clone(held)));
-            }
-            _ => tracing::error!(
-                target: "plexsphere_leader",
-                %conn,
-                "driver bug: no session to run the statement on; it will time out"
-            ),
-        }
+        start_on(&self.session, &mut self.in_flight, conn, operation);
     }
 
     fn take(&mut self, conn: ConnId) -> Option<Box<dyn LockSession>> {
-        match self.session.take() {
-            Some((held_conn, held)) if held_conn == conn => {
-                self.in_flight = None;
-                Arc::try_unwrap(held).ok()
-            }
-            other => {
-                self.session = other;
-                None
-            }
-        }
+        take_held(&mut self.session, &mut self.in_flight, conn)
     }
 }
 
