@@ -9,7 +9,8 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use plexsphere_leader_core::invariants::{Checker, Input};
 use plexsphere_leader_core::{
-    AcquireMode, CheckInterval, ConnId, Election, Event, LockCheck, OnOverdue, Options, TermId,
+    AcquireMode, CheckInterval, ConnId, Election, Event, LockCheck, MIN_CHECK_INTERVAL, OnOverdue,
+    Options, TermId,
 };
 
 #[derive(Debug, Arbitrary)]
@@ -71,7 +72,7 @@ struct FuzzOptions {
 
 fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
     let (interval_ms, fuzz_options, steps) = input;
-    let interval = Duration::from_millis(u64::from(interval_ms.max(1)));
+    let interval = Duration::from_millis(u64::from(interval_ms)).max(MIN_CHECK_INTERVAL);
     let Ok(interval) = CheckInterval::new(interval) else {
         return;
     };

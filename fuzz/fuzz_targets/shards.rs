@@ -14,7 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use plexsphere_leader_core::shards::{
     MemberId, Shard, ShardAction, ShardEvent, ShardOptions, ShardedElection, Survey,
 };
-use plexsphere_leader_core::{CheckInterval, ConnId, TermId};
+use plexsphere_leader_core::{CheckInterval, ConnId, MIN_CHECK_INTERVAL, TermId};
 
 #[derive(Debug, Arbitrary)]
 struct Step {
@@ -130,7 +130,8 @@ fn drain(election: &mut ShardedElection<u8>, model: &mut Model) {
 
 fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
     let (o, steps) = input;
-    let Ok(interval) = CheckInterval::new(Duration::from_millis(u64::from(o.interval_ms.max(1))))
+    let Ok(interval) =
+        CheckInterval::new(Duration::from_millis(u64::from(o.interval_ms)).max(MIN_CHECK_INTERVAL))
     else {
         return;
     };

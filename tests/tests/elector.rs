@@ -576,12 +576,22 @@ async fn an_unreachable_server_a_missing_role_or_database_is_retried_with_a_warn
 async fn invalid_config_is_a_typed_error_naming_the_field() {
     let db = TestDb::create("bad_config").await.unwrap();
     let pool = db.pool(1).unwrap();
-    let too_short =
-        Elector::new(Config::new(pool.clone()).check_interval(Duration::from_micros(500)));
-    let Err(ConfigError::CheckInterval(error)) = too_short else {
-        panic!("rejected")
-    };
-    assert!(error.to_string().contains("check_interval"));
+    // 1 ms validated once, and no replica ever led at it (issue 23): the minimum is 50 ms.
+    for given in [
+        Duration::from_micros(500),
+        Duration::from_millis(1),
+        Duration::from_millis(49),
+    ] {
+        let too_short = Elector::new(Config::new(pool.clone()).check_interval(given));
+        let Err(ConfigError::CheckInterval(error)) = too_short else {
+            panic!("{given:?} rejected")
+        };
+        assert!(error.to_string().contains("check_interval"), "{error}");
+        assert!(error.to_string().contains("minimum of 50ms"), "{error}");
+    }
+    assert!(
+        Elector::new(Config::new(pool.clone()).check_interval(Duration::from_millis(50))).is_ok()
+    );
     let too_long =
         Elector::new(Config::new(pool.clone()).check_interval(Duration::from_secs(600_000)));
     assert!(matches!(too_long, Err(ConfigError::CheckInterval(_))));

@@ -836,7 +836,7 @@ async fn sessions_started(db: &TestDb) -> Result<i64, BoxError> {
 }
 
 async fn costs(_options: &Options) -> Result<(), BoxError> {
-    let interval = Duration::from_millis(10);
+    let interval = Duration::from_millis(50);
     let checks = 1_000;
     let warnings = WarnCounter::global();
     let db = TestDb::create("bench_costs").await?;
