@@ -127,7 +127,12 @@ impl FencedUnit {
                 transaction.rollback().await.map_err(|e| describe(&e))?;
                 Ok(FenceOutcome::Stale { current })
             }
-            Err(FenceError::Query(error)) => Err(format!("fence check: {}", describe(&error))),
+            Err(FenceError::Query(error)) => Err(format!(
+                "fence check: {}",
+                error
+                    .db_error()
+                    .map_or_else(|| error.to_string(), describe_db)
+            )),
             Err(error) => Err(error.to_string()),
         }
     }
@@ -135,10 +140,14 @@ impl FencedUnit {
 
 /// A client error with the server's SQLSTATE and message, when it has them.
 fn describe(error: &tokio_postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => format!("{} {}: {}", db.severity(), db.code().code(), db.message()),
-        None => error.to_string(),
-    }
+    error
+        .as_db_error()
+        .map_or_else(|| error.to_string(), describe_db)
+}
+
+/// The severity, SQLSTATE and message of a server error.
+fn describe_db(db: &tokio_postgres::error::DbError) -> String {
+    format!("{} {}: {}", db.severity(), db.code().code(), db.message())
 }
 
 /// The `tokio_postgres` client of a pooled connection.

@@ -66,3 +66,16 @@ pub const HARNESS_APP_PREFIX: &str = "plx-harness";
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct RootReadme;
+
+/// Compiles the examples of docs/ that a user would copy: each page's Rust blocks.
+#[cfg(doctest)]
+mod docs_examples {
+    #[doc = include_str!("../../docs/reference.md")]
+    struct Reference;
+    #[doc = include_str!("../../docs/operations.md")]
+    struct Operations;
+    #[doc = include_str!("../../docs/loops.md")]
+    struct Loops;
+    #[doc = include_str!("../../docs/metrics.md")]
+    struct Metrics;
+}

@@ -5,12 +5,11 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use deadpool_postgres::Pool;
 use plexsphere_leader_core::{AcquireMode, CheckInterval, MAX_HOLD_OFF, Options};
 
 use crate::error::ConfigError;
 use crate::key::LockKey;
-use crate::session::{PoolSessions, SessionSource};
+use crate::session::SessionSource;
 
 /// The configuration of an [`Elector`](crate::Elector): the spec's `leader.Config`.
 ///
@@ -73,15 +72,16 @@ pub use plexsphere_leader_core::OnOverdue;
 
 impl Config {
     /// A configuration with the spec's defaults for `pool` (the spec's `leader.Config{Pool}`):
-    /// [`PoolSessions::new`] over it. A pool built with
+    /// [`PoolSessions::new`](crate::session::PoolSessions::new) over it. A pool built with
     /// [`ObservedConnect`](crate::session::ObservedConnect) lets the leader hear of its lock
     /// session's end at once.
-    pub fn new(pool: Pool) -> Self {
-        Self::with_sessions(PoolSessions::new(pool))
+    #[cfg(feature = "deadpool")]
+    pub fn new(pool: deadpool_postgres::Pool) -> Self {
+        Self::with_sessions(crate::session::PoolSessions::new(pool))
     }
 
     /// A configuration with the spec's defaults whose lock sessions come from `sessions`: another
-    /// driver's pool ([`PoolSessions`] with its own [`SessionEnds`](crate::session::SessionEnds),
+    /// driver's pool ([`PoolSessions`](crate::session::PoolSessions) with its own [`SessionEnds`](crate::session::SessionEnds),
     /// the sqlx backend), or a wrapper of one.
     pub fn with_sessions(sessions: impl SessionSource) -> Self {
         Self {

@@ -12,9 +12,11 @@ use plexsphere_leader_core::{IntervalError, StopGraceTooLong};
 #[non_exhaustive]
 pub enum CheckError {
     /// The pool could not hand out a connection (server unreachable, authentication refused, pool
-    /// closed or timed out).
+    /// closed or timed out). Feature `deadpool`.
+    #[cfg(feature = "deadpool")]
     Pool(deadpool_postgres::PoolError),
-    /// The statement failed on the server or the connection broke.
+    /// The statement failed on the server or the connection broke. Feature `deadpool`.
+    #[cfg(feature = "deadpool")]
     Query(tokio_postgres::Error),
     /// The server answered something other than the one boolean or integer expected (for
     /// example a transaction-mode pooler or a proxy in the way).
@@ -55,11 +57,16 @@ impl CheckError {
     pub fn sqlstate(&self) -> Option<&str> {
         match self {
             Self::Backend { sqlstate, .. } => sqlstate.as_deref(),
+            #[cfg(feature = "deadpool")]
             _ => self.db_error().map(|db| db.code().code()),
+            #[cfg(not(feature = "deadpool"))]
+            _ => None,
         }
     }
 
     /// The error the server reported (SQLSTATE, message), if this is one of tokio-postgres.
+    /// Feature `deadpool`.
+    #[cfg(feature = "deadpool")]
     pub fn db_error(&self) -> Option<&tokio_postgres::error::DbError> {
         match self {
             Self::Pool(deadpool_postgres::PoolError::Backend(error)) | Self::Query(error) => {
@@ -74,9 +81,11 @@ impl CheckError {
     /// Whether this error means the session itself ended: the connection closed, or the server
     /// ended the session (SQLSTATE class `57P`: terminated by an administrator, a crash,
     /// `idle_session_timeout`, a dropped database).
+    #[cfg(feature = "deadpool")]
     pub(crate) fn ends_session(&self) -> bool {
         match self {
             Self::SessionEnded => true,
+            #[cfg(feature = "deadpool")]
             Self::Query(error) => {
                 error.is_closed()
                     || error
@@ -88,12 +97,14 @@ impl CheckError {
     }
 }
 
+#[cfg(feature = "deadpool")]
 impl From<deadpool_postgres::PoolError> for CheckError {
     fn from(error: deadpool_postgres::PoolError) -> Self {
         Self::Pool(error)
     }
 }
 
+#[cfg(feature = "deadpool")]
 impl From<tokio_postgres::Error> for CheckError {
     fn from(error: tokio_postgres::Error) -> Self {
         Self::Query(error)
@@ -103,11 +114,14 @@ impl From<tokio_postgres::Error> for CheckError {
 impl std::fmt::Display for CheckError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            #[cfg(feature = "deadpool")]
             Self::Pool(deadpool_postgres::PoolError::Backend(error)) => {
                 f.write_str("new connection: ")?;
                 write_chain(f, error)
             }
+            #[cfg(feature = "deadpool")]
             Self::Pool(error) => write_chain(f, error),
+            #[cfg(feature = "deadpool")]
             Self::Query(error) => write_chain(f, error),
             Self::UnexpectedReply { statement, detail } => {
                 write!(f, "unexpected answer to {statement}: {detail}")

@@ -4,22 +4,39 @@
 //!
 //! With [`Config::fencing`](crate::Config::fencing) on, a new leader advances the epoch of the
 //! election's key in the table `plexsphere_leader_fence` on its lock session, right after the
-//! grant and before its term begins ([`Term::epoch`](crate::Term::epoch)). A fenced write:
+//! grant and before its term begins ([`Term::epoch`](crate::Term::epoch)). A fenced write with
+//! deadpool-postgres (the same call takes a tokio-postgres `Client` or `Transaction`, as you
+//! hold them: [`FenceClient`]):
 //!
 //! ```no_run
+//! # #[cfg(feature = "deadpool")]
 //! # async fn pass(
-//! #     client: &mut tokio_postgres::Client,
+//! #     pool: &plexsphere_leader::deadpool_postgres::Pool,
 //! #     elector: &plexsphere_leader::Elector,
 //! #     term: &plexsphere_leader::Term,
 //! # ) -> Result<(), Box<dyn std::error::Error>> {
-//! let epoch = term.epoch().expect("fencing is on");
+//! use plexsphere_leader::fencing;
+//!
+//! let Some(epoch) = term.epoch() else { return Ok(()) }; // fencing is off
+//! let mut client = pool.get().await?;
 //! let transaction = client.transaction().await?;
-//! // Row-locks the fence of the elector's key:
-//! plexsphere_leader::fencing::check(&transaction, elector.key(), epoch).await?;
+//! // Row-locks the fence of the elector's key until the transaction ends:
+//! fencing::check(&transaction, elector.key(), epoch).await?;
 //! transaction.execute("UPDATE jobs SET done = true WHERE id = 1", &[]).await?;
 //! transaction.commit().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! With sqlx, `plexsphere_leader_sqlx::fencing::check(&mut transaction, key, epoch)` does the
+//! same.
+//!
+//! **The contract: no fenced write commits after a newer term began.** It is not "no write after
+//! my term ended": a pass that outlives its term (a graceful stop whose grace ran out, a leader
+//! cut off from the database) still commits its fenced writes until a newer leader advances the
+//! epoch, because until then no other leader's writes can conflict with them; from the instant
+//! the newer epoch exists, every fenced write of the older term is rejected
+//! ([`FenceError::Stale`]). A pass that must not write once its own term ended checks its term
+//! token too.
 //!
 //! [`check`] reads the epoch `FOR SHARE`: a newer leader's advance waits until the transaction
 //! ends, so a write either commits before the new epoch exists or sees it and is rejected. The
@@ -27,51 +44,12 @@
 //! `SELECT epoch FROM plexsphere_leader_fence WHERE classid = 1886156915 AND objid = 1 FOR SHARE`,
 //! then write only when it equals the term's epoch.
 
-use tokio_postgres::GenericClient;
-
+use crate::error::CheckError;
 use crate::key::LockKey;
 use crate::sql;
 
-/// Creates the fence table if it does not exist ([`sql::FENCE_SETUP`]). Idempotent; run it
-/// once per database before enabling fencing, from a migration or at start-up.
-///
-/// # Errors
-/// The server's error (for example a missing `CREATE` privilege).
-pub async fn setup(client: &impl GenericClient) -> Result<(), tokio_postgres::Error> {
-    client.batch_execute(sql::FENCE_SETUP).await
-}
-
-/// Checks, inside the caller's transaction, that `epoch` is still the current one of the
-/// election `key` ([`Elector::key`](crate::Elector::key)), and holds
-/// the fence row (`FOR SHARE`) until the transaction ends, so no newer term can begin before
-/// the caller commits or rolls back. Call it in the transaction of the fenced writes, never
-/// outside one (the row lock would end with the statement). Bound the transaction's idle time
-/// (`SET LOCAL idle_in_transaction_session_timeout`, or the writer role's setting): a leader cut
-/// off inside a fenced transaction holds the row until the server ends that session, and every
-/// newer term's epoch advance waits for it.
-///
-/// # Errors
-/// [`FenceError::Stale`] when a newer term began (do not write; roll back),
-/// [`FenceError::NoEpoch`] when no term of the election was fenced yet (fencing off, or the
-/// table missing), [`FenceError::Query`] for a server error.
-pub async fn check(
-    transaction: &impl GenericClient,
-    key: LockKey,
-    epoch: u64,
-) -> Result<(), FenceError> {
-    let rows = transaction.query(&sql::fence_check(key), &[]).await?;
-    let current = rows
-        .first()
-        .map(|row| row.try_get::<_, i64>(0))
-        .transpose()?
-        .ok_or(FenceError::NoEpoch)?;
-    let current = u64::try_from(current).unwrap_or(0);
-    if current == epoch {
-        Ok(())
-    } else {
-        Err(FenceError::Stale { epoch, current })
-    }
-}
+#[cfg(feature = "deadpool")]
+pub use self::postgres::{FenceClient, check, setup};
 
 /// Why a fenced write must not happen.
 #[derive(Debug, thiserror::Error)]
@@ -88,14 +66,207 @@ pub enum FenceError {
     /// The fence table has no row for the election's key: no term was ever fenced.
     #[error("no fencing epoch: enable fencing in the elector's config and run fencing::setup")]
     NoEpoch,
-    /// The check failed on the server. Its text includes the driver's error, so it has no
-    /// `source()` (a chain printer would repeat it).
+    /// The fence table does not exist in the transaction's database (SQLSTATE 42P01).
+    #[error(
+        "the fence table plexsphere_leader_fence does not exist: run fencing::setup (or \
+         sql::FENCE_SETUP) once in this database"
+    )]
+    MissingTable,
+    /// The check failed on the server or the connection broke. Its text includes the driver's
+    /// error, so it has no `source()` (a chain printer would repeat it).
     #[error("fence check: {0}")]
-    Query(tokio_postgres::Error),
+    Query(CheckError),
 }
 
-impl From<tokio_postgres::Error> for FenceError {
-    fn from(error: tokio_postgres::Error) -> Self {
-        Self::Query(error)
+impl FenceError {
+    /// The failure of the check statement (or of the setup) as a fence error: a missing table
+    /// is [`FenceError::MissingTable`]. For session backends other than tokio-postgres.
+    pub fn query(cause: CheckError) -> Self {
+        match cause.sqlstate() {
+            Some("42P01") => Self::MissingTable,
+            _ => Self::Query(cause),
+        }
+    }
+}
+
+/// The verdict on the epoch a check read (`current`, `None` when the key has no row) for a term
+/// of epoch `epoch`. Shared by every backend's `check`.
+///
+/// # Errors
+/// [`FenceError::Stale`] when `current` is another epoch, [`FenceError::NoEpoch`] without a row.
+pub fn verdict(current: Option<i64>, epoch: u64) -> Result<(), FenceError> {
+    let current = current.ok_or(FenceError::NoEpoch)?;
+    let current = u64::try_from(current).unwrap_or(0);
+    if current == epoch {
+        Ok(())
+    } else {
+        Err(FenceError::Stale { epoch, current })
+    }
+}
+
+/// The statement [`check`] runs for `key` ([`sql::fence_check`]), for backends of their own.
+pub fn check_statement(key: LockKey) -> String {
+    sql::fence_check(key)
+}
+
+/// The tokio-postgres and deadpool-postgres side.
+#[cfg(feature = "deadpool")]
+mod postgres {
+    use super::{FenceError, verdict};
+    use crate::error::CheckError;
+    use crate::key::LockKey;
+    use crate::session::BoxFuture;
+    use crate::sql;
+
+    /// What [`check`] and [`setup`] run on: a tokio-postgres `Client` or `Transaction`, or a
+    /// deadpool-postgres `Client` (a pool's `Object`) or `Transaction`, passed as you hold them
+    /// (`&transaction`, `&client`). Sealed: the four are all there is.
+    pub trait FenceClient: Sync + sealed::Sealed {
+        /// Runs the fence check `statement` (extended protocol, in the caller's transaction)
+        /// and returns the epoch of its one row, `None` without a row.
+        #[doc(hidden)]
+        fn fence_epoch<'a>(
+            &'a self,
+            statement: &'a str,
+        ) -> BoxFuture<'a, Result<Option<i64>, tokio_postgres::Error>>;
+
+        /// Runs `statement` (one or more statements, simple protocol).
+        #[doc(hidden)]
+        fn fence_batch<'a>(
+            &'a self,
+            statement: &'a str,
+        ) -> BoxFuture<'a, Result<(), tokio_postgres::Error>>;
+    }
+
+    mod sealed {
+        pub trait Sealed {}
+        impl Sealed for tokio_postgres::Client {}
+        impl Sealed for tokio_postgres::Transaction<'_> {}
+        impl Sealed for deadpool_postgres::Client {}
+        impl Sealed for deadpool_postgres::Transaction<'_> {}
+    }
+
+    /// The epoch of the first row of `statement`'s answer on `client`.
+    async fn epoch_of(
+        client: &impl tokio_postgres::GenericClient,
+        statement: &str,
+    ) -> Result<Option<i64>, tokio_postgres::Error> {
+        let rows = client.query(statement, &[]).await?;
+        rows.first().map(|row| row.try_get::<_, i64>(0)).transpose()
+    }
+
+    macro_rules! fence_client {
+        ($ty:ty, $client:ident => $inner:expr) => {
+            impl FenceClient for $ty {
+                fn fence_epoch<'a>(
+                    &'a self,
+                    statement: &'a str,
+                ) -> BoxFuture<'a, Result<Option<i64>, tokio_postgres::Error>> {
+                    let $client = self;
+                    Box::pin(epoch_of($inner, statement))
+                }
+
+                fn fence_batch<'a>(
+                    &'a self,
+                    statement: &'a str,
+                ) -> BoxFuture<'a, Result<(), tokio_postgres::Error>> {
+                    let $client = self;
+                    Box::pin(tokio_postgres::GenericClient::batch_execute(
+                        $inner, statement,
+                    ))
+                }
+            }
+        };
+    }
+
+    fence_client!(tokio_postgres::Client, client => client);
+    fence_client!(tokio_postgres::Transaction<'_>, client => client);
+    // A deadpool client derefs to its tokio-postgres client, a deadpool transaction to its
+    // tokio-postgres transaction: the same statements run on them.
+    fence_client!(deadpool_postgres::Client, client => &***client);
+    fence_client!(deadpool_postgres::Transaction<'_>, client => &**client);
+
+    /// A tokio-postgres error of the fenced transaction, so that `?` works in a fenced pass.
+    impl From<tokio_postgres::Error> for FenceError {
+        fn from(error: tokio_postgres::Error) -> Self {
+            Self::query(CheckError::from(error))
+        }
+    }
+
+    /// Creates the fence table if it does not exist ([`sql::FENCE_SETUP`]). Idempotent; run it
+    /// once per database before enabling fencing, from a migration or at start-up.
+    ///
+    /// # Errors
+    /// [`FenceError::Query`] with the server's error (for example a missing `CREATE`
+    /// privilege).
+    pub async fn setup(client: &impl FenceClient) -> Result<(), FenceError> {
+        client
+            .fence_batch(sql::FENCE_SETUP)
+            .await
+            .map_err(FenceError::from)
+    }
+
+    /// Checks, inside the caller's transaction, that `epoch` is still the current one of the
+    /// election `key` ([`Elector::key`](crate::Elector::key)), and holds the fence row (`FOR
+    /// SHARE`) until the transaction ends, so no newer term can begin before the caller commits
+    /// or rolls back. Call it in the transaction of the fenced writes, never outside one (the
+    /// row lock would end with the statement). Bound the transaction's idle time (`SET LOCAL
+    /// idle_in_transaction_session_timeout`, or the writer role's setting): a leader cut off
+    /// inside a fenced transaction holds the row until the server ends that session, and every
+    /// newer term's epoch advance waits for it. Cancel-safe: dropping the future abandons the
+    /// statement (roll the transaction back).
+    ///
+    /// # Errors
+    /// [`FenceError::Stale`] when a newer term began (do not write; roll back),
+    /// [`FenceError::NoEpoch`] when no term of the election was fenced yet (fencing off),
+    /// [`FenceError::MissingTable`] when [`setup`] never ran in this database,
+    /// [`FenceError::Query`] for another server error.
+    pub async fn check(
+        transaction: &impl FenceClient,
+        key: LockKey,
+        epoch: u64,
+    ) -> Result<(), FenceError> {
+        let current = transaction.fence_epoch(&sql::fence_check(key)).await?;
+        verdict(current, epoch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_admits_only_the_current_epoch() {
+        assert!(verdict(Some(3), 3).is_ok());
+        assert!(matches!(
+            verdict(Some(4), 3),
+            Err(FenceError::Stale {
+                epoch: 3,
+                current: 4
+            })
+        ));
+        assert!(matches!(verdict(None, 3), Err(FenceError::NoEpoch)));
+        assert!(matches!(
+            verdict(Some(-1), 3),
+            Err(FenceError::Stale {
+                epoch: 3,
+                current: 0
+            })
+        ));
+    }
+
+    #[test]
+    fn a_missing_table_names_the_setup_step() {
+        let missing = FenceError::query(CheckError::backend(
+            std::io::Error::other("relation \"plexsphere_leader_fence\" does not exist"),
+            Some("42P01".into()),
+        ));
+        assert!(matches!(missing, FenceError::MissingTable));
+        assert!(missing.to_string().contains("run fencing::setup"));
+        let other = FenceError::query(CheckError::backend(
+            std::io::Error::other("permission denied"),
+            Some("42501".into()),
+        ));
+        assert!(matches!(other, FenceError::Query(_)));
     }
 }

@@ -17,8 +17,11 @@
 //! [`Config::new`]: crate::Config::new
 //! [`Config::with_sessions`]: crate::Config::with_sessions
 
+#[cfg(feature = "deadpool")]
 mod deadpool;
+#[cfg(feature = "deadpool")]
 mod observed;
+#[cfg(feature = "deadpool")]
 mod setup;
 
 use std::fmt;
@@ -27,9 +30,13 @@ use std::pin::Pin;
 
 use crate::error::CheckError;
 
+#[cfg(feature = "deadpool")]
 pub use self::deadpool::PoolSessions;
+#[cfg(feature = "deadpool")]
 pub(crate) use self::deadpool::text_rows;
+#[cfg(feature = "deadpool")]
 pub use self::observed::{ConnectionEnd, ObservedConnect, SessionEnds, observe_connection};
+#[cfg(feature = "deadpool")]
 pub use self::setup::LateSetups;
 
 /// A boxed, sendable future borrowing for `'a`.

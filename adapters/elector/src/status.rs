@@ -125,6 +125,7 @@ impl<E: Into<CheckError>> From<E> for StatusError {
 /// # Errors
 /// [`StatusError::Query`] when the query fails; [`StatusError::SeveralHolders`] when the answer
 /// is impossible for one server. Cancel-safe (dropping the future abandons the query).
+#[cfg(feature = "deadpool")]
 pub async fn who_leads(
     client: &tokio_postgres::Client,
     key: LockKey,
@@ -142,6 +143,7 @@ pub async fn who_leads(
 /// # Errors
 /// [`StatusError::Query`] when the query fails or answers rows of another shape.
 /// Cancel-safe.
+#[cfg(feature = "deadpool")]
 pub async fn shard_owners(
     client: &tokio_postgres::Client,
     class: i32,

@@ -39,10 +39,16 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod fencing;
+
+/// Everything of plexsphere-leader, so that an sqlx service depends on this crate alone (and
+/// compiles no deadpool-postgres): `Elector`, `Config`, `Term`, `CancellationToken`, … This
+/// crate's own [`fencing`] takes the place of the tokio-postgres one.
+pub use plexsphere_leader::*;
+
 use std::fmt;
 
 use plexsphere_leader::session::{BoxFuture, LockSession, QueryError, Row, SessionSource};
-use plexsphere_leader::{CheckError, Config};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::{Postgres, Row as _, ValueRef as _};

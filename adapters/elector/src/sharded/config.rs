@@ -7,7 +7,7 @@ use plexsphere_leader_core::shards::ShardOptions;
 use plexsphere_leader_core::{CheckInterval, DEFAULT_CHECK_INTERVAL};
 
 use crate::error::ConfigError;
-use crate::session::{PoolSessions, SessionSource};
+use crate::session::SessionSource;
 
 /// The default class id of a shard space: `0x706c7368`, "plsh" in ASCII. Shard `s` is the
 /// advisory lock `(1886155624, s)` and the member lock `(1886155624, -1)`.
@@ -36,8 +36,9 @@ impl ShardConfig {
     /// and the spec's default interval (5 s). Build the pool with
     /// [`ObservedConnect`](crate::session::ObservedConnect) so that the end of the lock session
     /// wakes the elector at once.
+    #[cfg(feature = "deadpool")]
     pub fn new(pool: deadpool_postgres::Pool, shards: u32) -> Self {
-        Self::with_sessions(PoolSessions::new(pool), shards)
+        Self::with_sessions(crate::session::PoolSessions::new(pool), shards)
     }
 
     /// The same, with sessions from any [`SessionSource`].
