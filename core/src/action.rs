@@ -162,8 +162,12 @@ impl<C> Action<C> {
     }
 }
 
-/// Why a term ended. Closed: a term is lost, stopped or resigned, and a loss has a typed
-/// [`LossReason`]. Carried by [`Action::EndTerm`], emitted exactly once per term.
+/// Why a term ended: it was lost (for a typed [`LossReason`]), stopped, resigned or, in a
+/// sharded election only, handed over. These four variants are all there are today; the enum is
+/// `#[non_exhaustive]`, so a later version may add one and a `match` outside this crate needs a
+/// `_` arm. Carried by [`Action::EndTerm`] (and by a shard's
+/// [`ShardAction::EndTerm`](crate::shards::ShardAction::EndTerm)), emitted exactly once per
+/// term.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum TermEndCause {
@@ -179,8 +183,11 @@ pub enum TermEndCause {
 }
 
 impl TermEndCause {
-    /// Every cause of a single election, in a fixed order: for metrics that pre-register one
-    /// series per cause. ([`HandedOver`](Self::HandedOver) ends only shard terms.)
+    /// Every cause a single election can end a term with, in a fixed order, for metrics that
+    /// pre-register one series per cause: each [`LossReason`] as `Lost(_)`, then
+    /// [`Stopped`](Self::Stopped) and [`Resigned`](Self::Resigned). Not every variant:
+    /// [`HandedOver`](Self::HandedOver) ends only shard terms, so the sharded elector's metrics
+    /// add it to this list.
     pub const ALL: [Self; 11] = [
         Self::Lost(LossReason::CheckFailed),
         Self::Lost(LossReason::CheckTimedOut),
@@ -200,7 +207,8 @@ impl TermEndCause {
         matches!(self, Self::Lost(_))
     }
 
-    /// A stable `snake_case` label: the loss reason's label, `stopped` or `resigned`.
+    /// A stable `snake_case` label: the loss reason's ([`LossReason::label`]), `stopped`,
+    /// `resigned` or `handed_over`.
     pub const fn label(self) -> &'static str {
         match self {
             Self::Lost(reason) => reason.label(),
@@ -222,7 +230,9 @@ impl fmt::Display for TermEndCause {
     }
 }
 
-/// Why a term was lost. Closed: every way the election can stop trusting its lock.
+/// Why a term was lost: every way the election can stop trusting its lock today. The enum is
+/// `#[non_exhaustive]`: a later version may add a reason, so a `match` outside this crate needs
+/// a `_` arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LossReason {

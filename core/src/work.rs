@@ -16,7 +16,7 @@ use crate::action::{LogKind, TermEndCause};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Interruption {
-    /// The election ended the term (lost, stopped or resigned).
+    /// The election ended the term: lost, stopped, resigned or, for a shard, handed over.
     Term(TermEndCause),
     /// The caller's own cancellation token was cancelled (a shutdown of the caller).
     ParentCancelled,

@@ -4,6 +4,11 @@
 //! ([`Config::registry`](crate::Config::registry), feature `prometheus`, on by default), to the
 //! `metrics` crate's global recorder (`Config::metrics_facade`, feature `metrics`), to both, or nowhere. The names, labels and help texts are the same on
 //! both; `docs/metrics.md` describes each metric and gives alert rules.
+//!
+//! The gauge is for scrapers: a service that wants to know whether it leads calls
+//! [`Elector::is_leader`](crate::Elector::is_leader), which reads the same fact in one call (an
+//! atomic load of the flag written together with the gauge, from the same value), instead of
+//! reading the gauge back from the registry.
 
 #![cfg_attr(
     not(any(feature = "prometheus", feature = "metrics")),
@@ -24,7 +29,8 @@ use plexsphere_leader_core::TermEndCause;
 
 use crate::key::LockKey;
 
-/// The spec's gauge's name.
+/// The spec's gauge's name. It is for scrapers: in code,
+/// [`Elector::is_leader`](crate::Elector::is_leader) reads the same fact in one call.
 pub const LEADER_GAUGE_NAME: &str = "plexsphere_background_leader";
 
 /// The spec's gauge's help text.

@@ -176,12 +176,21 @@ impl ShardedElector {
         crate::term::run_in(self.term(shard, parent), work).await
     }
 
-    /// The shards this replica owns now.
+    /// The shards this replica owns now: the latest value [`subscribe`](Self::subscribe)
+    /// published.
     pub fn ownership(&self) -> Ownership {
         self.inner.ownership()
     }
 
     /// The ownership, published on every change: await `changed()` instead of polling.
+    ///
+    /// Every shard term begun or ended publishes, and so does the set of shards being handed
+    /// over after each batch of the election's actions, so a handover or a take of several
+    /// shards publishes several intermediate states in quick succession. A
+    /// `tokio::sync::watch` keeps only the latest value, not a queue: after `changed()`, read it
+    /// with `borrow_and_update()` and act on the shards owned then. States published in between
+    /// are skipped, and a read that fell inside a batch is followed at once by another
+    /// `changed()`, so the last state a subscriber reads is the settled one.
     pub fn subscribe(&self) -> watch::Receiver<Ownership> {
         self.inner.subscribe()
     }

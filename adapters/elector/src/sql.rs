@@ -92,8 +92,8 @@ pub mod outcome {
 /// the session with `idle_session_timeout` and `idle_in_transaction_session_timeout`, names it
 /// (`application_name` = `<identity> since <server's unix seconds>`) and marks it, in the same
 /// statement, so that a reply lost on the way back can never leave an unbounded orphaned lock.
-/// Returns `(outcome, pg_backend_pid(), current_database(), the session's
-/// [`CHECKED_MARKER`], the server's unix seconds)`; see [`outcome`]. The database
+/// Returns five columns: the outcome, `pg_backend_pid()`, `current_database()`, the session's
+/// [`CHECKED_MARKER`] and the server's unix seconds; see [`outcome`]. The database
 /// is named in the acquired and lost log lines, so replicas pointed at different databases
 /// (each then leads its own) show at once. A refused check changes nothing on
 /// the pooled session.

@@ -1940,6 +1940,54 @@ fn every_term_end_cause_has_its_own_label() {
     assert_eq!(TermEndCause::Resigned.label(), "resigned");
 }
 
+#[test]
+fn term_end_cause_all_is_every_variant_but_handed_over() {
+    // Exhaustive on purpose: a new cause or loss reason does not compile here until it is put in
+    // `ALL`, or left out with its reason, as `HandedOver` is (it ends only shard terms).
+    let in_all = |cause: TermEndCause| match cause {
+        TermEndCause::Lost(
+            LossReason::CheckFailed
+            | LossReason::CheckTimedOut
+            | LossReason::SessionEnded
+            | LossReason::LockNotHeld
+            | LossReason::ServerInRecovery
+            | LossReason::BackendChanged
+            | LossReason::SessionShared
+            | LossReason::Panicked
+            | LossReason::Dropped,
+        )
+        | TermEndCause::Stopped
+        | TermEndCause::Resigned => true,
+        TermEndCause::HandedOver => false,
+    };
+    let every = [
+        LossReason::CheckFailed,
+        LossReason::CheckTimedOut,
+        LossReason::SessionEnded,
+        LossReason::LockNotHeld,
+        LossReason::ServerInRecovery,
+        LossReason::BackendChanged,
+        LossReason::SessionShared,
+        LossReason::Panicked,
+        LossReason::Dropped,
+    ]
+    .map(TermEndCause::Lost)
+    .into_iter()
+    .chain([
+        TermEndCause::Stopped,
+        TermEndCause::Resigned,
+        TermEndCause::HandedOver,
+    ]);
+    for cause in every {
+        assert_eq!(
+            TermEndCause::ALL.contains(&cause),
+            in_all(cause),
+            "{cause:?}"
+        );
+    }
+    assert!(TermEndCause::ALL.iter().all(|&cause| in_all(cause)));
+}
+
 // ---- stuck leader ----
 
 #[test]

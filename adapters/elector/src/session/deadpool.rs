@@ -18,8 +18,8 @@ use crate::error::CheckError;
 const SESSION_WATCH_PERIOD: Duration = Duration::from_millis(5);
 
 /// A deadpool-postgres pool as a [`SessionSource`]: what [`Config::new`](crate::Config::new)
-/// builds. A lock session is taken out of the pool with [`Object::take`] while it carries the
-/// lock; its end wakes the elector at once when the pool's connector is an
+/// builds. A lock session is taken out of the pool with `deadpool_postgres::Object::take`
+/// while it carries the lock; its end wakes the elector at once when the pool's connector is an
 /// [`ObservedConnect`](super::ObservedConnect) registering in the same [`SessionEnds`], and
 /// within 5 ms otherwise.
 ///
