@@ -73,16 +73,20 @@ pub use term::{Term, named_work};
 
 /// The cancellation token that [`Elector::run`], [`Elector::term`] and the leader work take
 /// (tokio-util's): depend on this crate alone to name it.
+#[doc(no_inline)]
 pub use tokio_util::sync::CancellationToken;
 
 /// The crates this one's signatures name, re-exported so that a service depends on
 /// `plexsphere-leader` alone and cannot pick a version whose types do not match (for example
 /// `prometheus = "0.13"` against this crate's 0.14).
 #[cfg(feature = "deadpool")]
+#[doc(no_inline)]
 pub use deadpool_postgres;
 #[cfg(feature = "prometheus")]
+#[doc(no_inline)]
 pub use prometheus;
 #[cfg(feature = "deadpool")]
+#[doc(no_inline)]
 pub use tokio_postgres;
 
 /// Compiles the README's example.

@@ -1,5 +1,5 @@
 //! Fencing tokens with sqlx: the same check as
-//! [`plexsphere_leader::fencing`](plexsphere_leader::fencing), on whatever sqlx connection the
+//! [`plexsphere_leader::fencing`], on whatever sqlx connection the
 //! caller holds (`&mut transaction`, `&mut *connection`, a `&mut PgConnection`).
 //!
 //! ```no_run

@@ -1,10 +1,22 @@
 //! The sqlx backend of [plexsphere-leader](plexsphere_leader): the same elector, the same core and
-//! the same statements, with the lock sessions taken from an [`sqlx::PgPool`] instead of a
-//! deadpool-postgres pool, so an sqlx service needs no second pool.
+//! the same statements, with the lock sessions taken from an `sqlx::PgPool` instead of a
+//! deadpool-postgres pool, so an sqlx service needs no second pool and no second driver.
+//!
+//! **One bound differs from the default backend: a leader whose lock session the server ended
+//! while it sat idle (`pg_terminate_backend`, `idle_session_timeout`, a server restart) learns
+//! of it only at its next check, up to one check interval later** (5 s by default), while a
+//! standby may already lead: two replicas then believe they lead for up to one interval. sqlx
+//! reads a connection only while a statement runs, and its one reader of idle connections
+//! (`PgListener`) returns its connection to the pool when dropped, which must never happen to a
+//! session carrying the lock; with deadpool-postgres and `ObservedConnect` the leader learns
+//! within milliseconds. Guard writes that must not overlap with fencing
+//! ([`fencing::check`]), or shorten the interval.
+//!
+//! This crate re-exports plexsphere-leader whole (without its deadpool-postgres backend), so an
+//! sqlx service depends on it alone:
 //!
 //! ```no_run
-//! use plexsphere_leader::Elector;
-//! use tokio_util::sync::CancellationToken;
+//! use plexsphere_leader_sqlx::{CancellationToken, Elector};
 //!
 //! # async fn embed(shutdown: CancellationToken) -> Result<(), Box<dyn std::error::Error>> {
 //! let pool = sqlx::postgres::PgPoolOptions::new()
@@ -25,17 +37,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! How it maps onto sqlx: a check borrows a [`PoolConnection`] (dropping it gives it back); the
-//! session that carries the lock leaves the pool with [`PoolConnection::detach`] (the pool may
-//! open a replacement), and closing it drops the connection, which closes its socket: the
-//! server ends the session and releases the lock. Every statement runs over the simple query
-//! protocol ([`sqlx::raw_sql`]), as with tokio-postgres, so it also passes through a
+//! How it maps onto sqlx: a check borrows a `sqlx::pool::PoolConnection` (dropping it gives it
+//! back); the session that carries the lock leaves the pool with `PoolConnection::detach` (the
+//! pool may open a replacement), and closing it drops the connection, which closes its socket:
+//! the server ends the session and releases the lock. Every statement runs over the simple
+//! query protocol (`sqlx::raw_sql`), as with tokio-postgres, so it also passes through a
 //! session-mode pooler.
-//!
-//! One difference from the default backend: sqlx reads a connection only while a statement
-//! runs, so there is no signal of a lock session that the server ended while it sat idle. The
-//! leader learns of it at its next check, within one check interval (the spec's bound for
-//! `pg_terminate_backend`); with deadpool-postgres and `ObservedConnect` it learns at once.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -44,6 +51,7 @@ pub mod fencing;
 /// Everything of plexsphere-leader, so that an sqlx service depends on this crate alone (and
 /// compiles no deadpool-postgres): `Elector`, `Config`, `Term`, `CancellationToken`, … This
 /// crate's own [`fencing`] takes the place of the tokio-postgres one.
+#[doc(no_inline)]
 pub use plexsphere_leader::*;
 
 use std::fmt;
@@ -71,7 +79,7 @@ pub fn config(pool: PgPool) -> Config {
     Config::with_sessions(PgPoolSessions::new(pool))
 }
 
-/// An sqlx [`PgPool`] as the elector's [`SessionSource`].
+/// An sqlx `PgPool` as the elector's [`SessionSource`].
 #[derive(Clone)]
 pub struct PgPoolSessions {
     pool: PgPool,
