@@ -63,9 +63,9 @@ pub struct Config {
     pub(crate) identity: Option<String>,
 }
 
-/// What happens to leader work still running [`Config::work_deadline`] after its term ended:
-/// `Report` logs it at WARN (naming the work) and counts it; `Abort` reports it, then drops the
-/// work run through [`Elector::run_if_leader`](crate::Elector::run_if_leader) (and the
+/// What happens to leader work still running
+/// [`Config::work_deadline`](crate::Config::work_deadline) after its term ended: `Report` logs
+/// it at WARN (naming the work) and counts it; `Abort` reports it, then drops the work run through [`Elector::run_if_leader`](crate::Elector::run_if_leader) (and the
 /// launchers built on it) at its next await point, and `run_if_leader` returns `Ok(false)`.
 /// Work holding a [`Term`](crate::Term) taken directly can only be reported.
 pub use plexsphere_leader_core::OnOverdue;
