@@ -328,6 +328,9 @@ pub enum Level {
     Info,
     /// Something failed; the election carries on.
     Warn,
+    /// A failure that retrying alone will not fix (a permanent configuration error, see
+    /// [`failures`](crate::failures)); the election still carries on.
+    Error,
 }
 
 /// Every kind of log record, each with a stable message text.

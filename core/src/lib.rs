@@ -12,6 +12,7 @@
 //! - [`work`]: the outcome table of a unit of leader work (the spec's `Do`).
 //! - [`shards`]: sharded leadership, `K` shards balanced over the live replicas on one lock
 //!   session each.
+//! - [`failures`]: how a run of failed checks is reported (a permanent mistake is an ERROR).
 //! - [`invariants`]: a checker of the safety properties over a trace, shared by the property
 //!   tests, the fuzz target and the simulation.
 #![forbid(unsafe_code)]
@@ -20,6 +21,7 @@
 mod action;
 mod election;
 mod event;
+pub mod failures;
 mod ids;
 mod interval;
 pub mod invariants;

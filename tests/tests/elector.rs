@@ -527,8 +527,13 @@ async fn closing_or_draining_the_pool_never_ends_the_hijacked_session(backend: B
     db.cleanup().await.unwrap();
 }
 
+/// Issue 23, item 3: a permanent mistake (a role or database that does not exist) once looked
+/// like a transient one (a WARN at every check, nothing typed). Now a transient failure keeps the
+/// spec's WARN at every check, a permanent one is one ERROR with advice and then quiet (at most
+/// one WARN a minute), and both are typed on the elector and its published value.
 #[tokio::test]
-async fn an_unreachable_server_a_missing_role_or_database_is_retried_with_a_warning() {
+async fn an_unreachable_server_warns_at_every_check_a_missing_role_or_database_is_one_error() {
+    use plexsphere_leader::FailureClass;
     let (logs, _guard) = Logs::capture();
     let db = TestDb::create("unreachable").await.unwrap();
     let free_port = {
@@ -547,28 +552,90 @@ async fn an_unreachable_server_a_missing_role_or_database_is_retried_with_a_warn
     let mut no_db = db.config();
     no_db.dbname("no_such_database_plx");
 
-    for config in [unreachable, no_role, no_db] {
+    let cases = [
+        (unreachable, FailureClass::Transient, "Connection refused"),
+        (no_role, FailureClass::Permanent, "no_such_role_plx"),
+        (no_db, FailureClass::Permanent, "no_such_database_plx"),
+    ];
+    for (config, class, needle) in cases {
         let pool = plexsphere_leader_tests::pool_for(config, 2).unwrap();
         let replica = Replica::spawn(pool, Duration::from_millis(50));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        wait_for(STARTUP, || {
+            replica
+                .elector
+                .check_failure()
+                .is_some_and(|failure| failure.failures >= 4)
+        })
+        .await
+        .expect("at least four failed checks");
         assert!(!replica.elector.is_leader());
         assert!(!replica.task.is_finished(), "run keeps retrying");
+        let failure = replica.elector.check_failure().expect("failing");
+        assert_eq!(failure.class, class, "{needle}: {failure:?}");
+        assert!(failure.error.contains(needle), "{failure:?}");
+        assert_eq!(failure.advice.is_some(), class == FailureClass::Permanent);
+        let published = replica.elector.leadership().check_failing().expect("published");
+        assert_eq!((published.class, published.since), (class, failure.since));
         replica.stop().await.expect("a standby stops cleanly");
     }
-    let warnings: Vec<_> = logs
-        .lines()
-        .into_iter()
-        .filter(|line| {
-            line.starts_with("WARN") && line.contains("leader: acquire lock connection: ")
-        })
-        .collect();
-    assert!(warnings.len() >= 3, "{warnings:?}");
+    let lines = logs.lines();
+    let of = |level: &str, needle: &str| {
+        lines
+            .iter()
+            .filter(|line| {
+                line.starts_with(level)
+                    && line.contains("leader: acquire lock connection: ")
+                    && line.contains(needle)
+            })
+            .count()
+    };
+    assert!(of("WARN", "Connection refused") >= 4, "{lines:#?}");
+    assert_eq!(of("ERROR", "Connection refused"), 0, "{lines:#?}");
+    for needle in ["no_such_role_plx", "no_such_database_plx"] {
+        assert_eq!(of("ERROR", needle), 1, "one ERROR for {needle}: {lines:#?}");
+        assert_eq!(of("WARN", needle), 0, "repeats are quiet: {lines:#?}");
+    }
     assert!(
-        logs.lines().iter().all(|line| !line.contains("s3cr3t-pw")),
+        lines.iter().any(|line| line.starts_with("ERROR")
+            && line.contains("no_such_database_plx")
+            && line.contains("advice: create the database")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().all(|line| !line.contains("s3cr3t-pw")),
         "no password in logs"
     );
-    assert!(warnings.iter().any(|l| l.contains("no_such_role_plx")));
-    assert!(warnings.iter().any(|l| l.contains("no_such_database_plx")));
+    db.cleanup().await.unwrap();
+}
+
+/// A permanent failure still retries: the database created later is joined, and the published
+/// failure ends with the first check that works.
+#[tokio::test]
+async fn a_database_created_later_is_joined_and_the_failure_cleared() {
+    let db = TestDb::create("created_later").await.unwrap();
+    let name = format!("{}_later", db.name());
+    let mut later = db.config();
+    later.dbname(&name);
+    let pool = plexsphere_leader_tests::pool_for(later, 2).unwrap();
+    let replica = Replica::spawn(pool, Duration::from_millis(50));
+    wait_for(STARTUP, || replica.elector.check_failure().is_some())
+        .await
+        .expect("failing");
+    let mut leadership = replica.elector.subscribe();
+    db.admin()
+        .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+        .await
+        .unwrap();
+    wait_for(STARTUP, || replica.elector.is_leader())
+        .await
+        .expect("leads once the database exists");
+    assert_eq!(replica.elector.check_failure(), None);
+    assert!(leadership.borrow_and_update().check_failing().is_none());
+    replica.stop().await.unwrap();
+    db.admin()
+        .batch_execute(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+        .await
+        .unwrap();
     db.cleanup().await.unwrap();
 }
 

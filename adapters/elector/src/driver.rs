@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use plexsphere_leader_core::{Action, ConnId, Event, LogKind, TermId};
+use plexsphere_leader_core::failures::{FailureReport, FailureReports};
+use plexsphere_leader_core::{Action, Cause, ConnId, Event, LogKind, LogRecord, TermId};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now;
@@ -35,6 +36,8 @@ pub(crate) struct Driver {
     /// The database the last answered grant statement ran in: named in the log lines.
     database: Option<String>,
     observer: Observer,
+    /// How the current run of failed checks is logged (the core's policy).
+    failures: FailureReports,
 }
 
 #[allow(clippy::large_enum_variant)] // reason: a short-lived stack value, never stored
@@ -63,6 +66,7 @@ impl Driver {
             watch_reported: None,
             finished: false,
             database: None,
+            failures: FailureReports::default(),
         };
         driver.perform_queued();
         Ok(driver)
@@ -141,6 +145,9 @@ impl Driver {
         // or close the connection the answer came on, which then makes the answer stale).
         self.fire_due_timers();
         self.observer.completion(&event);
+        if succeeds_check(&event) && self.failures.succeeded().is_some() {
+            self.inner.check_failed(None);
+        }
         self.feed(event);
     }
 
@@ -276,11 +283,13 @@ impl Driver {
                             .map(|t| t.running_work().join(", "))
                     })
                     .flatten();
+                let report = self.failure_report(&record);
                 log::emit(
                     &record,
                     self.inner.interval().get(),
                     work.as_deref(),
                     self.database.as_deref(),
+                    report.as_ref(),
                 );
                 if let Some(release) = record.release() {
                     self.inner.released(release);
@@ -288,6 +297,28 @@ impl Driver {
             }
             Action::Finish => self.finished = true,
         }
+    }
+
+    /// For a standby's failed check: how the core's policy reports it, after recording it in
+    /// the published value.
+    fn failure_report(&mut self, record: &LogRecord<CheckError>) -> Option<FailureReport> {
+        let (LogKind::AcquireFailed, Some(Cause::Error(error))) = (record.kind, &record.cause)
+        else {
+            return None;
+        };
+        let text = error.to_string();
+        let report = self
+            .failures
+            .failed(now(), error.class(), fingerprint(&text));
+        self.inner
+            .check_failed(Some(crate::leadership::CheckFailure {
+                class: report.run.class,
+                since: report.run.since,
+                failures: report.run.failures,
+                error: text,
+                advice: error.advice(),
+            }));
+        Some(report)
     }
 
     /// Starts `operation` on connection `conn`, replacing any operation in flight.
@@ -299,6 +330,26 @@ impl Driver {
     fn take(&mut self, conn: ConnId) -> Option<Box<dyn LockSession>> {
         take_held(&mut self.held, &mut self.in_flight, conn)
     }
+}
+
+/// Whether `event` is the answer of a check that worked: the lock granted or refused, a queued
+/// wait ended by its timeout, the leader's check answered.
+fn succeeds_check(event: &Event<CheckError>) -> bool {
+    matches!(
+        event,
+        Event::LockGranted { .. }
+            | Event::LockRefused { .. }
+            | Event::LockWaitTimedOut { .. }
+            | Event::PingAnswered { .. }
+    )
+}
+
+/// A fingerprint of a failure's text: the same error, the same fingerprint.
+fn fingerprint(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Starts `operation` on the held connection `conn`, replacing any operation in flight; logs a

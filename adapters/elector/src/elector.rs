@@ -124,6 +124,7 @@ impl Elector {
             "election",
             key = %self.inner.key(),
             identity = %self.inner.identity(),
+            pid = std::process::id(),
         );
         let driver = span.in_scope(|| Driver::start(Arc::clone(&self.inner)))?;
         driver.run(shutdown).instrument(span).await;
@@ -328,6 +329,16 @@ impl Elector {
     ) -> Result<Option<crate::status::LeaderStatus>, crate::status::StatusError> {
         let session = self.inner.sessions().acquire().await?;
         crate::status::who_leads_on(&*session, self.inner.key()).await
+    }
+
+    /// The latest failed check of the current run of failed checks, in full (class, count,
+    /// since when, the error and, for a permanent failure, what to do); `None` when the last
+    /// check succeeded. A permanent failure (a database that does not exist, a role that may
+    /// not connect, a wrong password) is logged at ERROR once, then at WARN at most once a
+    /// minute; the election keeps retrying. [`Leadership::check_failing`](crate::Leadership::check_failing)
+    /// publishes its class as an event.
+    pub fn check_failure(&self) -> Option<crate::leadership::CheckFailure> {
+        self.inner.check_failure()
     }
 
     /// Whether the election is still driven (stuck-leader liveness): `Err` when this replica

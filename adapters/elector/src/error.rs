@@ -77,6 +77,76 @@ impl CheckError {
     }
 }
 
+/// The SQLSTATEs of configuration errors that retrying alone will not fix, and what to do.
+const PERMANENT: [(&str, &str); 7] = [
+    (
+        "3D000",
+        "create the database, or fix dbname in the connection settings",
+    ),
+    (
+        "28000",
+        "check the role name and pg_hba.conf (the server refused this role or host)",
+    ),
+    (
+        "28P01",
+        "check the password of the role in the connection settings",
+    ),
+    (
+        "42501",
+        "grant the missing privilege (for a database: GRANT CONNECT ON DATABASE)",
+    ),
+    (
+        "42P01",
+        "run the setup step of the missing table (fencing::setup for the fence table)",
+    ),
+    ("3F000", "create the schema, or fix the search_path"),
+    (
+        "42883",
+        "the server lacks a function the election needs: PostgreSQL 14 or newer",
+    ),
+];
+
+impl CheckError {
+    /// Whether retrying alone can fix this failure: [`FailureClass::Permanent`] for a database
+    /// that does not exist, a role that may not connect, a wrong password, a missing privilege
+    /// or table (SQLSTATE `3D000`, `28000`, `28P01`, `42501`, `42P01`, `3F000`, `42883`);
+    /// [`FailureClass::Transient`] otherwise.
+    ///
+    /// [`FailureClass::Permanent`]: plexsphere_leader_core::failures::FailureClass::Permanent
+    /// [`FailureClass::Transient`]: plexsphere_leader_core::failures::FailureClass::Transient
+    pub fn class(&self) -> plexsphere_leader_core::failures::FailureClass {
+        use plexsphere_leader_core::failures::FailureClass;
+        if self.advice().is_some() {
+            FailureClass::Permanent
+        } else {
+            FailureClass::Transient
+        }
+    }
+
+    /// What to do about a permanent failure ([`class`](Self::class)), with the server's own
+    /// `HINT` when it sent one; `None` for a transient failure.
+    pub fn advice(&self) -> Option<String> {
+        let code = self.sqlstate()?;
+        let (_, ours) = PERMANENT.iter().find(|(permanent, _)| *permanent == code)?;
+        Some(match self.server_hint() {
+            Some(hint) => format!("{hint}; {ours}"),
+            None => (*ours).to_owned(),
+        })
+    }
+
+    /// The server's `HINT`, when the error came from the server with one.
+    fn server_hint(&self) -> Option<&str> {
+        #[cfg(feature = "deadpool")]
+        {
+            self.db_error().and_then(|db| db.hint())
+        }
+        #[cfg(not(feature = "deadpool"))]
+        {
+            None
+        }
+    }
+}
+
 impl CheckError {
     /// Whether this error means the session itself ended: the connection closed, or the server
     /// ended the session (SQLSTATE class `57P`: terminated by an administrator, a crash,
@@ -145,17 +215,33 @@ impl std::error::Error for CheckError {}
 /// previous message already contains.
 fn write_chain(f: &mut std::fmt::Formatter<'_>, error: &dyn std::error::Error) -> std::fmt::Result {
     let mut previous = error.to_string();
-    f.write_str(&previous)?;
+    f.write_str(&one_line(&previous))?;
     let mut source = error.source();
     while let Some(cause) = source {
         let text = cause.to_string();
         if !previous.contains(&text) {
-            write!(f, ": {text}")?;
+            write!(f, ": {}", one_line(&text))?;
         }
         previous = text;
         source = cause.source();
     }
     Ok(())
+}
+
+/// `text` on one line: a server's `DETAIL` or `HINT` comes after a newline, which would split a
+/// log line in two; each line break becomes `"; "`.
+fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\n') {
+        std::borrow::Cow::Owned(
+            text.lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
 }
 
 /// An [`Elector`](crate::Elector) could not be built from its [`Config`](crate::Config). Its
@@ -221,6 +307,27 @@ pub enum RunError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plexsphere_leader_core::failures::FailureClass;
+
+    #[test]
+    fn configuration_errors_are_permanent_with_advice_and_the_rest_transient() {
+        for code in [
+            "3D000", "28000", "28P01", "42501", "42P01", "3F000", "42883",
+        ] {
+            let error = CheckError::backend(std::io::Error::other("x"), Some(code.into()));
+            assert_eq!(error.class(), FailureClass::Permanent, "{code}");
+            assert!(
+                error.advice().is_some_and(|advice| !advice.is_empty()),
+                "{code}"
+            );
+        }
+        for code in [Some("57P01"), Some("53300"), Some("55P03"), None] {
+            let error = CheckError::backend(std::io::Error::other("x"), code.map(str::to_owned));
+            assert_eq!(error.class(), FailureClass::Transient, "{code:?}");
+            assert_eq!(error.advice(), None);
+        }
+        assert_eq!(CheckError::SessionEnded.class(), FailureClass::Transient);
+    }
 
     /// Prints `error` and its sources the way `anyhow`'s `{:#}` or an error reporter does.
     fn chain(error: &dyn std::error::Error) -> String {
@@ -253,6 +360,14 @@ mod tests {
             Box::new(ConfigError::Metrics(prometheus::Error::Msg("taken".into()))),
             "taken",
         ));
+        let multiline = CheckError::backend(
+            std::io::Error::other("db error: ERROR: boom\nDETAIL: Key (id)=(1) exists.\n"),
+            None,
+        );
+        assert_eq!(
+            multiline.to_string(),
+            "db error: ERROR: boom; DETAIL: Key (id)=(1) exists."
+        );
         for (error, cause) in &errors {
             let error = error.as_ref();
             let text = chain(error);

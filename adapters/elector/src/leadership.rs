@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use plexsphere_leader_core::failures::FailureClass;
 use plexsphere_leader_core::{Release, TermEndCause, TermId};
 
 /// This replica's place in the election, published by the elector every time a term begins or
@@ -16,6 +17,38 @@ pub struct Leadership {
     current: Option<TermInfo>,
     last_end: Option<TermEnd>,
     last_release: Option<Release>,
+    failing: Option<CheckFailing>,
+}
+
+/// This replica's checks are failing: since when, and whether retrying alone can fix it. The
+/// watch publishes it when a run of failures begins, changes class, or ends (not at every
+/// failed check); [`Elector::check_failure`](crate::Elector::check_failure) has the error text,
+/// the advice and the count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckFailing {
+    /// [`FailureClass::Permanent`] for a configuration error (a database that does not exist,
+    /// a role that may not connect, a wrong password), [`FailureClass::Transient`] otherwise.
+    pub class: FailureClass,
+    /// When the first failed check of the run failed.
+    pub since: Instant,
+}
+
+/// The last failed check of a run that has not ended, in full: what
+/// [`Elector::check_failure`](crate::Elector::check_failure) returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckFailure {
+    /// Whether retrying alone can fix it.
+    pub class: FailureClass,
+    /// When the first failed check of the run failed.
+    pub since: Instant,
+    /// How many checks in a row failed.
+    pub failures: u64,
+    /// The latest failure's text (the error chain, with the server's message).
+    pub error: String,
+    /// For a permanent failure: the server's hint, if any, and what to do.
+    pub advice: Option<String>,
 }
 
 /// A term of leadership of this replica.
@@ -71,6 +104,18 @@ impl Leadership {
         self.last_release
     }
 
+    /// Whether this replica's checks are failing (the latest check failed), and since when;
+    /// `None` once a check succeeds (the lock granted or refused, or the leader's check proved
+    /// it).
+    pub fn check_failing(&self) -> Option<CheckFailing> {
+        self.failing
+    }
+
+    /// The value with `failing` as the state of the checks.
+    pub(crate) fn failing(self, failing: Option<CheckFailing>) -> Self {
+        Self { failing, ..self }
+    }
+
     /// The value once `release` was decided.
     pub(crate) fn released(self, release: Release) -> Self {
         Self {
@@ -94,6 +139,7 @@ impl Leadership {
             Some(term) => Self {
                 current: None,
                 last_release: self.last_release,
+                failing: self.failing,
                 last_end: Some(TermEnd {
                     id: term.id,
                     epoch: term.epoch,

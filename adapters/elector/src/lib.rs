@@ -61,8 +61,12 @@ pub use elector::{Elector, Resignation};
 pub use error::{CheckError, ConfigError, RunError};
 pub use identity::{IdentityError, MAX_IDENTITY_LEN};
 pub use key::{LockKey, ParseLockKeyError};
-pub use leadership::{Leadership, TermEnd, TermEvent, TermEvents, TermInfo, TermWaitCancelled};
+pub use leadership::{
+    CheckFailing, CheckFailure, Leadership, TermEnd, TermEvent, TermEvents, TermInfo,
+    TermWaitCancelled,
+};
 pub use overdue::OVERDUE_WORK_MESSAGE;
+pub use plexsphere_leader_core::failures::FailureClass;
 pub use plexsphere_leader_core::work::Interruption;
 pub use plexsphere_leader_core::{
     AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, LossReason, MAX_HOLD_OFF,

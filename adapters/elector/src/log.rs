@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use plexsphere_leader_core::failures::FailureReport;
 use plexsphere_leader_core::{Level, LogRecord};
 
 use crate::error::CheckError;
@@ -9,30 +10,58 @@ use crate::error::CheckError;
 /// Emits `record`: the message (with `": <cause>"` appended when there is a cause, and
 /// `": <work>"` when `work` names running work) and the fields `term`, `cause`, `interval`,
 /// `work` and `database` (the database of the last grant statement that answered, once one
-/// did). The election's span adds `key` and `identity`.
+/// did). The election's span adds `key`, `identity` and `pid`.
+///
+/// A failed check's `report` (the core's [`FailureReports`](plexsphere_leader_core::failures))
+/// sets the level (ERROR for the first of a run of permanent failures, nothing for a repeat it
+/// keeps quiet) and adds the fields `class`, `sqlstate` and `repeats` (the identical failures
+/// kept quiet since the last line); the advice of a permanent failure is
+/// also appended to the message (`"; advice: <what to do>"`).
 pub(crate) fn emit(
     record: &LogRecord<CheckError>,
     interval: Duration,
     work: Option<&str>,
     database: Option<&str>,
+    report: Option<&FailureReport>,
 ) {
+    let level = match report {
+        Some(report) => match report.level {
+            Some(level) => level,
+            None => return,
+        },
+        None => record.level(),
+    };
     let term = record.term.map(|term| term.get());
     let cause = record.cause.as_ref().map(tracing::field::display);
     let interval = tracing::field::debug(interval);
     let database = database.map(tracing::field::display);
-    let suffix = work.map(|work| format!(": {work}")).unwrap_or_default();
-    match record.level() {
-        Level::Info => {
-            tracing::info!(
-                target: "plexsphere_leader", term, cause, interval, work, database,
-                "{record}{suffix}"
-            );
-        }
-        Level::Warn => {
-            tracing::warn!(
-                target: "plexsphere_leader", term, cause, interval, work, database,
-                "{record}{suffix}"
-            );
-        }
+    let error = match &record.cause {
+        Some(plexsphere_leader_core::Cause::Error(error)) => Some(error),
+        _ => None,
+    };
+    let class = report.map(|report| report.run.class.label());
+    let sqlstate = error.and_then(CheckError::sqlstate);
+    let advice = error.and_then(CheckError::advice);
+    let repeats = report.map(|report| report.quiet).filter(|quiet| *quiet > 0);
+    let mut suffix = work.map(|work| format!(": {work}")).unwrap_or_default();
+    if let Some(advice) = &advice {
+        suffix.push_str("; advice: ");
+        suffix.push_str(advice);
+    }
+    if let Some(repeats) = repeats {
+        suffix.push_str(&format!(" ({repeats} more since the last line)"));
+    }
+    macro_rules! at {
+        ($event:ident) => {
+            tracing::$event!(
+                target: "plexsphere_leader", term, cause, interval, work, database, class,
+                sqlstate, repeats, "{record}{suffix}"
+            )
+        };
+    }
+    match level {
+        Level::Info => at!(info),
+        Level::Warn => at!(warn),
+        Level::Error => at!(error),
     }
 }

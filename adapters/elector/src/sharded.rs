@@ -139,6 +139,7 @@ impl ShardedElector {
             "shard_space",
             class = self.inner.class(),
             identity = %self.inner.identity(),
+            pid = std::process::id(),
         );
         let driver = span.in_scope(|| ShardDriver::start(Arc::clone(&self.inner)))?;
         driver.run(shutdown).instrument(span).await

@@ -19,7 +19,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::error::CheckError;
 use crate::key::LockKey;
-use crate::leadership::Leadership;
+use crate::leadership::{CheckFailing, CheckFailure, Leadership};
 use crate::metrics::Sinks;
 use crate::session::SessionSource;
 use crate::term::TermShared;
@@ -44,6 +44,8 @@ pub(crate) struct Shared {
     controls: Mutex<Vec<Event<CheckError>>>,
     /// Wakes the driver when a request is queued.
     control_queued: Notify,
+    /// The current run of failed checks, in full (the published value has its class).
+    failure: Mutex<Option<CheckFailure>>,
 }
 
 impl Shared {
@@ -69,6 +71,7 @@ impl Shared {
             hold_off,
             controls: Mutex::new(Vec::new()),
             control_queued: Notify::new(),
+            failure: Mutex::new(None),
         }
     }
 
@@ -200,6 +203,29 @@ impl Shared {
         ) {
             metrics.overdue_work(aborted);
         }
+    }
+
+    /// Records the latest failed check (`None`: a check succeeded) and publishes its class
+    /// when a run of failures began, changed class or ended.
+    pub(crate) fn check_failed(&self, failure: Option<CheckFailure>) {
+        let failing = failure.as_ref().map(|failure| CheckFailing {
+            class: failure.class,
+            since: failure.since,
+        });
+        *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = failure;
+        self.leadership.send_if_modified(|leadership| {
+            let changed = leadership.check_failing() != failing;
+            *leadership = leadership.failing(failing);
+            changed
+        });
+    }
+
+    /// The latest failed check of the current run of failures.
+    pub(crate) fn check_failure(&self) -> Option<CheckFailure> {
+        self.failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Publishes a new leadership value, and the is-leader flag and gauge derived from it.

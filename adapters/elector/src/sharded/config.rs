@@ -108,7 +108,8 @@ impl ShardConfig {
     }
 
     /// The name this replica shows as (`application_name` of its lock session, and the status
-    /// views); default: the host name and process id.
+    /// views); default `<service>@<host>` (the executable's file stem and the hostname), as for
+    /// [`Config::identity`](crate::Config::identity). The run's log span adds the process id.
     #[must_use]
     pub fn identity(mut self, identity: impl Into<String>) -> Self {
         self.identity = Some(identity.into());

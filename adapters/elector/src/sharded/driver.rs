@@ -451,5 +451,8 @@ fn emit(record: &ShardLog<CheckError>, interval: Duration) {
         Level::Warn => tracing::warn!(
             target: "plexsphere_leader", shards, reason, cause, interval, "{record}"
         ),
+        Level::Error => tracing::error!(
+            target: "plexsphere_leader", shards, reason, cause, interval, "{record}"
+        ),
     }
 }
