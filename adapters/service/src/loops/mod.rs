@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 pub use background::{
     Background, BootOutcome, BootReport, ELECTION_WORKER, Wired, WiringError, wire_background,
 };
-pub use every_replica::EveryReplica;
+pub use every_replica::{EveryReplica, REPEATED_FAILURE_LOG_INTERVAL};
 pub use gate::Gate;
 pub use source::{LeaderSource, LeaderTerm};
 pub use ticker::{LeaderTicker, TICKS_METRIC, TickMetrics};
