@@ -1,5 +1,6 @@
 //! [`PgBouncer`]: a throwaway PgBouncer in front of a PostgreSQL server, to show what the elector
-//! does behind a transaction-mode pooler.
+//! does behind a transaction-mode pooler and behind a session-mode one with and without a reset
+//! query.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -24,7 +25,10 @@ static INSTALL: Mutex<()> = Mutex::const_new(());
 /// PgBouncer's `pool_mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolMode {
-    /// A server session per client connection, for the connection's whole life.
+    /// A server session per client connection, for the connection's whole life; when the
+    /// client disconnects, `server_reset_query = DISCARD ALL` (written out, also PgBouncer's
+    /// default) resets the server session before the next client gets it, which releases its
+    /// session advisory locks.
     Session,
     /// A server session per transaction: after each transaction the server session may serve
     /// another client. A session advisory lock stays on the server session, not on the client.
@@ -243,10 +247,10 @@ fn write_files(
          log_disconnections = 1\n",
         dir = dir.display(),
         mode = mode.setting(),
-        reset = if mode == PoolMode::SessionWithoutReset {
-            "server_reset_query =\n"
-        } else {
-            ""
+        reset = match mode {
+            PoolMode::Session => "server_reset_query = DISCARD ALL\n",
+            PoolMode::SessionWithoutReset => "server_reset_query =\n",
+            PoolMode::Transaction => "",
         },
     );
     let files = [

@@ -12,7 +12,10 @@
 //! intervals (rounded up, plus a second), so leadership through such a pooler is intermittent,
 //! never shared. Behind a session-mode PgBouncer without a reset query, a vanished leader's lock
 //! is handed to the next client with its server session; the standby releases it there and
-//! leads.
+//! leads when that client is an elector, and when it is an ordinary client the lock lives in
+//! that client's session until `idle_session_timeout` after its last query. With
+//! `server_reset_query = DISCARD ALL` the pooler releases it before the next client gets the
+//! session.
 
 mod fault_support;
 mod support;
@@ -22,8 +25,10 @@ use std::time::Duration;
 use fault_support::{Fleet, I, MARGIN, STARTUP};
 use nix::sys::signal::Signal;
 use plexsphere_leader_tests::replica_process::{REPLICA_APP_PREFIX, wait_clean};
-use plexsphere_leader_tests::{LockObserver, PgBouncer, PoolMode, TestDb};
+use plexsphere_leader_tests::{LockObserver, PgBouncer, PoolMode, TestDb, connect};
+use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_postgres::Config;
 
 /// A replica name's application_name.
 fn app(name: &str) -> String {
@@ -160,6 +165,167 @@ async fn behind_a_session_mode_pgbouncer_without_reset_a_stranded_lock_is_releas
             .unwrap_or_default()
             .contains("without a reset query")),
         "{released:?}"
+    );
+    assert_eq!(
+        observer.max_granted(),
+        1,
+        "one session held the lock at a time"
+    );
+
+    fleet.stop_all().await;
+    drop(bouncer);
+    db.cleanup().await.unwrap();
+}
+
+/// An ordinary client (not an elector) of `config` that keeps using its session: one query every
+/// 100 ms until `stop` turns true, publishing its backend pid once its first query answered.
+/// Connecting waits in PgBouncer while the pool has no free server session.
+fn ordinary_client(config: &Config, stop: watch::Receiver<bool>) -> watch::Receiver<Option<i32>> {
+    let (pid_tx, pid_rx) = watch::channel(None);
+    let mut config = config.clone();
+    config.application_name("plx-ordinary-client");
+    tokio::spawn(async move {
+        let client = connect(&config).await.expect("connect through PgBouncer");
+        let mut stop = stop;
+        while !*stop.borrow_and_update() {
+            // An error ends it: the session ended (the server's idle_session_timeout, or the
+            // test tearing PgBouncer down); the tests assert on the pids it saw, not on this.
+            let Ok(row) = client.query_one("SELECT pg_backend_pid()", &[]).await else {
+                return None;
+            };
+            let _ = pid_tx.send(Some(row.get::<_, i32>(0)));
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = stop.changed() => {}
+            }
+        }
+        // Stays connected and idle until the test ends (or the server ends the session).
+        Some(client)
+    });
+    pid_rx
+}
+
+/// Waits until the ordinary client's first query answered; its backend pid.
+async fn first_pid(pid: &mut watch::Receiver<Option<i32>>, timeout: Duration) -> i32 {
+    let seen = tokio::time::timeout(timeout, pid.wait_for(Option::is_some))
+        .await
+        .expect("the ordinary client got a server session in time")
+        .expect("the client task is alive");
+    seen.expect("some")
+}
+
+/// Session mode with `server_reset_query = DISCARD ALL`: the SIGKILLed leader's server session
+/// goes to an ordinary client that keeps using it, and the lock does not go with it: PgBouncer's
+/// reset released it (`DISCARD ALL` includes `pg_advisory_unlock_all()`), so a standby leads
+/// at its next check. The control below is the same without the reset query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_session_mode_pgbouncer_with_discard_all_the_next_client_gets_no_lock() {
+    let db = TestDb::create("fault_pgbouncer_reset").await.unwrap();
+    let bouncer = PgBouncer::start(&db.config(), PoolMode::Session, 1)
+        .await
+        .unwrap();
+    let observer = LockObserver::start(&db.config()).await.unwrap();
+    let pooled = bouncer.pg_config(&db.config());
+    let mut fleet = Fleet::new();
+    let a = fleet.spawn("a", &pooled, I).await;
+    fleet.wait_lead(a, STARTUP).await;
+    let server_session = observer
+        .wait_for_holder(MARGIN)
+        .await
+        .expect("the lock is on PgBouncer's server session");
+    // The standby connects directly; the ordinary client waits in PgBouncer for a's session.
+    let b = fleet.spawn("b", &db.config(), I).await;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut client_pid = ordinary_client(&pooled, stop_rx);
+
+    fleet.get(a).signal(Signal::SIGKILL).unwrap();
+    let killed = Instant::now();
+    let pid = first_pid(&mut client_pid, STARTUP).await;
+    assert_eq!(
+        pid, server_session.pid,
+        "the ordinary client got the leader's server session"
+    );
+    let led = fleet.wait_lead_since(b, killed, 2 * I + MARGIN).await;
+    println!(
+        "the standby led {:?} after the leader's SIGKILL, its server session in use",
+        led - killed
+    );
+    let holder = observer
+        .wait_for_new_holder(server_session.pid, MARGIN)
+        .await
+        .expect("b holds the lock, not the reset session");
+    assert_eq!(holder.application_name.as_deref(), Some(&*app("b")));
+    assert_eq!(
+        *client_pid.borrow(),
+        Some(server_session.pid),
+        "the ordinary client still uses that session"
+    );
+    assert_eq!(
+        observer.max_granted(),
+        1,
+        "one session held the lock at a time"
+    );
+
+    let _ = stop_tx.send(true);
+    fleet.stop_all().await;
+    drop(bouncer);
+    db.cleanup().await.unwrap();
+}
+
+/// The control: without a reset query the SIGKILLed leader's lock goes with its server session
+/// to the ordinary client and lives there while that client keeps querying (no elector can
+/// release a lock on a session it does not hold), then ends `idle_session_timeout` (four of the
+/// leader's intervals, set on the session by its grant) after the client's last query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_session_mode_pgbouncer_without_reset_an_ordinary_client_keeps_the_lock() {
+    // The leader's interval: its grant sets idle_session_timeout to four of them (4 s), far
+    // above the client's 100 ms between queries, so a slow machine does not end it early.
+    let leader_interval = Duration::from_secs(1);
+    let db = TestDb::create("fault_pgbouncer_no_reset_client")
+        .await
+        .unwrap();
+    let bouncer = PgBouncer::start(&db.config(), PoolMode::SessionWithoutReset, 1)
+        .await
+        .unwrap();
+    let observer = LockObserver::start(&db.config()).await.unwrap();
+    let pooled = bouncer.pg_config(&db.config());
+    let mut fleet = Fleet::new();
+    let a = fleet.spawn("a", &pooled, leader_interval).await;
+    fleet.wait_lead(a, STARTUP).await;
+    let server_session = observer
+        .wait_for_holder(MARGIN)
+        .await
+        .expect("the lock is on PgBouncer's server session");
+    let b = fleet.spawn("b", &db.config(), I).await;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut client_pid = ordinary_client(&pooled, stop_rx);
+
+    fleet.get(a).signal(Signal::SIGKILL).unwrap();
+    let pid = first_pid(&mut client_pid, STARTUP).await;
+    assert_eq!(
+        pid, server_session.pid,
+        "the leader's server session, as it was"
+    );
+    // Well past the four intervals after which an elector on that session would release it.
+    tokio::time::sleep(3 * leader_interval).await;
+    assert_eq!(
+        observer.current().map(|holder| holder.pid),
+        Some(server_session.pid),
+        "the lock lives on in the ordinary client's session"
+    );
+    assert!(
+        !fleet.leaders().contains(&b),
+        "the standby does not lead meanwhile"
+    );
+
+    let _ = stop_tx.send(true);
+    let quiet = Instant::now();
+    let led = fleet
+        .wait_lead_since(b, quiet, 4 * leader_interval + 2 * I + MARGIN)
+        .await;
+    println!(
+        "the standby led {:?} after the ordinary client's last query",
+        led - quiet
     );
     assert_eq!(
         observer.max_granted(),

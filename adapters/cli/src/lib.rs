@@ -24,7 +24,9 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand, ValueEnum};
-use tokio_postgres::NoTls;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_postgres::{Client, NoTls};
 
 use plexsphere_leader::LockKey;
 use plexsphere_leader::sharded::DEFAULT_SHARD_CLASS;
@@ -74,7 +76,8 @@ enum Command {
         format: Format,
         /// How long to wait for the connection and the answer together (`10s`, `500ms`, `2`
         /// for seconds); a server that accepts the connection and never answers fails after
-        /// it with exit 2.
+        /// it with exit 2. A `connect_timeout` in the DSN (whole seconds, per host) bounds
+        /// connecting on its own: the smaller of the two wins for connecting.
         #[arg(long, default_value = "10s", value_parser = parse_timeout)]
         timeout: Duration,
     },
@@ -96,7 +99,8 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
-        /// How long to wait for the connection and the answer together.
+        /// How long to wait for the connection and the answer together; a `connect_timeout`
+        /// in the DSN bounds connecting on its own, the smaller of the two wins.
         #[arg(long, default_value = "10s", value_parser = parse_timeout)]
         timeout: Duration,
     },
@@ -170,18 +174,22 @@ where
             timeout,
         } => {
             let database = database_of(&dsn);
-            let answer = tokio::time::timeout(timeout, query_owners(&dsn, class, shards)).await;
-            let rows = match answer {
-                Ok(Ok(rows)) => rows,
-                Ok(Err(error)) => {
+            let rows = match query_owners(&dsn, class, shards, timeout).await {
+                Ok(rows) => rows,
+                Err(QueryStatusError::Status(error)) => {
                     let _ = writeln!(err, "plexsphere-leader {error}");
                     return EXIT_ERROR;
                 }
-                Err(_elapsed) => {
+                Err(QueryStatusError::ConnectTimedOut(after)) => {
                     let _ = writeln!(
                         err,
-                        "plexsphere-leader shards: no answer within {timeout:?}"
+                        "plexsphere-leader shards: no connection within {after:?} (the DSN's \
+                         connect_timeout)"
                     );
+                    return EXIT_ERROR;
+                }
+                Err(QueryStatusError::TimedOut(after)) => {
+                    let _ = writeln!(err, "plexsphere-leader shards: no answer within {after:?}");
                     return EXIT_ERROR;
                 }
             };
@@ -206,13 +214,20 @@ async fn query_owners(
     dsn: &str,
     class: i32,
     count: u32,
-) -> Result<Vec<plexsphere_leader::shard_sql::OwnerRow>, StatusError> {
-    let (client, connection) = tokio_postgres::connect(dsn, NoTls).await?;
-    let driver = tokio::spawn(connection);
-    let answer = status::shard_owners(&client, class, count).await;
-    drop(client);
-    let _ = driver.await;
-    answer
+    timeout: Duration,
+) -> Result<Vec<plexsphere_leader::shard_sql::OwnerRow>, QueryStatusError> {
+    let deadline = Instant::now() + timeout;
+    let (client, driver) = connect_within(dsn, timeout).await?;
+    let asked = async {
+        let answer = status::shard_owners(&client, class, count).await;
+        drop(client);
+        let _ = driver.await;
+        answer
+    };
+    match tokio::time::timeout_at(deadline, asked).await {
+        Ok(answer) => answer.map_err(QueryStatusError::Status),
+        Err(_elapsed) => Err(QueryStatusError::TimedOut(timeout)),
+    }
 }
 
 /// Why [`query_status_within`] had no answer.
@@ -221,6 +236,9 @@ async fn query_owners(
 pub enum QueryStatusError {
     /// The DSN is invalid, the connection failed or the query did.
     Status(StatusError),
+    /// No session within the DSN's `connect_timeout` (counted per host the DSN names), which
+    /// was smaller than the timeout: a server that accepts TCP and never answers the startup.
+    ConnectTimedOut(Duration),
     /// Neither failed nor answered within the timeout (a server that accepts TCP and never
     /// answers, a network that drops everything).
     TimedOut(Duration),
@@ -230,6 +248,11 @@ impl std::fmt::Display for QueryStatusError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Status(error) => error.fmt(f),
+            Self::ConnectTimedOut(after) => write!(
+                f,
+                "status: no connection within {after:?} (the DSN's connect_timeout); raise \
+                 connect_timeout if the server is slow"
+            ),
             Self::TimedOut(after) => write!(
                 f,
                 "status: no answer within {after:?} (connect and query); raise --timeout if \
@@ -241,32 +264,93 @@ impl std::fmt::Display for QueryStatusError {
 
 impl std::error::Error for QueryStatusError {}
 
-/// Connects with `dsn` (no TLS) and asks [`status::who_leads`], all within `timeout`.
+/// Connects with `dsn` (no TLS) and asks [`status::who_leads`], all within `timeout`;
+/// connecting alone is also bounded by the DSN's `connect_timeout` when that is smaller.
 ///
 /// # Errors
 /// [`QueryStatusError::Status`] when the DSN is invalid, the connection fails or the query
-/// does; [`QueryStatusError::TimedOut`] when no answer came within `timeout`. The connection
-/// is closed either way.
+/// does; [`QueryStatusError::ConnectTimedOut`] when no session came within the DSN's
+/// `connect_timeout`; [`QueryStatusError::TimedOut`] when no answer came within `timeout`.
+/// The connection is closed either way.
 pub async fn query_status_within(
     dsn: &str,
     key: LockKey,
     timeout: Duration,
 ) -> Result<Option<LeaderStatus>, QueryStatusError> {
-    match tokio::time::timeout(timeout, query_status(dsn, key)).await {
+    let deadline = Instant::now() + timeout;
+    let (client, driver) = connect_within(dsn, timeout).await?;
+    let asked = async {
+        let answer = status::who_leads(&client, key).await;
+        drop(client);
+        let _ = driver.await;
+        answer
+    };
+    match tokio::time::timeout_at(deadline, asked).await {
         Ok(answer) => answer.map_err(QueryStatusError::Status),
         Err(_elapsed) => Err(QueryStatusError::TimedOut(timeout)),
     }
 }
 
-/// Connects with `dsn` (no TLS) and asks [`status::who_leads`]; unbounded on its own, so only
-/// [`query_status_within`] calls it.
-async fn query_status(dsn: &str, key: LockKey) -> Result<Option<LeaderStatus>, StatusError> {
-    let (client, connection) = tokio_postgres::connect(dsn, NoTls).await?;
-    let driver = tokio::spawn(connection);
-    let answer = status::who_leads(&client, key).await;
-    drop(client);
-    let _ = driver.await;
-    answer
+/// The driver task of a connection: it ends when the client is dropped.
+type Driver = JoinHandle<Result<(), tokio_postgres::Error>>;
+
+/// Connects with `dsn` (no TLS, startup and authentication included) within the smaller of
+/// `timeout` and the DSN's `connect_timeout`, and spawns the connection's driver.
+async fn connect_within(
+    dsn: &str,
+    timeout: Duration,
+) -> Result<(Client, Driver), QueryStatusError> {
+    let config = tokio_postgres::Config::from_str(dsn)
+        .map_err(|error| QueryStatusError::Status(error.into()))?;
+    let bound = connect_bound(&config, timeout);
+    match tokio::time::timeout(bound.limit(), config.connect(NoTls)).await {
+        Ok(Ok((client, connection))) => Ok((client, tokio::spawn(connection))),
+        Ok(Err(error)) => Err(QueryStatusError::Status(error.into())),
+        Err(_elapsed) => Err(bound.elapsed()),
+    }
+}
+
+/// What bounds connecting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnectBound {
+    /// The whole command's `--timeout`.
+    Command(Duration),
+    /// The DSN's `connect_timeout`, once per host, smaller than `--timeout`.
+    Dsn(Duration),
+}
+
+impl ConnectBound {
+    fn limit(self) -> Duration {
+        match self {
+            Self::Command(limit) | Self::Dsn(limit) => limit,
+        }
+    }
+
+    fn elapsed(self) -> QueryStatusError {
+        match self {
+            Self::Command(limit) => QueryStatusError::TimedOut(limit),
+            Self::Dsn(limit) => QueryStatusError::ConnectTimedOut(limit),
+        }
+    }
+}
+
+/// The smaller of `timeout` and the DSN's `connect_timeout`. tokio-postgres applies
+/// `connect_timeout` to the TCP connect of each address only, so a server that completes the
+/// handshake and never answers the startup would otherwise hold the command until `timeout`;
+/// libpq counts it per host tried, and so does this bound.
+fn connect_bound(config: &tokio_postgres::Config, timeout: Duration) -> ConnectBound {
+    let hosts = config
+        .get_hosts()
+        .len()
+        .max(config.get_hostaddrs().len())
+        .max(1);
+    let per_dsn = config
+        .get_connect_timeout()
+        .map(|per_host| per_host.saturating_mul(u32::try_from(hosts).unwrap_or(u32::MAX)));
+    match per_dsn {
+        Some(limit) if limit < timeout => ConnectBound::Dsn(limit),
+        _ => ConnectBound::Command(timeout),
+    }
 }
 
 /// `10s`, `500ms`, `1.5s` or a plain number of seconds; more than zero.
@@ -415,6 +499,36 @@ mod tests {
         for bad in ["0", "-1s", "soon", "", "infs"] {
             assert!(parse_timeout(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_smaller_of_timeout_and_the_dsns_connect_timeout_bounds_connecting() {
+        let bound = |dsn: &str, timeout: u64| {
+            let config = tokio_postgres::Config::from_str(dsn).unwrap();
+            connect_bound(&config, Duration::from_secs(timeout))
+        };
+        let secs = Duration::from_secs;
+        assert_eq!(bound("host=a", 10), ConnectBound::Command(secs(10)));
+        assert_eq!(
+            bound("host=a connect_timeout=1", 30),
+            ConnectBound::Dsn(secs(1))
+        );
+        assert_eq!(
+            bound("host=a connect_timeout=20", 5),
+            ConnectBound::Command(secs(5))
+        );
+        assert_eq!(
+            bound("host=a,b connect_timeout=2", 30),
+            ConnectBound::Dsn(secs(4))
+        );
+        assert_eq!(
+            bound("host=a connect_timeout=0", 5),
+            ConnectBound::Command(secs(5))
+        );
+        assert_eq!(
+            bound("postgresql://x@a/db?connect_timeout=3", 10),
+            ConnectBound::Dsn(secs(3))
+        );
     }
 
     #[test]

@@ -208,3 +208,30 @@ async fn the_binary_reports_who_owns_which_shards() {
         .await
         .unwrap();
 }
+
+/// A DSN's `connect_timeout` bounds connecting even when `--timeout` is larger: against a
+/// server that accepts TCP and never answers the startup, `connect_timeout=1` ends the command
+/// after about 1 s, not after `--timeout 30s`.
+#[tokio::test]
+async fn the_dsns_connect_timeout_shortens_a_larger_timeout() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let started = std::time::Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_plexsphere-leader"))
+        .args(["status", "--timeout", "30s", "--dsn"])
+        .arg(format!(
+            "host=127.0.0.1 port={port} user=x connect_timeout=1"
+        ))
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let err = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("status: no connection within 1s (the DSN's connect_timeout)"),
+        "the DSN's bound is the cause: {err}"
+    );
+    // Generous: the bound is 1 s, --timeout is 30 s; only the DSN's bound ends it this early.
+    assert!(took < std::time::Duration::from_secs(15), "{took:?}");
+    drop(silent);
+}

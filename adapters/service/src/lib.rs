@@ -51,7 +51,9 @@ mod supervisor;
 
 pub use liveness::{ElectorLiveness, Liveness, LivenessReport};
 pub use loops::panic::capture_panic_stacks;
-pub use loops::{Background, Gate, LeaderSource, LeaderTicker, WhileLeader, wire_background};
+pub use loops::{
+    Background, EveryReplica, Gate, LeaderSource, LeaderTicker, WhileLeader, wire_background,
+};
 pub use plexsphere_leader_core::readiness::Tick;
 pub use plexsphere_leader_core::supervision::{RestartPolicy, WorkerState};
 pub use readiness::{DuplicateProbe, LoopProbe, Probe, ProbeReport, Readiness, ReadinessReport};

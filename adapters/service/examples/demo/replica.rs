@@ -18,10 +18,12 @@ use plexsphere_leader::{
     Config, Elector, Leadership, OnOverdue, Release, ReleaseOutcome, Resignation, TermEnd,
     TermEndCause, TermEvent, TermEvents, TermId,
 };
-use plexsphere_leader_service::loops::{BoxError, ELECTION_WORKER, TickMetrics, Wired, pass_fn};
+use plexsphere_leader_service::loops::{
+    BoxError, ELECTION_WORKER, PassFn, TickMetrics, Wired, pass_fn,
+};
 use plexsphere_leader_service::{
-    Background, DEFAULT_SHUTDOWN_BOUND, ElectorLiveness, Gate, LeaderTicker, Liveness, Readiness,
-    WhileLeader, shutdown_bound, wire_background,
+    Background, DEFAULT_SHUTDOWN_BOUND, ElectorLiveness, EveryReplica, Gate, LeaderTicker,
+    Liveness, Readiness, WhileLeader, shutdown_bound, wire_background,
 };
 use prometheus::Registry;
 use serde_json::json;
@@ -354,61 +356,46 @@ fn wire_loops(
         }),
     ))?;
 
-    let crossing_gate = Gate::leader(elector);
-    background.worker("capacity-collector", {
-        let (pool, actor, period) = (pool.clone(), me.actor.clone(), me.interval);
-        move |token| {
-            capacity_collector(
-                pool.clone(),
-                actor.clone(),
-                period,
-                crossing_gate.clone(),
-                token,
-            )
-        }
-    })?;
+    let period = me.interval;
+    background.every_replica(EveryReplica::new(
+        "capacity-collector",
+        period,
+        capacity_collector(pool.clone(), me.actor.clone(), Gate::leader(elector)),
+    ))?;
     let deletion_gate = Gate::leader(elector);
     for durable in DURABLES {
         let name = format!("observability-routing-consume/{durable}");
-        let (pool, period, gate) = (pool.clone(), me.interval, deletion_gate.clone());
-        background.worker(&name, move |token| {
-            consume_loop(pool.clone(), durable, period, gate.clone(), token)
-        })?;
+        let pass = consume_loop(pool.clone(), durable, deletion_gate.clone());
+        background.every_replica(EveryReplica::new(&name, period, pass))?;
     }
     // Each step also spends from this replica's rate budget (its bucket is its
     // application_name, so a restarted replica leaves its old bucket to `rate-budget-sweep`).
-    background.worker("sse-relay", {
-        let (pool, period) = (pool.clone(), me.interval);
+    let relay = {
+        let pool = pool.clone();
         let bucket: Arc<str> = me.application_name.as_str().into();
-        move |token| {
+        pass_fn(move |_shutdown: CancellationToken| {
             let (pool, bucket) = (pool.clone(), Arc::clone(&bucket));
-            every(period, token, move || {
-                let (pool, bucket) = (pool.clone(), Arc::clone(&bucket));
-                async move {
-                    let mut client = pool.get().await?;
-                    passes::spend_rate_budget(&**client, &bucket).await?;
-                    passes::relay(&mut client).await?;
-                    Ok(())
-                }
-            })
-        }
-    })?;
-    background.worker("sse-signing-key-rotation-watcher", {
-        let (pool, period) = (pool.clone(), me.interval);
-        move |token| key_watcher(pool.clone(), period, token)
-    })?;
-    background.worker("peers-relay-assigner", {
-        let period = me.interval;
-        let ready = Arc::new(AtomicBool::new(false));
-        move |token| {
-            let ready = Arc::clone(&ready);
-            every(period, token, move || {
-                // It re-flips a local readiness flag and takes no write.
-                ready.store(true, Ordering::Relaxed);
-                async { Ok(()) }
-            })
-        }
-    })?;
+            async move {
+                let mut client = pool.get().await?;
+                passes::spend_rate_budget(&**client, &bucket).await?;
+                passes::relay(&mut client).await?;
+                Ok::<(), BoxError>(())
+            }
+        })
+    };
+    background.every_replica(EveryReplica::new("sse-relay", period, relay))?;
+    background.every_replica(EveryReplica::new(
+        "sse-signing-key-rotation-watcher",
+        period,
+        key_watcher(pool.clone()),
+    ))?;
+    let ready = Arc::new(AtomicBool::new(false));
+    let heartbeat = pass_fn(move |_shutdown: CancellationToken| {
+        // It re-flips a local readiness flag and takes no write.
+        ready.store(true, Ordering::Relaxed);
+        async { Ok::<(), BoxError>(()) }
+    });
+    background.every_replica(EveryReplica::new("peers-relay-assigner", period, heartbeat))?;
     Ok(())
 }
 
@@ -472,47 +459,13 @@ fn self_paced(pool: Pool, pause: Duration, step: Step) -> plexsphere_leader_serv
     })
 }
 
-/// Runs `step` every `period` until `token` is cancelled; a failed step is logged and retried at
-/// the next period (an every-replica loop has no leader to hand over to).
-async fn every<F, Fut>(
-    period: Duration,
-    token: CancellationToken,
-    mut step: F,
-) -> Result<(), BoxError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), BoxError>>,
-{
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            () = token.cancelled() => return Ok(()),
-            _ = ticker.tick() => {}
-        }
-        let result = tokio::select! {
-            () = token.cancelled() => return Ok(()),
-            result = step() => result,
-        };
-        if let Err(error) = result {
-            tracing::warn!(%error, "every-replica loop step failed");
-        }
-    }
-}
-
 /// Every replica samples and tracks the same hysteresis; only the audit row of a crossing is
-/// gated.
-async fn capacity_collector(
-    pool: Pool,
-    actor: String,
-    period: Duration,
-    gate: Gate,
-    token: CancellationToken,
-) -> Result<(), BoxError> {
+/// gated. One pass per tick of its [`EveryReplica`].
+fn capacity_collector(pool: Pool, actor: String, gate: Gate) -> PassFn {
     const HIGH: i64 = 30;
     const LOW: i64 = 15;
     let above = Arc::new(Mutex::new(false));
-    every(period, token, move || {
+    pass_fn(move |_shutdown: CancellationToken| {
         let (pool, actor, gate, above) = (
             pool.clone(),
             actor.clone(),
@@ -538,21 +491,14 @@ async fn capacity_collector(
             {
                 passes::record_crossing(&**client, &actor, now_above, pending).await?;
             }
-            Ok(())
+            Ok::<(), BoxError>(())
         }
     })
-    .await
 }
 
 /// Each replica drains its share of a durable; only the durable removals are gated.
-async fn consume_loop(
-    pool: Pool,
-    durable: &'static str,
-    period: Duration,
-    gate: Gate,
-    token: CancellationToken,
-) -> Result<(), BoxError> {
-    every(period, token, move || {
+fn consume_loop(pool: Pool, durable: &'static str, gate: Gate) -> PassFn {
+    pass_fn(move |_shutdown: CancellationToken| {
         let (pool, gate) = (pool.clone(), gate.clone());
         async move {
             let client = pool.get().await?;
@@ -560,21 +506,16 @@ async fn consume_loop(
             if gate.allows() {
                 passes::remove_orphaned_durables(&**client).await?;
             }
-            Ok(())
+            Ok::<(), BoxError>(())
         }
     })
-    .await
 }
 
 /// Every replica keeps its own in-memory key cache and invalidates it when the key generation
 /// (here: the relay cursor's row, read only) changes.
-async fn key_watcher(
-    pool: Pool,
-    period: Duration,
-    token: CancellationToken,
-) -> Result<(), BoxError> {
+fn key_watcher(pool: Pool) -> PassFn {
     let cached = Arc::new(Mutex::new(None::<i64>));
-    every(period, token, move || {
+    pass_fn(move |_shutdown: CancellationToken| {
         let (pool, cached) = (pool.clone(), Arc::clone(&cached));
         async move {
             let client = pool.get().await?;
@@ -589,10 +530,9 @@ async fn key_watcher(
             if *cached != Some(generation) {
                 *cached = Some(generation);
             }
-            Ok(())
+            Ok::<(), BoxError>(())
         }
     })
-    .await
 }
 
 /// Prints one line per leadership change of this replica (stdout, one `write` per line), from

@@ -9,7 +9,7 @@ use futures_util::future::join_all;
 use plexsphere_leader_core::supervision::RestartPolicy;
 use tokio_util::sync::CancellationToken;
 
-use super::{BoxError, LeaderSource, LeaderTicker, WhileLeader};
+use super::{BoxError, EveryReplica, LeaderSource, LeaderTicker, WhileLeader};
 use crate::readiness::{DuplicateProbe, LoopProbe, Readiness};
 use crate::supervisor::{DuplicateWorker, RunningWorkers, Supervisor, WORKERS_PROBE};
 use plexsphere_leader::Elector;
@@ -58,7 +58,8 @@ impl BootReport {
 /// [`Readiness`] (which gets the loops' probes and the `workers` probe), and the boot passes.
 ///
 /// 1. Wire: [`ticker`](Self::ticker), [`while_leader`](Self::while_leader),
-///    [`worker`](Self::worker) (every-replica loops), usually inside [`wire_background`].
+///    [`every_replica`](Self::every_replica) and [`worker`](Self::worker) (every-replica loops),
+///    usually inside [`wire_background`].
 /// 2. [`boot`](Self::boot): every boot pass, on every replica, ungated, concurrently. A failed
 ///    one is reported by its probe until the first tick; the service serves anyway.
 /// 3. [`start`](Self::start): every worker at once, just before the service serves.
@@ -140,6 +141,17 @@ impl Background {
         let name = runner.name().to_owned();
         self.supervisor
             .add(name, move |shutdown| runner.clone().run(shutdown))?;
+        Ok(())
+    }
+
+    /// Wires a ticked loop that runs on every replica, ungated.
+    ///
+    /// # Errors
+    /// The worker name is taken.
+    pub fn every_replica(&mut self, ticker: EveryReplica) -> Result<(), WiringError> {
+        let name = ticker.name().to_owned();
+        self.supervisor
+            .add(name, move |shutdown| ticker.clone().run(shutdown))?;
         Ok(())
     }
 

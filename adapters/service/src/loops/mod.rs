@@ -9,6 +9,8 @@
 //!   panics as a failed tick.
 //! - [`WhileLeader`] (the spec's `runWhileLeader`): hands a self-paced loop the token of one term
 //!   and starts it again in the next term.
+//! - [`EveryReplica`]: ticks a loop that stays on every replica (the spec's third table), ungated,
+//!   on a fixed cadence.
 //! - [`Gate`]: a predicate (usually the Elector's `is_leader`) that an every-replica loop asks
 //!   before its gated part; a gate given no predicate stays open.
 //!
@@ -19,6 +21,7 @@
 //! See `docs/loops.md` for which launcher to choose and how probes and gates behave.
 
 mod background;
+mod every_replica;
 mod gate;
 pub(crate) mod panic;
 mod source;
@@ -39,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 pub use background::{
     Background, BootOutcome, BootReport, ELECTION_WORKER, Wired, WiringError, wire_background,
 };
+pub use every_replica::{EveryReplica, REPEATED_FAILURE_LOG_INTERVAL};
 pub use gate::Gate;
 pub use source::{LeaderSource, LeaderTerm};
 pub use ticker::{LeaderTicker, TICKS_METRIC, TickMetrics};

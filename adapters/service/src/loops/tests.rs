@@ -477,6 +477,89 @@ async fn the_workers_probe_fails_when_a_ticker_worker_exhausts_its_budget() {
     assert!(!readiness.report().is_ready());
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_every_replica_loop_keeps_its_cadence_and_logs_a_repeated_failure_once_a_minute() {
+    let logs = Logs::default();
+    let _guard = logs.install();
+    let script = Script::default();
+    script.set(Outcome::Err(
+        "error connecting to server: Connection refused",
+    ));
+    let ticker = EveryReplica::new("sse-relay", PERIOD, script.pass());
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(ticker.run(shutdown.clone()));
+    let failed = "background loop tick failed: error connecting to server: Connection refused";
+    let still =
+        "background loop tick still failing: error connecting to server: Connection refused";
+
+    // The first tick comes at once; 30 periods of the same error: one line, not 30.
+    tokio::time::sleep(PERIOD * 29 + Duration::from_millis(1)).await;
+    assert_eq!(
+        script.calls(),
+        30,
+        "the cadence is kept: one pass per period"
+    );
+    assert_eq!(
+        logs.all(failed).len(),
+        1,
+        "the first failure is logged at once"
+    );
+    let first = logs.find(failed).unwrap();
+    assert_eq!(first.level, tracing::Level::WARN);
+    assert_eq!(first.fields["loop"], "sse-relay");
+    assert!(logs.all(still).is_empty(), "repeats are held back");
+
+    // A minute after the first line, one line says how many failed ticks it held back.
+    tokio::time::sleep(PERIOD * 31).await;
+    let repeats = logs.all(still);
+    assert_eq!(repeats.len(), 1, "one line per minute of repeats");
+    assert_eq!(repeats[0].level, tracing::Level::WARN);
+    assert_eq!(repeats[0].fields["failed_ticks"], "61");
+    assert_eq!(repeats[0].fields["not_logged"], "59");
+
+    // Another cause is logged at once.
+    script.set(Outcome::Err("relation \"cursors\" does not exist"));
+    tokio::time::sleep(PERIOD).await;
+    assert_eq!(
+        logs.all("background loop tick failed: relation \"cursors\" does not exist")
+            .len(),
+        1
+    );
+
+    // The first tick that passes again says so, once.
+    script.set(Outcome::Ok);
+    tokio::time::sleep(PERIOD * 3).await;
+    let recovered = logs.all("background loop tick passed again");
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    assert_eq!(recovered[0].level, tracing::Level::INFO);
+    assert_eq!(recovered[0].fields["failed_ticks"], "62");
+
+    // A failure after a recovery is a first failure again.
+    script.set(Outcome::Err(
+        "error connecting to server: Connection refused",
+    ));
+    tokio::time::sleep(PERIOD).await;
+    assert_eq!(logs.all(failed).len(), 2);
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_every_replica_loop_stops_with_the_shutdown_and_logs_no_failure_of_it() {
+    let logs = Logs::default();
+    let _guard = logs.install();
+    let script = Script::default();
+    script.set(Outcome::WaitThenErr("stopping"));
+    let ticker = EveryReplica::new("capacity-collector", PERIOD, script.pass());
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(ticker.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(script.calls(), 1, "the first tick comes at once");
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+    assert!(logs.find("background loop tick").is_none());
+}
+
 /// Captured log lines.
 #[derive(Clone, Default)]
 struct Logs {
