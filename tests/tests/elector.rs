@@ -574,7 +574,11 @@ async fn an_unreachable_server_warns_at_every_check_a_missing_role_or_database_i
         assert_eq!(failure.class, class, "{needle}: {failure:?}");
         assert!(failure.error.contains(needle), "{failure:?}");
         assert_eq!(failure.advice.is_some(), class == FailureClass::Permanent);
-        let published = replica.elector.leadership().check_failing().expect("published");
+        let published = replica
+            .elector
+            .leadership()
+            .check_failing()
+            .expect("published");
         assert_eq!((published.class, published.since), (class, failure.since));
         replica.stop().await.expect("a standby stops cleanly");
     }
@@ -682,4 +686,42 @@ async fn a_second_concurrent_run_is_refused() {
     );
     replica.stop().await.unwrap();
     db.cleanup().await.unwrap();
+}
+
+/// Issue 23, item 4: through sqlx a refused TCP connection was reported as `no answer within
+/// 1s` (sqlx's pool retries a refused connect silently); the check now reports the refusal.
+#[tokio::test]
+async fn sqlx_reports_a_refused_connection_as_refused() {
+    let free_port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let options = sqlx::postgres::PgConnectOptions::new()
+        .host("127.0.0.1")
+        .port(free_port)
+        .username("postgres");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_lazy_with(options);
+    let elector = Elector::new(
+        plexsphere_leader_sqlx::config(pool).check_interval(Duration::from_millis(500)),
+    )
+    .unwrap();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let (elector, shutdown) = (elector.clone(), shutdown.clone());
+        async move { elector.run(shutdown).await }
+    });
+    wait_for(STARTUP, || elector.check_failure().is_some())
+        .await
+        .expect("a failed check");
+    let failure = elector.check_failure().expect("failing");
+    assert!(
+        failure.error.contains("Connection refused")
+            && failure.error.contains(&format!("127.0.0.1:{free_port}")),
+        "{failure:?}"
+    );
+    assert!(!failure.error.contains("no answer"), "{failure:?}");
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
 }

@@ -109,14 +109,64 @@ impl fmt::Debug for PgPoolSessions {
     }
 }
 
+/// How long an acquire that must open a connection waits before it asks the network why not:
+/// longer than a local connection takes, shorter than any check interval (50 ms at least).
+const PROBE_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
+
 impl SessionSource for PgPoolSessions {
     fn acquire(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
         Box::pin(async move {
-            let connection = self.pool.acquire().await.map_err(check_error)?;
+            let acquire = self.pool.acquire();
+            // sqlx's pool retries a refused connection silently until its acquire timeout, so
+            // the check would only say it got no answer: when the pool must open a connection,
+            // a plain connect to the server's address reports why it cannot.
+            let connection = if self.pool.num_idle() > 0 {
+                acquire.await
+            } else {
+                tokio::select! {
+                    biased;
+                    connection = acquire => connection,
+                    refused = unreachable(&self.pool) => return Err(refused),
+                }
+            }
+            .map_err(check_error)?;
             Ok(Box::new(PgSession {
                 connection: Mutex::new(Connection::Pooled(connection)),
             }) as Box<dyn LockSession>)
         })
+    }
+}
+
+/// Resolves with the error of a plain connect to the pool's server (TCP, or its Unix socket),
+/// [`PROBE_AFTER`] from now; never resolves when the server accepts the connection (which is
+/// then closed before any startup message: the server logs nothing).
+async fn unreachable(pool: &PgPool) -> CheckError {
+    tokio::time::sleep(PROBE_AFTER).await;
+    let options = pool.connect_options();
+    let (host, port) = (options.get_host().to_owned(), options.get_port());
+    let socket = options
+        .get_socket()
+        .map(|dir| dir.display().to_string())
+        .or_else(|| host.starts_with('/').then(|| host.clone()));
+    let refused = match socket {
+        #[cfg(unix)]
+        Some(dir) => {
+            let path = format!("{dir}/.s.PGSQL.{port}");
+            tokio::net::UnixStream::connect(&path)
+                .await
+                .err()
+                .map(|error| format!("connect to {path}: {error}"))
+        }
+        #[cfg(not(unix))]
+        Some(_) => None,
+        None => tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .err()
+            .map(|error| format!("connect to {host}:{port}: {error}")),
+    };
+    match refused {
+        Some(text) => CheckError::backend(text, None),
+        None => std::future::pending().await,
     }
 }
 
