@@ -424,7 +424,10 @@ async fn fencing_rejects_the_stale_leaders_write_and_accepts_the_new_leaders() {
     assert!(!a.is_leader());
     // Issue 23, item 7: the line says what to do, not only "relation ... does not exist".
     assert!(
-        logs.contains("WARN", "advice: run the setup step of the missing table (fencing::setup"),
+        logs.contains(
+            "WARN",
+            "advice: run the setup step of the missing table (fencing::setup"
+        ),
         "{:?}",
         logs.lines()
     );

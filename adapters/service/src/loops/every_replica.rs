@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::panic::{CatchPanic, Caught};
+use super::panic::CatchPanic;
 use super::{BoxError, PassFn};
 
 /// How often a loop that keeps failing with the same cause says so: one WARN line per minute.
@@ -107,7 +107,7 @@ impl EveryReplica {
             };
             let say = failures.failed(&cause, Instant::now());
             if let (Some(caught), Say::Failed | Say::StillFailing { .. }) = (&caught, say) {
-                self.log_panic(caught);
+                caught.log(&self.name);
             }
             self.log_failure(&cause, say);
         }
@@ -142,16 +142,6 @@ impl EveryReplica {
             r#loop = %self.name,
             failed_ticks,
             "background loop tick passed again after {failed_ticks} failed ticks"
-        );
-    }
-
-    fn log_panic(&self, caught: &Caught) {
-        tracing::error!(
-            target: "plexsphere_leader",
-            r#loop = %self.name,
-            panic = %caught.value,
-            stack = %caught.stack,
-            "background loop tick panicked"
         );
     }
 }

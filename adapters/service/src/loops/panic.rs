@@ -39,6 +39,20 @@ pub(crate) struct Caught {
     pub(crate) stack: String,
 }
 
+impl Caught {
+    /// Logs the panic of a tick of loop `name` at ERROR with the spec's text
+    /// `background loop tick panicked` (fields `loop`, `panic`, `stack`).
+    pub(crate) fn log(&self, name: &str) {
+        tracing::error!(
+            target: "plexsphere_leader",
+            r#loop = %name,
+            panic = %self.value,
+            stack = %self.stack,
+            "background loop tick panicked"
+        );
+    }
+}
+
 /// Polls a future, and turns a panic during a poll into `Err(Caught)`.
 pub(crate) struct CatchPanic<F> {
     inner: Pin<Box<F>>,

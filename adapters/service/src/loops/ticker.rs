@@ -10,7 +10,7 @@ use prometheus::{IntCounterVec, Opts, Registry};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::panic::{CatchPanic, Caught};
+use super::panic::CatchPanic;
 use super::{BoxError, LeaderSource, PassFn};
 use crate::readiness::LoopProbe;
 
@@ -143,7 +143,7 @@ impl<L: LeaderSource> LeaderTicker<L> {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => Err(error.to_string()),
             Err(caught) => {
-                self.log_panic(&caught);
+                caught.log(&self.name);
                 Err(format!("panicked: {}", caught.value))
             }
         };
@@ -178,7 +178,7 @@ impl<L: LeaderSource> LeaderTicker<L> {
         let ran = match CatchPanic::new(pass).await {
             Ok(ran) => Ok(ran),
             Err(caught) => {
-                self.log_panic(&caught);
+                caught.log(&self.name);
                 Err(caught.value)
             }
         };
@@ -231,16 +231,6 @@ impl<L: LeaderSource> LeaderTicker<L> {
             r#loop = %self.name,
             cause = %cause,
             "background loop tick failed: {cause}"
-        );
-    }
-
-    fn log_panic(&self, caught: &Caught) {
-        tracing::error!(
-            target: "plexsphere_leader",
-            r#loop = %self.name,
-            panic = %caught.value,
-            stack = %caught.stack,
-            "background loop tick panicked"
         );
     }
 }
