@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use plexsphere_leader_core::failures::{FailureReport, FailureReports};
+use plexsphere_leader_core::failures::{FailureClass, FailureReport, FailureReports};
 use plexsphere_leader_core::{Action, Cause, ConnId, Event, LogKind, LogRecord, TermId};
 use tokio_util::sync::CancellationToken;
 
@@ -302,21 +302,23 @@ impl Driver {
     /// For a standby's failed check: how the core's policy reports it, after recording it in
     /// the published value.
     fn failure_report(&mut self, record: &LogRecord<CheckError>) -> Option<FailureReport> {
-        let (LogKind::AcquireFailed, Some(Cause::Error(error))) = (record.kind, &record.cause)
-        else {
+        let (LogKind::AcquireFailed, Some(cause)) = (record.kind, &record.cause) else {
             return None;
         };
-        let text = error.to_string();
-        let report = self
-            .failures
-            .failed(now(), error.class(), fingerprint(&text));
+        // A verdict of the election itself (no answer in time, a shared session) is transient.
+        let (class, advice) = match cause {
+            Cause::Error(error) => (error.class(), error.advice()),
+            _ => (FailureClass::Transient, None),
+        };
+        let text = cause.to_string();
+        let report = self.failures.failed(now(), class, fingerprint(&text));
         self.inner
             .check_failed(Some(crate::leadership::CheckFailure {
                 class: report.run.class,
                 since: report.run.since,
                 failures: report.run.failures,
                 error: text,
-                advice: error.advice(),
+                advice,
             }));
         Some(report)
     }
