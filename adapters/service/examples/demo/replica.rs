@@ -737,6 +737,15 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
         "leader": leader,
         "live": live.as_ref().map(Result::is_ok),
         "stuck": live.and_then(Result::err),
+        "check_failure": state.elector.as_ref().and_then(Elector::check_failure).map(|failure| {
+            json!({
+                "class": failure.class.label(),
+                "failures": failure.failures,
+                "failing_for_seconds": failure.since.elapsed().as_secs(),
+                "error": failure.error,
+                "advice": failure.advice,
+            })
+        }),
         "application_name": state.me.application_name,
         "check_interval_ms": u64::try_from(state.me.interval.as_millis()).unwrap_or(u64::MAX),
         "ready": state.readiness.report().is_ready(),
