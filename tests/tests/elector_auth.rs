@@ -1,6 +1,6 @@
 //! A wrong password: on a throwaway cluster whose `pg_hba.conf` asks one role for a
-//! scram-sha-256 password, the elector keeps retrying with the spec's WARN line, never leads and
-//! never logs the password.
+//! scram-sha-256 password, the elector keeps retrying, says so once at ERROR with what to do (a
+//! permanent failure, issue 23), never leads and never logs the password.
 
 mod support;
 
@@ -10,7 +10,7 @@ use plexsphere_leader_tests::{Cluster, pool_for};
 use support::{Logs, Replica};
 
 #[tokio::test]
-async fn a_wrong_password_is_retried_with_a_warning_that_never_shows_the_password() {
+async fn a_wrong_password_is_retried_with_one_error_that_never_shows_the_password() {
     let (logs, _guard) = Logs::capture();
     let cluster = Cluster::start().await.expect("throwaway cluster");
     let admin = cluster.connect("postgres").await.unwrap();
@@ -39,14 +39,21 @@ async fn a_wrong_password_is_retried_with_a_warning_that_never_shows_the_passwor
     let replica = Replica::spawn(pool_for(config, 2).unwrap(), Duration::from_secs(1));
     let refused = |logs: &Logs| {
         logs.lines().iter().any(|l| {
-            l.starts_with("WARN")
+            l.starts_with("ERROR")
                 && l.contains("leader: acquire lock connection: ")
                 && l.contains("password authentication failed")
+                && l.contains("advice: check the password")
         })
     };
     support::wait_for(Duration::from_secs(20), || refused(&logs))
         .await
-        .expect("the authentication failure is logged with the spec's WARN line");
+        .expect("the authentication failure is logged at ERROR with advice");
+    let failure = replica.elector.check_failure().expect("a failed check");
+    assert_eq!(
+        failure.class,
+        plexsphere_leader::FailureClass::Permanent,
+        "{failure:?}"
+    );
     assert!(!replica.elector.is_leader());
     assert!(!replica.task.is_finished(), "run keeps retrying");
     replica.stop().await.expect("a standby stops cleanly");
