@@ -11,12 +11,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::params::Params;
-use crate::record::{FencedWrite, History, ShardWork, Span, TermEnd, TermRecord};
-use crate::server::{
+use plexsphere_leader_pgsim::{
     EndReason, Event, HeldLock, LogEntry, QueryRecord, ReleaseReason, SessionInfo,
     check_mutual_exclusion,
 };
+
+use crate::params::Params;
+use crate::record::{FencedWrite, History, ShardWork, Span, TermEnd, TermRecord};
 use crate::world::SERVERS;
 
 /// A property of design.md section 6 (or of the simulation itself) that a run can break.
@@ -342,9 +343,9 @@ impl<'a> Checker<'a> {
         for (index, server) in self.e.servers.iter().enumerate() {
             if let Err(violation) = check_mutual_exclusion(&server.log) {
                 let at = match &violation {
-                    crate::server::LogViolation::DoubleGrant { at, .. }
-                    | crate::server::LogViolation::BadRelease { at, .. }
-                    | crate::server::LogViolation::TimeWentBackwards { at, .. } => *at,
+                    plexsphere_leader_pgsim::LogViolation::DoubleGrant { at, .. }
+                    | plexsphere_leader_pgsim::LogViolation::BadRelease { at, .. }
+                    | plexsphere_leader_pgsim::LogViolation::TimeWentBackwards { at, .. } => *at,
                 };
                 self.violate(
                     at,

@@ -15,8 +15,7 @@ use tokio_postgres::{Client, Config, Error, NoTls};
 use turmoil::net::TcpStream;
 
 use plexsphere_leader::session::{SessionEnds, observe_connection};
-
-use crate::server::Primary;
+use plexsphere_leader_pgsim::Primary;
 
 /// The connections of one replica's pool: a TCP connect to whichever host [`Primary`] names at
 /// the moment, then the PostgreSQL startup. Each connection's end is signalled to the elector

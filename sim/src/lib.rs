@@ -1,16 +1,16 @@
 //! Deterministic turmoil simulation of plexsphere-leader against a simulated PostgreSQL.
 //!
 //! Every replica is a turmoil host running the real, unmodified
-//! [`Elector::run`](plexsphere_leader::Elector::run) of the adapter on a `deadpool_postgres`
-//! pool whose connections are `turmoil::net::TcpStream`s ([`TurmoilConnect`]). Two
-//! [`server`] hosts play the primary and the failover target. A seeded nemesis injects faults
-//! ([`FaultKind`]), a liveness phase follows, then every replica is stopped gracefully; the
-//! checker then holds the run against the bounds of design.md section 6 ([`Property`]). Each
-//! seed picks its fault kind, its acquire mode (the spec's polling or the server's lock queue)
-//! and whether it fences, so that every combination runs within [`RunOptions::CYCLE`]
-//! consecutive seeds ([`RunOptions`](RunOptions#what-a-seed-runs)). In fencing runs every term
-//! gets an epoch and the simulated service's work is fenced writes, checked for rising epochs
-//! and a fence that holds.
+//! [`Elector::run`](plexsphere_leader::Elector::run) of the adapter on a `deadpool_postgres` pool
+//! whose connections are `turmoil::net::TcpStream`s ([`TurmoilConnect`]). Two hosts of the
+//! simulated server ([`plexsphere_leader_pgsim`], a crate of its own) play the primary and the
+//! failover target. A seeded nemesis injects faults ([`FaultKind`]), a liveness phase follows, then
+//! every replica is stopped gracefully; the checker then holds the run against the bounds of
+//! design.md section 6 ([`Property`]). Each seed picks its fault kind, its acquire mode (the spec's
+//! polling or the server's lock queue) and whether it fences, so that every combination runs within
+//! [`RunOptions::CYCLE`] consecutive seeds ([`RunOptions`](RunOptions#what-a-seed-runs)). In
+//! fencing runs every term gets an epoch and the simulated service's work is fenced writes, checked
+//! for rising epochs and a fence that holds.
 //!
 //! Sharded runs ([`RunOptions::sharded`], a seed space of their own, see [`Sharding`]) run
 //! the real [`ShardedElector::run`](plexsphere_leader::sharded::ShardedElector::run) on every
@@ -42,7 +42,6 @@ mod replica;
 mod report;
 mod run;
 mod sabotage;
-pub mod server;
 mod sharding;
 mod world;
 

@@ -269,7 +269,7 @@ pub(crate) struct History {
     pub(crate) handing: Vec<Handing>,
     /// Sharded runs: every advisory lock each server held when every replica was asked to
     /// stop (the end of the steady state), by server.
-    pub(crate) locks_at_stop: Vec<Vec<crate::server::HeldLock>>,
+    pub(crate) locks_at_stop: Vec<Vec<plexsphere_leader_pgsim::HeldLock>>,
     pub(crate) up: Vec<UpSpan>,
     /// Every incarnation the harness saw start: (replica, incarnation, when), in time order.
     pub(crate) incarnations: Vec<(usize, u32, Duration)>,

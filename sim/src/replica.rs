@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use plexsphere_leader::sharded::{ShardConfig, ShardedElector};
 use plexsphere_leader::{Config, Elector, LockKey};
+use plexsphere_leader_pgsim::Primary;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::MissedTickBehavior;
@@ -21,7 +22,6 @@ use crate::fenced::{self, FencedUnit};
 use crate::params::Params;
 use crate::record::{Recorder, SharedRecorder};
 use crate::sabotage::{DriverSabotage, SabotagedSessions, ShardSabotage, StaleSurveySessions};
-use crate::server::Primary;
 use crate::sharding::Sharding;
 use plexsphere_leader::session::PoolSessions;
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use plexsphere_leader::AcquireMode;
+use plexsphere_leader_pgsim::{Event, LockId, LockKey, LockMode, LogEntry};
 
 use crate::capture::Capture;
 use crate::checker::{self, Evidence, Measurements, Property, ServerEvidence, Violation, secs};
@@ -11,7 +12,6 @@ use crate::nemesis::{Nemesis, RunKind};
 use crate::params::Params;
 use crate::record::{FenceOutcome, FencedWrite};
 use crate::sabotage::Sabotage;
-use crate::server::{Event, LockId, LockKey, LockMode, LogEntry};
 use crate::sharding::Sharding;
 use crate::world::{SERVERS, World};
 

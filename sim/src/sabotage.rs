@@ -56,7 +56,7 @@ pub enum Sabotage {
     /// A broken behaviour of a sharded replica's software ([`ShardSabotage`]).
     Shard(ShardSabotage),
     /// Both simulated servers read the fence row `FOR SHARE` without locking it
-    /// ([`ServerConfig::with_row_locks`](crate::server::ServerConfig::with_row_locks)), so a
+    /// ([`ServerConfig::with_row_locks`](plexsphere_leader_pgsim::ServerConfig::with_row_locks)), so a
     /// new leader's epoch advance does not wait for an old leader's fenced transaction: the
     /// fence-holds property must catch it in fencing runs.
     FenceWithoutRowLock,

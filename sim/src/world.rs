@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use plexsphere_leader::sharded::Ownership;
 use plexsphere_leader::{Leadership, TermEndCause, TermInfo};
+use plexsphere_leader_pgsim::{LockMode, Primary, ServerConfig, ServerHandle, SimPostgres};
 use tokio::sync::watch;
 use turmoil::{Builder, Sim};
 
@@ -20,7 +21,6 @@ use crate::record::{
 use crate::replica::{self, Live, ReplicaEnv, Slot};
 use crate::run::RunOptions;
 use crate::sabotage::{DriverSabotage, Sabotage};
-use crate::server::{LockMode, Primary, ServerConfig, ServerHandle, SimPostgres};
 
 /// The server host names; index 0 is the first primary.
 pub(crate) const SERVERS: [&str; 2] = ["pg1", "pg2"];

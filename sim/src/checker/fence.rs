@@ -20,9 +20,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use plexsphere_leader_pgsim::{Event, RowId};
+
 use super::{Checker, Evidence, Hold, Property, secs};
 use crate::record::{FenceOutcome, TermRecord};
-use crate::server::{Event, RowId};
 use crate::world::SERVERS;
 
 /// One committed epoch advance: when, on which server (and where in its log), by which
@@ -281,7 +282,7 @@ mod tests {
     use crate::checker::{Evidence, ServerEvidence};
     use crate::params::Params;
     use crate::record::{History, Span, TermEnd};
-    use crate::server::{LockId, LockKey, LogEntry};
+    use plexsphere_leader_pgsim::{LockId, LockKey, LogEntry};
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -322,7 +323,7 @@ mod tests {
                 pid,
                 lock,
                 count: 1,
-                mode: crate::server::LockMode::Exclusive,
+                mode: plexsphere_leader_pgsim::LockMode::Exclusive,
             },
         )
     }

@@ -18,10 +18,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use plexsphere_leader_pgsim::{EndReason, Event, LockKey, LockMode, ReleaseReason};
+
 use super::{Checker, Evidence, Measurements, Owner, Property, Violation, intersections, max, ms};
 use crate::params::Params;
 use crate::record::{ShardTermRecord, TermEnd};
-use crate::server::{EndReason, Event, LockKey, LockMode, ReleaseReason};
 use crate::sharding::Sharding;
 use crate::world::SERVERS;
 
@@ -1040,7 +1041,7 @@ fn term_name(term: &ShardTermRecord) -> String {
 /// shared mode.
 fn tenures(
     server: usize,
-    log: &[crate::server::LogEntry],
+    log: &[plexsphere_leader_pgsim::LogEntry],
     owners: &BTreeMap<i32, Owner>,
     class: i32,
     count: u32,

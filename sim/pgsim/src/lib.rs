@@ -1,4 +1,4 @@
-//! A simulated PostgreSQL server for turmoil.
+//! A simulated PostgreSQL server for turmoil, the database of `plexsphere-leader-sim`.
 //!
 //! It speaks enough of protocol v3 for an unmodified `tokio_postgres` client connected
 //! with `Config::connect_raw` over a `turmoil::net::TcpStream` (see [`connect`]): trust
@@ -21,7 +21,7 @@
 //! [`turmoil::sim_elapsed`], all collections are ordered, nothing is spawned.
 //!
 //! ```no_run
-//! use plexsphere_leader_sim::server::{ServerConfig, SimPostgres, connect};
+//! use plexsphere_leader_pgsim::{ServerConfig, SimPostgres, connect};
 //!
 //! let mut sim = turmoil::Builder::new().build();
 //! let (server, handle) = SimPostgres::new(ServerConfig::default());
@@ -44,6 +44,8 @@
 //! last simulated time the server observed, because no host clock can be read while
 //! turmoil drops the software. Either way turmoil closes the dropped sockets, so peers
 //! see a FIN (or a RST if bytes were unread), as after a killed PostgreSQL process.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod client;
 mod config;
@@ -63,6 +65,7 @@ mod shard;
 mod sql;
 mod state;
 mod storage;
+mod timestamp;
 
 use std::cell::RefCell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::poll_fn;
-use plexsphere_leader_sim::server::{ServerConfig, SimPostgres, connect_with};
+use plexsphere_leader_pgsim::{ServerConfig, SimPostgres, connect_with};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, SimpleQueryMessage};
 

@@ -34,6 +34,7 @@ use super::reply::{self, PgType, Reply, SqlError, sqlstate};
 use super::rows::RowId;
 use super::sql::{self, Expr, Func, LockColumn, LockCond, SetValue, Statement};
 use super::state::{FenceCheck, LockWait, State};
+use super::timestamp::timestamp_text;
 
 /// What running (or resuming) a query produced.
 pub(crate) enum Run {
@@ -1120,25 +1121,6 @@ fn cast_int8(value: Value) -> Result<Value, SqlError> {
     }
 }
 
-/// A `timestamptz` as PostgreSQL prints it with `DateStyle` ISO and `TimeZone` UTC:
-/// `2026-01-01 00:00:00.25+00` (the fraction only when not zero, without trailing zeros).
-fn timestamp_text(micros: i64) -> String {
-    let micros = u64::try_from(micros).unwrap_or(0);
-    let at = std::time::UNIX_EPOCH + Duration::from_micros(micros);
-    let iso = plexsphere_leader_cli::format_utc(at);
-    let (date, time) = iso
-        .trim_end_matches('Z')
-        .split_once('T')
-        .unwrap_or((iso.as_str(), ""));
-    let fraction = micros % 1_000_000;
-    if fraction == 0 {
-        format!("{date} {time}+00")
-    } else {
-        let digits = format!("{fraction:06}");
-        format!("{date} {time}.{}+00", digits.trim_end_matches('0'))
-    }
-}
-
 fn no_such_function(func: Func, args: &[Value]) -> SqlError {
     let types: Vec<&str> = args.iter().map(Value::type_name).collect();
     SqlError::error(
@@ -1221,8 +1203,8 @@ mod tests {
     use postgres_protocol::message::backend::Message;
 
     use super::*;
-    use crate::server::config::ServerConfig;
-    use crate::server::state::Startup;
+    use crate::config::ServerConfig;
+    use crate::state::Startup;
 
     const GRANT: &str = "SELECT CASE WHEN pg_try_advisory_lock(1886156915, 1) THEN \
                          set_config('idle_session_timeout', '20000', false) IS NOT NULL ELSE false END";
@@ -1681,7 +1663,7 @@ mod tests {
         let Some(Run::Blocked(blocked)) = run_query(&mut state, b, &advance(), ms(5)) else {
             panic!("the advance did not wait");
         };
-        state.end_session(a, crate::server::EndReason::Terminated, ms(9));
+        state.end_session(a, crate::EndReason::Terminated, ms(9));
         assert!(state.end_wait(b));
         let Some(Run::Done(reply)) = resume(&mut state, b, blocked, WaitEnd::Granted, ms(9)) else {
             panic!("the advance did not complete");

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use futures_util::future::poll_fn;
-use plexsphere_leader_sim::server::{
+use plexsphere_leader_pgsim::{
     ConnectError, EndReason, Event, LockId, LockKey, LockMode, Primary, ReleaseReason,
     ServerConfig, ServerHandle, SimPostgres, TransactionStatus, connect_with,
 };
@@ -1058,7 +1058,7 @@ fn ground_truth_log_records_grants_and_releases_at_the_right_times() {
 /// The same scenario run twice gives the same log, times included.
 #[test]
 fn runs_are_deterministic() {
-    fn run_once() -> Vec<plexsphere_leader_sim::server::LogEntry> {
+    fn run_once() -> Vec<plexsphere_leader_pgsim::LogEntry> {
         let mut sim = Builder::new()
             .simulation_duration(Duration::from_secs(60))
             .rng_seed(7)

@@ -14,10 +14,10 @@
 use std::collections::BTreeMap;
 
 use super::{Ctx, Stop};
-use crate::server::guc::Guc;
-use crate::server::locks::{LockKey, LockMode};
-use crate::server::reply::{PgType, SqlError, sqlstate};
-use crate::server::shard::ShardStatement;
+use crate::guc::Guc;
+use crate::locks::{LockKey, LockMode};
+use crate::reply::{PgType, SqlError, sqlstate};
+use crate::shard::ShardStatement;
 
 /// The second half of the member lock `(class, -1)`.
 const MEMBER: i32 = plexsphere_leader::shard_sql::MEMBER_OBJ_ID;
