@@ -255,7 +255,10 @@ async fn two_elections_in_one_process_log_under_their_own_key_identity_and_datab
     }
     let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     for (key, identity) in [("7:1", "shard-1@test"), ("7:2", "shard-2@test")] {
-        let span = format!("election{{key={key} identity={identity}}}");
+        let span = format!(
+            "election{{key={key} identity={identity} pid={}}}",
+            std::process::id()
+        );
         // The database comes from the server (the grant's current_database()), so replicas
         // pointed at different databases show it at once.
         let database = format!("database={}", db.name());

@@ -28,8 +28,9 @@ use crate::session::SessionSource;
 /// | `identity`       | `<service>@<host>` (executable stem, hostname) | written with the grant time into the lock session's `application_name` |
 ///
 /// Logging goes through `tracing` (target `plexsphere_leader`), inside a span `election` with the
-/// fields `key` and `identity`, so that two elections in one process log distinguishable lines;
-/// instrument the `run` future with a span of your own to add context. The pool must reach PostgreSQL 14 or newer directly or through a
+/// fields `key`, `identity` and `pid`, so that two elections in one process, and the replicas of
+/// one host in merged logs, log distinguishable lines; instrument the `run` future with a span
+/// of your own to add context. The pool must reach PostgreSQL 14 or newer directly or through a
 /// session-mode pooler: a transaction-mode pooler cannot carry a session lock.
 ///
 /// ```
