@@ -5,30 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// `at` in UTC as `YYYY-MM-DDTHH:MM:SSZ` (whole seconds, truncated); times before 1970 read as
 /// 1970-01-01T00:00:00Z.
 pub fn format_utc(at: SystemTime) -> String {
-    let seconds = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rest) = (seconds / 86_400, seconds % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
-/// The proleptic Gregorian date of `days` since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`, for non-negative days).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
+    humantime::format_rfc3339_seconds(at.max(UNIX_EPOCH)).to_string()
 }
 
 /// `duration` as `1d 2h 3m 4s`, leaving out leading zero units (`0s` for less than a second).

@@ -1,40 +1,24 @@
 //! `timestamptz` text as PostgreSQL prints it with `DateStyle` ISO and `TimeZone` UTC.
-//!
-//! Written here rather than borrowed from the CLI crate's `format_utc`: the server depends on
-//! nothing above the elector.
+
+use std::time::{Duration, UNIX_EPOCH};
 
 /// A `timestamptz` of `micros` since the Unix epoch as PostgreSQL prints it with `DateStyle`
 /// ISO and `TimeZone` UTC: `2026-01-01 00:00:00.25+00` (the fraction only when not zero,
 /// without trailing zeros). A negative value prints as the epoch.
 pub(crate) fn timestamp_text(micros: i64) -> String {
     let micros = u64::try_from(micros).unwrap_or(0);
-    let seconds = micros / 1_000_000;
-    let (days, rest) = (seconds / 86_400, seconds % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    let (hour, minute, second) = (rest / 3600, rest % 3600 / 60, rest % 60);
-    let whole = format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}");
-    let fraction = micros % 1_000_000;
-    if fraction == 0 {
-        format!("{whole}+00")
-    } else {
-        let digits = format!("{fraction:06}");
-        format!("{whole}.{}+00", digits.trim_end_matches('0'))
+    let at = UNIX_EPOCH + Duration::from_micros(micros);
+    // RFC 3339 with microseconds: `2026-01-01T00:00:00.250000Z`.
+    let rfc3339 = humantime::format_rfc3339_micros(at).to_string();
+    let (date_time, fraction) = rfc3339
+        .trim_end_matches('Z')
+        .split_once('.')
+        .unwrap_or((&rfc3339, ""));
+    let whole = date_time.replacen('T', " ", 1);
+    match fraction.trim_end_matches('0') {
+        "" => format!("{whole}+00"),
+        digits => format!("{whole}.{digits}+00"),
     }
-}
-
-/// The proleptic Gregorian date of `days` since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`, for non-negative days).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
