@@ -214,62 +214,106 @@ async fn first_pid(pid: &mut watch::Receiver<Option<i32>>, timeout: Duration) ->
     seen.expect("some")
 }
 
+/// The stage of the two SIGKILL tests below: leader `a` (interval `leader_interval`) on one
+/// PgBouncer server session in `mode`, standby `b` connected directly, and an ordinary client
+/// waiting in PgBouncer for that server session; then `a` is SIGKILLed and the ordinary client
+/// gets the leader's server session.
+struct KilledBehindPooler {
+    db: TestDb,
+    bouncer: PgBouncer,
+    observer: LockObserver,
+    fleet: Fleet,
+    b: usize,
+    /// The PgBouncer server session that carried `a`'s lock.
+    server_session: i32,
+    /// When `a` was killed.
+    killed: Instant,
+    /// Stops the ordinary client.
+    stop_client: watch::Sender<bool>,
+    /// The backend pid the ordinary client's last query ran on.
+    client_pid: watch::Receiver<Option<i32>>,
+}
+
+impl KilledBehindPooler {
+    async fn stage(name: &str, mode: PoolMode, leader_interval: Duration) -> Self {
+        let db = TestDb::create(name).await.expect("database");
+        let bouncer = PgBouncer::start(&db.config(), mode, 1)
+            .await
+            .expect("PgBouncer");
+        let observer = LockObserver::start(&db.config()).await.expect("observer");
+        let pooled = bouncer.pg_config(&db.config());
+        let mut fleet = Fleet::new();
+        let a = fleet.spawn("a", &pooled, leader_interval).await;
+        fleet.wait_lead(a, STARTUP).await;
+        let server_session = observer
+            .wait_for_holder(MARGIN)
+            .await
+            .expect("the lock is on PgBouncer's server session")
+            .pid;
+        // The standby connects directly; the ordinary client waits in PgBouncer for a's session.
+        let b = fleet.spawn("b", &db.config(), I).await;
+        let (stop_client, stop_rx) = watch::channel(false);
+        let mut client_pid = ordinary_client(&pooled, stop_rx);
+        fleet.get(a).signal(Signal::SIGKILL).expect("SIGKILL");
+        let killed = Instant::now();
+        let pid = first_pid(&mut client_pid, STARTUP).await;
+        assert_eq!(
+            pid, server_session,
+            "the ordinary client got the leader's server session"
+        );
+        Self {
+            db,
+            bouncer,
+            observer,
+            fleet,
+            b,
+            server_session,
+            killed,
+            stop_client,
+            client_pid,
+        }
+    }
+
+    async fn finish(mut self) {
+        let _ = self.stop_client.send(true);
+        self.fleet.stop_all().await;
+        drop(self.bouncer);
+        self.db.cleanup().await.expect("cleanup");
+    }
+}
+
 /// Session mode with `server_reset_query = DISCARD ALL`: the SIGKILLed leader's server session
 /// goes to an ordinary client that keeps using it, and the lock does not go with it: PgBouncer's
 /// reset released it (`DISCARD ALL` includes `pg_advisory_unlock_all()`), so a standby leads
 /// at its next check. The control below is the same without the reset query.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_session_mode_pgbouncer_with_discard_all_the_next_client_gets_no_lock() {
-    let db = TestDb::create("fault_pgbouncer_reset").await.unwrap();
-    let bouncer = PgBouncer::start(&db.config(), PoolMode::Session, 1)
-        .await
-        .unwrap();
-    let observer = LockObserver::start(&db.config()).await.unwrap();
-    let pooled = bouncer.pg_config(&db.config());
-    let mut fleet = Fleet::new();
-    let a = fleet.spawn("a", &pooled, I).await;
-    fleet.wait_lead(a, STARTUP).await;
-    let server_session = observer
-        .wait_for_holder(MARGIN)
-        .await
-        .expect("the lock is on PgBouncer's server session");
-    // The standby connects directly; the ordinary client waits in PgBouncer for a's session.
-    let b = fleet.spawn("b", &db.config(), I).await;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut client_pid = ordinary_client(&pooled, stop_rx);
-
-    fleet.get(a).signal(Signal::SIGKILL).unwrap();
-    let killed = Instant::now();
-    let pid = first_pid(&mut client_pid, STARTUP).await;
-    assert_eq!(
-        pid, server_session.pid,
-        "the ordinary client got the leader's server session"
-    );
-    let led = fleet.wait_lead_since(b, killed, 2 * I + MARGIN).await;
+    let stage = KilledBehindPooler::stage("fault_pgbouncer_reset", PoolMode::Session, I).await;
+    let led = stage
+        .fleet
+        .wait_lead_since(stage.b, stage.killed, 2 * I + MARGIN)
+        .await;
     println!(
         "the standby led {:?} after the leader's SIGKILL, its server session in use",
-        led - killed
+        led - stage.killed
     );
-    let holder = observer
-        .wait_for_new_holder(server_session.pid, MARGIN)
+    let holder = stage
+        .observer
+        .wait_for_new_holder(stage.server_session, MARGIN)
         .await
         .expect("b holds the lock, not the reset session");
     assert_eq!(holder.application_name.as_deref(), Some(&*app("b")));
     assert_eq!(
-        *client_pid.borrow(),
-        Some(server_session.pid),
+        *stage.client_pid.borrow(),
+        Some(stage.server_session),
         "the ordinary client still uses that session"
     );
     assert_eq!(
-        observer.max_granted(),
+        stage.observer.max_granted(),
         1,
         "one session held the lock at a time"
     );
-
-    let _ = stop_tx.send(true);
-    fleet.stop_all().await;
-    drop(bouncer);
-    db.cleanup().await.unwrap();
+    stage.finish().await;
 }
 
 /// The control: without a reset query the SIGKILLed leader's lock goes with its server session
@@ -281,59 +325,38 @@ async fn behind_a_session_mode_pgbouncer_without_reset_an_ordinary_client_keeps_
     // The leader's interval: its grant sets idle_session_timeout to four of them (4 s), far
     // above the client's 100 ms between queries, so a slow machine does not end it early.
     let leader_interval = Duration::from_secs(1);
-    let db = TestDb::create("fault_pgbouncer_no_reset_client")
-        .await
-        .unwrap();
-    let bouncer = PgBouncer::start(&db.config(), PoolMode::SessionWithoutReset, 1)
-        .await
-        .unwrap();
-    let observer = LockObserver::start(&db.config()).await.unwrap();
-    let pooled = bouncer.pg_config(&db.config());
-    let mut fleet = Fleet::new();
-    let a = fleet.spawn("a", &pooled, leader_interval).await;
-    fleet.wait_lead(a, STARTUP).await;
-    let server_session = observer
-        .wait_for_holder(MARGIN)
-        .await
-        .expect("the lock is on PgBouncer's server session");
-    let b = fleet.spawn("b", &db.config(), I).await;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut client_pid = ordinary_client(&pooled, stop_rx);
-
-    fleet.get(a).signal(Signal::SIGKILL).unwrap();
-    let pid = first_pid(&mut client_pid, STARTUP).await;
-    assert_eq!(
-        pid, server_session.pid,
-        "the leader's server session, as it was"
-    );
+    let stage = KilledBehindPooler::stage(
+        "fault_pgbouncer_no_reset_client",
+        PoolMode::SessionWithoutReset,
+        leader_interval,
+    )
+    .await;
     // Well past the four intervals after which an elector on that session would release it.
     tokio::time::sleep(3 * leader_interval).await;
     assert_eq!(
-        observer.current().map(|holder| holder.pid),
-        Some(server_session.pid),
+        stage.observer.current().map(|holder| holder.pid),
+        Some(stage.server_session),
         "the lock lives on in the ordinary client's session"
     );
     assert!(
-        !fleet.leaders().contains(&b),
+        !stage.fleet.leaders().contains(&stage.b),
         "the standby does not lead meanwhile"
     );
 
-    let _ = stop_tx.send(true);
+    let _ = stage.stop_client.send(true);
     let quiet = Instant::now();
-    let led = fleet
-        .wait_lead_since(b, quiet, 4 * leader_interval + 2 * I + MARGIN)
+    let led = stage
+        .fleet
+        .wait_lead_since(stage.b, quiet, 4 * leader_interval + 2 * I + MARGIN)
         .await;
     println!(
         "the standby led {:?} after the ordinary client's last query",
         led - quiet
     );
     assert_eq!(
-        observer.max_granted(),
+        stage.observer.max_granted(),
         1,
         "one session held the lock at a time"
     );
-
-    fleet.stop_all().await;
-    drop(bouncer);
-    db.cleanup().await.unwrap();
+    stage.finish().await;
 }
