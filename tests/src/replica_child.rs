@@ -385,7 +385,7 @@ async fn work(elector: Elector, out: Arc<Out>, ms: u64) {
     let ran = elector
         .run_if_leader(&parent, |_ignored| {
             let out = Arc::clone(&out);
-            let term = elector.current_term().map(|t| t.get());
+            let term = elector.leadership().term().map(|t| t.id.get());
             async move {
                 out.emit("work_start", json!({ "term": term }));
                 tokio::time::sleep(Duration::from_millis(ms)).await;

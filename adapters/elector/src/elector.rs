@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plexsphere_leader_core::{Event, StuckLeader, TermId};
+use plexsphere_leader_core::{Event, StuckLeader};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -246,11 +246,6 @@ impl Elector {
                 }
             }
         }
-    }
-
-    /// The open term's id while leading.
-    pub fn current_term(&self) -> Option<TermId> {
-        self.inner.current_term().map(|term| term.id())
     }
 
     /// The validated check interval.

@@ -690,7 +690,8 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
     let term = state
         .elector
         .as_ref()
-        .and_then(Elector::current_term)
+        .and_then(|elector| elector.leadership().term())
+        .map(|t| t.id)
         .map(|t| t.get());
     // Who leads, asked of the server from whichever replica answers (any replica can tell).
     let leader = match &state.elector {
