@@ -416,12 +416,14 @@ impl<C> Election<C> {
     // ---- outputs ----
 
     /// The next action to perform, in order; `None` when the queue is empty.
+    #[must_use]
     pub fn poll_action(&mut self) -> Option<Action<C>> {
         self.actions.pop_front()
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called; `None` while not
     /// running. Exactly one deadline is pending in every running state.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.pending_timer().map(|(_, at)| at)
     }

@@ -215,11 +215,13 @@ impl<C> ShardedElection<C> {
     }
 
     /// The next action to perform, in order.
+    #[must_use]
     pub fn poll_action(&mut self) -> Option<ShardAction<C>> {
         self.actions.pop_front()
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next be called.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.deadlines().into_iter().map(|(at, _)| at).min()
     }
