@@ -223,10 +223,11 @@ on_both_backends!(
     a_standby_refused_a_hundred_times_opens_and_closes_no_backend
 );
 async fn a_standby_refused_a_hundred_times_opens_and_closes_no_backend(backend: Backend) {
-    // Short, so that a hundred checks take 5 s; long enough that a loaded 2-core machine (other
-    // test binaries) answers each check within it, since a check that times out closes its
-    // session and the next one opens a new backend.
-    let interval = Duration::from_millis(50);
+    // Short, so that a hundred checks take 10 s; long enough that a loaded 2-core machine (other
+    // test binaries, builds) answers each check within it, since a check that times out closes
+    // its session and the next one opens a new backend (at 50 ms, the minimum, one check in a
+    // hundred missed its deadline under three parallel builds).
+    let interval = Duration::from_millis(100);
     let db = TestDb::create(&format!("refused_free_{backend}"))
         .await
         .unwrap();
