@@ -16,9 +16,8 @@ use plexsphere_leader_pgsim::{
     check_mutual_exclusion,
 };
 
-use crate::params::Params;
 use crate::record::{FencedWrite, History, ShardWork, Span, TermEnd, TermRecord};
-use crate::world::SERVERS;
+use crate::setup::{Params, SERVERS, parse_application_name};
 
 /// A property of design.md section 6 (or of the simulation itself) that a run can break.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -1008,7 +1007,7 @@ fn owners(log: &[LogEntry]) -> BTreeMap<i32, Owner> {
 }
 
 fn parse_owner(name: &str) -> Option<Owner> {
-    crate::replica::parse_application_name(name)
+    parse_application_name(name)
 }
 
 /// The tenures of the lock in a server log.

@@ -24,7 +24,7 @@ use plexsphere_leader_pgsim::{Event, RowId};
 
 use super::{Checker, Evidence, Hold, Property, secs};
 use crate::record::{FenceOutcome, TermRecord};
-use crate::world::SERVERS;
+use crate::setup::SERVERS;
 
 /// One committed epoch advance: when, on which server (and where in its log), by which
 /// session, of which row.
@@ -280,8 +280,8 @@ fn who(term: &TermRecord) -> String {
 mod tests {
     use super::*;
     use crate::checker::{Evidence, ServerEvidence};
-    use crate::params::Params;
     use crate::record::{History, Span, TermEnd};
+    use crate::setup::Params;
     use plexsphere_leader_pgsim::{LockId, LockKey, LogEntry};
 
     fn ms(n: u64) -> Duration {

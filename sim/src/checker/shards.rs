@@ -21,10 +21,8 @@ use std::time::Duration;
 use plexsphere_leader_pgsim::{EndReason, Event, LockKey, LockMode, ReleaseReason};
 
 use super::{Checker, Evidence, Measurements, Owner, Property, Violation, intersections, max, ms};
-use crate::params::Params;
 use crate::record::{ShardTermRecord, TermEnd};
-use crate::sharding::Sharding;
-use crate::world::SERVERS;
+use crate::setup::{Params, SERVERS, Sharding};
 
 /// The second half of the member lock.
 const MEMBER: i32 = plexsphere_leader::shard_sql::MEMBER_OBJ_ID;
