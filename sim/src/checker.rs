@@ -1085,24 +1085,4 @@ pub(crate) fn ms(d: Duration) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn d(ms: u64) -> Duration {
-        Duration::from_millis(ms)
-    }
-
-    #[test]
-    fn intersections_of_interval_lists() {
-        let a = [(d(0), d(10)), (d(20), d(30))];
-        let b = [(d(5), d(25))];
-        assert_eq!(intersections(&a, &b), vec![(d(5), d(10)), (d(20), d(25))]);
-        assert!(intersections(&a, &[(d(10), d(20))]).is_empty());
-    }
-
-    #[test]
-    fn owners_are_parsed_from_application_names() {
-        assert_eq!(parse_owner("r2.13"), Some((2, 13)));
-        assert_eq!(parse_owner("psql"), None);
-    }
-}
+mod tests;
