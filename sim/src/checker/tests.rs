@@ -281,6 +281,17 @@ impl Run {
     pub(super) fn check_sharded(&self, shards: u32) -> Vec<Violation> {
         shards::check(&self.evidence(), Sharding { shards }, CLASS).1
     }
+
+    /// Runs `passes` (some of the checker's passes) alone; what they measured and found.
+    pub(super) fn check_only(
+        &self,
+        passes: impl FnOnce(&mut Checker<'_>),
+    ) -> (Measurements, Vec<Violation>) {
+        let evidence = self.evidence();
+        let mut checker = Checker::new(&evidence);
+        passes(&mut checker);
+        (checker.measured, checker.violations)
+    }
 }
 
 /// `[start, end)` in ms.
