@@ -16,9 +16,8 @@ use plexsphere_leader_pgsim::{
     check_mutual_exclusion,
 };
 
-use crate::params::Params;
 use crate::record::{FencedWrite, History, ShardWork, Span, TermEnd, TermRecord};
-use crate::world::SERVERS;
+use crate::setup::{Params, SERVERS, parse_application_name};
 
 /// A property of design.md section 6 (or of the simulation itself) that a run can break.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -1008,7 +1007,7 @@ fn owners(log: &[LogEntry]) -> BTreeMap<i32, Owner> {
 }
 
 fn parse_owner(name: &str) -> Option<Owner> {
-    crate::replica::parse_application_name(name)
+    parse_application_name(name)
 }
 
 /// The tenures of the lock in a server log.
@@ -1086,24 +1085,4 @@ pub(crate) fn ms(d: Duration) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn d(ms: u64) -> Duration {
-        Duration::from_millis(ms)
-    }
-
-    #[test]
-    fn intersections_of_interval_lists() {
-        let a = [(d(0), d(10)), (d(20), d(30))];
-        let b = [(d(5), d(25))];
-        assert_eq!(intersections(&a, &b), vec![(d(5), d(10)), (d(20), d(25))]);
-        assert!(intersections(&a, &[(d(10), d(20))]).is_empty());
-    }
-
-    #[test]
-    fn owners_are_parsed_from_application_names() {
-        assert_eq!(parse_owner("r2.13"), Some((2, 13)));
-        assert_eq!(parse_owner("psql"), None);
-    }
-}
+mod tests;

@@ -15,9 +15,8 @@ use plexsphere_leader::fencing::{self, FenceError};
 use tokio::time::{Instant, sleep, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 
-use crate::params::Params;
-use crate::record::{FenceOutcome, SharedRecorder};
-use crate::replica::{WorkGuard, sim_time};
+use crate::record::{FenceOutcome, SharedRecorder, WorkGuard, sim_time};
+use crate::setup::Params;
 
 /// Runs `fencing::setup` on a pooled connection until it succeeds or `shutdown` fires. Each
 /// attempt may take one check interval; a failed one closes its connection and the next one

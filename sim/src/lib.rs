@@ -36,20 +36,19 @@ mod checker;
 mod connect;
 mod fenced;
 mod nemesis;
-mod params;
 mod record;
 mod replica;
 mod report;
 mod run;
 mod sabotage;
-mod sharding;
+mod setup;
 mod world;
 
 pub use checker::{Cases, Measurements, Property, ShardMeasurements, Violation};
 pub use connect::TurmoilConnect;
-pub use nemesis::{FaultKind, RunKind};
-pub use params::Params;
 pub use report::{Report, ShardReport};
-pub use run::{RunOptions, RunOutcome, mode_from_name, mode_name, run, run_once};
-pub use sabotage::{DriverSabotage, Sabotage, ShardSabotage};
-pub use sharding::Sharding;
+pub use run::{RunOutcome, run, run_once};
+pub use setup::{
+    DriverSabotage, FaultKind, Params, RunKind, RunOptions, Sabotage, ShardSabotage, Sharding,
+    mode_from_name, mode_name,
+};

@@ -334,6 +334,46 @@ impl History {
     }
 }
 
+/// Records one unit of leader work from its start to its end (or to the crash that drops it).
+pub(crate) struct WorkGuard {
+    recorder: SharedRecorder,
+    index: usize,
+    span: usize,
+}
+
+impl WorkGuard {
+    /// Replica `index` begins acting as leader.
+    pub(crate) fn begin(recorder: SharedRecorder, index: usize) -> Self {
+        let at = sim_time(&recorder);
+        let span = recorder.borrow_mut().begin_work(index, at);
+        Self {
+            recorder,
+            index,
+            span,
+        }
+    }
+}
+
+impl Drop for WorkGuard {
+    fn drop(&mut self) {
+        let at = sim_time(&self.recorder);
+        if let Ok(mut recorder) = self.recorder.try_borrow_mut() {
+            recorder.end_work(self.index, self.span, at);
+        }
+    }
+}
+
+/// The simulated time inside a host. While turmoil drops a crashed host's software no runtime
+/// is entered and tokio would read the real clock, so the harness's time of the crash is used.
+pub(crate) fn sim_time(recorder: &RefCell<Recorder>) -> Duration {
+    let harness = recorder.try_borrow().map(|r| r.now).unwrap_or_default();
+    if tokio::runtime::Handle::try_current().is_ok() {
+        turmoil::sim_elapsed().unwrap_or(harness)
+    } else {
+        harness
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,10 +19,9 @@ use tokio_util::sync::CancellationToken;
 use crate::capture::Tagged;
 use crate::connect::TurmoilConnect;
 use crate::fenced::{self, FencedUnit};
-use crate::params::Params;
-use crate::record::{Recorder, SharedRecorder};
-use crate::sabotage::{DriverSabotage, SabotagedSessions, ShardSabotage, StaleSurveySessions};
-use crate::sharding::Sharding;
+use crate::record::{SharedRecorder, WorkGuard, sim_time};
+use crate::sabotage::{SabotagedSessions, StaleSurveySessions};
+use crate::setup::{DriverSabotage, Params, ShardSabotage, Sharding, application_name};
 use plexsphere_leader::session::PoolSessions;
 
 /// The port every simulated server listens on.
@@ -97,12 +96,6 @@ pub(crate) struct ReplicaEnv {
     pub(crate) session_ends: plexsphere_leader::session::SessionEnds,
 }
 
-/// The application name of an incarnation: `r<index>.<incarnation>`. The server logs it with
-/// every session, which ties server-side sessions to replica incarnations.
-pub(crate) fn application_name(index: usize, incarnation: u32) -> String {
-    format!("r{index}.{incarnation}")
-}
-
 /// The election's key in the run of `seed`: the spec's default key for one seed in three, else
 /// one drawn from the seed (negative halves included, which `pg_locks` shows as large `oid`s).
 /// Every replica of a run shares it; the checker follows whichever lock the server grants.
@@ -113,12 +106,6 @@ pub(crate) fn election_key(seed: u64) -> LockKey {
     let mixed = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes();
     let half = |bytes: &[u8]| i32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
     LockKey::new(half(&mixed[..4]), half(&mixed[4..]))
-}
-
-/// The (replica, incarnation) an application name of [`application_name`] stands for.
-pub(crate) fn parse_application_name(name: &str) -> Option<(usize, u32)> {
-    let (replica, incarnation) = name.strip_prefix('r')?.split_once('.')?;
-    Some((replica.parse().ok()?, incarnation.parse().ok()?))
 }
 
 /// One incarnation of the replica's software: in fencing runs first sets the fence table up,
@@ -406,45 +393,5 @@ async fn service(
                 Ok::<(), Infallible>(())
             })
             .await;
-    }
-}
-
-/// Records one unit of leader work from its start to its end (or to the crash that drops it).
-pub(crate) struct WorkGuard {
-    recorder: SharedRecorder,
-    index: usize,
-    span: usize,
-}
-
-impl WorkGuard {
-    /// Replica `index` begins acting as leader.
-    pub(crate) fn begin(recorder: SharedRecorder, index: usize) -> Self {
-        let at = sim_time(&recorder);
-        let span = recorder.borrow_mut().begin_work(index, at);
-        Self {
-            recorder,
-            index,
-            span,
-        }
-    }
-}
-
-impl Drop for WorkGuard {
-    fn drop(&mut self) {
-        let at = sim_time(&self.recorder);
-        if let Ok(mut recorder) = self.recorder.try_borrow_mut() {
-            recorder.end_work(self.index, self.span, at);
-        }
-    }
-}
-
-/// The simulated time inside a host. While turmoil drops a crashed host's software no runtime
-/// is entered and tokio would read the real clock, so the harness's time of the crash is used.
-pub(crate) fn sim_time(recorder: &RefCell<Recorder>) -> Duration {
-    let harness = recorder.try_borrow().map(|r| r.now).unwrap_or_default();
-    if tokio::runtime::Handle::try_current().is_ok() {
-        turmoil::sim_elapsed().unwrap_or(harness)
-    } else {
-        harness
     }
 }

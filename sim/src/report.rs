@@ -12,9 +12,8 @@ use std::time::Duration;
 use plexsphere_leader::AcquireMode;
 
 use crate::checker::Measurements;
-use crate::nemesis::RunKind;
-use crate::params::Params;
-use crate::run::{RunOptions, RunOutcome};
+use crate::run::RunOutcome;
+use crate::setup::{Params, RunKind, RunOptions};
 
 pub use shards::ShardReport;
 
@@ -287,7 +286,6 @@ fn write_row(out: &mut String, name: &str, row: &Row) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::RunOptions;
 
     fn clean(options: RunOptions) -> RunOutcome {
         RunOutcome {

@@ -3,202 +3,17 @@
 
 use std::time::Duration;
 
-use plexsphere_leader::AcquireMode;
 use plexsphere_leader_pgsim::{Event, LockId, LockKey, LockMode, LogEntry};
 
 use crate::capture::Capture;
 use crate::checker::{self, Evidence, Measurements, Property, ServerEvidence, Violation, secs};
-use crate::nemesis::{Nemesis, RunKind};
-use crate::params::Params;
+use crate::nemesis::Nemesis;
 use crate::record::{FenceOutcome, FencedWrite};
-use crate::sabotage::Sabotage;
-use crate::sharding::Sharding;
-use crate::world::{SERVERS, World};
-
-/// What to run.
-///
-/// # What a seed runs
-///
-/// Every run's configuration derives from its seed, here and nowhere else: its fault kind
-/// ([`RunKind::for_seed`]) is `seed % K`, with K = [`RunKind::COUNT`] (14: thirteen fault kinds
-/// and the mixed one), and its variant `(seed / K) % 4` chooses the acquire mode and fencing
-/// ([`RunOptions::mode_for_seed`], [`RunOptions::fencing_for_seed`]):
-///
-/// | variant | seeds (K = 14) | acquire mode | fencing |
-/// |---|---|---|---|
-/// | 0 | 0–13, 56–69, … | poll (the spec's) | off |
-/// | 1 | 14–27, 70–83, … | queue | off |
-/// | 2 | 28–41, 84–97, … | poll | on |
-/// | 3 | 42–55, 98–111, … | queue | on |
-///
-/// So any K consecutive seeds run every kind, and any [`RunOptions::CYCLE`] = 4·K consecutive
-/// seeds (56) run every (kind, mode, fencing) cell exactly once, whatever K is: a kind added
-/// to [`FaultKind`](crate::FaultKind) meets every mode and fencing setting within a cycle.
-/// (Before, the mode was `seed % 2` and the kind `seed % 14`: with an even number of kinds
-/// each kind only ever met one mode.) The summary's cell table shows the coverage of every
-/// run of many seeds. `--mode` and `--fencing` override the seed's choice.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunOptions {
-    /// The seed: turmoil's network, the nemesis and the simulated work all derive from it.
-    pub seed: u64,
-    /// How many replicas run an elector.
-    pub replicas: usize,
-    /// The timing.
-    pub params: Params,
-    /// Whether the electors fence their terms and the service's work is fenced writes
-    /// ([`RunOptions::fencing_for_seed`] by default).
-    pub fencing: bool,
-    /// How the electors' standbys ask for the lock ([`RunOptions::mode_for_seed`] by
-    /// default).
-    pub mode: AcquireMode,
-    /// A deliberately broken behaviour, for the checker-must-fail test; `None` checks the
-    /// real adapter.
-    pub sabotage: Option<Sabotage>,
-    /// Which faults the nemesis injects.
-    pub kind: RunKind,
-    /// A sharded run: the replicas run a [`ShardedElector`](plexsphere_leader::sharded) over
-    /// this space instead of the single election (mode and fencing then do not apply); see
-    /// [`RunOptions::sharded`].
-    pub sharding: Option<Sharding>,
-}
-
-impl RunOptions {
-    /// Within this many consecutive seeds every (kind, acquire mode, fencing) cell runs once:
-    /// 4·[`RunKind::COUNT`] (see [What a seed runs](RunOptions#what-a-seed-runs)).
-    pub const CYCLE: u64 = VARIANTS * RunKind::COUNT as u64;
-
-    /// Seed `seed` with three replicas, the default timing, no sabotage, and the seed's kind
-    /// of faults, acquire mode and fencing (see [What a seed runs](RunOptions#what-a-seed-runs)).
-    pub fn new(seed: u64) -> Self {
-        Self {
-            seed,
-            replicas: 3,
-            params: Params::default(),
-            fencing: Self::fencing_for_seed(seed),
-            mode: Self::mode_for_seed(seed),
-            sabotage: None,
-            kind: RunKind::for_seed(seed),
-            sharding: None,
-        }
-    }
-
-    /// Sharded seed `seed` (a seed space of its own) with three replicas, the default timing,
-    /// no sabotage, and the seed's kind of faults and number of shards (see
-    /// [What a sharded seed runs](Sharding#what-a-sharded-seed-runs)).
-    pub fn sharded(seed: u64) -> Self {
-        Self {
-            seed,
-            replicas: 3,
-            params: Params::default(),
-            fencing: false,
-            mode: AcquireMode::Poll,
-            sabotage: None,
-            kind: RunKind::for_sharded_seed(seed),
-            sharding: Some(Sharding::for_seed(seed)),
-        }
-    }
-
-    /// Whether seed `seed` fences by default: in variants 2 and 3, `(seed / K) % 4 >= 2`
-    /// (seeds 28–55 of every 56; see [What a seed runs](RunOptions#what-a-seed-runs)). Half
-    /// the seeds, as many of them polling as queued, and every kind meets each of the four
-    /// (mode, fencing) combinations once in any [`RunOptions::CYCLE`] consecutive seeds.
-    pub const fn fencing_for_seed(seed: u64) -> bool {
-        variant(seed, RunKind::COUNT as u64) >= 2
-    }
-
-    /// The acquire mode of seed `seed`: [`AcquireMode::Queue`] in variants 1 and 3,
-    /// `(seed / K) % 2 == 1` (seeds 14–27 and 42–55 of every 56), else the spec's
-    /// [`AcquireMode::Poll`] (see [What a seed runs](RunOptions#what-a-seed-runs)).
-    pub const fn mode_for_seed(seed: u64) -> AcquireMode {
-        if variant(seed, RunKind::COUNT as u64) % 2 == 1 {
-            AcquireMode::Queue
-        } else {
-            AcquireMode::Poll
-        }
-    }
-
-    /// The command that replays this run with a readable trace.
-    pub fn replay_command(&self) -> String {
-        let sharded = if self.sharding.is_some() {
-            " --sharded"
-        } else {
-            ""
-        };
-        let mut command = format!(
-            "cargo run --release -p plexsphere-leader-sim --{sharded} --seed {}",
-            self.seed
-        );
-        if self.replicas != 3 {
-            command.push_str(&format!(" --replicas {}", self.replicas));
-        }
-        if let Some(sharding) = self.sharding {
-            if sharding != Sharding::for_seed(self.seed) {
-                command.push_str(&format!(" --shards {}", sharding.shards));
-            }
-            if let Some(sabotage) = self.sabotage {
-                command.push_str(&format!(" --sabotage {sabotage}"));
-            }
-            return command;
-        }
-        if self.mode != Self::mode_for_seed(self.seed) {
-            command.push_str(&format!(" --mode {}", mode_name(self.mode)));
-        }
-        if self.fencing != Self::fencing_for_seed(self.seed) {
-            let on = if self.fencing { "on" } else { "off" };
-            command.push_str(&format!(" --fencing {on}"));
-        }
-        if let Some(sabotage) = self.sabotage {
-            command.push_str(&format!(" --sabotage {sabotage}"));
-        }
-        command
-    }
-
-    /// The run's name in reports: its fault kind, its acquire mode, and whether it fences
-    /// (`terminate, queue, fencing`).
-    pub fn describe(&self) -> String {
-        if let Some(sharding) = self.sharding {
-            return format!(
-                "{}, {} shards, {} replicas",
-                self.kind, sharding.shards, self.replicas
-            );
-        }
-        let mode = mode_name(self.mode);
-        if self.fencing {
-            format!("{}, {mode}, fencing", self.kind)
-        } else {
-            format!("{}, {mode}", self.kind)
-        }
-    }
-}
+use crate::setup::{RunOptions, SERVERS, Sharding, application_name};
+use crate::world::World;
 
 /// The second half of the member lock `(class, -1)` of a shard space.
 const MEMBER: i32 = plexsphere_leader::shard_sql::MEMBER_OBJ_ID;
-
-/// How many (acquire mode, fencing) variants a kind runs in.
-const VARIANTS: u64 = 4;
-
-/// The (mode, fencing) variant of seed `seed` with `kinds` run kinds: the kind is
-/// `seed % kinds`, the variant the next digit, `(seed / kinds) % 4`.
-const fn variant(seed: u64, kinds: u64) -> u64 {
-    (seed / kinds) % VARIANTS
-}
-
-/// The CLI's name of an acquire mode (`--mode poll|queue`).
-pub fn mode_name(mode: AcquireMode) -> &'static str {
-    match mode {
-        AcquireMode::Queue => "queue",
-        _ => "poll",
-    }
-}
-
-/// The acquire mode the CLI names `name`.
-pub fn mode_from_name(name: &str) -> Option<AcquireMode> {
-    match name {
-        "poll" => Some(AcquireMode::Poll),
-        "queue" => Some(AcquireMode::Queue),
-        _ => None,
-    }
-}
 
 /// What a run produced.
 #[derive(Debug, Clone)]
@@ -309,8 +124,8 @@ fn simulate(options: &RunOptions) -> RunOutcome {
 }
 
 /// How long after every fault healed and every replica is up the run must have settled: a
-/// single leader ([`Params::liveness_bound`]), or a balanced shard space
-/// ([`Params::balance_bound`]).
+/// single leader ([`Params::liveness_bound`](crate::setup::Params::liveness_bound)), or a balanced shard space
+/// ([`Params::balance_bound`](crate::setup::Params::balance_bound)).
 pub(crate) fn settle_bound(options: &RunOptions) -> Duration {
     let params = options.params;
     match options.sharding {
@@ -404,7 +219,7 @@ fn trace(
         .collect();
     let base = lines.len();
     for (order, write) in fenced.iter().enumerate() {
-        let who = crate::replica::application_name(write.replica, write.incarnation);
+        let who = application_name(write.replica, write.incarnation);
         let at = write.ended.unwrap_or(world.history.end);
         lines.push((at, base + order, who, describe_fenced(write)));
     }
@@ -517,95 +332,5 @@ fn describe(entry: &LogEntry, class: Option<i32>) -> String {
             "fenced transaction of {pid} (epoch {epoch}) committed; current epoch {}",
             current.map_or_else(|| "none".to_owned(), |c| c.to_string())
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeSet;
-
-    use super::*;
-
-    /// Every (kind, variant) pair of `kinds` kinds in the window of `CYCLE` seeds from `start`.
-    fn cells(start: u64, kinds: u64) -> BTreeSet<(u64, u64)> {
-        (start..start + VARIANTS * kinds)
-            .map(|seed| (seed % kinds, variant(seed, kinds)))
-            .collect()
-    }
-
-    #[test]
-    fn any_window_of_four_k_seeds_runs_every_kind_in_every_variant_whatever_k() {
-        for kinds in 1..=20 {
-            for start in (0..3 * VARIANTS * kinds).chain([u64::MAX / 2, 1_000_003]) {
-                assert_eq!(
-                    cells(start, kinds).len() as u64,
-                    VARIANTS * kinds,
-                    "K = {kinds}, seeds from {start}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn any_cycle_of_seeds_runs_every_kind_mode_and_fencing_cell_once() {
-        let every: BTreeSet<(RunKind, bool, bool)> = RunKind::all()
-            .into_iter()
-            .flat_map(|kind| {
-                [(false, false), (true, false), (false, true), (true, true)]
-                    .map(|(queue, fencing)| (kind, queue, fencing))
-            })
-            .collect();
-        assert_eq!(every.len() as u64, RunOptions::CYCLE);
-        for start in (0..2 * RunOptions::CYCLE).chain([20_000, 99_999]) {
-            let seen: BTreeSet<(RunKind, bool, bool)> = (start..start + RunOptions::CYCLE)
-                .map(RunOptions::new)
-                .map(|o| (o.kind, o.mode == AcquireMode::Queue, o.fencing))
-                .collect();
-            assert_eq!(seen, every, "seeds from {start}");
-        }
-    }
-
-    #[test]
-    fn the_first_cycle_polls_then_queues_then_fences_both_ways() {
-        let variants: Vec<(&str, bool)> = [0, 13, 14, 27, 28, 41, 42, 55, 56]
-            .map(|seed| {
-                let o = RunOptions::new(seed);
-                (mode_name(o.mode), o.fencing)
-            })
-            .to_vec();
-        assert_eq!(
-            variants,
-            [
-                ("poll", false),
-                ("poll", false),
-                ("queue", false),
-                ("queue", false),
-                ("poll", true),
-                ("poll", true),
-                ("queue", true),
-                ("queue", true),
-                ("poll", false),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_forced_mode_or_fencing_is_in_the_replay_command() {
-        let options = RunOptions {
-            mode: AcquireMode::Queue,
-            fencing: true,
-            ..RunOptions::new(3)
-        };
-        assert_eq!(options.describe(), "crash, queue, fencing");
-        assert_eq!(
-            options.replay_command(),
-            "cargo run --release -p plexsphere-leader-sim -- --seed 3 --mode queue --fencing on"
-        );
-        assert_eq!(
-            RunOptions::new(45).replay_command(),
-            "cargo run --release -p plexsphere-leader-sim -- --seed 45"
-        );
-        assert_eq!(mode_from_name("queue"), Some(AcquireMode::Queue));
-        assert_eq!(mode_from_name("nope"), None);
     }
 }

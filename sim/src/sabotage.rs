@@ -4,132 +4,13 @@
 //! sharded service whose work does not hold its term, and the simulated server's own. A run
 //! that checks the real adapter switches none on; the adapter itself has no sabotage in it.
 
-use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use plexsphere_leader::LockKey;
 use plexsphere_leader::session::{BoxFuture, LockSession, QueryError, Row, SessionSource};
 
-/// One broken behaviour of the replica's software: its lock sessions, or its operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DriverSabotage {
-    /// The leader never verifies its session: every check reports success without a query.
-    NeverPing,
-    /// The granted session goes back to the pool instead of being taken out of it, and the
-    /// leader's check runs `SELECT 1` on any pooled session: the lock stays on an idle pooled
-    /// session.
-    ReturnGrantedToPool,
-    /// The grant does not keep `idle_session_timeout` (it is set back to 0 right after), so an
-    /// orphaned lock session lives until TCP gives up.
-    SkipIdleSessionTimeout,
-    /// A failed or unanswered check is reported as a success: the leader keeps its term.
-    KeepTermOnFailedPing,
-    /// A resign request loses its hold-off: the resigner may take the lock straight back.
-    ResignWithoutHoldOff,
-    /// A queued wait that failed with 55P03 (its `lock_timeout`) is answered as a plain
-    /// refusal, so the elector skips its release-if-held and returns the session to the pool:
-    /// a lock granted in the instant the wait timed out (PostgreSQL's grant-at-timeout race)
-    /// stays on an idle pooled session of a replica that does not lead.
-    LockTimeoutAsRefusal,
-}
-
-/// One broken behaviour of a sharded replica's software (sharded runs only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ShardSabotage {
-    /// The service's unit of shard work gives its term handle back as it starts and works on
-    /// without it, so a handover unlocks the shard while the old owner's work still runs: the
-    /// old term's work no longer ends before the unlock.
-    WorkOutlivesTerm,
-    /// A survey that fails or does not answer within half an interval is answered with the
-    /// rows of the session's last good survey, so a replica cut off from the server keeps
-    /// believing it owns its shards (the sharded twin of
-    /// [`DriverSabotage::KeepTermOnFailedPing`]).
-    KeepShardsOnFailedSurvey,
-}
-
-/// One deliberately broken behaviour.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Sabotage {
-    /// A broken behaviour of the replica's software ([`DriverSabotage`]).
-    Driver(DriverSabotage),
-    /// A broken behaviour of a sharded replica's software ([`ShardSabotage`]).
-    Shard(ShardSabotage),
-    /// Both simulated servers read the fence row `FOR SHARE` without locking it
-    /// ([`ServerConfig::with_row_locks`](plexsphere_leader_pgsim::ServerConfig::with_row_locks)), so a
-    /// new leader's epoch advance does not wait for an old leader's fenced transaction: the
-    /// fence-holds property must catch it in fencing runs.
-    FenceWithoutRowLock,
-}
-
-impl Sabotage {
-    /// Every sabotage, for the CLI and the checker-must-fail test.
-    pub const ALL: [Self; 7] = [
-        Self::Driver(DriverSabotage::NeverPing),
-        Self::Driver(DriverSabotage::ReturnGrantedToPool),
-        Self::Driver(DriverSabotage::SkipIdleSessionTimeout),
-        Self::Driver(DriverSabotage::KeepTermOnFailedPing),
-        Self::Driver(DriverSabotage::ResignWithoutHoldOff),
-        Self::Driver(DriverSabotage::LockTimeoutAsRefusal),
-        Self::FenceWithoutRowLock,
-    ];
-
-    /// Every sabotage of a sharded run (`--sharded --sabotage NAME`).
-    pub const SHARDED: [Self; 2] = [
-        Self::Shard(ShardSabotage::WorkOutlivesTerm),
-        Self::Shard(ShardSabotage::KeepShardsOnFailedSurvey),
-    ];
-
-    /// The CLI name (`--sabotage NAME`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Shard(ShardSabotage::WorkOutlivesTerm) => "shard-work-outlives-term",
-            Self::Shard(ShardSabotage::KeepShardsOnFailedSurvey) => "keep-shards-on-failed-survey",
-            Self::Driver(DriverSabotage::NeverPing) => "never-ping",
-            Self::Driver(DriverSabotage::ReturnGrantedToPool) => "return-granted-to-pool",
-            Self::Driver(DriverSabotage::SkipIdleSessionTimeout) => "skip-idle-session-timeout",
-            Self::Driver(DriverSabotage::KeepTermOnFailedPing) => "keep-term-on-failed-ping",
-            Self::Driver(DriverSabotage::ResignWithoutHoldOff) => "resign-without-hold-off",
-            Self::Driver(DriverSabotage::LockTimeoutAsRefusal) => "lock-timeout-as-refusal",
-            Self::FenceWithoutRowLock => "fence-without-row-lock",
-        }
-    }
-
-    /// The sabotage named `name`, if any (of either list).
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .chain(Self::SHARDED)
-            .find(|sabotage| sabotage.name() == name)
-    }
-
-    /// Whether it breaks a sharded run ([`Sabotage::SHARDED`]) rather than a single election.
-    pub const fn is_sharded(self) -> bool {
-        matches!(self, Self::Shard(_))
-    }
-
-    /// The replica's software sabotage, if this is one.
-    pub(crate) fn driver(self) -> Option<DriverSabotage> {
-        match self {
-            Self::Driver(driver) => Some(driver),
-            Self::Shard(_) | Self::FenceWithoutRowLock => None,
-        }
-    }
-
-    /// The sharded replica's software sabotage, if this is one.
-    pub(crate) fn shard(self) -> Option<ShardSabotage> {
-        match self {
-            Self::Shard(shard) => Some(shard),
-            Self::Driver(_) | Self::FenceWithoutRowLock => None,
-        }
-    }
-}
-
-impl fmt::Display for Sabotage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+use crate::setup::DriverSabotage;
 
 /// The lock sessions of a replica's pool with one [`DriverSabotage`] of its sessions in them;
 /// every other statement goes through as it is.
@@ -282,7 +163,7 @@ impl LockSession for SabotagedSession {
     }
 }
 
-/// The lock sessions of a sharded replica with [`ShardSabotage::KeepShardsOnFailedSurvey`]
+/// The lock sessions of a sharded replica with [`ShardSabotage::KeepShardsOnFailedSurvey`](crate::setup::ShardSabotage::KeepShardsOnFailedSurvey)
 /// in them: every other statement goes through as it is.
 #[derive(Debug)]
 pub(crate) struct StaleSurveySessions {
@@ -388,18 +269,5 @@ impl LockSession for StaleSurveySession {
 
     fn ended(&self) -> BoxFuture<'_, ()> {
         self.session.ended()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_name_round_trips() {
-        for sabotage in Sabotage::ALL.into_iter().chain(Sabotage::SHARDED) {
-            assert_eq!(Sabotage::from_name(sabotage.name()), Some(sabotage));
-        }
-        assert_eq!(Sabotage::from_name("nope"), None);
     }
 }

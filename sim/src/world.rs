@@ -13,17 +13,14 @@ use tokio::sync::watch;
 use turmoil::{Builder, Sim};
 
 use crate::capture;
-use crate::params::Params;
 use crate::record::{
     Handing, HeldOut, History, LinkFault, Recorder, ShardTermRecord, SharedRecorder, Span, TermEnd,
     TermRecord, UpSpan,
 };
 use crate::replica::{self, Live, ReplicaEnv, Slot};
-use crate::run::RunOptions;
-use crate::sabotage::{DriverSabotage, Sabotage};
-
-/// The server host names; index 0 is the first primary.
-pub(crate) const SERVERS: [&str; 2] = ["pg1", "pg2"];
+use crate::setup::{
+    DriverSabotage, Params, RunOptions, SERVERS, Sabotage, application_name, parse_application_name,
+};
 
 /// The harness's view of one replica host.
 pub(crate) struct ReplicaHost {
@@ -196,7 +193,7 @@ impl World<'_> {
 
     pub(crate) fn incarnation_name(&self, replica: usize) -> String {
         let incarnation = self.replicas[replica].slot.borrow().incarnation;
-        replica::application_name(replica, incarnation)
+        application_name(replica, incarnation)
     }
 
     /// Observes every replica: incarnations starting and finishing, terms beginning and ending.
@@ -211,7 +208,7 @@ impl World<'_> {
             if incarnation != host.seen_incarnation {
                 host.seen_incarnation = incarnation;
                 host.seen_finished = false;
-                let who = replica::application_name(index, incarnation);
+                let who = application_name(index, incarnation);
                 self.history.note(now, who, "starts");
                 self.history.incarnations.push((index, incarnation, now));
             }
@@ -249,7 +246,7 @@ impl World<'_> {
         &mut self,
         index: usize,
         incarnation: u32,
-        live: Option<&crate::replica::Live>,
+        live: Option<&Live>,
     ) -> Option<Leadership> {
         let host = &mut self.replicas[index];
         if let Some(elector) = live.and_then(|live| live.elector.single())
@@ -298,7 +295,7 @@ impl World<'_> {
                 end: TermEnd::Open,
             });
             self.replicas[index].open_term = Some(self.history.terms.len() - 1);
-            let who = replica::application_name(index, incarnation);
+            let who = application_name(index, incarnation);
             let what = match epoch {
                 Some(epoch) => format!("term {id} begins (epoch {epoch})"),
                 None => format!("term {id} begins"),
@@ -329,7 +326,7 @@ impl World<'_> {
                 None => "leadership lost: the incarnation stopped".to_owned(),
             }
         );
-        let who = replica::application_name(index, term.incarnation);
+        let who = application_name(index, term.incarnation);
         self.history.note(now, who, what);
     }
 
@@ -395,7 +392,7 @@ impl World<'_> {
             });
             let record = self.history.shard_terms.len() - 1;
             self.replicas[index].open_shards.insert(shard, record);
-            let who = replica::application_name(index, incarnation);
+            let who = application_name(index, incarnation);
             self.history
                 .note(now, who, format!("shard {shard} term {id} begins"));
         }
@@ -464,7 +461,7 @@ impl World<'_> {
             None => "leadership lost: the incarnation stopped".to_owned(),
         };
         let what = format!("shard {shard} term {} ends: {why}", term.id);
-        let who = replica::application_name(index, term.incarnation);
+        let who = application_name(index, term.incarnation);
         self.history.note(now, who, what);
     }
 
@@ -742,7 +739,7 @@ impl World<'_> {
         self.note(SERVERS[s], format!("pg_terminate_backend({pid})"));
         let owner = self.servers[s]
             .session(pid)
-            .and_then(|session| replica::parse_application_name(&session.application_name));
+            .and_then(|session| parse_application_name(&session.application_name));
         if let Some((replica, _)) = owner {
             let now = self.now();
             let span = Span {

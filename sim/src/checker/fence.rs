@@ -24,7 +24,7 @@ use plexsphere_leader_pgsim::{Event, RowId};
 
 use super::{Checker, Evidence, Hold, Property, secs};
 use crate::record::{FenceOutcome, TermRecord};
-use crate::world::SERVERS;
+use crate::setup::SERVERS;
 
 /// One committed epoch advance: when, on which server (and where in its log), by which
 /// session, of which row.
@@ -278,15 +278,10 @@ fn who(term: &TermRecord) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::checker::{Evidence, ServerEvidence};
-    use crate::params::Params;
-    use crate::record::{History, Span, TermEnd};
-    use plexsphere_leader_pgsim::{LockId, LockKey, LogEntry};
+    use plexsphere_leader_pgsim::{Event, RowId};
 
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
+    use crate::checker::tests::{Run, ms};
+    use crate::record::TermEnd;
 
     fn row() -> RowId {
         RowId {
@@ -296,145 +291,65 @@ mod tests {
         }
     }
 
-    fn at(n: u64, event: Event) -> LogEntry {
-        LogEntry { at: ms(n), event }
-    }
-
-    fn opened(n: u64, pid: i32, replica: usize) -> LogEntry {
-        at(
-            n,
-            Event::SessionStarted {
-                pid,
-                database: "plexsphere".to_owned(),
-                user: "app".to_owned(),
-                application_name: format!("r{replica}.1"),
-            },
-        )
-    }
-
-    fn granted(n: u64, pid: i32) -> LogEntry {
-        let lock = LockId {
-            database: "plexsphere".to_owned(),
-            key: LockKey::Pair(1_886_156_915, 1),
-        };
-        at(
-            n,
-            Event::LockGranted {
-                pid,
-                lock,
-                count: 1,
-                mode: plexsphere_leader_pgsim::LockMode::Exclusive,
-            },
-        )
-    }
-
-    fn advanced(n: u64, pid: i32, epoch: i64) -> LogEntry {
-        let waited = Duration::ZERO;
+    fn advanced(pid: i32, epoch: i64) -> Event {
+        let waited = std::time::Duration::ZERO;
         let row = row();
-        at(
-            n,
-            Event::EpochAdvanced {
-                pid,
-                row,
-                epoch,
-                waited,
-            },
-        )
+        Event::EpochAdvanced {
+            pid,
+            row,
+            epoch,
+            waited,
+        }
     }
 
-    fn checked(n: u64, pid: i32, epoch: i64) -> LogEntry {
-        at(
-            n,
-            Event::FenceChecked {
-                pid,
-                row: row(),
-                epoch,
-            },
-        )
+    fn checked(pid: i32, epoch: i64) -> Event {
+        Event::FenceChecked {
+            pid,
+            row: row(),
+            epoch,
+        }
     }
 
-    fn commit(n: u64, pid: i32, epoch: i64, checked_at: u64, current: i64) -> LogEntry {
-        let event = Event::FencedCommit {
+    fn commit(pid: i32, epoch: i64, checked_at: u64, current: i64) -> Event {
+        Event::FencedCommit {
             pid,
             row: row(),
             epoch,
             checked_at: ms(checked_at),
             current: Some(current),
-        };
-        at(n, event)
-    }
-
-    fn server(log: Vec<LogEntry>) -> ServerEvidence {
-        ServerEvidence {
-            log,
-            queries: Vec::new(),
-            sessions: Vec::new(),
-            locks: Vec::new(),
         }
     }
 
-    fn term(replica: usize, begins: u64, epoch: Option<u64>) -> TermRecord {
-        TermRecord {
-            replica,
-            incarnation: 1,
-            id: 1,
-            epoch,
-            span: Span {
-                start: ms(begins),
-                end: Some(ms(begins + 50)),
-            },
-            end: TermEnd::Lost,
-        }
+    /// A fencing run of three replicas, with `fill` writing its logs.
+    fn fencing(fill: impl FnOnce(&mut Run)) -> Run {
+        let mut run = Run::new(3);
+        run.fencing = true;
+        fill(&mut run);
+        run
     }
 
-    /// The properties `run` checks over `servers` and `history`, in a fencing run.
-    fn violations(
-        servers: Vec<ServerEvidence>,
-        history: &History,
-        run: impl FnOnce(&mut Checker<'_>),
-    ) -> Vec<String> {
-        let evidence = Evidence {
-            params: Params::default(),
-            replicas: 3,
-            fencing: true,
-            history,
-            work: &[],
-            fenced: &[],
-            shard_work: &[],
-            servers,
-        };
-        let mut checker = Checker::new(&evidence);
-        run(&mut checker);
-        checker.violations.iter().map(ToString::to_string).collect()
-    }
-
-    fn history(terms: Vec<TermRecord>) -> History {
-        let mut history = History {
-            terms,
-            end: ms(1000),
-            ..History::default()
-        };
-        history.primaries.push((Duration::ZERO, 0));
-        history
+    /// The fence-holds pass over `run`: each violation's text.
+    fn fence_holds(run: &Run) -> Vec<String> {
+        let (_, found) = run.check_only(|c| c.fence_holds());
+        found.iter().map(ToString::to_string).collect()
     }
 
     #[test]
     fn an_advance_logged_after_a_commit_of_the_same_instant_is_not_in_between() {
-        let log = vec![
-            opened(0, 1, 0),
-            checked(10, 1, 1),
-            commit(20, 1, 1, 10, 1),
-            advanced(20, 2, 2),
-        ];
-        let found = violations(vec![server(log)], &history(vec![]), |c| c.fence_holds());
-        assert_eq!(found, Vec::<String>::new());
-        let log = vec![
-            opened(0, 1, 0),
-            checked(10, 1, 1),
-            advanced(20, 2, 2),
-            commit(20, 1, 1, 10, 2),
-        ];
-        let found = violations(vec![server(log)], &history(vec![]), |c| c.fence_holds());
+        let run = fencing(|run| {
+            let pid = run.session(0, 0);
+            run.log(0, 10, checked(pid, 1))
+                .log(0, 20, commit(pid, 1, 10, 1))
+                .log(0, 20, advanced(2, 2));
+        });
+        assert_eq!(fence_holds(&run), Vec::<String>::new());
+        let run = fencing(|run| {
+            let pid = run.session(0, 0);
+            run.log(0, 10, checked(pid, 1))
+                .log(0, 20, advanced(2, 2))
+                .log(0, 20, commit(pid, 1, 10, 2));
+        });
+        let found = fence_holds(&run);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(
             found[0].contains("advanced the epoch to 2 at 0.020s in between"),
@@ -444,57 +359,64 @@ mod tests {
 
     #[test]
     fn a_commit_on_a_deposed_primary_is_counted_not_checked() {
-        let mut history = history(vec![]);
-        history.primaries.push((ms(15), 1));
-        let pg1 = vec![opened(0, 1, 0), checked(10, 1, 1), commit(20, 1, 1, 10, 2)];
-        let pg2 = vec![advanced(18, 100_001, 2)];
-        let evidence_servers = vec![server(pg1), server(pg2)];
-        let evidence = Evidence {
-            params: Params::default(),
-            replicas: 3,
-            fencing: true,
-            history: &history,
-            work: &[],
-            fenced: &[],
-            shard_work: &[],
-            servers: evidence_servers,
-        };
-        let mut checker = Checker::new(&evidence);
-        checker.fence_holds();
-        assert!(checker.violations.is_empty(), "{:?}", checker.violations);
-        assert_eq!(checker.measured.fence.deposed_commits, 1);
-        assert_eq!(checker.measured.fence.commits, 0);
+        let run = fencing(|run| {
+            run.history.primaries.push((ms(15), 1));
+            let pid = run.session(0, 0);
+            run.log(0, 10, checked(pid, 1))
+                .log(0, 20, commit(pid, 1, 10, 2))
+                .log(1, 18, advanced(100_001, 2));
+        });
+        let (measured, found) = run.check_only(|c| c.fence_holds());
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(measured.fence.deposed_commits, 1);
+        assert_eq!(measured.fence.commits, 0);
+    }
+
+    /// Three replicas granted the lock at 1, 100 and 200, advancing the epoch to 1, 3 and
+    /// 2; their pids.
+    fn three_advances(run: &mut Run) -> [i32; 3] {
+        let pids = [run.session(0, 0), run.session(1, 0), run.session(2, 0)];
+        for (&pid, (at, epoch)) in pids.iter().zip([(1, 1), (100, 3), (200, 2)]) {
+            run.grant(pid, at).log(0, at + 1, advanced(pid, epoch));
+        }
+        pids
+    }
+
+    /// The epochs-rise pass over terms of `replicas` beginning at `begins` with `epochs`.
+    fn epochs_rise(terms: &[(usize, u64, Option<u64>)]) -> (Vec<String>, [i32; 3]) {
+        let mut pids = [0; 3];
+        let run = fencing(|run| {
+            pids = three_advances(run);
+            for &(replica, begins, epoch) in terms {
+                run.term(replica, begins, begins + 50, TermEnd::Lost);
+                run.history.terms.last_mut().unwrap().epoch = epoch;
+            }
+        });
+        let (_, found) = run.check_only(|c| c.epochs_rise());
+        (found.iter().map(ToString::to_string).collect(), pids)
     }
 
     #[test]
     fn epochs_must_be_present_match_the_session_and_rise_with_the_terms() {
-        let log = vec![
-            opened(0, 1, 0),
-            opened(0, 2, 1),
-            opened(0, 3, 2),
-            granted(1, 1),
-            advanced(2, 1, 1),
-            granted(100, 2),
-            advanced(101, 2, 3),
-            granted(200, 3),
-            advanced(201, 3, 2),
-        ];
-        let terms = vec![
-            term(0, 3, Some(1)),
-            term(1, 102, Some(3)),
-            term(2, 202, Some(2)),
-        ];
-        let found = violations(vec![server(log.clone())], &history(terms), |c| {
-            c.epochs_rise()
-        });
+        let (found, _) = epochs_rise(&[(0, 3, Some(1)), (1, 102, Some(3)), (2, 202, Some(2))]);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(
-            found[0].contains("r2.1 term 1 began at 0.202s with epoch 2, not above the epoch 3")
+            found[0].contains("r2.1 term 3 began at 0.202s with epoch 2, not above the epoch 3"),
+            "{found:?}"
         );
-        let terms = vec![term(0, 3, None), term(1, 102, Some(4))];
-        let found = violations(vec![server(log)], &history(terms), |c| c.epochs_rise());
+        let (found, pids) = epochs_rise(&[(0, 3, None), (1, 102, Some(4))]);
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(found[0].contains("r0.1 term 1 began without an epoch"));
-        assert!(found[1].contains("has epoch 4, but its session (pid 2 on pg1) advanced to 3"));
+        let advanced_to_3 = format!(
+            "has epoch 4, but its session (pid {} on pg1) advanced to 3",
+            pids[1]
+        );
+        assert!(found[1].contains(&advanced_to_3), "{found:?}");
+    }
+
+    #[test]
+    fn epochs_that_rise_with_the_terms_keep_epochs_rise() {
+        let (found, _) = epochs_rise(&[(0, 3, Some(1)), (1, 102, Some(3))]);
+        assert_eq!(found, Vec::<String>::new());
     }
 }

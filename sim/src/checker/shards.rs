@@ -21,10 +21,8 @@ use std::time::Duration;
 use plexsphere_leader_pgsim::{EndReason, Event, LockKey, LockMode, ReleaseReason};
 
 use super::{Checker, Evidence, Measurements, Owner, Property, Violation, intersections, max, ms};
-use crate::params::Params;
 use crate::record::{ShardTermRecord, TermEnd};
-use crate::sharding::Sharding;
-use crate::world::SERVERS;
+use crate::setup::{Params, SERVERS, Sharding};
 
 /// The second half of the member lock.
 const MEMBER: i32 = plexsphere_leader::shard_sql::MEMBER_OBJ_ID;
@@ -1186,5 +1184,294 @@ mod tests {
     fn merge_joins_touching_and_overlapping_spans() {
         let spans = [(d(5), d(8)), (d(0), d(5)), (d(10), d(12)), (d(11), d(20))];
         assert_eq!(merge(spans.into_iter()), vec![(d(0), d(8)), (d(10), d(20))]);
+    }
+}
+
+/// The sharded checker on handcrafted runs built with the checkers' shared [`Run`] builder.
+#[cfg(test)]
+mod properties {
+    use plexsphere_leader_pgsim::{EndReason, HeldLock, LockId, LockKey, LockMode, ReleaseReason};
+
+    use super::MEMBER;
+    use crate::checker::Property;
+    use crate::checker::tests::{CLASS, Run, assert_clean, assert_only, ms, span};
+    use crate::record::{ShardWork, TermEnd};
+
+    fn shard(s: i32) -> LockKey {
+        LockKey::Pair(CLASS, s)
+    }
+
+    /// `pid` takes shard `s` at `at`.
+    fn take(run: &mut Run, pid: i32, s: i32, at: u64) {
+        run.lock(pid, shard(s), LockMode::Exclusive, at);
+    }
+
+    /// `pid` gives shard `s` up at `at` for `reason`.
+    fn give(run: &mut Run, pid: i32, s: i32, at: u64, reason: ReleaseReason) {
+        run.unlock(pid, shard(s), LockMode::Exclusive, at, reason);
+    }
+
+    const CUT_OFF: ReleaseReason = ReleaseReason::SessionEnd(EndReason::ConnectionError);
+
+    /// r0 owns shard 0 from 12 on a lock taken at 10; its session is cut off at 1000 and the
+    /// term ends at `ended`.
+    fn shard_lost_at_1000(ended: u64) -> Run {
+        let mut run = Run::new(2);
+        let pid = run.session(0, 0);
+        take(&mut run, pid, 0, 10);
+        give(&mut run, pid, 0, 1000, CUT_OFF);
+        run.shard_term(0, 0, 12, Some(ended), TermEnd::Lost);
+        run
+    }
+
+    #[test]
+    fn an_owner_that_ends_its_shard_term_within_2i_of_losing_the_lock_keeps_detection() {
+        assert_clean(&shard_lost_at_1000(1203).check_sharded(2));
+    }
+
+    #[test]
+    fn an_owner_still_owning_a_tick_past_2i_after_losing_the_lock_breaks_detection() {
+        let found = shard_lost_at_1000(1204).check_sharded(2);
+        assert_only(&found, Property::Detection);
+        assert!(found[0].detail.contains("still owned the shard 204ms"));
+    }
+
+    #[test]
+    fn a_shard_term_without_a_grant_of_the_shard_breaks_detection() {
+        let mut run = Run::new(2);
+        run.shard_term(0, 1, 12, Some(100), TermEnd::Lost);
+        let found = run.check_sharded(2);
+        assert_only(&found, Property::Detection);
+        assert!(found[0].detail.contains("without a grant of the shard"));
+    }
+
+    /// Shard 0's first owner r0 is cut off at 1000 and ends its term at 1200, its last unit
+    /// of the shard's work at `work_end`; r1 takes the shard at 1001 and owns it from 1010.
+    fn shard_successor_at_1010(work_end: u64) -> Run {
+        let mut run = shard_lost_at_1000(1200);
+        run.shard_work.push(ShardWork {
+            replica: 0,
+            incarnation: 1,
+            shard: 0,
+            term: 1,
+            span: span(1150, work_end),
+        });
+        let pid = run.session(1, 0);
+        take(&mut run, pid, 0, 1001);
+        give(&mut run, pid, 0, 2000, ReleaseReason::UnlockAll);
+        run.shard_term(1, 0, 1010, Some(2000), TermEnd::Stopped);
+        run
+    }
+
+    #[test]
+    fn two_owners_of_a_shard_for_2i_plus_t_keep_the_overlap_bound() {
+        assert_clean(&shard_successor_at_1010(1010 + 228).check_sharded(2));
+    }
+
+    #[test]
+    fn two_owners_of_a_shard_a_tick_past_2i_plus_t_break_the_overlap_bound() {
+        let found = shard_successor_at_1010(1010 + 229).check_sharded(2);
+        assert_only(&found, Property::Overlap);
+        assert!(found[0].detail.contains("owner of shard 0 for 229ms"));
+    }
+
+    /// r0 hands shard 0 over: its term ends at `ended`, its unit of work of that term at
+    /// `work_end`, and its session unlocks the shard at 1000.
+    fn handed_over(ended: u64, work_end: u64) -> Run {
+        let mut run = Run::new(2);
+        let pid = run.session(0, 0);
+        take(&mut run, pid, 0, 10);
+        give(&mut run, pid, 0, 1000, ReleaseReason::Unlock);
+        let term = run.shard_term(0, 0, 12, Some(ended), TermEnd::HandedOver);
+        run.shard_work.push(ShardWork {
+            replica: 0,
+            incarnation: 1,
+            shard: 0,
+            term,
+            span: span(900, work_end),
+        });
+        run
+    }
+
+    #[test]
+    fn a_handover_ending_the_term_and_its_work_by_the_unlock_is_graceful() {
+        assert_clean(&handed_over(1000, 1000).check_sharded(2));
+    }
+
+    #[test]
+    fn a_handover_whose_term_outlives_the_unlock_breaks_graceful_overlap() {
+        let found = handed_over(1001, 1000).check_sharded(2);
+        assert_only(&found, Property::GracefulOverlap);
+        assert!(found[0].detail.contains("ended 1ms after its session"));
+    }
+
+    #[test]
+    fn a_handover_whose_work_outlives_the_unlock_breaks_graceful_overlap() {
+        let found = handed_over(1000, 1001).check_sharded(2);
+        assert_only(&found, Property::GracefulOverlap);
+        assert!(
+            found[0]
+                .detail
+                .contains("while the term's work ran 1ms longer")
+        );
+    }
+
+    /// r0's member session joins by a statement answered at 10, is idle until its next
+    /// statement arrives at `next`, and leaves at 500.
+    fn member_idle_until(next: u64) -> Run {
+        let mut run = Run::new(2);
+        let pid = run.session(0, 0);
+        let member = LockKey::Pair(CLASS, MEMBER);
+        run.query(pid, 9, Some(10)).query(pid, next, Some(next + 1));
+        run.lock(pid, member, LockMode::Shared, 10);
+        run.unlock(pid, member, LockMode::Shared, 500, ReleaseReason::UnlockAll);
+        run
+    }
+
+    #[test]
+    fn a_member_session_idle_for_4i_keeps_the_orphan_bound() {
+        assert_clean(&member_idle_until(10 + 403).check_sharded(2));
+    }
+
+    #[test]
+    fn a_member_session_idle_a_tick_past_4i_breaks_the_orphan_bound() {
+        let found = member_idle_until(10 + 404).check_sharded(2);
+        assert_only(&found, Property::OrphanBound);
+        assert!(found[0].detail.contains("idle for 404ms"));
+    }
+
+    /// A healthy r0's session takes shard 0 at 10 without the replica believing a term of
+    /// it, and unlocks it at `released`.
+    fn taken_unbelieved(released: u64) -> Run {
+        let mut run = Run::new(2);
+        let pid = run.session(0, 0);
+        take(&mut run, pid, 0, 10);
+        give(&mut run, pid, 0, released, ReleaseReason::Unlock);
+        run.up(0, 0, None);
+        run
+    }
+
+    #[test]
+    fn a_shard_lock_held_unbelieved_for_i_and_the_margin_is_not_stranded() {
+        assert_clean(&taken_unbelieved(10 + 152).check_sharded(2));
+    }
+
+    #[test]
+    fn a_shard_lock_held_unbelieved_a_tick_past_i_and_the_margin_is_stranded() {
+        let found = taken_unbelieved(10 + 153).check_sharded(2);
+        assert_only(&found, Property::StrandedLock);
+        assert!(found[0].detail.contains("held shard 0 for 153ms"));
+    }
+
+    /// The stop is asked at 1000 while r0 owns shard 0 (taken at 10) and its session holds
+    /// the lock of shard `held`.
+    fn at_the_stop_holding(held: i32) -> Run {
+        let mut run = Run::new(2);
+        let pid = run.session(0, 0);
+        take(&mut run, pid, 0, 10);
+        give(&mut run, pid, 0, 1100, ReleaseReason::UnlockAll);
+        run.shard_term(0, 0, 12, Some(1100), TermEnd::Stopped);
+        run.up(0, 0, Some(1000));
+        run.history.stop_all = Some(ms(1000));
+        run.history.locks_at_stop = vec![
+            vec![HeldLock {
+                id: LockId {
+                    database: "plexsphere".to_owned(),
+                    key: shard(held),
+                },
+                pid,
+                count: 1,
+                mode: LockMode::Exclusive,
+            }],
+            Vec::new(),
+        ];
+        run
+    }
+
+    #[test]
+    fn at_the_stop_every_shard_lock_held_by_its_owner_is_not_stranded() {
+        assert_clean(&at_the_stop_holding(0).check_sharded(2));
+    }
+
+    #[test]
+    fn at_the_stop_a_shard_lock_held_by_a_replica_that_does_not_own_it_is_stranded() {
+        let found = at_the_stop_holding(1).check_sharded(2);
+        assert_only(&found, Property::StrandedLock);
+        assert!(found[0].detail.contains("which it does not own"));
+    }
+
+    /// One replica, up and a member from 0, over one shard, free from the server's start
+    /// (a cold start: nothing of the space held); r0 takes it at 200 and owns it from
+    /// `began` to 1000 (the stop is asked at 1100).
+    fn cold_start(began: u64) -> Run {
+        let mut run = Run::new(1);
+        let pid = run.session(0, 0);
+        let member = LockKey::Pair(CLASS, MEMBER);
+        run.lock(pid, member, LockMode::Shared, 0);
+        take(&mut run, pid, 0, 200);
+        give(&mut run, pid, 0, 1000, ReleaseReason::Unlock);
+        run.unlock(
+            pid,
+            member,
+            LockMode::Shared,
+            1100,
+            ReleaseReason::UnlockAll,
+        );
+        run.shard_term(0, 0, began, Some(1000), TermEnd::Stopped);
+        run.up(0, 0, None);
+        run.history.stop_all = Some(ms(1100));
+        run
+    }
+
+    #[test]
+    fn a_free_shard_owned_within_2i_and_the_margin_of_a_cold_start_keeps_liveness() {
+        assert_clean(&cold_start(252).check_sharded(1));
+    }
+
+    #[test]
+    fn a_free_shard_owned_a_tick_past_2i_and_the_margin_of_a_cold_start_breaks_liveness() {
+        let found = cold_start(253).check_sharded(1);
+        assert_only(&found, Property::Liveness);
+        assert!(found[0].detail.contains("had no owner for 253ms"));
+    }
+
+    /// Two replicas over two shards, every replica up at 0 and the stop asked at 3000: r0
+    /// owns shard 0 from 100, r1 shard 1 from `second`.
+    fn balanced_from(second: u64) -> Run {
+        let mut run = Run::new(2);
+        let (a, b) = (run.session(0, 0), run.session(1, 0));
+        take(&mut run, a, 0, 90);
+        take(&mut run, b, 1, second - 5);
+        give(&mut run, a, 0, 3000, ReleaseReason::UnlockAll);
+        give(&mut run, b, 1, 3000, ReleaseReason::UnlockAll);
+        run.shard_term(0, 0, 100, Some(3000), TermEnd::Stopped);
+        run.shard_term(1, 1, second, Some(3000), TermEnd::Stopped);
+        run.history.all_up = Some(ms(0));
+        run.history.stop_all = Some(ms(3000));
+        run
+    }
+
+    #[test]
+    fn a_space_balanced_within_the_balance_bound_keeps_balance() {
+        // (7 + 1 round) · I + T + margin = 800 + 25 + 52 ms for 2 shards over 2 replicas.
+        assert_clean(&balanced_from(877).check_sharded(2));
+    }
+
+    #[test]
+    fn a_space_balanced_a_tick_past_the_balance_bound_breaks_balance() {
+        let found = balanced_from(878).check_sharded(2);
+        assert_only(&found, Property::Balance);
+        assert!(found[0].detail.contains("shard 1 has no owner"));
+    }
+
+    #[test]
+    fn a_shard_term_left_open_at_the_end_breaks_the_clean_stop() {
+        let mut run = Run::new(2);
+        let pid = run.session(0, 0);
+        take(&mut run, pid, 0, 10);
+        run.shard_term(0, 0, 12, None, TermEnd::Open);
+        let found = run.check_sharded(2);
+        assert_only(&found, Property::CleanStop);
+        assert!(found[0].detail.contains("shard 0 term 1 is still open"));
     }
 }

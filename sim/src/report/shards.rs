@@ -8,10 +8,8 @@ use std::fmt::{self, Write as _};
 use std::time::Duration;
 
 use crate::checker::{Property, ShardMeasurements};
-use crate::nemesis::RunKind;
-use crate::params::Params;
-use crate::run::{RunOptions, RunOutcome};
-use crate::sharding::Sharding;
+use crate::run::RunOutcome;
+use crate::setup::{Params, RunKind, RunOptions, Sharding};
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Row {

@@ -17,8 +17,8 @@ use plexsphere_leader::sharded::DEFAULT_SHARD_CLASS;
 use plexsphere_leader_core::CheckInterval;
 use plexsphere_leader_core::shards::ShardOptions;
 
-use crate::nemesis::RunKind;
-use crate::params::Params;
+use super::kinds::RunKind;
+use super::params::Params;
 
 /// The shard space of a sharded run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
