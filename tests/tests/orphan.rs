@@ -2,20 +2,31 @@
 //! the lock session, and a leader cut off without a FIN or RST loses the lock on the server
 //! within four intervals of its last query, while it demotes itself within two.
 
+// The scenarios run on both backends are plain functions called by the generated tests, so
+// clippy's allowance for `unwrap` in tests does not see them.
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::time::Duration;
 
-use plexsphere_leader_tests::{FaultProxy, LockObserver, Mode, TestDb, pool_for};
+use plexsphere_leader_tests::{Backend, FaultProxy, LockObserver, Mode, TestDb};
 use support::{I, MARGIN, Replica, STARTUP, lock_holders, wait_for};
 use tokio::time::Instant;
 
-#[tokio::test]
-async fn the_grant_sets_idle_session_timeout_to_four_intervals_on_the_lock_session() {
+on_both_backends!(
+    #[tokio::test]
+    the_grant_sets_idle_session_timeout_to_four_intervals_on_the_lock_session
+);
+async fn the_grant_sets_idle_session_timeout_to_four_intervals_on_the_lock_session(
+    backend: Backend,
+) {
     // A long interval leaves the grant statement in pg_stat_activity until the first ping.
     let interval = Duration::from_secs(2);
-    let db = TestDb::create("idle_timeout_set").await.unwrap();
-    let replica = Replica::spawn(db.pool(2).unwrap(), interval);
+    let db = TestDb::create(&format!("idle_timeout_set_{backend}"))
+        .await
+        .unwrap();
+    let replica = Replica::spawn(db.backend_pool(backend, "lock", 2).unwrap(), interval);
     wait_for(STARTUP, || replica.elector.is_leader())
         .await
         .expect("leads");
@@ -34,13 +45,21 @@ async fn the_grant_sets_idle_session_timeout_to_four_intervals_on_the_lock_sessi
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_leader_cut_off_without_fin_loses_the_lock_within_four_intervals_and_demotes_within_two()
-{
-    let db = TestDb::create("orphan_bound").await.unwrap();
+on_both_backends!(
+    #[tokio::test]
+    a_leader_cut_off_without_fin_loses_the_lock_within_four_intervals_and_demotes_within_two
+);
+async fn a_leader_cut_off_without_fin_loses_the_lock_within_four_intervals_and_demotes_within_two(
+    backend: Backend,
+) {
+    let db = TestDb::create(&format!("orphan_bound_{backend}"))
+        .await
+        .unwrap();
     let proxy = FaultProxy::in_front_of(&db.config()).await.unwrap();
     let cut_off = Replica::spawn(
-        pool_for(proxy.pg_config(&db.config_with_app_name("cut-off")), 2).unwrap(),
+        backend
+            .pool(&proxy.pg_config(&db.config_with_app_name("cut-off")), 2)
+            .unwrap(),
         I,
     );
     wait_for(STARTUP, || cut_off.elector.is_leader())
@@ -87,16 +106,25 @@ async fn a_leader_cut_off_without_fin_loses_the_lock_within_four_intervals_and_d
     db.cleanup().await.unwrap();
 }
 
+on_both_backends!(
+    #[tokio::test]
+    a_graceful_stop_while_the_lock_session_is_blackholed_ends_in_budget_and_says_unanswered
+);
 /// A graceful stop whose unlock never gets an answer (the lock session blackholed: no FIN, no
 /// RST) ends the run within the stop budget (grace, then the 2-second unlock), publishes the
 /// release as unanswered rather than released, and the server frees the orphan by the
 /// `idle_session_timeout` the grant set (4·I), after which the standby leads.
-#[tokio::test]
-async fn a_graceful_stop_while_the_lock_session_is_blackholed_ends_in_budget_and_says_unanswered() {
-    let db = TestDb::create("orphan_blackholed_stop").await.unwrap();
+async fn a_graceful_stop_while_the_lock_session_is_blackholed_ends_in_budget_and_says_unanswered(
+    backend: Backend,
+) {
+    let db = TestDb::create(&format!("orphan_blackholed_stop_{backend}"))
+        .await
+        .unwrap();
     let proxy = FaultProxy::in_front_of(&db.config()).await.unwrap();
     let leader = Replica::spawn(
-        pool_for(proxy.pg_config(&db.config_with_app_name("blackholed")), 2).unwrap(),
+        backend
+            .pool(&proxy.pg_config(&db.config_with_app_name("blackholed")), 2)
+            .unwrap(),
         I,
     );
     wait_for(STARTUP, || leader.elector.is_leader())
