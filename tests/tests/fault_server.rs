@@ -17,20 +17,22 @@ mod support;
 use std::time::Duration;
 
 use fault_support::{Fleet, I, MARGIN, STARTUP, assert_within, sleep_until};
-use plexsphere_leader_tests::{Cluster, FaultProxy, HarnessError, LockObserver, Mode, StopMode};
+use plexsphere_leader_tests::{
+    Backend, Cluster, FaultProxy, HarnessError, LockObserver, Mode, StopMode,
+};
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 
 const ACQUIRE_WARN: &str = "leader: acquire lock connection";
 
-async fn restart_hands_over(mode: StopMode) {
+async fn restart_hands_over(mode: StopMode, backend: Backend) {
     let cluster = Cluster::start().await.expect("a throwaway cluster");
     let config = cluster.config("postgres");
     let observer = LockObserver::start(&config).await.expect("observer");
     let mut fleet = Fleet::new();
-    let a = fleet.spawn("a", &config, I).await;
+    let a = fleet.spawn_on(backend, "a", &config, I).await;
     fleet.wait_lead(a, STARTUP).await;
-    let _b = fleet.spawn("b", &config, I).await;
+    let _b = fleet.spawn_on(backend, "b", &config, I).await;
     tokio::time::sleep(2 * I).await;
 
     let cut = Instant::now();
@@ -66,15 +68,28 @@ async fn restart_hands_over(mode: StopMode) {
     fleet.finish(&admin).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fast_restart_demotes_the_leader_and_one_replica_leads_when_the_server_is_back() {
-    restart_hands_over(StopMode::Fast).await;
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_fast_restart_demotes_the_leader_and_one_replica_leads_when_the_server_is_back
+);
+async fn a_fast_restart_demotes_the_leader_and_one_replica_leads_when_the_server_is_back(
+    backend: Backend,
+) {
+    restart_hands_over(StopMode::Fast, backend).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_immediate_restart_demotes_the_leader_and_one_replica_leads_after_recovery() {
-    restart_hands_over(StopMode::Immediate).await;
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    an_immediate_restart_demotes_the_leader_and_one_replica_leads_after_recovery
+);
+async fn an_immediate_restart_demotes_the_leader_and_one_replica_leads_after_recovery(
+    backend: Backend,
+) {
+    restart_hands_over(StopMode::Immediate, backend).await;
 }
+
+/// Deadpool only: the replicas follow the primary through a DSN listing both servers with
+/// `target_session_attrs=read-write`, which sqlx's connect options do not take.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_to_a_promoted_standby_moves_leadership_to_the_new_primary() {
