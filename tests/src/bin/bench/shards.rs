@@ -69,13 +69,15 @@ pub(crate) struct Options {
     #[arg(long, default_value_t = 8)]
     replicas: usize,
     /// The check interval I.
-    #[arg(long = "check-interval", value_name = "DURATION", default_value = "1s", value_parser = duration)]
+    #[arg(long = "check-interval", value_name = "DURATION")]
+    #[arg(default_value = "1s", value_parser = duration)]
     interval: Duration,
     /// Rounds of the membership changes and of SIGKILL.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// The cost table's steady window, in seconds.
-    #[arg(long = "cost-seconds", value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+    #[arg(long = "cost-seconds", value_name = "SECONDS")]
+    #[arg(default_value = "30", value_parser = seconds)]
     cost_window: Duration,
     /// Run only this section (default: all).
     #[arg(long, value_enum)]

@@ -56,7 +56,9 @@ use tokio::time::Instant;
 use tokio_postgres::NoTls;
 use tokio_util::sync::CancellationToken;
 
-use crate::common::{BoxError, duration, fine_ms, ms, percentile, print_machine, random_phase};
+use crate::common::{
+    BoxError, duration, fine_ms, ms, percentile, print_machine, random_phase, seconds,
+};
 
 /// How long any one wait of a round may take before the round counts as failed.
 const ROUND_TIMEOUT: Duration = Duration::from_secs(20);
@@ -65,7 +67,8 @@ const ROUND_TIMEOUT: Duration = Duration::from_secs(20);
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct Options {
     /// The replicas' check interval I in the failover table.
-    #[arg(long = "check-interval", value_name = "DURATION", default_value = "200ms", value_parser = duration)]
+    #[arg(long = "check-interval", value_name = "DURATION")]
+    #[arg(default_value = "200ms", value_parser = duration)]
     interval: Duration,
     /// Rounds per fault (failover) and of the detection floor.
     #[arg(long, default_value_t = 5)]
@@ -74,10 +77,12 @@ pub(crate) struct Options {
     #[arg(long, default_value_t = 100)]
     scale_electors: usize,
     /// The check interval of the scale table.
-    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = duration)]
+    #[arg(long, value_name = "DURATION")]
+    #[arg(default_value = "50ms", value_parser = duration)]
     scale_interval: Duration,
     /// The scale table's steady window, in seconds.
-    #[arg(long = "scale-seconds", value_name = "SECONDS", default_value = "10", value_parser = crate::common::seconds)]
+    #[arg(long = "scale-seconds", value_name = "SECONDS")]
+    #[arg(default_value = "10", value_parser = seconds)]
     scale_window: Duration,
     /// Run only this section (default: all).
     #[arg(long, value_enum)]
