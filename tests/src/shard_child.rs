@@ -1,7 +1,7 @@
 //! The sharded replica child process: one [`ShardedElector`] in its own OS process (or, for the
 //! benchmark's comparison, a range of single [`Elector`]s, one per shard key), so that
-//! `SIGKILL` and a cut-off session are real. The `shard-bench` binary runs [`main`] as its
-//! hidden `replica` subcommand; [`fleet`] starts such processes and reads what they print.
+//! `SIGKILL` and a cut-off session are real. The `bench` binary runs [`main`] as its
+//! hidden `shard-replica` subcommand; [`fleet`] starts such processes and reads what they print.
 //!
 //! # Output
 //!

@@ -1,4 +1,4 @@
-//! Sharded leadership with replicas as separate OS processes (`shard-bench replica`, see
+//! Sharded leadership with replicas as separate OS processes (`bench shard-replica`, see
 //! `plexsphere_leader_tests::shard_child`), each test on its own database of the shared local
 //! server. Every replica prints each shard term's begin and end with a `CLOCK_MONOTONIC` stamp;
 //! the merged records say who believed it owned which shard when.
@@ -42,7 +42,7 @@ const K: u32 = 32;
 const R: usize = 4;
 
 fn launcher() -> ShardLauncher {
-    ShardLauncher::with_prefix(env!("CARGO_BIN_EXE_shard-bench"), &["replica"])
+    ShardLauncher::with_prefix(env!("CARGO_BIN_EXE_bench"), &["shard-replica"])
 }
 
 /// The replica processes of one test.

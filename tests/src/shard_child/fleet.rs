@@ -39,7 +39,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(180);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How to start sharded replica processes: the program, and the arguments before the
-/// replica's own (`shard-bench replica …`).
+/// replica's own (`bench shard-replica …`).
 #[derive(Debug, Clone)]
 pub struct ShardLauncher {
     program: PathBuf,

@@ -1,12 +1,12 @@
-//! The sharded-leadership benchmark of plexsphere-leader: prints tables, asserts nothing.
+//! `bench shards`: the sharded-leadership benchmark; prints tables, asserts nothing.
 //!
 //! ```text
-//! cargo run --release -p plexsphere-leader-tests --bin shard-bench -- \
+//! cargo run --release -p plexsphere-leader-tests --bin bench -- shards \
 //!     [--shards 1024] [--replicas 8] [--check-interval 1s] [--rounds 3] \
 //!     [--cost-seconds 30] [--only cost|changes|sigkill]
 //! ```
 //!
-//! Replicas are OS processes: this binary re-run as `shard-bench replica …`
+//! Replicas are OS processes: this binary re-run as `bench shard-replica …`
 //! (`plexsphere_leader_tests::shard_child`), one `ShardedElector` each, printing every shard
 //! term's begin and end with a `CLOCK_MONOTONIC` stamp, so that every figure comes from one
 //! merged timeline. Each section runs on a throwaway cluster (`Cluster`), one database per
@@ -29,26 +29,26 @@
 //!    (started `I/R` apart, so that their surveys fall at different phases) to the last of its
 //!    shards owned again, against `I +` the measured grant time of one take statement of `K/R`
 //!    shards; then a replacement joins.
-#![forbid(unsafe_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::ValueEnum;
 use plexsphere_leader::shard_sql;
 use plexsphere_leader::sharded::{DEFAULT_SHARD_CLASS, Shard};
-use plexsphere_leader_tests::clock::monotonic_ns;
 use plexsphere_leader_tests::replica_process::dsn;
 use plexsphere_leader_tests::shard_child::ShardChildArgs;
 use plexsphere_leader_tests::shard_child::fleet::{
     self, CpuSample, ShardEvent, ShardLauncher, ShardProcess,
 };
-use plexsphere_leader_tests::{Cluster, StopMode, TestDb, base_config, connect};
+use plexsphere_leader_tests::{Cluster, StopMode, TestDb};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_postgres::Client;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::common::{
+    BoxError, duration, fine_ms, median, ms, percentile, print_machine, random_phase, seconds,
+};
 
 /// The class id of the single elections' keys `(SINGLE_CLASS, s)`: "plsi".
 const SINGLE_CLASS: i32 = 0x706c_7369;
@@ -59,51 +59,50 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Samples of a statement's round trip.
 const STATEMENT_SAMPLES: usize = 10;
 
-/// The command line.
-#[derive(Debug, Clone)]
-struct Options {
+/// The command line of `bench shards`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Options {
+    /// Shards K of the space.
+    #[arg(long, default_value_t = 1024)]
     shards: u32,
+    /// Sharded replica processes R (at least 2, at most K).
+    #[arg(long, default_value_t = 8)]
     replicas: usize,
+    /// The check interval I.
+    #[arg(long = "check-interval", value_name = "DURATION")]
+    #[arg(default_value = "1s", value_parser = duration)]
     interval: Duration,
+    /// Rounds of the membership changes and of SIGKILL.
+    #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// The cost table's steady window, in seconds.
+    #[arg(long = "cost-seconds", value_name = "SECONDS")]
+    #[arg(default_value = "30", value_parser = seconds)]
     cost_window: Duration,
-    only: Option<String>,
+    /// Run only this section (default: all).
+    #[arg(long, value_enum)]
+    only: Option<Section>,
+}
+
+/// The sections of `bench shards`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Section {
+    Cost,
+    Changes,
+    Sigkill,
 }
 
 impl Options {
-    fn parse(args: &[String]) -> Result<Self, String> {
-        let mut options = Self {
-            shards: 1024,
-            replicas: 8,
-            interval: Duration::from_secs(1),
-            rounds: 3,
-            cost_window: Duration::from_secs(30),
-            only: None,
-        };
-        let mut args = args.iter();
-        while let Some(flag) = args.next() {
-            let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-            match flag.as_str() {
-                "--shards" => options.shards = count(value)?,
-                "--replicas" => options.replicas = count(value)?,
-                "--check-interval" => options.interval = duration(value)?,
-                "--rounds" => options.rounds = count(value)?,
-                "--cost-seconds" => options.cost_window = Duration::from_secs(count(value)?),
-                "--only" => match value.as_str() {
-                    "cost" | "changes" | "sigkill" => options.only = Some(value.clone()),
-                    other => return Err(format!("--only: cost, changes or sigkill, not {other}")),
-                },
-                other => return Err(format!("unknown argument {other}")),
-            }
-        }
-        if options.replicas < 2 || options.shards < options.replicas as u32 {
+    /// What clap cannot say alone: at least 2 replicas and a shard per replica.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        if self.replicas < 2 || self.shards < self.replicas as u32 {
             return Err("need at least 2 replicas and a shard per replica".into());
         }
-        Ok(options)
+        Ok(())
     }
 
-    fn runs(&self, section: &str) -> bool {
-        self.only.as_deref().is_none_or(|only| only == section)
+    fn runs(&self, section: Section) -> bool {
+        self.only.is_none_or(|only| only == section)
     }
 
     /// `K/R`, rounded down: the share of one replica, and the size of the measured take.
@@ -112,95 +111,24 @@ impl Options {
     }
 }
 
-/// `250ms`, `2s`, `1.5s`.
-fn duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("not a duration: {text} (use ms or s)");
-    if let Some(ms) = text.strip_suffix("ms") {
-        return ms.parse().map(Duration::from_millis).map_err(|_| bad());
-    }
-    let secs: f64 = text
-        .strip_suffix('s')
-        .ok_or_else(bad)?
-        .parse()
-        .map_err(|_| bad())?;
-    Duration::try_from_secs_f64(secs).map_err(|_| bad())
-}
-
-fn count<T: std::str::FromStr>(text: &str) -> Result<T, String> {
-    text.parse().map_err(|_| format!("not a count: {text}"))
-}
-
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("replica") {
-        return plexsphere_leader_tests::shard_child::main(args.into_iter().skip(1));
-    }
-    let options = match Options::parse(&args) {
-        Ok(options) => options,
-        Err(message) => {
-            eprintln!("shard-bench: {message}");
-            return ExitCode::from(2);
-        }
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build();
-    let result = match runtime {
-        Ok(runtime) => runtime.block_on(run(options)),
-        Err(e) => Err(e.into()),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("shard-bench: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-async fn run(options: Options) -> Result<(), BoxError> {
-    print_machine(&options).await?;
-    if options.runs("cost") {
-        cost(&options).await?;
-    }
-    if options.runs("changes") || options.runs("sigkill") {
-        let cluster = Cluster::start().await?;
-        if options.runs("changes") {
-            changes(&options, &cluster).await?;
-        }
-        if options.runs("sigkill") {
-            sigkill(&options, &cluster).await?;
-        }
-    }
-    Ok(())
-}
-
-async fn print_machine(options: &Options) -> Result<(), BoxError> {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
-        .unwrap_or_else(|| "unknown".into());
-    let cores = std::thread::available_parallelism().map_or(0, usize::from);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let client = connect(&base_config()?).await?;
-    let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
-    println!("# plexsphere-leader sharded leadership benchmark\n");
-    println!(
-        "machine: {cores} cores, {model}, Linux {}; PostgreSQL {version}; load average {}",
-        kernel.trim(),
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
+    print_machine("plexsphere-leader sharded leadership benchmark").await?;
     println!(
         "K = {} shards, R = {} replicas, I = {:?}, {} rounds, cost window {:?}",
         options.shards, options.replicas, options.interval, options.rounds, options.cost_window
     );
+    if options.runs(Section::Cost) {
+        cost(&options).await?;
+    }
+    if options.runs(Section::Changes) || options.runs(Section::Sigkill) {
+        let cluster = Cluster::start().await?;
+        if options.runs(Section::Changes) {
+            changes(&options, &cluster).await?;
+        }
+        if options.runs(Section::Sigkill) {
+            sigkill(&options, &cluster).await?;
+        }
+    }
     Ok(())
 }
 
@@ -209,7 +137,7 @@ async fn print_machine(options: &Options) -> Result<(), BoxError> {
 
 fn launcher() -> Result<ShardLauncher, BoxError> {
     let me = std::env::current_exe()?;
-    Ok(ShardLauncher::with_prefix(me, &["replica"]))
+    Ok(ShardLauncher::with_prefix(me, &["shard-replica"]))
 }
 
 /// The replica processes of one database, and the space they share.
@@ -334,12 +262,6 @@ impl Deployment {
     }
 }
 
-/// A pseudo-random part of one interval, so that a change lands at any phase of the surveys.
-async fn random_phase(interval: Duration) {
-    let phase = monotonic_ns() % u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
-    tokio::time::sleep(Duration::from_nanos(phase)).await;
-}
-
 /// Whether the server shows every shard of the space held by the live replicas, in the shares
 /// their own records show, with one member lock each.
 async fn server_agrees(client: &Client, deployment: &Deployment) -> Result<bool, BoxError> {
@@ -387,29 +309,6 @@ async fn grant_times(db: &TestDb, n: u32) -> Result<Vec<Duration>, BoxError> {
 /// One survey statement of the space (from a session that is no member).
 async fn survey_times(db: &TestDb, k: u32) -> Result<Vec<Duration>, BoxError> {
     round_trips(db, &shard_sql::survey(DEFAULT_SHARD_CLASS, k)).await
-}
-
-fn median(sorted: &[Duration]) -> Duration {
-    percentile(sorted, 50)
-}
-
-/// Nearest-rank percentile.
-fn percentile(values: &[Duration], p: usize) -> Duration {
-    if values.is_empty() {
-        return Duration::ZERO;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort();
-    let rank = (p * sorted.len()).div_ceil(100).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
-}
-
-fn fine_ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
 /// `d` in intervals, to a hundredth.

@@ -1,13 +1,14 @@
-//! The failover benchmark of plexsphere-leader: prints tables, asserts nothing.
+//! `bench single`: the single election's failover, costs, scale and floor; prints tables,
+//! asserts nothing.
 //!
 //! ```text
-//! cargo run --release -p plexsphere-leader-tests --bin bench -- \
+//! cargo run --release -p plexsphere-leader-tests --bin bench -- single \
 //!     [--check-interval 200ms] [--rounds 5] [--scale-electors 100] [--scale-interval 50ms] \
 //!     [--scale-seconds 10] [--only failover|costs|scale|floor] [--acquire poll|queue|both] \
 //!     [--faults graceful,sigkill,...] [--explain-over 50ms]
 //! ```
 //!
-//! `--faults` restricts the failover table to the named faults (see [`Fault::key`]), for runs
+//! `--faults` restricts the failover table to the named faults (see [`Fault`]), for runs
 //! with many rounds of a few faults. `--explain-over D` prints to stderr, for every round
 //! without a leader for longer than D, both replicas' records (terms and log lines) relative
 //! to the fault.
@@ -18,8 +19,8 @@
 //!    `bench replica …`, see `plexsphere_leader_tests::replica_child`); times come from one
 //!    merged timeline on `CLOCK_MONOTONIC`.
 //! 2. **Cost per check**: client CPU time and allocations per standby check and per leader
-//!    check (one elector in this process, a counting global allocator), and the backends opened
-//!    over 1,000 refused checks.
+//!    check (one elector in this process, the binary's counting global allocator), and the
+//!    backends opened over 1,000 refused checks.
 //! 3. **Scale**: many electors in one database at a short interval: leaders at every instant,
 //!    the server's CPU share, checks per second; for a cold start, the time to the first leader
 //!    and until every elector had a connection, and what became of the connection setups a
@@ -31,54 +32,90 @@
 //! Needs the local PostgreSQL of the test suite (`PLEXSPHERE_TEST_DSN`) and, for the restart,
 //! failover and scale runs, the server binaries for throwaway clusters. See
 //! `docs/benchmarks.md`.
-#![forbid(unsafe_code)]
 
-use std::alloc::System;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use clap::ValueEnum;
 use deadpool_postgres::{Hook, Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use plexsphere_leader::session::{LateSetups, PoolSessions};
 use plexsphere_leader::{Config, Elector};
-use plexsphere_leader_tests::clock::{monotonic_ns, process_cpu};
+use plexsphere_leader_tests::clock::process_cpu;
 use plexsphere_leader_tests::replica_process::{
     FOLLOW, LEAD, REPLICA_APP_PREFIX, dsn, lock_holders, wait_clean,
 };
+use plexsphere_leader_tests::shard_child::fleet::cluster_cpu;
 use plexsphere_leader_tests::timeline::{self, Span};
 use plexsphere_leader_tests::{
     ChildArgs, Cluster, FaultProxy, Launcher, LockObserver, Mode, ReplicaProcess, StopMode, TestDb,
-    Timeline, base_config, connect,
+    Timeline,
 };
-use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use stats_alloc::Region;
 use tokio::time::Instant;
 use tokio_postgres::NoTls;
 use tokio_util::sync::CancellationToken;
 
-#[global_allocator]
-static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+use crate::common::{
+    BoxError, duration, fine_ms, ms, percentile, print_machine, random_phase, seconds,
+};
 
 /// How long any one wait of a round may take before the round counts as failed.
 const ROUND_TIMEOUT: Duration = Duration::from_secs(20);
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The command line.
-#[derive(Debug, Clone)]
-struct Options {
+/// The command line of `bench single`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Options {
+    /// The replicas' check interval I in the failover table.
+    #[arg(long = "check-interval", value_name = "DURATION")]
+    #[arg(default_value = "200ms", value_parser = duration)]
     interval: Duration,
+    /// Rounds per fault (failover) and of the detection floor.
+    #[arg(long, default_value_t = 5)]
     rounds: usize,
+    /// Electors of the scale table.
+    #[arg(long, default_value_t = 100)]
     scale_electors: usize,
+    /// The check interval of the scale table.
+    #[arg(long, value_name = "DURATION")]
+    #[arg(default_value = "50ms", value_parser = duration)]
     scale_interval: Duration,
+    /// The scale table's steady window, in seconds.
+    #[arg(long = "scale-seconds", value_name = "SECONDS")]
+    #[arg(default_value = "10", value_parser = seconds)]
     scale_window: Duration,
-    only: Option<String>,
-    /// The acquire modes of the failover table: `[false]` (poll), `[true]` (queue) or both.
-    queued: Vec<bool>,
-    /// The faults of the failover table, in table order.
+    /// Run only this section (default: all).
+    #[arg(long, value_enum)]
+    only: Option<Section>,
+    /// The acquire modes of the failover table.
+    #[arg(long, value_enum, default_value_t = Acquire::Poll)]
+    acquire: Acquire,
+    /// The faults of the failover table, comma-separated (default: all), in table order.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "FAULT,...")]
     faults: Vec<Fault>,
     /// Print the replicas' records of every round whose time without a leader exceeds this.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
     explain_over: Option<Duration>,
+}
+
+/// The sections of `bench single`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Section {
+    Failover,
+    Costs,
+    Scale,
+    Floor,
+}
+
+/// `--acquire`: the failover table's acquire modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Acquire {
+    /// `AcquireMode::Poll`.
+    Poll,
+    /// `AcquireMode::Queue`.
+    Queue,
+    /// Poll, then queue.
+    Both,
 }
 
 /// How the replicas of a failover round run.
@@ -90,112 +127,48 @@ struct Setup {
 }
 
 impl Options {
-    fn parse(args: &[String]) -> Result<Self, String> {
-        let mut options = Self {
-            interval: Duration::from_millis(200),
-            rounds: 5,
-            scale_electors: 100,
-            scale_interval: Duration::from_millis(50),
-            scale_window: Duration::from_secs(10),
-            only: None,
-            queued: vec![false],
-            faults: Fault::ALL.to_vec(),
-            explain_over: None,
-        };
-        let mut args = args.iter();
-        while let Some(flag) = args.next() {
-            let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-            match flag.as_str() {
-                "--check-interval" => options.interval = duration(value)?,
-                "--rounds" => options.rounds = count(value)?,
-                "--scale-electors" => options.scale_electors = count(value)?,
-                "--scale-interval" => options.scale_interval = duration(value)?,
-                "--scale-seconds" => {
-                    options.scale_window = Duration::from_secs(count(value)? as u64)
-                }
-                "--only" => options.only = Some(value.clone()),
-                "--acquire" => {
-                    options.queued = match value.as_str() {
-                        "poll" => vec![false],
-                        "queue" => vec![true],
-                        "both" => vec![false, true],
-                        other => {
-                            return Err(format!("--acquire: poll, queue or both, not {other}"));
-                        }
-                    }
-                }
-                "--faults" => options.faults = Fault::parse_list(value)?,
-                "--explain-over" => options.explain_over = Some(duration(value)?),
-                other => return Err(format!("unknown argument {other}")),
-            }
-        }
-        Ok(options)
+    fn runs(&self, section: Section) -> bool {
+        self.only.is_none_or(|only| only == section)
     }
 
-    fn runs(&self, section: &str) -> bool {
-        self.only.as_deref().is_none_or(|only| only == section)
-    }
-}
-
-/// `250ms`, `2s`, `1.5s`.
-fn duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("not a duration: {text} (use ms or s)");
-    if let Some(ms) = text.strip_suffix("ms") {
-        return ms.parse().map(Duration::from_millis).map_err(|_| bad());
-    }
-    let secs: f64 = text
-        .strip_suffix('s')
-        .ok_or_else(bad)?
-        .parse()
-        .map_err(|_| bad())?;
-    Duration::try_from_secs_f64(secs).map_err(|_| bad())
-}
-
-fn count(text: &str) -> Result<usize, String> {
-    text.parse().map_err(|_| format!("not a count: {text}"))
-}
-
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("replica") {
-        return plexsphere_leader_tests::replica_child::main(args.into_iter().skip(1));
-    }
-    let options = match Options::parse(&args) {
-        Ok(options) => options,
-        Err(message) => {
-            eprintln!("bench: {message}");
-            return ExitCode::from(2);
-        }
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build();
-    let result = match runtime {
-        Ok(runtime) => runtime.block_on(run(options)),
-        Err(e) => Err(e.into()),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench: {e}");
-            ExitCode::FAILURE
+    /// The acquire modes of the failover table: `[false]` (poll), `[true]` (queue) or both.
+    fn queued(&self) -> Vec<bool> {
+        match self.acquire {
+            Acquire::Poll => vec![false],
+            Acquire::Queue => vec![true],
+            Acquire::Both => vec![false, true],
         }
     }
+
+    /// The faults of the failover table, in table order.
+    fn faults(&self) -> Vec<Fault> {
+        Fault::ALL
+            .into_iter()
+            .filter(|f| self.faults.is_empty() || self.faults.contains(f))
+            .collect()
+    }
 }
 
-async fn run(options: Options) -> Result<(), BoxError> {
-    print_machine(&options).await?;
-    if options.runs("failover") {
+pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
+    print_machine("plexsphere-leader failover benchmark").await?;
+    println!(
+        "check interval I = {:?}, {} rounds per fault; scale: {} electors at {:?} for {:?}",
+        options.interval,
+        options.rounds,
+        options.scale_electors,
+        options.scale_interval,
+        options.scale_window
+    );
+    if options.runs(Section::Failover) {
         failover_table(&options).await?;
     }
-    if options.runs("costs") {
+    if options.runs(Section::Costs) {
         costs(&options).await?;
     }
-    if options.runs("scale") {
+    if options.runs(Section::Scale) {
         scale(&options).await?;
     }
-    if options.runs("floor") {
+    if options.runs(Section::Floor) {
         detection_floor(&options).await?;
     }
     Ok(())
@@ -250,43 +223,11 @@ async fn detection_floor(options: &Options) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Milliseconds to a tenth.
-fn fine_ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
-}
-
-async fn print_machine(options: &Options) -> Result<(), BoxError> {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
-        .unwrap_or_else(|| "unknown".into());
-    let cores = std::thread::available_parallelism().map_or(0, usize::from);
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let client = connect(&base_config()?).await?;
-    let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
-    println!("# plexsphere-leader failover benchmark\n");
-    println!(
-        "machine: {cores} cores, {model}, Linux {}; PostgreSQL {version}",
-        kernel.trim()
-    );
-    println!(
-        "check interval I = {:?}, {} rounds per fault; scale: {} electors at {:?} for {:?}",
-        options.interval,
-        options.rounds,
-        options.scale_electors,
-        options.scale_interval,
-        options.scale_window
-    );
-    Ok(())
-}
-
 // ---------------------------------------------------------------------------------------------
 // Failover
 
-/// The faults of the failover table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The faults of the failover table; `--faults` names them in kebab case (`silent-death`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Fault {
     Graceful,
     Sigkill,
@@ -317,42 +258,6 @@ impl Fault {
         Self::RestartImmediate,
         Self::Failover,
     ];
-
-    /// The fault's name on the command line (`--faults`).
-    fn key(self) -> &'static str {
-        match self {
-            Self::Graceful => "graceful",
-            Self::Sigkill => "sigkill",
-            Self::SilentDeath => "silent-death",
-            Self::Partition => "partition",
-            Self::Terminate => "terminate",
-            Self::TerminateDirect => "terminate-direct",
-            Self::DropServerToClient => "drop-server-to-client",
-            Self::DropClientToServer => "drop-client-to-server",
-            Self::RestartFast => "restart-fast",
-            Self::RestartImmediate => "restart-immediate",
-            Self::Failover => "failover",
-        }
-    }
-
-    /// A comma-separated list of [`Fault::key`]s, in table order.
-    fn parse_list(text: &str) -> Result<Vec<Self>, String> {
-        let keys: Vec<&str> = text.split(',').map(str::trim).collect();
-        if let Some(unknown) = keys
-            .iter()
-            .find(|key| !Self::ALL.iter().any(|f| f.key() == **key))
-        {
-            let known: Vec<&str> = Self::ALL.iter().map(|f| f.key()).collect();
-            return Err(format!(
-                "--faults: unknown fault {unknown} (known: {})",
-                known.join(", ")
-            ));
-        }
-        Ok(Self::ALL
-            .into_iter()
-            .filter(|f| keys.contains(&f.key()))
-            .collect())
-    }
 
     fn name(self) -> &'static str {
         match self {
@@ -404,7 +309,7 @@ struct Sample {
 }
 
 async fn failover_table(options: &Options) -> Result<(), BoxError> {
-    for &queued in &options.queued {
+    for queued in options.queued() {
         let setup = Setup {
             interval: options.interval,
             queued,
@@ -429,7 +334,7 @@ async fn failover_mode(options: &Options, setup: Setup) -> Result<(), BoxError> 
         "| fault | (a) no leader: bound | median | p99 | max | (b) old leader knows: bound | median | p99 | max | (c) overlap: bound | median | p99 | max |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for &fault in &options.faults {
+    for fault in options.faults() {
         let mut samples = Vec::new();
         let mut failures = Vec::new();
         for _ in 0..options.rounds {
@@ -494,18 +399,6 @@ fn stats(values: &[Duration]) -> String {
     )
 }
 
-/// Nearest-rank percentile.
-fn percentile(values: &[Duration], p: usize) -> Duration {
-    let mut sorted = values.to_vec();
-    sorted.sort();
-    let rank = (p * sorted.len()).div_ceil(100).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
-}
-
 /// Two replica processes, `a` (the leader, possibly behind a proxy) and `b` (a standby).
 struct Pair {
     timeline: Timeline,
@@ -541,8 +434,7 @@ impl Pair {
         // pseudo-random part of an interval, so that the fault falls at any phase of the
         // leader's checks.
         tokio::time::sleep(2 * interval).await;
-        let phase = monotonic_ns() % u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
-        tokio::time::sleep(Duration::from_nanos(phase)).await;
+        random_phase(interval).await;
         Ok(Self {
             timeline,
             explain_over,
@@ -802,7 +694,7 @@ impl Cost {
 /// Measures over a window of `target` checks counted by `checks`, expected one per `interval`.
 /// The harness sleeps through the expected window at once, so its own wake-ups cost little.
 async fn measure_window(mut checks: impl FnMut() -> u64, target: u64, interval: Duration) -> Cost {
-    let region = Region::new(GLOBAL);
+    let region = Region::new(crate::GLOBAL);
     let cpu = process_cpu();
     let start = checks();
     tokio::time::sleep(interval * u32::try_from(target).unwrap_or(u32::MAX)).await;
@@ -1307,7 +1199,7 @@ async fn observe(
     interval: Duration,
 ) -> Observation {
     let warnings = WarnCounter::global();
-    let (server, client) = (server_cpu(cluster), process_cpu());
+    let (server, client) = (cluster_cpu(cluster), process_cpu());
     let handed_out = counters.handed_out.load(Ordering::Relaxed);
     let (opened, warned) = (counters.opened.load(Ordering::Relaxed), warnings.count());
     let late = fleet.late_setups();
@@ -1342,7 +1234,7 @@ async fn observe(
             as u64,
         opened: counters.opened.load(Ordering::Relaxed) - opened,
         warned: warnings.count() - warned,
-        server: server_cpu(cluster).saturating_sub(server),
+        server: cluster_cpu(cluster).saturating_sub(server),
         client: process_cpu() - client,
         first_leader,
         all_connected,
@@ -1354,60 +1246,6 @@ async fn observe(
             delta
         },
     }
-}
-
-/// CPU time so far of the cluster's postmaster and all its children (`/proc/<pid>/schedstat`).
-fn server_cpu(cluster: &Cluster) -> Duration {
-    let pidfile = cluster.dir().join("data").join("postmaster.pid");
-    let Some(postmaster) = std::fs::read_to_string(pidfile)
-        .ok()
-        .and_then(|s| s.lines().next().and_then(|l| l.trim().parse::<u32>().ok()))
-    else {
-        return Duration::ZERO;
-    };
-    // Backends that exited: the postmaster's reaped children (cutime + cstime, in USER_HZ = 100
-    // ticks on Linux), so short-lived backends count too.
-    let mut total = cpu_of(postmaster) + reaped_children(postmaster);
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return total;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if parent_of(pid) == Some(postmaster) {
-            total += cpu_of(pid);
-        }
-    }
-    total
-}
-
-fn cpu_of(pid: u32) -> Duration {
-    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
-        .map_or(Duration::ZERO, Duration::from_nanos)
-}
-
-fn reaped_children(pid: u32) -> Duration {
-    let fields = || -> Option<u64> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let rest: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-        // After the command: state is field 3, cutime field 16, cstime field 17.
-        Some(rest.get(13)?.parse::<u64>().ok()? + rest.get(14)?.parse::<u64>().ok()?)
-    };
-    fields().map_or(Duration::ZERO, |ticks| Duration::from_millis(ticks * 10))
-}
-
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command may contain spaces and parentheses: the fields resume after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Counts the elector's WARN events (target `plexsphere_leader`) and keeps the first message.

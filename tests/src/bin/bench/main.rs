@@ -1,0 +1,81 @@
+//! The benchmarks of plexsphere-leader: print tables, assert nothing.
+//!
+//! ```text
+//! cargo run --release -p plexsphere-leader-tests --bin bench -- single [flags]   # one election
+//! cargo run --release -p plexsphere-leader-tests --bin bench -- shards [flags]   # sharded
+//! cargo run --release -p plexsphere-leader-tests --bin bench -- <single|shards> --help
+//! ```
+//!
+//! - [`single`]: the single election's failover table, cost per check, scale and detection
+//!   floor.
+//! - [`shards`]: sharded leadership's cost against single elections, membership changes and
+//!   SIGKILL.
+//!
+//! Replicas are OS processes: this binary re-run as `bench replica …`
+//! (`plexsphere_leader_tests::replica_child`) for `single`, and as `bench shard-replica …`
+//! (`plexsphere_leader_tests::shard_child`) for `shards`; both subcommands are hidden. Needs the
+//! local PostgreSQL of the test suite (`PLEXSPHERE_TEST_DSN`) and the server binaries for
+//! throwaway clusters. See `docs/benchmarks.md`.
+//!
+//! A counting global allocator (`stats_alloc`) serves the whole binary, the replica processes
+//! included: `single --only costs` reads it.
+#![forbid(unsafe_code)]
+
+mod common;
+mod shards;
+mod single;
+
+use std::alloc::System;
+use std::process::ExitCode;
+
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand};
+use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// The benchmarks of plexsphere-leader: print tables, assert nothing.
+#[derive(Debug, Parser)]
+#[command(name = "bench")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The single election: failover per fault, cost per check, scale, detection floor.
+    Single(single::Options),
+    /// Sharded leadership: cost against single elections, membership changes, SIGKILL.
+    Shards(shards::Options),
+    /// A replica process of `single`'s failover rounds (the benchmark runs itself).
+    #[command(hide = true, disable_help_flag = true)]
+    Replica(Raw),
+    /// A sharded replica process of `shards` and of `tests/tests/sharded_process.rs`.
+    #[command(hide = true, disable_help_flag = true)]
+    ShardReplica(Raw),
+}
+
+/// A child's own arguments, parsed by the child.
+#[derive(Debug, clap::Args)]
+struct Raw {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Single(options) => common::block_on(single::run(options)),
+        Command::Shards(options) => {
+            if let Err(message) = options.check() {
+                Cli::command()
+                    .error(ErrorKind::ValueValidation, message)
+                    .exit();
+            }
+            common::block_on(shards::run(options))
+        }
+        Command::Replica(raw) => plexsphere_leader_tests::replica_child::main(raw.args),
+        Command::ShardReplica(raw) => plexsphere_leader_tests::shard_child::main(raw.args),
+    }
+}
