@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release -p plexsphere-leader-tests --bin bench -- single [flags]   # one election
 //! cargo run --release -p plexsphere-leader-tests --bin bench -- shards [flags]   # sharded
+//! cargo run --release -p plexsphere-leader-tests --bin bench -- busy [flags]     # a busy server
 //! cargo run --release -p plexsphere-leader-tests --bin bench -- <single|shards> --help
 //! ```
 //!
@@ -10,6 +11,7 @@
 //!   floor.
 //! - [`shards`]: sharded leadership's cost against single elections, membership changes and
 //!   SIGKILL.
+//! - [`busy`]: the leader's check and the shard survey while another session holds N locks.
 //!
 //! Replicas are OS processes: this binary re-run as `bench replica …`
 //! (`plexsphere_leader_tests::replica_child`) for `single`, and as `bench shard-replica …`
@@ -21,6 +23,7 @@
 //! included: `single --only costs` reads it.
 #![forbid(unsafe_code)]
 
+mod busy;
 mod common;
 mod shards;
 mod single;
@@ -49,6 +52,8 @@ enum Command {
     Single(single::Options),
     /// Sharded leadership: cost against single elections, membership changes, SIGKILL.
     Shards(shards::Options),
+    /// The leader's check and the shard survey on a server busy with other sessions' locks.
+    Busy(busy::Options),
     /// A replica process of `single`'s failover rounds (the benchmark runs itself).
     #[command(hide = true, disable_help_flag = true)]
     Replica(Raw),
@@ -75,6 +80,7 @@ fn main() -> ExitCode {
             }
             common::block_on(shards::run(options))
         }
+        Command::Busy(options) => common::block_on(busy::run(options)),
         Command::Replica(raw) => plexsphere_leader_tests::replica_child::main(raw.args),
         Command::ShardReplica(raw) => plexsphere_leader_tests::shard_child::main(raw.args),
     }
