@@ -412,3 +412,45 @@ async fn with_fencing_each_shard_term_has_an_epoch_that_fences_off_the_previous_
     second.stop().await;
     db.cleanup().await.unwrap();
 }
+
+/// Issue 23, item 3, for the sharded elector too (one policy, `failure::CheckFailures`): a
+/// database that does not exist is one ERROR with advice, then quiet, and typed permanent.
+#[tokio::test]
+async fn a_missing_database_is_one_error_and_a_typed_permanent_failure() {
+    use plexsphere_leader::FailureClass;
+    let (logs, _guard) = support::Logs::capture();
+    let db = TestDb::create("sharded_missing_db").await.unwrap();
+    let mut missing = db.config();
+    missing.dbname("no_such_database_plx_shards");
+    let pool = plexsphere_leader_tests::pool_for(missing, 2).unwrap();
+    let member = Member::spawn_with(&db, "sharded-missing", ShardConfig::new(pool, 8));
+    wait_for(STARTUP, || {
+        member
+            .elector
+            .check_failure()
+            .is_some_and(|failure| failure.failures >= 4)
+    })
+    .await
+    .expect("at least four failed acquires");
+    let failure = member.elector.check_failure().expect("failing");
+    assert_eq!(failure.class, FailureClass::Permanent, "{failure:?}");
+    assert!(failure.advice.is_some(), "{failure:?}");
+    assert!(member.owned().is_empty());
+    member.stop().await;
+    let lines = logs.lines();
+    let count = |level: &str| {
+        lines
+            .iter()
+            .filter(|line| line.starts_with(level) && line.contains("no_such_database_plx_shards"))
+            .count()
+    };
+    assert_eq!(count("ERROR"), 1, "{lines:#?}");
+    assert_eq!(count("WARN"), 0, "{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.starts_with("ERROR") && line.contains("advice: create the database")),
+        "{lines:#?}"
+    );
+    db.cleanup().await.unwrap();
+}

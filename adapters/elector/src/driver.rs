@@ -4,13 +4,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use plexsphere_leader_core::failures::{FailureClass, FailureReport, FailureReports};
-use plexsphere_leader_core::{Action, Cause, ConnId, Event, LogKind, LogRecord, TermId};
+use plexsphere_leader_core::failures::FailureReport;
+use plexsphere_leader_core::{Action, ConnId, Event, LogKind, LogRecord, TermId};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now;
 use crate::connection::{self, Completion, Held, Operation};
 use crate::error::{CheckError, RunError};
+use crate::failure::CheckFailures;
 use crate::log;
 use crate::observe::Observer;
 use crate::session::LockSession;
@@ -37,7 +38,7 @@ pub(crate) struct Driver {
     database: Option<String>,
     observer: Observer,
     /// How the current run of failed checks is logged (the core's policy).
-    failures: FailureReports,
+    failures: CheckFailures,
 }
 
 #[allow(clippy::large_enum_variant)] // reason: a short-lived stack value, never stored
@@ -66,7 +67,7 @@ impl Driver {
             watch_reported: None,
             finished: false,
             database: None,
-            failures: FailureReports::default(),
+            failures: CheckFailures::default(),
         };
         driver.perform_queued();
         Ok(driver)
@@ -145,7 +146,7 @@ impl Driver {
         // or close the connection the answer came on, which then makes the answer stale).
         self.fire_due_timers();
         self.observer.completion(&event);
-        if succeeds_check(&event) && self.failures.succeeded().is_some() {
+        if succeeds_check(&event) && self.failures.succeeded() {
             self.inner.check_failed(None);
         }
         self.feed(event);
@@ -305,21 +306,8 @@ impl Driver {
         let (LogKind::AcquireFailed, Some(cause)) = (record.kind, &record.cause) else {
             return None;
         };
-        // A verdict of the election itself (no answer in time, a shared session) is transient.
-        let (class, advice) = match cause {
-            Cause::Error(error) => (error.class(), error.advice()),
-            _ => (FailureClass::Transient, None),
-        };
-        let text = cause.to_string();
-        let report = self.failures.failed(now(), class, fingerprint(&text));
-        self.inner
-            .check_failed(Some(crate::leadership::CheckFailure {
-                class: report.run.class,
-                since: report.run.since,
-                failures: report.run.failures,
-                error: text,
-                advice,
-            }));
+        let (report, failure) = self.failures.failed(cause);
+        self.inner.check_failed(Some(failure));
         Some(report)
     }
 
@@ -344,14 +332,6 @@ fn succeeds_check(event: &Event<CheckError>) -> bool {
             | Event::LockWaitTimedOut { .. }
             | Event::PingAnswered { .. }
     )
-}
-
-/// A fingerprint of a failure's text: the same error, the same fingerprint.
-fn fingerprint(text: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut hasher);
-    hasher.finish()
 }
 
 /// Starts `operation` on the held connection `conn`, replacing any operation in flight; logs a

@@ -40,6 +40,7 @@ mod connection;
 mod driver;
 mod elector;
 mod error;
+mod failure;
 pub mod fencing;
 mod identity;
 mod key;

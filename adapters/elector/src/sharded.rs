@@ -145,6 +145,15 @@ impl ShardedElector {
         driver.run(shutdown).instrument(span).await
     }
 
+    /// The latest failed acquire of the lock session in the current run of failures, in full
+    /// (class, count, since when, the error and, for a permanent failure, what to do); `None`
+    /// once the session registered or surveyed. As for one election
+    /// ([`Elector::check_failure`](crate::Elector::check_failure)), a permanent failure is
+    /// logged at ERROR once, then at WARN at most once a minute; the run keeps retrying.
+    pub fn check_failure(&self) -> Option<crate::CheckFailure> {
+        self.inner.check_failure()
+    }
+
     /// Whether this replica owns `shard`: a read of the published ownership.
     pub fn is_owner(&self, shard: u32) -> bool {
         self.inner.is_owner(shard)

@@ -10,8 +10,9 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
+use plexsphere_leader_core::failures::FailureReport;
 use plexsphere_leader_core::shards::{
-    LockTableTooSmall, ShardAction, ShardEvent, ShardLog, Survey,
+    LockTableTooSmall, ShardAction, ShardEvent, ShardLog, ShardLogKind, Survey,
 };
 use plexsphere_leader_core::{ConnId, Level, TermId};
 use tokio_util::sync::CancellationToken;
@@ -21,6 +22,7 @@ use super::view::{Holder, SpaceView};
 use crate::clock::now;
 use crate::driver::{in_flight, start_on, take_held, watch_session};
 use crate::error::{CheckError, RunError};
+use crate::failure::CheckFailures;
 use crate::session::{LockSession, QueryError, Row, SessionSource};
 use crate::shard_sql::{self, ShardSqlError, SurveyRows};
 use crate::term::TermShared;
@@ -64,6 +66,8 @@ pub(crate) struct ShardDriver {
     finished: bool,
     failure: Option<LockTableTooSmall>,
     view: Option<SpaceView>,
+    /// How the current run of failed checks is logged (the core's policy, as for one election).
+    check_failures: CheckFailures,
 }
 
 enum Wake {
@@ -90,6 +94,7 @@ impl ShardDriver {
             finished: false,
             failure: None,
             view: None,
+            check_failures: CheckFailures::default(),
         };
         driver.perform_queued();
         Ok(driver)
@@ -159,8 +164,26 @@ impl ShardDriver {
         if view.is_some() {
             self.view = view;
         }
+        let worked = matches!(
+            event,
+            ShardEvent::Registered { .. } | ShardEvent::Surveyed { .. }
+        );
+        if worked && self.check_failures.succeeded() {
+            self.inner.check_failed(None);
+        }
         // A deadline that passed while the answer was on its way fires first.
         self.handle(event);
+    }
+
+    /// For a failed acquire of the lock session: how the core's policy reports it, after
+    /// recording it for [`ShardedElector::check_failure`](super::ShardedElector::check_failure).
+    fn failure_report(&mut self, record: &ShardLog<CheckError>) -> Option<FailureReport> {
+        let (ShardLogKind::AcquireFailed, Some(cause)) = (record.kind, &record.cause) else {
+            return None;
+        };
+        let (report, failure) = self.check_failures.failed(cause);
+        self.inner.check_failed(Some(failure));
+        Some(report)
     }
 
     fn handle(&mut self, event: ShardEvent<CheckError>) {
@@ -295,7 +318,14 @@ impl ShardDriver {
                     term
                 }));
             }
-            ShardAction::Log(record) => emit(&record, self.inner.options().interval().get()),
+            ShardAction::Log(record) => {
+                let report = self.failure_report(&record);
+                emit(
+                    &record,
+                    self.inner.options().interval().get(),
+                    report.as_ref(),
+                );
+            }
             ShardAction::Fail(too_small) => self.failure = Some(too_small),
             ShardAction::Finish => {
                 self.finished = true;
@@ -437,22 +467,37 @@ fn unexpected(statement: &'static str, error: &ShardSqlError) -> CheckError {
 }
 
 /// Emits a record of the sharded election as a `tracing` event (target `plexsphere_leader`)
-/// with the fields `shards`, `reason`, `cause` and `interval`; the run's span adds `class` and
-/// `identity`.
-fn emit(record: &ShardLog<CheckError>, interval: Duration) {
+/// with the fields `shards`, `reason`, `cause` and `interval`; the run's span adds `class`,
+/// `identity` and `pid`. A failed acquire's `report` sets the level as for one election (ERROR
+/// once for a permanent failure, then quiet but for a WARN a minute) and appends its advice.
+fn emit(record: &ShardLog<CheckError>, interval: Duration, report: Option<&FailureReport>) {
+    let level = match report {
+        Some(report) => match report.level {
+            Some(level) => level,
+            None => return,
+        },
+        None => record.kind.level(),
+    };
     let shards = record.shards;
     let reason = record.reason.map(|r| r.label());
     let cause = record.cause.as_ref().map(tracing::field::display);
     let interval = tracing::field::debug(interval);
-    match record.kind.level() {
+    let advice = match &record.cause {
+        Some(plexsphere_leader_core::Cause::Error(error)) => error.advice(),
+        _ => None,
+    };
+    let suffix = advice
+        .map(|advice| format!("; advice: {advice}"))
+        .unwrap_or_default();
+    match level {
         Level::Info => tracing::info!(
-            target: "plexsphere_leader", shards, reason, cause, interval, "{record}"
+            target: "plexsphere_leader", shards, reason, cause, interval, "{record}{suffix}"
         ),
         Level::Warn => tracing::warn!(
-            target: "plexsphere_leader", shards, reason, cause, interval, "{record}"
+            target: "plexsphere_leader", shards, reason, cause, interval, "{record}{suffix}"
         ),
         Level::Error => tracing::error!(
-            target: "plexsphere_leader", shards, reason, cause, interval, "{record}"
+            target: "plexsphere_leader", shards, reason, cause, interval, "{record}{suffix}"
         ),
     }
 }

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use super::metrics::ShardMetrics;
 use super::view::{OwnedShard, Ownership, SpaceView, TRANSITIONS_KEPT, Transition};
 use crate::error::CheckError;
+use crate::leadership::CheckFailure;
 use crate::session::SessionSource;
 use crate::term::TermShared;
 
@@ -27,6 +28,8 @@ pub(crate) struct ShardShared {
     view: watch::Sender<Option<SpaceView>>,
     transitions: Mutex<VecDeque<Transition>>,
     metrics: Option<ShardMetrics>,
+    /// The current run of failed checks, in full.
+    check_failure: Mutex<Option<CheckFailure>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -52,7 +55,18 @@ impl ShardShared {
             view: watch::Sender::new(None),
             transitions: Mutex::new(VecDeque::new()),
             metrics,
+            check_failure: Mutex::new(None),
         }
+    }
+
+    /// Records the latest failed check; `None`: a check worked.
+    pub(crate) fn check_failed(&self, failure: Option<CheckFailure>) {
+        *lock(&self.check_failure) = failure;
+    }
+
+    /// The latest failed check of the current run of failures.
+    pub(crate) fn check_failure(&self) -> Option<CheckFailure> {
+        lock(&self.check_failure).clone()
     }
 
     pub(crate) fn election(&self) -> MutexGuard<'_, ShardedElection<CheckError>> {
