@@ -243,7 +243,8 @@ pub enum LossReason {
     /// The lock session ended: the server terminated the backend, restarted or closed the
     /// session (`idle_session_timeout`), or the socket was reset.
     SessionEnded,
-    /// The check found the lock gone from `pg_locks` for the granted backend.
+    /// The check found the lock held by another session (released on the lock session behind
+    /// the elector's back, and taken).
     LockNotHeld,
     /// The check found the server in recovery (demoted by a failover, or a re-routed
     /// connection).

@@ -14,7 +14,8 @@ pub struct LockCheck {
     pub backend_pid: i32,
     /// Whether the server is in recovery (`pg_is_in_recovery()`).
     pub in_recovery: bool,
-    /// Whether `pg_locks` shows the election's lock granted to the answering backend.
+    /// Whether the answering session holds the election's lock (the check's re-entrant
+    /// `pg_try_advisory_lock` answered `true`); `false` when another session holds it.
     pub holds_lock: bool,
     /// Whether the session carries the marker this client's grant statement set (another
     /// client's grant on the same server session replaces it).
@@ -69,7 +70,7 @@ pub enum LockFinding {
     },
     /// The server is in recovery.
     InRecovery,
-    /// The session's row of the lock is gone from `pg_locks`.
+    /// Another session holds the lock: the check's re-entrant try was refused.
     NotHeld,
     /// Another client's grant statement ran on this session (the marker says `shared`, or is
     /// missing).
@@ -101,9 +102,8 @@ impl fmt::Display for LockFinding {
                  re-routed to a standby",
             ),
             Self::NotHeld => f.write_str(
-                "the session no longer holds the lock in pg_locks: it was unlocked by a statement \
-                 on the lock session, or the server was replaced by one that never saw it \
-                 (failover)",
+                "another session holds the lock: it was released on the lock session behind this \
+                 client's back (another client's unlock on a shared server session) and taken",
             ),
             Self::SessionShared => f.write_str(
                 "another client ran the grant statement on this session: the server session is \
@@ -210,7 +210,7 @@ mod tests {
                 "the check ran on backend 7, not on backend 4242",
             ),
             (LockFinding::InRecovery, "the server is in recovery"),
-            (LockFinding::NotHeld, "no longer holds the lock in pg_locks"),
+            (LockFinding::NotHeld, "another session holds the lock"),
             (LockFinding::SessionShared, "the server session is shared"),
         ];
         for (finding, text) in texts {

@@ -360,3 +360,78 @@ async fn behind_a_session_mode_pgbouncer_without_reset_an_ordinary_client_keeps_
     );
     stage.finish().await;
 }
+
+/// The leader's check proves its lock with a re-entrant `pg_try_advisory_lock` (issue 25), so
+/// a lock released on its live session behind its back (here an ordinary client's
+/// `pg_advisory_unlock_all()` on the one server session of a transaction-mode PgBouncer) is
+/// taken again when nobody else took it, and is a loss (`Lost(LockNotHeld)`) within one interval
+/// when another session did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_released_behind_the_leaders_back_and_taken_demotes_it() {
+    let db = TestDb::create("fault_pgbouncer_released").await.unwrap();
+    let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 1)
+        .await
+        .unwrap();
+    let observer = LockObserver::start(&db.config()).await.unwrap();
+    let pooled = bouncer.pg_config(&db.config());
+    let mut fleet = Fleet::new();
+    // Alone behind the pooler, on its one server session, `a` leads.
+    let a = fleet.spawn("a", &pooled, I).await;
+    fleet.wait_lead(a, STARTUP).await;
+    let server_session = observer
+        .wait_for_holder(MARGIN)
+        .await
+        .expect("the lock is on PgBouncer's server session")
+        .pid;
+    let ordinary = connect(&pooled).await.unwrap();
+
+    // Freed on a's server session, and nobody takes it: a's next check takes it again.
+    ordinary
+        .simple_query("SELECT pg_advisory_unlock_all()")
+        .await
+        .unwrap();
+    tokio::time::sleep(2 * I).await;
+    assert_eq!(fleet.leaders(), vec![a], "a still leads");
+    assert_eq!(
+        observer.current().map(|holder| holder.pid),
+        Some(server_session),
+        "the check took the lock again on a's server session"
+    );
+
+    // Freed again, with a direct session queued for it: that session gets it at once, and a's
+    // next check finds it held by another session.
+    let taker = db.connect("plx-harness-taker").await.unwrap();
+    let queued = tokio::spawn(async move {
+        taker
+            .simple_query("SELECT pg_advisory_lock(1886156915, 1)")
+            .await
+            .map(|_| taker)
+    });
+    tokio::time::sleep(I / 2).await;
+    let released = Instant::now();
+    ordinary
+        .simple_query("SELECT pg_advisory_unlock_all()")
+        .await
+        .unwrap();
+    let taker = queued.await.unwrap().unwrap();
+    let (demoted, cause) = fleet.wait_follow_since(a, released, I + MARGIN).await;
+    assert_eq!(cause, "Lost(LockNotHeld)");
+    println!(
+        "a demoted {:?} after its lock was taken by another session",
+        demoted - released
+    );
+    assert!(
+        fleet.leaders().is_empty(),
+        "nobody else leads: the taker is no elector"
+    );
+    assert_eq!(
+        observer.max_granted(),
+        1,
+        "one session held the lock at a time"
+    );
+
+    drop((taker, ordinary));
+    fleet.stop_all().await;
+    drop(bouncer);
+    db.cleanup().await.unwrap();
+}

@@ -173,20 +173,31 @@ fn grant(key: LockKey, taking: &str, identity: &str, idle_timeout_ms: u32) -> St
 }
 
 /// The leader's check: in one round trip, the backend's pid, whether the server is in
-/// recovery, whether this session still holds the lock of `key`, and the session marker; it
-/// also stamps [`CHECKED_MARKER`] with the server's time (fifth column).
+/// recovery, whether this session holds the lock of `key`, and the session marker; it also
+/// stamps [`CHECKED_MARKER`] with the server's time (fifth column).
+///
+/// Whether the session holds the lock is a re-entrant `pg_try_advisory_lock` of `key` on this
+/// session: `true` when the session holds it (its hold count grows by one, never dropping to
+/// zero, so the lock is never free for an instant), `false` when another session holds it. Its
+/// cost does not grow with the server's lock table, as reading `pg_locks` does. A lock freed on
+/// this live session (only another client's unlock on a shared server session can do that) is
+/// taken again, and held from then on; the extra holds end with [`unlock`] or the session.
 pub fn verify(key: LockKey) -> String {
     format!(
-        "SELECT pg_backend_pid(), pg_is_in_recovery(), {}, \
+        "SELECT pg_backend_pid(), pg_is_in_recovery(), pg_try_advisory_lock({}), \
          current_setting('{SESSION_MARKER}', true), \
          set_config('{CHECKED_MARKER}', {SERVER_SECONDS}, false)",
-        held_by_this_session(key)
+        args(key)
     )
 }
 
-/// The graceful release of `key`.
+/// The graceful release of `key`: whether the session held it (first column), then every
+/// advisory lock of the lock session, the extra holds of [`verify`] included.
 pub fn unlock(key: LockKey) -> String {
-    format!("SELECT pg_advisory_unlock({})", args(key))
+    format!(
+        "SELECT pg_advisory_unlock({}), pg_advisory_unlock_all()",
+        args(key)
+    )
 }
 
 /// Run on a standby's connection, in a query of its own, right before its queued wait
@@ -361,7 +372,19 @@ mod tests {
              WHEN pg_advisory_lock(1886156915, 1) IS NULL THEN 'refused' \
              WHEN set_config('idle_session_timeout', '20000', false)"
         ));
-        assert_eq!(unlock(KEY), "SELECT pg_advisory_unlock(1886156915, 1)");
+        assert_eq!(
+            unlock(KEY),
+            "SELECT pg_advisory_unlock(1886156915, 1), pg_advisory_unlock_all()"
+        );
+        // The leader's check proves the lock with a re-entrant try, not by reading pg_locks.
+        assert_eq!(
+            verify(KEY),
+            "SELECT pg_backend_pid(), pg_is_in_recovery(), pg_try_advisory_lock(1886156915, 1), \
+             current_setting('plexsphere.leader_session', true), \
+             set_config('plexsphere.leader_checked', \
+             concat(trunc(date_part('epoch', clock_timestamp()))::bigint), false)"
+        );
+        assert!(!verify(KEY).contains("pg_locks"));
     }
 
     #[test]
@@ -391,6 +414,7 @@ mod tests {
             try_lock(key, "x", 1),
             wait_for_lock(key, "x", 1, 1),
             unlock(key),
+            verify(key),
             release_if_held(key),
             advance_epoch(key),
             advance_epoch_within(key, 1),
@@ -399,7 +423,6 @@ mod tests {
             assert!(!statement.contains("1886156915"), "{statement}");
         }
         for statement in [
-            verify(key),
             release_if_held(key),
             leader_query(key),
             who_leads(key),

@@ -1197,12 +1197,14 @@ fn a_hot_standby_answers_in_recovery_and_takes_no_lock() {
             ["in_recovery", &pa.to_string(), DB]
         );
         assert_eq!(h.locks(), vec![]);
-        // Advisory locks themselves work on a standby, as in PostgreSQL.
+        // Advisory locks themselves work on a standby, as in PostgreSQL: the check's re-entrant
+        // try takes the free lock, and answers that the server is in recovery.
         assert_eq!(a.value("SELECT pg_try_advisory_lock(7)").await?, "t");
         assert_eq!(
             a.values(&sql::verify(KEY)).await?[..4],
-            [pa.to_string(), "t".into(), "f".into(), "NULL".into()]
+            [pa.to_string(), "t".into(), "t".into(), "NULL".into()]
         );
+        assert_eq!(a.value(&sql::unlock(KEY)).await?, "t");
         h.promote();
         assert!(!h.is_in_recovery());
         assert_eq!(
@@ -1228,20 +1230,25 @@ fn verify_reports_pid_recovery_holding_and_marker_before_and_after_unlock() {
             [
                 "pg_backend_pid",
                 "pg_is_in_recovery",
-                "exists",
+                "pg_try_advisory_lock",
                 "current_setting",
                 "set_config"
             ]
         );
+        // The check's re-entrant try takes a free lock (b holds it now, unmarked) ...
         assert_eq!(
             values[..4],
-            [pb.clone(), "f".into(), "f".into(), "NULL".into()]
+            [pb.clone(), "f".into(), "t".into(), "NULL".into()]
         );
         assert_eq!(
             values[4].len(),
             10,
             "the check's stamp, unix seconds: {values:?}"
         );
+        // ... and the release gives back every hold, the check's included.
+        assert_eq!(b.value(&sql::verify(KEY)).await?, pb);
+        assert_eq!(b.value(&sql::unlock(KEY)).await?, "t");
+        assert_eq!(b.value(&sql::unlock(KEY)).await?, "f");
         a.values(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await?;
         assert_eq!(
             a.values(&sql::verify(KEY)).await?[..4],
@@ -1249,10 +1256,15 @@ fn verify_reports_pid_recovery_holding_and_marker_before_and_after_unlock() {
         );
         assert_eq!(
             b.values(&sql::verify(KEY)).await?[..4],
-            [pb, "f".into(), "f".into(), "NULL".into()],
-            "another session's row is not this session's"
+            [pb.clone(), "f".into(), "f".into(), "NULL".into()],
+            "another session holds it: refused, nothing changed"
         );
         assert_eq!(a.value(&sql::unlock(KEY)).await?, "t");
+        assert_eq!(
+            b.values(&sql::verify(KEY)).await?[..4],
+            [pb, "f".into(), "t".into(), "NULL".into()],
+            "free again after the release"
+        );
         assert_eq!(
             a.values(&sql::verify(KEY)).await?[..4],
             [pa, "f".into(), "f".into(), "granted".into()]
