@@ -24,33 +24,22 @@ pub(crate) fn emit(
     database: Option<&str>,
     report: Option<&FailureReport>,
 ) {
-    let level = match report {
-        Some(report) => match report.level {
-            Some(level) => level,
-            None => return,
-        },
-        None => record.level(),
+    let Some(level) = crate::failure::level(report, record.level()) else {
+        return;
     };
     let term = record.term.map(|term| term.get());
     let cause = record.cause.as_ref().map(tracing::field::display);
     let interval = tracing::field::debug(interval);
     let database = database.map(tracing::field::display);
-    let error = match &record.cause {
-        Some(plexsphere_leader_core::Cause::Error(error)) => Some(error),
-        _ => None,
-    };
     let class = report.map(|report| report.run.class.label());
-    let sqlstate = error.and_then(CheckError::sqlstate);
-    let advice = error.and_then(CheckError::advice);
+    let sqlstate = record
+        .cause
+        .as_ref()
+        .and_then(crate::failure::error_of)
+        .and_then(CheckError::sqlstate);
     let repeats = report.map(|report| report.quiet).filter(|quiet| *quiet > 0);
     let mut suffix = work.map(|work| format!(": {work}")).unwrap_or_default();
-    if let Some(advice) = &advice {
-        suffix.push_str("; advice: ");
-        suffix.push_str(advice);
-    }
-    if let Some(repeats) = repeats {
-        suffix.push_str(&format!(" ({repeats} more since the last line)"));
-    }
+    suffix.push_str(&crate::failure::suffix(record.cause.as_ref(), report));
     macro_rules! at {
         ($event:ident) => {
             tracing::$event!(

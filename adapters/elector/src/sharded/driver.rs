@@ -469,26 +469,17 @@ fn unexpected(statement: &'static str, error: &ShardSqlError) -> CheckError {
 /// Emits a record of the sharded election as a `tracing` event (target `plexsphere_leader`)
 /// with the fields `shards`, `reason`, `cause` and `interval`; the run's span adds `class`,
 /// `identity` and `pid`. A failed acquire's `report` sets the level as for one election (ERROR
-/// once for a permanent failure, then quiet but for a WARN a minute) and appends its advice.
+/// once for a permanent failure, then quiet but for a WARN a minute) and appends its advice and
+/// the count of the repeats kept quiet, with the single election's texts (`failure::suffix`).
 fn emit(record: &ShardLog<CheckError>, interval: Duration, report: Option<&FailureReport>) {
-    let level = match report {
-        Some(report) => match report.level {
-            Some(level) => level,
-            None => return,
-        },
-        None => record.kind.level(),
+    let Some(level) = crate::failure::level(report, record.kind.level()) else {
+        return;
     };
     let shards = record.shards;
     let reason = record.reason.map(|r| r.label());
     let cause = record.cause.as_ref().map(tracing::field::display);
     let interval = tracing::field::debug(interval);
-    let advice = match &record.cause {
-        Some(plexsphere_leader_core::Cause::Error(error)) => error.advice(),
-        _ => None,
-    };
-    let suffix = advice
-        .map(|advice| format!("; advice: {advice}"))
-        .unwrap_or_default();
+    let suffix = crate::failure::suffix(record.cause.as_ref(), report);
     match level {
         Level::Info => tracing::info!(
             target: "plexsphere_leader", shards, reason, cause, interval, "{record}{suffix}"
