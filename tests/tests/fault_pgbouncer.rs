@@ -35,23 +35,61 @@ fn app(name: &str) -> String {
     format!("{REPLICA_APP_PREFIX}{name}")
 }
 
+/// A leader `a` (interval `leader_interval`) alone behind a PgBouncer in `mode` with one server
+/// session, on its own database: the opening of every test here.
+struct LeaderBehindPooler {
+    db: TestDb,
+    bouncer: PgBouncer,
+    observer: LockObserver,
+    /// The DSN through PgBouncer.
+    pooled: Config,
+    fleet: Fleet,
+    a: usize,
+    /// The PgBouncer server session that carries `a`'s lock.
+    server_session: i32,
+}
+
+impl LeaderBehindPooler {
+    async fn start(name: &str, mode: PoolMode, leader_interval: Duration) -> Self {
+        let db = TestDb::create(name).await.expect("database");
+        let bouncer = PgBouncer::start(&db.config(), mode, 1)
+            .await
+            .expect("PgBouncer");
+        let observer = LockObserver::start(&db.config()).await.expect("observer");
+        let pooled = bouncer.pg_config(&db.config());
+        let mut fleet = Fleet::new();
+        let a = fleet.spawn("a", &pooled, leader_interval).await;
+        fleet.wait_lead(a, STARTUP).await;
+        let server_session = observer
+            .wait_for_holder(MARGIN)
+            .await
+            .expect("the lock is on PgBouncer's server session")
+            .pid;
+        Self {
+            db,
+            bouncer,
+            observer,
+            pooled,
+            fleet,
+            a,
+            server_session,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_transaction_mode_pgbouncer_no_replica_leads_and_each_says_why() {
-    let db = TestDb::create("fault_pgbouncer_tx").await.unwrap();
-    let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 1)
-        .await
-        .unwrap();
-    let observer = LockObserver::start(&db.config()).await.unwrap();
-    let pooled = bouncer.pg_config(&db.config());
-    let mut fleet = Fleet::new();
     // Alone behind the pooler, with one server session, `a` cannot tell it from a direct
     // connection: it takes the lock on PgBouncer's server session.
-    let a = fleet.spawn("a", &pooled, I).await;
-    fleet.wait_lead(a, STARTUP).await;
-    let server_session = observer
-        .wait_for_holder(MARGIN)
-        .await
-        .expect("the lock is on PgBouncer's server session");
+    let LeaderBehindPooler {
+        db,
+        bouncer,
+        observer,
+        pooled,
+        mut fleet,
+        a,
+        server_session,
+    } = LeaderBehindPooler::start("fault_pgbouncer_tx", PoolMode::Transaction, I).await;
 
     // `b`'s grant runs on the same server session: refused as shared, and `a`'s next check sees
     // the mark and demotes.
@@ -88,7 +126,7 @@ async fn behind_a_transaction_mode_pgbouncer_no_replica_leads_and_each_says_why(
     );
     assert_eq!(
         observer.current().map(|holder| holder.pid),
-        Some(server_session.pid),
+        Some(server_session),
         "the lock stays on the pooler's server session"
     );
 
@@ -121,19 +159,16 @@ async fn behind_a_transaction_mode_pgbouncer_no_replica_leads_and_each_says_why(
 /// missing reset query, and the standby leads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_session_mode_pgbouncer_without_reset_a_stranded_lock_is_released_and_retaken() {
-    let db = TestDb::create("fault_pgbouncer_stranded").await.unwrap();
-    let bouncer = PgBouncer::start(&db.config(), PoolMode::SessionWithoutReset, 1)
-        .await
-        .unwrap();
-    let observer = LockObserver::start(&db.config()).await.unwrap();
-    let pooled = bouncer.pg_config(&db.config());
-    let mut fleet = Fleet::new();
-    let a = fleet.spawn("a", &pooled, I).await;
-    fleet.wait_lead(a, STARTUP).await;
-    let server_session = observer
-        .wait_for_holder(MARGIN)
-        .await
-        .expect("the lock is on PgBouncer's server session");
+    let LeaderBehindPooler {
+        db,
+        bouncer,
+        observer,
+        pooled,
+        mut fleet,
+        a,
+        server_session,
+    } = LeaderBehindPooler::start("fault_pgbouncer_stranded", PoolMode::SessionWithoutReset, I)
+        .await;
     // One server session: b's connection waits in PgBouncer until a's is free.
     let b = fleet.spawn("b", &pooled, I).await;
 
@@ -150,7 +185,7 @@ async fn behind_a_session_mode_pgbouncer_without_reset_a_stranded_lock_is_releas
     );
     let holder = observer.current().expect("b holds the lock");
     assert_eq!(
-        holder.pid, server_session.pid,
+        holder.pid, server_session,
         "the same server session, handed from a to b"
     );
     assert_eq!(holder.application_name.as_deref(), Some(&*app("b")));
@@ -236,20 +271,15 @@ struct KilledBehindPooler {
 
 impl KilledBehindPooler {
     async fn stage(name: &str, mode: PoolMode, leader_interval: Duration) -> Self {
-        let db = TestDb::create(name).await.expect("database");
-        let bouncer = PgBouncer::start(&db.config(), mode, 1)
-            .await
-            .expect("PgBouncer");
-        let observer = LockObserver::start(&db.config()).await.expect("observer");
-        let pooled = bouncer.pg_config(&db.config());
-        let mut fleet = Fleet::new();
-        let a = fleet.spawn("a", &pooled, leader_interval).await;
-        fleet.wait_lead(a, STARTUP).await;
-        let server_session = observer
-            .wait_for_holder(MARGIN)
-            .await
-            .expect("the lock is on PgBouncer's server session")
-            .pid;
+        let LeaderBehindPooler {
+            db,
+            bouncer,
+            observer,
+            pooled,
+            mut fleet,
+            a,
+            server_session,
+        } = LeaderBehindPooler::start(name, mode, leader_interval).await;
         // The standby connects directly; the ordinary client waits in PgBouncer for a's session.
         let b = fleet.spawn("b", &db.config(), I).await;
         let (stop_client, stop_rx) = watch::channel(false);
@@ -368,21 +398,16 @@ async fn behind_a_session_mode_pgbouncer_without_reset_an_ordinary_client_keeps_
 /// when another session did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_released_behind_the_leaders_back_and_taken_demotes_it() {
-    let db = TestDb::create("fault_pgbouncer_released").await.unwrap();
-    let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 1)
-        .await
-        .unwrap();
-    let observer = LockObserver::start(&db.config()).await.unwrap();
-    let pooled = bouncer.pg_config(&db.config());
-    let mut fleet = Fleet::new();
     // Alone behind the pooler, on its one server session, `a` leads.
-    let a = fleet.spawn("a", &pooled, I).await;
-    fleet.wait_lead(a, STARTUP).await;
-    let server_session = observer
-        .wait_for_holder(MARGIN)
-        .await
-        .expect("the lock is on PgBouncer's server session")
-        .pid;
+    let LeaderBehindPooler {
+        db,
+        bouncer,
+        observer,
+        pooled,
+        mut fleet,
+        a,
+        server_session,
+    } = LeaderBehindPooler::start("fault_pgbouncer_released", PoolMode::Transaction, I).await;
     let ordinary = connect(&pooled).await.unwrap();
 
     // Freed on a's server session, and nobody takes it: a's next check takes it again.
