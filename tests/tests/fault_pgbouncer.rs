@@ -5,8 +5,8 @@
 //! Before the lock-verifying check, replicas behind such a pooler led without holding the lock
 //! (the grant re-entered on a shared server session, and `SELECT 1` was answered by any server
 //! session: two, then three leaders at once). Now the grant statement refuses a session that
-//! already holds the lock, marking it `shared`, and the leader's check verifies its backend, its
-//! `pg_locks` row and that mark: the leader demotes at its next check once another replica's
+//! already carries a grant's mark, marking it `shared`, and the leader's check verifies its
+//! backend, its hold of the lock (a re-entrant try) and that mark: the leader demotes at its next check once another replica's
 //! grant ran on its server session, and each replica says why. The lock left on PgBouncer's
 //! server session is stranded in turn and is retaken once no check has proved it for four
 //! intervals (rounded up, plus a second), so leadership through such a pooler is intermittent,
@@ -171,6 +171,9 @@ async fn behind_a_session_mode_pgbouncer_without_reset_a_stranded_lock_is_releas
         .await;
     // One server session: b's connection waits in PgBouncer until a's is free.
     let b = fleet.spawn("b", &pooled, I).await;
+    // Each of a's checks leaves one more hold of the lock (a re-entrant try): after ten, the
+    // release on the handed-over session must end them all at once.
+    tokio::time::sleep(10 * I).await;
 
     fleet.get(a).signal(Signal::SIGKILL).unwrap();
     let killed = Instant::now();
@@ -208,6 +211,69 @@ async fn behind_a_session_mode_pgbouncer_without_reset_a_stranded_lock_is_releas
     );
 
     fleet.stop_all().await;
+    drop(bouncer);
+    db.cleanup().await.unwrap();
+}
+
+/// PgBouncer in session mode with an empty `server_reset_query`, one server session: the leader's
+/// graceful stop clears its session's mark with its unlock, so the pooler hands the standby a
+/// server session that the grant (which tells a shared or handed-over session by that mark, not
+/// by reading `pg_locks`) takes the lock on at once: a plain graceful handover, neither a shared
+/// session nor a stranded lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_session_mode_pgbouncer_without_reset_a_graceful_stop_hands_over_on_the_same_session()
+ {
+    let LeaderBehindPooler {
+        db,
+        bouncer,
+        observer,
+        pooled,
+        mut fleet,
+        a,
+        server_session,
+    } = LeaderBehindPooler::start("fault_pgbouncer_graceful", PoolMode::SessionWithoutReset, I)
+        .await;
+    // One server session: b's connection waits in PgBouncer until a's is free.
+    let b = fleet.spawn("b", &pooled, I).await;
+
+    let stopping = Instant::now();
+    let report = fleet.get_mut(a).stop().await.expect("a stops");
+    assert_eq!(report.run_error, None, "a's run ended without error");
+    let led = fleet.wait_lead_since(b, stopping, 2 * I + MARGIN).await;
+    println!("b led {:?} after a's graceful stop began", led - stopping);
+    let holder = observer.current().expect("b holds the lock");
+    assert_eq!(
+        holder.pid, server_session,
+        "the same server session, handed from a to b"
+    );
+    assert_eq!(holder.application_name.as_deref(), Some(&*app("b")));
+    let stranded = fleet.get(b).logs(
+        "WARN",
+        "leader: released a lock stranded on a pooled session",
+    );
+    assert!(stranded.is_empty(), "no stranded lock: {stranded:?}");
+    // (b's connection setups may time out while PgBouncer queues it: those lines say so.)
+    let shared: Vec<_> = fleet
+        .get(b)
+        .logs("WARN", "leader: acquire lock connection")
+        .into_iter()
+        .filter(|line| {
+            line.str("message")
+                .unwrap_or_default()
+                .contains("already held the lock")
+        })
+        .collect();
+    assert!(shared.is_empty(), "no shared session: {shared:?}");
+    assert_eq!(
+        observer.max_granted(),
+        1,
+        "one session held the lock at a time"
+    );
+
+    // a's exit report cannot show an intact pool: its last pool check waited for the pooler's one
+    // server session, which b holds. b's can.
+    let report = fleet.get_mut(b).stop().await.expect("b stops");
+    fault_support::assert_pool_intact("b", &report);
     drop(bouncer);
     db.cleanup().await.unwrap();
 }

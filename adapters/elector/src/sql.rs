@@ -37,7 +37,21 @@ pub const CHECKED_MARKER: &str = "plexsphere.leader_checked";
 /// The server's unix time in whole seconds, as text.
 const SERVER_SECONDS: &str = "concat(trunc(date_part('epoch', clock_timestamp()))::bigint)";
 
-/// `EXISTS` of this session's granted row of `key` in `pg_locks`.
+/// Whether this session carries a leader's mark: [`SESSION_MARKER`] is `granted` or `shared`.
+/// The grant statement sets it in the statement that takes the lock, [`unlock`] and
+/// [`release_if_held`] clear it, so a marked session is one a client took the lock on (a
+/// session shared with, or handed over from, another client when the asker is not that
+/// client). Of constant cost, unlike a read of `pg_locks`; the only way to hold the lock
+/// unmarked is a queued grant at the instant of its `lock_timeout`, which
+/// [`release_if_held`] undoes right after (and, were that lost, a later grant on the session
+/// simply takes the lock again, re-entrantly).
+fn marked_by_a_grant() -> String {
+    format!("nullif(current_setting('{SESSION_MARKER}', true), '') IS NOT NULL")
+}
+
+/// `EXISTS` of this session's granted row of `key` in `pg_locks`: its cost grows with the
+/// server's lock table, so only [`release_if_held`] reads it, and only when the lock is free or
+/// this session's (a handover's instant, not a standby's steady state).
 fn held_by_this_session(key: LockKey) -> String {
     format!(
         "EXISTS (SELECT 1 FROM pg_locks \
@@ -98,12 +112,13 @@ pub mod outcome {
 /// (each then leads its own) show at once. A refused check changes nothing on
 /// the pooled session.
 ///
-/// It refuses a server in recovery, and a session that already holds the lock (a pooler that
-/// shares one server session between clients), which it marks `shared` so that the client
-/// that took the lock first demotes at its next check.
+/// It refuses a server in recovery, and a session that an earlier grant marked (a pooler that
+/// shares one server session between clients, or hands one over from a vanished client), which
+/// it marks `shared` so that the client that took the lock first demotes at its next check.
+/// Neither reads `pg_locks`: a refused check costs the server the same whatever its lock table
+/// holds.
 pub fn try_lock(key: LockKey, identity: &str, idle_timeout_ms: u32) -> String {
     grant(
-        key,
         &format!(
             "WHEN NOT pg_try_advisory_lock({}) THEN '{}' ",
             args(key),
@@ -133,7 +148,6 @@ pub fn wait_for_lock(
 ) -> String {
     let statement_timeout_ms = u64::from(lock_timeout_ms) * 2;
     let wait = grant(
-        key,
         &format!(
             "WHEN set_config('lock_timeout', '{lock_timeout_ms}', true) IS NULL THEN '{refused}' \
              WHEN pg_advisory_lock({args}) IS NULL THEN '{refused}' ",
@@ -151,11 +165,11 @@ pub fn wait_for_lock(
 /// may reorder), so nothing runs after a refusal. The three `set_config` branches only sequence
 /// the settings (`set_config` never returns NULL); were one to, the answer would still be
 /// `granted`, since the lock is held, and the missing marker would demote at the first check.
-fn grant(key: LockKey, taking: &str, identity: &str, idle_timeout_ms: u32) -> String {
+fn grant(taking: &str, identity: &str, idle_timeout_ms: u32) -> String {
     format!(
         "SELECT CASE \
          WHEN pg_is_in_recovery() THEN '{in_recovery}' \
-         WHEN {held} THEN set_config('{SESSION_MARKER}', '{shared}', false) \
+         WHEN {marked} THEN set_config('{SESSION_MARKER}', '{shared}', false) \
          {taking}\
          WHEN set_config('idle_session_timeout', '{idle_timeout_ms}', false) IS NULL THEN '{granted}' \
          WHEN set_config('idle_in_transaction_session_timeout', '{idle_timeout_ms}', false) IS NULL \
@@ -164,7 +178,7 @@ fn grant(key: LockKey, taking: &str, identity: &str, idle_timeout_ms: u32) -> St
          WHEN set_config('{CHECKED_MARKER}', {SERVER_SECONDS}, false) IS NULL THEN '{granted}' \
          ELSE set_config('{SESSION_MARKER}', '{granted}', false) END, pg_backend_pid(), \
          current_database(), current_setting('{CHECKED_MARKER}', true), {SERVER_SECONDS}",
-        held = held_by_this_session(key),
+        marked = marked_by_a_grant(),
         name = leader_application_name(identity),
         in_recovery = outcome::IN_RECOVERY,
         shared = outcome::SHARED,
@@ -192,10 +206,13 @@ pub fn verify(key: LockKey) -> String {
 }
 
 /// The graceful release of `key`: whether the session held it (first column), then every
-/// advisory lock of the lock session, the extra holds of [`verify`] included.
+/// advisory lock of the lock session, the extra holds of [`verify`] included, and the
+/// session's [`SESSION_MARKER`] cleared, so that a pooler without a reset query hands the
+/// session to its next client unmarked (that client's grant takes the lock on it).
 pub fn unlock(key: LockKey) -> String {
     format!(
-        "SELECT pg_advisory_unlock({}), pg_advisory_unlock_all()",
+        "SELECT pg_advisory_unlock({}), pg_advisory_unlock_all(), \
+         set_config('{SESSION_MARKER}', '', false)",
         args(key)
     )
 }
@@ -217,19 +234,34 @@ pub fn bound_idle_before_wait(idle_timeout_ms: u32) -> String {
 }
 
 /// Run on a standby's connection after its queued wait ([`wait_for_lock`]) ended with
-/// `lock_timeout` (SQLSTATE 55P03): releases the lock of `key` if the session holds it, and
-/// answers whether it did. PostgreSQL can grant a waiting lock at the instant the timeout fires
-/// and raise the error anyway (`LockErrorCleanup` keeps the grant), and a session-level advisory
-/// lock outlives the failed statement; without this the pooled session would keep the lock.
-/// It first resets the idle bounds [`bound_idle_before_wait`] armed, so the connection goes back
-/// to the pool as it came.
+/// `lock_timeout` (SQLSTATE 55P03), and on a pooled session the grant found marked by another
+/// client whose lock is judged stranded: releases the lock of `key` if the session holds it,
+/// and answers whether it did. PostgreSQL can grant a waiting lock at the instant the timeout
+/// fires and raise the error anyway (`LockErrorCleanup` keeps the grant), and a session-level
+/// advisory lock outlives the failed statement; without this the pooled session would keep the
+/// lock. It first resets the idle bounds [`bound_idle_before_wait`] armed, so the connection
+/// goes back to the pool as it came.
+///
+/// - A marked session (a vanished client's lock session, handed over by a pooler without a reset
+///   query) is cleared as `DISCARD ALL` would have: its mark and every advisory lock on it (the
+///   vanished leader's checks left one hold each), answering `true`.
+/// - Otherwise a re-entrant `pg_try_advisory_lock` answers first: `false` (another session holds
+///   the lock, the steady state of a standby) ends the statement at constant cost. Only when it
+///   was granted (the lock was free or this session's) is the extra hold given back and this
+///   session's row of `pg_locks` read, to release the lock if it was held before.
 pub fn release_if_held(key: LockKey) -> String {
     format!(
         "RESET idle_session_timeout; RESET idle_in_transaction_session_timeout; \
-         SELECT CASE WHEN {} \
-         THEN pg_advisory_unlock({}) ELSE false END",
-        held_by_this_session(key),
-        args(key)
+         SELECT CASE \
+         WHEN {marked} THEN CASE \
+         WHEN set_config('{SESSION_MARKER}', '', false) IS NULL THEN true \
+         WHEN pg_advisory_unlock_all() IS NULL THEN true ELSE true END \
+         WHEN NOT pg_try_advisory_lock({args}) THEN false \
+         WHEN NOT pg_advisory_unlock({args}) THEN false \
+         WHEN {held} THEN pg_advisory_unlock({args}) ELSE false END",
+        marked = marked_by_a_grant(),
+        held = held_by_this_session(key),
+        args = args(key)
     )
 }
 
@@ -348,9 +380,7 @@ mod tests {
         assert_eq!(
             try_lock(KEY, "svc@host", 20_000),
             "SELECT CASE WHEN pg_is_in_recovery() THEN 'in_recovery' \
-             WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
-             AND classid = 1886156915 AND objid = 1 AND objsubid = 2 \
-             AND pid = pg_backend_pid() AND granted) \
+             WHEN nullif(current_setting('plexsphere.leader_session', true), '') IS NOT NULL \
              THEN set_config('plexsphere.leader_session', 'shared', false) \
              WHEN NOT pg_try_advisory_lock(1886156915, 1) THEN 'refused' \
              WHEN set_config('idle_session_timeout', '20000', false) IS NULL THEN 'granted' \
@@ -374,8 +404,12 @@ mod tests {
         ));
         assert_eq!(
             unlock(KEY),
-            "SELECT pg_advisory_unlock(1886156915, 1), pg_advisory_unlock_all()"
+            "SELECT pg_advisory_unlock(1886156915, 1), pg_advisory_unlock_all(), \
+             set_config('plexsphere.leader_session', '', false)"
         );
+        // Neither a standby's grant nor a refused one reads pg_locks.
+        assert!(!try_lock(KEY, "svc", 1).contains("pg_locks"));
+        assert!(!wait_for_lock(KEY, "svc", 1, 1).contains("pg_locks"));
         // The leader's check proves the lock with a re-entrant try, not by reading pg_locks.
         assert_eq!(
             verify(KEY),
@@ -394,9 +428,21 @@ mod tests {
             "SELECT set_config('idle_session_timeout', '800', false), \
              set_config('idle_in_transaction_session_timeout', '800', false)"
         );
-        assert!(release_if_held(KEY).starts_with(
-            "RESET idle_session_timeout; RESET idle_in_transaction_session_timeout; SELECT CASE"
-        ));
+        assert_eq!(
+            release_if_held(KEY),
+            "RESET idle_session_timeout; RESET idle_in_transaction_session_timeout; \
+             SELECT CASE \
+             WHEN nullif(current_setting('plexsphere.leader_session', true), '') IS NOT NULL \
+             THEN CASE \
+             WHEN set_config('plexsphere.leader_session', '', false) IS NULL THEN true \
+             WHEN pg_advisory_unlock_all() IS NULL THEN true ELSE true END \
+             WHEN NOT pg_try_advisory_lock(1886156915, 1) THEN false \
+             WHEN NOT pg_advisory_unlock(1886156915, 1) THEN false \
+             WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+             AND classid = 1886156915 AND objid = 1 AND objsubid = 2 \
+             AND pid = pg_backend_pid() AND granted) \
+             THEN pg_advisory_unlock(1886156915, 1) ELSE false END"
+        );
     }
 
     #[test]
@@ -427,7 +473,6 @@ mod tests {
             leader_query(key),
             who_leads(key),
             fence_check(key),
-            try_lock(key, "x", 1),
         ] {
             assert!(statement.contains("classid = -7 AND"), "{statement}");
             assert!(statement.contains("objid = 42"), "{statement}");

@@ -1029,6 +1029,11 @@ impl<'a> Ctx<'a> {
             (Func::Concat, _) => Ok(Value::Text(
                 args.iter().filter_map(Value::text).collect::<String>(),
             )),
+            (Func::NullIf, [a, b]) => Ok(if a != &Value::Null && a == b {
+                Value::Null
+            } else {
+                a.clone()
+            }),
             _ => Err(no_such_function(func, args).into()),
         }
     }
@@ -1185,9 +1190,11 @@ fn type_of(expr: &Expr) -> PgType {
             | Func::IsInRecovery
             | Func::TerminateBackend => PgType::Bool,
             Func::AdvisoryUnlockAll | Func::AdvisoryLock => PgType::Void,
-            Func::SetConfig | Func::CurrentSetting | Func::Concat | Func::CurrentDatabase => {
-                PgType::Text
-            }
+            Func::SetConfig
+            | Func::CurrentSetting
+            | Func::Concat
+            | Func::CurrentDatabase
+            | Func::NullIf => PgType::Text,
             Func::BackendPid => PgType::Int4,
             Func::DatePart | Func::Trunc => PgType::Float8,
             Func::ClockTimestamp => PgType::Timestamptz,

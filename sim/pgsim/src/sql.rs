@@ -183,6 +183,8 @@ pub(crate) enum Func {
     Trunc,
     /// `concat(any, …)` → text: the arguments' texts, NULLs left out.
     Concat,
+    /// `nullif(a, b)` → the type of `a`: NULL when `a` equals `b`, else `a`.
+    NullIf,
 }
 
 impl Func {
@@ -204,6 +206,7 @@ impl Func {
             "date_part" => Self::DatePart,
             "trunc" => Self::Trunc,
             "concat" => Self::Concat,
+            "nullif" => Self::NullIf,
             _ => return None,
         })
     }
@@ -227,6 +230,7 @@ impl Func {
             Self::DatePart => "date_part",
             Self::Trunc => "trunc",
             Self::Concat => "concat",
+            Self::NullIf => "nullif",
         }
     }
 }

@@ -422,6 +422,54 @@ where
     see("a check", a.run(&sql::fence_check(KEY)).await);
     see("a advance columns", a.names(&sql::advance_epoch(KEY)).await);
     see("b unlock", b.run(&sql::unlock(KEY)).await);
+    // The unlock clears the session's mark, so a pooler without a reset query hands it on
+    // unmarked: the next grant on it takes the lock instead of finding it shared.
+    let mark = "SELECT current_setting('plexsphere.leader_session', true)";
+    see("b's mark after its unlock", b.run(mark).await);
+    see(
+        "b try_lock after its unlock",
+        own(b.run_row(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await, 1),
+    );
+    for n in 1..=2 {
+        see(
+            &format!("b verify {n}"),
+            own(b.run_row(&sql::verify(KEY)).await, 1),
+        );
+    }
+    // A marked session (a vanished leader's, three holds) is cleared whole.
+    see(
+        "b release_if_held marked",
+        b.run(&sql::release_if_held(KEY)).await,
+    );
+    see("b's mark after the release", b.run(mark).await);
+    see(
+        "a try_lock after b's release",
+        own(a.run_row(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await, 0),
+    );
+    // Unmarked: another session holds the lock (a standby's steady state), then it is free.
+    see(
+        "b release_if_held held by a",
+        b.run(&sql::release_if_held(KEY)).await,
+    );
+    see("a unlock again", a.run(&sql::unlock(KEY)).await);
+    see(
+        "b release_if_held free",
+        b.run(&sql::release_if_held(KEY)).await,
+    );
+    // Unmarked and held by this session (a queued grant at the instant of its lock_timeout).
+    see(
+        "b takes the lock unmarked",
+        b.run("SELECT pg_try_advisory_lock(1886156915, 1)").await,
+    );
+    see(
+        "b release_if_held own",
+        b.run(&sql::release_if_held(KEY)).await,
+    );
+    see(
+        "a try_lock after b's own release",
+        own(a.run_row(&sql::try_lock(KEY, IDENTITY, BOUND_MS)).await, 0),
+    );
+    see("a unlock at the end", a.run(&sql::unlock(KEY)).await);
     seen
 }
 
@@ -810,6 +858,16 @@ fn the_simulated_server_answers_the_electors_grant_check_wait_and_fence_statemen
         "b wait_for_lock times out: error 55P03",
         "b wait_for_lock after c disconnects: granted|<pid>|<db>|<secs>|<secs>",
         "a check: 3",
+        "b's mark after its unlock: ",
+        "b try_lock after its unlock: granted|<pid>|<db>|<secs>|<secs>",
+        "b release_if_held marked: t",
+        "b's mark after the release: ",
+        "a try_lock after b's release: granted|<pid>|<db>|<secs>|<secs>",
+        "b release_if_held held by a: f",
+        "b release_if_held free: f",
+        "b takes the lock unmarked: t",
+        "b release_if_held own: t",
+        "a try_lock after b's own release: granted|<pid>|<db>|<secs>|<secs>",
     ] {
         assert!(model.iter().any(|l| l == line), "{line}: {model:?}");
     }

@@ -1254,20 +1254,22 @@ fn verify_reports_pid_recovery_holding_and_marker_before_and_after_unlock() {
             a.values(&sql::verify(KEY)).await?[..4],
             [pa.clone(), "f".into(), "t".into(), "granted".into()]
         );
+        // b's unlock cleared its mark (set once, so now empty rather than NULL).
         assert_eq!(
             b.values(&sql::verify(KEY)).await?[..4],
-            [pb.clone(), "f".into(), "f".into(), "NULL".into()],
+            [pb.clone(), "f".into(), "f".into(), String::new()],
             "another session holds it: refused, nothing changed"
         );
         assert_eq!(a.value(&sql::unlock(KEY)).await?, "t");
         assert_eq!(
             b.values(&sql::verify(KEY)).await?[..4],
-            [pb, "f".into(), "t".into(), "NULL".into()],
+            [pb, "f".into(), "t".into(), String::new()],
             "free again after the release"
         );
         assert_eq!(
             a.values(&sql::verify(KEY)).await?[..4],
-            [pa, "f".into(), "f".into(), "granted".into()]
+            [pa, "f".into(), "f".into(), String::new()],
+            "a's unlock cleared its mark"
         );
         Ok(())
     });
