@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use plexsphere_leader::LockKey;
+use plexsphere_leader::sharded::Shard;
 use plexsphere_leader::{shard_sql, sql};
 use plexsphere_leader_tests::TestDb;
 use tokio_postgres::Client;
@@ -29,6 +30,10 @@ pub(crate) struct Options {
     /// The shard count of the surveyed space.
     #[arg(long, default_value_t = 1024)]
     shards: u32,
+    /// The space's members: as many sessions, each registered and holding its fair share of
+    /// the shards (all of them held), one of which runs the survey.
+    #[arg(long, default_value_t = 8)]
+    members: u32,
     /// Clients of a pgbench TPC-B load on the same database during the rows (0: none).
     #[arg(long, default_value_t = 0)]
     pgbench_clients: u32,
@@ -53,31 +58,34 @@ pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
     let holder = db.connect("plx-harness-busy-holder").await?;
     let plain = db.connect("plx-harness-busy-plain").await?;
     let leader = db.connect("plx-harness-busy-leader").await?;
-    let member = db.connect("plx-harness-busy-member").await?;
+    let standby = db.connect("plx-harness-busy-standby").await?;
     let key = LockKey::DEFAULT;
     let idle_ms = 3_600_000;
     granted(&leader, &sql::try_lock(key, "bench-busy", idle_ms)).await?;
-    member
-        .simple_query(&shard_sql::register(SHARD_CLASS, "bench-busy", idle_ms))
-        .await?;
+    let members = hold_the_space(&db, options.members, options.shards, idle_ms).await?;
+    let member = members.first().ok_or("--members must be at least 1")?;
     let load = match options.pgbench_clients {
         0 => None,
         clients => Some(Pgbench::start(db.name(), clients).await?),
     };
     println!(
-        "\n{} statements of each per row{}; the leader's check is `sql::verify`, the survey \
-         `shard_sql::survey` of {} shards; server CPU is the backend's on-CPU time per statement\n",
+        "\n{} statements of each per row{}; the leader's check is `sql::verify`, the standby's \
+         refused grant `sql::try_lock` while the leader holds the lock, the survey \
+         `shard_sql::survey` of {} shards held by {} members; server CPU is the backend's on-CPU \
+         time per statement\n",
         options.statements,
         match options.pgbench_clients {
             0 => String::new(),
             clients => format!(", under a pgbench TPC-B load of {clients} clients"),
         },
-        options.shards
+        options.shards,
+        options.members,
     );
     println!(
-        "| other locks held | `SELECT 1` median / p99 | server CPU | the check median / p99 | server CPU | the survey median / p99 | server CPU |"
+        "| other locks held | `SELECT 1` median / p99 | server CPU | the check median / p99 | server CPU | the refused grant median / p99 | server CPU | the survey median / p99 | server CPU | {} surveys per interval, server CPU |",
+        options.members
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for &others in &options.others {
         holder
             .simple_query(&format!(
@@ -87,26 +95,35 @@ pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
             .await?;
         let select_one = measure(&plain, "SELECT 1", options.statements).await?;
         let check = measure(&leader, &sql::verify(key), options.statements).await?;
+        let refused = measure(
+            &standby,
+            &sql::try_lock(key, "bench-busy-standby", idle_ms),
+            options.statements,
+        )
+        .await?;
         let survey = measure(
-            &member,
+            member,
             &shard_sql::survey(SHARD_CLASS, options.shards),
             options.statements,
         )
         .await?;
         println!(
-            "| {others} | {} | {} | {} | {} | {} | {} |",
+            "| {others} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             latency(&select_one),
             micros(select_one.server_cpu),
             latency(&check),
             micros(check.server_cpu),
+            latency(&refused),
+            micros(refused.server_cpu),
             latency(&survey),
             micros(survey.server_cpu),
+            micros(survey.server_cpu * options.members),
         );
     }
     if let Some(load) = load {
         load.stop().await;
     }
-    drop((holder, plain, leader, member));
+    drop((holder, plain, leader, standby, members));
     db.cleanup().await?;
     Ok(())
 }
@@ -161,6 +178,38 @@ impl Pgbench {
     async fn stop(mut self) {
         let _ = self.child.kill().await;
     }
+}
+
+/// `members` sessions of the space of `shards` shards, each registered (the member lock) and
+/// holding its fair share of the shards (`s % members == i`), so that every shard is held.
+async fn hold_the_space(
+    db: &TestDb,
+    members: u32,
+    shards: u32,
+    idle_ms: u32,
+) -> Result<Vec<Client>, BoxError> {
+    let mut sessions = Vec::new();
+    for i in 0..members {
+        let session = db.connect(&format!("plx-harness-busy-member-{i}")).await?;
+        session
+            .simple_query(&shard_sql::register(SHARD_CLASS, "bench-busy", idle_ms))
+            .await?;
+        let share: Vec<Shard> = (0..shards)
+            .filter(|s| s % members == i)
+            .map(Shard::new)
+            .collect();
+        let taken = session
+            .simple_query(&shard_sql::take(SHARD_CLASS, &share))
+            .await?
+            .into_iter()
+            .filter(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_)))
+            .count();
+        if taken != share.len() {
+            return Err(format!("member {i} took {taken} of its {} shards", share.len()).into());
+        }
+        sessions.push(session);
+    }
+    Ok(sessions)
 }
 
 /// Runs `statement` on `client`'s session `count` times.

@@ -23,7 +23,14 @@ pub(crate) fn block_on(bench: impl Future<Output = Result<(), BoxError>>) -> Exi
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("bench: {e}");
+            // The whole chain: a server's error is "db error" with its message as the source.
+            let mut message = e.to_string();
+            let mut source = e.source();
+            while let Some(cause) = source {
+                message.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            eprintln!("bench: {message}");
             ExitCode::FAILURE
         }
     }
