@@ -32,9 +32,11 @@
 use std::fmt;
 use std::time::Instant;
 
-use crate::action::{Action, LossReason, TermEndCause};
-use crate::election::{Handled, MAX_HOLD_OFF};
+use crate::action::Action;
+use crate::cause::{LossReason, TermEndCause};
+use crate::election::MAX_HOLD_OFF;
 use crate::event::Event;
+use crate::handled::Handled;
 use crate::ids::{ConnId, TermId};
 
 /// One input given to the election, as the checker sees it.

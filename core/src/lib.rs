@@ -19,9 +19,11 @@
 #![warn(missing_docs)]
 
 mod action;
+mod cause;
 mod election;
 mod event;
 pub mod failures;
+mod handled;
 mod ids;
 mod interval;
 pub mod invariants;
@@ -35,9 +37,11 @@ pub mod supervision;
 mod verify;
 pub mod work;
 
-pub use action::{Action, Cause, Level, LogKind, LogRecord, LossReason, TermEndCause};
-pub use election::{AlreadyRunning, Election, Handled, Ignored, MAX_HOLD_OFF, Phase, Timer};
+pub use action::{Action, Level, LogKind, LogRecord};
+pub use cause::{Cause, LockFinding, LossReason, TermEndCause};
+pub use election::{Election, MAX_HOLD_OFF, Phase, Timer};
 pub use event::Event;
+pub use handled::{AlreadyRunning, Handled, Ignored};
 pub use ids::{ConnId, TermId};
 pub use interval::{
     CheckInterval, DEFAULT_CHECK_INTERVAL, IDLE_SESSION_TIMEOUT_INTERVALS, IntervalError,
@@ -48,7 +52,7 @@ pub use options::{
     AcquireMode, MAX_STOP_GRACE_INTERVALS, OnOverdue, Options, StopGraceTooLong, WorkDeadline,
 };
 pub use release::{Release, ReleaseOutcome};
-pub use verify::{LockCheck, LockFinding};
+pub use verify::LockCheck;
 
 /// Compiles the package README's example.
 #[cfg(doctest)]

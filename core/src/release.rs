@@ -5,7 +5,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::action::{Cause, LogKind, LogRecord};
+use crate::action::{LogKind, LogRecord};
+use crate::cause::Cause;
 use crate::ids::TermId;
 
 /// The end of a term's hold on the lock. Produced once per term that was stopped, resigned,

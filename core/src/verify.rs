@@ -3,9 +3,7 @@
 //! The driver runs one statement on the lock session and reports the row as a [`LockCheck`];
 //! [`LockCheck::verdict`] decides, without I/O, whether the session still proves the lock.
 
-use std::fmt;
-
-use crate::action::LossReason;
+use crate::cause::LockFinding;
 
 /// What the leader's check statement returned on the lock session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -57,65 +55,10 @@ impl LockCheck {
     }
 }
 
-/// What the leader's check found wrong with its session. Each names its likely cause.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LockFinding {
-    /// The check ran on another backend than the one granted the lock.
-    BackendChanged {
-        /// The backend granted the lock.
-        granted: i32,
-        /// The backend that answered the check.
-        now: i32,
-    },
-    /// The server is in recovery.
-    InRecovery,
-    /// Another session holds the lock: the check's re-entrant try was refused.
-    NotHeld,
-    /// Another client's grant statement ran on this session (the marker says `shared`, or is
-    /// missing).
-    SessionShared,
-}
-
-impl LockFinding {
-    /// The loss reason a term ended by this finding carries.
-    pub const fn loss_reason(self) -> LossReason {
-        match self {
-            Self::BackendChanged { .. } => LossReason::BackendChanged,
-            Self::InRecovery => LossReason::ServerInRecovery,
-            Self::NotHeld => LossReason::LockNotHeld,
-            Self::SessionShared => LossReason::SessionShared,
-        }
-    }
-}
-
-impl fmt::Display for LockFinding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::BackendChanged { granted, now } => write!(
-                f,
-                "the check ran on backend {now}, not on backend {granted} that was granted the \
-                 lock: a transaction-mode pooler or a re-routed connection"
-            ),
-            Self::InRecovery => f.write_str(
-                "the server is in recovery: it was demoted by a failover, or the connection was \
-                 re-routed to a standby",
-            ),
-            Self::NotHeld => f.write_str(
-                "another session holds the lock: it was released on the lock session behind this \
-                 client's back (another client's unlock on a shared server session) and taken",
-            ),
-            Self::SessionShared => f.write_str(
-                "another client ran the grant statement on this session: the server session is \
-                 shared, as behind PgBouncer in transaction mode",
-            ),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cause::LossReason;
 
     const PID: i32 = 4242;
 

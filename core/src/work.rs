@@ -10,7 +10,8 @@
 
 use std::fmt;
 
-use crate::action::{LogKind, TermEndCause};
+use crate::action::LogKind;
+use crate::cause::TermEndCause;
 
 /// Why the term a unit of work ran under ended before the work returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -3,7 +3,8 @@
 use std::fmt;
 
 use super::{LockTableTooSmall, MemberId, Shard, Survey};
-use crate::action::{Cause, Level, TermEndCause};
+use crate::action::Level;
+use crate::cause::{Cause, TermEndCause};
 use crate::ids::{ConnId, TermId};
 
 /// What the driver reports: the completion of an action, or a request from outside.

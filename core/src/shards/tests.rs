@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::action::{Cause, LossReason, TermEndCause};
-use crate::election::{Handled, Ignored};
+use crate::cause::{Cause, LossReason, TermEndCause};
+use crate::handled::{Handled, Ignored};
 use crate::ids::{ConnId, TermId};
 use crate::interval::CheckInterval;
 

@@ -1,0 +1,254 @@
+//! The cause vocabulary shared by both machines and their drivers: why a term ended
+//! ([`TermEndCause`], with a [`LossReason`] when it was lost), why an operation failed
+//! ([`Cause`]) and what the leader's check found wrong ([`LockFinding`]).
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a term ended: it was lost (for a typed [`LossReason`]), stopped, resigned or, in a
+/// sharded election only, handed over. These four variants are all there are today; the enum is
+/// `#[non_exhaustive]`, so a later version may add one and a `match` outside this crate needs a
+/// `_` arm. Carried by [`Action::EndTerm`](crate::Action::EndTerm) (and by a shard's
+/// [`ShardAction::EndTerm`](crate::shards::ShardAction::EndTerm)), emitted exactly once per
+/// term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TermEndCause {
+    /// The lock is, or may be, lost (the spec's `ErrLeadershipLost`), for this reason.
+    Lost(LossReason),
+    /// The run was cancelled: the replica gives the lock up on purpose.
+    Stopped,
+    /// An operator asked the leader to resign, or made it ineligible: it gives the lock up on
+    /// purpose and stays a standby.
+    Resigned,
+    /// Sharded elections only: the shard was handed over to another replica for balance.
+    HandedOver,
+}
+
+impl TermEndCause {
+    /// Every cause a single election can end a term with, in a fixed order, for metrics that
+    /// pre-register one series per cause: each [`LossReason`] as `Lost(_)`, then
+    /// [`Stopped`](Self::Stopped) and [`Resigned`](Self::Resigned). Not every variant:
+    /// [`HandedOver`](Self::HandedOver) ends only shard terms, so the sharded elector's metrics
+    /// add it to this list.
+    pub const ALL: [Self; 11] = [
+        Self::Lost(LossReason::CheckFailed),
+        Self::Lost(LossReason::CheckTimedOut),
+        Self::Lost(LossReason::SessionEnded),
+        Self::Lost(LossReason::LockNotHeld),
+        Self::Lost(LossReason::ServerInRecovery),
+        Self::Lost(LossReason::BackendChanged),
+        Self::Lost(LossReason::SessionShared),
+        Self::Lost(LossReason::Panicked),
+        Self::Lost(LossReason::Dropped),
+        Self::Stopped,
+        Self::Resigned,
+    ];
+
+    /// Whether the term was lost rather than given up on purpose.
+    pub const fn is_loss(self) -> bool {
+        matches!(self, Self::Lost(_))
+    }
+
+    /// A stable `snake_case` label: the loss reason's ([`LossReason::label`]), `stopped`,
+    /// `resigned` or `handed_over`.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Lost(reason) => reason.label(),
+            Self::Stopped => "stopped",
+            Self::Resigned => "resigned",
+            Self::HandedOver => "handed_over",
+        }
+    }
+}
+
+impl fmt::Display for TermEndCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Lost(reason) => write!(f, "leadership lost: {reason}"),
+            Self::Stopped => f.write_str("election stopped"),
+            Self::Resigned => f.write_str("leadership resigned"),
+            Self::HandedOver => f.write_str("shard handed over for balance"),
+        }
+    }
+}
+
+/// Why a term was lost: every way the election can stop trusting its lock today. The enum is
+/// `#[non_exhaustive]`: a later version may add a reason, so a `match` outside this crate needs
+/// a `_` arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The leader's check failed with an error that does not by itself end the session.
+    CheckFailed,
+    /// The leader's check did not answer within one interval.
+    CheckTimedOut,
+    /// The lock session ended: the server terminated the backend, restarted or closed the
+    /// session (`idle_session_timeout`), or the socket was reset.
+    SessionEnded,
+    /// The check found the lock held by another session (released on the lock session behind
+    /// the elector's back, and taken).
+    LockNotHeld,
+    /// The check found the server in recovery (demoted by a failover, or a re-routed
+    /// connection).
+    ServerInRecovery,
+    /// The check ran on another backend than the one granted the lock (a transaction-mode
+    /// pooler, or a re-routed connection).
+    BackendChanged,
+    /// Another client's grant statement ran on the lock session: the server session is shared.
+    SessionShared,
+    /// A panic unwound the run while it led.
+    Panicked,
+    /// The run was dropped (its task aborted) while it led.
+    Dropped,
+}
+
+impl LossReason {
+    /// A stable `snake_case` label (the metrics' `cause` label).
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::CheckFailed => "check_failed",
+            Self::CheckTimedOut => "check_timed_out",
+            Self::SessionEnded => "session_ended",
+            Self::LockNotHeld => "lock_not_held",
+            Self::ServerInRecovery => "server_in_recovery",
+            Self::BackendChanged => "backend_changed",
+            Self::SessionShared => "session_shared",
+            Self::Panicked => "panicked",
+            Self::Dropped => "dropped",
+        }
+    }
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::CheckFailed => "the check failed",
+            Self::CheckTimedOut => "the check did not answer in time",
+            Self::SessionEnded => "the lock session ended",
+            Self::LockNotHeld => "the lock is no longer held",
+            Self::ServerInRecovery => "the server is in recovery",
+            Self::BackendChanged => "the check ran on another backend",
+            Self::SessionShared => "the lock session is shared",
+            Self::Panicked => "the run panicked",
+            Self::Dropped => "the run was dropped",
+        })
+    }
+}
+
+/// What the leader's check found wrong with its session. Each names its likely cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockFinding {
+    /// The check ran on another backend than the one granted the lock.
+    BackendChanged {
+        /// The backend granted the lock.
+        granted: i32,
+        /// The backend that answered the check.
+        now: i32,
+    },
+    /// The server is in recovery.
+    InRecovery,
+    /// Another session holds the lock: the check's re-entrant try was refused.
+    NotHeld,
+    /// Another client's grant statement ran on this session (the marker says `shared`, or is
+    /// missing).
+    SessionShared,
+}
+
+impl LockFinding {
+    /// The loss reason a term ended by this finding carries.
+    pub const fn loss_reason(self) -> LossReason {
+        match self {
+            Self::BackendChanged { .. } => LossReason::BackendChanged,
+            Self::InRecovery => LossReason::ServerInRecovery,
+            Self::NotHeld => LossReason::LockNotHeld,
+            Self::SessionShared => LossReason::SessionShared,
+        }
+    }
+}
+
+impl fmt::Display for LockFinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BackendChanged { granted, now } => write!(
+                f,
+                "the check ran on backend {now}, not on backend {granted} that was granted the \
+                 lock: a transaction-mode pooler or a re-routed connection"
+            ),
+            Self::InRecovery => f.write_str(
+                "the server is in recovery: it was demoted by a failover, or the connection was \
+                 re-routed to a standby",
+            ),
+            Self::NotHeld => f.write_str(
+                "another session holds the lock: it was released on the lock session behind this \
+                 client's back (another client's unlock on a shared server session) and taken",
+            ),
+            Self::SessionShared => f.write_str(
+                "another client ran the grant statement on this session: the server session is \
+                 shared, as behind PgBouncer in transaction mode",
+            ),
+        }
+    }
+}
+
+/// Why an operation failed: the driver's error, or a verdict of the election itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause<C> {
+    /// The driver reported this error.
+    Error(C),
+    /// No answer came within this budget.
+    TimedOut(Duration),
+    /// `pg_advisory_unlock` answered `false`: the session did not hold the lock.
+    LockNotHeld,
+    /// The leader's check answered, and what it found does not prove the lock.
+    LockNotVerified(LockFinding),
+    /// The pooled session already held the lock, and a leader's check proved it there this many
+    /// seconds ago: another live client shares the server session (a transaction-mode pooler).
+    SessionShared {
+        /// Seconds since that check.
+        checked_secs_ago: u64,
+    },
+    /// The pooled session still held the lock after a stranded lock was released on it (the
+    /// lock was taken more than once on that server session).
+    StrandedLockKept,
+    /// The fencing epoch the database returned is not greater than one this election already
+    /// used (a restored backup, or a failover to a standby that missed it).
+    EpochDidNotAdvance {
+        /// The epoch returned.
+        epoch: u64,
+        /// The greatest epoch used before.
+        last: u64,
+    },
+}
+
+impl<C: fmt::Display> fmt::Display for Cause<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Error(cause) => cause.fmt(f),
+            Self::TimedOut(budget) => write!(f, "no answer within {budget:?}"),
+            Self::LockNotHeld => {
+                f.write_str("pg_advisory_unlock returned false: the session did not hold the lock")
+            }
+            Self::LockNotVerified(finding) => write!(f, "lock check failed: {finding}"),
+            Self::SessionShared { checked_secs_ago } => write!(
+                f,
+                "the pooled session already held the lock, which another client's check proved \
+                 {checked_secs_ago} s ago on this server session: a pooler shares server sessions \
+                 between clients (PgBouncer in transaction mode), or handed over the session of a \
+                 client that vanished since (a pooler without a reset query; the lock is then \
+                 released once no check has proved it for four intervals); use a session-mode \
+                 pool that resets sessions, or a direct connection"
+            ),
+            Self::StrandedLockKept => f.write_str(
+                "the pooled session still held the lock after its stranded lock was released \
+                 (taken more than once on that server session); the connection is closed",
+            ),
+            Self::EpochDidNotAdvance { epoch, last } => write!(
+                f,
+                "the fencing epoch did not advance ({epoch} after {last}): the fence table \
+                 went back in time (restored backup, or failover to a standby that missed it)"
+            ),
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The leader's check: the lock-verifying ping, its verdict, and the demotions (a disproving
+//! check, no answer within the interval, the lock session's end).
+
+use super::*;
+
+impl<C> Election<C> {
+    /// The leader's check answered: the term goes on if what it found proves the lock, and is
+    /// lost with the finding's reason if not.
+    pub(super) fn on_ping_answered(&mut self, now: Instant, found: LockCheck) {
+        let Some(granted) = self.leader_mut().map(|leader| leader.backend_pid) else {
+            return;
+        };
+        match found.verdict(granted) {
+            Ok(()) => self.on_ping_ok(now),
+            Err(finding) => {
+                self.demote(now, finding.loss_reason(), Cause::LockNotVerified(finding));
+            }
+        }
+    }
+
+    pub(super) fn on_ping_ok(&mut self, now: Instant) {
+        let next_check = self.next_check(now);
+        if let Some(leader) = self.leader_mut() {
+            leader.check = LeaderCheck::Waiting { next_check };
+            leader.verified_at = now;
+        }
+    }
+
+    /// The leader's check failed: end the term, close the connection, log, become a standby.
+    pub(super) fn demote(&mut self, now: Instant, reason: LossReason, cause: Cause<C>) {
+        let next_check = self.next_check(now);
+        self.demote_until(now, next_check, reason, cause);
+    }
+
+    /// [`demote`](Self::demote), with the standby's first check at `next_check`.
+    pub(super) fn demote_until(
+        &mut self,
+        now: Instant,
+        next_check: Instant,
+        reason: LossReason,
+        cause: Cause<C>,
+    ) {
+        let Some((term, conn)) = self.leader_mut().map(|leader| (leader.term, leader.conn)) else {
+            return;
+        };
+        self.push(Action::EndTerm {
+            term,
+            cause: TermEndCause::Lost(reason),
+        });
+        self.watch_work(now, term);
+        self.push(Action::CloseConnection { conn });
+        self.log(LogKind::LeadershipLost, Some(term), Some(cause));
+        self.set_role(Role::Standby(Standby::Waiting { next_check }));
+    }
+
+    /// The lock session ended on its own: a leader demotes at once and tries again no sooner
+    /// than one interval later; a stop in progress
+    /// finishes (the server released the lock); a fencing leader-to-be gives up.
+    pub(super) fn on_session_ended(&mut self, now: Instant, cause: Cause<C>) {
+        let State::Running(running) = &self.state else {
+            return;
+        };
+        match &running.role {
+            Role::Leader(_) => {
+                // The loss is known at once, long before a check would have found it: the
+                // replica lets the standbys' checks, all due within one interval, come first
+                // (an operator who ends the leader's backend wants leadership to move).
+                let next_check = running
+                    .schedule
+                    .first_at_or_after(now + self.options.interval().get());
+                self.demote_until(now, next_check, LossReason::SessionEnded, cause);
+            }
+            Role::Standby(Standby::Fencing { .. }) => self.on_fencing_failed(now, cause),
+            Role::Draining(Draining {
+                term, conn, then, ..
+            })
+            | Role::Releasing(Releasing {
+                term, conn, then, ..
+            }) => {
+                let (term, conn, then) = (*term, *conn, *then);
+                self.push(Action::CloseConnection { conn });
+                self.log(LogKind::SessionEndedWhileStopping, Some(term), Some(cause));
+                self.after_release(now, then);
+            }
+            Role::Standby(_) => {}
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The roles of a running election (standby steps, leader, stopping) and which inputs each
+//! takes.
+
+use super::*;
+
+pub(super) enum State {
+    Idle,
+    Running(Running),
+}
+
+pub(super) struct Running {
+    pub(super) schedule: Schedule,
+    pub(super) role: Role,
+    /// No check begins before this instant (a resign's hold-off).
+    pub(super) hold_until: Option<Instant>,
+}
+
+/// What a replica does once its lock is given up on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AfterRelease {
+    /// The run finishes (a stop request).
+    Finish,
+    /// The replica stays a standby (a resign, or ineligibility).
+    Standby,
+}
+
+pub(super) enum Role {
+    Standby(Standby),
+    Leader(Leader),
+    Draining(Draining),
+    Releasing(Releasing),
+}
+
+pub(super) enum Standby {
+    Waiting {
+        next_check: Instant,
+    },
+    Acquiring {
+        conn: ConnId,
+        deadline: Instant,
+    },
+    TryingLock {
+        conn: ConnId,
+        deadline: Instant,
+        /// A stranded lock was already released on this connection in this check.
+        after_stranded: bool,
+    },
+    /// The session may hold the lock without a term of this election on it: a queued wait
+    /// timed out (55P03, granted at the instant of the timeout), or the grant found a lock
+    /// stranded there. It is released if held; then the connection goes back, or (stranded)
+    /// the check goes on.
+    ReleasingIfHeld {
+        conn: ConnId,
+        deadline: Instant,
+        stranded: bool,
+    },
+    Fencing {
+        conn: ConnId,
+        /// The backend granted the lock, which the term's checks must find.
+        backend_pid: i32,
+        deadline: Instant,
+    },
+}
+
+pub(super) struct Leader {
+    pub(super) term: TermId,
+    pub(super) conn: ConnId,
+    /// The backend granted the lock: every check must be answered by it.
+    pub(super) backend_pid: i32,
+    /// When the lock was last proven: the grant, then each check that proved it.
+    pub(super) verified_at: Instant,
+    pub(super) check: LeaderCheck,
+}
+
+pub(super) enum LeaderCheck {
+    Waiting { next_check: Instant },
+    Pinging { deadline: Instant },
+}
+
+pub(super) struct Draining {
+    pub(super) term: TermId,
+    pub(super) conn: ConnId,
+    pub(super) deadline: Instant,
+    pub(super) then: AfterRelease,
+}
+
+pub(super) struct Releasing {
+    pub(super) term: TermId,
+    pub(super) conn: ConnId,
+    pub(super) deadline: Instant,
+    pub(super) then: AfterRelease,
+}
+
+/// How a run ends abruptly.
+#[derive(Clone, Copy)]
+pub(super) enum Abandon {
+    Panic,
+    Drop,
+}
+
+/// Whether `role` takes `event`: control events always (but a second stop request), a completion
+/// only when it answers the operation in flight on the awaited connection.
+pub(super) fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
+    match event {
+        Event::SessionEnded { conn, .. } => return accepts_session_end(role, *conn),
+        Event::WorkDrained { term } => {
+            return match role {
+                Role::Draining(draining) if draining.term == *term => Ok(()),
+                Role::Draining(_) => Err(Ignored::StaleConnection),
+                _ => Err(Ignored::Unexpected),
+            };
+        }
+        _ => {}
+    }
+    let Some(conn) = event.conn() else {
+        return match (role, event) {
+            (
+                Role::Draining(Draining {
+                    then: AfterRelease::Finish,
+                    ..
+                })
+                | Role::Releasing(Releasing {
+                    then: AfterRelease::Finish,
+                    ..
+                }),
+                Event::Cancelled,
+            )
+            | (Role::Draining(_) | Role::Releasing(_), Event::Resign { .. }) => {
+                Err(Ignored::AlreadyStopping)
+            }
+            _ => Ok(()),
+        };
+    };
+    let awaited = match role {
+        Role::Standby(Standby::Waiting { .. })
+        | Role::Draining(_)
+        | Role::Leader(Leader {
+            check: LeaderCheck::Waiting { .. },
+            ..
+        }) => None,
+        Role::Standby(Standby::Acquiring { conn, .. })
+        | Role::Standby(Standby::TryingLock { conn, .. })
+        | Role::Standby(Standby::ReleasingIfHeld { conn, .. })
+        | Role::Standby(Standby::Fencing { conn, .. })
+        | Role::Leader(Leader {
+            conn,
+            check: LeaderCheck::Pinging { .. },
+            ..
+        })
+        | Role::Releasing(Releasing { conn, .. }) => Some(*conn),
+    };
+    if awaited != Some(conn) {
+        return Err(Ignored::StaleConnection);
+    }
+    let answers = match role {
+        Role::Standby(Standby::Acquiring { .. }) => {
+            matches!(
+                event,
+                Event::ConnectionAcquired { .. } | Event::AcquireFailed { .. }
+            )
+        }
+        Role::Standby(Standby::TryingLock { .. }) => matches!(
+            event,
+            Event::LockGranted { .. }
+                | Event::LockRefused { .. }
+                | Event::LockQueryFailed { .. }
+                | Event::LockWaitTimedOut { .. }
+                | Event::LockHeldBySession { .. }
+        ),
+        Role::Standby(Standby::ReleasingIfHeld { .. }) => matches!(
+            event,
+            Event::ReleasedIfHeld { .. } | Event::LockQueryFailed { .. }
+        ),
+        Role::Standby(Standby::Fencing { .. }) => matches!(
+            event,
+            Event::EpochAdvanced { .. } | Event::EpochFailed { .. }
+        ),
+        Role::Leader(_) => matches!(event, Event::PingAnswered { .. } | Event::PingFailed { .. }),
+        Role::Releasing(_) => {
+            matches!(event, Event::UnlockDone { .. } | Event::UnlockFailed { .. })
+        }
+        Role::Standby(Standby::Waiting { .. }) | Role::Draining(_) => false,
+    };
+    if answers {
+        Ok(())
+    } else {
+        Err(Ignored::Unexpected)
+    }
+}
+
+/// A session end is taken for the connection that carries the lock, whatever is in flight.
+fn accepts_session_end(role: &Role, ended: ConnId) -> Result<(), Ignored> {
+    let lock_conn = match role {
+        Role::Leader(Leader { conn, .. })
+        | Role::Standby(Standby::Fencing { conn, .. })
+        | Role::Draining(Draining { conn, .. })
+        | Role::Releasing(Releasing { conn, .. }) => *conn,
+        Role::Standby(_) => return Err(Ignored::StaleConnection),
+    };
+    if lock_conn == ended {
+        Ok(())
+    } else {
+        Err(Ignored::StaleConnection)
+    }
+}

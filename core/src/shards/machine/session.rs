@@ -1,0 +1,109 @@
+//! The lock session: a connection for it, the registration (the member lock), and their
+//! failures.
+
+use super::*;
+
+impl<C> ShardedElection<C> {
+    pub(super) fn check(&mut self, now: Instant) {
+        let interval = self.options.interval().get();
+        let run = self.run();
+        run.schedule.begin(now);
+        run.next_check = Some(run.schedule.next_after(now));
+        match &mut run.session {
+            Session::None => {
+                let conn = self.next_conn();
+                self.run().session = Session::Acquiring {
+                    conn,
+                    deadline: now + interval,
+                };
+                self.actions.push_back(ShardAction::AcquireSession { conn });
+            }
+            Session::Open(open) => {
+                open.survey_due = true;
+                self.pump(now);
+            }
+            Session::Acquiring { .. } | Session::Registering { .. } => {}
+        }
+    }
+
+    pub(super) fn acquired(&mut self, now: Instant) -> Handled {
+        let interval = self.options.interval();
+        let run = self.run();
+        let Session::Acquiring { conn, .. } = run.session else {
+            return Handled::Ignored(Ignored::Unexpected);
+        };
+        run.session = Session::Registering {
+            conn,
+            deadline: now + interval.get(),
+        };
+        self.actions.push_back(ShardAction::Register {
+            conn,
+            idle_session_timeout_ms: interval.idle_session_timeout_millis(),
+        });
+        Handled::Applied
+    }
+
+    pub(super) fn acquire_failed(&mut self, cause: Cause<C>) -> Handled {
+        let run = self.run();
+        if !matches!(run.session, Session::Acquiring { .. }) {
+            return Handled::Ignored(Ignored::Unexpected);
+        }
+        run.session = Session::None;
+        let mut log = ShardLog::new(ShardLogKind::AcquireFailed, 0);
+        log.cause = Some(cause);
+        self.log(log);
+        Handled::Applied
+    }
+
+    pub(super) fn acquire_timed_out(&mut self, _now: Instant) {
+        let interval = self.options.interval().get();
+        let run = self.run();
+        let Session::Acquiring { conn, .. } = run.session else {
+            return;
+        };
+        run.session = Session::None;
+        self.actions.push_back(ShardAction::CloseSession { conn });
+        let mut log = ShardLog::new(ShardLogKind::AcquireFailed, 0);
+        log.cause = Some(Cause::TimedOut(interval));
+        self.log(log);
+    }
+
+    pub(super) fn registered(
+        &mut self,
+        now: Instant,
+        backend: MemberId,
+        granted: bool,
+        lock_capacity: u64,
+        members: u32,
+    ) -> Handled {
+        let options = self.options;
+        let run = self.run();
+        let Session::Registering { conn, .. } = run.session else {
+            return Handled::Ignored(Ignored::Unexpected);
+        };
+        if !granted {
+            run.session = Session::None;
+            self.actions.push_back(ShardAction::CloseSession { conn });
+            self.log(ShardLog::new(ShardLogKind::MemberLockRefused, 0));
+            return Handled::Applied;
+        }
+        if let Err(too_small) = options.check_lock_table(lock_capacity, members) {
+            self.actions.push_back(ShardAction::CloseSession { conn });
+            self.actions.push_back(ShardAction::Fail(too_small));
+            self.finish();
+            return Handled::Applied;
+        }
+        run.session = Session::Open(Open {
+            conn,
+            backend,
+            joined_at: run.schedule.current(),
+            busy: None,
+            survey_due: true,
+        });
+        self.actions
+            .push_back(ShardAction::Detach { conn, backend });
+        self.log(ShardLog::new(ShardLogKind::Joined, 0));
+        self.pump(now);
+        Handled::Applied
+    }
+}
