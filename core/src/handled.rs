@@ -26,11 +26,11 @@ pub enum Ignored {
     /// The election is already stopping; a second stop request changes nothing. Also a resign
     /// request while the lock is being given up.
     AlreadyStopping,
-    /// [`Event::SetEligible`] with the setting the election already has.
+    /// [`Event::SetEligible`](crate::Event::SetEligible) with the setting the election already has.
     Unchanged,
 }
 
-/// [`Election::start`] was called while a run is in progress.
+/// [`Election::start`](crate::Election::start) was called while a run is in progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AlreadyRunning;
 

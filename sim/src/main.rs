@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use plexsphere_leader::AcquireMode;
+use plexsphere_leader::config::AcquireMode;
 use plexsphere_leader_sim::{
     Params, Report, RunOptions, RunOutcome, Sabotage, ShardReport, Sharding, mode_from_name, run,
 };

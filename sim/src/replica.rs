@@ -89,7 +89,7 @@ pub(crate) struct ReplicaEnv {
     /// units of work are fenced writes.
     pub(crate) fencing: bool,
     /// How the elector's standby asks for the lock.
-    pub(crate) mode: plexsphere_leader::AcquireMode,
+    pub(crate) mode: plexsphere_leader::config::AcquireMode,
     pub(crate) slot: Rc<RefCell<Slot>>,
     pub(crate) recorder: SharedRecorder,
     /// Where the run's connections signal their ends to the electors (one per run).

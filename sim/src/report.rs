@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::time::Duration;
 
-use plexsphere_leader::AcquireMode;
+use plexsphere_leader::config::AcquireMode;
 
 use crate::checker::Measurements;
 use crate::run::RunOutcome;

@@ -45,7 +45,7 @@ impl SabotagedSessions {
 impl SessionSource for SabotagedSessions {
     fn acquire(
         &self,
-    ) -> BoxFuture<'_, Result<Box<dyn LockSession>, plexsphere_leader::CheckError>> {
+    ) -> BoxFuture<'_, Result<Box<dyn LockSession>, plexsphere_leader::session::CheckError>> {
         Box::pin(async move {
             let session = self.inner.acquire().await?;
             Ok(Box::new(SabotagedSession {
@@ -194,7 +194,7 @@ impl StaleSurveySessions {
 impl SessionSource for StaleSurveySessions {
     fn acquire(
         &self,
-    ) -> BoxFuture<'_, Result<Box<dyn LockSession>, plexsphere_leader::CheckError>> {
+    ) -> BoxFuture<'_, Result<Box<dyn LockSession>, plexsphere_leader::session::CheckError>> {
         Box::pin(async move {
             let session = self.inner.acquire().await?;
             Ok(Box::new(StaleSurveySession {

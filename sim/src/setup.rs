@@ -16,7 +16,7 @@ pub use params::Params;
 pub use sabotage::{DriverSabotage, Sabotage, ShardSabotage};
 pub use sharding::Sharding;
 
-use plexsphere_leader::AcquireMode;
+use plexsphere_leader::config::AcquireMode;
 
 /// The server host names; index 0 is the first primary.
 pub(crate) const SERVERS: [&str; 2] = ["pg1", "pg2"];

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use plexsphere_leader::sharded::Ownership;
-use plexsphere_leader::{Leadership, TermEndCause, TermInfo};
+use plexsphere_leader::{Leadership, TermEndCause, leadership::TermInfo};
 use plexsphere_leader_pgsim::{LockMode, Primary, ServerConfig, ServerHandle, SimPostgres};
 use tokio::sync::watch;
 use turmoil::{Builder, Sim};
@@ -268,7 +268,7 @@ impl World<'_> {
         index: usize,
         incarnation: u32,
         current: Option<TermInfo>,
-        last_end: Option<plexsphere_leader::TermEnd>,
+        last_end: Option<plexsphere_leader::leadership::TermEnd>,
         now: Duration,
     ) {
         if let Some(open) = self.replicas[index].open_term {
@@ -611,7 +611,7 @@ impl World<'_> {
             name,
             format!("asked to resign for {hold_off:?}: {outcome:?}"),
         );
-        if outcome == plexsphere_leader::Resignation::Requested {
+        if outcome == plexsphere_leader::leadership::Resignation::Requested {
             let now = self.now();
             self.history.resign_requests.push((r, now));
             let incarnation = self.replicas[r].slot.borrow().incarnation;

@@ -7,7 +7,7 @@
 //! cycle of sharded seeds.
 #![allow(missing_docs)] // test functions
 
-use plexsphere_leader::AcquireMode;
+use plexsphere_leader::config::AcquireMode;
 use plexsphere_leader_sim::{
     DriverSabotage, Property, RunKind, RunOptions, Sabotage, ShardSabotage, Sharding, Violation,
     run_once,

@@ -3,7 +3,7 @@
 //! release binary, see .ci/test; these debug-build tests keep to a few seeds.
 #![allow(missing_docs)] // test functions
 
-use plexsphere_leader::AcquireMode;
+use plexsphere_leader::config::AcquireMode;
 use plexsphere_leader_sim::{
     FaultKind, Params, RunKind, RunOptions, RunOutcome, Sabotage, ShardSabotage, Sharding, run,
 };

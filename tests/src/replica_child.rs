@@ -35,7 +35,10 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use plexsphere_leader::{Elector, Leadership, TermEvent, TermEvents};
+use plexsphere_leader::{
+    Elector, Leadership,
+    leadership::{TermEvent, TermEvents},
+};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
@@ -244,9 +247,9 @@ fn build(args: &ChildArgs) -> Result<(Elector, BackendPool), String> {
         .pool(&config, args.pool_size)
         .map_err(|e| e.to_string())?;
     let mode = if args.queued {
-        plexsphere_leader::AcquireMode::Queue
+        plexsphere_leader::config::AcquireMode::Queue
     } else {
-        plexsphere_leader::AcquireMode::Poll
+        plexsphere_leader::config::AcquireMode::Poll
     };
     let elector = Elector::new(
         pool.config()

@@ -46,7 +46,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use plexsphere_leader::sharded::{ShardConfig, ShardedElector};
-use plexsphere_leader::{Config, Elector, LockKey, TermEvent, TermEvents, TermId};
+use plexsphere_leader::{
+    Config, Elector, LockKey,
+    leadership::{TermEvent, TermEvents, TermId},
+};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;

@@ -9,7 +9,9 @@ mod support;
 use std::time::Duration;
 
 use plexsphere_leader::fencing::{self, FenceError};
-use plexsphere_leader::{AcquireMode, Config, ConfigError, Elector, named_work, sql};
+use plexsphere_leader::{
+    Config, ConfigError, Elector, config::AcquireMode, leadership::named_work, sql,
+};
 use plexsphere_leader_tests::{Cluster, FaultProxy, Mode as ProxyMode, StopMode, TestDb};
 use plexsphere_leader_tests::{base_config, pool_for};
 

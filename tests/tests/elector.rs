@@ -11,7 +11,8 @@ mod support;
 use std::time::Duration;
 
 use plexsphere_leader::{
-    Config, ConfigError, Elector, Interruption, LockKey, LossReason, RunError, TermEndCause,
+    Config, ConfigError, Elector, LockKey, LossReason, RunError, TermEndCause,
+    leadership::Interruption,
 };
 use plexsphere_leader_tests::{Backend, TestDb};
 use support::{
@@ -534,7 +535,7 @@ async fn closing_or_draining_the_pool_never_ends_the_hijacked_session(backend: B
 /// one WARN a minute), and both are typed on the elector and its published value.
 #[tokio::test]
 async fn an_unreachable_server_warns_at_every_check_a_missing_role_or_database_is_one_error() {
-    use plexsphere_leader::FailureClass;
+    use plexsphere_leader::leadership::FailureClass;
     let (logs, _guard) = Logs::capture();
     let db = TestDb::create("unreachable").await.unwrap();
     let free_port = {

@@ -51,7 +51,7 @@ async fn a_wrong_password_is_retried_with_one_error_that_never_shows_the_passwor
     let failure = replica.elector.check_failure().expect("a failed check");
     assert_eq!(
         failure.class,
-        plexsphere_leader::FailureClass::Permanent,
+        plexsphere_leader::leadership::FailureClass::Permanent,
         "{failure:?}"
     );
     assert!(!replica.elector.is_leader());

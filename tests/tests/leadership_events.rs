@@ -8,7 +8,8 @@ mod support;
 use std::time::Duration;
 
 use plexsphere_leader::{
-    Elector, Interruption, Leadership, LossReason, TermEndCause, TermWaitCancelled,
+    Elector, Leadership, LossReason, TermEndCause,
+    leadership::{Interruption, TermWaitCancelled},
 };
 use plexsphere_leader_tests::{FaultProxy, Mode, TestDb, pool_for};
 use support::{I, Logs, MARGIN, Replica, STARTUP, lock_holders};

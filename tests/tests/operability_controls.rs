@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use plexsphere_leader::metrics::{ELIGIBLE, OVERDUE_WORK, TRANSITIONS};
 use plexsphere_leader::{
-    Config, ConfigError, Elector, Interruption, MAX_HOLD_OFF, OVERDUE_WORK_MESSAGE, OnOverdue,
-    Resignation, TermEndCause, named_work,
+    Config, ConfigError, Elector, TermEndCause,
+    config::{MAX_HOLD_OFF, OnOverdue},
+    leadership::{Interruption, OVERDUE_WORK_MESSAGE, Resignation, named_work},
 };
 use plexsphere_leader_tests::TestDb;
 use prometheus::Registry;

@@ -11,7 +11,9 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::Pool;
 use plexsphere_leader::status::{self, Since};
 use plexsphere_leader::{
-    Config, ConfigError, Elector, IdentityError, LockKey, MAX_IDENTITY_LEN, sql,
+    Config, ConfigError, Elector, LockKey,
+    config::{IdentityError, MAX_IDENTITY_LEN},
+    sql,
 };
 use plexsphere_leader_cli as cli;
 use plexsphere_leader_tests::replica_process::dsn;

@@ -163,7 +163,9 @@ async fn a_graceful_stop_while_the_lock_session_is_blackholed_ends_in_budget_and
     assert_eq!(release.term, end.id);
     assert_eq!(
         release.outcome,
-        plexsphere_leader::ReleaseOutcome::Unanswered(plexsphere_leader::UNLOCK_BUDGET),
+        plexsphere_leader::leadership::ReleaseOutcome::Unanswered(
+            plexsphere_leader::config::UNLOCK_BUDGET
+        ),
         "the unlock got no answer: {}",
         release.outcome
     );

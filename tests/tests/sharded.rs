@@ -417,7 +417,7 @@ async fn with_fencing_each_shard_term_has_an_epoch_that_fences_off_the_previous_
 /// database that does not exist is one ERROR with advice, then quiet, and typed permanent.
 #[tokio::test]
 async fn a_missing_database_is_one_error_and_a_typed_permanent_failure() {
-    use plexsphere_leader::FailureClass;
+    use plexsphere_leader::leadership::FailureClass;
     let (logs, _guard) = support::Logs::capture();
     let db = TestDb::create("sharded_missing_db").await.unwrap();
     let mut missing = db.config();

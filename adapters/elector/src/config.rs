@@ -1,11 +1,20 @@
-//! What an [`Elector`](crate::Elector) is built from.
+//! What an [`Elector`](crate::Elector) is built from: [`Config`] and the values and limits it
+//! takes (the check interval, the acquire mode, the stop grace, the identity), with their
+//! validation errors.
 
 use std::fmt;
 use std::time::Duration;
 
 use std::sync::Arc;
 
-use plexsphere_leader_core::{AcquireMode, CheckInterval, MAX_HOLD_OFF, Options};
+use plexsphere_leader_core::Options;
+
+pub use crate::identity::{IdentityError, MAX_IDENTITY_LEN};
+pub use crate::key::ParseLockKeyError;
+pub use plexsphere_leader_core::{
+    AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, MAX_HOLD_OFF,
+    MAX_STOP_GRACE_INTERVALS, StopGraceTooLong, UNLOCK_BUDGET,
+};
 
 use crate::error::ConfigError;
 use crate::key::LockKey;
@@ -35,7 +44,7 @@ use crate::session::SessionSource;
 ///
 /// ```
 /// use std::time::Duration;
-/// use plexsphere_leader::{AcquireMode, Config, LockKey};
+/// use plexsphere_leader::{Config, LockKey, config::AcquireMode};
 ///
 /// # fn example(pool: deadpool_postgres::Pool) -> Config {
 /// Config::new(pool)
@@ -229,7 +238,7 @@ impl Config {
     /// `<identity> since <unix seconds of the grant, server clock>`. Default `<service>@<host>`
     /// (the executable's file stem and the hostname, made to fit). Validated by
     /// [`Elector::new`](crate::Elector::new): printable ASCII, 1 to
-    /// [`MAX_IDENTITY_LEN`](crate::MAX_IDENTITY_LEN) bytes.
+    /// [`MAX_IDENTITY_LEN`] bytes.
     #[must_use]
     pub fn identity(mut self, identity: impl Into<String>) -> Self {
         self.identity = Some(identity.into());

@@ -154,7 +154,7 @@ impl Driver {
 
     /// Reports `event` to the core, after any deadline that has passed (rule 3 of the
     /// `Election` contract: a late answer never extends a term).
-    fn handle(&mut self, event: Event<crate::CheckError>) {
+    fn handle(&mut self, event: Event<crate::session::CheckError>) {
         self.fire_due_timers();
         self.feed(event);
     }
@@ -165,7 +165,7 @@ impl Driver {
     }
 
     /// Reports `event` to the core and performs what it asks; an ignored input asks nothing.
-    fn feed(&mut self, event: Event<crate::CheckError>) {
+    fn feed(&mut self, event: Event<crate::session::CheckError>) {
         let _handled = self.inner.election().handle_event(now(), event);
         self.perform_queued();
     }
@@ -180,7 +180,7 @@ impl Driver {
         }
     }
 
-    fn perform(&mut self, action: Action<crate::CheckError>) {
+    fn perform(&mut self, action: Action<crate::session::CheckError>) {
         self.observer.action(&action);
         match action {
             Action::AcquireConnection { conn } => {

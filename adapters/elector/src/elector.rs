@@ -153,7 +153,7 @@ impl Elector {
     /// term then ended too, the result is `Ok(false)` and nothing is logged (the term's
     /// [`cause`](Term::cause) is `ParentCancelled`). A panic in `work` propagates to the caller; the term's
     /// token handed to it is cancelled as the panic unwinds. With
-    /// [`Config::work_deadline`](crate::Config::work_deadline) and [`OnOverdue::Abort`](crate::OnOverdue::Abort), `work`
+    /// [`Config::work_deadline`](crate::Config::work_deadline) and [`OnOverdue::Abort`](crate::config::OnOverdue::Abort), `work`
     /// still running that long after its term ended is dropped and the result is `Ok(false)`.
     ///
     /// # Errors
@@ -260,7 +260,7 @@ impl Elector {
     }
 
     /// Asks this replica to give up leadership and not to try the lock for `hold_off` (at most
-    /// [`MAX_HOLD_OFF`](crate::MAX_HOLD_OFF); longer is shortened to it), so that another
+    /// [`MAX_HOLD_OFF`](crate::config::MAX_HOLD_OFF); longer is shortened to it), so that another
     /// replica takes over. A leader ends its term ([`TermEndCause::Resigned`](crate::TermEndCause::Resigned)), gives its work
     /// the stop grace, releases the lock with `pg_advisory_unlock`, logs
     /// `leader: released background leader lock after resigning` and stays a standby; a
@@ -338,7 +338,7 @@ impl Elector {
 
     /// Whether the election is still driven (stuck-leader liveness): `Err` when this replica
     /// believes it leads but its last successful check (or its grant) is older than
-    /// [`STUCK_AFTER_INTERVALS`](crate::STUCK_AFTER_INTERVALS) check intervals — its runtime or
+    /// [`STUCK_AFTER_INTERVALS`](crate::leadership::STUCK_AFTER_INTERVALS) check intervals — its runtime or
     /// thread is blocked, or its `run` future is no longer polled. A standby, a replica that is
     /// not running, and a leader whose checks succeed are live. Cheap: an atomic load and a
     /// mutex read.

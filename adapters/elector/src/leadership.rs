@@ -1,10 +1,19 @@
-//! Leadership as a published value: what [`Elector::subscribe`](crate::Elector::subscribe)
-//! receivers see.
+//! Leadership as a published value and what a term is: what
+//! [`Elector::subscribe`](crate::Elector::subscribe) receivers see, the term events, why a term
+//! ended or a check fails, the last release, resignation and the stuck-leader verdict.
 
 use std::time::Instant;
 
-use plexsphere_leader_core::failures::FailureClass;
-use plexsphere_leader_core::{Release, TermEndCause, TermId};
+use plexsphere_leader_core::TermEndCause;
+
+pub use crate::elector::Resignation;
+pub use crate::overdue::OVERDUE_WORK_MESSAGE;
+pub use crate::term::named_work;
+pub use plexsphere_leader_core::failures::FailureClass;
+pub use plexsphere_leader_core::work::Interruption;
+pub use plexsphere_leader_core::{
+    Release, ReleaseOutcome, STUCK_AFTER_INTERVALS, StuckLeader, TermId,
+};
 
 /// This replica's place in the election, published by the elector every time a term begins or
 /// ends (a `tokio::sync::watch` value: [`Elector::subscribe`](crate::Elector::subscribe)).

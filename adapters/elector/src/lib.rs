@@ -26,6 +26,25 @@
 //! # let _ = ran; Ok(()) }
 //! ```
 //!
+//! # Where things are
+//!
+//! The crate root holds what every embedding names: [`Elector`] (run it, ask it, await or take
+//! a [`Term`]), [`Config`], [`LockKey`], the published [`Leadership`], why a term ended
+//! ([`TermEndCause`], [`LossReason`]), the two errors ([`ConfigError`], [`RunError`]),
+//! `CancellationToken` (tokio-util's), and the crates the signatures name (`deadpool_postgres`,
+//! `tokio_postgres`, `prometheus`). The rest lives in modules that say what they are:
+//!
+//! | reach for | when |
+//! |---|---|
+//! | [`config`] | tuning: the check interval, acquire mode, stop grace, identity, work deadline, and their validation errors |
+//! | [`leadership`] | reading leadership: term events, check failures, the last release, resignation, the stuck-leader verdict |
+//! | [`fencing`] | writes that a deposed leader must not make: the epoch check inside your transaction |
+//! | [`sharded`] | many leaders at once: a space of shards spread over the replicas |
+//! | [`status`] | who leads, from the server's own views, for operators |
+//! | [`metrics`] | the gauges and counters, on prometheus or the `metrics` facade |
+//! | [`session`] | another driver: the seam `SessionSource` that the sqlx crate implements |
+//! | [`sql`], [`shard_sql`] | the exact statements, for operators, tests and the simulation |
+//!
 //! The decisions live in the sans-IO crate `plexsphere-leader-core`; this crate drives it with
 //! tokio, over deadpool-postgres and tokio-postgres by default ([`Config::new`]) or any other
 //! [`session::SessionSource`] ([`Config::with_sessions`]). The leader-gated loops, the
@@ -35,7 +54,7 @@
 #![warn(missing_docs)]
 
 mod clock;
-mod config;
+pub mod config;
 mod connection;
 mod driver;
 mod elector;
@@ -44,7 +63,7 @@ mod failure;
 pub mod fencing;
 mod identity;
 mod key;
-mod leadership;
+pub mod leadership;
 mod log;
 pub mod metrics;
 mod observe;
@@ -57,24 +76,13 @@ pub mod sql;
 pub mod status;
 mod term;
 
-pub use config::{Config, OnOverdue};
-pub use elector::{Elector, Resignation};
-pub use error::{CheckError, ConfigError, RunError};
-pub use identity::{IdentityError, MAX_IDENTITY_LEN};
-pub use key::{LockKey, ParseLockKeyError};
-pub use leadership::{
-    CheckFailing, CheckFailure, Leadership, TermEnd, TermEvent, TermEvents, TermInfo,
-    TermWaitCancelled,
-};
-pub use overdue::OVERDUE_WORK_MESSAGE;
-pub use plexsphere_leader_core::failures::FailureClass;
-pub use plexsphere_leader_core::work::Interruption;
-pub use plexsphere_leader_core::{
-    AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, LossReason, MAX_HOLD_OFF,
-    MAX_STOP_GRACE_INTERVALS, Release, ReleaseOutcome, STUCK_AFTER_INTERVALS, StopGraceTooLong,
-    StuckLeader, TermEndCause, TermId, UNLOCK_BUDGET,
-};
-pub use term::{Term, named_work};
+pub use config::Config;
+pub use elector::Elector;
+pub use error::{ConfigError, RunError};
+pub use key::LockKey;
+pub use leadership::Leadership;
+pub use plexsphere_leader_core::{LossReason, TermEndCause};
+pub use term::Term;
 
 /// The cancellation token that [`Elector::run`], [`Elector::term`] and the leader work take
 /// (tokio-util's): depend on this crate alone to name it.

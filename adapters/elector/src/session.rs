@@ -28,7 +28,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::error::CheckError;
+pub use crate::error::CheckError;
 
 #[cfg(feature = "deadpool")]
 pub use self::deadpool::PoolSessions;

@@ -169,7 +169,7 @@ pub struct OwnerRow {
 /// Only when granted, and in the same `CASE` (whose branches run in order), the session is
 /// bounded with `idle_session_timeout` and `idle_in_transaction_session_timeout` of
 /// `idle_timeout_ms` and named (`application_name` = `identity`, made printable ASCII and cut
-/// to [`MAX_IDENTITY_LEN`](crate::MAX_IDENTITY_LEN) bytes), session-level, so a reply lost on
+/// to [`MAX_IDENTITY_LEN`](crate::config::MAX_IDENTITY_LEN) bytes), session-level, so a reply lost on
 /// the way back never leaves an unbounded member. A server in recovery is refused before the
 /// lock call. Column 4 excludes this session, so it does not depend on whether the server
 /// evaluates the lock call or the `pg_locks` subquery first; a replica joining at the same
@@ -655,8 +655,11 @@ mod tests {
         assert!(register(1, r"a\b", 1).contains(r"'application_name', E'a\\b', false"));
         assert!(register(1, "naïve", 1).contains("'application_name', 'na?ve', false"));
         let long = register(1, &"z".repeat(80), 1);
-        assert!(long.contains(&format!("'{}'", "z".repeat(crate::MAX_IDENTITY_LEN))));
-        assert!(!long.contains(&"z".repeat(crate::MAX_IDENTITY_LEN + 1)));
+        assert!(long.contains(&format!(
+            "'{}'",
+            "z".repeat(crate::config::MAX_IDENTITY_LEN)
+        )));
+        assert!(!long.contains(&"z".repeat(crate::config::MAX_IDENTITY_LEN + 1)));
     }
 
     #[test]

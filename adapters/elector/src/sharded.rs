@@ -150,7 +150,7 @@ impl ShardedElector {
     /// once the session registered or surveyed. As for one election
     /// ([`Elector::check_failure`](crate::Elector::check_failure)), a permanent failure is
     /// logged at ERROR once, then at WARN at most once a minute; the run keeps retrying.
-    pub fn check_failure(&self) -> Option<crate::CheckFailure> {
+    pub fn check_failure(&self) -> Option<crate::leadership::CheckFailure> {
         self.inner.check_failure()
     }
 

@@ -80,7 +80,7 @@ pub fn quote_literal(text: &str) -> String {
 
 /// The `application_name` a grant writes: `<identity> since <unix seconds>`, the seconds read
 /// from the server's `clock_timestamp()` as the grant statement takes the lock (see
-/// [`MAX_IDENTITY_LEN`](crate::MAX_IDENTITY_LEN)). An identity outside printable ASCII or
+/// [`MAX_IDENTITY_LEN`](crate::config::MAX_IDENTITY_LEN)). An identity outside printable ASCII or
 /// longer than that is made to fit (`?` for each other character, then cut).
 fn leader_application_name(identity: &str) -> String {
     let identity = crate::identity::sanitize(identity);

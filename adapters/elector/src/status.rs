@@ -42,7 +42,7 @@ pub struct LeaderStatus {
     /// The session's role (`None` when the session's row was gone).
     pub user: Option<String>,
     /// The backends waiting in the lock's queue (standbys in
-    /// [`AcquireMode::Queue`](crate::AcquireMode::Queue)), by pid.
+    /// [`AcquireMode::Queue`](crate::config::AcquireMode::Queue)), by pid.
     pub waiting: Vec<i32>,
     /// The server's clock when it answered.
     pub server_now: SystemTime,

@@ -235,7 +235,7 @@ impl TermShared {
 /// forgets it, so long terms do not accumulate handles.
 ///
 /// ```no_run
-/// use plexsphere_leader::{Elector, Interruption, TermEndCause};
+/// use plexsphere_leader::{Elector, TermEndCause, leadership::Interruption};
 /// use tokio_util::sync::CancellationToken;
 ///
 /// # async fn example(elector: Elector, shutdown: CancellationToken) {
@@ -329,7 +329,7 @@ impl Term {
         }
     }
 
-    /// Lets the work deadline abort the work this handle runs ([`crate::OnOverdue::Abort`]).
+    /// Lets the work deadline abort the work this handle runs ([`crate::config::OnOverdue::Abort`]).
     pub(crate) fn abort_with(&self, abort: AbortHandle) {
         if let Some(handle) = self.shared.lock().tokens.get_mut(&self.key) {
             handle.abort = Some(abort);

@@ -56,7 +56,9 @@ pub use plexsphere_leader::*;
 
 use std::fmt;
 
-use plexsphere_leader::session::{BoxFuture, LockSession, QueryError, Row, SessionSource};
+use plexsphere_leader::session::{
+    BoxFuture, CheckError, LockSession, QueryError, Row, SessionSource,
+};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::{Postgres, Row as _, ValueRef as _};

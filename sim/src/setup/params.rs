@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use plexsphere_leader::UNLOCK_BUDGET;
+use plexsphere_leader::config::UNLOCK_BUDGET;
 
 /// The timing of one simulated run. [`Params::default`] is what the CLI and CI use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -425,7 +425,7 @@ async fn work_past_its_deadline_after_a_loss_is_aborted_at_the_deadline() {
     let fake = Fake::default();
     let deadline = 3 * I;
     let running = run(elector(&fake, |c| {
-        c.work_deadline(deadline, crate::OnOverdue::Abort)
+        c.work_deadline(deadline, crate::config::OnOverdue::Abort)
     }));
     let term = running.first_term().await;
     let work = stubborn_work(&running.elector);
@@ -444,7 +444,7 @@ async fn work_past_its_deadline_after_a_loss_is_aborted_at_the_deadline() {
 async fn work_that_outlives_a_stop_is_aborted_as_the_run_finishes() {
     let fake = Fake::default();
     let running = run(elector(&fake, |c| {
-        c.work_deadline(10 * I, crate::OnOverdue::Abort)
+        c.work_deadline(10 * I, crate::config::OnOverdue::Abort)
     }));
     drop(running.first_term().await);
     let work = stubborn_work(&running.elector);

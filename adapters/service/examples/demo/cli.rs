@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use plexsphere_leader::{AcquireMode, LockKey};
+use plexsphere_leader::{LockKey, config::AcquireMode};
 
 /// The environment variable naming the database, when `--dsn` is not given.
 pub(crate) const DSN_ENV: &str = "PLEXSPHERE_DSN";

@@ -15,8 +15,9 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use plexsphere_leader::{
-    Config, Elector, Leadership, OnOverdue, Release, ReleaseOutcome, Resignation, TermEnd,
-    TermEndCause, TermEvent, TermEvents, TermId,
+    Config, Elector, Leadership, TermEndCause,
+    config::OnOverdue,
+    leadership::{Release, ReleaseOutcome, Resignation, TermEnd, TermEvent, TermEvents, TermId},
 };
 use plexsphere_leader_service::loops::{
     BoxError, ELECTION_WORKER, PassFn, TickMetrics, Wired, pass_fn,

@@ -171,7 +171,7 @@ impl<L: LeaderSource> LeaderTicker<L> {
                 pass(token)
             })
         };
-        let pass = plexsphere_leader::named_work(
+        let pass = plexsphere_leader::leadership::named_work(
             &self.name,
             self.leadership.run_if_leader(shutdown, work),
         );

@@ -117,7 +117,8 @@ impl<L: LeaderSource> WhileLeader<L> {
 
     /// Waits for a term, taken under the loop's name; `None` once `shutdown` is cancelled.
     async fn next_term(&self, shutdown: &CancellationToken) -> Option<super::LeaderTerm> {
-        plexsphere_leader::named_work(&self.name, self.leadership.next_term(shutdown)).await
+        plexsphere_leader::leadership::named_work(&self.name, self.leadership.next_term(shutdown))
+            .await
     }
 }
 
