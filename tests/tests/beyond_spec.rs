@@ -112,15 +112,22 @@ async fn the_grant_refuses_a_session_that_already_holds_the_lock_and_the_check_s
         Some("shared".into())
     );
     // Each check re-entered the lock once (its constant-cost proof, issue 25): the release
-    // gives every hold back in one statement, so a second release finds none.
+    // gives every hold back in one statement, so a second release finds none; it clears the
+    // session's mark too (the third column), so that the next grant here takes the lock.
     assert_eq!(
         row(&client, &sql::unlock(KEY)).await,
-        vec![Some("t".into()), Some(String::new())]
+        vec![Some("t".into()), Some(String::new()), Some(String::new())]
     );
     assert_eq!(
         row(&client, &sql::unlock(KEY)).await,
-        vec![Some("f".into()), Some(String::new())]
+        vec![Some("f".into()), Some(String::new()), Some(String::new())]
     );
+    assert_eq!(
+        row(&client, &sql::try_lock(KEY, IDENTITY, 800)).await[0],
+        Some("granted".into()),
+        "the released session is unmarked: the next grant takes the lock"
+    );
+    row(&client, &sql::unlock(KEY)).await;
     // Both timeouts are set on the lock session only.
     assert_eq!(
         row(&client, "SHOW idle_in_transaction_session_timeout").await,
