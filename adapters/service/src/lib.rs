@@ -46,14 +46,16 @@
 pub mod http;
 mod liveness;
 pub mod loops;
+mod panic;
 mod readiness;
 mod supervisor;
+mod task;
 
 pub use liveness::{ElectorLiveness, Liveness, LivenessReport};
-pub use loops::panic::capture_panic_stacks;
 pub use loops::{
     Background, EveryReplica, Gate, LeaderSource, LeaderTicker, WhileLeader, wire_background,
 };
+pub use panic::capture_panic_stacks;
 pub use plexsphere_leader_core::readiness::Tick;
 pub use plexsphere_leader_core::supervision::{RestartPolicy, WorkerState};
 pub use readiness::{DuplicateProbe, LoopProbe, Probe, ProbeReport, Readiness, ReadinessReport};

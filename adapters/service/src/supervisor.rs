@@ -23,9 +23,9 @@ use plexsphere_leader_core::supervision::{
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::loops::panic::CatchPanic;
-use crate::loops::{BoxError, BoxFuture};
+use crate::panic::CatchPanic;
 use crate::readiness::Probe;
+use crate::task::{BoxError, BoxFuture};
 
 /// How long [`RunningWorkers::shutdown`] waits by default: more than the election's 2-second
 /// unlock budget. A supervisor that runs an elector waits [`shutdown_bound`] instead, which also

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::panic::CatchPanic;
 use super::{BoxError, PassFn};
+use crate::panic::CatchPanic;
 
 /// How often a loop that keeps failing with the same cause says so: one WARN line per minute.
 pub const REPEATED_FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);

@@ -23,7 +23,6 @@
 mod background;
 mod every_replica;
 mod gate;
-pub(crate) mod panic;
 mod source;
 mod ticker;
 mod while_leader;
@@ -34,7 +33,6 @@ pub(crate) mod testing;
 mod tests;
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -48,11 +46,7 @@ pub use source::{LeaderSource, LeaderTerm};
 pub use ticker::{LeaderTicker, TICKS_METRIC, TickMetrics};
 pub use while_leader::{DEFAULT_STOP_GRACE, WhileLeader};
 
-/// The error a pass or a worker returns: any error, rendered with `Display` in logs and probes.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// A boxed, sendable future: what passes and workers return.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+pub use crate::task::{BoxError, BoxFuture};
 
 /// A pass of a loop: called with a token that is cancelled when the pass should stop (the
 /// term's token on the leader, the shutdown token for a boot pass).

@@ -10,8 +10,8 @@ use prometheus::{IntCounterVec, Opts, Registry};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::panic::CatchPanic;
 use super::{BoxError, LeaderSource, PassFn};
+use crate::panic::CatchPanic;
 use crate::readiness::LoopProbe;
 
 /// The ticks counter's name.
