@@ -54,6 +54,13 @@ impl Shard {
     }
 }
 
+impl From<u32> for Shard {
+    /// The shard numbered `number`, as [`Shard::new`].
+    fn from(number: u32) -> Self {
+        Self::new(number)
+    }
+}
+
 impl fmt::Display for Shard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)

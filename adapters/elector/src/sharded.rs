@@ -155,16 +155,16 @@ impl ShardedElector {
     }
 
     /// Whether this replica owns `shard`: a read of the published ownership.
-    pub fn is_owner(&self, shard: u32) -> bool {
-        self.inner.is_owner(shard)
+    pub fn is_owner(&self, shard: impl Into<Shard>) -> bool {
+        self.inner.is_owner(shard.into().get())
     }
 
     /// The current term of `shard` on this replica: `Some` while it owns the shard, with a
     /// token cancelled when `parent` is cancelled or the shard's term ends (lost, handed over,
     /// stopped), whichever comes first. A handover waits until every such handle is dropped
     /// before it unlocks the shard.
-    pub fn term(&self, shard: u32, parent: &CancellationToken) -> Option<Term> {
-        self.inner.term_of(shard)?.handle(parent)
+    pub fn term(&self, shard: impl Into<Shard>, parent: &CancellationToken) -> Option<Term> {
+        self.inner.term_of(shard.into().get())?.handle(parent)
     }
 
     /// Runs one unit of work for `shard` when this replica owns it: the single election's
@@ -175,7 +175,7 @@ impl ShardedElector {
     /// `work`'s own error, when the shard's term held until it returned.
     pub async fn run_if_owner<T, E, F, Fut>(
         &self,
-        shard: u32,
+        shard: impl Into<Shard>,
         parent: &CancellationToken,
         work: F,
     ) -> Result<bool, E>

@@ -92,6 +92,13 @@ fn owning(count: u32, owned: std::ops::Range<u32>, t0: Instant) -> Machine {
 }
 
 #[test]
+fn a_shard_is_its_number_however_it_is_built() {
+    assert_eq!(Shard::from(7), Shard::new(7));
+    assert_eq!(Shard::from(7).get(), 7);
+    assert_eq!(Shard::from(7).to_string(), "7");
+}
+
+#[test]
 fn start_acquires_a_session_at_once() {
     let t0 = Instant::now();
     let mut m = Machine::new(options(8));

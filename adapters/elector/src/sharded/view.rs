@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
+use plexsphere_leader_core::shards::Shard;
 use plexsphere_leader_core::{TermEndCause, TermId};
 
 /// The shards this replica owns, published on every change
@@ -20,8 +21,8 @@ pub struct Ownership {
 
 impl Ownership {
     /// Whether this replica owns `shard` (a term of it is open).
-    pub fn is_owner(&self, shard: u32) -> bool {
-        self.shards.contains_key(&shard)
+    pub fn is_owner(&self, shard: impl Into<Shard>) -> bool {
+        self.shards.contains_key(&shard.into().get())
     }
 
     /// How many shards this replica owns.
