@@ -215,7 +215,7 @@ async fn query_owners(
     class: i32,
     count: u32,
     timeout: Duration,
-) -> Result<Vec<plexsphere_leader::shard_sql::OwnerRow>, QueryStatusError> {
+) -> Result<Vec<plexsphere_leader::status::OwnerRow>, QueryStatusError> {
     let deadline = Instant::now() + timeout;
     let (client, driver) = connect_within(dsn, timeout).await?;
     let asked = async {

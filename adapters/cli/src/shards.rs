@@ -1,6 +1,6 @@
 //! The answer of `plexsphere-leader shards`: who owns which shards of a space.
 
-use plexsphere_leader::shard_sql::OwnerRow;
+use plexsphere_leader::status::OwnerRow;
 
 /// A shard space as the server's views show it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -50,6 +50,7 @@ use crate::sql;
 
 #[cfg(feature = "deadpool")]
 pub use self::postgres::{FenceClient, check, setup};
+pub use crate::sql::{FENCE_SETUP, FENCE_TABLE};
 
 /// Why a fenced write must not happen.
 #[derive(Debug, thiserror::Error)]

@@ -43,7 +43,7 @@
 //! | [`status`] | who leads, from the server's own views, for operators |
 //! | [`metrics`] | the gauges and counters, on prometheus or the `metrics` facade |
 //! | [`session`] | another driver: the seam `SessionSource` that the sqlx crate implements |
-//! | [`sql`], [`shard_sql`] | the exact statements, for operators, tests and the simulation |
+//! | `sql`, `shard_sql` (feature `wire`) | the exact statements, for operators' tooling, tests and the simulation |
 //!
 //! The decisions live in the sans-IO crate `plexsphere-leader-core`; this crate drives it with
 //! tokio, over deadpool-postgres and tokio-postgres by default ([`Config::new`]) or any other
@@ -69,10 +69,18 @@ pub mod metrics;
 mod observe;
 mod overdue;
 pub mod session;
+#[cfg(feature = "wire")]
 pub mod shard_sql;
+#[cfg(not(feature = "wire"))]
+#[allow(dead_code, unreachable_pub)]
+mod shard_sql;
 pub mod sharded;
 mod shared;
+#[cfg(feature = "wire")]
 pub mod sql;
+#[cfg(not(feature = "wire"))]
+#[allow(dead_code, unreachable_pub)]
+mod sql;
 pub mod status;
 mod term;
 

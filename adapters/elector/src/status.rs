@@ -19,6 +19,8 @@ use crate::key::LockKey;
 use crate::session::{LockSession, Row};
 use crate::sql;
 
+pub use crate::shard_sql::OwnerRow;
+
 /// The leader of one election, as the server sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderStatus {
@@ -135,7 +137,7 @@ pub async fn who_leads(
 }
 
 /// Who owns what in the shard space `class` of `count` shards, in `client`'s current database:
-/// one [`OwnerRow`](crate::shard_sql::OwnerRow) per backend holding a lock of the space (members
+/// one [`OwnerRow`] per backend holding a lock of the space (members
 /// and foreign holders), ascending by pid; empty when nobody does. One statement
 /// ([`shard_sql::owners`](crate::shard_sql::owners)) over the simple query protocol; it takes no
 /// lock.

@@ -29,7 +29,7 @@ use sqlx::{Acquire, Postgres};
 
 pub use plexsphere_leader::fencing::{FenceError, verdict};
 
-/// Creates the fence table if it does not exist (`plexsphere_leader::sql::FENCE_SETUP`).
+/// Creates the fence table if it does not exist (`plexsphere_leader::fencing::FENCE_SETUP`).
 /// Idempotent; run it once per database before enabling fencing, from a migration or at
 /// start-up.
 ///
@@ -39,7 +39,7 @@ pub async fn setup<'c>(
     connection: impl Acquire<'c, Database = Postgres>,
 ) -> Result<(), FenceError> {
     let mut connection = connection.acquire().await.map_err(query_error)?;
-    sqlx::raw_sql(plexsphere_leader::sql::FENCE_SETUP)
+    sqlx::raw_sql(plexsphere_leader::fencing::FENCE_SETUP)
         .execute(&mut *connection)
         .await
         .map_err(query_error)?;
