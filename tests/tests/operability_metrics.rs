@@ -412,3 +412,74 @@ async fn the_metrics_facade_records_a_real_term() {
     );
     db.cleanup().await.unwrap();
 }
+
+/// A sharded elector on the `metrics` facade records the same series as on a registry: the
+/// shards owned, the members and unowned shards of the last survey, and the shard terms begun
+/// and ended by cause, from a real space.
+#[tokio::test]
+async fn the_metrics_facade_records_a_real_sharded_space() {
+    use plexsphere_leader::sharded::{DEFAULT_SHARD_CLASS, ShardConfig, ShardedElector};
+
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let db = TestDb::create("metrics_facade_sharded").await.unwrap();
+    let config = ShardConfig::new(db.pool(2).unwrap(), 4)
+        .check_interval(I)
+        .metrics_facade(true);
+    let elector = metrics::with_local_recorder(&recorder, || ShardedElector::new(config)).unwrap();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let (elector, shutdown) = (elector.clone(), shutdown.clone());
+        async move { elector.run(shutdown).await }
+    });
+    wait_for(STARTUP, || elector.ownership().shards.len() == 4)
+        .await
+        .expect("owns every shard");
+    let class = DEFAULT_SHARD_CLASS.to_string();
+    let class = ("class", class.as_str());
+    // A snapshot of the debugging recorder drains what it read: take one, after two more
+    // surveys have seen the space owned.
+    tokio::time::sleep(2 * I + MARGIN).await;
+    let owning = snapshotter.snapshot().into_vec();
+    assert_eq!(
+        facade_value(&owning, "plexsphere_shards_owned", &[class]),
+        Some(4.0)
+    );
+    assert_eq!(
+        facade_value(&owning, "plexsphere_shards_unowned", &[class]),
+        Some(0.0)
+    );
+    assert_eq!(
+        facade_value(&owning, "plexsphere_shards_members", &[class]),
+        Some(1.0)
+    );
+    assert!(
+        facade_value(&owning, "plexsphere_shards_survey_seconds", &[class]) >= Some(2.0),
+        "a sample per survey"
+    );
+    assert_eq!(
+        facade_value(
+            &owning,
+            "plexsphere_shard_terms_total",
+            &[class, ("event", "began"), ("cause", "")]
+        ),
+        Some(4.0)
+    );
+
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    let stopped = snapshotter.snapshot().into_vec();
+    assert_eq!(
+        facade_value(&stopped, "plexsphere_shards_owned", &[class]),
+        Some(0.0)
+    );
+    assert_eq!(
+        facade_value(
+            &stopped,
+            "plexsphere_shard_terms_total",
+            &[class, ("event", "ended"), ("cause", "stopped")]
+        ),
+        Some(4.0)
+    );
+    db.cleanup().await.unwrap();
+}

@@ -454,3 +454,84 @@ async fn a_missing_database_is_one_error_and_a_typed_permanent_failure() {
     );
     db.cleanup().await.unwrap();
 }
+
+/// The stuck-owner liveness of a sharded replica, as the single election's: live while its
+/// surveys prove its shards, `Err` with a bound of two intervals once its runtime's only thread
+/// is blocked for four, live again after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_owner_whose_runtime_is_blocked_fails_its_liveness_and_recovers() {
+    let db = TestDb::create("sharded_liveness").await.unwrap();
+    let elector = ShardedElector::new(
+        ShardConfig::new(db.pool(4).expect("pool"), 8)
+            .check_interval(I)
+            .identity("stuck-owner"),
+    )
+    .expect("valid config");
+    assert!(elector.liveness().is_ok(), "not running: live");
+
+    let block = I * 4;
+    let (block_tx, block_rx) = tokio::sync::oneshot::channel::<Duration>();
+    let shutdown = CancellationToken::new();
+    let thread = std::thread::spawn({
+        let (elector, shutdown) = (elector.clone(), shutdown.clone());
+        move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                tokio::spawn(async move {
+                    if let Ok(block) = block_rx.await {
+                        std::thread::sleep(block); // blocks the runtime's only thread
+                    }
+                });
+                elector.run(shutdown).await
+            })
+        }
+    });
+
+    wait_for(STARTUP, || elector.ownership().shards.len() == 8)
+        .await
+        .expect("owns every shard");
+    assert!(elector.liveness().is_ok(), "a driven owner is live");
+
+    let blocked_at = tokio::time::Instant::now();
+    block_tx.send(block).unwrap();
+    let mut stuck = None;
+    wait_for(block, || {
+        stuck = elector.liveness().err();
+        stuck.is_some()
+    })
+    .await
+    .expect("stuck while blocked");
+    let stuck = stuck.expect("the verdict");
+    println!("liveness failed {:?} into the block", blocked_at.elapsed());
+    assert_eq!(stuck.bound, I * 2);
+    assert!(stuck.since_last_check > I * 2, "{stuck:?}");
+    assert!(
+        stuck
+            .to_string()
+            .contains("the election is not being driven"),
+        "{stuck}"
+    );
+    assert!(
+        !elector.ownership().shards.is_empty(),
+        "a blocked driver cannot even notice a loss"
+    );
+
+    wait_for(block + MARGIN, || elector.liveness().is_ok())
+        .await
+        .expect("live again after the block");
+    assert!(
+        blocked_at.elapsed() >= block,
+        "not before the thread ran again"
+    );
+
+    shutdown.cancel();
+    let run = tokio::task::spawn_blocking(move || thread.join())
+        .await
+        .unwrap()
+        .expect("the elector thread did not panic");
+    run.expect("run returns Ok");
+    db.cleanup().await.unwrap();
+}

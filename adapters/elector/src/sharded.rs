@@ -97,15 +97,12 @@ impl ShardedElector {
     pub fn new(config: ShardConfig) -> Result<Self, ConfigError> {
         let options = config.options()?;
         let identity = config.resolved_identity()?;
-        #[cfg(feature = "prometheus")]
-        let metrics = match &config.registry {
-            Some(registry) => {
-                Some(ShardMetrics::register(registry, config.class).map_err(ConfigError::Metrics)?)
-            }
-            None => None,
-        };
-        #[cfg(not(feature = "prometheus"))]
-        let metrics: Option<ShardMetrics> = None;
+        let metrics = ShardMetrics::new(
+            #[cfg(feature = "prometheus")]
+            config.registry.as_ref(),
+            config.metrics_facade,
+            config.class,
+        )?;
         Ok(Self {
             inner: Arc::new(ShardShared::new(
                 config.sessions,
@@ -152,6 +149,25 @@ impl ShardedElector {
     /// logged at ERROR once, then at WARN at most once a minute; the run keeps retrying.
     pub fn check_failure(&self) -> Option<crate::leadership::CheckFailure> {
         self.inner.check_failure()
+    }
+
+    /// Whether the election is still driven (stuck-owner liveness), as
+    /// [`Elector::liveness`](crate::Elector::liveness): `Err` when this replica owns a shard but
+    /// its session last proved its locks (the registration, then each survey that showed its
+    /// member lock and exactly its shards) more than
+    /// [`STUCK_AFTER_INTERVALS`](crate::leadership::STUCK_AFTER_INTERVALS) check intervals ago.
+    /// A driven owner surveys every interval, and a survey without answer within one interval
+    /// loses the session, so only a blocked runtime or a run future no longer polled gets here.
+    /// A replica that owns no shard (not running, or between sessions) is always live.
+    ///
+    /// This is for liveness only: never make readiness depend on it or on ownership.
+    ///
+    /// # Errors
+    /// [`StuckLeader`](crate::leadership::StuckLeader): how long ago the last proof was, and
+    /// the bound.
+    pub fn liveness(&self) -> Result<(), crate::leadership::StuckLeader> {
+        // The core's verdict (`ShardedElection::stuck`), on the driver's clock.
+        self.inner.election().stuck(crate::clock::now())
     }
 
     /// Whether this replica owns `shard`: a read of the published ownership.

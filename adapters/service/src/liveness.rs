@@ -14,6 +14,7 @@ use crate::readiness::{
     DuplicateProbe, Probe, ProbeReport, ProbeSet, all_pass, find, write_report,
 };
 use plexsphere_leader::Elector;
+use plexsphere_leader::sharded::ShardedElector;
 
 /// The registry of a service's liveness probes, which `/livez` reports. Cloning gives another
 /// handle on the same registry. An empty registry reports live.
@@ -88,24 +89,46 @@ impl fmt::Display for LivenessReport {
     }
 }
 
-/// The elector's liveness as a [`Probe`] for [`Liveness`]; see [`Elector::liveness`]. Never
-/// register it as a readiness probe.
+/// An elector's liveness as a [`Probe`] for [`Liveness`]: the stuck-leader verdict of one
+/// election ([`Elector::liveness`]) or the stuck-owner verdict of a sharded one
+/// ([`ShardedElector::liveness`]). Never register it as a readiness probe.
 #[derive(Clone, Debug)]
 pub struct ElectorLiveness {
-    elector: Elector,
+    elector: Driven,
+}
+
+/// The elector whose verdict the probe reads.
+#[derive(Clone, Debug)]
+enum Driven {
+    Single(Elector),
+    Sharded(ShardedElector),
 }
 
 impl ElectorLiveness {
     /// The liveness of `elector` ([`Elector::liveness`]): register it in [`Liveness`] under a
     /// name of your choice, e.g. [`ELECTION_WORKER`](crate::loops::ELECTION_WORKER).
     pub fn new(elector: Elector) -> Self {
-        Self { elector }
+        Self {
+            elector: Driven::Single(elector),
+        }
+    }
+
+    /// The liveness of a sharded `elector` ([`ShardedElector::liveness`]): failing while it
+    /// owns a shard whose locks no survey proved for two check intervals.
+    pub fn sharded(elector: ShardedElector) -> Self {
+        Self {
+            elector: Driven::Sharded(elector),
+        }
     }
 }
 
 impl Probe for ElectorLiveness {
     fn check(&self) -> Result<(), String> {
-        self.elector.liveness().map_err(|stuck| stuck.to_string())
+        let verdict = match &self.elector {
+            Driven::Single(elector) => elector.liveness(),
+            Driven::Sharded(elector) => elector.liveness(),
+        };
+        verdict.map_err(|stuck| stuck.to_string())
     }
 }
 

@@ -26,6 +26,7 @@ use crate::cause::{Cause, LossReason, TermEndCause};
 use crate::handled::{AlreadyRunning, Handled, Ignored};
 use crate::ids::{ConnId, TermId};
 use crate::interval::UNLOCK_BUDGET;
+use crate::liveness::StuckLeader;
 use crate::schedule::Schedule;
 
 mod ops;
@@ -115,6 +116,9 @@ struct Open {
     conn: ConnId,
     backend: MemberId,
     joined_at: Instant,
+    /// When the session last proved this replica's locks: the registration, then each survey
+    /// that showed its member lock and exactly the shards it believes it holds.
+    verified_at: Instant,
     busy: Option<(Op, Instant)>,
     survey_due: bool,
 }
@@ -200,6 +204,36 @@ impl<C> ShardedElection<C> {
     /// the run for status pages.
     pub fn last_survey(&self) -> Option<&Survey> {
         self.last_survey.as_ref()
+    }
+
+    /// While this replica owns a shard: when its session last proved its locks (the
+    /// registration, then each survey that showed its member lock and exactly the shards it
+    /// believes it holds). `None` while it owns none.
+    pub fn last_verified(&self) -> Option<Instant> {
+        let run = self.run.as_ref()?;
+        if run.owned.is_empty() {
+            return None;
+        }
+        match &run.session {
+            Session::Open(open) => Some(open.verified_at),
+            _ => None,
+        }
+    }
+
+    /// The stuck-owner verdict at `now`, as [`Election::stuck`](crate::Election::stuck): `Err`
+    /// when this replica owns a shard but its last proof ([`last_verified`](Self::last_verified))
+    /// is older than [`STUCK_AFTER_INTERVALS`](crate::STUCK_AFTER_INTERVALS) check intervals —
+    /// nobody drove the election in time. A replica that owns no shard is never stuck.
+    ///
+    /// # Errors
+    /// [`StuckLeader`] with the age of the last proof and the bound.
+    pub fn stuck(&self, now: Instant) -> Result<(), StuckLeader> {
+        match self.last_verified() {
+            Some(verified_at) => {
+                StuckLeader::verdict(verified_at, now, self.options.interval().get())
+            }
+            None => Ok(()),
+        }
     }
 
     /// The coarse state.

@@ -92,6 +92,41 @@ fn owning(count: u32, owned: std::ops::Range<u32>, t0: Instant) -> Machine {
 }
 
 #[test]
+fn an_owner_is_stuck_only_strictly_past_two_intervals_since_its_last_proving_survey() {
+    let t0 = Instant::now();
+    let m = joined(4, t0);
+    assert_eq!(m.last_verified(), None, "a member that owns no shard");
+    assert_eq!(m.stuck(t0 + 10 * I), Ok(()), "is never stuck");
+    let mut m = owning(4, 0..2, t0);
+    assert_eq!(
+        m.last_verified(),
+        Some(t0),
+        "the registration and first survey, at t0"
+    );
+    m.handle_timeout(t0 + I);
+    assert_eq!(drain(&mut m), vec![ShardAction::Survey { conn: C1 }]);
+    m.handle_event(
+        t0 + I,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: survey(4, &[(ME, true, vec![0, 1]), (OTHER, true, vec![2, 3])]),
+        },
+    );
+    drain(&mut m);
+    assert_eq!(
+        m.last_verified(),
+        Some(t0 + I),
+        "the survey proved the holdings"
+    );
+    assert_eq!(m.stuck(t0 + 3 * I), Ok(()));
+    let stuck = m
+        .stuck(t0 + 3 * I + Duration::from_nanos(1))
+        .expect_err("strictly past two intervals");
+    assert_eq!(stuck.bound, 2 * I);
+    assert_eq!(stuck.since_last_check, 2 * I + Duration::from_nanos(1));
+}
+
+#[test]
 fn a_shard_is_its_number_however_it_is_built() {
     assert_eq!(Shard::from(7), Shard::new(7));
     assert_eq!(Shard::from(7).get(), 7);

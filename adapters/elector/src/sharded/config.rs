@@ -29,6 +29,7 @@ pub struct ShardConfig {
     pub(crate) fencing: bool,
     #[cfg(feature = "prometheus")]
     pub(crate) registry: Option<prometheus::Registry>,
+    pub(crate) metrics_facade: bool,
 }
 
 impl ShardConfig {
@@ -56,6 +57,7 @@ impl ShardConfig {
             fencing: false,
             #[cfg(feature = "prometheus")]
             registry: None,
+            metrics_facade: false,
         }
     }
 
@@ -132,6 +134,17 @@ impl ShardConfig {
     #[must_use]
     pub fn registry(mut self, registry: &prometheus::Registry) -> Self {
         self.registry = Some(registry.clone());
+        self
+    }
+
+    /// Also records the sharded metrics (same names and labels) through the `metrics` crate's
+    /// facade, on the recorder installed when the elector is built (feature `metrics`), as
+    /// [`Config::metrics_facade`](crate::Config::metrics_facade). Install the recorder before
+    /// [`ShardedElector::new`](super::ShardedElector::new).
+    #[cfg(feature = "metrics")]
+    #[must_use]
+    pub fn metrics_facade(mut self, on: bool) -> Self {
+        self.metrics_facade = on;
         self
     }
 

@@ -1,5 +1,6 @@
-//! The metrics of a sharded elector, on a Prometheus registry: counts and histograms, never a
-//! series per shard, so their cardinality does not grow with the space.
+//! The metrics of a sharded elector, on a Prometheus registry and/or the `metrics` facade (the
+//! same names and labels on both): counts and histograms, never a series per shard, so their
+//! cardinality does not grow with the space.
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -9,74 +10,224 @@
 //! | `plexsphere_shard_terms_total` | counter: shard terms begun and ended | `class`, `event` (`began`, `ended`), `cause` (the end cause's label, empty for `began`) |
 //! | `plexsphere_shards_survey_seconds` | histogram: time to answer the survey statement | `class` |
 
+#![cfg_attr(
+    not(any(feature = "prometheus", feature = "metrics")),
+    allow(dead_code, reason = "the names serve the metrics features only")
+)]
+
 use std::time::Duration;
 
 use plexsphere_leader_core::TermEndCause;
 
 use super::view::SpaceView;
 
-/// The sharded metrics of one elector; without a registry (or the `prometheus` feature) every
-/// method does nothing.
+/// The metric names, the same on both sinks.
+const OWNED: &str = "plexsphere_shards_owned";
+const MEMBERS: &str = "plexsphere_shards_members";
+const UNOWNED: &str = "plexsphere_shards_unowned";
+const TERMS: &str = "plexsphere_shard_terms_total";
+const SURVEY: &str = "plexsphere_shards_survey_seconds";
+
+/// The sharded metrics of one elector, on a Prometheus registry, on the `metrics` facade, on
+/// both or on neither (then every method does nothing).
 pub(crate) struct ShardMetrics {
     #[cfg(feature = "prometheus")]
-    inner: prom::Inner,
+    prom: Option<prom::Inner>,
+    #[cfg(feature = "metrics")]
+    facade: Option<facade::Inner>,
 }
 
 impl ShardMetrics {
-    /// Registers the metrics of space `class` on `registry`.
-    #[cfg(feature = "prometheus")]
-    pub(crate) fn register(
-        registry: &prometheus::Registry,
+    /// The metrics of space `class`: registered on `registry` when one is given, and recorded
+    /// through the `metrics` facade's installed recorder when `facade` is set (feature
+    /// `metrics`; ignored without it). `None` when neither.
+    ///
+    /// # Errors
+    /// The registry refused a metric (another collector uses its name).
+    pub(crate) fn new(
+        #[cfg(feature = "prometheus")] registry: Option<&prometheus::Registry>,
+        facade: bool,
         class: i32,
-    ) -> Result<Self, prometheus::Error> {
-        Ok(Self {
-            inner: prom::Inner::register(registry, class)?,
-        })
+    ) -> Result<Option<Self>, crate::ConfigError> {
+        #[cfg(feature = "prometheus")]
+        let prom = registry
+            .map(|registry| prom::Inner::register(registry, class))
+            .transpose()
+            .map_err(crate::ConfigError::Metrics)?;
+        #[cfg(feature = "metrics")]
+        let facade = facade.then(|| facade::Inner::register(class));
+        #[cfg(not(feature = "metrics"))]
+        let _ = facade;
+        #[cfg(not(any(feature = "prometheus", feature = "metrics")))]
+        let _ = class;
+        let metrics = Self {
+            #[cfg(feature = "prometheus")]
+            prom,
+            #[cfg(feature = "metrics")]
+            facade,
+        };
+        Ok(metrics.any().then_some(metrics))
+    }
+
+    /// Whether a sink records anything.
+    fn any(&self) -> bool {
+        #[allow(unused_mut)]
+        let mut any = false;
+        #[cfg(feature = "prometheus")]
+        {
+            any |= self.prom.is_some();
+        }
+        #[cfg(feature = "metrics")]
+        {
+            any |= self.facade.is_some();
+        }
+        any
     }
 
     pub(crate) fn began(&self) {
         #[cfg(feature = "prometheus")]
-        self.inner.terms.with_label_values(&["began", ""]).inc();
+        if let Some(prom) = &self.prom {
+            prom.terms.with_label_values(&["began", ""]).inc();
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(facade) = &self.facade {
+            facade.began.increment(1);
+        }
     }
 
     pub(crate) fn ended(&self, cause: TermEndCause) {
         #[cfg(feature = "prometheus")]
-        self.inner
-            .terms
-            .with_label_values(&["ended", cause.label()])
-            .inc();
-        #[cfg(not(feature = "prometheus"))]
+        if let Some(prom) = &self.prom {
+            prom.terms
+                .with_label_values(&["ended", cause.label()])
+                .inc();
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(facade) = &self.facade {
+            facade.ended(cause).increment(1);
+        }
         let _ = cause;
     }
 
     pub(crate) fn owned(&self, count: usize) {
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
         #[cfg(feature = "prometheus")]
-        self.inner
-            .owned
-            .set(i64::try_from(count).unwrap_or(i64::MAX));
-        #[cfg(not(feature = "prometheus"))]
+        if let Some(prom) = &self.prom {
+            prom.owned.set(count);
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(facade) = &self.facade {
+            facade.owned.set(count as f64);
+        }
         let _ = count;
     }
 
     pub(crate) fn surveyed(&self, view: &SpaceView) {
+        let members = i64::try_from(view.members.len()).unwrap_or(i64::MAX);
+        let unowned = i64::try_from(view.unowned.len()).unwrap_or(i64::MAX);
         #[cfg(feature = "prometheus")]
-        {
-            self.inner
-                .members
-                .set(i64::try_from(view.members.len()).unwrap_or(i64::MAX));
-            self.inner
-                .unowned
-                .set(i64::try_from(view.unowned.len()).unwrap_or(i64::MAX));
+        if let Some(prom) = &self.prom {
+            prom.members.set(members);
+            prom.unowned.set(unowned);
         }
-        #[cfg(not(feature = "prometheus"))]
-        let _ = view;
+        #[cfg(feature = "metrics")]
+        if let Some(facade) = &self.facade {
+            facade.members.set(members as f64);
+            facade.unowned.set(unowned as f64);
+        }
+        let _ = (members, unowned);
     }
 
     pub(crate) fn survey_took(&self, took: Duration) {
         #[cfg(feature = "prometheus")]
-        self.inner.survey.observe(took.as_secs_f64());
-        #[cfg(not(feature = "prometheus"))]
+        if let Some(prom) = &self.prom {
+            prom.survey.observe(took.as_secs_f64());
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(facade) = &self.facade {
+            facade.survey.record(took.as_secs_f64());
+        }
         let _ = took;
+    }
+}
+
+#[cfg(feature = "metrics")]
+mod facade {
+    use ::metrics::{Counter, Gauge, Histogram};
+    use plexsphere_leader_core::TermEndCause;
+
+    use super::{MEMBERS, OWNED, SURVEY, TERMS, UNOWNED};
+
+    /// The facade's handles of one space's series, taken from the recorder installed when the
+    /// elector is built.
+    pub(super) struct Inner {
+        pub(super) began: Counter,
+        /// One counter per end cause, by its label.
+        ended: Vec<(&'static str, Counter)>,
+        pub(super) owned: Gauge,
+        pub(super) members: Gauge,
+        pub(super) unowned: Gauge,
+        pub(super) survey: Histogram,
+    }
+
+    impl Inner {
+        pub(super) fn register(class: i32) -> Self {
+            let class = class.to_string();
+            ::metrics::describe_gauge!(OWNED, "Shards this replica owns.");
+            ::metrics::describe_gauge!(
+                MEMBERS,
+                "Members of the shard space at this replica's last survey."
+            );
+            ::metrics::describe_gauge!(
+                UNOWNED,
+                "Shards nobody held at this replica's last survey."
+            );
+            ::metrics::describe_counter!(
+                TERMS,
+                "Shard terms begun and ended on this replica, by end cause."
+            );
+            ::metrics::describe_histogram!(
+                SURVEY,
+                ::metrics::Unit::Seconds,
+                "Time for the survey statement (the space's pg_locks rows) to answer."
+            );
+            let gauge = |name: &'static str| ::metrics::gauge!(name, "class" => class.clone());
+            let terms = |event: &'static str, cause: &'static str| {
+                ::metrics::counter!(
+                    TERMS,
+                    "class" => class.clone(),
+                    "event" => event,
+                    "cause" => cause
+                )
+            };
+            let inner = Self {
+                began: terms("began", ""),
+                ended: TermEndCause::ALL
+                    .into_iter()
+                    .chain([TermEndCause::HandedOver])
+                    .map(|cause| (cause.label(), terms("ended", cause.label())))
+                    .collect(),
+                owned: gauge(OWNED),
+                members: gauge(MEMBERS),
+                unowned: gauge(UNOWNED),
+                survey: ::metrics::histogram!(SURVEY, "class" => class.clone()),
+            };
+            // Every series at zero from the start, as on the registry.
+            inner.began.absolute(0);
+            for (_, counter) in &inner.ended {
+                counter.absolute(0);
+            }
+            inner
+        }
+
+        /// The counter of terms ended for `cause`.
+        pub(super) fn ended(&self, cause: TermEndCause) -> &Counter {
+            let label = cause.label();
+            self.ended
+                .iter()
+                .find_map(|(l, counter)| (*l == label).then_some(counter))
+                .unwrap_or(&self.ended[0].1)
+        }
     }
 }
 
@@ -84,6 +235,8 @@ impl ShardMetrics {
 mod prom {
     use plexsphere_leader_core::TermEndCause;
     use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
+
+    use super::{MEMBERS, OWNED, SURVEY, TERMS, UNOWNED};
 
     pub(super) struct Inner {
         pub(super) owned: IntGauge,
@@ -100,18 +253,15 @@ mod prom {
                 IntGauge::with_opts(Opts::new(name, help).const_label("class", &class))
             };
             let inner = Self {
-                owned: gauge("plexsphere_shards_owned", "Shards this replica owns.")?,
+                owned: gauge(OWNED, "Shards this replica owns.")?,
                 members: gauge(
-                    "plexsphere_shards_members",
+                    MEMBERS,
                     "Members of the shard space at this replica's last survey.",
                 )?,
-                unowned: gauge(
-                    "plexsphere_shards_unowned",
-                    "Shards nobody held at this replica's last survey.",
-                )?,
+                unowned: gauge(UNOWNED, "Shards nobody held at this replica's last survey.")?,
                 terms: IntCounterVec::new(
                     Opts::new(
-                        "plexsphere_shard_terms_total",
+                        TERMS,
                         "Shard terms begun and ended on this replica, by end cause.",
                     )
                     .const_label("class", &class),
@@ -119,7 +269,7 @@ mod prom {
                 )?,
                 survey: Histogram::with_opts(
                     HistogramOpts::new(
-                        "plexsphere_shards_survey_seconds",
+                        SURVEY,
                         "Time for the survey statement (the space's pg_locks rows) to answer.",
                     )
                     .const_label("class", &class)

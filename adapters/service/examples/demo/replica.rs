@@ -137,6 +137,13 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         )?),
         _ => None,
     };
+    if let Some(sharded) = &sharded {
+        // The sharded elector's stuck-owner verdict, beside the Elector's.
+        liveness.register(
+            "sharded-election",
+            Arc::new(ElectorLiveness::sharded(sharded.clone())),
+        )?;
+    }
 
     // Every later surface reads the Elector and gates its loops on it.
     let metrics = TickMetrics::register(&registry)?;

@@ -97,6 +97,7 @@ impl<C> ShardedElection<C> {
             conn,
             backend,
             joined_at: run.schedule.current(),
+            verified_at: now,
             busy: None,
             survey_due: true,
         });

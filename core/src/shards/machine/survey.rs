@@ -40,6 +40,9 @@ impl<C> ShardedElection<C> {
             self.lose(now, LossReason::LockNotHeld, None);
             return Handled::Applied;
         }
+        if let Session::Open(open) = &mut run.session {
+            open.verified_at = now;
+        }
         // Windows are measured from the grid time of the check, so that a window of one
         // interval ends exactly at the next check.
         let checked_at = run.schedule.current();
