@@ -13,7 +13,7 @@ mod loops_support;
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use plexsphere_leader::metrics::{
     CHECK_DURATION, IS_LEADER, LAST_CHECK_SUCCESS, LEADER_GAUGE_NAME, LOCK_ATTEMPTS, TERM_EPOCH,
@@ -260,24 +260,10 @@ async fn a_leader_whose_runtime_is_blocked_fails_liveness_until_it_runs_again() 
     .await;
 
     let block = I * 4;
-    let (block_tx, block_rx) = tokio::sync::oneshot::channel::<Duration>();
     let shutdown = CancellationToken::new();
-    let thread = std::thread::spawn({
+    let (block_tx, thread) = support::on_a_blockable_runtime({
         let (elector, shutdown) = (elector.clone(), shutdown.clone());
-        move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                tokio::spawn(async move {
-                    if let Ok(block) = block_rx.await {
-                        std::thread::sleep(block); // blocks the runtime's only thread
-                    }
-                });
-                elector.run(shutdown).await
-            })
-        }
+        async move { elector.run(shutdown).await }
     });
 
     wait_for(STARTUP, || elector.is_leader())

@@ -470,24 +470,10 @@ async fn a_sharded_owner_whose_runtime_is_blocked_fails_its_liveness_and_recover
     assert!(elector.liveness().is_ok(), "not running: live");
 
     let block = I * 4;
-    let (block_tx, block_rx) = tokio::sync::oneshot::channel::<Duration>();
     let shutdown = CancellationToken::new();
-    let thread = std::thread::spawn({
+    let (block_tx, thread) = support::on_a_blockable_runtime({
         let (elector, shutdown) = (elector.clone(), shutdown.clone());
-        move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                tokio::spawn(async move {
-                    if let Ok(block) = block_rx.await {
-                        std::thread::sleep(block); // blocks the runtime's only thread
-                    }
-                });
-                elector.run(shutdown).await
-            })
-        }
+        async move { elector.run(shutdown).await }
     });
 
     wait_for(STARTUP, || elector.ownership().shards.len() == 8)

@@ -273,3 +273,35 @@ macro_rules! on_both_backends {
         }
     };
 }
+
+/// Runs `run` on a current-thread runtime of its own, on a thread of its own, beside a task that
+/// blocks that runtime's only thread (`std::thread::sleep`) for the duration sent on the returned
+/// sender: what a service that blocks its runtime does to the election it drives.
+#[allow(dead_code)] // not every test binary blocks a runtime
+pub fn on_a_blockable_runtime<F>(
+    run: F,
+) -> (
+    tokio::sync::oneshot::Sender<Duration>,
+    std::thread::JoinHandle<F::Output>,
+)
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (block_tx, block_rx) = tokio::sync::oneshot::channel::<Duration>();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime");
+        runtime.block_on(async move {
+            tokio::spawn(async move {
+                if let Ok(block) = block_rx.await {
+                    std::thread::sleep(block); // blocks the runtime's only thread
+                }
+            });
+            run.await
+        })
+    });
+    (block_tx, thread)
+}
