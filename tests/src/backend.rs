@@ -6,6 +6,7 @@ use std::fmt;
 
 use deadpool_postgres::Pool;
 use plexsphere_leader::Config;
+use plexsphere_leader::sharded::ShardConfig;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio_postgres::config::Host;
 
@@ -110,6 +111,17 @@ impl BackendPool {
         match self {
             Self::Deadpool(pool) => Config::new(pool.clone()),
             Self::Sqlx(pool) => plexsphere_leader_sqlx::config(pool.clone()),
+        }
+    }
+
+    /// A sharded election's configuration of `shards` shards on this pool.
+    pub fn shard_config(&self, shards: u32) -> ShardConfig {
+        match self {
+            Self::Deadpool(pool) => ShardConfig::new(pool.clone(), shards),
+            Self::Sqlx(pool) => ShardConfig::with_sessions(
+                plexsphere_leader_sqlx::PgPoolSessions::new(pool.clone()),
+                shards,
+            ),
         }
     }
 

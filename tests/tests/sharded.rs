@@ -5,6 +5,11 @@
 //!
 //! Bounds are asserted with the margins of `support` (I = 200 ms, MARGIN = 2 s): a handover or
 //! a failover within one interval plus the margin, a balance within a few intervals plus it.
+//! The split, the graceful stop and the terminated session run on both backends (deadpool and
+//! sqlx: `<test>::deadpool`, `<test>::sqlx`).
+// The scenarios run on both backends are plain functions called from the tests of
+// `on_both_backends!`; clippy's allowance for `unwrap` in tests does not see them.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 
@@ -13,7 +18,7 @@ use std::time::Duration;
 
 use plexsphere_leader::sharded::{ShardConfig, ShardedElector};
 use plexsphere_leader::{RunError, TermEndCause};
-use plexsphere_leader_tests::TestDb;
+use plexsphere_leader_tests::{Backend, TestDb};
 use support::{I, MARGIN, STARTUP, wait_for};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -27,11 +32,13 @@ struct Member {
 
 impl Member {
     fn spawn(db: &TestDb, shards: u32, name: &str) -> Self {
-        Self::spawn_with(
-            db,
-            name,
-            ShardConfig::new(db.pool(4).expect("pool"), shards),
-        )
+        Self::spawn_on(db, Backend::Deadpool, shards, name)
+    }
+
+    /// A member on a pool of `backend`.
+    fn spawn_on(db: &TestDb, backend: Backend, shards: u32, name: &str) -> Self {
+        let pool = db.backend_pool(backend, name, 4).expect("pool");
+        Self::spawn_with(db, name, pool.shard_config(shards))
     }
 
     fn spawn_with(_db: &TestDb, name: &str, config: ShardConfig) -> Self {
@@ -103,11 +110,16 @@ async fn holders(db: &TestDb, class: i32) -> BTreeMap<i32, (bool, usize)> {
         .collect()
 }
 
-#[tokio::test]
-async fn replicas_split_the_space_evenly_each_on_one_lock_session() {
-    let db = TestDb::create("sharded_split").await.unwrap();
+on_both_backends!(
+    #[tokio::test]
+    replicas_split_the_space_evenly_each_on_one_lock_session
+);
+async fn replicas_split_the_space_evenly_each_on_one_lock_session(backend: Backend) {
+    let db = TestDb::create(&format!("sharded_split_{backend}"))
+        .await
+        .unwrap();
     let members: Vec<Member> = (0..4)
-        .map(|i| Member::spawn(&db, 64, &format!("shard-{i}")))
+        .map(|i| Member::spawn_on(&db, backend, 64, &format!("shard-{i}")))
         .collect();
     let refs: Vec<&Member> = members.iter().collect();
     let took = wait_for(STARTUP, || balanced(&refs, 64)).await;
@@ -186,12 +198,17 @@ async fn a_join_moves_about_the_joiners_share_without_two_owners() {
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_graceful_stop_hands_every_shard_over_within_one_interval() {
-    let db = TestDb::create("sharded_stop").await.unwrap();
+on_both_backends!(
+    #[tokio::test]
+    a_graceful_stop_hands_every_shard_over_within_one_interval
+);
+async fn a_graceful_stop_hands_every_shard_over_within_one_interval(backend: Backend) {
+    let db = TestDb::create(&format!("sharded_stop_{backend}"))
+        .await
+        .unwrap();
     let k = 30;
     let mut members: Vec<Member> = (0..3)
-        .map(|i| Member::spawn(&db, k, &format!("shard-{i}")))
+        .map(|i| Member::spawn_on(&db, backend, k, &format!("shard-{i}")))
         .collect();
     {
         let refs: Vec<&Member> = members.iter().collect();
@@ -221,12 +238,17 @@ async fn a_graceful_stop_hands_every_shard_over_within_one_interval() {
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_terminated_session_demotes_every_shard_at_once_and_others_take_them() {
-    let db = TestDb::create("sharded_terminate").await.unwrap();
+on_both_backends!(
+    #[tokio::test]
+    a_terminated_session_demotes_every_shard_at_once_and_others_take_them
+);
+async fn a_terminated_session_demotes_every_shard_at_once_and_others_take_them(backend: Backend) {
+    let db = TestDb::create(&format!("sharded_terminate_{backend}"))
+        .await
+        .unwrap();
     let k = 30;
     let members: Vec<Member> = (0..3)
-        .map(|i| Member::spawn(&db, k, &format!("shard-{i}")))
+        .map(|i| Member::spawn_on(&db, backend, k, &format!("shard-{i}")))
         .collect();
     let refs: Vec<&Member> = members.iter().collect();
     assert!(wait_for(STARTUP, || balanced(&refs, k)).await.is_some());
