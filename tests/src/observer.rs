@@ -178,6 +178,21 @@ impl LockObserver {
             .flatten()
     }
 
+    /// Waits until the session holding the lock is named `application_name` (a grant renames a
+    /// pooled session it took over, and the observer sees it at its next poll).
+    pub async fn wait_for_holder_named(
+        &self,
+        application_name: &str,
+        timeout: Duration,
+    ) -> Option<Holder> {
+        self.wait_for(timeout, |h| {
+            h.as_ref()
+                .is_some_and(|h| h.application_name.as_deref() == Some(application_name))
+        })
+        .await
+        .flatten()
+    }
+
     /// Waits until nobody holds the lock; `false` if someone still did after `timeout`.
     pub async fn wait_for_no_holder(&self, timeout: Duration) -> bool {
         self.wait_for(timeout, |h| h.is_none()).await.is_some()
