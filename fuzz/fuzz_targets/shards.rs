@@ -44,6 +44,9 @@ enum FuzzInput {
     SessionEnded(Which),
     WorkDrained(u8),
     Cancelled,
+    /// A resign with a hold-off of this many milliseconds.
+    Resign(u16),
+    SetEligible(bool),
     Panicked,
     Dropped,
 }
@@ -298,6 +301,10 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
             FuzzInput::WorkDrained(t) => ShardEvent::WorkDrained {
                 term: TermId::new(u64::from(t)),
             },
+            FuzzInput::Resign(ms) => ShardEvent::Resign {
+                hold_off: Duration::from_millis(u64::from(ms)),
+            },
+            FuzzInput::SetEligible(eligible) => ShardEvent::SetEligible { eligible },
             FuzzInput::Cancelled => ShardEvent::Cancelled,
             FuzzInput::Panicked => ShardEvent::Panicked,
             FuzzInput::Dropped => ShardEvent::Dropped,

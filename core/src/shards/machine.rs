@@ -48,6 +48,8 @@ pub struct ShardedElection<C> {
     last_conn: u64,
     last_term: u64,
     last_survey: Option<Survey>,
+    /// Whether this replica may own shards (kept across runs).
+    eligible: bool,
 }
 
 /// How many deadlines one [`ShardedElection::handle_timeout`] may fire: each kind at most once.
@@ -101,6 +103,8 @@ struct Run {
     members: Vec<MemberId>,
     members_since: Instant,
     stop: Option<Stop>,
+    /// A resign's hold-off: no session is opened before it.
+    held_off_until: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -144,6 +148,18 @@ struct Handover {
 struct Stop {
     deadline: Instant,
     awaiting: BTreeSet<TermId>,
+    /// What follows the release: the run's end, or (a resign, an ineligible replica) a rejoin.
+    then: AfterStop,
+}
+
+/// What a stop leads to once every lock is released and the session closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterStop {
+    /// The run finishes.
+    Finish,
+    /// The run goes on without a session: it rejoins at the next check allowed (after the
+    /// hold-off, once eligible).
+    Rejoin,
 }
 
 impl<C> ShardedElection<C> {
@@ -156,7 +172,18 @@ impl<C> ShardedElection<C> {
             last_conn: 0,
             last_term: 0,
             last_survey: None,
+            eligible: true,
         }
+    }
+
+    /// Whether this replica may own shards ([`ShardEvent::SetEligible`]); kept across runs.
+    pub fn is_eligible(&self) -> bool {
+        self.eligible
+    }
+
+    /// While a resign holds this replica out of the space: until when.
+    pub fn held_off_until(&self) -> Option<Instant> {
+        self.run.as_ref()?.held_off_until
     }
 
     /// Its options.
@@ -330,6 +357,7 @@ impl<C> ShardedElection<C> {
             members: Vec::new(),
             members_since: now,
             stop: None,
+            held_off_until: None,
         });
         self.check(now);
         Ok(())
@@ -359,6 +387,11 @@ impl<C> ShardedElection<C> {
 
     /// Applies one event at `now`.
     pub fn handle_event(&mut self, now: Instant, event: ShardEvent<C>) -> Handled {
+        if let ShardEvent::SetEligible { eligible } = event
+            && self.run.is_none()
+        {
+            return self.keep_eligibility(eligible);
+        }
         let Some(run) = &self.run else {
             return Handled::Ignored(Ignored::NotRunning);
         };
@@ -393,6 +426,8 @@ impl<C> ShardedElection<C> {
             }
             ShardEvent::WorkDrained { term } => self.work_drained(now, term),
             ShardEvent::Cancelled => self.cancelled(now),
+            ShardEvent::Resign { hold_off } => self.resign(now, hold_off),
+            ShardEvent::SetEligible { eligible } => self.set_eligible(now, eligible),
             ShardEvent::Panicked => self.abandon(LossReason::Panicked),
             ShardEvent::Dropped => self.abandon(LossReason::Dropped),
         }

@@ -1974,3 +1974,186 @@ fn an_unlock_missing_a_lock_while_stopping_still_waits_for_the_work() {
     );
     assert_eq!(m.phase(), ShardPhase::Stopping);
 }
+
+// ---- resign and eligibility ----
+
+/// The ending, draining and release of shards 6 and 7 of [`owning`] (terms 1 and 2) with `cause`,
+/// as at a stop; the release's `CloseSession` (and `Finish` when `finished`) drained too.
+fn give_up_both(m: &mut Machine, now: Instant, cause: TermEndCause, finished: bool) {
+    assert_eq!(
+        drain(m),
+        vec![
+            ShardAction::EndTerm {
+                shard: Shard::new(6),
+                term: TermId::new(1),
+                cause
+            },
+            ShardAction::EndTerm {
+                shard: Shard::new(7),
+                term: TermId::new(2),
+                cause
+            },
+            ShardAction::AwaitWork {
+                term: TermId::new(1)
+            },
+            ShardAction::AwaitWork {
+                term: TermId::new(2)
+            },
+        ]
+    );
+    for term in [1, 2] {
+        m.handle_event(
+            now,
+            ShardEvent::WorkDrained {
+                term: TermId::new(term),
+            },
+        );
+    }
+    assert_eq!(drain(m), vec![ShardAction::UnlockAll { conn: C1 }]);
+    m.handle_event(now, ShardEvent::UnlockedAll { conn: C1 });
+    let mut closed = vec![ShardAction::CloseSession { conn: C1 }];
+    if finished {
+        closed.push(ShardAction::Finish);
+    }
+    assert_eq!(drain(m), closed);
+}
+
+#[test]
+fn a_resign_gives_up_every_shard_as_a_stop_does_then_rejoins_after_the_hold_off() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 6..8, t0);
+    let now = t0 + Duration::from_millis(10);
+    let hold_off = 10 * I;
+    assert_eq!(
+        m.handle_event(now, ShardEvent::Resign { hold_off }),
+        Handled::Applied
+    );
+    assert_eq!(m.phase(), ShardPhase::Stopping);
+    assert_eq!(
+        m.handle_event(now, ShardEvent::Resign { hold_off }),
+        Handled::Ignored(Ignored::AlreadyStopping)
+    );
+    give_up_both(&mut m, now, TermEndCause::Resigned, false);
+    assert!(m.is_running(), "a resign does not end the run");
+    assert_eq!(m.phase(), ShardPhase::Detached);
+    assert_eq!(m.held_off_until(), Some(now + hold_off));
+    assert_eq!(m.poll_timeout(), Some(now + hold_off), "no check before it");
+    m.handle_timeout(now + hold_off);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::AcquireSession {
+            conn: ConnId::new(2)
+        }]
+    );
+    assert_eq!(m.held_off_until(), None);
+}
+
+#[test]
+fn a_hold_off_longer_than_the_maximum_is_shortened_to_it() {
+    let t0 = Instant::now();
+    let mut m = joined(8, t0);
+    m.handle_event(
+        t0,
+        ShardEvent::Resign {
+            hold_off: crate::MAX_HOLD_OFF * 2,
+        },
+    );
+    assert_eq!(m.held_off_until(), Some(t0 + crate::MAX_HOLD_OFF));
+}
+
+#[test]
+fn a_stop_during_a_resign_finishes_the_run_after_the_release() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 6..8, t0);
+    m.handle_event(t0, ShardEvent::Resign { hold_off: I });
+    assert_eq!(m.handle_event(t0, ShardEvent::Cancelled), Handled::Applied);
+    assert_eq!(
+        m.handle_event(t0, ShardEvent::Cancelled),
+        Handled::Ignored(Ignored::AlreadyStopping)
+    );
+    give_up_both(&mut m, t0, TermEndCause::Resigned, true);
+    assert!(!m.is_running(), "the Finish came with the release");
+}
+
+#[test]
+fn a_resign_while_acquiring_closes_the_session_and_waits_out_the_hold_off() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8));
+    m.start(t0).expect("not running");
+    drain(&mut m);
+    m.handle_event(t0, ShardEvent::Resign { hold_off: 3 * I });
+    assert_eq!(drain(&mut m), vec![ShardAction::CloseSession { conn: C1 }]);
+    assert_eq!(m.poll_timeout(), Some(t0 + 3 * I));
+    assert_eq!(m.timeout_reason(), Some(ShardTimer::NextCheck));
+    m.handle_timeout(t0 + I);
+    assert_eq!(drain(&mut m), vec![], "early: nothing");
+}
+
+#[test]
+fn an_ineligible_owner_gives_up_its_shards_and_rejoins_only_once_eligible() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 6..8, t0);
+    assert!(m.is_eligible());
+    assert_eq!(
+        m.handle_event(t0, ShardEvent::SetEligible { eligible: false }),
+        Handled::Applied
+    );
+    assert!(!m.is_eligible());
+    give_up_both(&mut m, t0, TermEndCause::Resigned, false);
+    assert!(m.is_running());
+    assert_eq!(m.poll_timeout(), None, "no check while ineligible");
+    assert_eq!(
+        m.handle_event(t0, ShardEvent::SetEligible { eligible: false }),
+        Handled::Ignored(Ignored::Unchanged)
+    );
+    let later = t0 + 5 * I;
+    m.handle_event(later, ShardEvent::SetEligible { eligible: true });
+    assert_eq!(m.poll_timeout(), Some(later), "a check at once");
+    m.handle_timeout(later);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::AcquireSession {
+            conn: ConnId::new(2)
+        }]
+    );
+}
+
+#[test]
+fn eligibility_is_kept_while_not_running_and_an_ineligible_run_opens_no_session() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8));
+    assert_eq!(
+        m.handle_event(t0, ShardEvent::SetEligible { eligible: false }),
+        Handled::Applied
+    );
+    assert_eq!(
+        m.handle_event(t0, ShardEvent::SetEligible { eligible: false }),
+        Handled::Ignored(Ignored::Unchanged)
+    );
+    m.start(t0).expect("not running");
+    assert_eq!(drain(&mut m), vec![]);
+    assert_eq!(m.poll_timeout(), None);
+    assert_eq!(
+        m.handle_event(t0, ShardEvent::Resign { hold_off: I }),
+        Handled::Applied
+    );
+    m.handle_event(t0, ShardEvent::SetEligible { eligible: true });
+    assert_eq!(m.poll_timeout(), Some(t0 + I), "the hold-off still runs");
+}
+
+#[test]
+fn a_session_lost_during_a_resign_leaves_a_run_that_rejoins_after_the_hold_off() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 6..8, t0);
+    m.handle_event(t0, ShardEvent::Resign { hold_off: 2 * I });
+    drain(&mut m);
+    m.handle_event(t0, ShardEvent::SessionEnded { conn: C1 });
+    let actions = drain(&mut m);
+    assert!(
+        actions.contains(&ShardAction::CloseSession { conn: C1 }),
+        "{actions:?}"
+    );
+    assert!(!actions.contains(&ShardAction::Finish), "{actions:?}");
+    assert!(m.is_running());
+    assert_eq!(m.poll_timeout(), Some(t0 + 2 * I));
+}

@@ -6,9 +6,19 @@ use super::*;
 impl<C> ShardedElection<C> {
     pub(super) fn check(&mut self, now: Instant) {
         let interval = self.options.interval().get();
+        let eligible = self.eligible;
         let run = self.run();
         run.schedule.begin(now);
         run.next_check = Some(run.schedule.next_after(now));
+        if matches!(run.session, Session::None) {
+            // Every hold-off puts the next check at its end, so a check without a session is
+            // never early: the hold-off is over.
+            run.held_off_until = None;
+            if !eligible {
+                run.next_check = None;
+                return;
+            }
+        }
         match &mut run.session {
             Session::None => {
                 let conn = self.next_conn();

@@ -15,8 +15,28 @@ impl<C> ShardedElection<C> {
         }
         let conn = open.conn;
         self.actions.push_back(ShardAction::CloseSession { conn });
-        self.finish();
+        self.after_stop();
         Handled::Applied
+    }
+
+    /// Every lock is released (or the session is gone): the run finishes, or rejoins later.
+    pub(super) fn after_stop(&mut self) {
+        let then = self
+            .run()
+            .stop
+            .as_ref()
+            .map_or(AfterStop::Finish, |s| s.then);
+        match then {
+            AfterStop::Finish => self.finish(),
+            AfterStop::Rejoin => {
+                let eligible = self.eligible;
+                let run = self.run();
+                run.stop = None;
+                run.session = Session::None;
+                run.members.clear();
+                run.next_check = run.held_off_until.filter(|_| eligible);
+            }
+        }
     }
 
     pub(super) fn releasing(&mut self) -> bool {
@@ -36,7 +56,7 @@ impl<C> ShardedElection<C> {
         let mut log = ShardLog::new(ShardLogKind::ReleaseFailed, 0);
         log.cause = Some(cause);
         self.log(log);
-        self.finish();
+        self.after_stop();
     }
 
     pub(super) fn work_drained(&mut self, now: Instant, term: TermId) -> Handled {
@@ -83,25 +103,101 @@ impl<C> ShardedElection<C> {
     }
 
     pub(super) fn cancelled(&mut self, now: Instant) -> Handled {
-        let grace = self.options.grace();
+        let run = self.run();
+        if let Some(stop) = &mut run.stop {
+            // A resign's release in progress: the run finishes once it is done.
+            if stop.then == AfterStop::Rejoin {
+                stop.then = AfterStop::Finish;
+                return Handled::Applied;
+            }
+            return Handled::Ignored(Ignored::AlreadyStopping);
+        }
+        if self.close_unopened() {
+            self.finish();
+            return Handled::Applied;
+        }
+        self.begin_stop(now, TermEndCause::Stopped, AfterStop::Finish);
+        Handled::Applied
+    }
+
+    /// A resign: every shard given up as at a stop, then `hold_off` (at most
+    /// [`MAX_HOLD_OFF`](crate::MAX_HOLD_OFF)) without a session.
+    pub(super) fn resign(&mut self, now: Instant, hold_off: std::time::Duration) -> Handled {
         let run = self.run();
         if run.stop.is_some() {
             return Handled::Ignored(Ignored::AlreadyStopping);
         }
-        run.next_check = None;
+        run.held_off_until = Some(now + hold_off.min(crate::MAX_HOLD_OFF));
+        self.leave_space(now);
+        Handled::Applied
+    }
+
+    /// Eligibility set while running: made ineligible, the replica leaves the space as a resign
+    /// does (without a hold-off); made eligible, it rejoins at once unless a hold-off runs.
+    pub(super) fn set_eligible(&mut self, now: Instant, eligible: bool) -> Handled {
+        if eligible == self.eligible {
+            return Handled::Ignored(Ignored::Unchanged);
+        }
+        self.eligible = eligible;
+        let run = self.run();
+        if run.stop.is_some() {
+            // The release in progress ends with a rejoin (or the run's end) that reads it.
+            return Handled::Applied;
+        }
+        if eligible {
+            if matches!(run.session, Session::None) {
+                run.next_check = Some(run.held_off_until.map_or(now, |until| until.max(now)));
+            }
+        } else {
+            self.leave_space(now);
+        }
+        Handled::Applied
+    }
+
+    /// Eligibility set while no run is in progress: kept for the next.
+    pub(super) fn keep_eligibility(&mut self, eligible: bool) -> Handled {
+        if eligible == self.eligible {
+            return Handled::Ignored(Ignored::Unchanged);
+        }
+        self.eligible = eligible;
+        Handled::Applied
+    }
+
+    /// Gives up the session and every shard on it, to rejoin later: a stop's release when the
+    /// session is open, else the session (if any) closed and the next check put off.
+    fn leave_space(&mut self, now: Instant) {
+        if self.close_unopened() {
+            let eligible = self.eligible;
+            let run = self.run();
+            run.next_check = run.held_off_until.filter(|_| eligible);
+            return;
+        }
+        self.begin_stop(now, TermEndCause::Resigned, AfterStop::Rejoin);
+    }
+
+    /// Closes a session not yet open (being acquired or registered); `true` when no session is
+    /// open now, so there is nothing to release.
+    fn close_unopened(&mut self) -> bool {
+        let run = self.run();
         run.pending_take.clear();
         match run.session {
-            Session::None => {
-                self.finish();
-                return Handled::Applied;
-            }
+            Session::None => true,
             Session::Acquiring { conn, .. } | Session::Registering { conn, .. } => {
+                run.session = Session::None;
                 self.actions.push_back(ShardAction::CloseSession { conn });
-                self.finish();
-                return Handled::Applied;
+                true
             }
-            Session::Open(_) => {}
+            Session::Open(_) => false,
         }
+    }
+
+    /// The stop protocol on an open session: every owned term ends with `cause`, their work and
+    /// that of handovers in flight is awaited under the stop grace, then every lock is released
+    /// at once and the session closed; `then` says what follows.
+    fn begin_stop(&mut self, now: Instant, cause: TermEndCause, then: AfterStop) {
+        let grace = self.options.grace();
+        let run = self.run();
+        run.next_check = None;
         // Handovers still waiting for their work were asked for it already.
         let mut awaiting: BTreeSet<TermId> = run
             .handing
@@ -112,11 +208,8 @@ impl<C> ShardedElection<C> {
         let owned = std::mem::take(&mut run.owned);
         for (&shard, &term) in &owned {
             awaiting.insert(term);
-            self.actions.push_back(ShardAction::EndTerm {
-                shard,
-                term,
-                cause: TermEndCause::Stopped,
-            });
+            self.actions
+                .push_back(ShardAction::EndTerm { shard, term, cause });
         }
         for &term in owned.values() {
             self.actions.push_back(ShardAction::AwaitWork { term });
@@ -124,9 +217,9 @@ impl<C> ShardedElection<C> {
         self.run().stop = Some(Stop {
             deadline: now + grace,
             awaiting,
+            then,
         });
         self.pump(now);
-        Handled::Applied
     }
 
     pub(super) fn abandon(&mut self, reason: LossReason) -> Handled {
@@ -178,7 +271,7 @@ impl<C> ShardedElection<C> {
         log.cause = cause;
         self.log(log);
         if stopping {
-            self.finish();
+            self.after_stop();
         }
     }
 
