@@ -543,3 +543,71 @@ async fn a_sharded_owner_whose_runtime_is_blocked_fails_its_liveness_and_recover
     run.expect("run returns Ok");
     db.cleanup().await.unwrap();
 }
+
+/// A resign gives every shard of the resigning member to the others at their next survey and
+/// takes it out of the space (no member lock), and after its hold-off it rejoins and gets its
+/// share back; an ineligible member leaves the same way and rejoins only when made eligible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resign_and_an_ineligible_member_leave_the_space_and_rejoin() {
+    use plexsphere_leader::leadership::Resignation;
+
+    let db = TestDb::create("sharded_resign").await.unwrap();
+    let k = 8;
+    let class = plexsphere_leader::sharded::DEFAULT_SHARD_CLASS;
+    let a = Member::spawn(&db, k, "shard-a");
+    let b = Member::spawn(&db, k, "shard-b");
+    let both = [&a, &b];
+    assert!(wait_for(STARTUP, || balanced(&both, k)).await.is_some());
+
+    let hold_off = 10 * I;
+    let resigned = tokio::time::Instant::now();
+    assert_eq!(a.elector.resign_for(hold_off), Resignation::Requested);
+    let given = wait_for(I + MARGIN, || b.owned().len() == k as usize)
+        .await
+        .expect("b owns every shard");
+    println!("a's shards taken by b {given:?} after the resign");
+    assert!(a.owned().is_empty());
+    assert!(
+        a.elector
+            .transitions()
+            .iter()
+            .filter_map(|t| t.ended)
+            .any(|cause| cause == TermEndCause::Resigned),
+        "a's terms ended as resigned"
+    );
+    assert_eq!(holders(&db, class).await.len(), 1, "a left the space");
+    assert_disjoint(&both);
+    // Back after the hold-off, and the space rebalances.
+    assert!(
+        wait_for(hold_off + 8 * I + MARGIN, || balanced(&both, k))
+            .await
+            .is_some()
+    );
+    assert!(resigned.elapsed() >= hold_off, "not before the hold-off");
+
+    b.elector.set_eligible(false);
+    wait_for(I + MARGIN, || a.owned().len() == k as usize)
+        .await
+        .expect("a owns every shard");
+    assert!(!b.elector.is_eligible());
+    assert_eq!(holders(&db, class).await.len(), 1, "b left the space");
+    tokio::time::sleep(4 * I).await;
+    assert!(b.owned().is_empty(), "an ineligible member does not rejoin");
+    b.elector.set_eligible(true);
+    assert!(
+        wait_for(8 * I + MARGIN, || balanced(&both, k))
+            .await
+            .is_some()
+    );
+    assert_disjoint(&both);
+
+    let elector = a.elector.clone();
+    a.stop().await;
+    b.stop().await;
+    assert_eq!(
+        elector.resign(),
+        Resignation::NotRunning,
+        "nothing to resign when not running"
+    );
+    db.cleanup().await.unwrap();
+}

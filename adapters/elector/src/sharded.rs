@@ -55,6 +55,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use plexsphere_leader_core::shards::ShardEvent;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -168,6 +169,49 @@ impl ShardedElector {
     pub fn liveness(&self) -> Result<(), crate::leadership::StuckLeader> {
         // The core's verdict (`ShardedElection::stuck`), on the driver's clock.
         self.inner.election().stuck(crate::clock::now())
+    }
+
+    /// Asks this replica to give up every shard for two check intervals (see
+    /// [`resign_for`](Self::resign_for)), the single election's default hold-off.
+    pub fn resign(&self) -> crate::leadership::Resignation {
+        self.resign_for(self.check_interval() * 2)
+    }
+
+    /// Asks this replica to give up every shard and stay out of the space for `hold_off` (at
+    /// most [`MAX_HOLD_OFF`](crate::config::MAX_HOLD_OFF); longer is shortened to it): every
+    /// shard term ends ([`TermEndCause::Resigned`](crate::TermEndCause::Resigned)), the work gets
+    /// the stop grace, every lock is released and the session closed, so the other members take
+    /// the shards at their next survey; after the hold-off the replica rejoins with a new
+    /// session and gets its share again. Returns at once; the release happens on the task
+    /// running [`run`](Self::run). Ignored while a stop or an earlier resign is releasing.
+    pub fn resign_for(&self, hold_off: Duration) -> crate::leadership::Resignation {
+        let election = self.inner.election();
+        if !election.is_running() {
+            return crate::leadership::Resignation::NotRunning;
+        }
+        self.inner.queue_control(ShardEvent::Resign { hold_off });
+        drop(election);
+        crate::leadership::Resignation::Requested
+    }
+
+    /// Makes this replica eligible to own shards, or not (for example a canary). An ineligible
+    /// replica leaves the space as a resign does and does not rejoin until made eligible again
+    /// (it holds no member lock, so the others' shares count it out). The setting outlives runs.
+    pub fn set_eligible(&self, eligible: bool) {
+        let mut election = self.inner.election();
+        let event = ShardEvent::SetEligible { eligible };
+        if election.is_running() {
+            self.inner.queue_control(event);
+        } else {
+            // Not running: the election only records the setting and queues nothing.
+            election.handle_event(crate::clock::now(), event);
+        }
+    }
+
+    /// Whether this replica may own shards: the last [`set_eligible`](Self::set_eligible) once
+    /// the running election applied it.
+    pub fn is_eligible(&self) -> bool {
+        self.inner.election().is_eligible()
     }
 
     /// Whether this replica owns `shard`: a read of the published ownership.

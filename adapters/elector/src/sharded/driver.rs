@@ -75,6 +75,7 @@ enum Wake {
     Completed(Completion),
     Drained(TermId),
     SessionEnded(ConnId),
+    Control,
     Deadline,
 }
 
@@ -120,6 +121,7 @@ impl ShardDriver {
                 completion = in_flight(&mut self.in_flight) => Wake::Completed(completion),
                 Some(term) = self.drains.next(), if !self.drains.is_empty() => Wake::Drained(term),
                 conn = watch_session(&self.session, self.watch_reported) => Wake::SessionEnded(conn),
+                () = self.inner.control_queued() => Wake::Control,
                 () = &mut sleep, if armed.is_some() => Wake::Deadline,
             };
             match wake {
@@ -139,12 +141,23 @@ impl ShardDriver {
                     self.watch_reported = Some(conn);
                     self.handle(ShardEvent::SessionEnded { conn });
                 }
+                Wake::Control => self.apply_controls(),
                 Wake::Deadline => self.fire_due_timers(),
             }
         }
+        // Requests queued as the run finished: an eligibility setting still applies (the
+        // election keeps it while not running); a resign finds nothing to do.
+        self.apply_controls();
         match self.failure.take() {
             Some(too_small) => Err(RunError::LockTableTooSmall(too_small)),
             None => Ok(()),
+        }
+    }
+
+    /// Hands the queued operator requests (resign, eligibility) to the election, in order.
+    fn apply_controls(&mut self) {
+        for request in self.inner.take_controls() {
+            self.handle(request);
         }
     }
 

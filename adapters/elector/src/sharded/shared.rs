@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
-use plexsphere_leader_core::shards::{ShardOptions, ShardedElection};
+use plexsphere_leader_core::shards::{ShardEvent, ShardOptions, ShardedElection};
 use plexsphere_leader_core::{TermEndCause, TermId};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::metrics::ShardMetrics;
 use super::view::{OwnedShard, Ownership, SpaceView, TRANSITIONS_KEPT, Transition};
@@ -30,6 +30,9 @@ pub(crate) struct ShardShared {
     metrics: Option<ShardMetrics>,
     /// The current run of failed checks, in full.
     check_failure: Mutex<Option<CheckFailure>>,
+    /// Operator requests (resign, eligibility) for the running driver, in order.
+    controls: Mutex<Vec<ShardEvent<CheckError>>>,
+    control_queued: Notify,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -56,7 +59,25 @@ impl ShardShared {
             transitions: Mutex::new(VecDeque::new()),
             metrics,
             check_failure: Mutex::new(None),
+            controls: Mutex::new(Vec::new()),
+            control_queued: Notify::new(),
         }
+    }
+
+    /// Queues an operator request for the running driver and wakes it.
+    pub(crate) fn queue_control(&self, event: ShardEvent<CheckError>) {
+        lock(&self.controls).push(event);
+        self.control_queued.notify_one();
+    }
+
+    /// Resolves once a request was queued (or one is waiting from before).
+    pub(crate) async fn control_queued(&self) {
+        self.control_queued.notified().await;
+    }
+
+    /// The queued requests, oldest first, taken out.
+    pub(crate) fn take_controls(&self) -> Vec<ShardEvent<CheckError>> {
+        std::mem::take(&mut *lock(&self.controls))
     }
 
     /// Records the latest failed check; `None`: a check worked.
