@@ -414,7 +414,7 @@ impl<C> ShardedElection<C> {
             ShardEvent::Took { granted, .. } => self.took(now, granted),
             ShardEvent::EpochsAdvanced { epochs, .. } => self.epochs_advanced(now, &epochs),
             ShardEvent::Unlocked { not_held, .. } => self.unlocked(now, not_held),
-            ShardEvent::UnlockedAll { .. } => self.unlocked_all(),
+            ShardEvent::UnlockedAll { .. } => self.unlocked_all(now),
             ShardEvent::StatementFailed {
                 cause,
                 session_ended,

@@ -2157,3 +2157,28 @@ fn a_session_lost_during_a_resign_leaves_a_run_that_rejoins_after_the_hold_off()
     assert!(m.is_running());
     assert_eq!(m.poll_timeout(), Some(t0 + 2 * I));
 }
+
+#[test]
+fn made_eligible_again_during_the_release_the_replica_rejoins_as_it_ends() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 6..8, t0);
+    m.handle_event(t0, ShardEvent::SetEligible { eligible: false });
+    let later = t0 + Duration::from_millis(30);
+    assert_eq!(
+        m.handle_event(later, ShardEvent::SetEligible { eligible: true }),
+        Handled::Applied
+    );
+    give_up_both(&mut m, later, TermEndCause::Resigned, false);
+    assert_eq!(
+        m.poll_timeout(),
+        Some(later),
+        "a check at the release's end"
+    );
+    m.handle_timeout(later);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::AcquireSession {
+            conn: ConnId::new(2)
+        }]
+    );
+}

@@ -17,7 +17,7 @@ impl<C> ShardedElection<C> {
             _ => return Handled::Ignored(Ignored::Unexpected),
         }
         if self.releasing() {
-            self.release_failed(Cause::Error(cause));
+            self.release_failed(now, Cause::Error(cause));
             return Handled::Applied;
         }
         if !session_ended && let Some(asked) = self.fencing() {
@@ -37,7 +37,7 @@ impl<C> ShardedElection<C> {
 
     pub(super) fn statement_timed_out(&mut self, now: Instant) {
         if self.releasing() {
-            self.release_failed(Cause::TimedOut(UNLOCK_BUDGET));
+            self.release_failed(now, Cause::TimedOut(UNLOCK_BUDGET));
             return;
         }
         let interval = self.options.interval().get();

@@ -5,7 +5,7 @@
 use super::*;
 
 impl<C> ShardedElection<C> {
-    pub(super) fn unlocked_all(&mut self) -> Handled {
+    pub(super) fn unlocked_all(&mut self, now: Instant) -> Handled {
         let run = self.run();
         let Session::Open(open) = &mut run.session else {
             return Handled::Ignored(Ignored::Unexpected);
@@ -15,12 +15,13 @@ impl<C> ShardedElection<C> {
         }
         let conn = open.conn;
         self.actions.push_back(ShardAction::CloseSession { conn });
-        self.after_stop();
+        self.after_stop(now);
         Handled::Applied
     }
 
-    /// Every lock is released (or the session is gone): the run finishes, or rejoins later.
-    pub(super) fn after_stop(&mut self) {
+    /// Every lock is released (or the session is gone) at `now`: the run finishes, or rejoins
+    /// (at the hold-off's end, at once when none runs, never while ineligible).
+    pub(super) fn after_stop(&mut self, now: Instant) {
         let then = self
             .run()
             .stop
@@ -34,7 +35,7 @@ impl<C> ShardedElection<C> {
                 run.stop = None;
                 run.session = Session::None;
                 run.members.clear();
-                run.next_check = run.held_off_until.filter(|_| eligible);
+                run.next_check = eligible.then(|| run.held_off_until.unwrap_or(now));
             }
         }
     }
@@ -49,14 +50,14 @@ impl<C> ShardedElection<C> {
         )
     }
 
-    pub(super) fn release_failed(&mut self, cause: Cause<C>) {
+    pub(super) fn release_failed(&mut self, now: Instant, cause: Cause<C>) {
         if let Some(conn) = self.run().conn() {
             self.actions.push_back(ShardAction::CloseSession { conn });
         }
         let mut log = ShardLog::new(ShardLogKind::ReleaseFailed, 0);
         log.cause = Some(cause);
         self.log(log);
-        self.after_stop();
+        self.after_stop(now);
     }
 
     pub(super) fn work_drained(&mut self, now: Instant, term: TermId) -> Handled {
@@ -256,7 +257,7 @@ impl<C> ShardedElection<C> {
 
     /// The session is lost: every shard's term ends, the session closes, and the next check
     /// opens a new one (a stopping run finishes instead).
-    pub(super) fn lose(&mut self, _now: Instant, reason: LossReason, cause: Option<Cause<C>>) {
+    pub(super) fn lose(&mut self, now: Instant, reason: LossReason, cause: Option<Cause<C>>) {
         let conn = self.run().conn();
         let lost = self.end_all(TermEndCause::Lost(reason));
         let run = self.run();
@@ -271,7 +272,7 @@ impl<C> ShardedElection<C> {
         log.cause = cause;
         self.log(log);
         if stopping {
-            self.after_stop();
+            self.after_stop(now);
         }
     }
 
