@@ -92,7 +92,7 @@ impl Driver {
                 () = shutdown.cancelled(), if !stop_reported => Wake::Stop,
                 completion = in_flight(&mut self.in_flight) => Wake::Completed(completion),
                 conn = watch_session(&self.held, self.watch_reported) => Wake::SessionEnded(conn),
-                () = self.inner.control_queued() => Wake::Control,
+                () = self.inner.controls().queued() => Wake::Control,
                 () = &mut sleep, if armed.is_some() => Wake::Deadline,
             };
             match wake {
@@ -122,7 +122,7 @@ impl Driver {
 
     /// Hands the queued operator requests (resign, eligibility) to the election, in order.
     fn apply_controls(&mut self) {
-        for request in self.inner.take_controls() {
+        for request in self.inner.controls().take() {
             self.handle(request);
         }
     }

@@ -272,7 +272,7 @@ impl Elector {
         if !election.is_running() {
             return Resignation::NotRunning;
         }
-        self.inner.queue_control(Event::Resign { hold_off });
+        self.inner.controls().push(Event::Resign { hold_off });
         drop(election);
         Resignation::Requested
     }
@@ -288,7 +288,7 @@ impl Elector {
         let mut election = self.inner.election();
         let event = Event::SetEligible { eligible };
         if election.is_running() {
-            self.inner.queue_control(event);
+            self.inner.controls().push(event);
         } else {
             // Not running: the election only records the setting and queues nothing.
             election.handle_event(crate::clock::now(), event);

@@ -67,6 +67,7 @@ pub mod leadership;
 mod log;
 pub mod metrics;
 mod observe;
+mod operator;
 mod overdue;
 pub mod session;
 #[cfg(feature = "wire")]

@@ -189,7 +189,7 @@ impl ShardedElector {
         if !election.is_running() {
             return crate::leadership::Resignation::NotRunning;
         }
-        self.inner.queue_control(ShardEvent::Resign { hold_off });
+        self.inner.controls().push(ShardEvent::Resign { hold_off });
         drop(election);
         crate::leadership::Resignation::Requested
     }
@@ -201,7 +201,7 @@ impl ShardedElector {
         let mut election = self.inner.election();
         let event = ShardEvent::SetEligible { eligible };
         if election.is_running() {
-            self.inner.queue_control(event);
+            self.inner.controls().push(event);
         } else {
             // Not running: the election only records the setting and queues nothing.
             election.handle_event(crate::clock::now(), event);

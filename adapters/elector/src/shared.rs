@@ -15,12 +15,13 @@ use std::time::Duration;
 use plexsphere_leader_core::{
     CheckInterval, Election, Event, Options, Release, TermEndCause, TermId,
 };
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::error::CheckError;
 use crate::key::LockKey;
 use crate::leadership::{CheckFailing, CheckFailure, Leadership};
 use crate::metrics::Sinks;
+use crate::operator::OperatorQueue;
 use crate::session::SessionSource;
 use crate::term::TermShared;
 
@@ -41,9 +42,7 @@ pub(crate) struct Shared {
     metrics: Option<Sinks>,
     hold_off: Duration,
     /// Operator requests (resign, eligibility) for the running driver, in order.
-    controls: Mutex<Vec<Event<CheckError>>>,
-    /// Wakes the driver when a request is queued.
-    control_queued: Notify,
+    controls: OperatorQueue<Event<CheckError>>,
     /// The current run of failed checks, in full (the published value has its class).
     failure: Mutex<Option<CheckFailure>>,
 }
@@ -69,8 +68,7 @@ impl Shared {
             identity,
             metrics,
             hold_off,
-            controls: Mutex::new(Vec::new()),
-            control_queued: Notify::new(),
+            controls: OperatorQueue::new(),
             failure: Mutex::new(None),
         }
     }
@@ -117,24 +115,9 @@ impl Shared {
         Arc::clone(&self.sessions)
     }
 
-    /// Queues an operator request for the driver. Called with the election locked, so that the
-    /// driver, which takes the queue after every input, cannot finish in between unnoticed.
-    pub(crate) fn queue_control(&self, event: Event<CheckError>) {
-        self.controls
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(event);
-        self.control_queued.notify_one();
-    }
-
-    /// Resolves when an operator request may be queued. Cancel-safe.
-    pub(crate) async fn control_queued(&self) {
-        self.control_queued.notified().await;
-    }
-
-    /// Takes the queued operator requests, in order.
-    pub(crate) fn take_controls(&self) -> Vec<Event<CheckError>> {
-        std::mem::take(&mut *self.controls.lock().unwrap_or_else(PoisonError::into_inner))
+    /// The operator's requests for the running driver.
+    pub(crate) fn controls(&self) -> &OperatorQueue<Event<CheckError>> {
+        &self.controls
     }
 
     pub(crate) fn interval(&self) -> CheckInterval {

@@ -121,7 +121,7 @@ impl ShardDriver {
                 completion = in_flight(&mut self.in_flight) => Wake::Completed(completion),
                 Some(term) = self.drains.next(), if !self.drains.is_empty() => Wake::Drained(term),
                 conn = watch_session(&self.session, self.watch_reported) => Wake::SessionEnded(conn),
-                () = self.inner.control_queued() => Wake::Control,
+                () = self.inner.controls().queued() => Wake::Control,
                 () = &mut sleep, if armed.is_some() => Wake::Deadline,
             };
             match wake {
@@ -156,7 +156,7 @@ impl ShardDriver {
 
     /// Hands the queued operator requests (resign, eligibility) to the election, in order.
     fn apply_controls(&mut self) {
-        for request in self.inner.take_controls() {
+        for request in self.inner.controls().take() {
             self.handle(request);
         }
     }

@@ -8,12 +8,13 @@ use std::time::SystemTime;
 
 use plexsphere_leader_core::shards::{ShardEvent, ShardOptions, ShardedElection};
 use plexsphere_leader_core::{TermEndCause, TermId};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use super::metrics::ShardMetrics;
 use super::view::{OwnedShard, Ownership, SpaceView, TRANSITIONS_KEPT, Transition};
 use crate::error::CheckError;
 use crate::leadership::CheckFailure;
+use crate::operator::OperatorQueue;
 use crate::session::SessionSource;
 use crate::term::TermShared;
 
@@ -31,8 +32,7 @@ pub(crate) struct ShardShared {
     /// The current run of failed checks, in full.
     check_failure: Mutex<Option<CheckFailure>>,
     /// Operator requests (resign, eligibility) for the running driver, in order.
-    controls: Mutex<Vec<ShardEvent<CheckError>>>,
-    control_queued: Notify,
+    controls: OperatorQueue<ShardEvent<CheckError>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -59,25 +59,13 @@ impl ShardShared {
             transitions: Mutex::new(VecDeque::new()),
             metrics,
             check_failure: Mutex::new(None),
-            controls: Mutex::new(Vec::new()),
-            control_queued: Notify::new(),
+            controls: OperatorQueue::new(),
         }
     }
 
-    /// Queues an operator request for the running driver and wakes it.
-    pub(crate) fn queue_control(&self, event: ShardEvent<CheckError>) {
-        lock(&self.controls).push(event);
-        self.control_queued.notify_one();
-    }
-
-    /// Resolves once a request was queued (or one is waiting from before).
-    pub(crate) async fn control_queued(&self) {
-        self.control_queued.notified().await;
-    }
-
-    /// The queued requests, oldest first, taken out.
-    pub(crate) fn take_controls(&self) -> Vec<ShardEvent<CheckError>> {
-        std::mem::take(&mut *lock(&self.controls))
+    /// The operator's requests for the running driver.
+    pub(crate) fn controls(&self) -> &OperatorQueue<ShardEvent<CheckError>> {
+        &self.controls
     }
 
     /// Records the latest failed check; `None`: a check worked.
