@@ -70,6 +70,12 @@ impl CheckInterval {
         u32::try_from(millis).unwrap_or(i32::MAX as u32)
     }
 
+    /// The hold-off of a resign when none is configured, for either mechanism: two intervals,
+    /// time for another replica's check (the next survey, with shards) to take over.
+    pub fn default_hold_off(self) -> Duration {
+        self.0 * 2
+    }
+
     /// Half the interval in whole milliseconds, rounded up, at least 1 and at most `i32::MAX`:
     /// the `lock_timeout` of the fencing epoch's advance, so that the server ends a wait for the
     /// fence row before the election's own deadline of one interval gives up on the answer.
@@ -157,6 +163,12 @@ mod tests {
             Duration::from_secs(5)
         );
         assert_eq!(CheckInterval::default().get(), DEFAULT_CHECK_INTERVAL);
+    }
+
+    #[test]
+    fn the_default_hold_off_is_two_intervals() {
+        let interval = CheckInterval::new(Duration::from_millis(300)).unwrap();
+        assert_eq!(interval.default_hold_off(), Duration::from_millis(600));
     }
 
     #[test]

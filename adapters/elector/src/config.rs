@@ -214,7 +214,7 @@ impl Config {
         &self,
         interval: CheckInterval,
     ) -> Result<Duration, ConfigError> {
-        let hold_off = self.resign_hold_off.unwrap_or(interval.get() * 2);
+        let hold_off = self.resign_hold_off.unwrap_or(interval.default_hold_off());
         if hold_off > MAX_HOLD_OFF {
             return Err(ConfigError::HoldOff {
                 given: hold_off,

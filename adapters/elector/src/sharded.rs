@@ -171,10 +171,10 @@ impl ShardedElector {
         self.inner.election().stuck(crate::clock::now())
     }
 
-    /// Asks this replica to give up every shard for two check intervals (see
-    /// [`resign_for`](Self::resign_for)), the single election's default hold-off.
+    /// Asks this replica to give up every shard for the default hold-off of two check intervals
+    /// (the single election's; see [`resign_for`](Self::resign_for)).
     pub fn resign(&self) -> crate::leadership::Resignation {
-        self.resign_for(self.check_interval() * 2)
+        self.resign_for(self.inner.options().interval().default_hold_off())
     }
 
     /// Asks this replica to give up every shard and stay out of the space for `hold_off` (at
