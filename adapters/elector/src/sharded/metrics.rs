@@ -21,12 +21,31 @@ use plexsphere_leader_core::TermEndCause;
 
 use super::view::SpaceView;
 
-/// The metric names, the same on both sinks.
-const OWNED: &str = "plexsphere_shards_owned";
-const MEMBERS: &str = "plexsphere_shards_members";
-const UNOWNED: &str = "plexsphere_shards_unowned";
-const TERMS: &str = "plexsphere_shard_terms_total";
-const SURVEY: &str = "plexsphere_shards_survey_seconds";
+/// The metric names and help texts, the same on both sinks.
+const OWNED: (&str, &str) = ("plexsphere_shards_owned", "Shards this replica owns.");
+const MEMBERS: (&str, &str) = (
+    "plexsphere_shards_members",
+    "Members of the shard space at this replica's last survey.",
+);
+const UNOWNED: (&str, &str) = (
+    "plexsphere_shards_unowned",
+    "Shards nobody held at this replica's last survey.",
+);
+const TERMS: (&str, &str) = (
+    "plexsphere_shard_terms_total",
+    "Shard terms begun and ended on this replica, by end cause.",
+);
+const SURVEY: (&str, &str) = (
+    "plexsphere_shards_survey_seconds",
+    "Time for the survey statement (the space's pg_locks rows) to answer.",
+);
+
+/// Every cause a shard term can end with: each has its series, at zero from the start.
+fn end_causes() -> impl Iterator<Item = TermEndCause> {
+    TermEndCause::ALL
+        .into_iter()
+        .chain([TermEndCause::HandedOver])
+}
 
 /// The sharded metrics of one elector, on a Prometheus registry, on the `metrics` facade, on
 /// both or on neither (then every method does nothing).
@@ -103,8 +122,8 @@ impl ShardMetrics {
                 .inc();
         }
         #[cfg(feature = "metrics")]
-        if let Some(facade) = &self.facade {
-            facade.ended(cause).increment(1);
+        if let Some(counter) = self.facade.as_ref().and_then(|facade| facade.ended(cause)) {
+            counter.increment(1);
         }
         let _ = cause;
     }
@@ -156,14 +175,14 @@ mod facade {
     use ::metrics::{Counter, Gauge, Histogram};
     use plexsphere_leader_core::TermEndCause;
 
-    use super::{MEMBERS, OWNED, SURVEY, TERMS, UNOWNED};
+    use super::{MEMBERS, OWNED, SURVEY, TERMS, UNOWNED, end_causes};
 
     /// The facade's handles of one space's series, taken from the recorder installed when the
     /// elector is built.
     pub(super) struct Inner {
         pub(super) began: Counter,
-        /// One counter per end cause, by its label.
-        ended: Vec<(&'static str, Counter)>,
+        /// One counter per end cause, by the cause.
+        ended: Vec<(TermEndCause, Counter)>,
         pub(super) owned: Gauge,
         pub(super) members: Gauge,
         pub(super) unowned: Gauge,
@@ -173,28 +192,16 @@ mod facade {
     impl Inner {
         pub(super) fn register(class: i32) -> Self {
             let class = class.to_string();
-            ::metrics::describe_gauge!(OWNED, "Shards this replica owns.");
-            ::metrics::describe_gauge!(
-                MEMBERS,
-                "Members of the shard space at this replica's last survey."
-            );
-            ::metrics::describe_gauge!(
-                UNOWNED,
-                "Shards nobody held at this replica's last survey."
-            );
-            ::metrics::describe_counter!(
-                TERMS,
-                "Shard terms begun and ended on this replica, by end cause."
-            );
-            ::metrics::describe_histogram!(
-                SURVEY,
-                ::metrics::Unit::Seconds,
-                "Time for the survey statement (the space's pg_locks rows) to answer."
-            );
-            let gauge = |name: &'static str| ::metrics::gauge!(name, "class" => class.clone());
+            for (name, help) in [OWNED, MEMBERS, UNOWNED] {
+                ::metrics::describe_gauge!(name, help);
+            }
+            ::metrics::describe_counter!(TERMS.0, TERMS.1);
+            ::metrics::describe_histogram!(SURVEY.0, ::metrics::Unit::Seconds, SURVEY.1);
+            let gauge =
+                |(name, _): (&'static str, &str)| ::metrics::gauge!(name, "class" => class.clone());
             let terms = |event: &'static str, cause: &'static str| {
                 ::metrics::counter!(
-                    TERMS,
+                    TERMS.0,
                     "class" => class.clone(),
                     "event" => event,
                     "cause" => cause
@@ -202,15 +209,13 @@ mod facade {
             };
             let inner = Self {
                 began: terms("began", ""),
-                ended: TermEndCause::ALL
-                    .into_iter()
-                    .chain([TermEndCause::HandedOver])
-                    .map(|cause| (cause.label(), terms("ended", cause.label())))
+                ended: end_causes()
+                    .map(|cause| (cause, terms("ended", cause.label())))
                     .collect(),
                 owned: gauge(OWNED),
                 members: gauge(MEMBERS),
                 unowned: gauge(UNOWNED),
-                survey: ::metrics::histogram!(SURVEY, "class" => class.clone()),
+                survey: ::metrics::histogram!(SURVEY.0, "class" => class.clone()),
             };
             // Every series at zero from the start, as on the registry.
             inner.began.absolute(0);
@@ -220,23 +225,20 @@ mod facade {
             inner
         }
 
-        /// The counter of terms ended for `cause`.
-        pub(super) fn ended(&self, cause: TermEndCause) -> &Counter {
-            let label = cause.label();
+        /// The counter of terms ended for `cause` (every cause has one).
+        pub(super) fn ended(&self, cause: TermEndCause) -> Option<&Counter> {
             self.ended
                 .iter()
-                .find_map(|(l, counter)| (*l == label).then_some(counter))
-                .unwrap_or(&self.ended[0].1)
+                .find_map(|(c, counter)| (*c == cause).then_some(counter))
         }
     }
 }
 
 #[cfg(feature = "prometheus")]
 mod prom {
-    use plexsphere_leader_core::TermEndCause;
     use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
 
-    use super::{MEMBERS, OWNED, SURVEY, TERMS, UNOWNED};
+    use super::{MEMBERS, OWNED, SURVEY, TERMS, UNOWNED, end_causes};
 
     pub(super) struct Inner {
         pub(super) owned: IntGauge,
@@ -249,41 +251,28 @@ mod prom {
     impl Inner {
         pub(super) fn register(registry: &Registry, class: i32) -> Result<Self, prometheus::Error> {
             let class = class.to_string();
-            let gauge = |name: &str, help: &str| {
+            let gauge = |(name, help): (&str, &str)| {
                 IntGauge::with_opts(Opts::new(name, help).const_label("class", &class))
             };
             let inner = Self {
-                owned: gauge(OWNED, "Shards this replica owns.")?,
-                members: gauge(
-                    MEMBERS,
-                    "Members of the shard space at this replica's last survey.",
-                )?,
-                unowned: gauge(UNOWNED, "Shards nobody held at this replica's last survey.")?,
+                owned: gauge(OWNED)?,
+                members: gauge(MEMBERS)?,
+                unowned: gauge(UNOWNED)?,
                 terms: IntCounterVec::new(
-                    Opts::new(
-                        TERMS,
-                        "Shard terms begun and ended on this replica, by end cause.",
-                    )
-                    .const_label("class", &class),
+                    Opts::new(TERMS.0, TERMS.1).const_label("class", &class),
                     &["event", "cause"],
                 )?,
                 survey: Histogram::with_opts(
-                    HistogramOpts::new(
-                        SURVEY,
-                        "Time for the survey statement (the space's pg_locks rows) to answer.",
-                    )
-                    .const_label("class", &class)
-                    .buckets(vec![
-                        0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
-                    ]),
+                    HistogramOpts::new(SURVEY.0, SURVEY.1)
+                        .const_label("class", &class)
+                        .buckets(vec![
+                            0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
+                        ]),
                 )?,
             };
             // Every series at zero from the start, so `rate()` and `increase()` are defined.
             inner.terms.with_label_values(&["began", ""]);
-            for cause in TermEndCause::ALL
-                .into_iter()
-                .chain([TermEndCause::HandedOver])
-            {
+            for cause in end_causes() {
                 inner.terms.with_label_values(&["ended", cause.label()]);
             }
             registry.register(Box::new(inner.owned.clone()))?;
