@@ -30,14 +30,21 @@ impl<C> ShardedElection<C> {
         match then {
             AfterStop::Finish => self.finish(),
             AfterStop::Rejoin => {
-                let eligible = self.eligible;
                 let run = self.run();
                 run.stop = None;
                 run.session = Session::None;
                 run.members.clear();
-                run.next_check = eligible.then(|| run.held_off_until.unwrap_or(now));
+                self.schedule_rejoin(now);
             }
         }
+    }
+
+    /// Without a session: the next check is the rejoin, at the hold-off's end (at once when
+    /// none runs), and none while ineligible.
+    fn schedule_rejoin(&mut self, now: Instant) {
+        let eligible = self.eligible;
+        let run = self.run();
+        run.next_check = eligible.then(|| run.held_off_until.unwrap_or(now));
     }
 
     pub(super) fn releasing(&mut self) -> bool {
@@ -147,7 +154,7 @@ impl<C> ShardedElection<C> {
         }
         if eligible {
             if matches!(run.session, Session::None) {
-                run.next_check = Some(run.held_off_until.map_or(now, |until| until.max(now)));
+                self.schedule_rejoin(now);
             }
         } else {
             self.leave_space(now);
@@ -168,9 +175,7 @@ impl<C> ShardedElection<C> {
     /// session is open, else the session (if any) closed and the next check put off.
     fn leave_space(&mut self, now: Instant) {
         if self.close_unopened() {
-            let eligible = self.eligible;
-            let run = self.run();
-            run.next_check = run.held_off_until.filter(|_| eligible);
+            self.schedule_rejoin(now);
             return;
         }
         self.begin_stop(now, TermEndCause::Resigned, AfterStop::Rejoin);
