@@ -2,54 +2,25 @@
 //! while it carries the lock, and the statements run on it. Backend-neutral: every statement
 //! comes from [`sql`] and every answer is read here, over the [`LockSession`] seam.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use plexsphere_leader_core::{ConnId, Event, LockCheck};
 
 use crate::error::CheckError;
 use crate::key::LockKey;
-use crate::session::{LockSession, QueryError, Row, SessionSource};
+use crate::session::{LockSession, QueryError, Row};
 use crate::sql::{self, outcome};
 use crate::term::TermShared;
 
 /// The session an operation runs on, shared with the driver until the operation ends.
 pub(crate) type Held = Arc<Box<dyn LockSession>>;
 
-/// What an operation in flight produces: the event to report and, for an acquire, the
-/// session.
-pub(crate) struct Completion {
-    pub(crate) event: Event<CheckError>,
-    pub(crate) acquired: Option<Box<dyn LockSession>>,
-    /// The database a grant statement ran in (`current_database()`), for the log lines.
-    pub(crate) database: Option<String>,
-}
+/// What an operation of the single election produces: its event, the session of an acquire,
+/// and the database a grant statement ran in (`current_database()`), for the log lines.
+pub(crate) type Completion = crate::driver::Completion<Event<CheckError>, Option<String>>;
 
-impl Completion {
-    pub(crate) fn of(event: Event<CheckError>) -> Self {
-        Self {
-            event,
-            acquired: None,
-            database: None,
-        }
-    }
-}
-
-/// An operation in flight on one connection.
-pub(crate) type Operation = Pin<Box<dyn Future<Output = Completion> + Send>>;
-
-pub(crate) fn acquire(source: Arc<dyn SessionSource>, conn: ConnId) -> Operation {
-    Box::pin(async move {
-        match source.acquire().await {
-            Ok(session) => Completion {
-                acquired: Some(session),
-                ..Completion::of(Event::ConnectionAcquired { conn })
-            },
-            Err(cause) => Completion::of(Event::AcquireFailed { conn, cause }),
-        }
-    })
-}
+/// An operation of the single election in flight on one connection.
+pub(crate) type Operation = crate::driver::Operation<Event<CheckError>, Option<String>>;
 
 /// Runs a grant statement of [`sql`] (`try_lock`, `wait_for_lock`): `(outcome, pid,
 /// database)`.
@@ -92,7 +63,7 @@ pub(crate) fn try_lock(held: Held, conn: ConnId, statement: String) -> Operation
             Err(cause) => Event::LockQueryFailed { conn, cause },
         };
         Completion {
-            database,
+            extra: database,
             ..Completion::of(event)
         }
     })

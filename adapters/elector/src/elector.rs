@@ -11,6 +11,7 @@ use tracing::Instrument as _;
 
 use crate::config::Config;
 use crate::driver::Driver;
+use crate::driver::single::Single;
 use crate::error::{ConfigError, RunError};
 use crate::key::LockKey;
 use crate::leadership::{Leadership, TermWaitCancelled};
@@ -126,9 +127,9 @@ impl Elector {
             identity = %self.inner.identity(),
             pid = std::process::id(),
         );
-        let driver = span.in_scope(|| Driver::start(Arc::clone(&self.inner)))?;
-        driver.run(shutdown).instrument(span).await;
-        Ok(())
+        let single = Single::new(Arc::clone(&self.inner));
+        let driver = span.in_scope(|| Driver::start(single))?;
+        driver.run(shutdown).instrument(span).await
     }
 
     /// The current term (the spec's `Term(parent)`): `Some` on the leader, with a token that is

@@ -60,9 +60,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use self::driver::ShardDriver;
+use self::driver::Sharded;
 use self::metrics::ShardMetrics;
 use self::shared::ShardShared;
+use crate::driver::Driver;
 use crate::error::{ConfigError, RunError};
 use crate::term::Term;
 
@@ -139,7 +140,8 @@ impl ShardedElector {
             identity = %self.inner.identity(),
             pid = std::process::id(),
         );
-        let driver = span.in_scope(|| ShardDriver::start(Arc::clone(&self.inner)))?;
+        let sharded = Sharded::new(Arc::clone(&self.inner));
+        let driver = span.in_scope(|| Driver::start(sharded))?;
         driver.run(shutdown).instrument(span).await
     }
 

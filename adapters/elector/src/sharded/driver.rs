@@ -1,221 +1,142 @@
-//! The thin async driver of the core's sharded election: performs the actions the core queues
-//! on the one lock session, reports what happened, and sleeps until the core's next deadline.
-//! It makes no decision of its own.
+//! Sharded leadership as a [`Mechanism`] of the driver: the one lock session's registration,
+//! survey, take, epochs and unlock statements, the published ownership and view, and the survey
+//! metric.
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use futures_util::StreamExt as _;
-use futures_util::stream::FuturesUnordered;
-use plexsphere_leader_core::failures::FailureReport;
 use plexsphere_leader_core::shards::{
     LockTableTooSmall, ShardAction, ShardEvent, ShardLog, ShardLogKind, Survey,
 };
-use plexsphere_leader_core::{ConnId, Level, TermId};
-use tokio_util::sync::CancellationToken;
+use plexsphere_leader_core::{AlreadyRunning, ConnId, Level, TermId};
 
 use super::shared::ShardShared;
 use super::view::{Holder, SpaceView};
 use crate::clock::now;
-use crate::driver::{in_flight, start_on, take_held, watch_session};
+use crate::connection::Held;
+use crate::driver::{self, Io, Mechanism};
 use crate::error::{CheckError, RunError};
-use crate::failure::CheckFailures;
-use crate::session::{LockSession, QueryError, Row, SessionSource};
+use crate::leadership::CheckFailure;
+use crate::operator::OperatorQueue;
+use crate::session::{QueryError, Row};
 use crate::shard_sql::{self, ShardSqlError, SurveyRows};
 use crate::term::TermShared;
+use plexsphere_leader_core::failures::FailureReport;
 
-use crate::connection::Held;
+/// An answered survey: the view it shows and how long it took.
+type Surveyed = Option<(SpaceView, Duration)>;
+type Completion = driver::Completion<ShardEvent<CheckError>, Surveyed>;
+type Operation = driver::Operation<ShardEvent<CheckError>, Surveyed>;
 
-/// What an operation in flight produces.
-struct Completion {
-    event: ShardEvent<CheckError>,
-    acquired: Option<Box<dyn LockSession>>,
-    /// The view of an answered survey.
-    view: Option<SpaceView>,
-    /// How long a survey took to answer.
-    survey_took: Option<Duration>,
-}
-
-impl Completion {
-    fn of(event: ShardEvent<CheckError>) -> Self {
-        Self {
-            event,
-            acquired: None,
-            view: None,
-            survey_took: None,
-        }
-    }
-}
-
-type Operation = Pin<Box<dyn Future<Output = Completion> + Send>>;
-type Drain = Pin<Box<dyn Future<Output = TermId> + Send>>;
-
-/// One run of a sharded election. Dropping it before the run finished reports
-/// `Panicked`/`Dropped` to the core: every term ends and the session closes without an unlock.
-pub(crate) struct ShardDriver {
+/// Sharded leadership's side of a run.
+pub(crate) struct Sharded {
     inner: Arc<ShardShared>,
-    session: Option<(ConnId, Held)>,
-    in_flight: Option<Operation>,
-    drains: FuturesUnordered<Drain>,
     /// Ended terms whose work a handover or the stop awaits.
     ended: BTreeMap<TermId, Arc<TermShared>>,
-    watch_reported: Option<ConnId>,
-    finished: bool,
     failure: Option<LockTableTooSmall>,
     view: Option<SpaceView>,
-    /// How the current run of failed checks is logged (the core's policy, as for one election).
-    check_failures: CheckFailures,
 }
 
-enum Wake {
-    Stop,
-    Completed(Completion),
-    Drained(TermId),
-    SessionEnded(ConnId),
-    Control,
-    Deadline,
-}
-
-impl ShardDriver {
-    pub(crate) fn start(inner: Arc<ShardShared>) -> Result<Self, RunError> {
-        inner
-            .election()
-            .start(now())
-            .map_err(|_| RunError::AlreadyRunning)?;
-        let mut driver = Self {
+impl Sharded {
+    pub(crate) fn new(inner: Arc<ShardShared>) -> Self {
+        Self {
             inner,
-            session: None,
-            in_flight: None,
-            drains: FuturesUnordered::new(),
             ended: BTreeMap::new(),
-            watch_reported: None,
-            finished: false,
             failure: None,
             view: None,
-            check_failures: CheckFailures::default(),
+        }
+    }
+
+    fn log(&mut self, record: &ShardLog<CheckError>, io: &mut Io<Self>) {
+        let report = match (record.kind, &record.cause) {
+            (ShardLogKind::AcquireFailed, Some(cause)) => {
+                Some(io.acquire_failed(cause, |failure| self.inner.check_failed(failure)))
+            }
+            _ => None,
         };
-        driver.perform_queued();
-        Ok(driver)
+        emit(
+            record,
+            self.inner.options().interval().get(),
+            report.as_ref(),
+        );
+    }
+}
+
+impl Mechanism for Sharded {
+    type Event = ShardEvent<CheckError>;
+    type Action = ShardAction<CheckError>;
+    type Extra = Surveyed;
+
+    fn start(&self, now: Instant) -> Result<(), AlreadyRunning> {
+        self.inner.election().start(now)
     }
 
-    /// Drives the run until the core finishes it; the error the core failed the run with.
-    pub(crate) async fn run(mut self, shutdown: CancellationToken) -> Result<(), RunError> {
-        let mut stop_reported = false;
-        let sleep = tokio::time::sleep_until(tokio::time::Instant::now());
-        tokio::pin!(sleep);
-        let mut armed = None;
-        while !self.finished {
-            let deadline = self.inner.election().poll_timeout();
-            if deadline != armed {
-                if let Some(at) = deadline {
-                    sleep.as_mut().reset(tokio::time::Instant::from_std(at));
-                }
-                armed = deadline;
-            }
-            let wake = tokio::select! {
-                biased;
-                () = shutdown.cancelled(), if !stop_reported => Wake::Stop,
-                completion = in_flight(&mut self.in_flight) => Wake::Completed(completion),
-                Some(term) = self.drains.next(), if !self.drains.is_empty() => Wake::Drained(term),
-                conn = watch_session(&self.session, self.watch_reported) => Wake::SessionEnded(conn),
-                () = self.inner.controls().queued() => Wake::Control,
-                () = &mut sleep, if armed.is_some() => Wake::Deadline,
-            };
-            match wake {
-                Wake::Stop => {
-                    stop_reported = true;
-                    self.handle(ShardEvent::Cancelled);
-                }
-                Wake::Completed(completion) => {
-                    self.in_flight = None;
-                    self.complete(completion);
-                }
-                Wake::Drained(term) => {
-                    self.ended.remove(&term);
-                    self.handle(ShardEvent::WorkDrained { term });
-                }
-                Wake::SessionEnded(conn) => {
-                    self.watch_reported = Some(conn);
-                    self.handle(ShardEvent::SessionEnded { conn });
-                }
-                Wake::Control => self.apply_controls(),
-                Wake::Deadline => self.fire_due_timers(),
-            }
-        }
-        // Requests queued as the run finished: an eligibility setting still applies (the
-        // election keeps it while not running); a resign finds nothing to do.
-        self.apply_controls();
-        match self.failure.take() {
-            Some(too_small) => Err(RunError::LockTableTooSmall(too_small)),
-            None => Ok(()),
-        }
+    fn handle_event(&self, now: Instant, event: Self::Event) {
+        let _handled = self.inner.election().handle_event(now, event);
     }
 
-    /// Hands the queued operator requests (resign, eligibility) to the election, in order.
-    fn apply_controls(&mut self) {
-        for request in self.inner.controls().take() {
-            self.handle(request);
-        }
+    fn handle_timeout(&self, now: Instant) {
+        self.inner.election().handle_timeout(now);
     }
 
-    fn complete(&mut self, completion: Completion) {
-        let Completion {
-            event,
-            acquired,
-            view,
-            survey_took,
-        } = completion;
-        if let (Some(session), Some(conn)) = (acquired, event.conn()) {
-            self.session = Some((conn, Arc::new(session)));
-        }
-        if let (Some(took), Some(metrics)) = (survey_took, self.inner.metrics()) {
-            metrics.survey_took(took);
-        }
-        if view.is_some() {
-            self.view = view;
-        }
-        let worked = matches!(
+    fn poll_action(&self) -> Option<Self::Action> {
+        self.inner.election().poll_action()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.inner.election().poll_timeout()
+    }
+
+    fn controls(&self) -> &OperatorQueue<Self::Event> {
+        self.inner.controls()
+    }
+
+    fn publish_check_failure(&self, failure: Option<CheckFailure>) {
+        self.inner.check_failed(failure);
+    }
+
+    fn cancelled() -> Self::Event {
+        ShardEvent::Cancelled
+    }
+
+    fn panicked() -> Self::Event {
+        ShardEvent::Panicked
+    }
+
+    fn dropped() -> Self::Event {
+        ShardEvent::Dropped
+    }
+
+    fn session_ended(conn: ConnId) -> Self::Event {
+        ShardEvent::SessionEnded { conn }
+    }
+
+    fn conn(event: &Self::Event) -> Option<ConnId> {
+        event.conn()
+    }
+
+    /// The session registered or surveyed.
+    fn answers_check(event: &Self::Event) -> bool {
+        matches!(
             event,
             ShardEvent::Registered { .. } | ShardEvent::Surveyed { .. }
-        );
-        if worked && self.check_failures.succeeded() {
-            self.inner.check_failed(None);
+        )
+    }
+
+    fn arrived(&mut self, event: &Self::Event, surveyed: Self::Extra) {
+        if let ShardEvent::WorkDrained { term } = event {
+            self.ended.remove(term);
         }
-        // A deadline that passed while the answer was on its way fires first.
-        self.handle(event);
-    }
-
-    /// For a failed acquire of the lock session: how the core's policy reports it, after
-    /// recording it for [`ShardedElector::check_failure`](super::ShardedElector::check_failure).
-    fn failure_report(&mut self, record: &ShardLog<CheckError>) -> Option<FailureReport> {
-        let (ShardLogKind::AcquireFailed, Some(cause)) = (record.kind, &record.cause) else {
-            return None;
-        };
-        let (report, failure) = self.check_failures.failed(cause);
-        self.inner.check_failed(Some(failure));
-        Some(report)
-    }
-
-    fn handle(&mut self, event: ShardEvent<CheckError>) {
-        self.fire_due_timers();
-        let _handled = self.inner.election().handle_event(now(), event);
-        self.perform_queued();
-    }
-
-    fn fire_due_timers(&mut self) {
-        self.inner.election().handle_timeout(now());
-        self.perform_queued();
-    }
-
-    fn perform_queued(&mut self) {
-        loop {
-            let next = self.inner.election().poll_action();
-            let Some(action) = next else { break };
-            self.perform(action);
+        if let Some((view, took)) = surveyed {
+            if let Some(metrics) = self.inner.metrics() {
+                metrics.survey_took(took);
+            }
+            self.view = Some(view);
         }
+    }
+
+    fn performed(&mut self) {
         let (member, handing) = {
             let election = self.inner.election();
             (
@@ -230,20 +151,29 @@ impl ShardDriver {
         self.inner.publish(member, handing, self.view.take());
     }
 
-    fn perform(&mut self, action: ShardAction<CheckError>) {
+    fn outcome(&mut self) -> Result<(), RunError> {
+        match self.failure.take() {
+            Some(too_small) => Err(RunError::LockTableTooSmall(too_small)),
+            None => Ok(()),
+        }
+    }
+
+    fn perform(&mut self, action: Self::Action, io: &mut Io<Self>) {
         let class = self.inner.class();
         let count = self.inner.options().count();
         match action {
-            ShardAction::AcquireSession { conn } => {
-                self.in_flight = Some(acquire(self.inner.sessions(), conn));
-            }
+            ShardAction::AcquireSession { conn } => io.run(driver::acquire(
+                self.inner.sessions(),
+                ShardEvent::Acquired { conn },
+                move |cause| ShardEvent::AcquireFailed { conn, cause },
+            )),
             ShardAction::Register {
                 conn,
                 idle_session_timeout_ms,
             } => {
                 let sql =
                     shard_sql::register(class, self.inner.identity(), idle_session_timeout_ms);
-                self.start_on(conn, move |held| {
+                io.start_on(conn, move |held| {
                     statement(held, conn, sql, "register", move |rows| {
                         let registered = shard_sql::parse_registered(rows)?;
                         if registered.in_recovery {
@@ -259,18 +189,14 @@ impl ShardDriver {
                     })
                 });
             }
-            ShardAction::Detach { conn, backend } => {
-                if let Some(session) = self.take(conn) {
-                    self.session = Some((conn, Arc::new(session.detach(backend.get()))));
-                }
-            }
+            ShardAction::Detach { conn, backend } => io.detach(conn, backend.get()),
             ShardAction::Survey { conn } => {
                 let sql = shard_sql::survey(class, count);
-                self.start_on(conn, move |held| survey(held, conn, sql, count));
+                io.start_on(conn, move |held| survey(held, conn, sql, count));
             }
             ShardAction::Take { conn, shards } => {
                 let sql = shard_sql::take(class, &shards);
-                self.start_on(conn, move |held| {
+                io.start_on(conn, move |held| {
                     statement(held, conn, sql, "take", move |rows| {
                         let granted = shard_sql::parse_taken(rows)?;
                         Ok(Ok(ShardEvent::Took { conn, granted }))
@@ -283,7 +209,7 @@ impl ShardDriver {
                 lock_timeout_ms,
             } => {
                 let sql = shard_sql::advance_epochs(class, &shards, lock_timeout_ms);
-                self.start_on(conn, move |held| {
+                io.start_on(conn, move |held| {
                     statement(held, conn, sql, "advance epochs", move |rows| {
                         let epochs = shard_sql::parse_epochs(rows)?;
                         Ok(Ok(ShardEvent::EpochsAdvanced { conn, epochs }))
@@ -292,7 +218,7 @@ impl ShardDriver {
             }
             ShardAction::Unlock { conn, shards } => {
                 let sql = shard_sql::unlock(class, &shards);
-                self.start_on(conn, move |held| {
+                io.start_on(conn, move |held| {
                     statement(held, conn, sql, "unlock", move |rows| {
                         let not_held = shard_sql::parse_unlocked(rows)?;
                         Ok(Ok(ShardEvent::Unlocked { conn, not_held }))
@@ -301,19 +227,13 @@ impl ShardDriver {
             }
             ShardAction::UnlockAll { conn } => {
                 let sql = shard_sql::unlock_all();
-                self.start_on(conn, move |held| {
+                io.start_on(conn, move |held| {
                     statement(held, conn, sql, "unlock all", move |_| {
                         Ok(Ok(ShardEvent::UnlockedAll { conn }))
                     })
                 });
             }
-            ShardAction::CloseSession { conn } => {
-                self.in_flight = None;
-                self.inner.sessions().cancel_kept();
-                if let Some(session) = self.take(conn) {
-                    session.close();
-                }
-            }
+            ShardAction::CloseSession { conn } => io.close(conn, &*self.inner.sessions()),
             ShardAction::BeginTerm { shard, term, epoch } => {
                 self.inner.begin(shard.get(), term, epoch);
             }
@@ -324,67 +244,21 @@ impl ShardDriver {
             }
             ShardAction::AwaitWork { term } => {
                 let ended = self.ended.get(&term).cloned();
-                self.drains.push(Box::pin(async move {
+                io.drain(Box::pin(async move {
                     if let Some(shared) = ended {
                         shared.drained().await;
                     }
-                    term
+                    Completion::of(ShardEvent::WorkDrained { term })
                 }));
             }
-            ShardAction::Log(record) => {
-                let report = self.failure_report(&record);
-                emit(
-                    &record,
-                    self.inner.options().interval().get(),
-                    report.as_ref(),
-                );
-            }
+            ShardAction::Log(record) => self.log(&record, io),
             ShardAction::Fail(too_small) => self.failure = Some(too_small),
             ShardAction::Finish => {
-                self.finished = true;
+                io.finish();
                 self.ended.clear();
             }
         }
     }
-
-    fn start_on(&mut self, conn: ConnId, operation: impl FnOnce(Held) -> Operation) {
-        start_on(&self.session, &mut self.in_flight, conn, operation);
-    }
-
-    fn take(&mut self, conn: ConnId) -> Option<Box<dyn LockSession>> {
-        take_held(&mut self.session, &mut self.in_flight, conn)
-    }
-}
-
-impl Drop for ShardDriver {
-    fn drop(&mut self) {
-        if !self.finished {
-            let event = if std::thread::panicking() {
-                ShardEvent::Panicked
-            } else {
-                ShardEvent::Dropped
-            };
-            self.handle(event);
-        }
-        self.in_flight = None;
-        if let Some((_, held)) = self.session.take()
-            && let Ok(session) = Arc::try_unwrap(held)
-        {
-            session.close();
-        }
-    }
-}
-
-fn acquire(source: Arc<dyn SessionSource>, conn: ConnId) -> Operation {
-    Box::pin(async move {
-        match source.acquire().await {
-            Ok(session) => Completion {
-                acquired: Some(session),
-                ..Completion::of(ShardEvent::Acquired { conn })
-            },
-            Err(cause) => Completion::of(ShardEvent::AcquireFailed { conn, cause }),
-        }
-    })
 }
 
 /// Runs `sql` on the session and reads its rows with `read`: the event to report, or a failure
@@ -416,8 +290,7 @@ fn survey(held: Held, conn: ConnId, sql: String, count: u32) -> Operation {
         match answer {
             Ok(rows) => match shard_sql::parse_survey(count, &rows) {
                 Ok(SurveyRows { survey, names }) => Completion {
-                    view: Some(view_of(&survey, &names)),
-                    survey_took: Some(took),
+                    extra: Some((view_of(&survey, &names), took)),
                     ..Completion::of(ShardEvent::Surveyed { conn, survey })
                 },
                 Err(error) => Completion::of(failed(conn, unexpected("survey", &error), false)),

@@ -1,0 +1,236 @@
+//! The single election as a [`Mechanism`] of the driver: one advisory lock, its grant, check,
+//! fencing epoch and release statements, the published leadership and the check metrics.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use plexsphere_leader_core::{
+    Action, AlreadyRunning, ConnId, Event, LogKind, LogRecord, TermEndCause, TermId,
+};
+
+use super::{Io, Mechanism};
+use crate::connection::{self, Completion};
+use crate::error::CheckError;
+use crate::leadership::CheckFailure;
+use crate::log;
+use crate::observe::Observer;
+use crate::operator::OperatorQueue;
+use crate::shared::Shared;
+use crate::sql;
+use crate::term::TermShared;
+
+/// The single election's side of a run.
+pub(crate) struct Single {
+    inner: Arc<Shared>,
+    /// The term a graceful stop ended, whose work it awaits.
+    stopped_term: Option<Arc<TermShared>>,
+    /// Ended terms whose work deadline the election may still report
+    /// ([`Action::ReportOverdueWork`]); forgotten when reported or when their work drained.
+    ended_terms: BTreeMap<TermId, Arc<TermShared>>,
+    /// The database the last answered grant statement ran in: named in the log lines.
+    database: Option<String>,
+    observer: Observer,
+}
+
+impl Single {
+    pub(crate) fn new(inner: Arc<Shared>) -> Self {
+        Self {
+            observer: Observer::new(Arc::clone(&inner)),
+            inner,
+            stopped_term: None,
+            ended_terms: BTreeMap::new(),
+            database: None,
+        }
+    }
+
+    fn end_term(&mut self, term: TermId, cause: TermEndCause) {
+        self.stopped_term = self.inner.end_term(cause);
+        if let (Some(shared), true) = (&self.stopped_term, self.inner.has_work_deadline()) {
+            self.ended_terms.insert(term, Arc::clone(shared));
+        }
+    }
+
+    fn log(&mut self, record: &LogRecord<CheckError>, io: &mut Io<Self>) {
+        let work = (record.kind == LogKind::WorkOutlivedStop)
+            .then(|| {
+                self.stopped_term
+                    .as_ref()
+                    .map(|t| t.running_work().join(", "))
+            })
+            .flatten();
+        let report = match (record.kind, &record.cause) {
+            (LogKind::AcquireFailed, Some(cause)) => {
+                Some(io.acquire_failed(cause, |failure| self.inner.check_failed(failure)))
+            }
+            _ => None,
+        };
+        log::emit(
+            record,
+            self.inner.interval().get(),
+            work.as_deref(),
+            self.database.as_deref(),
+            report.as_ref(),
+        );
+        if let Some(release) = record.release() {
+            self.inner.released(release);
+        }
+    }
+}
+
+impl Mechanism for Single {
+    type Event = Event<CheckError>;
+    type Action = Action<CheckError>;
+    /// The database a grant statement ran in (`current_database()`), for the log lines.
+    type Extra = Option<String>;
+
+    fn start(&self, now: Instant) -> Result<(), AlreadyRunning> {
+        self.inner.election().start(now)
+    }
+
+    fn handle_event(&self, now: Instant, event: Self::Event) {
+        let _handled = self.inner.election().handle_event(now, event);
+    }
+
+    fn handle_timeout(&self, now: Instant) {
+        self.inner.election().handle_timeout(now);
+    }
+
+    fn poll_action(&self) -> Option<Self::Action> {
+        self.inner.election().poll_action()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.inner.election().poll_timeout()
+    }
+
+    fn controls(&self) -> &OperatorQueue<Self::Event> {
+        self.inner.controls()
+    }
+
+    fn publish_check_failure(&self, failure: Option<CheckFailure>) {
+        self.inner.check_failed(failure);
+    }
+
+    fn cancelled() -> Self::Event {
+        Event::Cancelled
+    }
+
+    fn panicked() -> Self::Event {
+        Event::Panicked
+    }
+
+    fn dropped() -> Self::Event {
+        Event::Dropped
+    }
+
+    fn session_ended(conn: ConnId) -> Self::Event {
+        Event::SessionEnded {
+            conn,
+            cause: CheckError::SessionEnded,
+        }
+    }
+
+    fn conn(event: &Self::Event) -> Option<ConnId> {
+        event.conn()
+    }
+
+    /// The lock granted or refused, a queued wait ended by its timeout, the leader's check
+    /// answered.
+    fn answers_check(event: &Self::Event) -> bool {
+        matches!(
+            event,
+            Event::LockGranted { .. }
+                | Event::LockRefused { .. }
+                | Event::LockWaitTimedOut { .. }
+                | Event::PingAnswered { .. }
+        )
+    }
+
+    fn arrived(&mut self, event: &Self::Event, database: Self::Extra) {
+        if database.is_some() {
+            self.database = database;
+        }
+        if let Event::WorkDrained { term } = event {
+            self.ended_terms.remove(term);
+        }
+    }
+
+    fn answered(&mut self, event: &Self::Event) {
+        self.observer.completion(event);
+    }
+
+    fn perform(&mut self, action: Self::Action, io: &mut Io<Self>) {
+        self.observer.action(&action);
+        let (key, identity) = (self.inner.key(), self.inner.identity());
+        let idle_ms = self.inner.interval().idle_session_timeout_millis();
+        match action {
+            Action::AcquireConnection { conn } => io.run(super::acquire(
+                self.inner.sessions(),
+                Event::ConnectionAcquired { conn },
+                move |cause| Event::AcquireFailed { conn, cause },
+            )),
+            Action::TryLock { conn } => {
+                let statement = sql::try_lock(key, identity, idle_ms);
+                io.start_on(conn, |held| connection::try_lock(held, conn, statement));
+            }
+            Action::WaitForLock {
+                conn,
+                lock_timeout_ms,
+            } => {
+                let statement = sql::wait_for_lock(key, identity, lock_timeout_ms, idle_ms);
+                let bound = sql::bound_idle_before_wait(idle_ms);
+                io.start_on(conn, |held| {
+                    connection::wait_for_lock(held, conn, bound, statement)
+                });
+            }
+            Action::ReleaseIfHeld { conn } => {
+                io.start_on(conn, |held| connection::release_if_held(held, conn, key));
+            }
+            Action::AdvanceEpoch {
+                conn,
+                lock_timeout_ms,
+            } => {
+                let statement = sql::advance_epoch_within(key, lock_timeout_ms);
+                io.start_on(conn, |held| {
+                    connection::advance_epoch(held, conn, statement)
+                });
+            }
+            Action::AwaitWork { term } => {
+                let stopped = self.stopped_term.clone().filter(|t| t.id() == term);
+                io.run(match stopped {
+                    Some(shared) => connection::await_work(shared),
+                    None => Box::pin(std::future::ready(Completion::of(Event::WorkDrained {
+                        term,
+                    }))),
+                });
+            }
+            Action::Ping { conn, .. } => {
+                io.start_on(conn, |held| connection::verify(held, conn, key));
+            }
+            Action::Unlock { conn } => {
+                io.start_on(conn, |held| connection::unlock(held, conn, key));
+            }
+            // Gives up an acquire still in flight (the source may keep a connection being set
+            // up for the next check); a session already borrowed goes back.
+            Action::ReturnToPool { conn } => io.return_to_pool(conn),
+            Action::Hijack { conn, backend_pid } => io.detach(conn, backend_pid),
+            // A connection still being set up goes too (`ReturnToPool` keeps it for the next
+            // check).
+            Action::CloseConnection { conn } => io.close(conn, &*self.inner.sessions()),
+            Action::BeginTerm { term, epoch } => self.inner.begin_term(term, epoch),
+            Action::EndTerm { term, cause } => self.end_term(term, cause),
+            Action::ReportOverdueWork {
+                term,
+                abort,
+                run_finished,
+            } => {
+                if let Some(shared) = self.ended_terms.remove(&term) {
+                    self.inner.report_overdue(&shared, abort, run_finished);
+                }
+            }
+            Action::Log(record) => self.log(&record, io),
+            Action::Finish => io.finish(),
+        }
+    }
+}
