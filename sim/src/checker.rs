@@ -4,6 +4,7 @@
 
 mod fence;
 pub(crate) mod shards;
+mod space;
 
 pub use shards::ShardMeasurements;
 
@@ -12,12 +13,13 @@ use std::fmt;
 use std::time::Duration;
 
 use plexsphere_leader_pgsim::{
-    EndReason, Event, HeldLock, LogEntry, QueryRecord, ReleaseReason, SessionInfo,
-    check_mutual_exclusion,
+    Event, HeldLock, LogEntry, QueryRecord, SessionInfo, check_mutual_exclusion,
 };
 
 use crate::record::{FencedWrite, History, ShardWork, Span, TermEnd, TermRecord};
 use crate::setup::{Params, SERVERS, parse_application_name};
+
+use self::space::{Found, LockTerm, Noun, Space, Tenure};
 
 /// A property of design.md section 6 (or of the simulation itself) that a run can break.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -252,21 +254,6 @@ pub(crate) struct Evidence<'a> {
 /// A session's owner: (replica, incarnation).
 type Owner = (usize, u32);
 
-/// One tenure of the lock on one server: from a first grant to the release of the last count.
-#[derive(Debug, Clone, Copy)]
-struct Hold {
-    server: usize,
-    pid: i32,
-    owner: Option<Owner>,
-    granted: Duration,
-    released: Option<Duration>,
-    /// The release was `pg_terminate_backend` ending the holding session (a nemesis fault).
-    terminated: bool,
-    /// Granted in the instant the session's queued wait timed out: the statement failed with
-    /// 55P03 though the session holds the lock ([`Event::GrantedAtLockTimeout`]).
-    at_timeout: bool,
-}
-
 /// Checks a run; returns what it measured and every violation, in time order.
 pub(crate) fn check(evidence: &Evidence<'_>) -> (Measurements, Vec<Violation>) {
     let mut checker = Checker::new(evidence);
@@ -294,7 +281,9 @@ struct Checker<'a> {
     p: Params,
     end: Duration,
     owners: Vec<BTreeMap<i32, Owner>>,
-    holds: Vec<Hold>,
+    holds: Vec<Tenure>,
+    /// The election as a space of one lock.
+    space: Space<'a>,
     measured: Measurements,
     violations: Vec<Violation>,
 }
@@ -307,7 +296,20 @@ impl<'a> Checker<'a> {
             .iter()
             .enumerate()
             .flat_map(|(index, server)| holds(index, &server.log, &owners[index]))
-            .collect::<Vec<Hold>>();
+            .collect::<Vec<Tenure>>();
+        let space = Space {
+            noun: Noun::Leader,
+            history: e.history,
+            end: e.history.end,
+            replicas: e.replicas,
+            holds: BTreeMap::from([(0, holds.clone())]),
+            terms: e.history.terms.iter().map(lock_term).collect(),
+            work: e
+                .work
+                .iter()
+                .map(|&(replica, span)| (replica, 0, span))
+                .collect(),
+        };
         let mut measured = Measurements::default();
         measured.cases.timeout_grants = holds.iter().filter(|h| h.at_timeout).count();
         Self {
@@ -316,6 +318,7 @@ impl<'a> Checker<'a> {
             end: e.history.end,
             owners,
             holds,
+            space,
             measured,
             violations: Vec::new(),
         }
@@ -355,123 +358,34 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// When hold `h` stopped counting: released, or its server stopped being the primary.
-    fn loss(&self, hold: &Hold) -> Duration {
-        let history = self.e.history;
-        if history.primary_at(hold.granted) != hold.server {
-            return hold.granted;
-        }
-        let moved = history
-            .primaries
-            .iter()
-            .find(|(since, server)| *since > hold.granted && *server != hold.server)
-            .map(|(since, _)| *since);
-        match (hold.released, moved) {
-            (Some(released), Some(moved)) => released.min(moved),
-            (Some(at), None) | (None, Some(at)) => at,
-            (None, None) => self.end + Duration::from_secs(3600),
-        }
+    /// When `hold` stopped counting: released, or its server stopped being the primary.
+    fn loss(&self, hold: &Tenure) -> Duration {
+        self.space.loss(hold)
     }
 
     /// The hold a term leads on: the owner's latest grant at or before the term began.
-    fn hold_of(&self, term: &TermRecord) -> Option<Hold> {
-        let owner = (term.replica, term.incarnation);
-        self.holds
-            .iter()
-            .filter(|h| h.owner == Some(owner) && h.granted <= term.span.start)
-            .max_by_key(|h| h.granted)
-            .copied()
+    fn hold_of(&self, term: &TermRecord) -> Option<Tenure> {
+        self.space.hold_of(&lock_term(term))
+    }
+
+    /// Adds the violations `found` and returns its measure.
+    fn record(&mut self, found: Found) -> (Option<Duration>, usize) {
+        self.violations.extend(found.violations);
+        (found.longest, found.cases)
     }
 
     fn detection(&mut self) {
-        let bound = self.p.detection_bound();
-        for term in &self.e.history.terms {
-            let who = format!("r{}.{} term {}", term.replica, term.incarnation, term.id);
-            let Some(hold) = self.hold_of(term) else {
-                self.violate(
-                    term.span.start,
-                    Property::Detection,
-                    format!("{who} began without a grant"),
-                );
-                continue;
-            };
-            let lost = self.loss(&hold);
-            let ended = term.span.end_or(self.end);
-            if lost >= ended {
-                continue;
-            }
-            let since = lost.max(term.span.start);
-            let delay = ended - since;
-            self.measured.detection = max(self.measured.detection, Some(delay));
-            self.measured.cases.detections += 1;
-            if delay > bound {
-                self.violate(
-                    since,
-                    Property::Detection,
-                    format!(
-                        "{who} still led {} after its session (pid {} on {}) lost the lock (bound {})",
-                        ms(delay),
-                        hold.pid,
-                        SERVERS[hold.server],
-                        ms(bound)
-                    ),
-                );
-            }
-        }
-    }
-
-    /// Each replica's acting-as-leader intervals: terms and units of work, merged.
-    fn acting(&self, replica: usize) -> Vec<(Duration, Duration)> {
-        let mut spans: Vec<(Duration, Duration)> = self
-            .e
-            .history
-            .terms
-            .iter()
-            .filter(|t| t.replica == replica)
-            .map(|t| t.span)
-            .chain(
-                self.e
-                    .work
-                    .iter()
-                    .filter(|(r, _)| *r == replica)
-                    .map(|(_, s)| *s),
-            )
-            .map(|span| (span.start, span.end_or(self.end)))
-            .collect();
-        spans.sort();
-        let mut merged: Vec<(Duration, Duration)> = Vec::new();
-        for (start, end) in spans {
-            match merged.last_mut() {
-                Some(last) if start <= last.1 => last.1 = last.1.max(end),
-                _ => merged.push((start, end)),
-            }
-        }
-        merged
+        let found = self.space.detection(self.p.detection_bound());
+        let (longest, cases) = self.record(found);
+        self.measured.detection = max(self.measured.detection, longest);
+        self.measured.cases.detections += cases;
     }
 
     fn overlap(&mut self) {
-        let bound = self.p.overlap_bound();
-        let acting: Vec<_> = (0..self.e.replicas).map(|r| self.acting(r)).collect();
-        for a in 0..acting.len() {
-            for b in a + 1..acting.len() {
-                for (start, end) in intersections(&acting[a], &acting[b]) {
-                    let length = end - start;
-                    self.measured.overlap = max(self.measured.overlap, Some(length));
-                    self.measured.cases.overlaps += 1;
-                    if length > bound {
-                        self.violate(
-                            start,
-                            Property::Overlap,
-                            format!(
-                                "r{a} and r{b} both acted as leader for {} (bound {})",
-                                ms(length),
-                                ms(bound)
-                            ),
-                        );
-                    }
-                }
-            }
-        }
+        let found = self.space.overlap(self.p.overlap_bound());
+        let (longest, cases) = self.record(found);
+        self.measured.overlap = max(self.measured.overlap, longest);
+        self.measured.cases.overlaps += cases;
     }
 
     fn graceful(&mut self) {
@@ -581,52 +495,17 @@ impl<'a> Checker<'a> {
     }
 
     fn orphans(&mut self) {
-        let bound = self.p.orphan_bound();
-        for hold in self.holds.clone() {
-            let queries = &self.e.servers[hold.server].queries;
-            let mut mine = queries.iter().filter(|q| q.pid == hold.pid);
-            // The statement that was granted the lock: answered at the grant.
-            let Some(mut idle_since) = mine
-                .by_ref()
-                .find(|q| q.answered.is_some_and(|a| a >= hold.granted))
-                .and_then(|q| q.answered)
-            else {
-                continue;
-            };
-            let until = hold.released.unwrap_or(self.end);
-            let mut periods = Vec::new();
-            for query in mine {
-                if query.received > until {
-                    break;
-                }
-                periods.push((idle_since, query.received));
-                match query.answered {
-                    Some(answered) => idle_since = answered,
-                    None => break,
-                }
-            }
-            if idle_since <= until {
-                periods.push((idle_since, until));
-            }
-            for (from, to) in periods {
-                let idle = to.saturating_sub(from);
-                self.measured.orphan_idle = max(self.measured.orphan_idle, Some(idle));
-                self.measured.cases.idle_periods += 1;
-                if idle > bound {
-                    self.violate(
-                        from,
-                        Property::OrphanBound,
-                        format!(
-                            "pid {} on {} held the lock idle for {} (bound {})",
-                            hold.pid,
-                            SERVERS[hold.server],
-                            ms(idle),
-                            ms(bound)
-                        ),
-                    );
-                }
-            }
-        }
+        let servers = &self.e.servers;
+        let found = space::orphans(
+            |server| &servers[server].queries,
+            &self.holds,
+            self.end,
+            self.p.orphan_bound(),
+            "the lock",
+        );
+        let (longest, cases) = self.record(found);
+        self.measured.orphan_idle = max(self.measured.orphan_idle, longest);
+        self.measured.cases.idle_periods += cases;
     }
 
     /// Whether replica `r` is a healthy standby candidate over `[from, to]`: up (not stopping)
@@ -1011,72 +890,45 @@ fn parse_owner(name: &str) -> Option<Owner> {
 }
 
 /// The tenures of the lock in a server log.
-fn holds(server: usize, log: &[LogEntry], owners: &BTreeMap<i32, Owner>) -> Vec<Hold> {
-    let mut holds: Vec<Hold> = Vec::new();
+fn holds(server: usize, log: &[LogEntry], owners: &BTreeMap<i32, Owner>) -> Vec<Tenure> {
+    let mut holds: Vec<Tenure> = Vec::new();
     for entry in log {
-        match &entry.event {
-            Event::LockGranted { pid, count: 1, .. } => holds.push(Hold {
-                server,
-                pid: *pid,
-                owner: owners.get(pid).copied(),
-                granted: entry.at,
-                released: None,
-                terminated: false,
-                at_timeout: false,
-            }),
-            Event::GrantedAtLockTimeout { pid, .. } => {
-                if let Some(hold) = holds
-                    .iter_mut()
-                    .rev()
-                    .find(|h| h.pid == *pid && h.released.is_none())
-                {
-                    hold.at_timeout = true;
-                }
+        let (pid, released) = match &entry.event {
+            Event::LockGranted { pid, count: 1, .. } => {
+                holds.push(Tenure::granted(server, *pid, owners, entry.at));
+                continue;
             }
+            Event::GrantedAtLockTimeout { pid, .. } => (pid, None),
             Event::LockReleased {
                 pid,
                 remaining: 0,
                 reason,
                 ..
-            } => {
-                if let Some(hold) = holds
-                    .iter_mut()
-                    .rev()
-                    .find(|h| h.pid == *pid && h.released.is_none())
-                {
-                    hold.released = Some(entry.at);
-                    hold.terminated = *reason == ReleaseReason::SessionEnd(EndReason::Terminated);
-                }
-            }
-            _ => {}
+            } => (pid, Some(*reason)),
+            _ => continue,
+        };
+        let open = holds
+            .iter_mut()
+            .rev()
+            .find(|h| h.pid == *pid && h.released.is_none());
+        match (open, released) {
+            (Some(hold), Some(reason)) => hold.release(entry.at, reason),
+            (Some(hold), None) => hold.at_timeout = true,
+            (None, _) => {}
         }
     }
     holds
 }
 
-/// The intersections of two sorted lists of disjoint intervals.
-fn intersections(
-    a: &[(Duration, Duration)],
-    b: &[(Duration, Duration)],
-) -> Vec<(Duration, Duration)> {
-    let (mut i, mut j) = (0, 0);
-    let mut out: Vec<(Duration, Duration)> = Vec::new();
-    while i < a.len() && j < b.len() {
-        let start = a[i].0.max(b[j].0);
-        let end = a[i].1.min(b[j].1);
-        if start < end {
-            match out.last_mut() {
-                Some(last) if last.1 >= start => last.1 = last.1.max(end),
-                _ => out.push((start, end)),
-            }
-        }
-        if a[i].1 < b[j].1 {
-            i += 1;
-        } else {
-            j += 1;
-        }
+/// A term of the single election, as a term on the space's one lock.
+fn lock_term(term: &TermRecord) -> LockTerm {
+    LockTerm {
+        replica: term.replica,
+        incarnation: term.incarnation,
+        lock: 0,
+        id: term.id,
+        span: term.span,
     }
-    out
 }
 
 /// `123ms`.

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use plexsphere_leader_pgsim::{Event, RowId};
 
-use super::{Checker, Evidence, Hold, Property, secs};
+use super::{Checker, Evidence, Property, Tenure, secs};
 use crate::record::{FenceOutcome, TermRecord};
 use crate::setup::SERVERS;
 
@@ -69,7 +69,7 @@ fn advances<'e>(evidence: &'e Evidence<'_>) -> Vec<Advance<'e>> {
 impl Checker<'_> {
     /// How long the epoch advance of `grant`'s session waited for fenced transactions (zero
     /// without fencing).
-    pub(super) fn advance_wait(&self, grant: &Hold) -> Duration {
+    pub(super) fn advance_wait(&self, grant: &Tenure) -> Duration {
         self.e.servers[grant.server]
             .log
             .iter()

@@ -18,9 +18,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use plexsphere_leader_pgsim::{EndReason, Event, LockKey, LockMode, ReleaseReason};
+use plexsphere_leader_pgsim::{Event, LockKey, LockMode};
 
-use super::{Checker, Evidence, Measurements, Owner, Property, Violation, intersections, max, ms};
+use super::space::{self, Found, LockTerm, Noun, Space, Tenure, merge};
+use super::{Checker, Evidence, Measurements, Owner, Property, Violation, max, ms};
 use crate::record::{ShardTermRecord, TermEnd};
 use crate::setup::{Params, SERVERS, Sharding};
 
@@ -103,25 +104,6 @@ impl ShardMeasurements {
     }
 }
 
-/// One tenure of a lock of the space on one server: a session's first grant to its release.
-#[derive(Debug, Clone, Copy)]
-struct Tenure {
-    server: usize,
-    pid: i32,
-    owner: Option<Owner>,
-    granted: Duration,
-    released: Option<Duration>,
-    /// Released by its own replica: an unlock, the unlock-all, or the client closing the
-    /// session (Terminate, or the socket's FIN), not a server-side end.
-    unlocked: bool,
-}
-
-impl Tenure {
-    fn held_at(&self, at: Duration) -> bool {
-        self.granted <= at && self.released.is_none_or(|released| released > at)
-    }
-}
-
 /// Checks a sharded run of `sharding` in the space of `class`; returns what it measured and
 /// every violation, in time order.
 pub(crate) fn check(
@@ -164,8 +146,8 @@ struct ShardChecker<'a> {
     p: Params,
     shards: u32,
     replicas: usize,
-    /// Every tenure of each shard's lock, by shard, in grant order.
-    holds: BTreeMap<u32, Vec<Tenure>>,
+    /// The shards as a space of locks: each shard's tenures, terms and work.
+    space: Space<'a>,
     /// Every tenure of the member lock, in grant order.
     members: Vec<Tenure>,
     measured: ShardMeasurements,
@@ -192,12 +174,28 @@ impl<'a> ShardChecker<'a> {
             tenures.sort_by_key(|t| (t.granted, t.server, t.pid));
         }
         members.sort_by_key(|t| (t.granted, t.server, t.pid));
+        let e = base.e;
+        let space = Space {
+            noun: Noun::Shard,
+            history: e.history,
+            end: base.end,
+            replicas: e.replicas,
+            holds: (0..sharding.shards)
+                .map(|shard| (shard, holds.remove(&shard).unwrap_or_default()))
+                .collect(),
+            terms: e.history.shard_terms.iter().map(lock_term).collect(),
+            work: e
+                .shard_work
+                .iter()
+                .map(|w| (w.replica, w.shard, w.span))
+                .collect(),
+        };
         Self {
             p: base.p,
             replicas: base.e.replicas,
             base,
             shards: sharding.shards,
-            holds,
+            space,
             members,
             measured: ShardMeasurements::default(),
         }
@@ -211,35 +209,16 @@ impl<'a> ShardChecker<'a> {
         self.base.end
     }
 
-    /// When `tenure` stopped counting: released, or its server deposed as the primary (or it
-    /// never was the primary at the grant).
-    fn loss(&self, tenure: &Tenure) -> Duration {
-        let history = self.base.e.history;
-        if history.primary_at(tenure.granted) != tenure.server {
-            return tenure.granted;
-        }
-        let moved = history
-            .primaries
-            .iter()
-            .find(|(since, server)| *since > tenure.granted && *server != tenure.server)
-            .map(|(since, _)| *since);
-        match (tenure.released, moved) {
-            (Some(released), Some(moved)) => released.min(moved),
-            (Some(at), None) | (None, Some(at)) => at,
-            (None, None) => self.end() + Duration::from_secs(3600),
-        }
-    }
-
     /// The lock tenure a shard term rests on: its incarnation's latest grant of the shard at
     /// or before the term began.
     fn hold_of(&self, term: &ShardTermRecord) -> Option<Tenure> {
-        let owner = (term.replica, term.incarnation);
-        self.holds
-            .get(&term.shard)?
-            .iter()
-            .filter(|t| t.owner == Some(owner) && t.granted <= term.span.start)
-            .max_by_key(|t| t.granted)
-            .copied()
+        self.space.hold_of(&lock_term(term))
+    }
+
+    /// Adds the violations `found` and returns its measure.
+    fn record(&mut self, found: Found) -> (Option<Duration>, usize) {
+        self.base.violations.extend(found.violations);
+        (found.longest, found.cases)
     }
 
     fn violate(&mut self, at: Duration, property: Property, detail: impl Into<String>) {
@@ -248,88 +227,17 @@ impl<'a> ShardChecker<'a> {
 
     /// A replica stops believing it owns a shard within 2·I of losing its lock.
     fn detection(&mut self) {
-        let bound = self.p.detection_bound();
-        for term in self.terms() {
-            let who = term_name(term);
-            let Some(hold) = self.hold_of(term) else {
-                self.violate(
-                    term.span.start,
-                    Property::Detection,
-                    format!("{who} began without a grant of the shard"),
-                );
-                continue;
-            };
-            let lost = self.loss(&hold);
-            let ended = term.span.end_or(self.end());
-            if lost >= ended {
-                continue;
-            }
-            let since = lost.max(term.span.start);
-            let delay = ended - since;
-            self.measured.detection = max(self.measured.detection, Some(delay));
-            self.measured.detections += 1;
-            if delay > bound {
-                self.violate(
-                    since,
-                    Property::Detection,
-                    format!(
-                        "{who} still owned the shard {} after its session (pid {} on {}) lost its lock (bound {})",
-                        ms(delay),
-                        hold.pid,
-                        SERVERS[hold.server],
-                        ms(bound)
-                    ),
-                );
-            }
-        }
-    }
-
-    /// Replica `replica`'s intervals of acting as owner of `shard`: its terms and the units
-    /// of work of the shard, merged.
-    fn acting(&self, replica: usize, shard: u32) -> Vec<(Duration, Duration)> {
-        let end = self.end();
-        let terms = self
-            .terms()
-            .iter()
-            .filter(|t| t.replica == replica && t.shard == shard)
-            .map(|t| t.span);
-        let work = self
-            .base
-            .e
-            .shard_work
-            .iter()
-            .filter(|w| w.replica == replica && w.shard == shard)
-            .map(|w| w.span);
-        merge(terms.chain(work).map(|span| (span.start, span.end_or(end))))
+        let (longest, cases) = self.record(self.space.detection(self.p.detection_bound()));
+        self.measured.detection = max(self.measured.detection, longest);
+        self.measured.detections += cases;
     }
 
     /// At most one believed owner per shard, except within the detection bound of a lost
     /// session (and the last unit of work, T).
     fn overlap(&mut self) {
-        let bound = self.p.overlap_bound();
-        for shard in 0..self.shards {
-            let acting: Vec<_> = (0..self.replicas).map(|r| self.acting(r, shard)).collect();
-            for a in 0..acting.len() {
-                for b in a + 1..acting.len() {
-                    for (start, end) in intersections(&acting[a], &acting[b]) {
-                        let length = end - start;
-                        self.measured.overlap = max(self.measured.overlap, Some(length));
-                        self.measured.overlaps += 1;
-                        if length > bound {
-                            self.violate(
-                                start,
-                                Property::Overlap,
-                                format!(
-                                    "r{a} and r{b} both acted as owner of shard {shard} for {} (bound {})",
-                                    ms(length),
-                                    ms(bound)
-                                ),
-                            );
-                        }
-                    }
-                }
-            }
-        }
+        let (longest, cases) = self.record(self.space.overlap(self.p.overlap_bound()));
+        self.measured.overlap = max(self.measured.overlap, longest);
+        self.measured.overlaps += cases;
     }
 
     /// A graceful handover or stop: the term, and every unit of its work, ended before the
@@ -418,57 +326,17 @@ impl<'a> ShardChecker<'a> {
 
     /// Every idle period of a member session (which holds its shards) is at most 4·I.
     fn orphans(&mut self) {
-        let bound = self.p.orphan_bound();
-        for tenure in self.members.clone() {
-            let until = tenure.released.unwrap_or(self.end());
-            for (from, to) in self.idle_periods(&tenure, until) {
-                let idle = to.saturating_sub(from);
-                self.measured.orphan_idle = max(self.measured.orphan_idle, Some(idle));
-                self.measured.idle_periods += 1;
-                if idle > bound {
-                    self.violate(
-                        from,
-                        Property::OrphanBound,
-                        format!(
-                            "member pid {} on {} held the member lock (and its shards) idle for {} (bound {})",
-                            tenure.pid,
-                            SERVERS[tenure.server],
-                            ms(idle),
-                            ms(bound)
-                        ),
-                    );
-                }
-            }
-        }
-    }
-
-    /// The idle periods of `tenure`'s session from the answer of the statement that was
-    /// granted the lock to `until`: answer → arrival of the next statement.
-    fn idle_periods(&self, tenure: &Tenure, until: Duration) -> Vec<(Duration, Duration)> {
-        let queries = &self.base.e.servers[tenure.server].queries;
-        let mut mine = queries.iter().filter(|q| q.pid == tenure.pid);
-        let Some(mut idle_since) = mine
-            .by_ref()
-            .find(|q| q.answered.is_some_and(|a| a >= tenure.granted))
-            .and_then(|q| q.answered)
-        else {
-            return Vec::new();
-        };
-        let mut periods = Vec::new();
-        for query in mine {
-            if query.received > until {
-                break;
-            }
-            periods.push((idle_since, query.received));
-            match query.answered {
-                Some(answered) => idle_since = answered,
-                None => return periods,
-            }
-        }
-        if idle_since <= until {
-            periods.push((idle_since, until));
-        }
-        periods
+        let servers = &self.base.e.servers;
+        let found = space::orphans(
+            |server| &servers[server].queries,
+            &self.members,
+            self.end(),
+            self.p.orphan_bound(),
+            "the member lock (and its shards)",
+        );
+        let (longest, cases) = self.record(found);
+        self.measured.orphan_idle = max(self.measured.orphan_idle, longest);
+        self.measured.idle_periods += cases;
     }
 
     /// What replica `replica`'s incarnation `incarnation` believed about `shard`: its terms
@@ -500,7 +368,7 @@ impl<'a> ShardChecker<'a> {
         let bound = self.p.interval + self.p.margin();
         let tail = self.p.disturbance_tail();
         let mut found = Vec::new();
-        for (&shard, tenures) in &self.holds {
+        for (&shard, tenures) in &self.space.holds {
             for tenure in tenures {
                 let Some((replica, incarnation)) = tenure.owner else {
                     continue;
@@ -586,7 +454,7 @@ impl<'a> ShardChecker<'a> {
                         && t.span.start <= stop
                         && t.span.end.is_none_or(|end| end >= stop)
                 });
-                let taking = self.holds.get(&shard).is_some_and(|tenures| {
+                let taking = self.space.holds.get(&shard).is_some_and(|tenures| {
                     tenures.iter().any(|t| {
                         t.pid == lock.pid
                             && t.held_at(stop)
@@ -646,7 +514,8 @@ impl<'a> ShardChecker<'a> {
 
     /// Whether some shard of the space is held on `server` at `at`.
     fn any_held(&self, server: usize, at: Duration) -> bool {
-        self.holds
+        self.space
+            .holds
             .values()
             .flatten()
             .any(|t| t.server == server && t.held_at(at))
@@ -657,6 +526,7 @@ impl<'a> ShardChecker<'a> {
     fn free_moments(&self, shard: u32) -> Vec<(usize, Duration)> {
         let history = self.base.e.history;
         let mut moments: Vec<(usize, Duration)> = self
+            .space
             .holds
             .get(&shard)
             .into_iter()
@@ -677,7 +547,8 @@ impl<'a> ShardChecker<'a> {
                 .map(|&(since, server)| (server, since)),
         );
         let held = |server: usize, at: Duration| {
-            self.holds
+            self.space
+                .holds
                 .get(&shard)
                 .is_some_and(|tenures| tenures.iter().any(|t| t.server == server && t.held_at(at)))
         };
@@ -782,6 +653,7 @@ impl<'a> ShardChecker<'a> {
                 }
                 let ghost = deadline > plain;
                 let next = self
+                    .space
                     .holds
                     .get(&shard)
                     .into_iter()
@@ -980,7 +852,7 @@ impl<'a> ShardChecker<'a> {
             })
             .collect();
         let mut settle = 0;
-        for tenures in self.holds.values() {
+        for tenures in self.space.holds.values() {
             let mut previous: BTreeMap<usize, (usize, Duration)> = BTreeMap::new();
             for tenure in tenures {
                 let Some((replica, _)) = tenure.owner else {
@@ -1034,6 +906,17 @@ fn term_name(term: &ShardTermRecord) -> String {
     )
 }
 
+/// A shard term, as a term on the space's lock of its shard.
+fn lock_term(term: &ShardTermRecord) -> LockTerm {
+    LockTerm {
+        replica: term.replica,
+        incarnation: term.incarnation,
+        lock: term.shard,
+        id: term.id,
+        span: term.span,
+    }
+}
+
 /// The tenures of the space's locks in one server's log: the shard locks `(class, s)`,
 /// `0 <= s < count`, held exclusively, by shard; and the member lock `(class, -1)` held in
 /// shared mode.
@@ -1044,96 +927,57 @@ fn tenures(
     class: i32,
     count: u32,
 ) -> (Vec<(u32, Tenure)>, Vec<Tenure>) {
-    let mut shards: Vec<(u32, Tenure)> = Vec::new();
-    let mut members: Vec<Tenure> = Vec::new();
+    // Member tenures are kept as lock `u32::MAX`, then split off.
+    const MEMBER_LOCK: u32 = u32::MAX;
+    let mut tenures: Vec<(u32, Tenure)> = Vec::new();
     for entry in log {
-        let (pid, lock, mode, granted, reason) = match &entry.event {
+        // `None`: granted; the reason: released.
+        let (pid, lock, mode, released) = match &entry.event {
             Event::LockGranted {
                 pid,
                 lock,
                 count: 1,
                 mode,
-            } => (*pid, lock, *mode, true, None),
+            } => (*pid, lock, *mode, None),
             Event::LockReleased {
                 pid,
                 lock,
                 remaining: 0,
                 mode,
                 reason,
-            } => (*pid, lock, *mode, false, Some(*reason)),
+            } => (*pid, lock, *mode, Some(*reason)),
             _ => continue,
         };
         let LockKey::Pair(held_class, objid) = lock.key else {
             continue;
         };
+        let shard = match mode {
+            LockMode::Shared if objid == MEMBER => MEMBER_LOCK,
+            LockMode::Exclusive if objid >= 0 && objid.cast_unsigned() < count => {
+                objid.cast_unsigned()
+            }
+            _ => continue,
+        };
         if held_class != class {
             continue;
         }
-        let list: &mut Vec<Tenure> = if objid == MEMBER && mode == LockMode::Shared {
-            &mut members
-        } else if objid >= 0 && objid.cast_unsigned() < count && mode == LockMode::Exclusive {
-            let shard = objid.cast_unsigned();
-            if granted {
-                shards.push((shard, tenure(server, pid, owners, entry.at)));
-            } else if let Some((_, open)) = shards
-                .iter_mut()
-                .rev()
-                .find(|(s, t)| *s == shard && t.pid == pid && t.released.is_none())
-            {
-                close(open, entry.at, reason);
+        match released {
+            None => tenures.push((shard, Tenure::granted(server, pid, owners, entry.at))),
+            Some(reason) => {
+                let open = tenures
+                    .iter_mut()
+                    .rev()
+                    .find(|(s, t)| *s == shard && t.pid == pid && t.released.is_none());
+                if let Some((_, open)) = open {
+                    open.release(entry.at, reason);
+                }
             }
-            continue;
-        } else {
-            continue;
-        };
-        if granted {
-            list.push(tenure(server, pid, owners, entry.at));
-        } else if let Some(open) = list
-            .iter_mut()
-            .rev()
-            .find(|t| t.pid == pid && t.released.is_none())
-        {
-            close(open, entry.at, reason);
         }
     }
+    let (members, shards): (Vec<_>, Vec<_>) =
+        tenures.into_iter().partition(|(s, _)| *s == MEMBER_LOCK);
+    let members = members.into_iter().map(|(_, tenure)| tenure).collect();
     (shards, members)
-}
-
-fn tenure(server: usize, pid: i32, owners: &BTreeMap<i32, Owner>, at: Duration) -> Tenure {
-    Tenure {
-        server,
-        pid,
-        owner: owners.get(&pid).copied(),
-        granted: at,
-        released: None,
-        unlocked: false,
-    }
-}
-
-fn close(tenure: &mut Tenure, at: Duration, reason: Option<ReleaseReason>) {
-    tenure.released = Some(at);
-    tenure.unlocked = matches!(
-        reason,
-        Some(
-            ReleaseReason::Unlock
-                | ReleaseReason::UnlockAll
-                | ReleaseReason::SessionEnd(EndReason::ClientClosed | EndReason::ClientTerminate)
-        )
-    );
-}
-
-/// Sorted, merged intervals.
-fn merge(spans: impl Iterator<Item = (Duration, Duration)>) -> Vec<(Duration, Duration)> {
-    let mut spans: Vec<(Duration, Duration)> = spans.collect();
-    spans.sort();
-    let mut merged: Vec<(Duration, Duration)> = Vec::new();
-    for (start, end) in spans {
-        match merged.last_mut() {
-            Some(last) if start <= last.1 => last.1 = last.1.max(end),
-            _ => merged.push((start, end)),
-        }
-    }
-    merged
 }
 
 /// The parts of `(from, to)` that no interval of the sorted, merged `covered` covers.

@@ -13,6 +13,7 @@ use plexsphere_leader_pgsim::{
     EndReason, Event, HeldLock, LockId, LockKey, LockMode, LogEntry, QueryRecord, ReleaseReason,
 };
 
+use super::space::intersections;
 use super::*;
 use crate::record::{HeldOut, ShardTermRecord, UpSpan};
 use crate::setup::Sharding;
