@@ -37,7 +37,8 @@ use crate::handled::{AlreadyRunning, Handled, Ignored};
 use crate::ids::{ConnId, TermId};
 use crate::interval::{CheckInterval, UNLOCK_BUDGET};
 use crate::liveness::StuckLeader;
-use crate::options::{AcquireMode, OnOverdue, Options};
+use crate::options::{AcquireMode, Options};
+use crate::overdue::{Overdue, OverdueBook};
 use crate::schedule::Schedule;
 use crate::verify::LockCheck;
 
@@ -111,7 +112,7 @@ pub struct Election<C> {
     state: State,
     /// The work deadlines of ended terms, earliest first (they are set in order, all the same
     /// length after their term's end).
-    overdue: VecDeque<(TermId, Instant)>,
+    overdue: OverdueBook,
     actions: VecDeque<Action<C>>,
     last_conn: u64,
     last_term: u64,
@@ -184,7 +185,7 @@ impl<C> Election<C> {
         Self {
             options,
             state: State::Idle,
-            overdue: VecDeque::new(),
+            overdue: OverdueBook::default(),
             actions: VecDeque::new(),
             last_conn: 0,
             last_term: 0,
@@ -315,8 +316,8 @@ impl<C> Election<C> {
     /// The earlier of the role's deadline and the first work deadline.
     fn pending_timer(&self) -> Option<(Timer, Instant)> {
         let role = self.role_timer()?;
-        match self.overdue.front() {
-            Some((_, at)) if *at < role.1 => Some((Timer::WorkDeadline, *at)),
+        match self.overdue.next() {
+            Some(at) if at < role.1 => Some((Timer::WorkDeadline, at)),
             _ => Some(role),
         }
     }
@@ -434,7 +435,7 @@ impl<C> Election<C> {
             Event::SessionEnded { cause, .. } => self.on_session_ended(now, Cause::Error(cause)),
             Event::WorkDrained { term } => {
                 // The stopped term's work returned: its work deadline is moot.
-                self.overdue.retain(|(ended, _)| *ended != term);
+                self.overdue.forget(term);
                 self.release(now);
             }
             Event::PingAnswered { found, .. } => self.on_ping_answered(now, found),
@@ -480,9 +481,7 @@ impl<C> Election<C> {
                 self.finish_release(now, Some(Cause::TimedOut(UNLOCK_BUDGET)));
             }
             Timer::WorkDeadline => {
-                if let Some((term, _)) = self.overdue.pop_front() {
-                    self.report_overdue(term, false);
-                }
+                self.report_overdue(false);
             }
         }
     }

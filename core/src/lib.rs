@@ -29,6 +29,7 @@ mod interval;
 pub mod invariants;
 mod liveness;
 mod options;
+mod overdue;
 pub mod readiness;
 mod release;
 mod schedule;

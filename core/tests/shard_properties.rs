@@ -10,6 +10,7 @@ mod shards_world;
 
 use std::time::Duration;
 
+use plexsphere_leader_core::OnOverdue;
 use proptest::prelude::*;
 use shards_world::{I, World};
 
@@ -46,7 +47,16 @@ fn op() -> impl Strategy<Value = Op> {
 const SETTLE_INTERVALS: u32 = 24;
 
 fn run_case(shards: u32, silent_closes: bool, fencing: bool, ops: &[Op]) {
-    let mut world = World::new(REPLICAS, shards, |o| o.fencing(fencing));
+    // Every ended term gets a work deadline: reported once each, never for an open term.
+    let on_overdue = if silent_closes {
+        OnOverdue::Abort
+    } else {
+        OnOverdue::Report
+    };
+    let mut world = World::new(REPLICAS, shards, |o| {
+        o.fencing(fencing)
+            .work_deadline(Duration::from_millis(150), on_overdue)
+    });
     world.silent_closes = silent_closes;
     world.max_latency = Duration::from_millis(40);
     for op in ops {

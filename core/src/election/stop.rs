@@ -5,23 +5,25 @@
 use super::*;
 
 impl<C> Election<C> {
-    /// The work deadline of `term` passed, or the run finishes first.
-    pub(super) fn report_overdue(&mut self, term: TermId, run_finished: bool) {
-        if let Some(deadline) = self.options.work_deadline_of() {
-            let abort = deadline.on_overdue == OnOverdue::Abort;
-            self.push(Action::ReportOverdueWork {
-                term,
-                abort,
-                run_finished,
-            });
-        }
+    /// The first pending work deadline passed, or the run finishes first; `false` when none
+    /// was pending.
+    pub(super) fn report_overdue(&mut self, run_finished: bool) -> bool {
+        let Some(Overdue { term, abort }) = self.overdue.pop(self.options.work_deadline_of())
+        else {
+            return false;
+        };
+        self.push(Action::ReportOverdueWork {
+            term,
+            abort,
+            run_finished,
+        });
+        true
     }
 
     /// A term ended: its work deadline, if the options set one, starts now.
     pub(super) fn watch_work(&mut self, now: Instant, term: TermId) {
-        if let Some(deadline) = self.options.work_deadline_of() {
-            self.overdue.push_back((term, now + deadline.after));
-        }
+        self.overdue
+            .watch(self.options.work_deadline_of(), now, term);
     }
 
     /// A stop request: a standby stops at once; a leader ends its term, gives its work the stop
@@ -190,9 +192,7 @@ impl<C> Election<C> {
     /// The run is over. Work deadlines still pending come due now: nothing drives the election
     /// after [`Action::Finish`].
     pub(super) fn finish(&mut self) {
-        while let Some((term, _)) = self.overdue.pop_front() {
-            self.report_overdue(term, true);
-        }
+        while self.report_overdue(true) {}
         self.push(Action::Finish);
         self.state = State::Idle;
     }

@@ -228,6 +228,17 @@ pub enum ShardAction<C> {
         /// The term.
         term: TermId,
     },
+    /// The work deadline of the ended `term` passed
+    /// ([`ShardOptions::work_deadline`](super::ShardOptions::work_deadline)), or the run finished
+    /// first (`run_finished`): report its work still running, and abort it when `abort`.
+    ReportOverdueWork {
+        /// The ended term.
+        term: TermId,
+        /// Whether to abort the work still running.
+        abort: bool,
+        /// The run finished before the deadline.
+        run_finished: bool,
+    },
     /// Log this record.
     Log(ShardLog<C>),
     /// The run cannot go on: it ends with this error ([`ShardAction::Finish`] follows).

@@ -27,6 +27,7 @@ use crate::handled::{AlreadyRunning, Handled, Ignored};
 use crate::ids::{ConnId, TermId};
 use crate::interval::UNLOCK_BUDGET;
 use crate::liveness::StuckLeader;
+use crate::overdue::{Overdue, OverdueBook};
 use crate::schedule::Schedule;
 
 mod ops;
@@ -69,6 +70,8 @@ pub enum ShardTimer {
     DrainDeadline,
     /// A handed-over shard's work outlived the handover grace.
     HandoverOverdue,
+    /// An ended term's work deadline passed ([`ShardOptions::work_deadline`]).
+    WorkDeadline,
 }
 
 /// A coarse name of the current state.
@@ -105,6 +108,8 @@ struct Run {
     stop: Option<Stop>,
     /// A resign's hold-off: no session is opened before it.
     held_off_until: Option<Instant>,
+    /// The work deadlines of ended terms.
+    overdue: OverdueBook,
 }
 
 #[derive(Debug)]
@@ -332,6 +337,9 @@ impl<C> ShardedElection<C> {
         {
             all.push((at, ShardTimer::HandoverOverdue));
         }
+        if let Some(at) = run.overdue.next() {
+            all.push((at, ShardTimer::WorkDeadline));
+        }
         if let Some(at) = run.next_check {
             all.push((at, ShardTimer::NextCheck));
         }
@@ -358,6 +366,7 @@ impl<C> ShardedElection<C> {
             members_since: now,
             stop: None,
             held_off_until: None,
+            overdue: OverdueBook::default(),
         });
         self.check(now);
         Ok(())
@@ -365,8 +374,10 @@ impl<C> ShardedElection<C> {
 
     /// Fires every deadline due at `now`. Calling it early or twice does nothing.
     pub fn handle_timeout(&mut self, now: Instant) {
-        // Each deadline fires at most once per call; the order is the one of `deadlines`.
-        for _ in 0..MAX_FIRES {
+        // Each deadline fires at most once per call, and each work deadline that passed; the
+        // order is the one of `deadlines`.
+        let overdue = self.run.as_ref().map_or(0, |run| run.overdue.len());
+        for _ in 0..MAX_FIRES + overdue {
             let due = self
                 .deadlines()
                 .into_iter()
@@ -381,6 +392,9 @@ impl<C> ShardedElection<C> {
                 ShardTimer::DrainDeadline => self.drain_timed_out(now),
                 ShardTimer::HandoverOverdue => self.handover_overdue(now),
                 ShardTimer::NextCheck => self.check(now),
+                ShardTimer::WorkDeadline => {
+                    self.report_overdue(false);
+                }
             }
         }
     }

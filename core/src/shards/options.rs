@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::interval::CheckInterval;
-use crate::options::{MAX_STOP_GRACE_INTERVALS, StopGraceTooLong};
+use crate::options::{MAX_STOP_GRACE_INTERVALS, StopGraceTooLong, WorkDeadline};
 
 /// The most shards one space may have: far more than a server's lock table holds with its
 /// defaults (6,400 locks), so that a larger table is the only limit in practice.
@@ -20,6 +20,7 @@ pub struct ShardOptions {
     stop_grace: Duration,
     handover_grace: Duration,
     fencing: bool,
+    work_deadline: Option<WorkDeadline>,
 }
 
 /// An invalid shard option.
@@ -100,6 +101,7 @@ impl ShardOptions {
             stop_grace: interval.get(),
             handover_grace: interval.get(),
             fencing: false,
+            work_deadline: None,
         })
     }
 
@@ -162,6 +164,27 @@ impl ShardOptions {
     /// Whether shard terms get fencing epochs.
     pub fn is_fencing(&self) -> bool {
         self.fencing
+    }
+
+    /// A hard deadline for shard work, as the single election's
+    /// [`Options::work_deadline`](crate::Options::work_deadline): `after` a shard term ended
+    /// (for any reason), the election asks the driver to report work of that term still
+    /// running, and with [`OnOverdue::Abort`](crate::OnOverdue::Abort) to abort it
+    /// ([`ShardAction::ReportOverdueWork`](super::ShardAction::ReportOverdueWork)); when the run
+    /// finishes first, the reports come as it finishes. `after` is at most
+    /// [`MAX_HOLD_OFF`](crate::MAX_HOLD_OFF); longer is shortened to it.
+    #[must_use]
+    pub fn work_deadline(mut self, after: Duration, on_overdue: crate::OnOverdue) -> Self {
+        self.work_deadline = Some(WorkDeadline {
+            after: after.min(crate::MAX_HOLD_OFF),
+            on_overdue,
+        });
+        self
+    }
+
+    /// The work deadline, if any.
+    pub fn work_deadline_of(&self) -> Option<WorkDeadline> {
+        self.work_deadline
     }
 
     /// The check interval.

@@ -8,6 +8,7 @@ use crate::cause::{Cause, LossReason, TermEndCause};
 use crate::handled::{Handled, Ignored};
 use crate::ids::{ConnId, TermId};
 use crate::interval::CheckInterval;
+use crate::options::OnOverdue;
 
 const I: Duration = Duration::from_secs(1);
 const ME: MemberId = MemberId::new(100);
@@ -45,7 +46,12 @@ fn survey(count: u32, rows: &[(MemberId, bool, Vec<u32>)]) -> Survey {
 /// A machine of `count` shards that joined at `t0` as `ME` with one other member, its first
 /// survey in flight.
 fn joined(count: u32, t0: Instant) -> Machine {
-    let mut m = Machine::new(options(count));
+    joined_with(options(count), t0)
+}
+
+/// [`joined`], with `options`.
+fn joined_with(options: ShardOptions, t0: Instant) -> Machine {
+    let mut m = Machine::new(options);
     m.start(t0).expect("not running");
     m.handle_event(t0, ShardEvent::Acquired { conn: C1 });
     m.handle_event(
@@ -64,7 +70,13 @@ fn joined(count: u32, t0: Instant) -> Machine {
 
 /// [`joined`], then owning `owned` after a survey where `OTHER` holds the rest.
 fn owning(count: u32, owned: std::ops::Range<u32>, t0: Instant) -> Machine {
-    let mut m = joined(count, t0);
+    owning_with(options(count), owned, t0)
+}
+
+/// [`owning`], with `options`.
+fn owning_with(options: ShardOptions, owned: std::ops::Range<u32>, t0: Instant) -> Machine {
+    let count = options.count();
+    let mut m = joined_with(options, t0);
     let rest: Vec<u32> = (0..count).filter(|s| !owned.contains(s)).collect();
     m.handle_event(
         t0,
@@ -2181,4 +2193,80 @@ fn made_eligible_again_during_the_release_the_replica_rejoins_as_it_ends() {
             conn: ConnId::new(2)
         }]
     );
+}
+
+/// The overdue reports among `actions`: (term, abort, run finished).
+fn overdue_reports(actions: &[A]) -> Vec<(u64, bool, bool)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            ShardAction::ReportOverdueWork {
+                term,
+                abort,
+                run_finished,
+            } => Some((term.get(), *abort, *run_finished)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn lost_shard_terms_work_deadlines_come_due_after_it_each_once() {
+    let t0 = Instant::now();
+    let deadline = options(8).work_deadline(3 * I, OnOverdue::Abort);
+    let mut m = owning_with(deadline, 4..8, t0);
+    m.handle_event(t0, ShardEvent::SessionEnded { conn: C1 });
+    let actions = drain(&mut m);
+    assert!(overdue_reports(&actions).is_empty(), "{actions:?}");
+    m.handle_timeout(t0 + 3 * I - Duration::from_millis(1));
+    assert!(
+        overdue_reports(&drain(&mut m)).is_empty(),
+        "not before the deadline"
+    );
+    m.handle_timeout(t0 + 3 * I);
+    let reports = overdue_reports(&drain(&mut m));
+    assert_eq!(
+        reports,
+        vec![
+            (1, true, false),
+            (2, true, false),
+            (3, true, false),
+            (4, true, false)
+        ]
+    );
+    m.handle_timeout(t0 + 10 * I);
+    assert!(overdue_reports(&drain(&mut m)).is_empty(), "each once");
+}
+
+#[test]
+fn a_stop_reports_pending_work_deadlines_as_it_finishes_and_forgets_drained_work() {
+    let t0 = Instant::now();
+    let deadline = options(8).work_deadline(10 * I, OnOverdue::Report);
+    let mut m = owning_with(deadline, 6..8, t0);
+    m.handle_event(t0, ShardEvent::Cancelled);
+    drain(&mut m);
+    m.handle_event(
+        t0,
+        ShardEvent::WorkDrained {
+            term: TermId::new(1),
+        },
+    );
+    assert_eq!(m.timeout_reason(), Some(ShardTimer::DrainDeadline));
+    m.handle_timeout(t0 + I);
+    drain(&mut m);
+    m.handle_event(t0 + I, ShardEvent::UnlockedAll { conn: C1 });
+    let actions = drain(&mut m);
+    assert_eq!(overdue_reports(&actions), vec![(2, false, true)]);
+    assert_eq!(actions.last(), Some(&ShardAction::Finish));
+}
+
+#[test]
+fn without_a_work_deadline_nothing_is_reported_overdue() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 4..8, t0);
+    m.handle_event(t0, ShardEvent::SessionEnded { conn: C1 });
+    m.handle_timeout(t0 + 100 * I);
+    m.handle_event(t0 + 100 * I, ShardEvent::Cancelled);
+    let actions = drain(&mut m);
+    assert!(overdue_reports(&actions).is_empty(), "{actions:?}");
 }

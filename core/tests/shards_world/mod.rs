@@ -118,6 +118,8 @@ pub(crate) struct World {
     pub(crate) max_latency: Duration,
     /// Closes that do not reach the server (the session lingers until its idle timeout).
     pub(crate) silent_closes: bool,
+    /// Every `ReportOverdueWork`: (replica, incarnation, term).
+    pub(crate) overdue: BTreeSet<(usize, u32, TermId)>,
 }
 
 impl World {
@@ -157,6 +159,7 @@ impl World {
             term_epochs: BTreeMap::new(),
             max_latency: Duration::from_millis(1),
             silent_closes: false,
+            overdue: BTreeSet::new(),
         }
     }
 
@@ -444,6 +447,15 @@ impl World {
                     replica.incarnation,
                     ShardEvent::WorkDrained { term },
                 ));
+            }
+            ShardAction::ReportOverdueWork { term, .. } => {
+                let replica = &self.replicas[r];
+                assert!(
+                    !replica.owned.values().any(|owned| *owned == term),
+                    "replica {r} reported the work of its open term {term} as overdue"
+                );
+                let first = self.overdue.insert((r, replica.incarnation, term));
+                assert!(first, "replica {r} reported term {term} overdue twice");
             }
             ShardAction::Log(_) => {}
             ShardAction::Fail(_) => self.replicas[r].failed = true,

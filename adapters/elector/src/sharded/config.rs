@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plexsphere_leader_core::shards::ShardOptions;
-use plexsphere_leader_core::{CheckInterval, DEFAULT_CHECK_INTERVAL};
+use plexsphere_leader_core::{CheckInterval, DEFAULT_CHECK_INTERVAL, OnOverdue};
 
 use crate::error::ConfigError;
 use crate::session::SessionSource;
@@ -27,6 +27,7 @@ pub struct ShardConfig {
     pub(crate) handover_grace: Option<Duration>,
     pub(crate) identity: Option<String>,
     pub(crate) fencing: bool,
+    pub(crate) work_deadline: Option<(Duration, OnOverdue)>,
     #[cfg(feature = "prometheus")]
     pub(crate) registry: Option<prometheus::Registry>,
     pub(crate) metrics_facade: bool,
@@ -55,6 +56,7 @@ impl ShardConfig {
             handover_grace: None,
             identity: None,
             fencing: false,
+            work_deadline: None,
             #[cfg(feature = "prometheus")]
             registry: None,
             metrics_facade: false,
@@ -129,6 +131,18 @@ impl ShardConfig {
         self
     }
 
+    /// A hard deadline for shard work after its term ended (any cause: lost, handed over,
+    /// stopped, resigned), as [`Config::work_deadline`](crate::Config::work_deadline): work
+    /// still holding a [`Term`](crate::Term) of that shard term `deadline` after the end is
+    /// logged at WARN (`leader: background work still running after the work deadline: <names>`)
+    /// and with [`OnOverdue::Abort`] aborted; when [`run`](super::ShardedElector::run) finishes
+    /// first, as it finishes. At most seven days; longer is shortened to it. Off by default.
+    #[must_use]
+    pub fn work_deadline(mut self, deadline: Duration, on_overdue: OnOverdue) -> Self {
+        self.work_deadline = Some((deadline, on_overdue));
+        self
+    }
+
     /// Registers the sharded metrics (`plexsphere_shards_*`) on `registry`.
     #[cfg(feature = "prometheus")]
     #[must_use]
@@ -162,6 +176,9 @@ impl ShardConfig {
         }
         if let Some(grace) = self.handover_grace {
             options = options.handover_grace(grace);
+        }
+        if let Some((after, on_overdue)) = self.work_deadline {
+            options = options.work_deadline(after, on_overdue);
         }
         Ok(options)
     }

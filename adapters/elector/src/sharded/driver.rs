@@ -32,7 +32,8 @@ type Operation = driver::Operation<ShardEvent<CheckError>, Surveyed>;
 /// Sharded leadership's side of a run.
 pub(crate) struct Sharded {
     inner: Arc<ShardShared>,
-    /// Ended terms whose work a handover or the stop awaits.
+    /// Ended terms whose work a handover or the stop awaits, or whose work deadline the
+    /// election may still report; forgotten once their work drained.
     ended: BTreeMap<TermId, Arc<TermShared>>,
     failure: Option<LockTableTooSmall>,
     view: Option<SpaceView>,
@@ -238,8 +239,19 @@ impl Mechanism for Sharded {
                 self.inner.begin(shard.get(), term, epoch);
             }
             ShardAction::EndTerm { shard, term, cause } => {
+                // A term whose handles are all gone has nothing left to await or report.
+                self.ended.retain(|_, shared| shared.live_handles() > 0);
                 if let Some(shared) = self.inner.end(shard.get(), term, cause) {
                     self.ended.insert(term, shared);
+                }
+            }
+            ShardAction::ReportOverdueWork {
+                term,
+                abort,
+                run_finished,
+            } => {
+                if let Some(shared) = self.ended.remove(&term) {
+                    self.inner.report_overdue(&shared, abort, run_finished);
                 }
             }
             ShardAction::AwaitWork { term } => {

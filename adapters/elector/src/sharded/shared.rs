@@ -63,6 +63,16 @@ impl ShardShared {
         }
     }
 
+    /// Performs the election's `ReportOverdueWork`: reports (and, when `abort`, aborts) the
+    /// work of the ended shard `term` still running, as for one election.
+    pub(crate) fn report_overdue(&self, term: &TermShared, abort: bool, run_finished: bool) {
+        let deadline = self
+            .options
+            .work_deadline_of()
+            .map_or(std::time::Duration::ZERO, |deadline| deadline.after);
+        let _reported = crate::overdue::report(term, deadline, abort, run_finished);
+    }
+
     /// The operator's requests for the running driver.
     pub(crate) fn controls(&self) -> &OperatorQueue<ShardEvent<CheckError>> {
         &self.controls

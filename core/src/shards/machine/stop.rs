@@ -69,6 +69,8 @@ impl<C> ShardedElection<C> {
 
     pub(super) fn work_drained(&mut self, now: Instant, term: TermId) -> Handled {
         let run = self.run();
+        // The term's work returned: its work deadline is moot.
+        run.overdue.forget(term);
         let mut applied = false;
         if let Some(stop) = &mut run.stop {
             applied |= stop.awaiting.remove(&term);
@@ -214,8 +216,7 @@ impl<C> ShardedElection<C> {
         let owned = std::mem::take(&mut run.owned);
         for (&shard, &term) in &owned {
             awaiting.insert(term);
-            self.actions
-                .push_back(ShardAction::EndTerm { shard, term, cause });
+            self.end_term(Some(now), shard, term, cause);
         }
         for &term in owned.values() {
             self.actions.push_back(ShardAction::AwaitWork { term });
@@ -232,7 +233,7 @@ impl<C> ShardedElection<C> {
         let run = self.run();
         run.next_check = None;
         let conn = run.conn();
-        self.end_all(TermEndCause::Lost(reason));
+        self.end_all(None, TermEndCause::Lost(reason));
         if let Some(conn) = conn {
             self.actions.push_back(ShardAction::CloseSession { conn });
         }
@@ -246,25 +247,59 @@ impl<C> ShardedElection<C> {
         Handled::Applied
     }
 
-    /// Ends every open term with `cause`; returns how many there were.
-    pub(super) fn end_all(&mut self, cause: TermEndCause) -> usize {
+    /// Ends every open term with `cause`, their work deadlines starting at `now` (none when
+    /// the run is abandoned); returns how many there were.
+    pub(super) fn end_all(&mut self, now: Option<Instant>, cause: TermEndCause) -> usize {
         let run = self.run();
         let owned = std::mem::take(&mut run.owned);
         run.handing.clear();
         run.release.clear();
         run.pending_take.clear();
         for (&shard, &term) in &owned {
-            self.actions
-                .push_back(ShardAction::EndTerm { shard, term, cause });
+            self.end_term(now, shard, term, cause);
         }
         owned.len()
+    }
+
+    /// Ends `shard`'s `term` with `cause`; its work deadline starts at `now` (none when the run
+    /// is abandoned).
+    pub(super) fn end_term(
+        &mut self,
+        now: Option<Instant>,
+        shard: Shard,
+        term: TermId,
+        cause: TermEndCause,
+    ) {
+        self.actions
+            .push_back(ShardAction::EndTerm { shard, term, cause });
+        let deadline = self.options.work_deadline_of();
+        if let Some(now) = now {
+            self.run().overdue.watch(deadline, now, term);
+        }
+    }
+
+    /// The first pending work deadline passed, or the run finishes first; `false` when none
+    /// was pending.
+    pub(super) fn report_overdue(&mut self, run_finished: bool) -> bool {
+        let deadline = self.options.work_deadline_of();
+        let Some(Overdue { term, abort }) =
+            self.run.as_mut().and_then(|run| run.overdue.pop(deadline))
+        else {
+            return false;
+        };
+        self.actions.push_back(ShardAction::ReportOverdueWork {
+            term,
+            abort,
+            run_finished,
+        });
+        true
     }
 
     /// The session is lost: every shard's term ends, the session closes, and the next check
     /// opens a new one (a stopping run finishes instead).
     pub(super) fn lose(&mut self, now: Instant, reason: LossReason, cause: Option<Cause<C>>) {
         let conn = self.run().conn();
-        let lost = self.end_all(TermEndCause::Lost(reason));
+        let lost = self.end_all(Some(now), TermEndCause::Lost(reason));
         let run = self.run();
         run.session = Session::None;
         run.members.clear();
@@ -281,7 +316,10 @@ impl<C> ShardedElection<C> {
         }
     }
 
+    /// The run is over. Work deadlines still pending come due now: nothing drives the election
+    /// after [`ShardAction::Finish`].
     pub(super) fn finish(&mut self) {
+        while self.report_overdue(true) {}
         self.run = None;
         self.actions.push_back(ShardAction::Finish);
     }

@@ -94,11 +94,7 @@ impl<C> ShardedElection<C> {
                     warned: false,
                 },
             );
-            self.actions.push_back(ShardAction::EndTerm {
-                shard,
-                term,
-                cause: TermEndCause::HandedOver,
-            });
+            self.end_term(Some(now), shard, term, TermEndCause::HandedOver);
             self.actions.push_back(ShardAction::AwaitWork { term });
         }
         self.log(ShardLog::new(ShardLogKind::HandingOver, shards.len()));

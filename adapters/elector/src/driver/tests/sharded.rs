@@ -22,7 +22,11 @@ struct Running {
 }
 
 fn run(fake: &Fake) -> Running {
-    let config = ShardConfig::with_sessions(fake.clone(), SHARDS).check_interval(I);
+    run_with(fake, |config| config)
+}
+
+fn run_with(fake: &Fake, configure: impl FnOnce(ShardConfig) -> ShardConfig) -> Running {
+    let config = configure(ShardConfig::with_sessions(fake.clone(), SHARDS).check_interval(I));
     let elector = ShardedElector::new(config).unwrap();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn({
@@ -193,4 +197,33 @@ async fn a_stop_whose_unlock_never_answers_closes_after_the_unlock_budget() {
         "closing the session released them"
     );
     assert_eq!(server.closed, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shard_work_past_its_deadline_after_a_loss_is_aborted_at_the_deadline() {
+    let fake = Fake::default();
+    let deadline = 3 * I;
+    let running = run_with(&fake, |c| {
+        c.work_deadline(deadline, crate::config::OnOverdue::Abort)
+    });
+    running.owning(SHARDS as usize, 3 * I).await;
+    let work = tokio::spawn({
+        let elector = running.elector.clone();
+        async move {
+            let ran = elector
+                .run_if_owner(0, &CancellationToken::new(), |_ignored| {
+                    std::future::pending::<Result<(), RunError>>()
+                })
+                .await;
+            (ran, Instant::now())
+        }
+    });
+    tokio::task::yield_now().await;
+    let session = *fake.lock().members.first().unwrap();
+    let lost = Instant::now();
+    fake.terminate(session);
+    let (ran, returned) = timeout(10 * I, work).await.unwrap().unwrap();
+    assert!(!ran.unwrap(), "aborted work is no failure");
+    assert_eq!(returned - lost, deadline, "dropped exactly at the deadline");
+    running.stop().await;
 }
