@@ -481,7 +481,7 @@ impl<C> Election<C> {
                 self.finish_release(now, Some(Cause::TimedOut(UNLOCK_BUDGET)));
             }
             Timer::WorkDeadline => {
-                self.report_overdue(false);
+                self.report_overdue();
             }
         }
     }

@@ -47,11 +47,25 @@ impl OverdueBook {
         self.due.len()
     }
 
-    /// Takes the first pending deadline (it passed, or the run finishes).
+    /// Takes the first pending deadline (it passed).
     pub(crate) fn pop(&mut self, deadline: Option<WorkDeadline>) -> Option<Overdue> {
         let (term, _) = self.due.pop_front()?;
+        Some(Overdue::of(term, deadline))
+    }
+
+    /// Takes every pending deadline, in order (the run finishes).
+    pub(crate) fn take_all(&mut self, deadline: Option<WorkDeadline>) -> Vec<Overdue> {
+        self.due
+            .drain(..)
+            .map(|(term, _)| Overdue::of(term, deadline))
+            .collect()
+    }
+}
+
+impl Overdue {
+    fn of(term: TermId, deadline: Option<WorkDeadline>) -> Self {
         let abort = deadline.is_some_and(|d| d.on_overdue == OnOverdue::Abort);
-        Some(Overdue { term, abort })
+        Self { term, abort }
     }
 }
 
@@ -99,5 +113,14 @@ mod tests {
             Some((TermId::new(3), false))
         );
         assert_eq!(book.pop(Some(DEADLINE)), None);
+        for term in [4, 5] {
+            book.watch(Some(DEADLINE), t0, TermId::new(term));
+        }
+        let all: Vec<u64> = book
+            .take_all(Some(DEADLINE))
+            .iter()
+            .map(|o| o.term.get())
+            .collect();
+        assert_eq!((all, book.len()), (vec![4, 5], 0));
     }
 }

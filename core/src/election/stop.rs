@@ -5,19 +5,11 @@
 use super::*;
 
 impl<C> Election<C> {
-    /// The first pending work deadline passed, or the run finishes first; `false` when none
-    /// was pending.
-    pub(super) fn report_overdue(&mut self, run_finished: bool) -> bool {
-        let Some(Overdue { term, abort }) = self.overdue.pop(self.options.work_deadline_of())
-        else {
-            return false;
-        };
-        self.push(Action::ReportOverdueWork {
-            term,
-            abort,
-            run_finished,
-        });
-        true
+    /// The first pending work deadline passed.
+    pub(super) fn report_overdue(&mut self) {
+        if let Some(overdue) = self.overdue.pop(self.options.work_deadline_of()) {
+            self.push(overdue_work(overdue, false));
+        }
     }
 
     /// A term ended: its work deadline, if the options set one, starts now.
@@ -192,7 +184,9 @@ impl<C> Election<C> {
     /// The run is over. Work deadlines still pending come due now: nothing drives the election
     /// after [`Action::Finish`].
     pub(super) fn finish(&mut self) {
-        while self.report_overdue(true) {}
+        for overdue in self.overdue.take_all(self.options.work_deadline_of()) {
+            self.push(overdue_work(overdue, true));
+        }
         self.push(Action::Finish);
         self.state = State::Idle;
     }
@@ -208,5 +202,14 @@ impl<C> Election<C> {
             next_check = next_check.max(*until);
         }
         self.set_role(Role::Standby(Standby::Waiting { next_check }));
+    }
+}
+
+/// The report of `overdue`; `run_finished`: the run finished before its deadline.
+fn overdue_work<C>(overdue: Overdue, run_finished: bool) -> Action<C> {
+    Action::ReportOverdueWork {
+        term: overdue.term,
+        abort: overdue.abort,
+        run_finished,
     }
 }

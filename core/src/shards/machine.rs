@@ -392,9 +392,7 @@ impl<C> ShardedElection<C> {
                 ShardTimer::DrainDeadline => self.drain_timed_out(now),
                 ShardTimer::HandoverOverdue => self.handover_overdue(now),
                 ShardTimer::NextCheck => self.check(now),
-                ShardTimer::WorkDeadline => {
-                    self.report_overdue(false);
-                }
+                ShardTimer::WorkDeadline => self.report_overdue(),
             }
         }
     }

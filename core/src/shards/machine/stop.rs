@@ -278,21 +278,12 @@ impl<C> ShardedElection<C> {
         }
     }
 
-    /// The first pending work deadline passed, or the run finishes first; `false` when none
-    /// was pending.
-    pub(super) fn report_overdue(&mut self, run_finished: bool) -> bool {
+    /// The first pending work deadline passed.
+    pub(super) fn report_overdue(&mut self) {
         let deadline = self.options.work_deadline_of();
-        let Some(Overdue { term, abort }) =
-            self.run.as_mut().and_then(|run| run.overdue.pop(deadline))
-        else {
-            return false;
-        };
-        self.actions.push_back(ShardAction::ReportOverdueWork {
-            term,
-            abort,
-            run_finished,
-        });
-        true
+        if let Some(overdue) = self.run.as_mut().and_then(|run| run.overdue.pop(deadline)) {
+            self.actions.push_back(overdue_work(overdue, false));
+        }
     }
 
     /// The session is lost: every shard's term ends, the session closes, and the next check
@@ -319,8 +310,21 @@ impl<C> ShardedElection<C> {
     /// The run is over. Work deadlines still pending come due now: nothing drives the election
     /// after [`ShardAction::Finish`].
     pub(super) fn finish(&mut self) {
-        while self.report_overdue(true) {}
-        self.run = None;
+        let deadline = self.options.work_deadline_of();
+        if let Some(mut run) = self.run.take() {
+            for overdue in run.overdue.take_all(deadline) {
+                self.actions.push_back(overdue_work(overdue, true));
+            }
+        }
         self.actions.push_back(ShardAction::Finish);
+    }
+}
+
+/// The report of `overdue`; `run_finished`: the run finished before its deadline.
+fn overdue_work<C>(overdue: Overdue, run_finished: bool) -> ShardAction<C> {
+    ShardAction::ReportOverdueWork {
+        term: overdue.term,
+        abort: overdue.abort,
+        run_finished,
     }
 }
