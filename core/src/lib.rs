@@ -28,6 +28,7 @@ mod ids;
 mod interval;
 pub mod invariants;
 mod liveness;
+mod machine;
 mod options;
 mod overdue;
 pub mod readiness;
@@ -49,6 +50,7 @@ pub use interval::{
     MAX_CHECK_INTERVAL, MIN_CHECK_INTERVAL, UNLOCK_BUDGET,
 };
 pub use liveness::{STUCK_AFTER_INTERVALS, StuckLeader};
+pub use machine::Machine;
 pub use options::{
     AcquireMode, MAX_STOP_GRACE_INTERVALS, OnOverdue, Options, StopGraceTooLong, WorkDeadline,
 };

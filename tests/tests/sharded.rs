@@ -5,8 +5,9 @@
 //!
 //! Bounds are asserted with the margins of `support` (I = 200 ms, MARGIN = 2 s): a handover or
 //! a failover within one interval plus the margin, a balance within a few intervals plus it.
-//! The split, the graceful stop and the terminated session run on both backends (deadpool and
-//! sqlx: `<test>::deadpool`, `<test>::sqlx`).
+//! The split, the join, the graceful stop, the terminated session, the handover under work and
+//! resign/eligibility run on both backends (deadpool and sqlx: `<test>::deadpool`,
+//! `<test>::sqlx`).
 // The scenarios run on both backends are plain functions called from the tests of
 // `on_both_backends!`; clippy's allowance for `unwrap` in tests does not see them.
 #![allow(clippy::unwrap_used)]
@@ -154,19 +155,24 @@ async fn replicas_split_the_space_evenly_each_on_one_lock_session(backend: Backe
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_join_moves_about_the_joiners_share_without_two_owners() {
-    let db = TestDb::create("sharded_join").await.unwrap();
+on_both_backends!(
+    #[tokio::test]
+    a_join_moves_about_the_joiners_share_without_two_owners
+);
+async fn a_join_moves_about_the_joiners_share_without_two_owners(backend: Backend) {
+    let db = TestDb::create(&format!("sharded_join_{backend}"))
+        .await
+        .unwrap();
     let k = 60;
     let mut members: Vec<Member> = (0..3)
-        .map(|i| Member::spawn(&db, k, &format!("shard-{i}")))
+        .map(|i| Member::spawn_on(&db, backend, k, &format!("shard-{i}")))
         .collect();
     {
         let refs: Vec<&Member> = members.iter().collect();
         assert!(wait_for(STARTUP, || balanced(&refs, k)).await.is_some());
     }
     let before: Vec<BTreeSet<u32>> = members.iter().map(Member::owned).collect();
-    members.push(Member::spawn(&db, k, "shard-3"));
+    members.push(Member::spawn_on(&db, backend, k, "shard-3"));
     let refs: Vec<&Member> = members.iter().collect();
     let bound = 6 * I + MARGIN;
     let mut balanced_after = None;
@@ -294,11 +300,16 @@ async fn a_terminated_session_demotes_every_shard_at_once_and_others_take_them(b
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_handover_waits_for_the_shards_work_before_unlocking() {
-    let db = TestDb::create("sharded_work").await.unwrap();
+on_both_backends!(
+    #[tokio::test]
+    a_handover_waits_for_the_shards_work_before_unlocking
+);
+async fn a_handover_waits_for_the_shards_work_before_unlocking(backend: Backend) {
+    let db = TestDb::create(&format!("sharded_work_{backend}"))
+        .await
+        .unwrap();
     let k = 2;
-    let first = Member::spawn(&db, k, "shard-a");
+    let first = Member::spawn_on(&db, backend, k, "shard-a");
     assert!(
         wait_for(STARTUP, || first.owned().len() == 2)
             .await
@@ -314,7 +325,7 @@ async fn a_handover_waits_for_the_shards_work_before_unlocking() {
                 .expect("owned")
         })
         .collect();
-    let second = Member::spawn(&db, k, "shard-b");
+    let second = Member::spawn_on(&db, backend, k, "shard-b");
     // The first replica ends one shard's term for the handover...
     let given = wait_for(STARTUP, || first.owned().len() == 1).await;
     assert!(given.is_some(), "a shard is handed over");
@@ -544,18 +555,23 @@ async fn a_sharded_owner_whose_runtime_is_blocked_fails_its_liveness_and_recover
     db.cleanup().await.unwrap();
 }
 
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_resign_and_an_ineligible_member_leave_the_space_and_rejoin
+);
 /// A resign gives every shard of the resigning member to the others at their next survey and
 /// takes it out of the space (no member lock), and after its hold-off it rejoins and gets its
 /// share back; an ineligible member leaves the same way and rejoins only when made eligible.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resign_and_an_ineligible_member_leave_the_space_and_rejoin() {
+async fn a_resign_and_an_ineligible_member_leave_the_space_and_rejoin(backend: Backend) {
     use plexsphere_leader::leadership::Resignation;
 
-    let db = TestDb::create("sharded_resign").await.unwrap();
+    let db = TestDb::create(&format!("sharded_resign_{backend}"))
+        .await
+        .unwrap();
     let k = 8;
     let class = plexsphere_leader::sharded::DEFAULT_SHARD_CLASS;
-    let a = Member::spawn(&db, k, "shard-a");
-    let b = Member::spawn(&db, k, "shard-b");
+    let a = Member::spawn_on(&db, backend, k, "shard-a");
+    let b = Member::spawn_on(&db, backend, k, "shard-b");
     let both = [&a, &b];
     assert!(wait_for(STARTUP, || balanced(&both, k)).await.is_some());
 

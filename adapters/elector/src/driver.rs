@@ -9,13 +9,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, MutexGuard};
 
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use plexsphere_leader_core::failures::FailureReport;
-use plexsphere_leader_core::{AlreadyRunning, Cause, ConnId};
+use plexsphere_leader_core::{Cause, ConnId, Machine};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now;
@@ -28,52 +27,28 @@ use crate::session::{LockSession, SessionSource};
 
 pub(crate) mod single;
 
-/// One mechanism of the engine, as the driver reaches it: its core machine (each call locks it
-/// for that call only, so that an action performed may call back into the elector), the
-/// lifecycle inputs every machine takes, and how its actions are performed.
+/// One mechanism of the engine, as the driver reaches it: its core [`Machine`] (locked for
+/// each call only, so that an action performed may call back into the elector), its operator
+/// queue, and how its actions are performed.
 pub(crate) trait Mechanism: Send + Sized + 'static {
-    /// The machine's inputs.
-    type Event: Send + 'static;
-    /// The machine's outputs.
-    type Action;
+    /// The core machine.
+    type Machine: Machine<Error = CheckError, Event: Send + 'static>;
     /// What an answered operation carries beside its event, for [`Mechanism::arrived`].
     type Extra: Default + Send + 'static;
 
-    /// Starts the machine's run at `now`.
-    fn start(&self, now: Instant) -> Result<(), AlreadyRunning>;
-    /// Reports `event`; an ignored input asks nothing.
-    fn handle_event(&self, now: Instant, event: Self::Event);
-    /// Fires every deadline due at `now`.
-    fn handle_timeout(&self, now: Instant);
-    /// The next queued action.
-    fn poll_action(&self) -> Option<Self::Action>;
-    /// The machine's next deadline.
-    fn poll_timeout(&self) -> Option<Instant>;
+    /// The machine, locked.
+    fn machine(&self) -> MutexGuard<'_, Self::Machine>;
     /// The operator's requests (resign, eligibility) for the running driver.
-    fn controls(&self) -> &OperatorQueue<Self::Event>;
+    fn controls(&self) -> &OperatorQueue<EventOf<Self>>;
     /// Publishes the current run of failed checks; `None`: a check worked.
     fn publish_check_failure(&self, failure: Option<CheckFailure>);
 
-    /// The stop requested (the shutdown token cancelled).
-    fn cancelled() -> Self::Event;
-    /// The run unwound by a panic.
-    fn panicked() -> Self::Event;
-    /// The run's future dropped.
-    fn dropped() -> Self::Event;
-    /// The held (detached) session `conn` ended on its own.
-    fn session_ended(conn: ConnId) -> Self::Event;
-    /// The connection an event names, when it names one (an acquire's answer names the
-    /// connection its session becomes).
-    fn conn(event: &Self::Event) -> Option<ConnId>;
-    /// Whether `event` is the answer of a check that worked.
-    fn answers_check(event: &Self::Event) -> bool;
-
     /// Performs `action` with the driver's I/O.
-    fn perform(&mut self, action: Self::Action, io: &mut Io<Self>);
+    fn perform(&mut self, action: ActionOf<Self>, io: &mut Io<Self>);
     /// An answer arrived, before any deadline that passed while it was on its way fires.
-    fn arrived(&mut self, _event: &Self::Event, _extra: Self::Extra) {}
+    fn arrived(&mut self, _event: &EventOf<Self>, _extra: Self::Extra) {}
     /// An answer is about to be reported, after the deadlines that passed fired.
-    fn answered(&mut self, _event: &Self::Event) {}
+    fn answered(&mut self, _event: &EventOf<Self>) {}
     /// The queued actions were performed.
     fn performed(&mut self) {}
     /// How the run ended, once the machine finished it.
@@ -81,6 +56,11 @@ pub(crate) trait Mechanism: Send + Sized + 'static {
         Ok(())
     }
 }
+
+/// The events of mechanism `M`'s machine.
+pub(crate) type EventOf<M> = <<M as Mechanism>::Machine as Machine>::Event;
+/// The actions of mechanism `M`'s machine.
+pub(crate) type ActionOf<M> = <<M as Mechanism>::Machine as Machine>::Action;
 
 /// What an operation in flight produces: the event to report, the session of an acquire, and
 /// the mechanism's extra.
@@ -104,7 +84,7 @@ impl<E, X: Default> Completion<E, X> {
 pub(crate) type Operation<E, X> = Pin<Box<dyn Future<Output = Completion<E, X>> + Send>>;
 
 /// The operation type of mechanism `M`.
-pub(crate) type OperationOf<M> = Operation<<M as Mechanism>::Event, <M as Mechanism>::Extra>;
+pub(crate) type OperationOf<M> = Operation<EventOf<M>, <M as Mechanism>::Extra>;
 
 /// Borrows a session from `source`: `acquired` when one came, `failed` with the cause
 /// otherwise.
@@ -249,6 +229,7 @@ impl<M: Mechanism> Driver<M> {
     /// Starts a run: the first check begins at once.
     pub(crate) fn start(mechanism: M) -> Result<Self, RunError> {
         mechanism
+            .machine()
             .start(now())
             .map_err(|_| RunError::AlreadyRunning)?;
         let mut driver = Self {
@@ -274,7 +255,7 @@ impl<M: Mechanism> Driver<M> {
         tokio::pin!(sleep);
         let mut armed = None;
         while !self.io.finished {
-            let deadline = self.mechanism.poll_timeout();
+            let deadline = self.mechanism.machine().poll_timeout();
             if deadline != armed {
                 if let Some(at) = deadline {
                     sleep.as_mut().reset(tokio::time::Instant::from_std(at));
@@ -294,7 +275,7 @@ impl<M: Mechanism> Driver<M> {
             match wake {
                 Wake::Stop => {
                     stop_reported = true;
-                    self.handle(M::cancelled());
+                    self.handle(M::Machine::cancelled());
                 }
                 Wake::Completed(completion) => {
                     self.io.in_flight = None;
@@ -303,7 +284,7 @@ impl<M: Mechanism> Driver<M> {
                 Wake::Drained(completion) => self.complete(completion),
                 Wake::SessionEnded(conn) => {
                     self.io.watch_reported = Some(conn);
-                    self.handle(M::session_ended(conn));
+                    self.handle(M::Machine::session_ended(conn, CheckError::SessionEnded));
                 }
                 Wake::Control => self.apply_controls(),
                 Wake::Deadline => self.fire_due_timers(),
@@ -322,21 +303,21 @@ impl<M: Mechanism> Driver<M> {
         }
     }
 
-    fn complete(&mut self, completion: Completion<M::Event, M::Extra>) {
+    fn complete(&mut self, completion: Completion<EventOf<M>, M::Extra>) {
         let Completion {
             event,
             acquired,
             extra,
         } = completion;
         self.mechanism.arrived(&event, extra);
-        if let (Some(session), Some(conn)) = (acquired, M::conn(&event)) {
+        if let (Some(session), Some(conn)) = (acquired, M::Machine::conn(&event)) {
             self.io.held = Some((conn, Arc::new(session)));
         }
         // A deadline that passed while the answer was on its way fires first (it may give back
         // or close the connection the answer came on, which then makes the answer stale).
         self.fire_due_timers();
         self.mechanism.answered(&event);
-        if M::answers_check(&event) && self.io.failures.succeeded() {
+        if M::Machine::answers_check(&event) && self.io.failures.succeeded() {
             self.mechanism.publish_check_failure(None);
         }
         self.feed(event);
@@ -344,23 +325,27 @@ impl<M: Mechanism> Driver<M> {
 
     /// Reports `event` to the core, after any deadline that has passed (rule 3 of the
     /// `Election` contract: a late answer never extends a term).
-    fn handle(&mut self, event: M::Event) {
+    fn handle(&mut self, event: EventOf<M>) {
         self.fire_due_timers();
         self.feed(event);
     }
 
     fn fire_due_timers(&mut self) {
-        self.mechanism.handle_timeout(now());
+        self.mechanism.machine().handle_timeout(now());
         self.perform_queued();
     }
 
-    fn feed(&mut self, event: M::Event) {
-        self.mechanism.handle_event(now(), event);
+    fn feed(&mut self, event: EventOf<M>) {
+        let _handled = self.mechanism.machine().handle_event(now(), event);
         self.perform_queued();
     }
 
     fn perform_queued(&mut self) {
-        while let Some(action) = self.mechanism.poll_action() {
+        loop {
+            // The lock is released before the action runs: an action may call back into the
+            // elector (a log subscriber, a term token's waiters).
+            let next = self.mechanism.machine().poll_action();
+            let Some(action) = next else { break };
             self.mechanism.perform(action, &mut self.io);
         }
         self.mechanism.performed();
@@ -371,9 +356,9 @@ impl<M: Mechanism> Drop for Driver<M> {
     fn drop(&mut self) {
         if !self.io.finished {
             let event = if std::thread::panicking() {
-                M::panicked()
+                M::Machine::panicked()
             } else {
-                M::dropped()
+                M::Machine::dropped()
             };
             self.handle(event);
         }

@@ -2,12 +2,9 @@
 //! fencing epoch and release statements, the published leadership and the check metrics.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, MutexGuard};
 
-use plexsphere_leader_core::{
-    Action, AlreadyRunning, ConnId, Event, LogKind, LogRecord, TermEndCause, TermId,
-};
+use plexsphere_leader_core::{Action, Election, Event, LogKind, LogRecord, TermEndCause, TermId};
 
 use super::{Io, Mechanism};
 use crate::connection::{self, Completion};
@@ -79,32 +76,15 @@ impl Single {
 }
 
 impl Mechanism for Single {
-    type Event = Event<CheckError>;
-    type Action = Action<CheckError>;
+    type Machine = Election<CheckError>;
     /// The database a grant statement ran in (`current_database()`), for the log lines.
     type Extra = Option<String>;
 
-    fn start(&self, now: Instant) -> Result<(), AlreadyRunning> {
-        self.inner.election().start(now)
+    fn machine(&self) -> MutexGuard<'_, Election<CheckError>> {
+        self.inner.election()
     }
 
-    fn handle_event(&self, now: Instant, event: Self::Event) {
-        let _handled = self.inner.election().handle_event(now, event);
-    }
-
-    fn handle_timeout(&self, now: Instant) {
-        self.inner.election().handle_timeout(now);
-    }
-
-    fn poll_action(&self) -> Option<Self::Action> {
-        self.inner.election().poll_action()
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.inner.election().poll_timeout()
-    }
-
-    fn controls(&self) -> &OperatorQueue<Self::Event> {
+    fn controls(&self) -> &OperatorQueue<Event<CheckError>> {
         self.inner.controls()
     }
 
@@ -112,42 +92,7 @@ impl Mechanism for Single {
         self.inner.check_failed(failure);
     }
 
-    fn cancelled() -> Self::Event {
-        Event::Cancelled
-    }
-
-    fn panicked() -> Self::Event {
-        Event::Panicked
-    }
-
-    fn dropped() -> Self::Event {
-        Event::Dropped
-    }
-
-    fn session_ended(conn: ConnId) -> Self::Event {
-        Event::SessionEnded {
-            conn,
-            cause: CheckError::SessionEnded,
-        }
-    }
-
-    fn conn(event: &Self::Event) -> Option<ConnId> {
-        event.conn()
-    }
-
-    /// The lock granted or refused, a queued wait ended by its timeout, the leader's check
-    /// answered.
-    fn answers_check(event: &Self::Event) -> bool {
-        matches!(
-            event,
-            Event::LockGranted { .. }
-                | Event::LockRefused { .. }
-                | Event::LockWaitTimedOut { .. }
-                | Event::PingAnswered { .. }
-        )
-    }
-
-    fn arrived(&mut self, event: &Self::Event, database: Self::Extra) {
+    fn arrived(&mut self, event: &Event<CheckError>, database: Self::Extra) {
         if database.is_some() {
             self.database = database;
         }
@@ -156,11 +101,11 @@ impl Mechanism for Single {
         }
     }
 
-    fn answered(&mut self, event: &Self::Event) {
+    fn answered(&mut self, event: &Event<CheckError>) {
         self.observer.completion(event);
     }
 
-    fn perform(&mut self, action: Self::Action, io: &mut Io<Self>) {
+    fn perform(&mut self, action: Action<CheckError>, io: &mut Io<Self>) {
         self.observer.action(&action);
         let (key, identity) = (self.inner.key(), self.inner.identity());
         let idle_ms = self.inner.interval().idle_session_timeout_millis();

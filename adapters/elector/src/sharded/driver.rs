@@ -3,13 +3,13 @@
 //! metric.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, SystemTime};
 
 use plexsphere_leader_core::shards::{
-    LockTableTooSmall, ShardAction, ShardEvent, ShardLog, ShardLogKind, Survey,
+    LockTableTooSmall, ShardAction, ShardEvent, ShardLog, ShardLogKind, ShardedElection, Survey,
 };
-use plexsphere_leader_core::{AlreadyRunning, ConnId, Level, TermId};
+use plexsphere_leader_core::{ConnId, Level, TermId};
 
 use super::shared::ShardShared;
 use super::view::{Holder, SpaceView};
@@ -65,31 +65,14 @@ impl Sharded {
 }
 
 impl Mechanism for Sharded {
-    type Event = ShardEvent<CheckError>;
-    type Action = ShardAction<CheckError>;
+    type Machine = ShardedElection<CheckError>;
     type Extra = Surveyed;
 
-    fn start(&self, now: Instant) -> Result<(), AlreadyRunning> {
-        self.inner.election().start(now)
+    fn machine(&self) -> MutexGuard<'_, ShardedElection<CheckError>> {
+        self.inner.election()
     }
 
-    fn handle_event(&self, now: Instant, event: Self::Event) {
-        let _handled = self.inner.election().handle_event(now, event);
-    }
-
-    fn handle_timeout(&self, now: Instant) {
-        self.inner.election().handle_timeout(now);
-    }
-
-    fn poll_action(&self) -> Option<Self::Action> {
-        self.inner.election().poll_action()
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.inner.election().poll_timeout()
-    }
-
-    fn controls(&self) -> &OperatorQueue<Self::Event> {
+    fn controls(&self) -> &OperatorQueue<ShardEvent<CheckError>> {
         self.inner.controls()
     }
 
@@ -97,35 +80,7 @@ impl Mechanism for Sharded {
         self.inner.check_failed(failure);
     }
 
-    fn cancelled() -> Self::Event {
-        ShardEvent::Cancelled
-    }
-
-    fn panicked() -> Self::Event {
-        ShardEvent::Panicked
-    }
-
-    fn dropped() -> Self::Event {
-        ShardEvent::Dropped
-    }
-
-    fn session_ended(conn: ConnId) -> Self::Event {
-        ShardEvent::SessionEnded { conn }
-    }
-
-    fn conn(event: &Self::Event) -> Option<ConnId> {
-        event.conn()
-    }
-
-    /// The session registered or surveyed.
-    fn answers_check(event: &Self::Event) -> bool {
-        matches!(
-            event,
-            ShardEvent::Registered { .. } | ShardEvent::Surveyed { .. }
-        )
-    }
-
-    fn arrived(&mut self, event: &Self::Event, surveyed: Self::Extra) {
+    fn arrived(&mut self, event: &ShardEvent<CheckError>, surveyed: Self::Extra) {
         if let ShardEvent::WorkDrained { term } = event {
             self.ended.remove(term);
         }
@@ -159,7 +114,7 @@ impl Mechanism for Sharded {
         }
     }
 
-    fn perform(&mut self, action: Self::Action, io: &mut Io<Self>) {
+    fn perform(&mut self, action: ShardAction<CheckError>, io: &mut Io<Self>) {
         let class = self.inner.class();
         let count = self.inner.options().count();
         match action {

@@ -1,0 +1,171 @@
+//! What every election machine of the engine is to its driver, whichever mechanism: the
+//! sans-IO interface (start, inputs, deadlines, queued actions) and the lifecycle inputs every
+//! machine takes. [`Election`](crate::Election) and
+//! [`ShardedElection`](crate::shards::ShardedElection) implement it; one driver runs either.
+
+use std::time::Instant;
+
+use crate::action::Action;
+use crate::election::Election;
+use crate::event::Event;
+use crate::handled::{AlreadyRunning, Handled};
+use crate::ids::ConnId;
+use crate::shards::{ShardAction, ShardEvent, ShardedElection};
+
+/// An election machine: time enters with every input, effects leave as actions.
+///
+/// The contract of both machines: before an input the driver fires the deadlines that passed
+/// ([`handle_timeout`](Self::handle_timeout)), so that a late answer never extends a term; it
+/// performs every queued action after each input; it sleeps until
+/// [`poll_timeout`](Self::poll_timeout).
+pub trait Machine {
+    /// The machine's inputs.
+    type Event;
+    /// The machine's outputs.
+    type Action;
+    /// The driver's error type, carried in the events.
+    type Error;
+
+    /// Starts a run at `now`.
+    ///
+    /// # Errors
+    /// [`AlreadyRunning`] while a run is in progress.
+    fn start(&mut self, now: Instant) -> Result<(), AlreadyRunning>;
+    /// Applies `event` reported at `now`.
+    fn handle_event(&mut self, now: Instant, event: Self::Event) -> Handled;
+    /// Fires every deadline due at `now`.
+    fn handle_timeout(&mut self, now: Instant);
+    /// The next queued action.
+    #[must_use]
+    fn poll_action(&mut self) -> Option<Self::Action>;
+    /// When [`handle_timeout`](Self::handle_timeout) must next be called.
+    #[must_use]
+    fn poll_timeout(&self) -> Option<Instant>;
+
+    /// The stop requested.
+    fn cancelled() -> Self::Event;
+    /// The run unwound by a panic: every term ends as lost, the session closes unlocked.
+    fn panicked() -> Self::Event;
+    /// The run's future dropped: as a panic.
+    fn dropped() -> Self::Event;
+    /// The held session `conn` ended on its own, with `cause`.
+    fn session_ended(conn: ConnId, cause: Self::Error) -> Self::Event;
+    /// The connection an event concerns, when it concerns one.
+    fn conn(event: &Self::Event) -> Option<ConnId>;
+    /// Whether `event` answers a check that worked (the failed-check run it ends is reported
+    /// by [`failures`](crate::failures)).
+    fn answers_check(event: &Self::Event) -> bool;
+}
+
+impl<C> Machine for Election<C> {
+    type Event = Event<C>;
+    type Action = Action<C>;
+    type Error = C;
+
+    fn start(&mut self, now: Instant) -> Result<(), AlreadyRunning> {
+        Election::start(self, now)
+    }
+
+    fn handle_event(&mut self, now: Instant, event: Event<C>) -> Handled {
+        Election::handle_event(self, now, event)
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        Election::handle_timeout(self, now);
+    }
+
+    fn poll_action(&mut self) -> Option<Action<C>> {
+        Election::poll_action(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Election::poll_timeout(self)
+    }
+
+    fn cancelled() -> Event<C> {
+        Event::Cancelled
+    }
+
+    fn panicked() -> Event<C> {
+        Event::Panicked
+    }
+
+    fn dropped() -> Event<C> {
+        Event::Dropped
+    }
+
+    fn session_ended(conn: ConnId, cause: C) -> Event<C> {
+        Event::SessionEnded { conn, cause }
+    }
+
+    fn conn(event: &Event<C>) -> Option<ConnId> {
+        event.conn()
+    }
+
+    /// The lock granted or refused, a queued wait ended by its timeout, the leader's check
+    /// answered.
+    fn answers_check(event: &Event<C>) -> bool {
+        matches!(
+            event,
+            Event::LockGranted { .. }
+                | Event::LockRefused { .. }
+                | Event::LockWaitTimedOut { .. }
+                | Event::PingAnswered { .. }
+        )
+    }
+}
+
+impl<C> Machine for ShardedElection<C> {
+    type Event = ShardEvent<C>;
+    type Action = ShardAction<C>;
+    type Error = C;
+
+    fn start(&mut self, now: Instant) -> Result<(), AlreadyRunning> {
+        ShardedElection::start(self, now)
+    }
+
+    fn handle_event(&mut self, now: Instant, event: ShardEvent<C>) -> Handled {
+        ShardedElection::handle_event(self, now, event)
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        ShardedElection::handle_timeout(self, now);
+    }
+
+    fn poll_action(&mut self) -> Option<ShardAction<C>> {
+        ShardedElection::poll_action(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        ShardedElection::poll_timeout(self)
+    }
+
+    fn cancelled() -> ShardEvent<C> {
+        ShardEvent::Cancelled
+    }
+
+    fn panicked() -> ShardEvent<C> {
+        ShardEvent::Panicked
+    }
+
+    fn dropped() -> ShardEvent<C> {
+        ShardEvent::Dropped
+    }
+
+    /// The sharded machine needs no cause: every shard is lost with `SessionEnded`.
+    fn session_ended(conn: ConnId, _cause: C) -> ShardEvent<C> {
+        ShardEvent::SessionEnded { conn }
+    }
+
+    fn conn(event: &ShardEvent<C>) -> Option<ConnId> {
+        event.conn()
+    }
+
+    /// The session registered or surveyed.
+    fn answers_check(event: &ShardEvent<C>) -> bool {
+        matches!(
+            event,
+            ShardEvent::Registered { .. } | ShardEvent::Surveyed { .. }
+        )
+    }
+}
