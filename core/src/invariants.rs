@@ -39,9 +39,15 @@ use crate::event::Event;
 use crate::handled::Handled;
 use crate::ids::{ConnId, TermId};
 
-/// One input given to the election, as the checker sees it.
+pub mod shards;
+mod steps;
+
+use self::steps::Steps;
+
+/// One input given to a machine, as a checker sees it; `E` is the machine's event type
+/// ([`Event`] for the election, [`ShardEvent`](crate::shards::ShardEvent) for a shard space).
 #[derive(Debug, Clone, Copy)]
-pub enum Input<'a, C> {
+pub enum Input<'a, E> {
     /// `start` was called; `accepted` is whether it returned `Ok`.
     Start {
         /// Whether `start` returned `Ok`.
@@ -52,7 +58,7 @@ pub enum Input<'a, C> {
     /// `handle_event` was called with this event and returned `handled`.
     Event {
         /// The event.
-        event: &'a Event<C>,
+        event: &'a E,
         /// What `handle_event` returned.
         handled: Handled,
     },
@@ -86,9 +92,7 @@ enum ConnState {
 /// Checks a trace step by step. See the module documentation for the properties.
 #[derive(Debug, Default)]
 pub struct Checker {
-    step: u64,
-    running: bool,
-    now: Option<Instant>,
+    steps: Steps,
     open_term: Option<TermId>,
     last_term: Option<TermId>,
     last_epoch: Option<u64>,
@@ -128,14 +132,13 @@ impl Checker {
     pub fn check<C>(
         &mut self,
         now: Instant,
-        input: Input<'_, C>,
+        input: Input<'_, Event<C>>,
         actions: &[Action<C>],
         poll_timeout: Option<Instant>,
     ) -> Result<(), Violation> {
-        self.step += 1;
         self.check_step(now, &input, actions, poll_timeout)
             .map_err(|what| Violation {
-                step: self.step,
+                step: self.steps.step,
                 what,
             })
     }
@@ -143,33 +146,13 @@ impl Checker {
     fn check_step<C>(
         &mut self,
         now: Instant,
-        input: &Input<'_, C>,
+        input: &Input<'_, Event<C>>,
         actions: &[Action<C>],
         poll_timeout: Option<Instant>,
     ) -> Result<(), String> {
-        if self.now.is_some_and(|before| now < before) {
-            return Err("time went backwards (driver contract)".into());
-        }
-        self.now = Some(now);
-        let ignored = match input {
-            Input::Start { accepted } => {
-                if *accepted == self.running {
-                    return Err(format!(
-                        "start accepted={accepted} while running={}",
-                        self.running
-                    ));
-                }
-                self.running |= *accepted;
-                if *accepted {
-                    self.hold_until = None;
-                }
-                !accepted
-            }
-            Input::Event { handled, .. } => matches!(handled, Handled::Ignored(_)),
-            Input::Timeout => false,
-        };
-        if ignored && !actions.is_empty() {
-            return Err(format!("an ignored input queued {} actions", actions.len()));
+        self.steps.input(now, input, actions.len())?;
+        if let Input::Start { accepted: true } = input {
+            self.hold_until = None;
         }
         if let Input::Event {
             event,
@@ -196,15 +179,17 @@ impl Checker {
             self.newest = Some((*conn, ConnState::Done));
         }
         for action in actions {
-            if !self.running {
-                return Err("an action after Finish or while not running".into());
-            }
+            self.steps.action()?;
             self.check_action(input, action)?;
         }
-        self.check_timeout(now, input, poll_timeout)
+        self.steps.deadline(now, input, poll_timeout, true)
     }
 
-    fn check_action<C>(&mut self, input: &Input<'_, C>, action: &Action<C>) -> Result<(), String> {
+    fn check_action<C>(
+        &mut self,
+        input: &Input<'_, Event<C>>,
+        action: &Action<C>,
+    ) -> Result<(), String> {
         let event = match input {
             Input::Event { event, .. } => Some(*event),
             _ => None,
@@ -275,7 +260,7 @@ impl Checker {
                 {
                     return Err(format!("finished with {conn} left {state:?}"));
                 }
-                self.running = false;
+                self.steps.running = false;
             }
             _ => {}
         }
@@ -317,7 +302,7 @@ impl Checker {
             if self.ineligible {
                 return Err(format!("{conn} asked for while the replica is ineligible"));
             }
-            if let (Some(until), Some(now)) = (self.hold_until, self.now)
+            if let (Some(until), Some(now)) = (self.hold_until, self.steps.now())
                 && now < until
             {
                 return Err(format!(
@@ -430,24 +415,6 @@ impl Checker {
         };
         self.newest = Some((conn, next));
         Ok(())
-    }
-
-    fn check_timeout<C>(
-        &self,
-        now: Instant,
-        input: &Input<'_, C>,
-        poll_timeout: Option<Instant>,
-    ) -> Result<(), String> {
-        match (self.running, poll_timeout) {
-            (false, None) => Ok(()),
-            (false, Some(_)) => Err("a deadline is pending while not running".into()),
-            (true, None) => Err("running with no deadline pending".into()),
-            (true, Some(at)) if at < now => Err("the next deadline lies in the past".into()),
-            (true, Some(at)) if at == now && matches!(input, Input::Timeout) => {
-                Err("a deadline is still due after handle_timeout".into())
-            }
-            (true, Some(_)) => Ok(()),
-        }
     }
 }
 
@@ -798,7 +765,7 @@ mod tests {
         violation(
             trace
                 .checker
-                .check(trace.at(100), Input::<u8>::Timeout, &ping, timeout),
+                .check(trace.at(100), Input::<E>::Timeout, &ping, timeout),
             "after it was closed",
         );
         let mut trace = Trace::leading();
@@ -1033,13 +1000,13 @@ mod tests {
     #[test]
     fn a_start_while_running_or_a_refused_start_while_idle_is_reported() {
         let mut trace = Trace::new();
-        let refused: Input<'_, u8> = Input::Start { accepted: false };
+        let refused: Input<'_, E> = Input::Start { accepted: false };
         violation(
             trace.checker.check(trace.at(0), refused, &[], None),
             "start accepted=false",
         );
         let mut trace = Trace::leading();
-        let again: Input<'_, u8> = Input::Start { accepted: true };
+        let again: Input<'_, E> = Input::Start { accepted: true };
         violation(
             trace
                 .checker
@@ -1051,7 +1018,7 @@ mod tests {
     #[test]
     fn deadlines_in_the_past_still_due_or_missing_are_reported() {
         let mut trace = Trace::leading();
-        let input: Input<'_, u8> = Input::Timeout;
+        let input: Input<'_, E> = Input::Timeout;
         violation(
             trace
                 .checker
@@ -1062,28 +1029,28 @@ mod tests {
         violation(
             trace
                 .checker
-                .check(trace.at(50), Input::<u8>::Timeout, &[], Some(trace.at(50))),
+                .check(trace.at(50), Input::<E>::Timeout, &[], Some(trace.at(50))),
             "still due",
         );
         let mut trace = Trace::leading();
         violation(
             trace
                 .checker
-                .check(trace.at(50), Input::<u8>::Timeout, &[], None),
+                .check(trace.at(50), Input::<E>::Timeout, &[], None),
             "no deadline",
         );
         let mut trace = Trace::new();
         violation(
             trace
                 .checker
-                .check(trace.at(0), Input::<u8>::Timeout, &[], Some(trace.at(1))),
+                .check(trace.at(0), Input::<E>::Timeout, &[], Some(trace.at(1))),
             "while not running",
         );
         let mut trace = Trace::leading();
         violation(
             trace
                 .checker
-                .check(trace.at(1), Input::<u8>::Timeout, &[], Some(trace.at(100))),
+                .check(trace.at(1), Input::<E>::Timeout, &[], Some(trace.at(100))),
             "backwards",
         );
     }

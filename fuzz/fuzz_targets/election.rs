@@ -114,7 +114,7 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
             let actions = drain(&mut election, &mut newest);
             let timeout = election.poll_timeout();
             checker
-                .check(now, Input::<'_, u8>::Timeout, &actions, timeout)
+                .check(now, Input::<'_, Event<u8>>::Timeout, &actions, timeout)
                 .unwrap_or_else(|v| panic!("{v}"));
         }
         let conn = |which: &Which| match which {
@@ -127,7 +127,7 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
                 let accepted = election.start(now).is_ok();
                 let actions = drain(&mut election, &mut newest);
                 let timeout = election.poll_timeout();
-                let start: Input<'_, u8> = Input::Start { accepted };
+                let start: Input<'_, Event<u8>> = Input::Start { accepted };
                 checker
                     .check(now, start, &actions, timeout)
                     .unwrap_or_else(|v| panic!("{v}"));

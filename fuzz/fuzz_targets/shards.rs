@@ -1,9 +1,9 @@
 //! Replays an arbitrary sequence of (delay, input) through one sharded election and checks every
-//! step: terms open and end exactly once, the election's owned set is the set of open terms, a
-//! take never asks for a shard the replica holds, an unlock only names shards whose term ended,
-//! a finished run owns nothing and acts no more, and a deadline never lies in the past after
-//! its timeouts fired. Surveys are either consistent with what the replica holds (other members
-//! and holders arbitrary) or arbitrary rows.
+//! step with the core's trace checker (`invariants::shards::ShardChecker`: terms open and end
+//! once with the causes their inputs imply, takes and unlocks, work reports, the finish, the
+//! deadlines), plus what only the election itself can say: its owned set is the set of open
+//! terms, and a take never asks for a shard it is handing over. Surveys are either consistent
+//! with what the replica holds (other members and holders arbitrary) or arbitrary rows.
 #![no_main]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use plexsphere_leader_core::invariants::Input;
+use plexsphere_leader_core::invariants::shards::ShardChecker;
 use plexsphere_leader_core::shards::{
     MemberId, Shard, ShardAction, ShardEvent, ShardOptions, ShardedElection, Survey,
 };
-use plexsphere_leader_core::{CheckInterval, ConnId, MIN_CHECK_INTERVAL, TermId};
+use plexsphere_leader_core::{CheckInterval, ConnId, Handled, MIN_CHECK_INTERVAL, TermId};
 
 #[derive(Debug, Arbitrary)]
 struct Step {
@@ -69,65 +71,50 @@ struct FuzzOptions {
 
 #[derive(Default)]
 struct Model {
-    open: BTreeMap<Shard, TermId>,
-    ended: BTreeSet<TermId>,
-    seen_terms: BTreeSet<TermId>,
-    finished: bool,
+    checker: ShardChecker,
     newest: u64,
     backend: i32,
     last_take: Vec<Shard>,
     last_unlock: Vec<Shard>,
 }
 
-fn drain(election: &mut ShardedElection<u8>, model: &mut Model) {
-    while let Some(action) = election.poll_action() {
-        assert!(!model.finished, "an action after Finish: {action:?}");
+/// Performs the queued actions of the step whose input was `input` at `now` and checks it.
+fn drain(
+    election: &mut ShardedElection<u8>,
+    model: &mut Model,
+    now: Instant,
+    input: Input<'_, ShardEvent<u8>>,
+) {
+    let actions: Vec<ShardAction<u8>> = std::iter::from_fn(|| election.poll_action()).collect();
+    for action in &actions {
         match action {
             ShardAction::AcquireSession { conn } => model.newest = conn.get(),
             ShardAction::Take { shards, .. } => {
-                for s in &shards {
-                    assert!(!model.open.contains_key(s), "take of an owned shard {s}");
+                for s in shards {
                     assert!(
                         !election.handing_over().contains(s),
                         "take of a shard being handed over {s}"
                     );
                 }
-                model.last_take = shards;
+                model.last_take = shards.clone();
             }
-            ShardAction::Unlock { shards, .. } => {
-                for s in &shards {
-                    assert!(
-                        !model.open.contains_key(s),
-                        "unlock of a shard with a term {s}"
-                    );
-                }
-                model.last_unlock = shards;
-            }
-            ShardAction::BeginTerm { shard, term, .. } => {
-                assert!(model.seen_terms.insert(term), "term {term} begun twice");
-                assert!(
-                    model.open.insert(shard, term).is_none(),
-                    "two terms of {shard}"
-                );
-            }
-            ShardAction::EndTerm { shard, term, .. } => {
-                assert_eq!(
-                    model.open.remove(&shard),
-                    Some(term),
-                    "end of a term not open"
-                );
-                assert!(model.ended.insert(term));
-            }
-            ShardAction::Finish => {
-                assert!(model.open.is_empty(), "finished owning shards");
-                model.finished = true;
-            }
+            ShardAction::Unlock { shards, .. } => model.last_unlock = shards.clone(),
             _ => {}
         }
     }
-    if !model.finished {
-        let owned: BTreeMap<Shard, TermId> = election.owned().into_iter().collect();
-        assert_eq!(owned, model.open, "owned() differs from the open terms");
+    if let Err(violation) = model
+        .checker
+        .check(now, input, &actions, election.poll_timeout())
+    {
+        panic!("{violation}: {actions:?}");
+    }
+    if election.is_running() {
+        let owned: Vec<(Shard, TermId)> = election.owned().into_iter().collect();
+        assert_eq!(
+            owned,
+            model.checker.open_terms(),
+            "owned() differs from the open terms"
+        );
     }
 }
 
@@ -159,10 +146,7 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
         now += Duration::from_millis(u64::from(step.delay_ms));
         if election.poll_timeout().is_some_and(|at| at <= now) {
             election.handle_timeout(now);
-            drain(&mut election, &mut model);
-            if let Some(at) = election.poll_timeout() {
-                assert!(at > now, "a deadline in the past after the timeouts fired");
-            }
+            drain(&mut election, &mut model, now, Input::Timeout);
         }
         let conn = |w: &Which, model: &Model| match w {
             Which::Newest => ConnId::new(model.newest),
@@ -170,10 +154,8 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
         };
         let event = match step.input {
             FuzzInput::Start => {
-                if election.start(now).is_ok() {
-                    model.finished = false;
-                }
-                drain(&mut election, &mut model);
+                let accepted = election.start(now).is_ok();
+                drain(&mut election, &mut model, now, Input::Start { accepted });
                 continue;
             }
             FuzzInput::Acquired(w) => ShardEvent::Acquired {
@@ -195,7 +177,12 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
             }
             FuzzInput::ConsistentSurvey(w, others, holders) => {
                 let me = MemberId::new(model.backend);
-                let mut held: BTreeSet<Shard> = model.open.keys().copied().collect();
+                let mut held: BTreeSet<Shard> = model
+                    .checker
+                    .open_terms()
+                    .into_iter()
+                    .map(|(s, _)| s)
+                    .collect();
                 held.extend(election.handing_over());
                 let others: Vec<MemberId> = others
                     .iter()
@@ -309,7 +296,11 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
             FuzzInput::Panicked => ShardEvent::Panicked,
             FuzzInput::Dropped => ShardEvent::Dropped,
         };
-        election.handle_event(now, event);
-        drain(&mut election, &mut model);
+        let handled: Handled = election.handle_event(now, event.clone());
+        let input = Input::Event {
+            event: &event,
+            handled,
+        };
+        drain(&mut election, &mut model, now, input);
     }
 });

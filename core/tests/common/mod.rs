@@ -200,7 +200,7 @@ impl World {
         }
     }
 
-    fn after_input(&mut self, r: usize, input: Input<'_, Cause>) -> Result<(), String> {
+    fn after_input(&mut self, r: usize, input: Input<'_, Event<Cause>>) -> Result<(), String> {
         let actions: Vec<_> =
             std::iter::from_fn(|| self.replicas[r].election.poll_action()).collect();
         let timeout = self.replicas[r].election.poll_timeout();

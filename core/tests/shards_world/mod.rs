@@ -12,6 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use plexsphere_leader_core::invariants::Input;
+use plexsphere_leader_core::invariants::shards::ShardChecker;
 use plexsphere_leader_core::shards::{
     MemberId, Shard, ShardAction, ShardEvent, ShardOptions, ShardedElection, Survey,
 };
@@ -94,6 +96,8 @@ pub(crate) struct Replica {
     pub(crate) latency: Duration,
     /// The run ended with a failure.
     pub(crate) failed: bool,
+    /// The core's trace checker of the current incarnation.
+    checker: ShardChecker,
 }
 
 /// The world.
@@ -143,6 +147,7 @@ impl World {
                     lose_next: false,
                     latency: Duration::from_millis(1),
                     failed: false,
+                    checker: ShardChecker::new(),
                 })
                 .collect(),
             server: Server {
@@ -174,15 +179,20 @@ impl World {
         replica.incarnation += 1;
         replica.election = Some(election);
         replica.failed = false;
-        self.perform(r);
+        replica.checker = ShardChecker::new();
+        self.perform(r, Input::Start { accepted: true });
     }
 
     /// Feeds `event` to replica `r` now.
     pub(crate) fn feed(&mut self, r: usize, event: ShardEvent<Cause>) {
         let now = self.now;
         if let Some(e) = self.replicas[r].election.as_mut() {
-            e.handle_event(now, event);
-            self.perform(r);
+            let handled = e.handle_event(now, event.clone());
+            let input = Input::Event {
+                event: &event,
+                handled,
+            };
+            self.perform(r, input);
         }
     }
 
@@ -242,15 +252,20 @@ impl World {
         ));
     }
 
-    fn perform(&mut self, r: usize) {
-        loop {
-            let Some(action) = self.replicas[r]
-                .election
-                .as_mut()
-                .and_then(|e| e.poll_action())
-            else {
-                return;
-            };
+    /// Performs what replica `r`'s election queued in answer to `input`, after the core's
+    /// trace checker passed the step.
+    fn perform(&mut self, r: usize, input: Input<'_, ShardEvent<Cause>>) {
+        let replica = &mut self.replicas[r];
+        let Some(election) = replica.election.as_mut() else {
+            return;
+        };
+        let actions: Vec<ShardAction<Cause>> =
+            std::iter::from_fn(|| election.poll_action()).collect();
+        let next = election.poll_timeout();
+        if let Err(violation) = replica.checker.check(self.now, input, &actions, next) {
+            panic!("replica {r}: {violation}: {actions:?}");
+        }
+        for action in actions {
             self.act(r, action);
         }
     }
@@ -538,8 +553,8 @@ impl World {
                 let now = self.now;
                 if let Some(e) = self.replicas[r].election.as_mut() {
                     e.handle_timeout(now);
+                    self.perform(r, Input::Timeout);
                 }
-                self.perform(r);
             }
             self.check();
         }
