@@ -169,3 +169,6 @@ impl<C> Machine for ShardedElection<C> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests;

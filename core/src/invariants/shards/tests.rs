@@ -194,11 +194,16 @@ fn an_end_with_a_cause_its_input_does_not_imply_is_reported() {
         let mut trace = Trace::owning();
         broken(trace.event(2, event, &[end(S0, T1, cause)]), what);
     }
-    let mut trace = Trace::owning();
-    let lost = end(S0, T1, TermEndCause::Lost(LossReason::SessionEnded));
-    trace
-        .event(2, E::SessionEnded { conn: C1 }, &[lost])
-        .unwrap();
+    let kept: [(E, LossReason); 3] = [
+        (E::SessionEnded { conn: C1 }, LossReason::SessionEnded),
+        (E::Panicked, LossReason::Panicked),
+        (E::Dropped, LossReason::Dropped),
+    ];
+    for (event, reason) in kept {
+        let mut trace = Trace::owning();
+        let lost = end(S0, T1, TermEndCause::Lost(reason));
+        trace.event(2, event, &[lost]).unwrap();
+    }
 }
 
 #[test]
@@ -269,6 +274,11 @@ fn the_shared_rules_hold_for_shards_too() {
         "an ignored input queued 1 actions",
     );
     let mut trace = Trace::started();
+    // A shard space may wait without a deadline (unlike the election, which always has one).
+    let unarmed = trace
+        .checker
+        .check(trace.at(1), Input::Timeout, &[] as &[A], None);
+    assert_eq!(unarmed, Ok(()));
     let past = trace
         .checker
         .check(trace.at(5), Input::Timeout, &[] as &[A], Some(trace.at(4)));
