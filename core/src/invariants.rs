@@ -137,10 +137,7 @@ impl Checker {
         poll_timeout: Option<Instant>,
     ) -> Result<(), Violation> {
         self.check_step(now, &input, actions, poll_timeout)
-            .map_err(|what| Violation {
-                step: self.steps.step,
-                what,
-            })
+            .map_err(|what| self.steps.violation(what))
     }
 
     fn check_step<C>(

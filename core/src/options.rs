@@ -40,6 +40,17 @@ pub struct WorkDeadline {
     pub on_overdue: OnOverdue,
 }
 
+impl WorkDeadline {
+    /// A deadline `after` the end of a term, at most [`MAX_HOLD_OFF`](crate::MAX_HOLD_OFF)
+    /// (7 days; longer is shortened to it).
+    pub fn new(after: Duration, on_overdue: OnOverdue) -> Self {
+        Self {
+            after: after.min(crate::MAX_HOLD_OFF),
+            on_overdue,
+        }
+    }
+}
+
 /// The validated options of one [`Election`](crate::Election).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Options {
@@ -77,10 +88,7 @@ impl Options {
     /// [`MAX_HOLD_OFF`](crate::MAX_HOLD_OFF) (7 days); longer is shortened to it.
     #[must_use]
     pub fn work_deadline(mut self, after: Duration, on_overdue: OnOverdue) -> Self {
-        self.work_deadline = Some(WorkDeadline {
-            after: after.min(crate::MAX_HOLD_OFF),
-            on_overdue,
-        });
+        self.work_deadline = Some(WorkDeadline::new(after, on_overdue));
         self
     }
 

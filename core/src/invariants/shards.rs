@@ -56,10 +56,7 @@ impl ShardChecker {
         poll_timeout: Option<Instant>,
     ) -> Result<(), Violation> {
         self.check_step(now, &input, actions, poll_timeout)
-            .map_err(|what| Violation {
-                step: self.steps.step,
-                what,
-            })
+            .map_err(|what| self.steps.violation(what))
     }
 
     fn check_step<C>(

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::Input;
+use super::{Input, Violation};
 use crate::handled::Handled;
 
 /// The part of a checker's state the shared rules keep.
@@ -17,6 +17,14 @@ pub(super) struct Steps {
 }
 
 impl Steps {
+    /// `what` broke at the step being checked.
+    pub(super) fn violation(&self, what: String) -> Violation {
+        Violation {
+            step: self.step,
+            what,
+        }
+    }
+
     /// The time of the step being checked.
     pub(super) fn now(&self) -> Option<Instant> {
         self.now

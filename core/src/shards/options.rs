@@ -175,10 +175,7 @@ impl ShardOptions {
     /// [`MAX_HOLD_OFF`](crate::MAX_HOLD_OFF); longer is shortened to it.
     #[must_use]
     pub fn work_deadline(mut self, after: Duration, on_overdue: crate::OnOverdue) -> Self {
-        self.work_deadline = Some(WorkDeadline {
-            after: after.min(crate::MAX_HOLD_OFF),
-            on_overdue,
-        });
+        self.work_deadline = Some(WorkDeadline::new(after, on_overdue));
         self
     }
 
