@@ -1,7 +1,7 @@
 //! A checker of the sharded election's safety properties over a trace, beside the election's
-//! [`Checker`](super::Checker): the shard property world, the `shards` fuzz target and the
-//! simulation share it. The rules every machine is held to (steps, starts, ignored inputs,
-//! nothing after `Finish`, the next deadline) are the election checker's own ([`Steps`]).
+//! [`Checker`](super::Checker): the shard property world and the `shards` fuzz target share
+//! it. The rules every machine is held to (steps, starts, ignored inputs, nothing after
+//! `Finish`, the next deadline) are the election checker's own, written once for both.
 //!
 //! Properties checked, besides those:
 //! - a shard has at most one open term; term ids strictly increase; every `EndTerm` ends the
