@@ -2270,3 +2270,26 @@ fn without_a_work_deadline_nothing_is_reported_overdue() {
     let actions = drain(&mut m);
     assert!(overdue_reports(&actions).is_empty(), "{actions:?}");
 }
+
+#[test]
+fn made_eligible_after_its_hold_off_passed_a_replica_rejoins_now_not_in_the_past() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8));
+    m.handle_event(t0, ShardEvent::SetEligible { eligible: false });
+    m.start(t0).expect("not running");
+    assert_eq!(drain(&mut m), vec![]);
+    m.handle_event(t0, ShardEvent::Resign { hold_off: I });
+    drain(&mut m);
+    let later = t0 + 10 * I;
+    m.handle_event(later, ShardEvent::SetEligible { eligible: true });
+    assert_eq!(
+        m.poll_timeout(),
+        Some(later),
+        "due now, not when the hold-off ended"
+    );
+    m.handle_timeout(later);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::AcquireSession { conn: C1 }]
+    );
+}

@@ -44,7 +44,10 @@ impl<C> ShardedElection<C> {
     fn schedule_rejoin(&mut self, now: Instant) {
         let eligible = self.eligible;
         let run = self.run();
-        run.next_check = eligible.then(|| run.held_off_until.unwrap_or(now));
+        // A hold-off that passed while the replica was ineligible is no reason to wait, nor to
+        // set a deadline in the past.
+        let due = run.held_off_until.map_or(now, |until| until.max(now));
+        run.next_check = eligible.then_some(due);
     }
 
     pub(super) fn releasing(&mut self) -> bool {
