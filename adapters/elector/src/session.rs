@@ -21,7 +21,6 @@
 mod deadpool;
 #[cfg(feature = "deadpool")]
 mod observed;
-#[cfg(feature = "deadpool")]
 mod setup;
 
 use std::fmt;
@@ -36,8 +35,7 @@ pub use self::deadpool::PoolSessions;
 pub(crate) use self::deadpool::text_rows;
 #[cfg(feature = "deadpool")]
 pub use self::observed::{ConnectionEnd, ObservedConnect, SessionEnds, observe_connection};
-#[cfg(feature = "deadpool")]
-pub use self::setup::LateSetups;
+pub use self::setup::{KeptSetups, LateSetups, Setup};
 
 /// A boxed, sendable future borrowing for `'a`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -83,8 +81,8 @@ impl fmt::Display for QueryError {
 /// Where lock sessions come from: a pool of PostgreSQL sessions.
 pub trait SessionSource: std::fmt::Debug + Send + Sync + 'static {
     /// Borrows a session. Dropping the future gives up the borrow; a source may keep work in
-    /// progress for its next borrow rather than cancel it ([`PoolSessions`] keeps a connection
-    /// it is setting up, bounded), until [`cancel_kept`](Self::cancel_kept).
+    /// progress for its next borrow rather than cancel it (a source built on [`KeptSetups`] keeps
+    /// a connection it is setting up, bounded), until [`cancel_kept`](Self::cancel_kept).
     ///
     /// # Errors
     /// The pool's error (unreachable server, refused authentication, pool closed).

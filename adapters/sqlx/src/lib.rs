@@ -57,7 +57,8 @@ pub use plexsphere_leader::*;
 use std::fmt;
 
 use plexsphere_leader::session::{
-    BoxFuture, CheckError, LockSession, QueryError, Row, SessionSource,
+    BoxFuture, CheckError, KeptSetups, LateSetups, LockSession, QueryError, Row, SessionSource,
+    Setup,
 };
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
@@ -82,20 +83,38 @@ pub fn config(pool: PgPool) -> Config {
 }
 
 /// An sqlx `PgPool` as the elector's [`SessionSource`].
+///
+/// As with the default backend, a connection the pool is still setting up when the check that
+/// asked for it gives up is not cancelled: it is kept ([`KeptSetups`]) and the next check, which
+/// begins at once, resumes it ([`late_setups`](Self::late_setups) counts them), within the same
+/// bounds. Without that, a setup slower than one check interval (a slow network, many replicas
+/// starting at once at a short interval) would be begun and cancelled at every check, and the
+/// elector would never lead.
 #[derive(Clone)]
 pub struct PgPoolSessions {
     pool: PgPool,
+    /// The checkout a check gave up on, with whether the pool had to open a connection for it.
+    setups: KeptSetups<(PoolConnection<Postgres>, bool), sqlx::Error>,
 }
 
 impl PgPoolSessions {
     /// The sessions of `pool`.
     pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            setups: KeptSetups::new(),
+        }
     }
 
     /// The pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// What became, so far, of the connection setups a check gave up on (shared by the clones):
+    /// each was kept for the next acquire instead of being cancelled.
+    pub fn late_setups(&self) -> LateSetups {
+        self.setups.counts()
     }
 }
 
@@ -118,16 +137,23 @@ const PROBE_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 impl SessionSource for PgPoolSessions {
     fn acquire(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
         Box::pin(async move {
-            let acquire = self.pool.acquire();
+            let pool = self.pool.clone();
+            let begin = move || -> Setup<_, _> {
+                Box::pin(async move {
+                    let new = pool.num_idle() == 0;
+                    pool.acquire().await.map(|connection| (connection, new))
+                })
+            };
+            let checkout = self.setups.run(begin, |(_, new)| *new);
             // sqlx's pool retries a refused connection silently until its acquire timeout, so
             // the check would only say it got no answer: when the pool must open a connection,
             // a plain connect to the server's address reports why it cannot.
-            let connection = if self.pool.num_idle() > 0 {
-                acquire.await
+            let (connection, _) = if self.pool.num_idle() > 0 {
+                checkout.await
             } else {
                 tokio::select! {
                     biased;
-                    connection = acquire => connection,
+                    connection = checkout => connection,
                     refused = unreachable(&self.pool) => return Err(refused),
                 }
             }
@@ -136,6 +162,10 @@ impl SessionSource for PgPoolSessions {
                 connection: Mutex::new(Connection::Pooled(connection)),
             }) as Box<dyn LockSession>)
         })
+    }
+
+    fn cancel_kept(&self) {
+        self.setups.cancel();
     }
 }
 

@@ -7,7 +7,7 @@ use tokio_postgres::SimpleQueryMessage;
 use tokio_postgres::error::SqlState;
 use tokio_util::sync::CancellationToken;
 
-use super::setup::{LateSetups, Setups};
+use super::setup::{KeptSetups, LateSetups};
 use super::{BoxFuture, LockSession, QueryError, Row, SessionEnds, SessionSource};
 use crate::error::CheckError;
 
@@ -36,7 +36,7 @@ const SESSION_WATCH_PERIOD: Duration = Duration::from_millis(5);
 pub struct PoolSessions {
     pool: Pool,
     ends: SessionEnds,
-    setups: Setups<Object, PoolError>,
+    setups: KeptSetups<Object, PoolError>,
 }
 
 impl PoolSessions {
@@ -47,7 +47,7 @@ impl PoolSessions {
         Self {
             pool,
             ends: SessionEnds::global(),
-            setups: Setups::new(),
+            setups: KeptSetups::new(),
         }
     }
 

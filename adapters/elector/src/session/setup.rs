@@ -62,11 +62,11 @@ pub(crate) const UNPROVEN_SETUP: Duration = Duration::from_secs(1);
 /// this floor.
 pub(crate) const RESUME_FLOOR: Duration = Duration::from_millis(100);
 
-/// A connection setup in progress: boxed, so that it can be parked.
-pub(crate) type Setup<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+/// A connection setup in progress ([`KeptSetups::run`]): boxed, so that it can be parked.
+pub type Setup<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
-/// What became of the connection setups that a check gave up on
-/// ([`PoolSessions::late_setups`](super::PoolSessions::late_setups)).
+/// What became of the connection setups that a check gave up on ([`KeptSetups::counts`]; the
+/// backends' `late_setups`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LateSetups {
@@ -78,16 +78,48 @@ pub struct LateSetups {
     pub given_up: u64,
 }
 
-/// The parked setup of one session source, shared by its clones.
-pub(crate) struct Setups<T, E> {
+/// The connection setup a [`SessionSource`](super::SessionSource) keeps for its next acquire
+/// when the check that began it gave up (see the module docs): at most one, bounded, shared by
+/// the clones. A backend's `acquire` runs its pool's checkout through [`run`](Self::run), and
+/// its [`cancel_kept`](super::SessionSource::cancel_kept) calls [`cancel`](Self::cancel); the
+/// deadpool backend and the sqlx crate do, and so can any other source.
+///
+/// `T` is what a setup yields (the pooled connection), `E` its error.
+pub struct KeptSetups<T, E> {
     inner: Arc<Inner<T, E>>,
 }
 
-impl<T, E> Clone for Setups<T, E> {
+impl<T, E> Clone for KeptSetups<T, E> {
     fn clone(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
         }
+    }
+}
+
+impl<T, E> std::fmt::Debug for KeptSetups<T, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parked = self
+            .inner
+            .parked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
+        f.debug_struct("KeptSetups")
+            .field("parked", &parked)
+            .field("finished", &self.inner.finished.load(Ordering::Relaxed))
+            .field("given_up", &self.inner.given_up.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl<T, E> Default for KeptSetups<T, E>
+where
+    T: Send + 'static,
+    E: Send + 'static,
+{
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -113,13 +145,14 @@ struct Running<T, E> {
     expires: Option<Instant>,
 }
 
-impl<T, E> Setups<T, E>
+impl<T, E> KeptSetups<T, E>
 where
     T: Send + 'static,
     E: Send + 'static,
 {
     /// No setup parked.
-    pub(crate) fn new() -> Self {
+    #[must_use]
+    pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
                 parked: Mutex::new(None),
@@ -132,10 +165,14 @@ where
     }
 
     /// Runs a setup to its end: the parked one if there is one within its bound, else the one
-    /// `begin` makes. Dropping the returned future before the end parks the setup. `new` tells
-    /// a connection the setup made from one its pool had ready: only the time of the former
+    /// `begin` makes. Dropping the returned future before the end parks the setup (outside a
+    /// tokio runtime it is cancelled instead: no timer could bound it). `new` tells a
+    /// connection the setup made from one its pool had ready: only the time of the former
     /// bounds later setups.
-    pub(crate) async fn run(
+    ///
+    /// # Errors
+    /// The setup's own error, as it returned it.
+    pub async fn run(
         &self,
         begin: impl FnOnce() -> Setup<T, E>,
         new: impl FnOnce(&T) -> bool,
@@ -162,7 +199,7 @@ where
     }
 
     /// Cancels the parked setup, if any: nothing will resume it.
-    pub(crate) fn cancel(&self) {
+    pub fn cancel(&self) {
         let parked = self.inner.parked().take();
         if let Some(running) = parked {
             self.inner
@@ -170,8 +207,9 @@ where
         }
     }
 
-    /// The counts so far.
-    pub(crate) fn counts(&self) -> LateSetups {
+    /// The counts so far, over every clone.
+    #[must_use]
+    pub fn counts(&self) -> LateSetups {
         LateSetups {
             finished: self.inner.finished.load(Ordering::Relaxed),
             given_up: self.inner.given_up.load(Ordering::Relaxed),

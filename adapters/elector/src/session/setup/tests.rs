@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{LateSetups, RESUME_FLOOR, Setup, Setups, UNPROVEN_SETUP};
+use super::{KeptSetups, LateSetups, RESUME_FLOOR, Setup, UNPROVEN_SETUP};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -58,7 +58,7 @@ impl Probe {
     }
 }
 
-impl Setups<u32, &'static str> {
+impl KeptSetups<u32, &'static str> {
     /// Runs a setup whose connection is always a new one.
     async fn run_new(
         &self,
@@ -74,7 +74,7 @@ fn counts(finished: u64, given_up: u64) -> LateSetups {
 
 /// A check that waits `wait` for a setup ending at `at`, then gives up on it.
 async fn abandon_after(
-    setups: &Setups<u32, &'static str>,
+    setups: &KeptSetups<u32, &'static str>,
     probe: &Probe,
     wait: Duration,
     at: Instant,
@@ -85,7 +85,7 @@ async fn abandon_after(
 
 #[tokio::test(start_paused = true)]
 async fn a_setup_its_check_gave_up_on_is_resumed_by_the_next_check_and_counted() {
-    let (setups, probe, start) = (Setups::new(), Probe::default(), Instant::now());
+    let (setups, probe, start) = (KeptSetups::new(), Probe::default(), Instant::now());
     abandon_after(&setups, &probe, 50 * MS, start + 300 * MS).await;
 
     let next = setups.run_new(|| probe.setup(start + NEVER, Ok(8)));
@@ -105,7 +105,7 @@ async fn a_setup_its_check_gave_up_on_is_resumed_by_the_next_check_and_counted()
 
 #[tokio::test(start_paused = true)]
 async fn a_setup_that_ends_within_its_check_is_not_counted() {
-    let (setups, probe, start) = (Setups::new(), Probe::default(), Instant::now());
+    let (setups, probe, start) = (KeptSetups::new(), Probe::default(), Instant::now());
     let check = setups.run_new(|| probe.setup(start + 30 * MS, Ok(7)));
     assert_eq!(timeout(50 * MS, check).await, Ok(Ok(7)));
     assert_eq!(setups.counts(), counts(0, 0));
@@ -113,7 +113,7 @@ async fn a_setup_that_ends_within_its_check_is_not_counted() {
 
 #[tokio::test(start_paused = true)]
 async fn a_resumed_setup_that_fails_hands_its_error_to_the_next_check_uncounted() {
-    let (setups, probe, start) = (Setups::new(), Probe::default(), Instant::now());
+    let (setups, probe, start) = (KeptSetups::new(), Probe::default(), Instant::now());
     let check = setups.run_new(|| probe.setup(start + 300 * MS, Err("refused")));
     assert!(timeout(50 * MS, check).await.is_err());
 
@@ -125,7 +125,7 @@ async fn a_resumed_setup_that_fails_hands_its_error_to_the_next_check_uncounted(
 
 #[tokio::test(start_paused = true)]
 async fn a_setup_driven_past_its_bound_is_cancelled_when_its_check_gives_up() {
-    let (setups, probe, start) = (Setups::new(), Probe::default(), Instant::now());
+    let (setups, probe, start) = (KeptSetups::new(), Probe::default(), Instant::now());
     abandon_after(&setups, &probe, 50 * MS, start + NEVER).await;
     // The next check resumes it and waits beyond its bound (the timer finds nothing parked).
     abandon_after(&setups, &probe, FIRST_BOUND, start).await;
@@ -139,7 +139,7 @@ async fn a_setup_driven_past_its_bound_is_cancelled_when_its_check_gives_up() {
 
 #[tokio::test(start_paused = true)]
 async fn a_first_setup_nobody_resumes_is_cancelled_at_twice_the_unproven_allowance() {
-    let (setups, probe, start) = (Setups::new(), Probe::default(), Instant::now());
+    let (setups, probe, start) = (KeptSetups::new(), Probe::default(), Instant::now());
     assert_eq!(FIRST_BOUND, 2 * UNPROVEN_SETUP);
     abandon_after(&setups, &probe, 50 * MS, start + NEVER).await;
 
@@ -156,7 +156,7 @@ async fn a_first_setup_nobody_resumes_is_cancelled_at_twice_the_unproven_allowan
 
 #[tokio::test(start_paused = true)]
 async fn the_bound_is_twice_the_wait_of_the_check_that_gave_up_when_that_is_longer() {
-    let (setups, probe, start) = (Setups::new(), Probe::default(), Instant::now());
+    let (setups, probe, start) = (KeptSetups::new(), Probe::default(), Instant::now());
     let interval = 2 * UNPROVEN_SETUP;
     abandon_after(&setups, &probe, interval, start + NEVER).await;
 
@@ -178,7 +178,7 @@ async fn the_bound_is_twice_the_wait_of_the_check_that_gave_up_when_that_is_long
 
 #[tokio::test(start_paused = true)]
 async fn once_connected_quickly_a_parked_setup_is_kept_for_twice_its_checks_wait() {
-    let (setups, probe) = (Setups::new(), Probe::default());
+    let (setups, probe) = (KeptSetups::new(), Probe::default());
     let quick = setups.run_new(|| probe.setup(Instant::now() + 10 * MS, Ok(1)));
     assert_eq!(quick.await, Ok(1));
 
@@ -193,7 +193,7 @@ async fn once_connected_quickly_a_parked_setup_is_kept_for_twice_its_checks_wait
 
 #[tokio::test(start_paused = true)]
 async fn a_setup_that_connected_late_raises_the_bound_of_the_next_to_twice_its_time() {
-    let (setups, probe, start) = (Setups::new(), Probe::default(), Instant::now());
+    let (setups, probe, start) = (KeptSetups::new(), Probe::default(), Instant::now());
     abandon_after(&setups, &probe, 50 * MS, start + 300 * MS).await;
     let resumed = setups.run_new(|| probe.setup(start + NEVER, Ok(8)));
     assert_eq!(resumed.await, Ok(7), "connected after 300 ms");
@@ -209,7 +209,7 @@ async fn a_setup_that_connected_late_raises_the_bound_of_the_next_to_twice_its_t
 
 #[tokio::test(start_paused = true)]
 async fn a_connection_the_pool_had_ready_leaves_the_bound_alone() {
-    let (setups, probe, start) = (Setups::new(), Probe::default(), Instant::now());
+    let (setups, probe, start) = (KeptSetups::new(), Probe::default(), Instant::now());
     abandon_after(&setups, &probe, 50 * MS, start + 300 * MS).await;
     assert_eq!(setups.run_new(|| probe.setup(start, Ok(8))).await, Ok(7));
     let pooled = setups.run(|| probe.setup(Instant::now(), Ok(9)), |_| false);
@@ -229,7 +229,7 @@ async fn a_connection_the_pool_had_ready_leaves_the_bound_alone() {
 
 #[tokio::test(start_paused = true)]
 async fn a_source_whose_pool_had_connections_ready_keeps_a_first_new_one_for_two_waits() {
-    let (setups, probe) = (Setups::new(), Probe::default());
+    let (setups, probe) = (KeptSetups::new(), Probe::default());
     let pooled = setups.run(|| probe.setup(Instant::now(), Ok(9)), |_| false);
     assert_eq!(pooled.await, Ok(9));
 
@@ -247,7 +247,7 @@ async fn a_source_whose_pool_had_connections_ready_keeps_a_first_new_one_for_two
 
 #[tokio::test(start_paused = true)]
 async fn a_kept_setup_is_cancelled_when_the_connection_it_was_for_is_closed() {
-    let (setups, probe, start) = (Setups::new(), Probe::default(), Instant::now());
+    let (setups, probe, start) = (KeptSetups::new(), Probe::default(), Instant::now());
     abandon_after(&setups, &probe, 50 * MS, start + NEVER).await;
     setups.cancel();
     assert_eq!(probe.cancelled(), 1, "cancelled at once, not at its bound");
@@ -261,7 +261,7 @@ async fn a_kept_setup_is_cancelled_when_the_connection_it_was_for_is_closed() {
 
 #[tokio::test(start_paused = true)]
 async fn at_a_few_milliseconds_a_parked_setup_is_kept_for_the_floor() {
-    let (setups, probe) = (Setups::new(), Probe::default());
+    let (setups, probe) = (KeptSetups::new(), Probe::default());
     let quick = setups.run_new(|| probe.setup(Instant::now() + 3 * MS, Ok(1)));
     assert_eq!(quick.await, Ok(1));
 
@@ -275,7 +275,7 @@ async fn at_a_few_milliseconds_a_parked_setup_is_kept_for_the_floor() {
 
 #[tokio::test(start_paused = true)]
 async fn only_one_setup_is_parked_per_source_and_its_clones() {
-    let (setups, probe, start) = (Setups::new(), Probe::default(), Instant::now());
+    let (setups, probe, start) = (KeptSetups::new(), Probe::default(), Instant::now());
     let clone = setups.clone();
     let first = setups.run_new(|| probe.setup(start + 300 * MS, Ok(1)));
     let second = clone.run_new(|| probe.setup(start + 300 * MS, Ok(2)));
@@ -294,7 +294,7 @@ fn outside_a_runtime_a_setup_is_cancelled_not_parked() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a runtime");
-    let (setups, probe) = (Setups::<u32, &str>::new(), Probe::default());
+    let (setups, probe) = (KeptSetups::<u32, &str>::new(), Probe::default());
     let mut check = Box::pin(setups.run_new(|| {
         probe.begun.fetch_add(1, Ordering::Relaxed);
         let cancelled = Cancelled(Arc::clone(&probe.cancelled), true);
