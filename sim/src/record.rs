@@ -197,26 +197,18 @@ pub(crate) enum TermEnd {
     Open,
 }
 
-/// One term of leadership as the harness observed it.
-#[derive(Debug)]
+/// One term on a lock of the run's space as the harness observed it, from what the replica's
+/// elector published: a term of leadership (the single election is a space of one lock, lock
+/// 0), or a term of shard `lock` (sharded runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TermRecord {
     pub(crate) replica: usize,
     pub(crate) incarnation: u32,
+    /// The lock of the space: 0 for the single election, the shard in a sharded run.
+    pub(crate) lock: u32,
     pub(crate) id: u64,
-    /// The term's fencing epoch (`TermInfo::epoch`), read when it began.
+    /// The term's fencing epoch (`TermInfo::epoch`), read when it began (single election).
     pub(crate) epoch: Option<u64>,
-    pub(crate) span: Span,
-    pub(crate) end: TermEnd,
-}
-
-/// One term of one shard as the harness observed it (sharded runs): from the ownership the
-/// replica's elector published.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ShardTermRecord {
-    pub(crate) replica: usize,
-    pub(crate) incarnation: u32,
-    pub(crate) shard: u32,
-    pub(crate) id: u64,
     pub(crate) span: Span,
     pub(crate) end: TermEnd,
 }
@@ -262,9 +254,9 @@ pub(crate) struct UpSpan {
 /// The harness's history of a run.
 #[derive(Debug, Default)]
 pub(crate) struct History {
+    /// Every term on a lock of the space, in the order they began (sharded runs: every shard
+    /// term).
     pub(crate) terms: Vec<TermRecord>,
-    /// Sharded runs: every shard term, in the order they began.
-    pub(crate) shard_terms: Vec<ShardTermRecord>,
     /// Sharded runs: every shard being handed over, in the order the handovers began.
     pub(crate) handing: Vec<Handing>,
     /// Sharded runs: every advisory lock each server held when every replica was asked to

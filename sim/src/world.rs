@@ -7,15 +7,15 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use plexsphere_leader::sharded::Ownership;
-use plexsphere_leader::{Leadership, TermEndCause, leadership::TermInfo};
+use plexsphere_leader::{Leadership, TermEndCause};
 use plexsphere_leader_pgsim::{LockMode, Primary, ServerConfig, ServerHandle, SimPostgres};
 use tokio::sync::watch;
 use turmoil::{Builder, Sim};
 
 use crate::capture;
 use crate::record::{
-    Handing, HeldOut, History, LinkFault, Recorder, ShardTermRecord, SharedRecorder, Span, TermEnd,
-    TermRecord, UpSpan,
+    Handing, HeldOut, History, LinkFault, Recorder, SharedRecorder, Span, TermEnd, TermRecord,
+    UpSpan,
 };
 use crate::replica::{self, Live, ReplicaEnv, Slot};
 use crate::setup::{
@@ -29,14 +29,13 @@ pub(crate) struct ReplicaHost {
     /// The incarnation the harness saw last.
     seen_incarnation: u32,
     seen_finished: bool,
-    /// The index in `history.terms` of the term open on this replica.
-    open_term: Option<usize>,
+    /// The terms open on this replica: lock of the space → index in `history.terms` (the
+    /// single election's lock 0, or each shard it owns).
+    open_terms: BTreeMap<u32, usize>,
     /// The index in `history.up` of the current up span.
     up: Option<usize>,
     /// The published leadership of the incarnation it belongs to.
     leadership: Option<(u32, watch::Receiver<Leadership>)>,
-    /// Sharded runs: the open shard terms, shard → index in `history.shard_terms`.
-    open_shards: BTreeMap<u32, usize>,
     /// Sharded runs: the shards being handed over, shard → index in `history.handing`.
     open_handing: BTreeMap<u32, usize>,
     /// Sharded runs: the published ownership of the incarnation it belongs to.
@@ -127,10 +126,9 @@ impl World<'_> {
                 slot,
                 seen_incarnation: 0,
                 seen_finished: false,
-                open_term: None,
+                open_terms: BTreeMap::new(),
                 up: Some(history.up.len() - 1),
                 leadership: None,
-                open_shards: BTreeMap::new(),
                 open_handing: BTreeMap::new(),
                 ownership: None,
             });
@@ -235,7 +233,16 @@ impl World<'_> {
                 (None, Some(leadership)) => (None, leadership.last_end()),
                 (_, None) => (None, None),
             };
-            self.sync_term(index, incarnation, term, last_end, now);
+            let open = term
+                .map(|term| (0, (term.id.get(), term.epoch)))
+                .into_iter()
+                .collect();
+            let cause_of = |_, id| {
+                last_end
+                    .filter(|end| end.id.get() == id)
+                    .map(|end| end.cause)
+            };
+            self.sync_terms(index, incarnation, &open, cause_of, now);
         }
     }
 
@@ -260,72 +267,95 @@ impl World<'_> {
         }
     }
 
-    /// Brings the recorded terms of replica `index` in line with what it published: the
-    /// recorded open term ends (with the published cause) when it is no longer the open term,
-    /// and a newly published term begins.
-    fn sync_term(
+    /// Brings the recorded terms of replica `index` in line with what its incarnation
+    /// `incarnation` published: `open` maps each lock it holds a term on to that term's id
+    /// and epoch. A recorded open term that is no longer open ends, with the cause
+    /// `cause_of(lock, id)` gives; a newly published one begins.
+    fn sync_terms(
         &mut self,
         index: usize,
         incarnation: u32,
-        current: Option<TermInfo>,
-        last_end: Option<plexsphere_leader::leadership::TermEnd>,
+        open: &BTreeMap<u32, (u64, Option<u64>)>,
+        mut cause_of: impl FnMut(u32, u64) -> Option<TermEndCause>,
         now: Duration,
     ) {
-        if let Some(open) = self.replicas[index].open_term {
-            let record = &self.history.terms[open];
-            let same = record.incarnation == incarnation
-                && current.is_some_and(|term| term.id.get() == record.id);
-            if same {
-                return;
-            }
-            let id = record.id;
-            let cause = last_end
-                .filter(|end| end.id.get() == id)
-                .map(|end| end.cause);
-            self.end_term(index, open, cause, now);
+        let ended: Vec<(u32, usize)> = self.replicas[index]
+            .open_terms
+            .iter()
+            .filter(|&(lock, &record)| {
+                let record = &self.history.terms[record];
+                record.incarnation != incarnation
+                    || open.get(lock).map(|(id, _)| *id) != Some(record.id)
+            })
+            .map(|(lock, record)| (*lock, *record))
+            .collect();
+        for (lock, record) in ended {
+            let cause = cause_of(lock, self.history.terms[record].id);
+            self.end_term(index, lock, record, cause, now);
         }
-        if let Some(term) = current {
-            let (id, epoch) = (term.id.get(), term.epoch);
+        for (&lock, &(id, epoch)) in open {
+            if self.replicas[index].open_terms.contains_key(&lock) {
+                continue;
+            }
             self.history.terms.push(TermRecord {
                 replica: index,
                 incarnation,
+                lock,
                 id,
                 epoch,
                 span: Span::open(now),
                 end: TermEnd::Open,
             });
-            self.replicas[index].open_term = Some(self.history.terms.len() - 1);
+            let record = self.history.terms.len() - 1;
+            self.replicas[index].open_terms.insert(lock, record);
             let who = application_name(index, incarnation);
             let what = match epoch {
-                Some(epoch) => format!("term {id} begins (epoch {epoch})"),
-                None => format!("term {id} begins"),
+                Some(epoch) => format!("{}term {id} begins (epoch {epoch})", self.lock_name(lock)),
+                None => format!("{}term {id} begins", self.lock_name(lock)),
             };
             self.history.note(now, who, what);
         }
     }
 
-    /// The recorded term `open` of replica `index` ended, for `cause` as published (`None`:
-    /// the incarnation stopped running before it published the end, which counts as lost).
-    fn end_term(&mut self, index: usize, open: usize, cause: Option<TermEndCause>, now: Duration) {
-        self.replicas[index].open_term = None;
+    /// How the trace names a term's lock: nothing for the single election's, `shard 3 `.
+    fn lock_name(&self, lock: u32) -> String {
+        if self.sharded {
+            format!("shard {lock} ")
+        } else {
+            String::new()
+        }
+    }
+
+    /// The recorded term `open` on `lock` of replica `index` ended, for `cause` as published
+    /// (`None`: the incarnation stopped running before it published the end, which counts as
+    /// lost).
+    fn end_term(
+        &mut self,
+        index: usize,
+        lock: u32,
+        open: usize,
+        cause: Option<TermEndCause>,
+        now: Duration,
+    ) {
+        self.replicas[index].open_terms.remove(&lock);
+        let name = self.lock_name(lock);
         let term = &mut self.history.terms[open];
         term.span.end = Some(now);
         term.end = match cause {
             Some(TermEndCause::Stopped) => TermEnd::Stopped,
             Some(TermEndCause::Resigned) => TermEnd::Resigned,
+            Some(TermEndCause::HandedOver) => TermEnd::HandedOver,
             // A cause added later counts as lost until the checker learns it.
             Some(_) | None => TermEnd::Lost,
         };
-        let what = format!(
-            "term {} ends: {}",
-            term.id,
-            match cause {
-                Some(TermEndCause::Stopped) => "stopped".to_owned(),
-                Some(TermEndCause::Resigned) => "resigned".to_owned(),
-                Some(other) => other.to_string(),
-                None => "leadership lost: the incarnation stopped".to_owned(),
-            }
-        );
+        let why = match cause {
+            Some(TermEndCause::Stopped) => "stopped".to_owned(),
+            Some(TermEndCause::Resigned) => "resigned".to_owned(),
+            Some(TermEndCause::HandedOver) => "handed over".to_owned(),
+            Some(other) => other.to_string(),
+            None => "leadership lost: the incarnation stopped".to_owned(),
+        };
+        let what = format!("{name}term {} ends: {why}", term.id);
         let who = application_name(index, term.incarnation);
         self.history.note(now, who, what);
     }
@@ -354,48 +384,24 @@ impl World<'_> {
             // The incarnation no longer runs: whatever it published is over.
             _ => (BTreeMap::new(), BTreeSet::new()),
         };
-        let ended: Vec<(u32, usize)> = self.replicas[index]
-            .open_shards
-            .iter()
-            .filter(|&(shard, &open)| {
-                let record = &self.history.shard_terms[open];
-                record.incarnation != incarnation || owned.get(shard) != Some(&record.id)
-            })
-            .map(|(shard, open)| (*shard, *open))
+        let open = owned
+            .into_iter()
+            .map(|(shard, id)| (shard, (id, None)))
             .collect();
-        if !ended.is_empty() {
-            let transitions = live
-                .and_then(|live| live.elector.sharded())
-                .map(|elector| elector.transitions())
-                .unwrap_or_default();
-            for (shard, open) in ended {
-                let id = self.history.shard_terms[open].id;
-                let cause = transitions
-                    .iter()
-                    .rev()
-                    .find(|t| t.shard == shard && t.term.get() == id)
-                    .and_then(|t| t.ended);
-                self.end_shard_term(index, shard, open, cause, now);
-            }
-        }
-        for (shard, id) in owned {
-            if self.replicas[index].open_shards.contains_key(&shard) {
-                continue;
-            }
-            self.history.shard_terms.push(ShardTermRecord {
-                replica: index,
-                incarnation,
-                shard,
-                id,
-                span: Span::open(now),
-                end: TermEnd::Open,
+        let mut transitions = None;
+        let cause_of = |shard, id| {
+            let transitions = transitions.get_or_insert_with(|| {
+                live.and_then(|live| live.elector.sharded())
+                    .map(|elector| elector.transitions())
+                    .unwrap_or_default()
             });
-            let record = self.history.shard_terms.len() - 1;
-            self.replicas[index].open_shards.insert(shard, record);
-            let who = application_name(index, incarnation);
-            self.history
-                .note(now, who, format!("shard {shard} term {id} begins"));
-        }
+            transitions
+                .iter()
+                .rev()
+                .find(|t| t.shard == shard && t.term.get() == id)
+                .and_then(|t| t.ended)
+        };
+        self.sync_terms(index, incarnation, &open, cause_of, now);
         self.sync_handing(index, incarnation, &handing, now);
     }
 
@@ -435,36 +441,6 @@ impl World<'_> {
         }
     }
 
-    /// The recorded term `open` of `shard` on replica `index` ended, for `cause` as its
-    /// elector recorded it (`None`: the incarnation stopped running first, which counts as
-    /// lost).
-    fn end_shard_term(
-        &mut self,
-        index: usize,
-        shard: u32,
-        open: usize,
-        cause: Option<TermEndCause>,
-        now: Duration,
-    ) {
-        self.replicas[index].open_shards.remove(&shard);
-        let term = &mut self.history.shard_terms[open];
-        term.span.end = Some(now);
-        term.end = match cause {
-            Some(TermEndCause::Stopped) => TermEnd::Stopped,
-            Some(TermEndCause::HandedOver) => TermEnd::HandedOver,
-            Some(_) | None => TermEnd::Lost,
-        };
-        let why = match cause {
-            Some(TermEndCause::HandedOver) => "handed over".to_owned(),
-            Some(TermEndCause::Stopped) => "stopped".to_owned(),
-            Some(other) => other.to_string(),
-            None => "leadership lost: the incarnation stopped".to_owned(),
-        };
-        let what = format!("shard {shard} term {} ends: {why}", term.id);
-        let who = application_name(index, term.incarnation);
-        self.history.note(now, who, what);
-    }
-
     /// The latest ownership the running incarnation of replica `index` published, read from
     /// a receiver subscribed when the harness first saw that incarnation run; `None` before
     /// it ran.
@@ -491,16 +467,11 @@ impl World<'_> {
     /// The replicas that lead now, as last observed; in a sharded run the replicas that own
     /// shards, the one owning the most first.
     pub(crate) fn leaders(&self) -> Vec<usize> {
-        if self.sharded {
-            let mut owners: Vec<usize> = (0..self.replicas.len())
-                .filter(|&r| !self.replicas[r].open_shards.is_empty())
-                .collect();
-            owners.sort_by_key(|&r| (std::cmp::Reverse(self.replicas[r].open_shards.len()), r));
-            return owners;
-        }
-        (0..self.replicas.len())
-            .filter(|&r| self.replicas[r].open_term.is_some())
-            .collect()
+        let mut owners: Vec<usize> = (0..self.replicas.len())
+            .filter(|&r| !self.replicas[r].open_terms.is_empty())
+            .collect();
+        owners.sort_by_key(|&r| (std::cmp::Reverse(self.replicas[r].open_terms.len()), r));
+        owners
     }
 
     /// Whether replica `r`'s software runs and has not been asked to stop.

@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use plexsphere_leader_pgsim::{Event, LockKey, LockMode};
 
-use super::space::{self, Found, LockTerm, Noun, Space, Tenure, merge};
+use super::space::{self, Found, Noun, Space, Tenure, merge};
 use super::{Checker, Evidence, Measurements, Owner, Property, Violation, max, ms};
-use crate::record::{ShardTermRecord, TermEnd};
+use crate::record::{TermEnd, TermRecord};
 use crate::setup::{Params, SERVERS, Sharding};
 
 /// The second half of the member lock.
@@ -132,7 +132,7 @@ pub(crate) fn check(
     let mut violations = base.violations;
     violations.sort_by_key(|v| (v.at, v.property));
     measured.runs = 1;
-    measured.terms = evidence.history.shard_terms.len();
+    measured.terms = evidence.history.terms.len();
     let measurements = Measurements {
         faults: evidence.history.faults,
         shards: measured,
@@ -183,7 +183,7 @@ impl<'a> ShardChecker<'a> {
             holds: (0..sharding.shards)
                 .map(|shard| (shard, holds.remove(&shard).unwrap_or_default()))
                 .collect(),
-            terms: e.history.shard_terms.iter().map(lock_term).collect(),
+            terms: &e.history.terms,
             work: e
                 .shard_work
                 .iter()
@@ -201,8 +201,8 @@ impl<'a> ShardChecker<'a> {
         }
     }
 
-    fn terms(&self) -> &'a [ShardTermRecord] {
-        &self.base.e.history.shard_terms
+    fn terms(&self) -> &'a [TermRecord] {
+        &self.base.e.history.terms
     }
 
     fn end(&self) -> Duration {
@@ -211,8 +211,8 @@ impl<'a> ShardChecker<'a> {
 
     /// The lock tenure a shard term rests on: its incarnation's latest grant of the shard at
     /// or before the term began.
-    fn hold_of(&self, term: &ShardTermRecord) -> Option<Tenure> {
-        self.space.hold_of(&lock_term(term))
+    fn hold_of(&self, term: &TermRecord) -> Option<Tenure> {
+        self.space.hold_of(term)
     }
 
     /// Adds the violations `found` and returns its measure.
@@ -268,7 +268,7 @@ impl<'a> ShardChecker<'a> {
                 .filter(|w| {
                     w.replica == term.replica
                         && w.incarnation == term.incarnation
-                        && w.shard == term.shard
+                        && w.shard == term.lock
                         && w.term == term.id
                 })
                 .map(|w| w.span.end_or(self.end()))
@@ -284,7 +284,7 @@ impl<'a> ShardChecker<'a> {
                     Property::GracefulOverlap,
                     format!(
                         "{} ({how}) ended {} after its session (pid {}) released the shard's lock",
-                        term_name(term),
+                        self.space.name(term),
                         ms(ended - released),
                         hold.pid
                     ),
@@ -296,7 +296,7 @@ impl<'a> ShardChecker<'a> {
                     .terms()
                     .iter()
                     .filter(|t| {
-                        t.shard == term.shard
+                        t.lock == term.lock
                             && t.replica != term.replica
                             && t.span.start >= released
                             && t.span.start < work_end
@@ -315,7 +315,7 @@ impl<'a> ShardChecker<'a> {
                     Property::GracefulOverlap,
                     format!(
                         "{} ({how}): its session (pid {}) released the shard's lock while the term's work ran {} longer{successor}",
-                        term_name(term),
+                        self.space.name(term),
                         hold.pid,
                         ms(work_end - released)
                     ),
@@ -345,9 +345,9 @@ impl<'a> ShardChecker<'a> {
         let end = self.end();
         let history = self.base.e.history;
         let terms = history
-            .shard_terms
+            .terms
             .iter()
-            .filter(|t| t.replica == replica && t.incarnation == incarnation && t.shard == shard)
+            .filter(|t| t.replica == replica && t.incarnation == incarnation && t.lock == shard)
             .map(|t| t.span);
         let handing = history
             .handing
@@ -450,7 +450,7 @@ impl<'a> ShardChecker<'a> {
                 let believes = self.terms().iter().any(|t| {
                     t.replica == replica
                         && t.incarnation == incarnation
-                        && t.shard == shard
+                        && t.lock == shard
                         && t.span.start <= stop
                         && t.span.end.is_none_or(|end| end >= stop)
                 });
@@ -689,7 +689,7 @@ impl<'a> ShardChecker<'a> {
                     .filter(|t| {
                         t.replica == replica
                             && t.incarnation == incarnation
-                            && t.shard == shard
+                            && t.lock == shard
                             && t.span.start >= grant.granted
                     })
                     .map(|t| t.span.start)
@@ -802,11 +802,11 @@ impl<'a> ShardChecker<'a> {
     /// What is wrong with the ownership at `at` (after every change at that instant), if
     /// anything: a replica owning outside ⌊K/R⌋..=⌈K/R⌉, a shard without owner or with two.
     fn imbalance(&self, at: Duration) -> Option<String> {
-        let open = |t: &&ShardTermRecord| t.span.start <= at && t.span.end.is_none_or(|e| e > at);
+        let open = |t: &&TermRecord| t.span.start <= at && t.span.end.is_none_or(|e| e > at);
         let mut owners: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         let mut counts = vec![0_u32; self.replicas];
         for term in self.terms().iter().filter(open) {
-            owners.entry(term.shard).or_default().push(term.replica);
+            owners.entry(term.lock).or_default().push(term.replica);
             counts[term.replica] += 1;
         }
         let replicas = u32::try_from(self.replicas).unwrap_or(u32::MAX).max(1);
@@ -886,34 +886,8 @@ impl<'a> ShardChecker<'a> {
 
     /// After every replica stopped, no shard term is left open.
     fn open_terms(&mut self) {
-        let end = self.end();
-        let open: Vec<String> = self
-            .terms()
-            .iter()
-            .filter(|t| t.span.end.is_none())
-            .map(term_name)
-            .collect();
-        for name in open {
-            self.violate(end, Property::CleanStop, format!("{name} is still open"));
-        }
-    }
-}
-
-fn term_name(term: &ShardTermRecord) -> String {
-    format!(
-        "r{}.{} shard {} term {}",
-        term.replica, term.incarnation, term.shard, term.id
-    )
-}
-
-/// A shard term, as a term on the space's lock of its shard.
-fn lock_term(term: &ShardTermRecord) -> LockTerm {
-    LockTerm {
-        replica: term.replica,
-        incarnation: term.incarnation,
-        lock: term.shard,
-        id: term.id,
-        span: term.span,
+        let found = self.space.open_terms();
+        self.record(found);
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use plexsphere_leader_pgsim::{EndReason, QueryRecord, ReleaseReason};
 
 use super::{Owner, Property, Violation, max, ms};
-use crate::record::{History, Span};
+use crate::record::{History, Span, TermRecord};
 use crate::setup::SERVERS;
 
 /// One tenure of a lock on one server: a session's first grant to the release of its last
@@ -77,16 +77,6 @@ pub(crate) enum Noun {
     Shard,
 }
 
-/// A term on one lock of the space.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LockTerm {
-    pub(crate) replica: usize,
-    pub(crate) incarnation: u32,
-    pub(crate) lock: u32,
-    pub(crate) id: u64,
-    pub(crate) span: Span,
-}
-
 /// What one rule measured over the space: the longest case, the count of cases, and the
 /// violations.
 #[derive(Debug, Default)]
@@ -120,7 +110,8 @@ pub(crate) struct Space<'a> {
     pub(crate) replicas: usize,
     /// Every tenure of each lock, by lock, in grant order.
     pub(crate) holds: BTreeMap<u32, Vec<Tenure>>,
-    pub(crate) terms: Vec<LockTerm>,
+    /// Every term on a lock of the space ([`History::terms`]).
+    pub(crate) terms: &'a [TermRecord],
     /// The units of work: (replica, lock, span).
     pub(crate) work: Vec<(usize, u32, Span)>,
 }
@@ -147,7 +138,7 @@ impl Space<'_> {
 
     /// The tenure a term rests on: its incarnation's latest grant of the term's lock at or
     /// before the term began.
-    pub(crate) fn hold_of(&self, term: &LockTerm) -> Option<Tenure> {
+    pub(crate) fn hold_of(&self, term: &TermRecord) -> Option<Tenure> {
         let owner = (term.replica, term.incarnation);
         self.holds
             .get(&term.lock)?
@@ -158,7 +149,7 @@ impl Space<'_> {
     }
 
     /// `r0.1 term 3`, `r0.1 shard 2 term 3`.
-    pub(crate) fn name(&self, term: &LockTerm) -> String {
+    pub(crate) fn name(&self, term: &TermRecord) -> String {
         match self.noun {
             Noun::Leader => format!("r{}.{} term {}", term.replica, term.incarnation, term.id),
             Noun::Shard => format!(
@@ -176,7 +167,7 @@ impl Space<'_> {
             Noun::Leader => ("a grant", "still led", "the lock"),
             Noun::Shard => ("a grant of the shard", "still owned the shard", "its lock"),
         };
-        for term in &self.terms {
+        for term in self.terms {
             let who = self.name(term);
             let Some(hold) = self.hold_of(term) else {
                 let detail = format!("{who} began without {grant}");
@@ -201,6 +192,16 @@ impl Space<'_> {
                 );
                 found.violate(since, Property::Detection, detail);
             }
+        }
+        found
+    }
+
+    /// After every replica stopped, no term on a lock of the space is left open.
+    pub(crate) fn open_terms(&self) -> Found {
+        let mut found = Found::default();
+        for term in self.terms.iter().filter(|t| t.span.end.is_none()) {
+            let detail = format!("{} is still open", self.name(term));
+            found.violate(self.end, Property::CleanStop, detail);
         }
         found
     }

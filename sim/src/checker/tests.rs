@@ -15,7 +15,7 @@ use plexsphere_leader_pgsim::{
 
 use super::space::intersections;
 use super::*;
-use crate::record::{HeldOut, ShardTermRecord, UpSpan};
+use crate::record::{HeldOut, UpSpan};
 use crate::setup::Sharding;
 
 /// `n` milliseconds.
@@ -195,6 +195,7 @@ impl Run {
         self.history.terms.push(TermRecord {
             replica,
             incarnation: 1,
+            lock: 0,
             id,
             epoch: None,
             span: Span {
@@ -215,12 +216,13 @@ impl Run {
         end: Option<u64>,
         how: TermEnd,
     ) -> u64 {
-        let id = self.history.shard_terms.len() as u64 + 1;
-        self.history.shard_terms.push(ShardTermRecord {
+        let id = self.history.terms.len() as u64 + 1;
+        self.history.terms.push(TermRecord {
             replica,
             incarnation: 1,
-            shard,
+            lock: shard,
             id,
+            epoch: None,
             span: Span {
                 start: ms(start),
                 end: end.map(ms),
@@ -644,6 +646,7 @@ fn a_term_left_open_or_a_lock_left_held_at_the_end_breaks_the_clean_stop() {
     run.history.terms.push(TermRecord {
         replica: 0,
         incarnation: 1,
+        lock: 0,
         id: 1,
         epoch: None,
         span: Span::open(ms(12)),
