@@ -11,6 +11,9 @@
 //! - [`LockObserver`]: polls `pg_locks` for the leader lock and records who held it when.
 //! - [`Timeline`] and the pure functions of [`timeline`]: merge events from many replicas and
 //!   compute overlaps (two replicas believing they lead) and leaderless gaps.
+//! - [`replica_child`]: the replica child process (the election, a sharded elector, or one
+//!   elector per shard key), and [`replica_process`]: the harness side that starts such
+//!   processes ([`Launcher`], [`ReplicaProcess`]) and reads what they print.
 //!
 //! Nothing here relies on process-global state shared between tests: each test may run in its
 //! own process (nextest) or in threads of one process (`cargo test`).
@@ -27,10 +30,10 @@ mod error;
 mod observer;
 mod pg;
 mod pgbouncer;
+pub mod procfs;
 mod proxy;
 pub mod replica_child;
 pub mod replica_process;
-pub mod shard_child;
 pub mod timeline;
 
 pub use backend::{Backend, BackendPool};
@@ -42,7 +45,7 @@ pub use pg::{base_config, connect, pool_for, retarget};
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use proxy::{Direction, FaultProxy, Mode};
 pub use replica_child::ChildArgs;
-pub use replica_process::{ExitReport, Launcher, Record, ReplicaProcess};
+pub use replica_process::{CpuSample, ExitReport, Launcher, PoolReport, Record, ReplicaProcess};
 pub use timeline::{Event, Interval, Span, Timeline};
 
 /// Default base DSN when `PLEXSPHERE_TEST_DSN` is not set.

@@ -1,10 +1,19 @@
-//! [`ReplicaProcess`]: one elector in a child OS process (see [`crate::replica_child`]), its
-//! JSON-line output parsed into [`Record`]s on the harness's clock and merged into one
-//! [`Timeline`] with the other replicas (`lead` / `follow` events).
+//! The harness side of replica child processes ([`crate::replica_child`]): [`Launcher`] starts
+//! them, [`ReplicaProcess`] keeps what each printed as [`Record`]s on the harness's clock,
+//! sends it commands and signals, stops or kills it. Two thin layers read the records:
+//!
+//! - the election's ([`LEAD`], [`FOLLOW`], [`leaders`], [`wait_sole_leader`], [`wait_clean`],
+//!   …): a process's `lead` and `follow` may also go to a [`Timeline`] merged with the other
+//!   replicas' ([`Launcher::spawn_with_timeline`]);
+//! - the sharded space's ([`shards`]): who owned which shard when, balance, overlaps, and the
+//!   server's view.
 //!
 //! Every record carries the child's `CLOCK_MONOTONIC` stamp, converted with
-//! [`crate::clock::to_instant`], so the timelines of all replicas, the [`crate::LockObserver`]
+//! [`crate::clock::to_instant`], so the records of all replicas, the [`crate::LockObserver`]
 //! and the test itself share one clock.
+
+mod election;
+pub mod shards;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -19,23 +28,22 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tokio_postgres::Client;
 use tokio_postgres::config::{Config, Host};
 
+pub use self::election::{
+    FOLLOW, LEAD, REPLICA_APP_PREFIX, leaders, lock_holders, session_names, wait_clean,
+    wait_sole_leader,
+};
 use crate::clock::to_instant;
 use crate::replica_child::ChildArgs;
-use crate::{HarnessError, LOCK_CLASSID, LOCK_OBJID, Timeline};
+use crate::{HarnessError, Timeline};
 
-/// `application_name` prefix of every replica process's sessions (distinct from the harness's
-/// own [`crate::HARNESS_APP_PREFIX`]).
-pub const REPLICA_APP_PREFIX: &str = "plx-replica-";
-
-/// The [`Timeline`] event of a term's start.
-pub const LEAD: &str = "lead";
-/// The [`Timeline`] event of a term's end.
-pub const FOLLOW: &str = "follow";
-
-/// How long a replica may take to exit after `SIGTERM` or `SIGKILL`.
+/// How long an election's replica may take to print `ready`.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a sharded replica may take to print `ready`: a process of 128 single electors
+/// connects 128 pools first, on a loaded machine alongside seven others.
+const SPACE_START_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long a replica may take to exit once signalled, or to answer `cpu`.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One line a replica printed.
@@ -45,7 +53,7 @@ pub struct Record {
     pub at: Instant,
     /// The replica's name.
     pub replica: String,
-    /// What happened (`ready`, `lead`, `follow`, `log`, `exit`, …).
+    /// What happened (`ready`, `lead`, `follow`, `begin`, `end`, `log`, `exit`, …).
     pub event: String,
     /// The whole JSON object.
     pub fields: Value,
@@ -67,7 +75,8 @@ impl Record {
         self.fields.get(key).and_then(Value::as_bool)
     }
 
-    /// Whether this is a `log` record at `level` whose message starts with `message`.
+    /// Whether this is a `log` record at `level` whose message starts with `message` (`""`:
+    /// any message).
     pub fn is_log(&self, level: &str, message: &str) -> bool {
         self.event == "log"
             && self.str("level") == Some(level)
@@ -78,40 +87,62 @@ impl Record {
 /// What a replica reported when its `run` returned (the `exit` record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExitReport {
-    /// `run`'s error, if it returned one.
+    /// `run`'s error (the sharded modes: every run's, joined), if it returned one.
     pub run_error: Option<String>,
-    /// The pool's connections (idle and in use) after `run` returned.
-    pub pool_size: u64,
-    /// Idle connections in the pool then.
-    pub pool_available: u64,
-    /// Callers waiting for a connection then.
-    pub pool_waiting: u64,
+    /// The pool after `run` returned; `None` from the sharded modes, which do not report it.
+    pub pool: Option<PoolReport>,
+}
+
+/// The state of the election's pool once `run` returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolReport {
+    /// The pool's connections (idle and in use).
+    pub size: u64,
+    /// Idle connections.
+    pub available: u64,
+    /// Callers waiting for a connection.
+    pub waiting: u64,
     /// Whether the pool then handed out a connection that answered `SELECT 1`.
-    pub pool_ok: bool,
+    pub ok: bool,
     /// Why it did not.
-    pub pool_error: Option<String>,
+    pub error: Option<String>,
 }
 
 impl ExitReport {
-    /// No pool lost a connection: every connection the pool counts is back in it, nobody waits,
-    /// and it still serves one.
+    /// No pool lost a connection: `run` ended well, every connection the pool counts is back
+    /// in it, nobody waits, and it still serves one.
     pub fn pool_intact(&self) -> bool {
         self.run_error.is_none()
-            && self.pool_ok
-            && self.pool_waiting == 0
-            && self.pool_available == self.pool_size
+            && self
+                .pool
+                .as_ref()
+                .is_some_and(|p| p.ok && p.waiting == 0 && p.available == p.size)
     }
 
     fn from_record(record: &Record) -> Self {
+        let pool = record.u64("pool_size").map(|size| PoolReport {
+            size,
+            available: record.u64("pool_available").unwrap_or(0),
+            waiting: record.u64("pool_waiting").unwrap_or(0),
+            ok: record.bool("pool_ok").unwrap_or(false),
+            error: record.str("pool_error").map(str::to_owned),
+        });
         Self {
             run_error: record.str("run").map(str::to_owned),
-            pool_size: record.u64("pool_size").unwrap_or(u64::MAX),
-            pool_available: record.u64("pool_available").unwrap_or(0),
-            pool_waiting: record.u64("pool_waiting").unwrap_or(0),
-            pool_ok: record.bool("pool_ok").unwrap_or(false),
-            pool_error: record.str("pool_error").map(str::to_owned),
+            pool,
         }
     }
+}
+
+/// What a `cpu` command answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuSample {
+    /// The process's CPU time so far, every thread.
+    pub cpu: Duration,
+    /// Its resident set, kB.
+    pub rss_kb: u64,
+    /// Its peak resident set, kB.
+    pub hwm_kb: u64,
 }
 
 /// The records of one replica and a counter that changes with each new one.
@@ -126,6 +157,11 @@ impl Shared {
         // Pushing a record cannot leave the vector inconsistent: recover from a poisoned lock.
         self.records.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn push(&self, record: Record) {
+        self.lock().push(record);
+        self.changed.send_modify(|n| *n += 1);
+    }
 }
 
 /// How to start replica processes: the program, and the arguments before the replica's own.
@@ -139,10 +175,7 @@ impl Launcher {
     /// Runs `program` with the replica's arguments (the `plx-replica` binary:
     /// `env!("CARGO_BIN_EXE_plx-replica")` in an integration test).
     pub fn new(program: impl AsRef<Path>) -> Self {
-        Self {
-            program: program.as_ref().to_owned(),
-            prefix: Vec::new(),
-        }
+        Self::with_prefix(program, &[])
     }
 
     /// Runs `program prefix… <replica arguments>` (the benchmark runs itself as `bench replica`).
@@ -153,13 +186,34 @@ impl Launcher {
         }
     }
 
-    /// Starts a replica and waits until it printed `ready`. Its `lead` and `follow` events go to
-    /// `timeline` under its name.
-    pub async fn spawn(
+    /// Starts a replica and waits until it printed `ready` (up to 10 s for the election, 180 s
+    /// for the sharded modes).
+    ///
+    /// # Errors
+    /// The process could not start, or printed no `ready` in time.
+    pub async fn spawn(&self, args: ChildArgs) -> Result<ReplicaProcess, HarnessError> {
+        self.start(args, None).await
+    }
+
+    /// [`Self::spawn`], and the replica's `lead` and `follow` (and its [`ReplicaProcess::kill`]'s
+    /// `follow`) also go to `timeline` under its name.
+    ///
+    /// # Errors
+    /// As [`Self::spawn`].
+    pub async fn spawn_with_timeline(
         &self,
         args: ChildArgs,
         timeline: &Timeline,
     ) -> Result<ReplicaProcess, HarnessError> {
+        self.start(args, Some(timeline.clone())).await
+    }
+
+    async fn start(
+        &self,
+        args: ChildArgs,
+        timeline: Option<Timeline>,
+    ) -> Result<ReplicaProcess, HarnessError> {
+        let started = Instant::now();
         let mut child = Command::new(&self.program)
             .args(&self.prefix)
             .args(args.to_args())
@@ -169,19 +223,24 @@ impl Launcher {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| HarnessError::io(format!("spawn {}", self.program.display()), e))?;
-        let pid = child.id().ok_or_else(|| HarnessError::Invalid {
+        let invalid = |detail: &str| HarnessError::Invalid {
             what: "replica process",
-            detail: "exited at once".into(),
-        })?;
-        let stdout = child.stdout.take().ok_or_else(|| HarnessError::Invalid {
-            what: "replica process",
-            detail: "no stdout pipe".into(),
-        })?;
+            detail: detail.into(),
+        };
+        let pid = child.id().ok_or_else(|| invalid("exited at once"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| invalid("no stdout pipe"))?;
         let shared = Shared {
             records: Arc::default(),
             changed: watch::Sender::new(0),
         };
         let reader = tokio::spawn(read_records(stdout, shared.clone(), timeline.clone()));
+        let timeout = match args.shards {
+            None => START_TIMEOUT,
+            Some(_) => SPACE_START_TIMEOUT,
+        };
         let replica = ReplicaProcess {
             name: args.name.clone(),
             args,
@@ -190,15 +249,16 @@ impl Launcher {
             pid,
             shared,
             reader,
-            timeline: timeline.clone(),
+            timeline,
             exited: false,
+            started,
         };
         replica
-            .wait_for(EXIT_TIMEOUT, |r| r.event == "ready")
+            .wait_for(timeout, |r| r.event == "ready")
             .await
             .ok_or_else(|| HarnessError::Timeout {
                 what: format!("replica {} to start", replica.name),
-                after: EXIT_TIMEOUT,
+                after: timeout,
             })?;
         Ok(replica)
     }
@@ -214,8 +274,9 @@ pub struct ReplicaProcess {
     pid: u32,
     shared: Shared,
     reader: JoinHandle<()>,
-    timeline: Timeline,
+    timeline: Option<Timeline>,
     exited: bool,
+    started: Instant,
 }
 
 impl ReplicaProcess {
@@ -234,6 +295,16 @@ impl ReplicaProcess {
         self.pid
     }
 
+    /// When the harness started the process.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Whether the process has exited (stopped or killed).
+    pub fn exited(&self) -> bool {
+        self.exited
+    }
+
     /// Every record so far, in the order printed.
     pub fn records(&self) -> Vec<Record> {
         self.shared.lock().clone()
@@ -241,37 +312,17 @@ impl ReplicaProcess {
 
     /// The records of one event kind.
     pub fn events(&self, event: &str) -> Vec<Record> {
-        let records = self.shared.lock();
-        records
-            .iter()
-            .filter(|r| r.event == event)
-            .cloned()
-            .collect()
+        self.filtered(|r| r.event == event)
     }
 
-    /// The `log` records at `level` whose message starts with `message`.
+    /// The `log` records at `level` whose message starts with `message` (`""`: every one).
     pub fn logs(&self, level: &str, message: &str) -> Vec<Record> {
-        let records = self.shared.lock();
-        records
-            .iter()
-            .filter(|r| r.is_log(level, message))
-            .cloned()
-            .collect()
+        self.filtered(|r| r.is_log(level, message))
     }
 
-    /// Whether the replica's last `lead` / `follow` was a `lead`.
-    pub fn is_leader(&self) -> bool {
+    fn filtered(&self, pred: impl Fn(&Record) -> bool) -> Vec<Record> {
         let records = self.shared.lock();
-        records
-            .iter()
-            .rev()
-            .find(|r| r.event == LEAD || r.event == FOLLOW)
-            .is_some_and(|r| r.event == LEAD)
-    }
-
-    /// The `lead` records: one per term.
-    pub fn terms(&self) -> Vec<Record> {
-        self.events(LEAD)
+        records.iter().filter(|r| pred(r)).cloned().collect()
     }
 
     /// Waits up to `timeout` for a record matching `pred` (one already printed counts) and
@@ -302,33 +353,33 @@ impl ReplicaProcess {
     ) -> Option<Record> {
         let deadline = Instant::now() + timeout;
         let mut changed = self.shared.changed.subscribe();
-        loop {
-            changed.borrow_and_update();
-            let found = self
-                .shared
+        let find = || {
+            self.shared
                 .lock()
                 .iter()
                 .find(|r| after.is_none_or(|after| r.at >= after) && pred(r))
-                .cloned();
+                .cloned()
+        };
+        loop {
+            changed.borrow_and_update();
+            let found = find();
             if found.is_some() {
                 return found;
             }
             match tokio::time::timeout_at(deadline, changed.changed()).await {
                 Ok(Ok(())) => {}
                 // The reader ended (the process exited): one last look.
-                Ok(Err(_)) => {
-                    let records = self.shared.lock();
-                    return records
-                        .iter()
-                        .find(|r| after.is_none_or(|after| r.at >= after) && pred(r))
-                        .cloned();
-                }
+                Ok(Err(_)) => return find(),
                 Err(_) => return None,
             }
         }
     }
 
-    /// Sends one command line (`stop`, `hog N`, `unhog`, `work MS`).
+    /// Sends one command line (`stop`, `cpu`; `hog N`, `unhog`, `work MS` to the election;
+    /// `go` to singles).
+    ///
+    /// # Errors
+    /// Its stdin is closed or the write failed.
     pub async fn command(&mut self, line: &str) -> Result<(), HarnessError> {
         let stdin = self.stdin.as_mut().ok_or_else(|| HarnessError::Invalid {
             what: "replica stdin",
@@ -345,7 +396,31 @@ impl ReplicaProcess {
             .map_err(|e| HarnessError::io(context(), e))
     }
 
+    /// Asks for the process's CPU time and memory (`cpu`) and waits for the answer.
+    ///
+    /// # Errors
+    /// The command could not be sent, or no answer came within 10 s.
+    pub async fn cpu(&mut self) -> Result<CpuSample, HarnessError> {
+        let asked = Instant::now();
+        self.command("cpu").await?;
+        let record = self
+            .wait_for_since(asked, EXIT_TIMEOUT, |r| r.event == "cpu")
+            .await
+            .ok_or_else(|| HarnessError::Timeout {
+                what: format!("replica {} to report its CPU time", self.name),
+                after: EXIT_TIMEOUT,
+            })?;
+        Ok(CpuSample {
+            cpu: Duration::from_nanos(record.u64("cpu_ns").unwrap_or(0)),
+            rss_kb: record.u64("rss_kb").unwrap_or(0),
+            hwm_kb: record.u64("hwm_kb").unwrap_or(0),
+        })
+    }
+
     /// Sends `signal` to the process (`SIGSTOP`, `SIGCONT`, …).
+    ///
+    /// # Errors
+    /// The signal could not be sent (the process is gone).
     pub fn signal(&self, signal: Signal) -> Result<(), HarnessError> {
         let pid = i32::try_from(self.pid).map_err(|_| HarnessError::Invalid {
             what: "pid",
@@ -361,6 +436,9 @@ impl ReplicaProcess {
 
     /// Graceful stop: `SIGTERM`, then waits for the process to print its `exit` record and
     /// exit. Its records stay readable.
+    ///
+    /// # Errors
+    /// The signal failed, the process did not exit within 10 s, or it printed no `exit`.
     pub async fn stop(&mut self) -> Result<ExitReport, HarnessError> {
         if !self.exited {
             self.signal(Signal::SIGTERM)?;
@@ -375,33 +453,33 @@ impl ReplicaProcess {
             })
     }
 
-    /// `SIGKILL`, then waits for the process to be gone. A dead process leads nothing: when it
-    /// led, a `follow` with cause `Killed` is recorded at the moment of the signal (in its
-    /// records and the timeline). Its records stay readable.
-    pub async fn kill(&mut self) -> Result<(), HarnessError> {
+    /// `SIGKILL`, then waits for the process to be gone. A dead process leads and owns
+    /// nothing: when it led, a `follow` with cause `Killed` is recorded at the instant of the
+    /// signal (in its records and its timeline), and an `end` (cause `Killed`) of every shard
+    /// it owned. Its records stay readable. Returns that instant.
+    ///
+    /// # Errors
+    /// The signal failed or the process did not exit within 10 s.
+    pub async fn kill(&mut self) -> Result<Instant, HarnessError> {
         let at = Instant::now();
         self.signal(Signal::SIGKILL)?;
         self.wait_exit().await?;
-        if self.is_leader() {
-            let record = Record {
-                at,
-                replica: self.name.clone(),
-                event: FOLLOW.into(),
-                fields: serde_json::json!({ "cause": "Killed" }),
-            };
-            self.timeline
-                .record_at(at, self.name.clone(), FOLLOW.to_owned());
-            self.shared.lock().push(record);
+        let killed: Vec<Record> = self
+            .killed_follow(at)
+            .into_iter()
+            .chain(self.killed_ends(at))
+            .collect();
+        for record in killed {
+            accept(&self.shared, self.timeline.as_ref(), record);
         }
-        Ok(())
+        Ok(at)
     }
 
     async fn wait_exit(&mut self) -> Result<(), HarnessError> {
         if self.exited {
             return Ok(());
         }
-        let waited = tokio::time::timeout(EXIT_TIMEOUT, self.child.wait()).await;
-        match waited {
+        match tokio::time::timeout(EXIT_TIMEOUT, self.child.wait()).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(HarnessError::io(format!("wait for {}", self.name), e)),
             Err(_) => {
@@ -418,19 +496,23 @@ impl ReplicaProcess {
     }
 }
 
-async fn read_records(stdout: ChildStdout, shared: Shared, timeline: Timeline) {
+async fn read_records(stdout: ChildStdout, shared: Shared, timeline: Option<Timeline>) {
     let mut lines = BufReader::new(stdout).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let Some(record) = parse(&line) else {
             tracing::warn!(%line, "unparsable replica output");
             continue;
         };
-        if record.event == LEAD || record.event == FOLLOW {
-            timeline.record_at(record.at, record.replica.clone(), record.event.clone());
-        }
-        shared.lock().push(record);
-        shared.changed.send_modify(|n| *n += 1);
+        accept(&shared, timeline.as_ref(), record);
     }
+}
+
+/// Keeps `record`; a `lead` or `follow` also goes to `timeline`.
+fn accept(shared: &Shared, timeline: Option<&Timeline>, record: Record) {
+    if let Some(timeline) = timeline {
+        election::to_timeline(timeline, &record);
+    }
+    shared.push(record);
 }
 
 fn parse(line: &str) -> Option<Record> {
@@ -441,27 +523,6 @@ fn parse(line: &str) -> Option<Record> {
         event: fields.get("event")?.as_str()?.to_owned(),
         fields,
     })
-}
-
-/// Indexes of the replicas whose last event is `lead`.
-pub fn leaders(replicas: &[ReplicaProcess]) -> Vec<usize> {
-    (0..replicas.len())
-        .filter(|&i| replicas[i].is_leader())
-        .collect()
-}
-
-/// Waits until exactly one replica leads and returns its index.
-pub async fn wait_sole_leader(replicas: &[ReplicaProcess], timeout: Duration) -> Option<usize> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let [one] = leaders(replicas)[..] {
-            return Some(one);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// A key/value DSN for `config`'s hosts, ports, user, password, database and connect timeout
@@ -503,61 +564,6 @@ fn quote(value: &str) -> String {
     format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
-/// The sessions of the current database whose `application_name` starts with `prefix`.
-pub async fn session_names(client: &Client, prefix: &str) -> Result<Vec<String>, HarnessError> {
-    let rows = client
-        .query(
-            "SELECT application_name FROM pg_stat_activity \
-             WHERE datname = current_database() AND starts_with(application_name, $1) \
-               AND pid <> pg_backend_pid()",
-            &[&prefix],
-        )
-        .await?;
-    rows.iter()
-        .map(|row| Ok(row.try_get(0)?))
-        .collect::<Result<_, HarnessError>>()
-}
-
-/// The backends that hold the leader lock in the current database, with their
-/// `application_name` (an elector's identity, without its ` since <grant time>`).
-pub async fn lock_holders(client: &Client) -> Result<Vec<(i32, String)>, HarnessError> {
-    let rows = client
-        .query(
-            "SELECT l.pid, coalesce(a.application_name, '') FROM pg_locks l \
-             LEFT JOIN pg_stat_activity a USING (pid) \
-             WHERE l.locktype = 'advisory' AND l.classid = $1::int4::oid \
-               AND l.objid = $2::int4::oid AND l.objsubid = 2 AND l.granted \
-               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-            &[&LOCK_CLASSID, &LOCK_OBJID],
-        )
-        .await?;
-    rows.iter()
-        .map(|row| {
-            let name: String = row.try_get(1)?;
-            Ok((row.try_get(0)?, crate::observer::leader_name(&name)))
-        })
-        .collect::<Result<_, HarnessError>>()
-}
-
-/// After a scenario: waits up to `timeout` until no session of the replicas (`prefix`) is left
-/// and no backend holds the leader lock. Returns what was still there on timeout.
-pub async fn wait_clean(client: &Client, prefix: &str, timeout: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let sessions = session_names(client, prefix).await;
-        let holders = lock_holders(client).await;
-        match (sessions, holders) {
-            (Ok(s), Ok(h)) if s.is_empty() && h.is_empty() => return Ok(()),
-            (s, h) if Instant::now() >= deadline => {
-                return Err(format!(
-                    "after {timeout:?}: replica sessions {s:?}, lock holders {h:?}"
-                ));
-            }
-            _ => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,5 +592,20 @@ mod tests {
         assert_eq!(record.event, "lead");
         assert_eq!(record.u64("term"), Some(3));
         assert!(parse("not json").is_none());
+    }
+
+    #[test]
+    fn an_exit_record_reports_the_pool_only_when_it_has_one() {
+        let record = |line: &str| parse(line).expect("a record");
+        let election = record(
+            r#"{"t":1,"replica":"r","event":"exit","run":null,"pool_size":2,
+                "pool_available":2,"pool_waiting":0,"pool_ok":true,"pool_error":null}"#,
+        );
+        assert!(ExitReport::from_record(&election).pool_intact());
+        let sharded = record(r#"{"t":1,"replica":"r","event":"exit","run":"cut off"}"#);
+        let report = ExitReport::from_record(&sharded);
+        assert_eq!(report.run_error.as_deref(), Some("cut off"));
+        assert_eq!(report.pool, None);
+        assert!(!report.pool_intact());
     }
 }

@@ -1,5 +1,5 @@
-//! Sharded leadership with replicas as separate OS processes (`bench shard-replica`, see
-//! `plexsphere_leader_tests::shard_child`), each test on its own database of the shared local
+//! Sharded leadership with replicas as separate OS processes (`bench replica --shards K`, see
+//! `plexsphere_leader_tests::replica_child`), each test on its own database of the shared local
 //! server. Every replica prints each shard term's begin and end with a `CLOCK_MONOTONIC` stamp;
 //! the merged records say who believed it owned which shard when.
 //!
@@ -30,9 +30,8 @@ use std::time::Duration;
 use fault_support::{CLEAN_TIMEOUT, I, MARGIN, STARTUP, assert_within};
 use plexsphere_leader::sharded::DEFAULT_SHARD_CLASS;
 use plexsphere_leader_tests::replica_process::dsn;
-use plexsphere_leader_tests::shard_child::ShardChildArgs;
-use plexsphere_leader_tests::shard_child::fleet::{self, ShardLauncher, ShardProcess};
-use plexsphere_leader_tests::{FaultProxy, Mode, TestDb};
+use plexsphere_leader_tests::replica_process::shards as fleet;
+use plexsphere_leader_tests::{ChildArgs, FaultProxy, Launcher, Mode, ReplicaProcess, TestDb};
 use tokio::time::Instant;
 use tokio_postgres::Config;
 
@@ -41,13 +40,13 @@ const K: u32 = 32;
 /// Replica processes of each test.
 const R: usize = 4;
 
-fn launcher() -> ShardLauncher {
-    ShardLauncher::with_prefix(env!("CARGO_BIN_EXE_bench"), &["shard-replica"])
+fn launcher() -> Launcher {
+    Launcher::with_prefix(env!("CARGO_BIN_EXE_bench"), &["replica"])
 }
 
 /// The replica processes of one test.
 struct Space {
-    processes: Vec<ShardProcess>,
+    processes: Vec<ReplicaProcess>,
 }
 
 impl Space {
@@ -56,14 +55,7 @@ impl Space {
         let launcher = launcher();
         let mut processes = Vec::new();
         for (i, config) in configs.iter().enumerate() {
-            let args = ShardChildArgs {
-                name: format!("plx-shard-{test}-{i}"),
-                dsn: dsn(config),
-                interval: I,
-                shards: K,
-                class: DEFAULT_SHARD_CLASS,
-                singles: None,
-            };
+            let args = ChildArgs::sharded(format!("plx-shard-{test}-{i}"), dsn(config), I, K);
             processes.push(launcher.spawn(args).await.expect("replica process starts"));
         }
         Self { processes }
@@ -78,7 +70,7 @@ impl Space {
     }
 
     fn events(&self) -> Vec<fleet::ShardEvent> {
-        let refs: Vec<&ShardProcess> = self.processes.iter().collect();
+        let refs: Vec<&ReplicaProcess> = self.processes.iter().collect();
         fleet::shard_events(&refs)
     }
 
@@ -142,7 +134,7 @@ impl Space {
             if p.exited() {
                 continue;
             }
-            let run = p.stop().await.expect("replica stops");
+            let run = p.stop().await.expect("replica stops").run_error;
             assert_eq!(run, None, "{}: run returned an error", p.name());
         }
         let clean = support::wait_for_async(CLEAN_TIMEOUT, || async {
@@ -201,7 +193,7 @@ async fn a_graceful_stop_of_a_sharded_replica_process_hands_over_without_two_own
 
     let lost = space.processes[0].owned();
     let stop = Instant::now();
-    let run = space.processes[0].stop().await.unwrap();
+    let run = space.processes[0].stop().await.unwrap().run_error;
     assert_eq!(run, None);
     let ends = space.processes[0].events(fleet::END);
     assert!(

@@ -1,5 +1,6 @@
-//! One elector in its own OS process, for the fault-injection suite: see
-//! `plexsphere_leader_tests::replica_child` for its arguments, commands and output.
+//! A replica in its own OS process (one elector; with `--shards K` a sharded elector), for the
+//! fault-injection suite: see `plexsphere_leader_tests::replica_child` for its arguments,
+//! commands and output.
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {

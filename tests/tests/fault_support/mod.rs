@@ -55,12 +55,8 @@ impl Fleet {
         interval: Duration,
     ) -> usize {
         self.spawn_args(ChildArgs {
-            name: format!("{REPLICA_APP_PREFIX}{name}"),
-            dsn: dsn(config),
-            interval,
-            pool_size: 2,
-            queued: false,
             backend,
+            ..ChildArgs::new(format!("{REPLICA_APP_PREFIX}{name}"), dsn(config), interval)
         })
         .await
     }
@@ -74,12 +70,8 @@ impl Fleet {
         pool_size: usize,
     ) -> usize {
         self.spawn_args(ChildArgs {
-            name: format!("{REPLICA_APP_PREFIX}{name}"),
-            dsn,
-            interval,
             pool_size,
-            queued: false,
-            backend: Backend::Deadpool,
+            ..ChildArgs::new(format!("{REPLICA_APP_PREFIX}{name}"), dsn, interval)
         })
         .await
     }
@@ -88,7 +80,7 @@ impl Fleet {
     pub async fn spawn_args(&mut self, args: ChildArgs) -> usize {
         let replica = self
             .launcher
-            .spawn(args, &self.timeline)
+            .spawn_with_timeline(args, &self.timeline)
             .await
             .expect("replica process starts");
         self.replicas.push(replica);

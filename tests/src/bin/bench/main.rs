@@ -13,11 +13,10 @@
 //!   SIGKILL.
 //! - [`busy`]: the leader's check and the shard survey while another session holds N locks.
 //!
-//! Replicas are OS processes: this binary re-run as `bench replica …`
-//! (`plexsphere_leader_tests::replica_child`) for `single`, and as `bench shard-replica …`
-//! (`plexsphere_leader_tests::shard_child`) for `shards`; both subcommands are hidden. Needs the
-//! local PostgreSQL of the test suite (`PLEXSPHERE_TEST_DSN`) and the server binaries for
-//! throwaway clusters. See `docs/benchmarks.md`.
+//! Replicas are OS processes: this binary re-run as `bench replica …`, a hidden subcommand that
+//! runs `plexsphere_leader_tests::replica_child` (the election for `single`, `--shards K` for
+//! `shards`). Needs the local PostgreSQL of the test suite (`PLEXSPHERE_TEST_DSN`) and the
+//! server binaries for throwaway clusters. See `docs/benchmarks.md`.
 //!
 //! A counting global allocator (`stats_alloc`) serves the whole binary, the replica processes
 //! included: `single --only costs` reads it.
@@ -33,6 +32,7 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand};
+use plexsphere_leader_tests::replica_child::{self, ChildArgs};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
 #[global_allocator]
@@ -54,19 +54,10 @@ enum Command {
     Shards(shards::Options),
     /// The leader's check and the shard survey on a server busy with other sessions' locks.
     Busy(busy::Options),
-    /// A replica process of `single`'s failover rounds (the benchmark runs itself).
-    #[command(hide = true, disable_help_flag = true)]
-    Replica(Raw),
-    /// A sharded replica process of `shards` and of `tests/tests/sharded_process.rs`.
-    #[command(hide = true, disable_help_flag = true)]
-    ShardReplica(Raw),
-}
-
-/// A child's own arguments, parsed by the child.
-#[derive(Debug, clap::Args)]
-struct Raw {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
+    /// A replica process of `single`'s and `shards`' rounds (the benchmark runs itself) and of
+    /// `tests/tests/sharded_process.rs`.
+    #[command(hide = true)]
+    Replica(ChildArgs),
 }
 
 fn main() -> ExitCode {
@@ -81,7 +72,6 @@ fn main() -> ExitCode {
             common::block_on(shards::run(options))
         }
         Command::Busy(options) => common::block_on(busy::run(options)),
-        Command::Replica(raw) => plexsphere_leader_tests::replica_child::main(raw.args),
-        Command::ShardReplica(raw) => plexsphere_leader_tests::shard_child::main(raw.args),
+        Command::Replica(args) => replica_child::run_process(args),
     }
 }

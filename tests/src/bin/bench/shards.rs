@@ -6,8 +6,8 @@
 //!     [--cost-seconds 30] [--only cost|changes|sigkill]
 //! ```
 //!
-//! Replicas are OS processes: this binary re-run as `bench shard-replica …`
-//! (`plexsphere_leader_tests::shard_child`), one `ShardedElector` each, printing every shard
+//! Replicas are OS processes: this binary re-run as `bench replica --shards K …`
+//! (`plexsphere_leader_tests::replica_child`), one `ShardedElector` each, printing every shard
 //! term's begin and end with a `CLOCK_MONOTONIC` stamp, so that every figure comes from one
 //! merged timeline. Each section runs on a throwaway cluster (`Cluster`), one database per
 //! round.
@@ -37,11 +37,10 @@ use clap::ValueEnum;
 use plexsphere_leader::shard_sql;
 use plexsphere_leader::sharded::{DEFAULT_SHARD_CLASS, Shard};
 use plexsphere_leader_tests::replica_process::dsn;
-use plexsphere_leader_tests::shard_child::ShardChildArgs;
-use plexsphere_leader_tests::shard_child::fleet::{
-    self, CpuSample, ShardEvent, ShardLauncher, ShardProcess,
+use plexsphere_leader_tests::replica_process::shards::{self as fleet, ShardEvent};
+use plexsphere_leader_tests::{
+    ChildArgs, Cluster, CpuSample, Launcher, ReplicaProcess, StopMode, TestDb, procfs,
 };
-use plexsphere_leader_tests::{Cluster, StopMode, TestDb};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_postgres::Client;
@@ -135,18 +134,18 @@ pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
 // ---------------------------------------------------------------------------------------------
 // Replica processes
 
-fn launcher() -> Result<ShardLauncher, BoxError> {
+fn launcher() -> Result<Launcher, BoxError> {
     let me = std::env::current_exe()?;
-    Ok(ShardLauncher::with_prefix(me, &["shard-replica"]))
+    Ok(Launcher::with_prefix(me, &["replica"]))
 }
 
 /// The replica processes of one database, and the space they share.
 struct Deployment {
-    launcher: ShardLauncher,
+    launcher: Launcher,
     dsn: String,
     shards: u32,
     interval: Duration,
-    processes: Vec<ShardProcess>,
+    processes: Vec<ReplicaProcess>,
     /// The number the next replica's name gets.
     next: usize,
 }
@@ -163,21 +162,14 @@ impl Deployment {
         })
     }
 
-    fn sharded_args(&mut self) -> ShardChildArgs {
+    fn sharded_args(&mut self) -> ChildArgs {
         let name = format!("plx-shard-{:02}", self.next);
         self.next += 1;
-        ShardChildArgs {
-            name,
-            dsn: self.dsn.clone(),
-            interval: self.interval,
-            shards: self.shards,
-            class: DEFAULT_SHARD_CLASS,
-            singles: None,
-        }
+        ChildArgs::sharded(name, self.dsn.clone(), self.interval, self.shards)
     }
 
     /// Starts every replica of `args` at once; returns when all printed `ready`.
-    async fn spawn_all(&mut self, args: Vec<ShardChildArgs>) -> Result<(), BoxError> {
+    async fn spawn_all(&mut self, args: Vec<ChildArgs>) -> Result<(), BoxError> {
         let mut set = JoinSet::new();
         for (i, args) in args.into_iter().enumerate() {
             let launcher = self.launcher.clone();
@@ -209,7 +201,7 @@ impl Deployment {
     }
 
     fn events(&self) -> Vec<ShardEvent> {
-        let refs: Vec<&ShardProcess> = self.processes.iter().collect();
+        let refs: Vec<&ReplicaProcess> = self.processes.iter().collect();
         fleet::shard_events(&refs)
     }
 
@@ -252,7 +244,7 @@ impl Deployment {
             if p.exited() {
                 continue;
             }
-            match p.stop().await {
+            match p.stop().await.map(|report| report.run_error) {
                 Ok(None) => {}
                 Ok(Some(run)) => errors.push(format!("{}: {run}", p.name())),
                 Err(e) => errors.push(format!("{}: {e}", p.name())),
@@ -566,7 +558,7 @@ async fn measure(options: &Options, cluster: &Cluster, kind: Kind) -> Result<Cos
     let sessions = sessions_by_process(&db, &deployment).await?;
     let lock_sessions = lock_sessions(&db, class).await?;
     let backends = backend_pids(&db).await?;
-    let backends_anon_kb = fleet::anonymous_kb(&backends);
+    let backends_anon_kb = procfs::anonymous_kb(&backends);
     let moves = deployment
         .events()
         .iter()
@@ -629,7 +621,7 @@ fn warnings_between(
 ) -> (usize, Option<String>) {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for p in &deployment.processes {
-        for r in p.logs("WARN") {
+        for r in p.logs("WARN", "") {
             if r.at > from && r.at <= to {
                 let message = r.str("message").unwrap_or_default();
                 let head = message
@@ -647,16 +639,18 @@ fn warnings_between(
 
 /// `R` processes of single electors for `k` keys, process `i` running keys
 /// `(SINGLE_CLASS, s)` for its `k/R` of them.
-fn singles_args(deployment: &Deployment, options: &Options, k: u32) -> Vec<ShardChildArgs> {
+fn singles_args(deployment: &Deployment, options: &Options, k: u32) -> Vec<ChildArgs> {
     let r = options.replicas as u32;
     (0..r)
-        .map(|i| ShardChildArgs {
-            name: format!("plx-single-{i:02}"),
-            dsn: deployment.dsn.clone(),
-            interval: options.interval,
-            shards: k,
+        .map(|i| ChildArgs {
             class: SINGLE_CLASS,
             singles: Some(i * k / r..(i + 1) * k / r),
+            ..ChildArgs::sharded(
+                format!("plx-single-{i:02}"),
+                deployment.dsn.clone(),
+                options.interval,
+                k,
+            )
         })
         .collect()
 }
@@ -703,7 +697,7 @@ struct Snapshot {
 impl Snapshot {
     async fn take(deployment: &mut Deployment, cluster: &Cluster) -> Result<Self, BoxError> {
         let at = Instant::now();
-        let server = fleet::cluster_cpu(cluster);
+        let server = procfs::cluster_cpu(cluster);
         let mut cpu = Vec::new();
         for p in &mut deployment.processes {
             cpu.push(p.cpu().await?);

@@ -42,10 +42,10 @@ use deadpool_postgres::{Hook, Manager, ManagerConfig, Pool, RecyclingMethod, Run
 use plexsphere_leader::session::{LateSetups, PoolSessions};
 use plexsphere_leader::{Config, Elector};
 use plexsphere_leader_tests::clock::process_cpu;
+use plexsphere_leader_tests::procfs::cluster_cpu;
 use plexsphere_leader_tests::replica_process::{
     FOLLOW, LEAD, REPLICA_APP_PREFIX, dsn, lock_holders, wait_clean,
 };
-use plexsphere_leader_tests::shard_child::fleet::cluster_cpu;
 use plexsphere_leader_tests::timeline::{self, Span};
 use plexsphere_leader_tests::{
     ChildArgs, Cluster, FaultProxy, Launcher, LockObserver, Mode, ReplicaProcess, StopMode, TestDb,
@@ -418,18 +418,18 @@ impl Pair {
         let launcher = replica_launcher()?;
         let timeline = Timeline::new();
         let args = |name: &str, dsn: String| ChildArgs {
-            name: format!("{REPLICA_APP_PREFIX}{name}"),
-            dsn,
-            interval,
-            pool_size: 2,
             queued,
-            backend: plexsphere_leader_tests::Backend::Deadpool,
+            ..ChildArgs::new(format!("{REPLICA_APP_PREFIX}{name}"), dsn, interval)
         };
-        let a = launcher.spawn(args("a", a_dsn), &timeline).await?;
+        let a = launcher
+            .spawn_with_timeline(args("a", a_dsn), &timeline)
+            .await?;
         a.wait_for(ROUND_TIMEOUT, |r| r.event == LEAD)
             .await
             .ok_or("a never led")?;
-        let b = launcher.spawn(args("b", b_dsn), &timeline).await?;
+        let b = launcher
+            .spawn_with_timeline(args("b", b_dsn), &timeline)
+            .await?;
         // b's first refused check leaves a pooled session; a pings at least once more. Then a
         // pseudo-random part of an interval, so that the fault falls at any phase of the
         // leader's checks.
