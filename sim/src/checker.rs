@@ -16,7 +16,7 @@ use plexsphere_leader_pgsim::{
     Event, HeldLock, LogEntry, QueryRecord, SessionInfo, check_mutual_exclusion,
 };
 
-use crate::record::{FencedWrite, History, ShardWork, Span, TermEnd, TermRecord};
+use crate::record::{FencedWrite, History, TermEnd, TermRecord, Work};
 use crate::setup::{Params, SERVERS, parse_application_name};
 
 use self::space::{Found, Noun, Space, Tenure};
@@ -243,11 +243,10 @@ pub(crate) struct Evidence<'a> {
     /// Whether the run fenced.
     pub(crate) fencing: bool,
     pub(crate) history: &'a History,
-    pub(crate) work: &'a [(usize, Span)],
+    /// Every unit of work on a lock of the space.
+    pub(crate) work: &'a [Work],
     /// The fenced units of work, as the service saw them.
     pub(crate) fenced: &'a [FencedWrite],
-    /// Sharded runs: the units of shard work.
-    pub(crate) shard_work: &'a [ShardWork],
     pub(crate) servers: Vec<ServerEvidence>,
 }
 
@@ -305,11 +304,7 @@ impl<'a> Checker<'a> {
             replicas: e.replicas,
             holds: BTreeMap::from([(0, holds.clone())]),
             terms: &e.history.terms,
-            work: e
-                .work
-                .iter()
-                .map(|&(replica, span)| (replica, 0, span))
-                .collect(),
+            work: e.work,
         };
         let mut measured = Measurements::default();
         measured.cases.timeout_grants = holds.iter().filter(|h| h.at_timeout).count();

@@ -49,7 +49,8 @@ pub(crate) struct FencedUnit {
     pub(crate) recorder: SharedRecorder,
     pub(crate) replica: usize,
     pub(crate) incarnation: u32,
-    /// The epoch of the term the unit runs in.
+    /// The term the unit runs in, and its epoch.
+    pub(crate) term: u64,
     pub(crate) epoch: Option<u64>,
     /// The election's key, whose fence row the unit checks.
     pub(crate) key: plexsphere_leader::LockKey,
@@ -116,7 +117,13 @@ impl FencedUnit {
         self.recorder.borrow_mut().fence_checked(record, at);
         match checked {
             Ok(()) => {
-                let acting = WorkGuard::begin(std::rc::Rc::clone(&self.recorder), self.replica);
+                let acting = WorkGuard::begin(
+                    std::rc::Rc::clone(&self.recorder),
+                    self.replica,
+                    self.incarnation,
+                    0,
+                    self.term,
+                );
                 sleep(self.length).await;
                 drop(acting);
                 transaction.commit().await.map_err(|e| describe(&e))?;

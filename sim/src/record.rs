@@ -36,23 +36,21 @@ impl Span {
 pub(crate) struct Recorder {
     /// The simulated time of the current step, as the harness last set it.
     pub(crate) now: Duration,
-    /// Every unit of leader work: the replica and the span in which it acted as leader (the
-    /// whole unit; in fencing runs only the hold between an accepted fence check and the
-    /// commit).
-    pub(crate) work: Vec<(usize, Span)>,
+    /// Every unit of work on a lock of the space: leader work (the whole unit; in fencing runs
+    /// only the hold between an accepted fence check and the commit) or a shard's work.
+    pub(crate) work: Vec<Work>,
     /// Fencing runs: every fenced unit of work, as the service saw it.
     pub(crate) fenced: Vec<FencedWrite>,
-    /// Sharded runs: every unit of shard work, from its start to its end.
-    pub(crate) shard_work: Vec<ShardWork>,
 }
 
-/// One unit of work of a shard, run in a term of that shard.
+/// One unit of work on a lock of the space, run in a term of that lock: leader work (lock 0)
+/// or the work of shard `lock`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ShardWork {
+pub(crate) struct Work {
     pub(crate) replica: usize,
     pub(crate) incarnation: u32,
-    pub(crate) shard: u32,
-    /// The term it ran in (the term `run_if_owner` took).
+    pub(crate) lock: u32,
+    /// The term it ran in (the term `run_if_leader` or `run_if_owner` took).
     pub(crate) term: u64,
     pub(crate) span: Span,
 }
@@ -90,59 +88,27 @@ pub(crate) struct FencedWrite {
 }
 
 impl Recorder {
-    pub(crate) fn begin_work(&mut self, replica: usize, at: Duration) -> usize {
-        self.work.push((replica, Span::open(at)));
+    /// A unit of `work` begins; returns its index for [`Recorder::end_work`].
+    fn begin_work(&mut self, work: Work) -> usize {
+        self.work.push(work);
         self.work.len() - 1
     }
 
-    pub(crate) fn end_work(&mut self, replica: usize, index: usize, at: Duration) {
-        if let Some((owner, span)) = self.work.get_mut(index)
-            && *owner == replica
-            && span.end.is_none()
+    /// Unit `index` of work ended at `at`.
+    fn end_work(&mut self, index: usize, at: Duration) {
+        if let Some(work) = self.work.get_mut(index)
+            && work.span.end.is_none()
         {
-            span.end = Some(at);
+            work.span.end = Some(at);
         }
     }
 
     /// Ends every unit of work of `replica` still running (its host crashed).
     pub(crate) fn end_all_work(&mut self, replica: usize, at: Duration) {
-        for (owner, span) in &mut self.work {
-            if *owner == replica && span.end.is_none() {
-                span.end = Some(at);
-            }
-        }
-        for work in &mut self.shard_work {
+        for work in &mut self.work {
             if work.replica == replica && work.span.end.is_none() {
                 work.span.end = Some(at);
             }
-        }
-    }
-
-    /// A unit of shard work begins; returns its index for [`Recorder::end_shard_work`].
-    pub(crate) fn begin_shard_work(
-        &mut self,
-        replica: usize,
-        incarnation: u32,
-        shard: u32,
-        term: u64,
-        at: Duration,
-    ) -> usize {
-        self.shard_work.push(ShardWork {
-            replica,
-            incarnation,
-            shard,
-            term,
-            span: Span::open(at),
-        });
-        self.shard_work.len() - 1
-    }
-
-    /// Unit `index` of shard work ended.
-    pub(crate) fn end_shard_work(&mut self, index: usize, at: Duration) {
-        if let Some(work) = self.shard_work.get_mut(index)
-            && work.span.end.is_none()
-        {
-            work.span.end = Some(at);
         }
     }
 
@@ -326,23 +292,32 @@ impl History {
     }
 }
 
-/// Records one unit of leader work from its start to its end (or to the crash that drops it).
+/// Records one unit of work from its start to its end (or to the crash that drops it).
 pub(crate) struct WorkGuard {
     recorder: SharedRecorder,
     index: usize,
-    span: usize,
 }
 
 impl WorkGuard {
-    /// Replica `index` begins acting as leader.
-    pub(crate) fn begin(recorder: SharedRecorder, index: usize) -> Self {
+    /// Replica `replica`'s incarnation `incarnation` begins a unit of work on `lock` of the
+    /// space, in its term `term`.
+    pub(crate) fn begin(
+        recorder: SharedRecorder,
+        replica: usize,
+        incarnation: u32,
+        lock: u32,
+        term: u64,
+    ) -> Self {
         let at = sim_time(&recorder);
-        let span = recorder.borrow_mut().begin_work(index, at);
-        Self {
-            recorder,
-            index,
-            span,
-        }
+        let work = Work {
+            replica,
+            incarnation,
+            lock,
+            term,
+            span: Span::open(at),
+        };
+        let index = recorder.borrow_mut().begin_work(work);
+        Self { recorder, index }
     }
 }
 
@@ -350,7 +325,7 @@ impl Drop for WorkGuard {
     fn drop(&mut self) {
         let at = sim_time(&self.recorder);
         if let Ok(mut recorder) = self.recorder.try_borrow_mut() {
-            recorder.end_work(self.index, self.span, at);
+            recorder.end_work(self.index, at);
         }
     }
 }

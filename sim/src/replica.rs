@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::capture::Tagged;
 use crate::connect::TurmoilConnect;
 use crate::fenced::{self, FencedUnit};
-use crate::record::{SharedRecorder, WorkGuard, sim_time};
+use crate::record::{SharedRecorder, WorkGuard};
 use crate::sabotage::{SabotagedSessions, StaleSurveySessions};
 use crate::setup::{DriverSabotage, Params, ShardSabotage, Sharding, application_name};
 use plexsphere_leader::session::PoolSessions;
@@ -275,68 +275,21 @@ async fn shard_work(
         let Some(term) = elector.ownership().shards.get(&shard).map(|o| o.term.get()) else {
             continue;
         };
-        let unit = ShardUnit {
-            recorder: Rc::clone(&env.recorder),
-            replica: env.index,
-            incarnation,
-            shard,
-            term,
-        };
+        let (recorder, replica) = (Rc::clone(&env.recorder), env.index);
         if env.shard_sabotage == Some(ShardSabotage::WorkOutlivesTerm) {
             // The term handle goes back at once: a handover no longer waits for the work.
             drop(elector.term(shard, &shutdown));
-            unit.run(length).await;
+            let _work = WorkGuard::begin(recorder, replica, incarnation, shard, term);
+            tokio::time::sleep(length).await;
             continue;
         }
         let _ran = elector
             .run_if_owner(shard, &shutdown, |_token| async move {
-                unit.run(length).await;
+                let _work = WorkGuard::begin(recorder, replica, incarnation, shard, term);
+                tokio::time::sleep(length).await;
                 Ok::<(), Infallible>(())
             })
             .await;
-    }
-}
-
-/// One unit of a shard's work, recorded from its start to its end (or to the crash that drops
-/// it).
-struct ShardUnit {
-    recorder: SharedRecorder,
-    replica: usize,
-    incarnation: u32,
-    shard: u32,
-    term: u64,
-}
-
-impl ShardUnit {
-    async fn run(self, length: Duration) {
-        let at = sim_time(&self.recorder);
-        let index = self.recorder.borrow_mut().begin_shard_work(
-            self.replica,
-            self.incarnation,
-            self.shard,
-            self.term,
-            at,
-        );
-        let _guard = ShardWorkGuard {
-            recorder: self.recorder,
-            index,
-        };
-        tokio::time::sleep(length).await;
-    }
-}
-
-/// Ends a unit of shard work when dropped.
-struct ShardWorkGuard {
-    recorder: SharedRecorder,
-    index: usize,
-}
-
-impl Drop for ShardWorkGuard {
-    fn drop(&mut self) {
-        let at = sim_time(&self.recorder);
-        if let Ok(mut recorder) = self.recorder.try_borrow_mut() {
-            recorder.end_shard_work(self.index, at);
-        }
     }
 }
 
@@ -367,12 +320,18 @@ async fn service(
         let recorder = Rc::clone(&env.recorder);
         let index = env.index;
         if env.fencing {
-            // The epoch of the term `run_if_leader` takes: nothing awaits in between.
-            let epoch = elector.term(&shutdown).and_then(|term| term.epoch());
+            // The term `run_if_leader` takes, and its epoch: nothing awaits in between.
+            let Some((term, epoch)) = elector
+                .term(&shutdown)
+                .map(|term| (term.id().get(), term.epoch()))
+            else {
+                continue;
+            };
             let unit = FencedUnit {
                 recorder,
                 replica: index,
                 incarnation,
+                term,
                 epoch,
                 key: elector.key(),
                 length,
@@ -386,9 +345,13 @@ async fn service(
                 .await;
             continue;
         }
+        // The term `run_if_leader` takes: nothing awaits in between.
+        let Some(term) = elector.leadership().term().map(|term| term.id.get()) else {
+            continue;
+        };
         let _ran = elector
-            .run_if_leader(&shutdown, |_term| async move {
-                let _work = WorkGuard::begin(recorder, index);
+            .run_if_leader(&shutdown, |_token| async move {
+                let _work = WorkGuard::begin(recorder, index, incarnation, 0, term);
                 tokio::time::sleep(length).await;
                 Ok::<(), Infallible>(())
             })

@@ -86,7 +86,6 @@ fn simulate(options: &RunOptions) -> RunOutcome {
     world.history.end = world.now();
     let work = world.recorder.borrow().work.clone();
     let fenced = world.recorder.borrow().fenced.clone();
-    let shard_work = world.recorder.borrow().shard_work.clone();
     let servers = world
         .servers
         .iter()
@@ -108,7 +107,6 @@ fn simulate(options: &RunOptions) -> RunOutcome {
         history: &world.history,
         work: &work,
         fenced: &fenced,
-        shard_work: &shard_work,
         servers,
     };
     let (measurements, violations) = match space {

@@ -184,11 +184,7 @@ impl<'a> ShardChecker<'a> {
                 .map(|shard| (shard, holds.remove(&shard).unwrap_or_default()))
                 .collect(),
             terms: &e.history.terms,
-            work: e
-                .shard_work
-                .iter()
-                .map(|w| (w.replica, w.shard, w.span))
-                .collect(),
+            work: e.work,
         };
         Self {
             p: base.p,
@@ -263,12 +259,12 @@ impl<'a> ShardChecker<'a> {
             let work_end = self
                 .base
                 .e
-                .shard_work
+                .work
                 .iter()
                 .filter(|w| {
                     w.replica == term.replica
                         && w.incarnation == term.incarnation
-                        && w.shard == term.lock
+                        && w.lock == term.lock
                         && w.term == term.id
                 })
                 .map(|w| w.span.end_or(self.end()))
@@ -1013,7 +1009,7 @@ mod properties {
     use super::MEMBER;
     use crate::checker::Property;
     use crate::checker::tests::{CLASS, Run, assert_clean, assert_only, ms, span};
-    use crate::record::{ShardWork, TermEnd};
+    use crate::record::{TermEnd, Work};
 
     fn shard(s: i32) -> LockKey {
         LockKey::Pair(CLASS, s)
@@ -1067,10 +1063,10 @@ mod properties {
     /// of the shard's work at `work_end`; r1 takes the shard at 1001 and owns it from 1010.
     fn shard_successor_at_1010(work_end: u64) -> Run {
         let mut run = shard_lost_at_1000(1200);
-        run.shard_work.push(ShardWork {
+        run.work.push(Work {
             replica: 0,
             incarnation: 1,
-            shard: 0,
+            lock: 0,
             term: 1,
             span: span(1150, work_end),
         });
@@ -1101,10 +1097,10 @@ mod properties {
         take(&mut run, pid, 0, 10);
         give(&mut run, pid, 0, 1000, ReleaseReason::Unlock);
         let term = run.shard_term(0, 0, 12, Some(ended), TermEnd::HandedOver);
-        run.shard_work.push(ShardWork {
+        run.work.push(Work {
             replica: 0,
             incarnation: 1,
-            shard: 0,
+            lock: 0,
             term,
             span: span(900, work_end),
         });

@@ -9,7 +9,7 @@ use std::time::Duration;
 use plexsphere_leader_pgsim::{EndReason, QueryRecord, ReleaseReason};
 
 use super::{Owner, Property, Violation, max, ms};
-use crate::record::{History, Span, TermRecord};
+use crate::record::{History, TermRecord, Work};
 use crate::setup::SERVERS;
 
 /// One tenure of a lock on one server: a session's first grant to the release of its last
@@ -112,8 +112,8 @@ pub(crate) struct Space<'a> {
     pub(crate) holds: BTreeMap<u32, Vec<Tenure>>,
     /// Every term on a lock of the space ([`History::terms`]).
     pub(crate) terms: &'a [TermRecord],
-    /// The units of work: (replica, lock, span).
-    pub(crate) work: Vec<(usize, u32, Span)>,
+    /// Every unit of work on a lock of the space.
+    pub(crate) work: &'a [Work],
 }
 
 impl Space<'_> {
@@ -217,8 +217,8 @@ impl Space<'_> {
         let work = self
             .work
             .iter()
-            .filter(|(r, l, _)| *r == replica && *l == lock)
-            .map(|(_, _, span)| *span);
+            .filter(|w| w.replica == replica && w.lock == lock)
+            .map(|w| w.span);
         merge(
             terms
                 .chain(work)

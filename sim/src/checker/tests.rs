@@ -15,7 +15,7 @@ use plexsphere_leader_pgsim::{
 
 use super::space::intersections;
 use super::*;
-use crate::record::{HeldOut, UpSpan};
+use crate::record::{HeldOut, Span, UpSpan};
 use crate::setup::Sharding;
 
 /// `n` milliseconds.
@@ -40,9 +40,8 @@ pub(super) struct Run {
     pub(super) replicas: usize,
     pub(super) fencing: bool,
     pub(super) history: History,
-    pub(super) work: Vec<(usize, Span)>,
+    pub(super) work: Vec<Work>,
     pub(super) fenced: Vec<FencedWrite>,
-    pub(super) shard_work: Vec<ShardWork>,
     /// Per server: its log, in the order written (stably sorted by time when checked).
     pub(super) logs: Vec<Vec<LogEntry>>,
     /// Per server: its statement log.
@@ -70,7 +69,6 @@ impl Run {
             history,
             work: Vec::new(),
             fenced: Vec::new(),
-            shard_work: Vec::new(),
             logs: vec![vec![started.clone()], vec![started]],
             queries: vec![Vec::new(), Vec::new()],
             locks: vec![Vec::new(), Vec::new()],
@@ -232,9 +230,21 @@ impl Run {
         id
     }
 
-    /// A unit of leader work of `replica` from `start` to `end`.
+    /// A unit of leader work of `replica` from `start` to `end`, in its latest term.
     pub(super) fn work(&mut self, replica: usize, start: u64, end: u64) -> &mut Self {
-        self.work.push((replica, span(start, end)));
+        let term = self
+            .history
+            .terms
+            .iter()
+            .rev()
+            .find(|t| t.replica == replica);
+        self.work.push(Work {
+            replica,
+            incarnation: 1,
+            lock: 0,
+            term: term.map_or(0, |t| t.id),
+            span: span(start, end),
+        });
         self
     }
 
@@ -270,7 +280,6 @@ impl Run {
             history: &self.history,
             work: &self.work,
             fenced: &self.fenced,
-            shard_work: &self.shard_work,
             servers,
         }
     }
