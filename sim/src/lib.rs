@@ -18,7 +18,7 @@
 //! nemesis; the checker holds every shard to the single election's bounds (one believed owner
 //! but within the detection delay of a lost session, none across a graceful handover,
 //! demotion within 2·I, re-owned within I, the orphan bound) and the space to its balance
-//! after the faults ([`ShardMeasurements`], [`ShardReport`]).
+//! after the faults ([`ShardMeasurements`], [`Report::sharded`]).
 //!
 //! ```no_run
 //! use plexsphere_leader_sim::{RunOptions, run};
@@ -46,7 +46,7 @@ mod world;
 
 pub use checker::{Cases, Measurements, Property, ShardMeasurements, Violation};
 pub use connect::TurmoilConnect;
-pub use report::{Report, ShardReport};
+pub use report::Report;
 pub use run::{RunOutcome, run, run_once};
 pub use setup::{
     DriverSabotage, FaultKind, Params, RunKind, RunOptions, Sabotage, ShardSabotage, Sharding,

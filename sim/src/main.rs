@@ -31,7 +31,7 @@ use std::time::Instant;
 
 use plexsphere_leader::config::AcquireMode;
 use plexsphere_leader_sim::{
-    Params, Report, RunOptions, RunOutcome, Sabotage, ShardReport, Sharding, mode_from_name, run,
+    Params, Report, RunOptions, RunOutcome, Sabotage, Sharding, mode_from_name, run,
 };
 
 struct Args {
@@ -187,9 +187,9 @@ fn main() -> ExitCode {
     };
     let started = Instant::now();
     let mut report = if args.sharded {
-        Summary::Sharded(ShardReport::new(Params::default(), args.replicas))
+        Report::sharded(Params::default(), args.replicas)
     } else {
-        Summary::Single(Report::new(Params::default()))
+        Report::new(Params::default())
     };
     let next = AtomicU64::new(args.first);
     let end = args.first + args.seeds;
@@ -254,50 +254,5 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    }
-}
-
-/// The summary being gathered: of single-election runs, or of sharded runs.
-enum Summary {
-    Single(Report),
-    Sharded(ShardReport),
-}
-
-impl Summary {
-    fn add(&mut self, outcome: &RunOutcome) {
-        match self {
-            Self::Single(report) => report.add(outcome),
-            Self::Sharded(report) => report.add(outcome),
-        }
-    }
-
-    fn add_panic(&mut self, options: &RunOptions) {
-        match self {
-            Self::Single(report) => report.add_panic(options),
-            Self::Sharded(report) => report.add_panic(options),
-        }
-    }
-
-    fn empty_cells(&self) -> Vec<String> {
-        match self {
-            Self::Single(report) => report.empty_cells(),
-            Self::Sharded(report) => report.empty_cells(),
-        }
-    }
-
-    fn violations(&self) -> u64 {
-        match self {
-            Self::Single(report) => report.violations(),
-            Self::Sharded(report) => report.violations(),
-        }
-    }
-}
-
-impl std::fmt::Display for Summary {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Single(report) => report.fmt(f),
-            Self::Sharded(report) => report.fmt(f),
-        }
     }
 }

@@ -1,7 +1,9 @@
 //! The summary of many runs: per kind of fault, the runs, the largest measurements against
-//! their bounds, and the violations; the cases measured and what fencing runs came to; then
-//! the cell table, runs and violations per (kind, acquire mode, fencing), where a cell no run
-//! reached reads `EMPTY`.
+//! their bounds, and the violations; the cases measured (and, for single-election runs, what
+//! fencing runs came to; for sharded runs, the moves); the violations by property; then the
+//! cell table, runs and violations per (kind, acquire mode and fencing) or per (kind, number of
+//! shards), where a cell no run reached reads `EMPTY`. One report serves both mechanisms: the
+//! tables of sharded runs are in [`shards`].
 
 mod shards;
 
@@ -11,17 +13,23 @@ use std::time::Duration;
 
 use plexsphere_leader::config::AcquireMode;
 
-use crate::checker::Measurements;
+use crate::checker::{Measurements, Property};
 use crate::run::RunOutcome;
-use crate::setup::{Params, RunKind, RunOptions};
-
-pub use shards::ShardReport;
+use crate::setup::{Params, RunKind, RunOptions, Sharding};
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Row {
     runs: u64,
     measured: Measurements,
     violations: u64,
+}
+
+impl Row {
+    fn merge(&mut self, other: &Self) {
+        self.runs += other.runs;
+        self.measured.merge(&other.measured);
+        self.violations += other.violations;
+    }
 }
 
 /// The runs and violations of one cell of the cell table.
@@ -31,40 +39,63 @@ struct Count {
     violations: u64,
 }
 
-/// The cell table's columns: acquire mode, then fencing off and on.
+/// The cell table's columns of single-election runs: acquire mode, then fencing off and on.
 const COLUMNS: [&str; 4] = ["poll", "poll+fencing", "queue", "queue+fencing"];
 
-/// The column of a run: its acquire mode, then whether it fences.
-fn column(options: &RunOptions) -> usize {
-    let queue = usize::from(options.mode == AcquireMode::Queue);
-    2 * queue + usize::from(options.fencing)
+/// The column of a run: single-election runs, its acquire mode, then whether it fences
+/// ([`COLUMNS`]); sharded runs, its number of shards.
+fn column(options: &RunOptions) -> u32 {
+    match options.sharding {
+        Some(sharding) => sharding.shards,
+        None => {
+            let queue = u32::from(options.mode == AcquireMode::Queue);
+            2 * queue + u32::from(options.fencing)
+        }
+    }
 }
 
-/// The aggregate of many runs.
+/// The aggregate of many runs, of the single election or of sharded leadership.
 #[derive(Debug, Clone)]
 pub struct Report {
     params: Params,
+    /// Sharded runs: how many replicas each run has.
+    sharded: Option<usize>,
     rows: BTreeMap<RunKind, Row>,
     /// Runs and violations per kind and [`column`].
-    cells: BTreeMap<RunKind, [Count; 4]>,
+    cells: BTreeMap<(RunKind, u32), Count>,
+    /// Violations by property.
+    properties: BTreeMap<Property, u64>,
     seeds: u64,
     violations: u64,
 }
 
 impl Report {
-    /// An empty report for runs with `params`.
+    /// An empty report for single-election runs with `params`.
     pub fn new(params: Params) -> Self {
         Self {
             params,
+            sharded: None,
             rows: BTreeMap::new(),
             cells: BTreeMap::new(),
+            properties: BTreeMap::new(),
             seeds: 0,
             violations: 0,
         }
     }
 
+    /// An empty report for sharded runs with `params` and `replicas` replicas.
+    pub fn sharded(params: Params, replicas: usize) -> Self {
+        Self {
+            sharded: Some(replicas),
+            ..Self::new(params)
+        }
+    }
+
     /// Adds one run.
     pub fn add(&mut self, outcome: &RunOutcome) {
+        for violation in &outcome.violations {
+            *self.properties.entry(violation.property).or_default() += 1;
+        }
         self.add_row(
             &outcome.options,
             &outcome.measurements,
@@ -74,18 +105,21 @@ impl Report {
 
     /// Adds a run of `options` that panicked: one violation, nothing measured.
     pub fn add_panic(&mut self, options: &RunOptions) {
+        *self.properties.entry(Property::Harness).or_default() += 1;
         self.add_row(options, &Measurements::default(), 1);
     }
 
     fn add_row(&mut self, options: &RunOptions, measured: &Measurements, violations: usize) {
         let kind = options.kind;
-        let cell = &mut self.cells.entry(kind).or_default()[column(options)];
+        let cell = self.cells.entry((kind, column(options))).or_default();
         cell.runs += 1;
         cell.violations += violations as u64;
-        let row = self.rows.entry(kind).or_default();
-        row.runs += 1;
-        row.measured.merge(measured);
-        row.violations += violations as u64;
+        let row = Row {
+            runs: 1,
+            measured: *measured,
+            violations: violations as u64,
+        };
+        self.rows.entry(kind).or_default().merge(&row);
         self.seeds += 1;
         self.violations += violations as u64;
     }
@@ -100,15 +134,28 @@ impl Report {
         self.violations
     }
 
-    /// The cells of the cell table that no run reached, as `kind × column`
-    /// (`partition × queue+fencing`), in table order.
+    /// The cells of the cell table that no run reached, in table order: `kind × column`
+    /// (`partition × queue+fencing`), or for sharded runs `kind × K=shards` of the default
+    /// shard counts.
     pub fn empty_cells(&self) -> Vec<String> {
         let mut empty = Vec::new();
-        for kind in RunKind::all() {
-            let counts = self.cells.get(&kind).copied().unwrap_or_default();
-            for (count, name) in counts.iter().zip(COLUMNS) {
-                if count.runs == 0 {
-                    empty.push(format!("{kind} × {name}"));
+        match self.sharded {
+            None => {
+                for kind in RunKind::all() {
+                    for (column, name) in (0..).zip(COLUMNS) {
+                        if !self.cells.contains_key(&(kind, column)) {
+                            empty.push(format!("{kind} × {name}"));
+                        }
+                    }
+                }
+            }
+            Some(_) => {
+                for kind in RunKind::sharded_all() {
+                    for shards in Sharding::SHARD_COUNTS {
+                        if !self.cells.contains_key(&(kind, shards)) {
+                            empty.push(format!("{kind} × K={shards}"));
+                        }
+                    }
                 }
             }
         }
@@ -117,11 +164,33 @@ impl Report {
 
     /// The largest values over every run.
     pub fn maxima(&self) -> Measurements {
-        let mut all = Measurements::default();
+        self.all().measured
+    }
+
+    /// Every row summed.
+    fn all(&self) -> Row {
+        let mut all = Row::default();
         for row in self.rows.values() {
-            all.merge(&row.measured);
+            all.merge(row);
         }
         all
+    }
+
+    /// The runs and violations of the cell of `kind` and `column`; zero runs where none ran.
+    fn count(&self, kind: RunKind, column: u32) -> Count {
+        self.cells.get(&(kind, column)).copied().unwrap_or_default()
+    }
+
+    /// The line of violations by property, if any.
+    fn write_properties(&self, out: &mut String) {
+        if !self.properties.is_empty() {
+            let list: Vec<String> = self
+                .properties
+                .iter()
+                .map(|(property, count)| format!("{property} {count}"))
+                .collect();
+            let _ = writeln!(out, "violations by property: {}", list.join(", "));
+        }
     }
 }
 
@@ -130,10 +199,26 @@ fn cell(value: Option<Duration>) -> String {
 }
 
 impl fmt::Display for Report {
-    /// The table, then the summary line `seeds: N, violations: V`.
+    /// The tables, then the summary line `seeds: N, violations: V`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let p = &self.params;
         let mut out = String::new();
+        match self.sharded {
+            None => self.write_single(&mut out),
+            Some(replicas) => self.write_sharded(&mut out, replicas),
+        }
+        write!(
+            out,
+            "seeds: {}, violations: {}",
+            self.seeds, self.violations
+        )?;
+        f.write_str(&out)
+    }
+}
+
+impl Report {
+    /// The single election's tables.
+    fn write_single(&self, out: &mut String) {
+        let p = &self.params;
         let _ = writeln!(
             out,
             "I = {} ms, T = {} ms, tick = {} ms, latency <= {} ms; maxima in ms (bound)",
@@ -168,14 +253,11 @@ impl fmt::Display for Report {
             "(-)",
             ""
         );
-        let mut all = Row::default();
         for (kind, row) in &self.rows {
-            write_row(&mut out, kind.name(), row);
-            all.runs += row.runs;
-            all.measured.merge(&row.measured);
-            all.violations += row.violations;
+            write_row(out, kind.name(), row);
         }
-        write_row(&mut out, "all", &all);
+        let all = self.all();
+        write_row(out, "all", &all);
         let cases = all.measured.cases;
         let _ = writeln!(
             out,
@@ -195,17 +277,10 @@ impl fmt::Display for Report {
             fence.commits,
             fence.deposed_commits
         );
-        self.write_cells(&mut out);
-        write!(
-            out,
-            "seeds: {}, violations: {}",
-            self.seeds, self.violations
-        )?;
-        f.write_str(&out)
+        self.write_properties(out);
+        self.write_cells(out);
     }
-}
 
-impl Report {
     /// The cell table: per run kind (every one, run or not) and column, `runs/violations`;
     /// `EMPTY` where no run reached the cell; then how many cells ran and which did not.
     fn write_cells(&self, out: &mut String) {
@@ -220,7 +295,9 @@ impl Report {
         );
         let mut all = [Count::default(); 4];
         for kind in RunKind::all() {
-            let counts = self.cells.get(&kind).copied().unwrap_or_default();
+            let counts: [Count; 4] = std::array::from_fn(|column| {
+                self.count(kind, u32::try_from(column).unwrap_or(u32::MAX))
+            });
             for (sum, count) in all.iter_mut().zip(counts) {
                 sum.runs += count.runs;
                 sum.violations += count.violations;
