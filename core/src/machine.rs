@@ -3,13 +3,14 @@
 //! machine takes. [`Election`](crate::Election) and
 //! [`ShardedElection`](crate::shards::ShardedElection) implement it; one driver runs either.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::action::Action;
 use crate::election::Election;
 use crate::event::Event;
 use crate::handled::{AlreadyRunning, Handled};
 use crate::ids::ConnId;
+use crate::liveness::StuckLeader;
 use crate::shards::{ShardAction, ShardEvent, ShardedElection};
 
 /// An election machine: time enters with every input, effects leave as actions.
@@ -41,6 +42,17 @@ pub trait Machine {
     /// When [`handle_timeout`](Self::handle_timeout) must next be called.
     #[must_use]
     fn poll_timeout(&self) -> Option<Instant>;
+    /// Whether a run is in progress: an operator's request is then queued for its driver;
+    /// otherwise a resign has nothing to give up and an eligibility is kept for the next run.
+    fn is_running(&self) -> bool;
+    /// Whether this replica may lead (own shards).
+    fn is_eligible(&self) -> bool;
+    /// The stuck-leader verdict at `now` (see each machine's `stuck`).
+    ///
+    /// # Errors
+    /// [`StuckLeader`] when the replica leads (owns a shard) but its session last proved the
+    /// lock too long ago.
+    fn stuck(&self, now: Instant) -> Result<(), StuckLeader>;
 
     /// The stop requested.
     fn cancelled() -> Self::Event;
@@ -50,6 +62,10 @@ pub trait Machine {
     fn dropped() -> Self::Event;
     /// The held session `conn` ended on its own, with `cause`.
     fn session_ended(conn: ConnId, cause: Self::Error) -> Self::Event;
+    /// The operator's resign, holding off for `hold_off`.
+    fn resign(hold_off: Duration) -> Self::Event;
+    /// The operator makes the replica eligible or not.
+    fn set_eligible(eligible: bool) -> Self::Event;
     /// The connection an event concerns, when it concerns one.
     fn conn(event: &Self::Event) -> Option<ConnId>;
     /// Whether `event` answers a check that worked (the failed-check run it ends is reported
@@ -82,6 +98,18 @@ impl<C> Machine for Election<C> {
         Election::poll_timeout(self)
     }
 
+    fn is_running(&self) -> bool {
+        Election::is_running(self)
+    }
+
+    fn is_eligible(&self) -> bool {
+        Election::is_eligible(self)
+    }
+
+    fn stuck(&self, now: Instant) -> Result<(), StuckLeader> {
+        Election::stuck(self, now)
+    }
+
     fn cancelled() -> Event<C> {
         Event::Cancelled
     }
@@ -96,6 +124,14 @@ impl<C> Machine for Election<C> {
 
     fn session_ended(conn: ConnId, cause: C) -> Event<C> {
         Event::SessionEnded { conn, cause }
+    }
+
+    fn resign(hold_off: Duration) -> Event<C> {
+        Event::Resign { hold_off }
+    }
+
+    fn set_eligible(eligible: bool) -> Event<C> {
+        Event::SetEligible { eligible }
     }
 
     fn conn(event: &Event<C>) -> Option<ConnId> {
@@ -140,6 +176,18 @@ impl<C> Machine for ShardedElection<C> {
         ShardedElection::poll_timeout(self)
     }
 
+    fn is_running(&self) -> bool {
+        ShardedElection::is_running(self)
+    }
+
+    fn is_eligible(&self) -> bool {
+        ShardedElection::is_eligible(self)
+    }
+
+    fn stuck(&self, now: Instant) -> Result<(), StuckLeader> {
+        ShardedElection::stuck(self, now)
+    }
+
     fn cancelled() -> ShardEvent<C> {
         ShardEvent::Cancelled
     }
@@ -155,6 +203,14 @@ impl<C> Machine for ShardedElection<C> {
     /// The sharded machine needs no cause: every shard is lost with `SessionEnded`.
     fn session_ended(conn: ConnId, _cause: C) -> ShardEvent<C> {
         ShardEvent::SessionEnded { conn }
+    }
+
+    fn resign(hold_off: Duration) -> ShardEvent<C> {
+        ShardEvent::Resign { hold_off }
+    }
+
+    fn set_eligible(eligible: bool) -> ShardEvent<C> {
+        ShardEvent::SetEligible { eligible }
     }
 
     fn conn(event: &ShardEvent<C>) -> Option<ConnId> {

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plexsphere_leader_core::{Event, StuckLeader};
+use plexsphere_leader_core::StuckLeader;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -269,13 +269,9 @@ impl Elector {
     /// release happens on the task running [`run`](Self::run). Ignored while a stop or an
     /// earlier resign is releasing the lock.
     pub fn resign_for(&self, hold_off: Duration) -> Resignation {
-        let election = self.inner.election();
-        if !election.is_running() {
-            return Resignation::NotRunning;
-        }
-        self.inner.controls().push(Event::Resign { hold_off });
-        drop(election);
-        Resignation::Requested
+        self.inner
+            .controls()
+            .resign(self.inner.election(), hold_off)
     }
 
     /// Makes this replica eligible to lead, or not (for example a canary). An ineligible
@@ -286,14 +282,9 @@ impl Elector {
         if let Some(metrics) = self.inner.metrics() {
             metrics.set_eligible(eligible);
         }
-        let mut election = self.inner.election();
-        let event = Event::SetEligible { eligible };
-        if election.is_running() {
-            self.inner.controls().push(event);
-        } else {
-            // Not running: the election only records the setting and queues nothing.
-            election.handle_event(crate::clock::now(), event);
-        }
+        self.inner
+            .controls()
+            .set_eligible(self.inner.election(), eligible);
     }
 
     /// Whether this replica may lead: the last [`set_eligible`](Self::set_eligible) once the

@@ -55,7 +55,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plexsphere_leader_core::shards::ShardEvent;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -187,27 +186,18 @@ impl ShardedElector {
     /// session and gets its share again. Returns at once; the release happens on the task
     /// running [`run`](Self::run). Ignored while a stop or an earlier resign is releasing.
     pub fn resign_for(&self, hold_off: Duration) -> crate::leadership::Resignation {
-        let election = self.inner.election();
-        if !election.is_running() {
-            return crate::leadership::Resignation::NotRunning;
-        }
-        self.inner.controls().push(ShardEvent::Resign { hold_off });
-        drop(election);
-        crate::leadership::Resignation::Requested
+        self.inner
+            .controls()
+            .resign(self.inner.election(), hold_off)
     }
 
     /// Makes this replica eligible to own shards, or not (for example a canary). An ineligible
     /// replica leaves the space as a resign does and does not rejoin until made eligible again
     /// (it holds no member lock, so the others' shares count it out). The setting outlives runs.
     pub fn set_eligible(&self, eligible: bool) {
-        let mut election = self.inner.election();
-        let event = ShardEvent::SetEligible { eligible };
-        if election.is_running() {
-            self.inner.controls().push(event);
-        } else {
-            // Not running: the election only records the setting and queues nothing.
-            election.handle_event(crate::clock::now(), event);
-        }
+        self.inner
+            .controls()
+            .set_eligible(self.inner.election(), eligible);
     }
 
     /// Whether this replica may own shards: the last [`set_eligible`](Self::set_eligible) once

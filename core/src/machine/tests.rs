@@ -13,7 +13,16 @@ const C1: ConnId = ConnId::new(1);
 /// refused, the first action and a deadline are queued, and firing that deadline moves it on.
 fn starts_and_fires<M: Machine>(machine: &mut M) -> M::Action {
     let t0 = Instant::now();
+    assert!(!machine.is_running(), "not started");
+    assert!(machine.is_eligible(), "eligible by default");
+    // Made ineligible while no run is in progress: kept, for the next run.
+    let _ = machine.handle_event(t0, M::set_eligible(false));
+    assert!(!machine.is_eligible());
+    let _ = machine.handle_event(t0, M::set_eligible(true));
+    assert!(machine.is_eligible());
+    assert!(machine.stuck(t0).is_ok(), "leads nothing: live");
     assert!(machine.start(t0).is_ok());
+    assert!(machine.is_running());
     assert!(machine.start(t0).is_err(), "already running");
     let first = machine.poll_action().expect("a first action");
     let deadline = machine.poll_timeout().expect("a deadline while running");
@@ -33,6 +42,12 @@ fn the_election_through_the_trait() {
     assert!(matches!(M::cancelled(), Event::Cancelled));
     assert!(matches!(M::panicked(), Event::Panicked));
     assert!(matches!(M::dropped(), Event::Dropped));
+    let hold_off = Duration::from_secs(3);
+    assert!(matches!(M::resign(hold_off), Event::Resign { hold_off: h } if h == hold_off));
+    assert!(matches!(
+        M::set_eligible(false),
+        Event::SetEligible { eligible: false }
+    ));
     let granted = Event::LockGranted {
         conn: C1,
         backend_pid: 7,
@@ -58,6 +73,12 @@ fn the_sharded_election_through_the_trait() {
     assert!(matches!(M::cancelled(), ShardEvent::Cancelled));
     assert!(matches!(M::panicked(), ShardEvent::Panicked));
     assert!(matches!(M::dropped(), ShardEvent::Dropped));
+    let hold_off = Duration::from_secs(3);
+    assert!(matches!(M::resign(hold_off), ShardEvent::Resign { hold_off: h } if h == hold_off));
+    assert!(matches!(
+        M::set_eligible(false),
+        ShardEvent::SetEligible { eligible: false }
+    ));
     let registered = ShardEvent::Registered {
         conn: C1,
         backend: MemberId::new(7),
