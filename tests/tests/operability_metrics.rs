@@ -451,6 +451,17 @@ async fn the_metrics_facade_records_a_real_sharded_space() {
         ),
         Some(4.0)
     );
+    for action in ["reported", "aborted"] {
+        assert_eq!(
+            facade_value(
+                &owning,
+                "plexsphere_shards_overdue_work_total",
+                &[class, ("action", action)]
+            ),
+            Some(0.0),
+            "every series exists at zero from the start"
+        );
+    }
 
     shutdown.cancel();
     run.await.unwrap().unwrap();

@@ -9,6 +9,7 @@
 //! | `plexsphere_shards_unowned` | gauge: shards nobody held at the last survey | `class` |
 //! | `plexsphere_shard_terms_total` | counter: shard terms begun and ended | `class`, `event` (`began`, `ended`), `cause` (the end cause's label, empty for `began`) |
 //! | `plexsphere_shards_survey_seconds` | histogram: time to answer the survey statement | `class` |
+//! | `plexsphere_shards_overdue_work_total` | counter: shard work found still running a work deadline after its term ended ([`ShardConfig::work_deadline`](super::ShardConfig::work_deadline)) | `class`, `action` (`reported`, `aborted`) |
 
 #![cfg_attr(
     not(any(feature = "prometheus", feature = "metrics")),
@@ -39,6 +40,16 @@ const SURVEY: (&str, &str) = (
     "plexsphere_shards_survey_seconds",
     "Time for the survey statement (the space's pg_locks rows) to answer.",
 );
+const OVERDUE: (&str, &str) = (
+    "plexsphere_shards_overdue_work_total",
+    "Shard work still running a work deadline after its shard term ended, by what was done \
+     about it (reported, or aborted).",
+);
+
+/// The `action` label of [`OVERDUE`]: reported, or aborted.
+const fn overdue_action(aborted: bool) -> &'static str {
+    if aborted { "aborted" } else { "reported" }
+}
 
 /// Every cause a shard term can end with: each has its series, at zero from the start.
 fn end_causes() -> impl Iterator<Item = TermEndCause> {
@@ -157,6 +168,21 @@ impl ShardMetrics {
         let _ = (members, unowned);
     }
 
+    /// Shard work was found running past the work deadline; `aborted` when it was aborted.
+    pub(crate) fn overdue_work(&self, aborted: bool) {
+        #[cfg(feature = "prometheus")]
+        if let Some(prom) = &self.prom {
+            prom.overdue
+                .with_label_values(&[overdue_action(aborted)])
+                .inc();
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(facade) = &self.facade {
+            facade.overdue(aborted).increment(1);
+        }
+        let _ = aborted;
+    }
+
     pub(crate) fn survey_took(&self, took: Duration) {
         #[cfg(feature = "prometheus")]
         if let Some(prom) = &self.prom {
@@ -175,7 +201,7 @@ mod facade {
     use ::metrics::{Counter, Gauge, Histogram};
     use plexsphere_leader_core::TermEndCause;
 
-    use super::{MEMBERS, OWNED, SURVEY, TERMS, UNOWNED, end_causes};
+    use super::{MEMBERS, OVERDUE, OWNED, SURVEY, TERMS, UNOWNED, end_causes, overdue_action};
 
     /// The facade's handles of one space's series, taken from the recorder installed when the
     /// elector is built.
@@ -187,6 +213,8 @@ mod facade {
         pub(super) members: Gauge,
         pub(super) unowned: Gauge,
         pub(super) survey: Histogram,
+        /// Overdue work reported, then aborted.
+        overdue: [Counter; 2],
     }
 
     impl Inner {
@@ -196,6 +224,7 @@ mod facade {
                 ::metrics::describe_gauge!(name, help);
             }
             ::metrics::describe_counter!(TERMS.0, TERMS.1);
+            ::metrics::describe_counter!(OVERDUE.0, OVERDUE.1);
             ::metrics::describe_histogram!(SURVEY.0, ::metrics::Unit::Seconds, SURVEY.1);
             let gauge =
                 |(name, _): (&'static str, &str)| ::metrics::gauge!(name, "class" => class.clone());
@@ -216,13 +245,28 @@ mod facade {
                 members: gauge(MEMBERS),
                 unowned: gauge(UNOWNED),
                 survey: ::metrics::histogram!(SURVEY.0, "class" => class.clone()),
+                overdue: [false, true].map(|aborted| {
+                    ::metrics::counter!(
+                        OVERDUE.0,
+                        "class" => class.clone(),
+                        "action" => overdue_action(aborted)
+                    )
+                }),
             };
             // Every series at zero from the start, as on the registry.
             inner.began.absolute(0);
             for (_, counter) in &inner.ended {
                 counter.absolute(0);
             }
+            for counter in &inner.overdue {
+                counter.absolute(0);
+            }
             inner
+        }
+
+        /// The counter of overdue work reported, or aborted.
+        pub(super) fn overdue(&self, aborted: bool) -> &Counter {
+            &self.overdue[usize::from(aborted)]
         }
 
         /// The counter of terms ended for `cause` (every cause has one).
@@ -238,7 +282,7 @@ mod facade {
 mod prom {
     use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
 
-    use super::{MEMBERS, OWNED, SURVEY, TERMS, UNOWNED, end_causes};
+    use super::{MEMBERS, OVERDUE, OWNED, SURVEY, TERMS, UNOWNED, end_causes, overdue_action};
 
     pub(super) struct Inner {
         pub(super) owned: IntGauge,
@@ -246,6 +290,7 @@ mod prom {
         pub(super) unowned: IntGauge,
         pub(super) terms: IntCounterVec,
         pub(super) survey: Histogram,
+        pub(super) overdue: IntCounterVec,
     }
 
     impl Inner {
@@ -269,17 +314,25 @@ mod prom {
                             0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
                         ]),
                 )?,
+                overdue: IntCounterVec::new(
+                    Opts::new(OVERDUE.0, OVERDUE.1).const_label("class", &class),
+                    &["action"],
+                )?,
             };
             // Every series at zero from the start, so `rate()` and `increase()` are defined.
             inner.terms.with_label_values(&["began", ""]);
             for cause in end_causes() {
                 inner.terms.with_label_values(&["ended", cause.label()]);
             }
+            for aborted in [false, true] {
+                inner.overdue.with_label_values(&[overdue_action(aborted)]);
+            }
             registry.register(Box::new(inner.owned.clone()))?;
             registry.register(Box::new(inner.members.clone()))?;
             registry.register(Box::new(inner.unowned.clone()))?;
             registry.register(Box::new(inner.terms.clone()))?;
             registry.register(Box::new(inner.survey.clone()))?;
+            registry.register(Box::new(inner.overdue.clone()))?;
             Ok(inner)
         }
     }

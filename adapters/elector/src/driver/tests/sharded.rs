@@ -203,8 +203,13 @@ async fn a_stop_whose_unlock_never_answers_closes_after_the_unlock_budget() {
 async fn shard_work_past_its_deadline_after_a_loss_is_aborted_at_the_deadline() {
     let fake = Fake::default();
     let deadline = 3 * I;
+    #[cfg(feature = "prometheus")]
+    let registry = prometheus::Registry::new();
     let running = run_with(&fake, |c| {
-        c.work_deadline(deadline, crate::config::OnOverdue::Abort)
+        let c = c.work_deadline(deadline, crate::config::OnOverdue::Abort);
+        #[cfg(feature = "prometheus")]
+        let c = c.registry(&registry);
+        c
     });
     running.owning(SHARDS as usize, 3 * I).await;
     let work = tokio::spawn({
@@ -226,4 +231,27 @@ async fn shard_work_past_its_deadline_after_a_loss_is_aborted_at_the_deadline() 
     assert!(!ran.unwrap(), "aborted work is no failure");
     assert_eq!(returned - lost, deadline, "dropped exactly at the deadline");
     running.stop().await;
+    #[cfg(feature = "prometheus")]
+    {
+        let overdue = |action: &str| {
+            registry
+                .gather()
+                .iter()
+                .filter(|family| family.name() == "plexsphere_shards_overdue_work_total")
+                .flat_map(|family| family.get_metric().iter())
+                .find(|metric| {
+                    metric
+                        .get_label()
+                        .iter()
+                        .any(|label| label.name() == "action" && label.value() == action)
+                })
+                .map(|metric| metric.get_counter().get_value())
+        };
+        assert_eq!(overdue("aborted"), Some(1.0), "the abort is counted");
+        assert_eq!(
+            overdue("reported"),
+            Some(0.0),
+            "the series exists from the start"
+        );
+    }
 }
