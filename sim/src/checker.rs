@@ -196,6 +196,13 @@ pub struct Cases {
 }
 
 impl Measurements {
+    /// Records what the orphan rule found: the longest idle period of a lock-holding session,
+    /// and how many it measured.
+    fn idled(&mut self, found: &Found) {
+        self.orphan_idle = max(self.orphan_idle, found.longest);
+        self.cases.idle_periods += found.cases;
+    }
+
     /// The larger of each value.
     pub fn merge(&mut self, other: &Self) {
         self.overlap = max(self.overlap, other.overlap);
@@ -258,8 +265,7 @@ pub(crate) fn check(evidence: &Evidence<'_>) -> (Measurements, Vec<Violation>) {
     let mut checker = Checker::new(evidence);
     checker.harness();
     checker.mutual_exclusion();
-    checker.detection();
-    checker.overlap();
+    checker.shared_rules();
     checker.graceful();
     checker.operator_controls();
     checker.orphans();
@@ -370,18 +376,10 @@ impl<'a> Checker<'a> {
         (found.longest, found.cases)
     }
 
-    fn detection(&mut self) {
-        let found = self.space.detection(self.p.detection_bound());
-        let (longest, cases) = self.record(found);
-        self.measured.detection = max(self.measured.detection, longest);
-        self.measured.cases.detections += cases;
-    }
-
-    fn overlap(&mut self) {
-        let found = self.space.overlap(self.p.overlap_bound());
-        let (longest, cases) = self.record(found);
-        self.measured.overlap = max(self.measured.overlap, longest);
-        self.measured.cases.overlaps += cases;
+    /// The rules every space shares, over the election's one lock: detection and overlap.
+    fn shared_rules(&mut self) {
+        let violations = self.space.shared_rules(&self.p, &mut self.measured);
+        self.violations.extend(violations);
     }
 
     fn graceful(&mut self) {
@@ -499,9 +497,8 @@ impl<'a> Checker<'a> {
             self.p.orphan_bound(),
             "the lock",
         );
-        let (longest, cases) = self.record(found);
-        self.measured.orphan_idle = max(self.measured.orphan_idle, longest);
-        self.measured.cases.idle_periods += cases;
+        self.measured.idled(&found);
+        self.record(found);
     }
 
     /// Whether replica `r` is a healthy standby candidate over `[from, to]`: up (not stopping)

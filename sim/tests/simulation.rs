@@ -172,7 +172,10 @@ fn assert_sharded_clean(seed: u64, kind: FaultKind, shards: u32) -> RunOutcome {
         outcome.failure_report()
     );
     let shards = outcome.measurements.shards;
-    assert!(shards.terms > 0, "no shard term in seed {seed}");
+    assert!(
+        outcome.measurements.terms > 0,
+        "no shard term in seed {seed}"
+    );
     assert!(outcome.measurements.faults > 0, "no fault in seed {seed}");
     assert!(shards.balance.is_some(), "never balanced in seed {seed}");
     outcome
@@ -183,7 +186,7 @@ fn assert_sharded_clean(seed: u64, kind: FaultKind, shards: u32) -> RunOutcome {
 #[test]
 fn a_sharded_silent_death_seed_runs_clean() {
     let outcome = assert_sharded_clean(4, FaultKind::SilentDeath, 8);
-    let idle = outcome.measurements.shards.orphan_idle.unwrap_or_default();
+    let idle = outcome.measurements.orphan_idle.unwrap_or_default();
     let interval = Params::default().interval;
     assert!(idle >= 4 * interval - interval / 10, "{idle:?}");
 }
@@ -193,7 +196,7 @@ fn a_sharded_silent_death_seed_runs_clean() {
 #[test]
 fn a_sharded_failover_seed_runs_clean() {
     let outcome = assert_sharded_clean(10, FaultKind::Failover, 8);
-    assert!(outcome.measurements.shards.detections > 0);
+    assert!(outcome.measurements.cases.detections > 0);
 }
 
 /// Fewer shards than replicas: one replica owns none, terminations hand shards on at once.

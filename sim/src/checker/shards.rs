@@ -28,40 +28,22 @@ use crate::setup::{Params, SERVERS, Sharding};
 /// The second half of the member lock.
 const MEMBER: i32 = plexsphere_leader::shard_sql::MEMBER_OBJ_ID;
 
-/// What sharded runs measured, summed or maximised over runs.
+/// What only sharded runs measure, summed or maximised over runs (the rules every space shares
+/// measure into [`Measurements`]: terms, overlap, detection, orphan idle, the leaderless gap and
+/// their cases).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ShardMeasurements {
     /// Sharded runs.
     pub runs: usize,
-    /// Shard terms observed.
-    pub terms: usize,
-    /// Largest overlap of two replicas acting as owner of one shard.
-    pub overlap: Option<Duration>,
-    /// Largest delay between a shard lock's loss and the end of its term.
-    pub detection: Option<Duration>,
-    /// Largest idle period of a member session.
-    pub orphan_idle: Option<Duration>,
     /// Largest time a checked shard stayed without owner, from the moment it became free to
     /// the moment its next owner's term began, whatever held it open.
     pub leaderless: Option<Duration>,
-    /// Largest time a shard stayed without owner from the moment a member able to take it was
-    /// on the server, where no member left, joined or was cut off in the window (bound
-    /// I + margin, + I for a cold start).
-    pub gap: Option<Duration>,
     /// Largest time from the moment it became free where a member that could not take (cut
     /// off, stopping, deposed) or that left or joined held the window open (bounded by that
     /// member's end, or its join, + I + margin).
     pub ghost_gap: Option<Duration>,
     /// Largest time from every replica up to a balanced space that stayed balanced.
     pub balance: Option<Duration>,
-    /// Cases measured.
-    pub overlaps: usize,
-    /// Shard terms that outlived their lock (the detection bound).
-    pub detections: usize,
-    /// Idle periods of member sessions.
-    pub idle_periods: usize,
-    /// Free shards checked against the plain bound.
-    pub gaps: usize,
     /// Free shards checked against a bound a ghost or a leave extended.
     pub ghost_gaps: usize,
     /// Terms ended by a handover whose unlock was checked against the term's work.
@@ -82,18 +64,9 @@ impl ShardMeasurements {
     /// Sums the counts and keeps the larger of each maximum.
     pub fn merge(&mut self, other: &Self) {
         self.runs += other.runs;
-        self.terms += other.terms;
-        self.overlap = max(self.overlap, other.overlap);
-        self.detection = max(self.detection, other.detection);
-        self.orphan_idle = max(self.orphan_idle, other.orphan_idle);
         self.leaderless = max(self.leaderless, other.leaderless);
-        self.gap = max(self.gap, other.gap);
         self.ghost_gap = max(self.ghost_gap, other.ghost_gap);
         self.balance = max(self.balance, other.balance);
-        self.overlaps += other.overlaps;
-        self.detections += other.detections;
-        self.idle_periods += other.idle_periods;
-        self.gaps += other.gaps;
         self.ghost_gaps += other.ghost_gaps;
         self.handovers += other.handovers;
         self.stops += other.stops;
@@ -116,8 +89,7 @@ pub(crate) fn check(
     base.mutual_exclusion();
     base.clean_stop();
     let mut checker = ShardChecker::new(base, sharding, class);
-    checker.detection();
-    checker.overlap();
+    checker.shared_rules();
     checker.graceful();
     checker.orphans();
     checker.stranded();
@@ -132,11 +104,11 @@ pub(crate) fn check(
     let mut violations = base.violations;
     violations.sort_by_key(|v| (v.at, v.property));
     measured.runs = 1;
-    measured.terms = evidence.history.terms.len();
     let measurements = Measurements {
+        terms: evidence.history.terms.len(),
         faults: evidence.history.faults,
         shards: measured,
-        ..Measurements::default()
+        ..base.measured
     };
     (measurements, violations)
 }
@@ -221,19 +193,12 @@ impl<'a> ShardChecker<'a> {
         self.base.violate(at, property, detail);
     }
 
-    /// A replica stops believing it owns a shard within 2·I of losing its lock.
-    fn detection(&mut self) {
-        let (longest, cases) = self.record(self.space.detection(self.p.detection_bound()));
-        self.measured.detection = max(self.measured.detection, longest);
-        self.measured.detections += cases;
-    }
-
-    /// At most one believed owner per shard, except within the detection bound of a lost
-    /// session (and the last unit of work, T).
-    fn overlap(&mut self) {
-        let (longest, cases) = self.record(self.space.overlap(self.p.overlap_bound()));
-        self.measured.overlap = max(self.measured.overlap, longest);
-        self.measured.overlaps += cases;
+    /// The rules every space shares, over the shards: a replica stops believing it owns a
+    /// shard within 2·I of losing its lock; at most one believed owner per shard, except within
+    /// the detection bound of a lost session (and the last unit of work, T).
+    fn shared_rules(&mut self) {
+        let violations = self.space.shared_rules(&self.p, &mut self.base.measured);
+        self.base.violations.extend(violations);
     }
 
     /// A graceful handover or stop: the term, and every unit of its work, ended before the
@@ -330,9 +295,8 @@ impl<'a> ShardChecker<'a> {
             self.p.orphan_bound(),
             "the member lock (and its shards)",
         );
-        let (longest, cases) = self.record(found);
-        self.measured.orphan_idle = max(self.measured.orphan_idle, longest);
-        self.measured.idle_periods += cases;
+        self.base.measured.idled(&found);
+        self.record(found);
     }
 
     /// What replica `replica`'s incarnation `incarnation` believed about `shard`: its terms
@@ -723,8 +687,9 @@ impl<'a> ShardChecker<'a> {
                 } else {
                     // From the moment a member able to take was there.
                     let waited = began.saturating_sub(start);
-                    self.measured.gap = max(self.measured.gap, Some(waited));
-                    self.measured.gaps += 1;
+                    let measured = &mut self.base.measured;
+                    measured.gap = max(measured.gap, Some(waited));
+                    measured.cases.gaps += 1;
                 }
                 if began > deadline {
                     found.push((free, format!(

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use plexsphere_leader_pgsim::{EndReason, QueryRecord, ReleaseReason};
 
-use super::{Owner, Property, Violation, max, ms};
+use super::{Measurements, Owner, Property, Violation, max, ms};
 use crate::record::{History, TermRecord, Work};
-use crate::setup::SERVERS;
+use crate::setup::{Params, SERVERS};
 
 /// One tenure of a lock on one server: a session's first grant to the release of its last
 /// count.
@@ -194,6 +194,20 @@ impl Space<'_> {
             }
         }
         found
+    }
+
+    /// The rules every space shares, measured into `measured`: detection (2·I) and overlap
+    /// (2·I + T); their violations.
+    pub(crate) fn shared_rules(&self, p: &Params, measured: &mut Measurements) -> Vec<Violation> {
+        let detection = self.detection(p.detection_bound());
+        measured.detection = max(measured.detection, detection.longest);
+        measured.cases.detections += detection.cases;
+        let overlap = self.overlap(p.overlap_bound());
+        measured.overlap = max(measured.overlap, overlap.longest);
+        measured.cases.overlaps += overlap.cases;
+        let mut violations = detection.violations;
+        violations.extend(overlap.violations);
+        violations
     }
 
     /// After every replica stopped, no term on a lock of the space is left open.

@@ -41,7 +41,7 @@ fn line(out: &mut String, fields: [&str; 11]) {
 }
 
 fn write_row(out: &mut String, name: &str, row: &Row) {
-    let m = &row.measured.shards;
+    let (m, shard) = (&row.measured, &row.measured.shards);
     line(
         out,
         [
@@ -52,9 +52,9 @@ fn write_row(out: &mut String, name: &str, row: &Row) {
             &cell(m.detection),
             &cell(m.orphan_idle),
             &cell(m.gap),
-            &cell(m.ghost_gap),
-            &cell(m.leaderless),
-            &cell(m.balance),
+            &cell(shard.ghost_gap),
+            &cell(shard.leaderless),
+            &cell(shard.balance),
             &row.violations.to_string(),
         ],
     );
@@ -107,15 +107,15 @@ impl Report {
         }
         let all = self.all();
         write_row(out, "all", &all);
-        let m = all.measured.shards;
+        let (all, m) = (all.measured, all.measured.shards);
         let _ = writeln!(
             out,
             "cases measured: {} shard terms, {} overlaps, {} detections, {} idle periods of members, {} free shards re-owned ({} with a ghost, a leave or a join in the window), {} handovers and {} stops checked against their work",
-            m.terms,
-            m.overlaps,
-            m.detections,
-            m.idle_periods,
-            m.gaps + m.ghost_gaps,
+            all.terms,
+            all.cases.overlaps,
+            all.cases.detections,
+            all.cases.idle_periods,
+            all.cases.gaps + m.ghost_gaps,
             m.ghost_gaps,
             m.handovers,
             m.stops
