@@ -181,14 +181,17 @@ async fn a_failover_to_a_promoted_standby_moves_leadership_to_the_new_primary() 
     drop(proxy);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_connections_exhausted_is_retried_and_warned_once_per_interval() {
-    let cluster = Cluster::start().await.unwrap();
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    max_connections_exhausted_is_retried_and_warned_once_per_interval
+);
+async fn max_connections_exhausted_is_retried_and_warned_once_per_interval(backend: Backend) {
+    let cluster = Cluster::start().await.expect("a throwaway cluster");
     let config = cluster.config("postgres");
-    let admin = cluster.connect("postgres").await.unwrap();
-    let _observer = LockObserver::start(&config).await.unwrap();
+    let admin = cluster.connect("postgres").await.expect("admin");
+    let _observer = LockObserver::start(&config).await.expect("observer");
     let mut fleet = Fleet::new();
-    let a = fleet.spawn("a", &config, I).await;
+    let a = fleet.spawn_on(backend, "a", &config, I).await;
     fleet.wait_lead(a, STARTUP).await;
 
     let mut fillers = Vec::new();
@@ -206,7 +209,7 @@ async fn max_connections_exhausted_is_retried_and_warned_once_per_interval() {
     }
     println!("{} filler sessions took every free slot", fillers.len());
 
-    let b = fleet.spawn("b", &config, I).await;
+    let b = fleet.spawn_on(backend, "b", &config, I).await;
     let spawned = Instant::now();
     sleep_until(spawned + 8 * I).await;
     let warns: Vec<_> = fleet.get(b).logs("WARN", ACQUIRE_WARN);
@@ -246,7 +249,7 @@ async fn max_connections_exhausted_is_retried_and_warned_once_per_interval() {
         .filter(|w| w.at > freed + I)
         .count();
     assert_eq!(warned_after, 0, "b connected once a slot was free");
-    fleet.get_mut(a).stop().await.unwrap();
+    fleet.get_mut(a).stop().await.expect("a stops");
     let stopped = Instant::now();
     let lead_b = fleet.wait_lead_since(b, stopped, I + MARGIN).await;
     assert_within("b leads after the handover", lead_b - stopped, I + MARGIN);

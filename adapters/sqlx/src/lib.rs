@@ -134,6 +134,12 @@ impl fmt::Debug for PgPoolSessions {
 /// longer than a local connection takes, shorter than any check interval (50 ms at least).
 const PROBE_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
+/// How long such an acquire waits before it asks the server itself, with a session of its own,
+/// why not ([`unreachable`]): longer than a new session to a healthy server takes (a few
+/// milliseconds locally, tens to a busy one), so that a healthy pool is never probed this way;
+/// checks at intervals up to this long get no answer instead of the server's reason.
+const SESSION_PROBE_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl SessionSource for PgPoolSessions {
     fn acquire(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
         Box::pin(async move {
@@ -151,10 +157,20 @@ impl SessionSource for PgPoolSessions {
             let (connection, _) = if self.pool.num_idle() > 0 {
                 checkout.await
             } else {
-                tokio::select! {
+                let probed = tokio::select! {
                     biased;
-                    connection = checkout => connection,
-                    refused = unreachable(&self.pool) => return Err(refused),
+                    connection = checkout => Ok(connection),
+                    refused = unreachable(&self.pool) => Err(refused),
+                };
+                match probed {
+                    Ok(connection) => connection,
+                    Err(refused) => {
+                        // The server said why it takes no connection: the setup it refused is
+                        // not kept (sqlx would go on retrying it in a growing backoff), so the
+                        // next check begins a new one, as with the default backend.
+                        self.setups.cancel();
+                        return Err(refused);
+                    }
                 }
             }
             .map_err(check_error)?;
@@ -169,9 +185,17 @@ impl SessionSource for PgPoolSessions {
     }
 }
 
-/// Resolves with the error of a plain connect to the pool's server (TCP, or its Unix socket),
-/// [`PROBE_AFTER`] from now; never resolves when the server accepts the connection (which is
-/// then closed before any startup message: the server logs nothing).
+/// Resolves with the reason the pool's server does not take a new connection, as far as a
+/// probe can tell; never resolves when it does (the pool's own acquire then goes on):
+///
+/// - [`PROBE_AFTER`] from now, a plain connect to its address (TCP, or its Unix socket): a
+///   refused or unreachable address is the reason. The connection is closed before any
+///   startup message, so the server logs nothing.
+/// - [`SESSION_PROBE_AFTER`] from now, when the address accepts but the pool still has no
+///   connection, a session of the probe's own: sqlx's pool retries, until its acquire timeout
+///   and without saying why, a refusal it takes for transient (`too many clients`, SQLSTATE
+///   class 53; the server starting up, 57P03), so the check would only say it got no answer.
+///   The server's refusal is the reason; a session it accepts is closed at once.
 async fn unreachable(pool: &PgPool) -> CheckError {
     tokio::time::sleep(PROBE_AFTER).await;
     let options = pool.connect_options();
@@ -196,9 +220,18 @@ async fn unreachable(pool: &PgPool) -> CheckError {
             .err()
             .map(|error| format!("connect to {host}:{port}: {error}")),
     };
-    match refused {
-        Some(text) => CheckError::backend(text, None),
-        None => std::future::pending().await,
+    if let Some(text) = refused {
+        return CheckError::backend(text, None);
+    }
+    tokio::time::sleep(SESSION_PROBE_AFTER.saturating_sub(PROBE_AFTER)).await;
+    match sqlx::ConnectOptions::connect(&*options).await {
+        Err(error) if error.as_database_error().is_some() => check_error(error),
+        Ok(session) => {
+            let _closed = sqlx::Connection::close(session).await;
+            std::future::pending().await
+        }
+        // Anything else (a broken socket, TLS) is the pool's to report.
+        Err(_) => std::future::pending().await,
     }
 }
 
