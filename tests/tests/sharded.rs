@@ -32,10 +32,6 @@ struct Member {
 }
 
 impl Member {
-    fn spawn(db: &TestDb, shards: u32, name: &str) -> Self {
-        Self::spawn_on(db, Backend::Deadpool, shards, name)
-    }
-
     /// A member on a pool of `backend`.
     fn spawn_on(db: &TestDb, backend: Backend, shards: u32, name: &str) -> Self {
         let pool = db.backend_pool(backend, name, 4).expect("pool");
@@ -346,11 +342,16 @@ async fn a_handover_waits_for_the_shards_work_before_unlocking(backend: Backend)
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_lock_table_too_small_for_the_space_fails_the_run_with_a_typed_error() {
-    let db = TestDb::create("sharded_lock_table").await.unwrap();
+on_both_backends!(
+    #[tokio::test]
+    a_lock_table_too_small_for_the_space_fails_the_run_with_a_typed_error
+);
+async fn a_lock_table_too_small_for_the_space_fails_the_run_with_a_typed_error(backend: Backend) {
+    let db = TestDb::create(&format!("sharded_lock_table_{backend}"))
+        .await
+        .unwrap();
     let shards = plexsphere_leader::sharded::MAX_SHARDS;
-    let member = Member::spawn(&db, shards, "shard-big");
+    let member = Member::spawn_on(&db, backend, shards, "shard-big");
     let result = tokio::time::timeout(STARTUP, member.run)
         .await
         .expect("the run ends")
@@ -384,21 +385,25 @@ async fn a_lock_table_too_small_for_the_space_fails_the_run_with_a_typed_error()
     db.cleanup().await.unwrap();
 }
 
-#[tokio::test]
-async fn with_fencing_each_shard_term_has_an_epoch_that_fences_off_the_previous_owner() {
+on_both_backends!(
+    #[tokio::test]
+    with_fencing_each_shard_term_has_an_epoch_that_fences_off_the_previous_owner
+);
+async fn with_fencing_each_shard_term_has_an_epoch_that_fences_off_the_previous_owner(
+    backend: Backend,
+) {
     use plexsphere_leader::LockKey;
     use plexsphere_leader::fencing::{self, FenceError};
     use plexsphere_leader::sharded::DEFAULT_SHARD_CLASS;
 
-    let db = TestDb::create("sharded_fencing").await.unwrap();
+    let db = TestDb::create(&format!("sharded_fencing_{backend}"))
+        .await
+        .unwrap();
     fencing::setup(db.admin()).await.unwrap();
     let k = 4;
     let fenced = |name: &str| {
-        Member::spawn_with(
-            &db,
-            name,
-            ShardConfig::new(db.pool(4).expect("pool"), k).fencing(true),
-        )
+        let pool = db.backend_pool(backend, name, 4).expect("pool");
+        Member::spawn_with(&db, name, pool.shard_config(k).fencing(true))
     };
     let first = fenced("fenced-a");
     assert!(
@@ -451,17 +456,22 @@ async fn with_fencing_each_shard_term_has_an_epoch_that_fences_off_the_previous_
     db.cleanup().await.unwrap();
 }
 
+on_both_backends!(
+    #[tokio::test]
+    a_missing_database_is_one_error_and_a_typed_permanent_failure
+);
 /// Issue 23, item 3, for the sharded elector too (one policy, `failure::CheckFailures`): a
 /// database that does not exist is one ERROR with advice, then quiet, and typed permanent.
-#[tokio::test]
-async fn a_missing_database_is_one_error_and_a_typed_permanent_failure() {
+async fn a_missing_database_is_one_error_and_a_typed_permanent_failure(backend: Backend) {
     use plexsphere_leader::leadership::FailureClass;
     let (logs, _guard) = support::Logs::capture();
-    let db = TestDb::create("sharded_missing_db").await.unwrap();
+    let db = TestDb::create(&format!("sharded_missing_db_{backend}"))
+        .await
+        .unwrap();
     let mut missing = db.config();
     missing.dbname("no_such_database_plx_shards");
-    let pool = plexsphere_leader_tests::pool_for(missing, 2).unwrap();
-    let member = Member::spawn_with(&db, "sharded-missing", ShardConfig::new(pool, 8));
+    let pool = backend.pool(&missing, 2).unwrap();
+    let member = Member::spawn_with(&db, "sharded-missing", pool.shard_config(8));
     wait_for(STARTUP, || {
         member
             .elector
