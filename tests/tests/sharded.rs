@@ -503,14 +503,22 @@ async fn a_missing_database_is_one_error_and_a_typed_permanent_failure(backend: 
     db.cleanup().await.unwrap();
 }
 
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_sharded_owner_whose_runtime_is_blocked_fails_its_liveness_and_recovers
+);
 /// The stuck-owner liveness of a sharded replica, as the single election's: live while its
 /// surveys prove its shards, `Err` with a bound of two intervals once its runtime's only thread
 /// is blocked for four, live again after it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sharded_owner_whose_runtime_is_blocked_fails_its_liveness_and_recovers() {
-    let db = TestDb::create("sharded_liveness").await.unwrap();
+async fn a_sharded_owner_whose_runtime_is_blocked_fails_its_liveness_and_recovers(
+    backend: Backend,
+) {
+    let db = TestDb::create(&format!("sharded_liveness_{backend}"))
+        .await
+        .unwrap();
+    let pool = db.backend_pool(backend, "stuck-owner", 4).expect("pool");
     let elector = ShardedElector::new(
-        ShardConfig::new(db.pool(4).expect("pool"), 8)
+        pool.shard_config(8)
             .check_interval(I)
             .identity("stuck-owner"),
     )
