@@ -59,17 +59,39 @@ pub fn leaders(replicas: &[ReplicaProcess]) -> Vec<usize> {
         .collect()
 }
 
-/// Waits until exactly one replica leads and returns its index.
+/// Waits (at most `timeout`) until exactly one replica leads and returns its index. It looks
+/// again at each new record of any replica, nothing in between.
 pub async fn wait_sole_leader(replicas: &[ReplicaProcess], timeout: Duration) -> Option<usize> {
     let deadline = Instant::now() + timeout;
+    let sole = || match leaders(replicas)[..] {
+        [one] => Some(one),
+        _ => None,
+    };
+    // One forwarder per replica turns its record counter's changes into a wake-up; they end
+    // with their process's reader, and are aborted when this returns.
+    let (wake, mut woken) = tokio::sync::mpsc::channel::<()>(1);
+    let mut forwarders = tokio::task::JoinSet::new();
+    for replica in replicas {
+        let (mut changed, wake) = (replica.shared.changed.subscribe(), wake.clone());
+        forwarders.spawn(async move {
+            while changed.changed().await.is_ok() {
+                if wake.send(()).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    drop(wake);
     loop {
-        if let [one] = leaders(replicas)[..] {
+        if let Some(one) = sole() {
             return Some(one);
         }
-        if Instant::now() >= deadline {
-            return None;
+        match tokio::time::timeout_at(deadline, woken.recv()).await {
+            Ok(Some(())) => {}
+            // Every reader ended (the processes exited): nothing more will change.
+            Ok(None) => return sole(),
+            Err(_) => return None,
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
