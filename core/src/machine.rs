@@ -10,7 +10,6 @@ use crate::election::Election;
 use crate::event::Event;
 use crate::handled::{AlreadyRunning, Handled};
 use crate::ids::ConnId;
-use crate::liveness::StuckLeader;
 use crate::shards::{ShardAction, ShardEvent, ShardedElection};
 
 /// An election machine: time enters with every input, effects leave as actions.
@@ -45,14 +44,6 @@ pub trait Machine {
     /// Whether a run is in progress: an operator's request is then queued for its driver;
     /// otherwise a resign has nothing to give up and an eligibility is kept for the next run.
     fn is_running(&self) -> bool;
-    /// Whether this replica may lead (own shards).
-    fn is_eligible(&self) -> bool;
-    /// The stuck-leader verdict at `now` (see each machine's `stuck`).
-    ///
-    /// # Errors
-    /// [`StuckLeader`] when the replica leads (owns a shard) but its session last proved the
-    /// lock too long ago.
-    fn stuck(&self, now: Instant) -> Result<(), StuckLeader>;
 
     /// The stop requested.
     fn cancelled() -> Self::Event;
@@ -100,14 +91,6 @@ impl<C> Machine for Election<C> {
 
     fn is_running(&self) -> bool {
         Election::is_running(self)
-    }
-
-    fn is_eligible(&self) -> bool {
-        Election::is_eligible(self)
-    }
-
-    fn stuck(&self, now: Instant) -> Result<(), StuckLeader> {
-        Election::stuck(self, now)
     }
 
     fn cancelled() -> Event<C> {
@@ -178,14 +161,6 @@ impl<C> Machine for ShardedElection<C> {
 
     fn is_running(&self) -> bool {
         ShardedElection::is_running(self)
-    }
-
-    fn is_eligible(&self) -> bool {
-        ShardedElection::is_eligible(self)
-    }
-
-    fn stuck(&self, now: Instant) -> Result<(), StuckLeader> {
-        ShardedElection::stuck(self, now)
     }
 
     fn cancelled() -> ShardEvent<C> {

@@ -14,13 +14,15 @@ const C1: ConnId = ConnId::new(1);
 fn starts_and_fires<M: Machine>(machine: &mut M) -> M::Action {
     let t0 = Instant::now();
     assert!(!machine.is_running(), "not started");
-    assert!(machine.is_eligible(), "eligible by default");
-    // Made ineligible while no run is in progress: kept, for the next run.
-    let _ = machine.handle_event(t0, M::set_eligible(false));
-    assert!(!machine.is_eligible());
-    let _ = machine.handle_event(t0, M::set_eligible(true));
-    assert!(machine.is_eligible());
-    assert!(machine.stuck(t0).is_ok(), "leads nothing: live");
+    // Made ineligible, then eligible, while no run is in progress: each kept for the next run.
+    assert_eq!(
+        machine.handle_event(t0, M::set_eligible(false)),
+        Handled::Applied
+    );
+    assert_eq!(
+        machine.handle_event(t0, M::set_eligible(true)),
+        Handled::Applied
+    );
     assert!(machine.start(t0).is_ok());
     assert!(machine.is_running());
     assert!(machine.start(t0).is_err(), "already running");
