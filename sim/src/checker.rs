@@ -309,7 +309,6 @@ impl<'a> Checker<'a> {
             end: e.history.end,
             replicas: e.replicas,
             holds: BTreeMap::from([(0, holds.clone())]),
-            terms: &e.history.terms,
             work: e.work,
         };
         let mut measured = Measurements::default();

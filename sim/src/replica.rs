@@ -319,14 +319,15 @@ async fn service(
         let length = Duration::from_micros(rng.random_range(0..=longest));
         let recorder = Rc::clone(&env.recorder);
         let index = env.index;
+        // The term `run_if_leader` takes, and its epoch: nothing awaits in between.
+        let Some((term, epoch)) = elector
+            .leadership()
+            .term()
+            .map(|term| (term.id.get(), term.epoch))
+        else {
+            continue;
+        };
         if env.fencing {
-            // The term `run_if_leader` takes, and its epoch: nothing awaits in between.
-            let Some((term, epoch)) = elector
-                .term(&shutdown)
-                .map(|term| (term.id().get(), term.epoch()))
-            else {
-                continue;
-            };
             let unit = FencedUnit {
                 recorder,
                 replica: index,
@@ -345,10 +346,6 @@ async fn service(
                 .await;
             continue;
         }
-        // The term `run_if_leader` takes: nothing awaits in between.
-        let Some(term) = elector.leadership().term().map(|term| term.id.get()) else {
-            continue;
-        };
         let _ran = elector
             .run_if_leader(&shutdown, |_token| async move {
                 let _work = WorkGuard::begin(recorder, index, incarnation, 0, term);

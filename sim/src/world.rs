@@ -22,6 +22,9 @@ use crate::setup::{
     DriverSabotage, Params, RunOptions, SERVERS, Sabotage, application_name, parse_application_name,
 };
 
+/// The terms an incarnation published as open: lock of the space → (term id, fencing epoch).
+type OpenTerms = BTreeMap<u32, (u64, Option<u64>)>;
+
 /// The harness's view of one replica host.
 pub(crate) struct ReplicaHost {
     pub(crate) name: String,
@@ -275,7 +278,7 @@ impl World<'_> {
         &mut self,
         index: usize,
         incarnation: u32,
-        open: &BTreeMap<u32, (u64, Option<u64>)>,
+        open: &OpenTerms,
         mut cause_of: impl FnMut(u32, u64) -> Option<TermEndCause>,
         now: Duration,
     ) {
@@ -372,22 +375,19 @@ impl World<'_> {
         now: Duration,
     ) {
         let published = self.published_ownership(index, incarnation, live);
-        let (owned, handing): (BTreeMap<u32, u64>, BTreeSet<u32>) = match (live, published) {
+        // Each owned shard's open term (shard terms record no epoch).
+        let (open, handing): (OpenTerms, BTreeSet<u32>) = match (live, published) {
             (Some(_), Some(ownership)) => (
                 ownership
                     .shards
                     .iter()
-                    .map(|(shard, owned)| (*shard, owned.term.get()))
+                    .map(|(shard, owned)| (*shard, (owned.term.get(), None)))
                     .collect(),
                 ownership.handing_over,
             ),
             // The incarnation no longer runs: whatever it published is over.
             _ => (BTreeMap::new(), BTreeSet::new()),
         };
-        let open = owned
-            .into_iter()
-            .map(|(shard, id)| (shard, (id, None)))
-            .collect();
         let mut transitions = None;
         let cause_of = |shard, id| {
             let transitions = transitions.get_or_insert_with(|| {

@@ -155,7 +155,6 @@ impl<'a> ShardChecker<'a> {
             holds: (0..sharding.shards)
                 .map(|shard| (shard, holds.remove(&shard).unwrap_or_default()))
                 .collect(),
-            terms: &e.history.terms,
             work: e.work,
         };
         Self {

@@ -101,8 +101,8 @@ impl Found {
     }
 }
 
-/// A space of locks as the checker reads it: each lock's tenures, the terms on each and the
-/// work of each, in simulated time up to `end`.
+/// A space of locks as the checker reads it: each lock's tenures, the terms on each (the
+/// history's) and the work of each, in simulated time up to `end`.
 pub(crate) struct Space<'a> {
     pub(crate) noun: Noun,
     pub(crate) history: &'a History,
@@ -110,8 +110,6 @@ pub(crate) struct Space<'a> {
     pub(crate) replicas: usize,
     /// Every tenure of each lock, by lock, in grant order.
     pub(crate) holds: BTreeMap<u32, Vec<Tenure>>,
-    /// Every term on a lock of the space ([`History::terms`]).
-    pub(crate) terms: &'a [TermRecord],
     /// Every unit of work on a lock of the space.
     pub(crate) work: &'a [Work],
 }
@@ -167,7 +165,7 @@ impl Space<'_> {
             Noun::Leader => ("a grant", "still led", "the lock"),
             Noun::Shard => ("a grant of the shard", "still owned the shard", "its lock"),
         };
-        for term in self.terms {
+        for term in &self.history.terms {
             let who = self.name(term);
             let Some(hold) = self.hold_of(term) else {
                 let detail = format!("{who} began without {grant}");
@@ -213,7 +211,7 @@ impl Space<'_> {
     /// After every replica stopped, no term on a lock of the space is left open.
     pub(crate) fn open_terms(&self) -> Found {
         let mut found = Found::default();
-        for term in self.terms.iter().filter(|t| t.span.end.is_none()) {
+        for term in self.history.terms.iter().filter(|t| t.span.end.is_none()) {
             let detail = format!("{} is still open", self.name(term));
             found.violate(self.end, Property::CleanStop, detail);
         }
@@ -224,6 +222,7 @@ impl Space<'_> {
     /// the lock, merged.
     pub(crate) fn acting(&self, replica: usize, lock: u32) -> Vec<(Duration, Duration)> {
         let terms = self
+            .history
             .terms
             .iter()
             .filter(|t| t.replica == replica && t.lock == lock)
