@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use plexsphere_leader_core::WorkDeadline;
+
 use crate::term::TermShared;
 
 /// The message of the WARN line for overdue work; scripts may match on it.
@@ -14,17 +16,18 @@ pub const OVERDUE_WORK_MESSAGE: &str =
 /// [`Action::ReportOverdueWork`](plexsphere_leader_core::Action::ReportOverdueWork)): if any of
 /// its work still holds a [`Term`](crate::Term), reports it (WARN, naming the work) and, when
 /// `abort`, aborts what can be aborted. `run_finished`: the run finished before the deadline
-/// (field `when` says `run finished` instead of `deadline`). Returns `Some(aborted)` when
-/// something was reported.
+/// (field `when` says `run finished` instead of `deadline`); `deadline` is the options' work
+/// deadline, logged as field `deadline`. Returns `Some(aborted)` when something was reported.
 pub(crate) fn report(
     term: &TermShared,
-    deadline: Duration,
+    deadline: Option<WorkDeadline>,
     abort: bool,
     run_finished: bool,
 ) -> Option<bool> {
     if term.live_handles() == 0 {
         return None;
     }
+    let deadline = deadline.map_or(Duration::ZERO, |deadline| deadline.after);
     let work = term.running_work().join(", ");
     let aborted = abort && term.abort_work() > 0;
     let cause = term

@@ -176,10 +176,7 @@ impl Shared {
     /// Performs the election's [`Action::ReportOverdueWork`](plexsphere_leader_core::Action):
     /// reports (and, when `abort`, aborts) the work of `term` still running, and counts it.
     pub(crate) fn report_overdue(&self, term: &TermShared, abort: bool, run_finished: bool) {
-        let deadline = self
-            .options
-            .work_deadline_of()
-            .map_or(Duration::ZERO, |deadline| deadline.after);
+        let deadline = self.options.work_deadline_of();
         if let (Some(aborted), Some(metrics)) = (
             crate::overdue::report(term, deadline, abort, run_finished),
             &self.metrics,

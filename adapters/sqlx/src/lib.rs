@@ -135,7 +135,7 @@ impl fmt::Debug for PgPoolSessions {
 const PROBE_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// How long such an acquire waits before it asks the server itself, with a session of its own,
-/// why not ([`unreachable`]): longer than a new session to a healthy server takes (a few
+/// why not ([`refusal`]): longer than a new session to a healthy server takes (a few
 /// milliseconds locally, tens to a busy one), so that a healthy pool is never probed this way;
 /// checks at intervals up to this long get no answer instead of the server's reason.
 const SESSION_PROBE_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
@@ -153,14 +153,14 @@ impl SessionSource for PgPoolSessions {
             let checkout = self.setups.run(begin, |(_, new)| *new);
             // sqlx's pool retries a refused connection silently until its acquire timeout, so
             // the check would only say it got no answer: when the pool must open a connection,
-            // a plain connect to the server's address reports why it cannot.
+            // a probe of the server reports why it cannot ([`refusal`]).
             let (connection, _) = if self.pool.num_idle() > 0 {
                 checkout.await
             } else {
                 let probed = tokio::select! {
                     biased;
                     connection = checkout => Ok(connection),
-                    refused = unreachable(&self.pool) => Err(refused),
+                    refused = refusal(&self.pool) => Err(refused),
                 };
                 match probed {
                     Ok(connection) => connection,
@@ -196,7 +196,8 @@ impl SessionSource for PgPoolSessions {
 ///   and without saying why, a refusal it takes for transient (`too many clients`, SQLSTATE
 ///   class 53; the server starting up, 57P03), so the check would only say it got no answer.
 ///   The server's refusal is the reason; a session it accepts is closed at once.
-async fn unreachable(pool: &PgPool) -> CheckError {
+async fn refusal(pool: &PgPool) -> CheckError {
+    let began = tokio::time::Instant::now();
     tokio::time::sleep(PROBE_AFTER).await;
     let options = pool.connect_options();
     let (host, port) = (options.get_host().to_owned(), options.get_port());
@@ -223,7 +224,7 @@ async fn unreachable(pool: &PgPool) -> CheckError {
     if let Some(text) = refused {
         return CheckError::backend(text, None);
     }
-    tokio::time::sleep(SESSION_PROBE_AFTER.saturating_sub(PROBE_AFTER)).await;
+    tokio::time::sleep_until(began + SESSION_PROBE_AFTER).await;
     match sqlx::ConnectOptions::connect(&*options).await {
         Err(error) if error.as_database_error().is_some() => check_error(error),
         Ok(session) => {

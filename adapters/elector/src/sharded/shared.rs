@@ -66,10 +66,7 @@ impl ShardShared {
     /// Performs the election's `ReportOverdueWork`: reports (and, when `abort`, aborts) the
     /// work of the ended shard `term` still running, and counts it, as for one election.
     pub(crate) fn report_overdue(&self, term: &TermShared, abort: bool, run_finished: bool) {
-        let deadline = self
-            .options
-            .work_deadline_of()
-            .map_or(std::time::Duration::ZERO, |deadline| deadline.after);
+        let deadline = self.options.work_deadline_of();
         if let (Some(aborted), Some(metrics)) = (
             crate::overdue::report(term, deadline, abort, run_finished),
             &self.metrics,
