@@ -90,6 +90,40 @@ pub enum Action<C> {
         /// The lock connection.
         conn: ConnId,
     },
+    /// Lease mechanism: claim the lease for a new term in one autocommit statement on a
+    /// connection borrowed from the pool for it alone, then report
+    /// [`Event::LeaseClaimed`](crate::Event::LeaseClaimed) (with the new epoch), `LockRefused`
+    /// (another holder's lease has not expired) or `LockQueryFailed`. The row is taken when it
+    /// is missing, expired by the server's clock or already this run's; its expiry becomes
+    /// `now() + ttl_ms` and its epoch is incremented. `conn` names the operation; no connection
+    /// is kept: [`Action::ReturnToPool`] gives up a statement still in flight.
+    ClaimLease {
+        /// The operation.
+        conn: ConnId,
+        /// The lease's TTL on the server's clock, in whole milliseconds.
+        ttl_ms: u32,
+    },
+    /// Lease mechanism: the leader's check, renewing the lease of `epoch` held by this run for
+    /// `ttl_ms` more from the server's `now()` in one autocommit statement, then report
+    /// [`Event::LeaseRenewed`](crate::Event::LeaseRenewed), `LeaseLost` (the row is no longer
+    /// this term's) or `PingFailed`.
+    RenewLease {
+        /// The operation.
+        conn: ConnId,
+        /// The term's epoch.
+        epoch: u64,
+        /// The lease's TTL on the server's clock, in whole milliseconds.
+        ttl_ms: u32,
+    },
+    /// Lease mechanism: the graceful release, expiring the lease of `epoch` at once if it is
+    /// still this run's, then report `UnlockDone { released }` (`false`: it was not) or
+    /// `UnlockFailed`.
+    ReleaseLease {
+        /// The operation.
+        conn: ConnId,
+        /// The term's epoch.
+        epoch: u64,
+    },
     /// Abandon the connection: cancel what is in flight on it (including a pending acquire) and
     /// close it without returning it to the pool. The server ends the session, and releases its
     /// locks, when the socket closes.
@@ -150,6 +184,9 @@ impl<C> Action<C> {
             | Self::AdvanceEpoch { conn, .. }
             | Self::Ping { conn, .. }
             | Self::Unlock { conn }
+            | Self::ClaimLease { conn, .. }
+            | Self::RenewLease { conn, .. }
+            | Self::ReleaseLease { conn, .. }
             | Self::CloseConnection { conn } => Some(*conn),
             Self::BeginTerm { .. }
             | Self::EndTerm { .. }
@@ -244,6 +281,9 @@ pub enum LogKind {
     /// vanished client: a pooler without a reset query handed its server session on); it was
     /// released on that session and the check went on. WARN.
     StrandedLockReleased,
+    /// Lease mechanism: the leader's renewal failed or did not answer; the term goes on while
+    /// the lease is trusted, and the next check renews again. WARN.
+    LeaseRenewalFailed,
 }
 
 impl LogKind {
@@ -271,6 +311,7 @@ impl LogKind {
                  query, such as PgBouncer's server_reset_query, handed over a vanished client's \
                  session)"
             }
+            Self::LeaseRenewalFailed => "leader: renew background leader lease",
         }
     }
 
@@ -291,7 +332,8 @@ impl LogKind {
             | Self::WorkOutlivedStop
             | Self::FencingFailed
             | Self::SessionEndedWhileStopping
-            | Self::StrandedLockReleased => Level::Warn,
+            | Self::StrandedLockReleased
+            | Self::LeaseRenewalFailed => Level::Warn,
         }
     }
 }

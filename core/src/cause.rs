@@ -31,7 +31,7 @@ impl TermEndCause {
     /// [`Stopped`](Self::Stopped) and [`Resigned`](Self::Resigned). Not every variant:
     /// [`HandedOver`](Self::HandedOver) ends only shard terms, so the sharded elector's metrics
     /// add it to this list.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 13] = [
         Self::Lost(LossReason::CheckFailed),
         Self::Lost(LossReason::CheckTimedOut),
         Self::Lost(LossReason::SessionEnded),
@@ -41,6 +41,8 @@ impl TermEndCause {
         Self::Lost(LossReason::SessionShared),
         Self::Lost(LossReason::Panicked),
         Self::Lost(LossReason::Dropped),
+        Self::Lost(LossReason::LeaseTaken),
+        Self::Lost(LossReason::LeaseExpired),
         Self::Stopped,
         Self::Resigned,
     ];
@@ -101,6 +103,13 @@ pub enum LossReason {
     Panicked,
     /// The run was dropped (its task aborted) while it led.
     Dropped,
+    /// Lease mechanism: the renewal found the lease row naming another holder or epoch (it
+    /// expired, by the server's clock, and another replica claimed it).
+    LeaseTaken,
+    /// Lease mechanism: no claim or renewal sent within the lease's trust window
+    /// ([`Lease::trusted_for`](crate::Lease::trusted_for)) succeeded; the leader stops trusting
+    /// the lease before the server may let another replica claim it.
+    LeaseExpired,
 }
 
 impl LossReason {
@@ -116,6 +125,8 @@ impl LossReason {
             Self::SessionShared => "session_shared",
             Self::Panicked => "panicked",
             Self::Dropped => "dropped",
+            Self::LeaseTaken => "lease_taken",
+            Self::LeaseExpired => "lease_expired",
         }
     }
 }
@@ -132,6 +143,8 @@ impl fmt::Display for LossReason {
             Self::SessionShared => "the lock session is shared",
             Self::Panicked => "the run panicked",
             Self::Dropped => "the run was dropped",
+            Self::LeaseTaken => "another replica holds the lease",
+            Self::LeaseExpired => "the lease was not renewed in time",
         })
     }
 }
@@ -209,6 +222,16 @@ pub enum Cause<C> {
         /// Seconds since that check.
         checked_secs_ago: u64,
     },
+    /// Lease mechanism: the renewal found the row naming another holder or epoch.
+    LeaseTaken,
+    /// Lease mechanism: no renewal succeeded within the trust window of this length.
+    LeaseNotRenewed {
+        /// How long the leader trusts a lease after sending its renewal.
+        trusted_for: Duration,
+    },
+    /// Lease mechanism: the release found the row no longer this term's (it expired and was
+    /// claimed, or was never written).
+    LeaseNotHeld,
     /// The pooled session still held the lock after a stranded lock was released on it (the
     /// lock was taken more than once on that server session).
     StrandedLockKept,
@@ -239,6 +262,19 @@ impl<C: fmt::Display> fmt::Display for Cause<C> {
                  client that vanished since (a pooler without a reset query; the lock is then \
                  released once no check has proved it for four intervals); use a session-mode \
                  pool that resets sessions, or a direct connection"
+            ),
+            Self::LeaseTaken => f.write_str(
+                "the lease row names another holder or epoch: the lease expired by the server's \
+                 clock and another replica claimed it",
+            ),
+            Self::LeaseNotRenewed { trusted_for } => write!(
+                f,
+                "no renewal of the lease succeeded within its trust window of {trusted_for:?} \
+                 (the TTL minus its margin): the server may already let another replica claim it"
+            ),
+            Self::LeaseNotHeld => f.write_str(
+                "the lease row was no longer this term's: it expired and was claimed, or the \
+                 table was changed behind the election's back",
             ),
             Self::StrandedLockKept => f.write_str(
                 "the pooled session still held the lock after its stranded lock was released \

@@ -43,14 +43,15 @@ use crate::schedule::Schedule;
 use crate::verify::LockCheck;
 
 mod leader;
+mod lease;
 mod operator;
 mod role;
 mod standby;
 mod stop;
 
 use self::role::{
-    Abandon, AfterRelease, Draining, Leader, LeaderCheck, Releasing, Role, Running, Standby, State,
-    accepts,
+    Abandon, AfterRelease, Draining, Hold, Leader, LeaderCheck, Releasing, Role, Running, Standby,
+    State, accepts,
 };
 
 /// The election of one replica: standby, leader, or not running.
@@ -148,6 +149,8 @@ pub enum Timer {
     UnlockDeadline,
     /// An ended term's work deadline passed ([`Options::work_deadline`]).
     WorkDeadline,
+    /// Lease mechanism: the leader's trust in its lease ends.
+    LeaseExpiry,
 }
 
 /// A coarse name of the current state, for traces and status pages.
@@ -276,16 +279,18 @@ impl<C> Election<C> {
         match &running.role {
             Role::Standby(Standby::Waiting { .. }) => Phase::StandbyWaiting,
             Role::Standby(Standby::Acquiring { .. }) => Phase::Acquiring,
-            Role::Standby(Standby::TryingLock { .. } | Standby::ReleasingIfHeld { .. }) => {
-                Phase::TryingLock
-            }
+            Role::Standby(
+                Standby::TryingLock { .. }
+                | Standby::ReleasingIfHeld { .. }
+                | Standby::Claiming { .. },
+            ) => Phase::TryingLock,
             Role::Standby(Standby::Fencing { .. }) => Phase::Fencing,
             Role::Leader(Leader {
                 check: LeaderCheck::Waiting { .. },
                 ..
             }) => Phase::Leading,
             Role::Leader(Leader {
-                check: LeaderCheck::Pinging { .. },
+                check: LeaderCheck::Pinging { .. } | LeaderCheck::Renewing { .. },
                 ..
             }) => Phase::Pinging,
             Role::Draining(_) => Phase::Draining,
@@ -333,17 +338,26 @@ impl<C> Election<C> {
                 (Timer::AcquireDeadline, *deadline)
             }
             Role::Standby(
-                Standby::TryingLock { deadline, .. } | Standby::ReleasingIfHeld { deadline, .. },
+                Standby::TryingLock { deadline, .. }
+                | Standby::ReleasingIfHeld { deadline, .. }
+                | Standby::Claiming { deadline, .. },
             ) => (Timer::TryLockDeadline, *deadline),
             Role::Standby(Standby::Fencing { deadline, .. }) => (Timer::FenceDeadline, *deadline),
-            Role::Leader(Leader {
-                check: LeaderCheck::Waiting { next_check },
-                ..
-            }) => (Timer::NextCheck, *next_check),
-            Role::Leader(Leader {
-                check: LeaderCheck::Pinging { deadline },
-                ..
-            }) => (Timer::PingDeadline, *deadline),
+            Role::Leader(leader) => {
+                let check = match &leader.check {
+                    LeaderCheck::Waiting { next_check } => (Timer::NextCheck, *next_check),
+                    LeaderCheck::Pinging { deadline } | LeaderCheck::Renewing { deadline, .. } => {
+                        (Timer::PingDeadline, *deadline)
+                    }
+                };
+                // A lease is trusted no longer than its window, whatever the check waits for.
+                match leader.hold {
+                    Hold::Lease { trusted_until, .. } if trusted_until <= check.1 => {
+                        (Timer::LeaseExpiry, trusted_until)
+                    }
+                    _ => check,
+                }
+            }
             Role::Draining(draining) => (Timer::DrainDeadline, draining.deadline),
             Role::Releasing(releasing) => (Timer::UnlockDeadline, releasing.deadline),
         })
@@ -439,14 +453,19 @@ impl<C> Election<C> {
                 self.release(now);
             }
             Event::PingAnswered { found, .. } => self.on_ping_answered(now, found),
-            Event::PingFailed { cause, .. } => {
-                self.demote(now, LossReason::CheckFailed, Cause::Error(cause));
-            }
+            Event::PingFailed { cause, .. } => self.on_check_failed(now, Cause::Error(cause)),
+            Event::LeaseClaimed { epoch, .. } => self.on_lease_claimed(now, epoch),
+            Event::LeaseRenewed { .. } => self.on_lease_renewed(now),
+            Event::LeaseLost { .. } => self.on_lease_lost(now),
             Event::UnlockDone { released: true, .. } => self.finish_release(now, None),
             Event::UnlockDone {
                 released: false, ..
             } => {
-                self.finish_release(now, Some(Cause::LockNotHeld));
+                let cause = match self.options.lease_of() {
+                    Some(_) => Cause::LeaseNotHeld,
+                    None => Cause::LockNotHeld,
+                };
+                self.finish_release(now, Some(cause));
             }
             Event::UnlockFailed { cause, .. } => {
                 self.finish_release(now, Some(Cause::Error(cause)));
@@ -469,8 +488,13 @@ impl<C> Election<C> {
                 }
             }
             Timer::FenceDeadline => self.on_fencing_failed(now, Cause::TimedOut(interval)),
-            Timer::PingDeadline => {
-                self.demote(now, LossReason::CheckTimedOut, Cause::TimedOut(interval));
+            Timer::PingDeadline => self.on_check_failed(now, Cause::TimedOut(interval)),
+            Timer::LeaseExpiry => {
+                let trusted_for = self.options.lease_of().map(|lease| lease.trusted_for());
+                let cause = Cause::LeaseNotRenewed {
+                    trusted_for: trusted_for.unwrap_or(interval),
+                };
+                self.demote(now, LossReason::LeaseExpired, cause);
             }
             Timer::DrainDeadline => {
                 let term = self.draining().map(|draining| draining.term);
@@ -532,14 +556,18 @@ impl<C> Election<C> {
         }
     }
 
-    /// Closes the connection the election owns or is acquiring, if any.
+    /// Closes the connection the election owns or is acquiring, if any; a lease's statement
+    /// in flight is given up instead (its connection is the pool's, and carries nothing).
     fn close_open_conn(&mut self) {
-        if let Some(conn) = self.open_conn() {
-            self.push(Action::CloseConnection { conn });
+        match (self.open_conn(), self.options.lease_of()) {
+            (Some(conn), None) => self.push(Action::CloseConnection { conn }),
+            (Some(conn), Some(_)) => self.push(Action::ReturnToPool { conn }),
+            (None, _) => {}
         }
     }
 
-    /// The connection the election owns or is acquiring, if any.
+    /// The connection the election owns or is acquiring, if any: the lock session, or the
+    /// operation in flight.
     fn open_conn(&self) -> Option<ConnId> {
         match &self.state {
             State::Running(running) => match &running.role {
@@ -547,13 +575,25 @@ impl<C> Election<C> {
                 Role::Standby(Standby::Acquiring { conn, .. })
                 | Role::Standby(Standby::TryingLock { conn, .. })
                 | Role::Standby(Standby::ReleasingIfHeld { conn, .. })
+                | Role::Standby(Standby::Claiming { conn, .. })
                 | Role::Standby(Standby::Fencing { conn, .. }) => Some(*conn),
-                Role::Leader(leader) => Some(leader.conn),
-                Role::Draining(draining) => Some(draining.conn),
+                Role::Leader(Leader {
+                    check: LeaderCheck::Renewing { conn, .. },
+                    ..
+                }) => Some(*conn),
+                Role::Leader(Leader { hold, .. }) | Role::Draining(Draining { hold, .. }) => {
+                    hold.session_conn()
+                }
                 Role::Releasing(releasing) => Some(releasing.conn),
             },
             State::Idle => None,
         }
+    }
+
+    /// A fresh connection or operation id.
+    fn next_conn(&mut self) -> ConnId {
+        self.last_conn += 1;
+        ConnId::new(self.last_conn)
     }
 
     fn push(&mut self, action: Action<C>) {

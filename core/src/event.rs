@@ -133,6 +133,25 @@ pub enum Event<C> {
         /// Why it failed.
         cause: C,
     },
+    /// Lease mechanism: [`Action::ClaimLease`](crate::Action::ClaimLease) took the lease; a
+    /// term may begin with `epoch` as its fencing epoch.
+    LeaseClaimed {
+        /// The operation.
+        conn: ConnId,
+        /// The row's new epoch.
+        epoch: u64,
+    },
+    /// Lease mechanism: [`Action::RenewLease`](crate::Action::RenewLease) extended the lease.
+    LeaseRenewed {
+        /// The operation.
+        conn: ConnId,
+    },
+    /// Lease mechanism: [`Action::RenewLease`](crate::Action::RenewLease) found the row naming
+    /// another holder or epoch: the term is lost.
+    LeaseLost {
+        /// The operation.
+        conn: ConnId,
+    },
     /// The run was asked to stop (its cancellation token was cancelled).
     Cancelled,
     /// An operator asked this replica to give up leadership: a leader ends its term
@@ -175,6 +194,9 @@ impl<C> Event<C> {
             | Self::UnlockFailed { conn, .. }
             | Self::EpochAdvanced { conn, .. }
             | Self::EpochFailed { conn, .. }
+            | Self::LeaseClaimed { conn, .. }
+            | Self::LeaseRenewed { conn }
+            | Self::LeaseLost { conn }
             | Self::SessionEnded { conn, .. } => Some(*conn),
             Self::WorkDrained { .. }
             | Self::Cancelled

@@ -24,6 +24,14 @@
 //! - `ReportOverdueWork` only for a term that ended;
 //! - no connection is asked for while the replica is ineligible, or before a resign's hold-off
 //!   has passed;
+//! - lease mechanism ([`Checker::for_lease`]): a claim is asked for like a connection (never
+//!   while ineligible or held off, never with a term open), a term begins only in answer to
+//!   `LeaseClaimed` with its epoch, a renewal only on a check's deadline with the open term's
+//!   epoch, a release only as `Unlock` is; a statement in flight is given up only on a deadline
+//!   or a control input; and **no term outlives its lease's trust**: while a term is open the
+//!   next deadline is never later than the instant its last successful claim or renewal was
+//!   sent plus [`Lease::trusted_for`](crate::Lease::trusted_for), and a timeout at or after it
+//!   leaves no term open;
 //! - a run finishes with no term open and no connection left (the gauge reads 0);
 //! - an ignored input queues nothing, and nothing is queued while not running;
 //! - the next deadline is never earlier than the time of the input, and later than it after a
@@ -38,6 +46,7 @@ use crate::election::MAX_HOLD_OFF;
 use crate::event::Event;
 use crate::handled::Handled;
 use crate::ids::{ConnId, TermId};
+use crate::lease::Lease;
 
 pub mod shards;
 mod steps;
@@ -86,6 +95,8 @@ enum ConnState {
     Acquiring,
     Borrowed,
     Hijacked,
+    /// A lease statement in flight (sent at the instant given).
+    Statement(Instant),
     Done,
 }
 
@@ -103,6 +114,12 @@ pub struct Checker {
     hold_until: Option<Instant>,
     /// The backend granted the lock of the newest grant, which the leader's checks must find.
     granted_pid: Option<i32>,
+    /// The lease mechanism's terms, for a lease election's trace.
+    lease: Option<Lease>,
+    /// The newest lease term's epoch and the end of its trust.
+    lease_term: Option<(u64, Instant)>,
+    /// The lease statement answered in this step, and when it was sent.
+    answered: Option<(ConnId, Instant)>,
 }
 
 impl Checker {
@@ -116,6 +133,13 @@ impl Checker {
     #[must_use]
     pub fn starting_ineligible(mut self) -> Self {
         self.ineligible = true;
+        self
+    }
+
+    /// A checker for a fresh election holding `lease` ([`Options::lease`](crate::Options::lease)).
+    #[must_use]
+    pub fn for_lease(mut self, lease: Lease) -> Self {
+        self.lease = Some(lease);
         self
     }
 
@@ -175,11 +199,126 @@ impl Checker {
             // A failed acquire yields no connection: nothing is left to close.
             self.newest = Some((*conn, ConnState::Done));
         }
+        self.answered = None;
+        if let Input::Event {
+            event,
+            handled: Handled::Applied,
+        } = input
+        {
+            self.lease_answered(event);
+        }
         for action in actions {
             self.steps.action()?;
             self.check_action(input, action)?;
         }
+        self.check_trust(now, input, poll_timeout)?;
         self.steps.deadline(now, input, poll_timeout, true)
+    }
+
+    /// A lease statement answered: it is done, and a renewal that succeeded extends the
+    /// trust from the instant it was sent.
+    fn lease_answered<C>(&mut self, event: &Event<C>) {
+        let Some((newest, ConnState::Statement(sent_at))) = self.newest else {
+            return;
+        };
+        if event.conn() != Some(newest) {
+            return;
+        }
+        self.newest = Some((newest, ConnState::Done));
+        self.answered = Some((newest, sent_at));
+        if let (Event::LeaseRenewed { .. }, Some(lease), Some((epoch, until))) =
+            (event, self.lease, self.lease_term)
+        {
+            self.lease_term = Some((epoch, until.max(sent_at + lease.trusted_for())));
+        }
+    }
+
+    /// A lease statement (claim, renewal, release): when it may be sent.
+    fn check_lease_statement<C>(
+        &self,
+        event: Option<&Event<C>>,
+        action: &Action<C>,
+        conn: ConnId,
+    ) -> Result<bool, String> {
+        match action {
+            Action::ClaimLease { .. } => {
+                self.may_ask(conn)?;
+                if let Some(term) = self.open_term {
+                    return Err(format!("{conn} claims the lease while term {term} is open"));
+                }
+            }
+            Action::RenewLease { epoch, .. } => {
+                let open = self.open_term.and(self.lease_term).map(|(open, _)| open);
+                if event.is_some() || open != Some(*epoch) {
+                    return Err(format!(
+                        "RenewLease of epoch {epoch} in answer to {} with term epoch {open:?}",
+                        input_name(event)
+                    ));
+                }
+            }
+            Action::ReleaseLease { epoch, .. } => {
+                let last = self.lease_term.map(|(last, _)| last);
+                if !self.stopped
+                    || self.open_term.is_some()
+                    || last != Some(*epoch)
+                    || !(event.is_none() || event.is_some_and(is_stop_input))
+                {
+                    return Err(format!(
+                        "ReleaseLease of epoch {epoch} in answer to {} (last epoch {last:?})",
+                        input_name(event)
+                    ));
+                }
+            }
+            _ => return Ok(false),
+        }
+        if let Some((newest, state)) = self.newest {
+            if conn <= newest {
+                return Err(format!("{conn} sent after {newest}"));
+            }
+            if state != ConnState::Done {
+                return Err(format!("{conn} sent while {newest} is {state:?}"));
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether a new check may begin: the replica is eligible and not held off.
+    fn may_ask(&self, conn: ConnId) -> Result<(), String> {
+        if self.ineligible {
+            return Err(format!("{conn} asked for while the replica is ineligible"));
+        }
+        if let (Some(until), Some(now)) = (self.hold_until, self.steps.now())
+            && now < until
+        {
+            return Err(format!(
+                "{conn} asked for before the resign's hold-off ended"
+            ));
+        }
+        Ok(())
+    }
+
+    /// No lease term outlives its trust.
+    fn check_trust<C>(
+        &self,
+        now: Instant,
+        input: &Input<'_, Event<C>>,
+        poll_timeout: Option<Instant>,
+    ) -> Result<(), String> {
+        let (Some((epoch, until)), Some(_)) = (self.lease_term, self.open_term) else {
+            return Ok(());
+        };
+        if matches!(input, Input::Timeout) && now >= until {
+            return Err(format!(
+                "the term of epoch {epoch} is still open at a timeout past its lease's trust"
+            ));
+        }
+        match poll_timeout {
+            Some(at) if at <= until => Ok(()),
+            _ => Err(format!(
+                "the term of epoch {epoch} has no deadline by the end of its lease's trust \
+                 (next: {poll_timeout:?})"
+            )),
+        }
     }
 
     fn check_action<C>(
@@ -207,7 +346,8 @@ impl Checker {
                     event,
                     Some(Event::LockGranted { .. } | Event::EpochAdvanced { .. })
                 );
-                if !hijacked || !granted {
+                let claimed = self.lease_claimed(event, *epoch)?;
+                if !claimed && (!hijacked || !granted) {
                     return Err(format!(
                         "term {term} began in answer to {} without a hijacked connection",
                         input_name(event)
@@ -264,6 +404,39 @@ impl Checker {
         Ok(())
     }
 
+    /// Whether a lease term begins in answer to `event`, the claim of the term's `epoch`.
+    fn lease_claimed<C>(
+        &mut self,
+        event: Option<&Event<C>>,
+        epoch: Option<u64>,
+    ) -> Result<bool, String> {
+        let Some(lease) = self.lease else {
+            return Ok(false);
+        };
+        let Some(Event::LeaseClaimed {
+            epoch: claimed,
+            conn,
+        }) = event
+        else {
+            return Err(format!(
+                "a lease term began in answer to {}",
+                input_name(event)
+            ));
+        };
+        if epoch != Some(*claimed) {
+            return Err(format!(
+                "a lease term began with epoch {epoch:?}, not the claimed {claimed}"
+            ));
+        }
+        let Some(sent_at) = self.answered.filter(|(c, _)| c == conn).map(|(_, at)| at) else {
+            return Err(format!(
+                "a lease term began on {conn}, not the newest claim"
+            ));
+        };
+        self.lease_term = Some((*claimed, sent_at + lease.trusted_for()));
+        Ok(true)
+    }
+
     /// The only cause a term may end with in answer to `event` (`None` for a timeout: the
     /// leader's check deadline); `None` when no term may end in answer to it.
     fn expected_end<C>(&self, event: Option<&Event<C>>) -> Option<TermEndCause> {
@@ -273,11 +446,16 @@ impl Checker {
             Some(Event::Resign { .. } | Event::SetEligible { eligible: false }) => {
                 Some(TermEndCause::Resigned)
             }
+            Some(Event::Panicked) => lost(LossReason::Panicked),
+            Some(Event::Dropped) => lost(LossReason::Dropped),
+            _ if self.lease.is_some() => match event {
+                None => lost(LossReason::LeaseExpired),
+                Some(Event::LeaseLost { .. }) => lost(LossReason::LeaseTaken),
+                Some(_) => None,
+            },
             None => lost(LossReason::CheckTimedOut),
             Some(Event::PingFailed { .. }) => lost(LossReason::CheckFailed),
             Some(Event::SessionEnded { .. }) => lost(LossReason::SessionEnded),
-            Some(Event::Panicked) => lost(LossReason::Panicked),
-            Some(Event::Dropped) => lost(LossReason::Dropped),
             Some(Event::PingAnswered { found, .. }) => {
                 let granted = self.granted_pid?;
                 found
@@ -295,17 +473,13 @@ impl Checker {
         action: &Action<C>,
         conn: ConnId,
     ) -> Result<(), String> {
+        if self.check_lease_statement(event, action, conn)? {
+            let sent_at = self.steps.now().ok_or("a statement before any input")?;
+            self.newest = Some((conn, ConnState::Statement(sent_at)));
+            return Ok(());
+        }
         if let Action::AcquireConnection { .. } = action {
-            if self.ineligible {
-                return Err(format!("{conn} asked for while the replica is ineligible"));
-            }
-            if let (Some(until), Some(now)) = (self.hold_until, self.steps.now())
-                && now < until
-            {
-                return Err(format!(
-                    "{conn} asked for before the resign's hold-off ended"
-                ));
-            }
+            self.may_ask(conn)?;
             if let Some((newest, state)) = self.newest {
                 if conn <= newest {
                     return Err(format!("{conn} asked for after {newest}"));
@@ -343,6 +517,12 @@ impl Checker {
                 if answered(|e| {
                     matches!(e, Event::LockRefused { .. } | Event::ReleasedIfHeld { .. })
                 }) =>
+            {
+                ConnState::Done
+            }
+            // A lease statement given up: on its deadline, or by a control input.
+            (Action::ReturnToPool { .. }, ConnState::Statement(_))
+                if event.is_none_or(is_control_input) =>
             {
                 ConnState::Done
             }
@@ -388,16 +568,7 @@ impl Checker {
             (Action::Unlock { .. }, ConnState::Hijacked)
                 if self.stopped
                     && self.open_term.is_none()
-                    && (event.is_none()
-                        || answered(|e| {
-                            matches!(
-                                e,
-                                Event::Cancelled
-                                    | Event::WorkDrained { .. }
-                                    | Event::Resign { .. }
-                                    | Event::SetEligible { eligible: false }
-                            )
-                        })) =>
+                    && (event.is_none() || answered(is_stop_input)) =>
             {
                 ConnState::Hijacked
             }
@@ -415,6 +586,29 @@ impl Checker {
     }
 }
 
+/// An input after which a stopped term's lock may be released.
+fn is_stop_input<C>(event: &Event<C>) -> bool {
+    matches!(
+        event,
+        Event::Cancelled
+            | Event::WorkDrained { .. }
+            | Event::Resign { .. }
+            | Event::SetEligible { eligible: false }
+    )
+}
+
+/// A control input: a stop, resign, eligibility, panic or drop.
+fn is_control_input<C>(event: &Event<C>) -> bool {
+    matches!(
+        event,
+        Event::Cancelled
+            | Event::Resign { .. }
+            | Event::SetEligible { .. }
+            | Event::Panicked
+            | Event::Dropped
+    )
+}
+
 fn name<C>(action: &Action<C>) -> &'static str {
     match action {
         Action::AcquireConnection { .. } => "AcquireConnection",
@@ -428,6 +622,9 @@ fn name<C>(action: &Action<C>) -> &'static str {
         Action::ReportOverdueWork { .. } => "ReportOverdueWork",
         Action::ReleaseIfHeld { .. } => "ReleaseIfHeld",
         Action::Unlock { .. } => "Unlock",
+        Action::ClaimLease { .. } => "ClaimLease",
+        Action::RenewLease { .. } => "RenewLease",
+        Action::ReleaseLease { .. } => "ReleaseLease",
         Action::CloseConnection { .. } => "CloseConnection",
         Action::BeginTerm { .. } => "BeginTerm",
         Action::EndTerm { .. } => "EndTerm",
@@ -453,6 +650,9 @@ fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
         Some(Event::WorkDrained { .. }) => "WorkDrained",
         Some(Event::PingAnswered { .. }) => "PingAnswered",
         Some(Event::PingFailed { .. }) => "PingFailed",
+        Some(Event::LeaseClaimed { .. }) => "LeaseClaimed",
+        Some(Event::LeaseRenewed { .. }) => "LeaseRenewed",
+        Some(Event::LeaseLost { .. }) => "LeaseLost",
         Some(Event::UnlockDone { .. }) => "UnlockDone",
         Some(Event::UnlockFailed { .. }) => "UnlockFailed",
         Some(Event::Cancelled) => "Cancelled",

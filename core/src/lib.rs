@@ -27,6 +27,7 @@ mod handled;
 mod ids;
 mod interval;
 pub mod invariants;
+pub mod lease;
 mod liveness;
 mod machine;
 mod options;
@@ -49,6 +50,7 @@ pub use interval::{
     CheckInterval, DEFAULT_CHECK_INTERVAL, IDLE_SESSION_TIMEOUT_INTERVALS, IntervalError,
     MAX_CHECK_INTERVAL, MIN_CHECK_INTERVAL, UNLOCK_BUDGET,
 };
+pub use lease::{LEASE_TTL_INTERVALS, Lease, LeaseTtlError};
 pub use liveness::{STUCK_AFTER_INTERVALS, StuckLeader};
 pub use machine::Machine;
 pub use options::{

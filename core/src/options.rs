@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::interval::CheckInterval;
+use crate::lease::Lease;
 
 /// How a standby asks for the lock.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -60,6 +61,7 @@ pub struct Options {
     fencing: bool,
     eligible: bool,
     work_deadline: Option<WorkDeadline>,
+    lease: Option<Lease>,
 }
 
 /// How many check intervals a graceful stop may wait for leader work at most: the lock session
@@ -77,7 +79,23 @@ impl Options {
             fencing: false,
             eligible: true,
             work_deadline: None,
+            lease: None,
         }
+    }
+
+    /// Holds a lease row instead of the session advisory lock: the mechanism for a
+    /// transaction-mode pooler ([`crate::lease`]). Every term then has the lease's epoch as
+    /// its fencing epoch, so [`fencing`](Self::fencing) and the
+    /// [acquire mode](Self::acquire) do not apply.
+    #[must_use]
+    pub fn lease(mut self, lease: Lease) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The lease's terms when the election holds a lease; `None` for the advisory lock.
+    pub fn lease_of(&self) -> Option<Lease> {
+        self.lease
     }
 
     /// A hard deadline for leader work: `after` a term ended (for any reason), the election

@@ -96,7 +96,9 @@ impl<C> LogRecord<C> {
         let term = self.term?;
         let outcome = match (self.kind, &self.cause) {
             (LogKind::LockReleased | LogKind::ResignReleased, _) => ReleaseOutcome::Released,
-            (LogKind::ReleaseFailed, Some(Cause::LockNotHeld)) => ReleaseOutcome::NotHeld,
+            (LogKind::ReleaseFailed, Some(Cause::LockNotHeld | Cause::LeaseNotHeld)) => {
+                ReleaseOutcome::NotHeld
+            }
             (LogKind::ReleaseFailed, Some(Cause::TimedOut(budget))) => {
                 ReleaseOutcome::Unanswered(*budget)
             }
@@ -114,7 +116,8 @@ impl<C> LogRecord<C> {
                 | LogKind::FencingFailed
                 | LogKind::Resigned
                 | LogKind::GrantReleasedAfterWaitTimeout
-                | LogKind::StrandedLockReleased,
+                | LogKind::StrandedLockReleased
+                | LogKind::LeaseRenewalFailed,
                 _,
             ) => return None,
         };

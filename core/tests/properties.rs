@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{I, World};
-use plexsphere_leader_core::{AcquireMode, Event, OnOverdue, Options, UNLOCK_BUDGET};
+use plexsphere_leader_core::{AcquireMode, Event, Lease, OnOverdue, Options, UNLOCK_BUDGET};
 use proptest::prelude::*;
 
 const REPLICAS: usize = 3;
@@ -51,22 +51,31 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// The options of a case: either acquire mode, fencing on or off, any stop grace, and a work
-/// deadline of up to three intervals (reporting or aborting) or none.
+/// deadline of up to three intervals (reporting or aborting) or none; in a third of the cases
+/// the lease mechanism, with a TTL of two to six intervals.
 fn options() -> impl Strategy<Value = Options> {
     let deadline = prop::option::of((0..=3 * I.as_millis() as u64, any::<bool>()));
+    let lease = prop_oneof![2 => Just(None), 1 => (2u32..=6).prop_map(Some)];
     (
         any::<bool>(),
         any::<bool>(),
         0..=2 * I.as_millis() as u64,
         deadline,
+        lease,
     )
-        .prop_map(|(queue, fencing, grace_ms, deadline)| {
+        .prop_map(|(queue, fencing, grace_ms, deadline, lease)| {
             let mode = if queue {
                 AcquireMode::Queue
             } else {
                 AcquireMode::Poll
             };
-            let options = common::options()
+            let mut options = common::options();
+            if let Some(intervals) = lease {
+                let interval = options.interval();
+                let lease = Lease::new(interval, interval.get() * intervals).expect("a valid TTL");
+                options = options.lease(lease);
+            }
+            let options = options
                 .acquire(mode)
                 .fencing(fencing)
                 .stop_grace(Duration::from_millis(grace_ms))
@@ -152,7 +161,7 @@ fn liveness(world: &mut World) -> Result<(), String> {
     }
     // The work answers at once (or never, after a FailNext: the grace bounds it).
     world.advance(2 * I + Duration::from_millis(10))?;
-    if world.server.holder.is_some() || !world.leaders().is_empty() {
+    if world.server.holder.is_some() || world.lease_held() || !world.leaders().is_empty() {
         return Err("after stopping every replica a lock or a term remains".into());
     }
     Ok(())

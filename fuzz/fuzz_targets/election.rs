@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use plexsphere_leader_core::invariants::{Checker, Input};
 use plexsphere_leader_core::{
     AcquireMode, CheckInterval, ConnId, Election, Event, LockCheck, MIN_CHECK_INTERVAL, OnOverdue,
-    Options, TermId,
+    Lease, Options, TermId,
 };
 
 #[derive(Debug, Arbitrary)]
@@ -49,6 +49,10 @@ enum FuzzInput {
     SetEligible(bool),
     Panicked,
     Dropped,
+    /// Lease mechanism: a claim answered with this epoch.
+    LeaseClaimed(Which, u8),
+    LeaseRenewed(Which),
+    LeaseLost(Which),
 }
 
 /// Which connection a completion names: the newest asked for, an older one, or any number.
@@ -68,6 +72,8 @@ struct FuzzOptions {
     ineligible: bool,
     /// A work deadline in milliseconds, and whether it aborts.
     work_deadline: Option<(u16, bool)>,
+    /// The lease mechanism, with a TTL of this many intervals beyond the shortest (two).
+    lease: Option<u8>,
 }
 
 fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
@@ -97,12 +103,20 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
         };
         options = options.work_deadline(Duration::from_millis(u64::from(ms)), on_overdue);
     }
-    let mut election = Election::<u8>::with_options(options);
     let mut checker = if fuzz_options.ineligible {
         Checker::new().starting_ineligible()
     } else {
         Checker::new()
     };
+    if let Some(extra) = fuzz_options.lease {
+        let ttl = interval.get() * (2 + u32::from(extra % 8));
+        let Ok(lease) = Lease::new(interval, ttl) else {
+            return;
+        };
+        options = options.lease(lease);
+        checker = checker.for_lease(lease);
+    }
+    let mut election = Election::<u8>::with_options(options);
     let mut now = Instant::now();
     let mut newest = 0u64;
     // The backend of the newest grant, which a proving check answer names.
@@ -210,6 +224,12 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
             },
             FuzzInput::Panicked => Event::Panicked,
             FuzzInput::Dropped => Event::Dropped,
+            FuzzInput::LeaseClaimed(w, epoch) => Event::LeaseClaimed {
+                conn: conn(w),
+                epoch: u64::from(*epoch),
+            },
+            FuzzInput::LeaseRenewed(w) => Event::LeaseRenewed { conn: conn(w) },
+            FuzzInput::LeaseLost(w) => Event::LeaseLost { conn: conn(w) },
         };
         let handled = election.handle_event(now, event.clone());
         let actions = drain(&mut election, &mut newest);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use plexsphere_leader_core::Options;
+use plexsphere_leader_core::{Lease, Options};
 
 pub use crate::identity::{IdentityError, MAX_IDENTITY_LEN};
 pub use crate::key::ParseLockKeyError;
@@ -30,6 +30,7 @@ use crate::session::SessionSource;
 /// | `acquire_mode`   | [`AcquireMode::Poll`] (the spec)        | poll the lock every interval, or wait in the server's lock queue |
 /// | `stop_grace`     | one check interval; at most two         | how long a graceful stop waits for leader work before it unlocks |
 /// | `fencing`        | off                                     | give every term an epoch from the `plexsphere_leader_fence` table |
+/// | `lease`          | off: the session advisory lock          | hold a lease row instead, for a transaction-mode pooler ([`Config::lease`]) |
 /// | `eligible`       | `true`                                  | whether this replica may lead at all ([`Elector::set_eligible`](crate::Elector::set_eligible) changes it) |
 /// | `resign_hold_off`| two check intervals                     | how long [`Elector::resign`](crate::Elector::resign) keeps the replica from trying the lock |
 /// | `work_deadline`  | none                                    | report (and optionally abort) leader work still running this long after its term ended |
@@ -66,6 +67,7 @@ pub struct Config {
     pub(crate) acquire_mode: AcquireMode,
     pub(crate) stop_grace: Option<Duration>,
     pub(crate) fencing: bool,
+    pub(crate) lease_ttl: Option<Duration>,
     pub(crate) eligible: bool,
     pub(crate) resign_hold_off: Option<Duration>,
     pub(crate) work_deadline: Option<(Duration, OnOverdue)>,
@@ -104,12 +106,29 @@ impl Config {
             acquire_mode: AcquireMode::Poll,
             stop_grace: None,
             fencing: false,
+            lease_ttl: None,
             eligible: true,
             resign_hold_off: None,
             work_deadline: None,
             key: LockKey::DEFAULT,
             identity: None,
         }
+    }
+
+    /// Holds a lease row instead of the session advisory lock: the mechanism for a pool that
+    /// cannot carry a session lock (PgBouncer or Supavisor in transaction mode, RDS Proxy
+    /// without pinning). Every check is one autocommit statement on any pooled connection; the
+    /// lease lasts `ttl` on the server's clock (`Duration::ZERO`: three check intervals, the
+    /// advisory mechanism's orphan bound), and the leader trusts it for nine tenths of that
+    /// after sending its last successful renewal. Every term gets the lease's epoch as its
+    /// fencing epoch. The tables must exist: run [`lease::setup`](crate::lease::setup) once per
+    /// database. Validated by [`Elector::new`](crate::Elector::new): a TTL of at least two
+    /// intervals, and [`AcquireMode::Poll`] (a lease has no server-side queue). See the
+    /// reference documentation's Lease mechanism section for its bounds.
+    #[must_use]
+    pub fn lease(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = Some(ttl);
+        self
     }
 
     /// Sets the check interval; `Duration::ZERO` means the default of 5 s. Validated by
@@ -260,6 +279,17 @@ impl Config {
         if let Some((after, on_overdue)) = self.work_deadline {
             options = options.work_deadline(after, on_overdue);
         }
+        if let Some(ttl) = self.lease_ttl {
+            if self.acquire_mode != AcquireMode::Poll {
+                return Err(ConfigError::LeaseQueued);
+            }
+            let lease = if ttl.is_zero() {
+                Lease::default_for(interval)
+            } else {
+                Lease::new(interval, ttl)?
+            };
+            options = options.lease(lease);
+        }
         Ok(match self.stop_grace {
             Some(grace) => options.stop_grace(grace)?,
             None => options,
@@ -275,6 +305,7 @@ impl fmt::Debug for Config {
             .field("acquire_mode", &self.acquire_mode)
             .field("stop_grace", &self.stop_grace)
             .field("fencing", &self.fencing)
+            .field("lease_ttl", &self.lease_ttl)
             .field("eligible", &self.eligible)
             .field("resign_hold_off", &self.resign_hold_off)
             .field("work_deadline", &self.work_deadline)

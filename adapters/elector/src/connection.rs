@@ -12,6 +12,8 @@ use crate::session::{LockSession, QueryError, Row};
 use crate::sql::{self, outcome};
 use crate::term::TermShared;
 
+pub(crate) mod lease;
+
 /// The session an operation runs on, shared with the driver until the operation ends.
 pub(crate) type Held = Arc<Box<dyn LockSession>>;
 

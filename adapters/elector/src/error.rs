@@ -276,6 +276,13 @@ pub enum ConfigError {
     /// `application_name`.
     #[error("identity: {0}")]
     Identity(crate::identity::IdentityError),
+    /// The lease TTL is shorter than two check intervals or longer than the server takes.
+    #[error(transparent)]
+    LeaseTtl(#[from] plexsphere_leader_core::LeaseTtlError),
+    /// The lease mechanism was asked for with the queued acquire mode: a lease has no
+    /// server-side queue.
+    #[error("the lease mechanism takes no queued acquire mode: use AcquireMode::Poll")]
+    LeaseQueued,
     /// An option of a sharded election is out of range (no shard, too many, a move limit of
     /// zero, a stop grace longer than two intervals).
     #[error(transparent)]

@@ -64,6 +64,7 @@ pub mod fencing;
 mod identity;
 mod key;
 pub mod leadership;
+pub mod lease;
 mod log;
 pub mod metrics;
 mod observe;

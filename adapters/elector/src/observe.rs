@@ -43,6 +43,12 @@ impl Observer {
             Action::WaitForLock { conn, .. } => {
                 self.started(*conn, CheckRole::Standby, None, now, false);
             }
+            Action::ClaimLease { conn, .. } => {
+                self.started(*conn, CheckRole::Standby, None, now, true);
+            }
+            Action::RenewLease { conn, .. } => {
+                self.started(*conn, CheckRole::Leader, None, now, true);
+            }
             Action::Ping { conn, backend_pid } => {
                 self.started(*conn, CheckRole::Leader, Some(*backend_pid), now, true);
             }
@@ -68,6 +74,7 @@ impl Observer {
             | Action::AdvanceEpoch { .. }
             | Action::AwaitWork { .. }
             | Action::Unlock { .. }
+            | Action::ReleaseLease { .. }
             | Action::Finish => {}
         }
     }
@@ -76,7 +83,11 @@ impl Observer {
     pub(crate) fn completion(&mut self, event: &Event<CheckError>) {
         let now = crate::clock::now();
         let answered = match event {
-            Event::LockGranted { conn, .. } => Some((*conn, Some(AttemptOutcome::Granted), true)),
+            Event::LockGranted { conn, .. } | Event::LeaseClaimed { conn, .. } => {
+                Some((*conn, Some(AttemptOutcome::Granted), true))
+            }
+            Event::LeaseRenewed { conn } => Some((*conn, None, true)),
+            Event::LeaseLost { conn } => Some((*conn, None, false)),
             // A queued wait that the server's lock_timeout ended: refused for this check.
             Event::LockRefused { conn } | Event::LockWaitTimedOut { conn } => {
                 Some((*conn, Some(AttemptOutcome::Refused), true))

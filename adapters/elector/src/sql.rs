@@ -5,6 +5,8 @@
 
 pub use crate::key::LockKey;
 
+pub mod lease;
+
 /// The first `int4` of the default leader lock key ([`LockKey::DEFAULT`]): `0x706C7873`, ASCII
 /// `plxs`. It shows in `pg_locks` as `classid`.
 pub const LOCK_CLASS_ID: i32 = 1_886_156_915;

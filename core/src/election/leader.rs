@@ -7,7 +7,11 @@ impl<C> Election<C> {
     /// The leader's check answered: the term goes on if what it found proves the lock, and is
     /// lost with the finding's reason if not.
     pub(super) fn on_ping_answered(&mut self, now: Instant, found: LockCheck) {
-        let Some(granted) = self.leader_mut().map(|leader| leader.backend_pid) else {
+        let Some(Hold::Session {
+            backend_pid: granted,
+            ..
+        }) = self.leader_mut().map(|leader| leader.hold)
+        else {
             return;
         };
         match found.verdict(granted) {
@@ -26,6 +30,27 @@ impl<C> Election<C> {
         }
     }
 
+    /// The leader's check failed or did not answer: the advisory lock is no longer proven, so
+    /// the term is lost; a lease is still trusted, so the renewal is retried at the next check.
+    pub(super) fn on_check_failed(&mut self, now: Instant, cause: Cause<C>) {
+        let Some(leader) = self.leader_mut() else {
+            return;
+        };
+        match leader.check {
+            LeaderCheck::Renewing { conn, .. } => {
+                let timed_out = matches!(cause, Cause::TimedOut(_));
+                self.retry_renewal(now, conn, timed_out, cause);
+            }
+            _ => {
+                let reason = match cause {
+                    Cause::TimedOut(_) => LossReason::CheckTimedOut,
+                    _ => LossReason::CheckFailed,
+                };
+                self.demote(now, reason, cause);
+            }
+        }
+    }
+
     /// The leader's check failed: end the term, close the connection, log, become a standby.
     pub(super) fn demote(&mut self, now: Instant, reason: LossReason, cause: Cause<C>) {
         let next_check = self.next_check(now);
@@ -40,7 +65,7 @@ impl<C> Election<C> {
         reason: LossReason,
         cause: Cause<C>,
     ) {
-        let Some((term, conn)) = self.leader_mut().map(|leader| (leader.term, leader.conn)) else {
+        let Some(term) = self.leader_mut().map(|leader| leader.term) else {
             return;
         };
         self.push(Action::EndTerm {
@@ -48,7 +73,7 @@ impl<C> Election<C> {
             cause: TermEndCause::Lost(reason),
         });
         self.watch_work(now, term);
-        self.push(Action::CloseConnection { conn });
+        self.close_open_conn();
         self.log(LogKind::LeadershipLost, Some(term), Some(cause));
         self.set_role(Role::Standby(Standby::Waiting { next_check }));
     }
@@ -72,17 +97,23 @@ impl<C> Election<C> {
             }
             Role::Standby(Standby::Fencing { .. }) => self.on_fencing_failed(now, cause),
             Role::Draining(Draining {
-                term, conn, then, ..
+                term,
+                hold: Hold::Session { conn, .. },
+                then,
+                ..
             })
             | Role::Releasing(Releasing {
-                term, conn, then, ..
+                term,
+                hold: Hold::Session { conn, .. },
+                then,
+                ..
             }) => {
                 let (term, conn, then) = (*term, *conn, *then);
                 self.push(Action::CloseConnection { conn });
                 self.log(LogKind::SessionEndedWhileStopping, Some(term), Some(cause));
                 self.after_release(now, then);
             }
-            Role::Standby(_) => {}
+            Role::Standby(_) | Role::Draining(_) | Role::Releasing(_) => {}
         }
     }
 }

@@ -54,6 +54,12 @@ pub(super) enum Standby {
         deadline: Instant,
         stranded: bool,
     },
+    /// Lease mechanism: the claim, operation `conn` sent at `sent_at`.
+    Claiming {
+        conn: ConnId,
+        sent_at: Instant,
+        deadline: Instant,
+    },
     Fencing {
         conn: ConnId,
         /// The backend granted the lock, which the term's checks must find.
@@ -64,28 +70,60 @@ pub(super) enum Standby {
 
 pub(super) struct Leader {
     pub(super) term: TermId,
-    pub(super) conn: ConnId,
-    /// The backend granted the lock: every check must be answered by it.
-    pub(super) backend_pid: i32,
+    pub(super) hold: Hold,
     /// When the lock was last proven: the grant, then each check that proved it.
     pub(super) verified_at: Instant,
     pub(super) check: LeaderCheck,
 }
 
+/// What a term holds: the advisory lock on a session, or a lease row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Hold {
+    /// The advisory lock on the hijacked session `conn`, granted to backend `backend_pid`: every
+    /// check must be answered by it.
+    Session { conn: ConnId, backend_pid: i32 },
+    /// The lease row of `epoch`, trusted until `trusted_until` (the last successful claim or
+    /// renewal's send instant plus [`Lease::trusted_for`](crate::Lease::trusted_for)).
+    Lease { epoch: u64, trusted_until: Instant },
+}
+
+impl Hold {
+    /// The session that carries an advisory lock.
+    pub(super) fn session_conn(self) -> Option<ConnId> {
+        match self {
+            Self::Session { conn, .. } => Some(conn),
+            Self::Lease { .. } => None,
+        }
+    }
+}
+
 pub(super) enum LeaderCheck {
-    Waiting { next_check: Instant },
-    Pinging { deadline: Instant },
+    Waiting {
+        next_check: Instant,
+    },
+    /// The advisory lock's check, on the lock session.
+    Pinging {
+        deadline: Instant,
+    },
+    /// The lease's renewal, operation `conn` sent at `sent_at`.
+    Renewing {
+        conn: ConnId,
+        sent_at: Instant,
+        deadline: Instant,
+    },
 }
 
 pub(super) struct Draining {
     pub(super) term: TermId,
-    pub(super) conn: ConnId,
+    pub(super) hold: Hold,
     pub(super) deadline: Instant,
     pub(super) then: AfterRelease,
 }
 
 pub(super) struct Releasing {
     pub(super) term: TermId,
+    pub(super) hold: Hold,
+    /// The connection the release runs on: the lock session, or the lease's release statement.
     pub(super) conn: ConnId,
     pub(super) deadline: Instant,
     pub(super) then: AfterRelease,
@@ -138,13 +176,18 @@ pub(super) fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
             check: LeaderCheck::Waiting { .. },
             ..
         }) => None,
+        Role::Leader(Leader {
+            hold,
+            check: LeaderCheck::Pinging { .. },
+            ..
+        }) => hold.session_conn(),
         Role::Standby(Standby::Acquiring { conn, .. })
         | Role::Standby(Standby::TryingLock { conn, .. })
         | Role::Standby(Standby::ReleasingIfHeld { conn, .. })
+        | Role::Standby(Standby::Claiming { conn, .. })
         | Role::Standby(Standby::Fencing { conn, .. })
         | Role::Leader(Leader {
-            conn,
-            check: LeaderCheck::Pinging { .. },
+            check: LeaderCheck::Renewing { conn, .. },
             ..
         })
         | Role::Releasing(Releasing { conn, .. }) => Some(*conn),
@@ -171,9 +214,20 @@ pub(super) fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
             event,
             Event::ReleasedIfHeld { .. } | Event::LockQueryFailed { .. }
         ),
+        Role::Standby(Standby::Claiming { .. }) => matches!(
+            event,
+            Event::LeaseClaimed { .. } | Event::LockRefused { .. } | Event::LockQueryFailed { .. }
+        ),
         Role::Standby(Standby::Fencing { .. }) => matches!(
             event,
             Event::EpochAdvanced { .. } | Event::EpochFailed { .. }
+        ),
+        Role::Leader(Leader {
+            check: LeaderCheck::Renewing { .. },
+            ..
+        }) => matches!(
+            event,
+            Event::LeaseRenewed { .. } | Event::LeaseLost { .. } | Event::PingFailed { .. }
         ),
         Role::Leader(_) => matches!(event, Event::PingAnswered { .. } | Event::PingFailed { .. }),
         Role::Releasing(_) => {
@@ -191,13 +245,13 @@ pub(super) fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
 /// A session end is taken for the connection that carries the lock, whatever is in flight.
 fn accepts_session_end(role: &Role, ended: ConnId) -> Result<(), Ignored> {
     let lock_conn = match role {
-        Role::Leader(Leader { conn, .. })
-        | Role::Standby(Standby::Fencing { conn, .. })
-        | Role::Draining(Draining { conn, .. })
-        | Role::Releasing(Releasing { conn, .. }) => *conn,
-        Role::Standby(_) => return Err(Ignored::StaleConnection),
+        Role::Leader(Leader { hold, .. })
+        | Role::Draining(Draining { hold, .. })
+        | Role::Releasing(Releasing { hold, .. }) => hold.session_conn(),
+        Role::Standby(Standby::Fencing { conn, .. }) => Some(*conn),
+        Role::Standby(_) => None,
     };
-    if lock_conn == ended {
+    if lock_conn == Some(ended) {
         Ok(())
     } else {
         Err(Ignored::StaleConnection)

@@ -28,19 +28,56 @@ impl<C> Election<C> {
             self.wait_as_standby(now);
             return;
         }
-        if let Role::Leader(leader) = &mut running.role {
-            leader.check = LeaderCheck::Pinging { deadline };
-            let (conn, backend_pid) = (leader.conn, leader.backend_pid);
-            self.push(Action::Ping { conn, backend_pid });
+        if let Role::Leader(leader) = &running.role {
+            let hold = leader.hold;
+            self.begin_leader_check(now, hold, deadline);
         } else {
             let role = self.begin_standby_check(now);
             self.set_role(role);
         }
     }
 
+    /// The leader's check: the advisory lock is verified on its session, a lease renewed.
+    fn begin_leader_check(&mut self, now: Instant, hold: Hold, deadline: Instant) {
+        let check = match (hold, self.options.lease_of()) {
+            (Hold::Session { conn, backend_pid }, _) => {
+                self.push(Action::Ping { conn, backend_pid });
+                LeaderCheck::Pinging { deadline }
+            }
+            (Hold::Lease { epoch, .. }, Some(lease)) => {
+                let conn = self.next_conn();
+                self.push(Action::RenewLease {
+                    conn,
+                    epoch,
+                    ttl_ms: lease.ttl_millis(),
+                });
+                LeaderCheck::Renewing {
+                    conn,
+                    sent_at: now,
+                    deadline,
+                }
+            }
+            // Unreachable: a lease term exists only with lease options.
+            (Hold::Lease { .. }, None) => return,
+        };
+        if let Some(leader) = self.leader_mut() {
+            leader.check = check;
+        }
+    }
+
     pub(super) fn begin_standby_check(&mut self, now: Instant) -> Role {
-        self.last_conn += 1;
-        let conn = ConnId::new(self.last_conn);
+        let conn = self.next_conn();
+        if let Some(lease) = self.options.lease_of() {
+            self.push(Action::ClaimLease {
+                conn,
+                ttl_ms: lease.ttl_millis(),
+            });
+            return Role::Standby(Standby::Claiming {
+                conn,
+                sent_at: now,
+                deadline: now + self.interval().get(),
+            });
+        }
         self.push(Action::AcquireConnection { conn });
         Role::Standby(Standby::Acquiring {
             conn,
@@ -170,7 +207,7 @@ impl<C> Election<C> {
                 deadline,
             }));
         } else {
-            self.begin_term(now, conn, backend_pid, None);
+            self.begin_term(now, Hold::Session { conn, backend_pid }, None);
         }
     }
 
@@ -185,7 +222,7 @@ impl<C> Election<C> {
             }
             _ => {
                 self.last_epoch = Some(epoch);
-                self.begin_term(now, conn, backend_pid, Some(epoch));
+                self.begin_term(now, Hold::Session { conn, backend_pid }, Some(epoch));
             }
         }
     }
@@ -198,13 +235,7 @@ impl<C> Election<C> {
         self.wait_as_standby(now);
     }
 
-    pub(super) fn begin_term(
-        &mut self,
-        now: Instant,
-        conn: ConnId,
-        backend_pid: i32,
-        epoch: Option<u64>,
-    ) {
+    pub(super) fn begin_term(&mut self, now: Instant, hold: Hold, epoch: Option<u64>) {
         self.last_term += 1;
         let term = TermId::new(self.last_term);
         self.push(Action::BeginTerm { term, epoch });
@@ -212,8 +243,7 @@ impl<C> Election<C> {
         let next_check = self.next_check(now);
         self.set_role(Role::Leader(Leader {
             term,
-            conn,
-            backend_pid,
+            hold,
             verified_at: now,
             check: LeaderCheck::Waiting { next_check },
         }));
@@ -239,15 +269,27 @@ impl<C> Election<C> {
         }));
     }
 
+    /// Another holds the lock: the connection goes back unchanged (a lease's claim kept none).
     pub(super) fn on_refused(&mut self, now: Instant, conn: ConnId) {
-        self.push(Action::ReturnToPool { conn });
+        if self.options.lease_of().is_none() {
+            self.push(Action::ReturnToPool { conn });
+        }
         self.wait_as_standby(now);
     }
 
     /// The grant statement failed or did not answer: the lock may be held by this session, so
     /// the connection is closed (the server then releases), never returned to the pool.
+    /// A lease's claim holds no connection: one still in flight at its deadline is given up,
+    /// and a claim that committed all the same is this run's to claim again at the next check.
     pub(super) fn on_try_failed(&mut self, now: Instant, conn: ConnId, cause: Cause<C>) {
-        self.push(Action::CloseConnection { conn });
+        match self.options.lease_of() {
+            None => self.push(Action::CloseConnection { conn }),
+            Some(lease) if matches!(cause, Cause::TimedOut(_)) => {
+                self.push(Action::ReturnToPool { conn });
+                self.hold_off_after_unanswered_claim(lease);
+            }
+            Some(_) => {}
+        }
         self.log(LogKind::AcquireFailed, None, Some(cause));
         self.wait_as_standby(now);
     }

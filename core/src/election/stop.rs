@@ -30,8 +30,8 @@ impl<C> Election<C> {
                 *then = AfterRelease::Finish;
             }
             Role::Leader(leader) => {
-                let (term, conn) = (leader.term, leader.conn);
-                self.give_up(now, term, conn, TermEndCause::Stopped, AfterRelease::Finish);
+                let term = leader.term;
+                self.give_up(now, term, TermEndCause::Stopped, AfterRelease::Finish);
             }
             Role::Standby(_) => {
                 self.close_open_conn();
@@ -49,14 +49,8 @@ impl<C> Election<C> {
         };
         match &running.role {
             Role::Leader(leader) => {
-                let (term, conn) = (leader.term, leader.conn);
-                self.give_up(
-                    now,
-                    term,
-                    conn,
-                    TermEndCause::Resigned,
-                    AfterRelease::Standby,
-                );
+                let term = leader.term;
+                self.give_up(now, term, TermEndCause::Resigned, AfterRelease::Standby);
             }
             Role::Standby(Standby::Waiting { .. }) => self.wait_as_standby(now),
             Role::Standby(_) => {
@@ -73,10 +67,17 @@ impl<C> Election<C> {
         &mut self,
         now: Instant,
         term: TermId,
-        conn: ConnId,
         cause: TermEndCause,
         then: AfterRelease,
     ) {
+        let Some(leader) = self.leader_mut() else {
+            return;
+        };
+        let hold = leader.hold;
+        if let LeaderCheck::Renewing { conn, .. } = leader.check {
+            // The release's compare-and-set decides; a renewal in flight is moot.
+            self.push(Action::ReturnToPool { conn });
+        }
         self.push(Action::EndTerm { term, cause });
         self.watch_work(now, term);
         if cause == TermEndCause::Resigned {
@@ -86,7 +87,7 @@ impl<C> Election<C> {
         if grace.is_zero() {
             self.set_role(Role::Draining(Draining {
                 term,
-                conn,
+                hold,
                 deadline: now,
                 then,
             }));
@@ -95,24 +96,36 @@ impl<C> Election<C> {
             self.push(Action::AwaitWork { term });
             self.set_role(Role::Draining(Draining {
                 term,
-                conn,
+                hold,
                 deadline: now + grace,
                 then,
             }));
         }
     }
 
-    /// The work of the stopped term returned, or its grace is over: unlock.
+    /// The work of the stopped term returned, or its grace is over: unlock, or expire the
+    /// lease.
     pub(super) fn release(&mut self, now: Instant) {
-        let Some((term, conn, then)) = self
+        let Some((term, hold, then)) = self
             .draining()
-            .map(|draining| (draining.term, draining.conn, draining.then))
+            .map(|draining| (draining.term, draining.hold, draining.then))
         else {
             return;
         };
-        self.push(Action::Unlock { conn });
+        let conn = match hold {
+            Hold::Session { conn, .. } => {
+                self.push(Action::Unlock { conn });
+                conn
+            }
+            Hold::Lease { epoch, .. } => {
+                let conn = self.next_conn();
+                self.push(Action::ReleaseLease { conn, epoch });
+                conn
+            }
+        };
         self.set_role(Role::Releasing(Releasing {
             term,
+            hold,
             conn,
             deadline: now + UNLOCK_BUDGET,
             then,
@@ -130,7 +143,15 @@ impl<C> Election<C> {
             return;
         };
         let (term, conn, then) = (releasing.term, releasing.conn, releasing.then);
-        self.push(Action::CloseConnection { conn });
+        match releasing.hold {
+            Hold::Session { .. } => self.push(Action::CloseConnection { conn }),
+            // A lease's release statement still in flight is given up; the lease then expires
+            // by its TTL.
+            Hold::Lease { .. } if matches!(failure, Some(Cause::TimedOut(_))) => {
+                self.push(Action::ReturnToPool { conn });
+            }
+            Hold::Lease { .. } => {}
+        }
         match (failure, then) {
             (None, AfterRelease::Finish) => self.log(LogKind::LockReleased, Some(term), None),
             (None, AfterRelease::Standby) => self.log(LogKind::ResignReleased, Some(term), None),

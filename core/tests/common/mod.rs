@@ -27,12 +27,27 @@ pub(crate) struct Replica {
     pub(crate) lose_next_reply: bool,
     /// The next operation fails with an error.
     pub(crate) fail_next: bool,
+    /// Lease statements neither reach the server nor answer (a partition).
+    pub(crate) partitioned: bool,
     /// The connection the replica leads on, as the model driver saw it.
     lock_conn: Option<ConnId>,
     /// Number of terms begun.
     pub(crate) terms: u64,
     /// When the current or last term began.
     pub(crate) began_at: Option<Instant>,
+    /// Runs started: with the replica's index, a lease holder's identity.
+    runs: u64,
+    /// The epoch of the open lease term.
+    lease_epoch: Option<u64>,
+}
+
+/// The model lease row (lease mechanism).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseRow {
+    /// The holder: a replica and its run.
+    pub(crate) holder: (usize, u64),
+    pub(crate) epoch: u64,
+    pub(crate) expires: Instant,
 }
 
 /// The model server: which session holds the lock, which sessions are open.
@@ -48,6 +63,8 @@ pub(crate) struct Server {
     waiters: Vec<((usize, ConnId), u64)>,
     /// The fencing epoch last handed out.
     pub(crate) epoch: u64,
+    /// The lease row, once claimed.
+    pub(crate) lease: Option<LeaseRow>,
 }
 
 /// The world.
@@ -62,6 +79,8 @@ pub(crate) struct World {
     seq: u64,
     /// How long a session granted the lock may go unled (an unanswered grant's budget).
     grant_budget: Duration,
+    /// Whether the elections hold a lease.
+    lease: bool,
 }
 
 impl World {
@@ -79,13 +98,19 @@ impl World {
         let replicas = (0..replicas)
             .map(|_| Replica {
                 election: Election::with_options(options),
-                checker: Checker::new(),
+                checker: match options.lease_of() {
+                    Some(lease) => Checker::new().for_lease(lease),
+                    None => Checker::new(),
+                },
                 latency,
                 lose_next_reply: false,
                 fail_next: false,
+                partitioned: false,
                 lock_conn: None,
                 terms: 0,
                 began_at: None,
+                runs: 0,
+                lease_epoch: None,
             })
             .collect();
         Self {
@@ -96,6 +121,7 @@ impl World {
             pending: Vec::new(),
             seq: 0,
             grant_budget,
+            lease: options.lease_of().is_some(),
         }
     }
 
@@ -111,6 +137,9 @@ impl World {
 
     pub(crate) fn start(&mut self, r: usize) -> Result<(), String> {
         let accepted = self.replicas[r].election.start(self.now).is_ok();
+        if accepted {
+            self.replicas[r].runs += 1;
+        }
         self.after_input(r, Input::Start { accepted })
     }
 
@@ -218,6 +247,14 @@ impl World {
     /// The model driver and server.
     fn perform(&mut self, r: usize, action: Action<Cause>) {
         let replica = &mut self.replicas[r];
+        if replica.partitioned
+            && matches!(
+                action,
+                Action::ClaimLease { .. } | Action::RenewLease { .. } | Action::ReleaseLease { .. }
+            )
+        {
+            return;
+        }
         let fail = std::mem::take(&mut replica.fail_next);
         let answer = match action {
             Action::AcquireConnection { conn } if fail => Some(Event::AcquireFailed {
@@ -332,11 +369,51 @@ impl World {
                 }
                 None
             }
-            Action::BeginTerm { .. } => {
+            Action::BeginTerm { epoch, .. } => {
                 let replica = &mut self.replicas[r];
                 replica.terms += 1;
                 replica.began_at = Some(self.now);
+                replica.lease_epoch = epoch;
                 None
+            }
+            Action::ClaimLease { conn, .. } if fail => Some(Event::LockQueryFailed {
+                conn,
+                cause: "claim error",
+            }),
+            Action::ClaimLease { conn, ttl_ms } => Some(self.claim(r, conn, ttl_ms)),
+            Action::RenewLease { conn, .. } if fail => Some(Event::PingFailed {
+                conn,
+                cause: "renew error",
+            }),
+            Action::RenewLease {
+                conn,
+                epoch,
+                ttl_ms,
+            } => {
+                let holder = (r, self.replicas[r].runs);
+                let ttl = Duration::from_millis(ttl_ms.into());
+                match &mut self.server.lease {
+                    Some(row) if row.holder == holder && row.epoch == epoch => {
+                        row.expires = self.now + ttl;
+                        Some(Event::LeaseRenewed { conn })
+                    }
+                    _ => Some(Event::LeaseLost { conn }),
+                }
+            }
+            Action::ReleaseLease { conn, .. } if fail => Some(Event::UnlockFailed {
+                conn,
+                cause: "release error",
+            }),
+            Action::ReleaseLease { conn, epoch } => {
+                let holder = (r, self.replicas[r].runs);
+                let released = match &mut self.server.lease {
+                    Some(row) if row.holder == holder && row.epoch == epoch => {
+                        row.expires = self.now;
+                        true
+                    }
+                    _ => false,
+                };
+                Some(Event::UnlockDone { conn, released })
             }
             Action::EndTerm { .. }
             | Action::ReportOverdueWork { .. }
@@ -376,6 +453,55 @@ impl World {
         }
     }
 
+    /// The claim's compare-and-set, executed by the server as it is sent (the instant nearest
+    /// the leader's trust).
+    fn claim(&mut self, r: usize, conn: ConnId, ttl_ms: u32) -> Event<Cause> {
+        let holder = (r, self.replicas[r].runs);
+        let expires = self.now + Duration::from_millis(ttl_ms.into());
+        match self.server.lease {
+            Some(row) if row.holder != holder && row.expires > self.now => {
+                Event::LockRefused { conn }
+            }
+            row => {
+                let epoch = row.map_or(1, |row| row.epoch + 1);
+                self.server.lease = Some(LeaseRow {
+                    holder,
+                    epoch,
+                    expires,
+                });
+                Event::LeaseClaimed { conn, epoch }
+            }
+        }
+    }
+
+    /// Whether a lease row is held (not yet expired) at the world's time.
+    pub(crate) fn lease_held(&self) -> bool {
+        self.server.lease.is_some_and(|row| row.expires > self.now)
+    }
+
+    /// The lease mechanism's bound: a leader's term is on the row's current holder and epoch,
+    /// before its expiry (so at most one replica leads at any instant).
+    fn check_lease_bounds(&self) -> Result<(), String> {
+        for (r, replica) in self.replicas.iter().enumerate() {
+            if !replica.election.is_leader() {
+                continue;
+            }
+            let row = self
+                .server
+                .lease
+                .ok_or(format!("replica {r} leads with no lease row"))?;
+            let ours = row.holder == (r, replica.runs) && Some(row.epoch) == replica.lease_epoch;
+            if !ours || row.expires <= self.now {
+                return Err(format!(
+                    "replica {r} leads (epoch {:?}) on a lease it does not hold: {row:?} at {:?}",
+                    replica.lease_epoch,
+                    self.now - self.t0
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn try_lock(&mut self, r: usize, conn: ConnId) -> Event<Cause> {
         if !self.server.open.contains_key(&(r, conn)) {
             return Event::LockQueryFailed {
@@ -408,6 +534,9 @@ impl World {
 
     /// The cross-replica bounds of design.md section 6 that hold between any two steps.
     pub(crate) fn check_bounds(&self) -> Result<(), String> {
+        if self.lease {
+            return self.check_lease_bounds();
+        }
         for (r, replica) in self.replicas.iter().enumerate() {
             let holds = self
                 .server

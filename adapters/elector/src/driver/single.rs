@@ -28,16 +28,21 @@ pub(crate) struct Single {
     /// The database the last answered grant statement ran in: named in the log lines.
     database: Option<String>,
     observer: Observer,
+    /// This run's lease holder: the identity and a nonce of the run, so that a restarted
+    /// replica never mistakes its former run's lease for its own.
+    holder: String,
 }
 
 impl Single {
     pub(crate) fn new(inner: Arc<Shared>) -> Self {
+        let inner_identity = inner.identity().to_owned();
         Self {
             observer: Observer::new(Arc::clone(&inner)),
             inner,
             stopped_term: None,
             ended_terms: BTreeMap::new(),
             database: None,
+            holder: lease_holder(inner_identity),
         }
     }
 
@@ -150,6 +155,31 @@ impl Mechanism for Single {
                     }))),
                 });
             }
+            Action::ClaimLease { conn, ttl_ms } => {
+                let half = self.inner.interval().half_millis();
+                let statement = sql::lease::claim(key, &self.holder, ttl_ms, half);
+                io.run(connection::lease::claim(
+                    self.inner.sessions(),
+                    conn,
+                    statement,
+                ));
+            }
+            Action::RenewLease { conn, ttl_ms, .. } => {
+                let statement = sql::lease::renew(key, &self.holder, ttl_ms);
+                io.run(connection::lease::renew(
+                    self.inner.sessions(),
+                    conn,
+                    statement,
+                ));
+            }
+            Action::ReleaseLease { conn, .. } => {
+                let statement = sql::lease::release(key, &self.holder);
+                io.run(connection::lease::release(
+                    self.inner.sessions(),
+                    conn,
+                    statement,
+                ));
+            }
             Action::Ping { conn, .. } => {
                 io.start_on(conn, |held| connection::verify(held, conn, key));
             }
@@ -178,4 +208,14 @@ impl Mechanism for Single {
             Action::Finish => io.finish(),
         }
     }
+}
+
+/// A lease holder for a run of `identity`: `<identity> <nonce>`, the nonce a random 64-bit
+/// value of this process and run.
+fn lease_holder(identity: String) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u128(crate::clock::now().elapsed().as_nanos());
+    format!("{identity} {:016x}", hasher.finish())
 }

@@ -468,7 +468,7 @@ fn every_term_end_cause_has_its_own_label() {
         .map(|cause| cause.label())
         .collect();
     assert_eq!(labels.len(), TermEndCause::ALL.len());
-    assert!(TermEndCause::ALL.iter().filter(|c| c.is_loss()).count() == 9);
+    assert!(TermEndCause::ALL.iter().filter(|c| c.is_loss()).count() == 11);
     assert_eq!(
         TermEndCause::Lost(LossReason::SessionEnded).label(),
         "session_ended"
@@ -490,7 +490,9 @@ fn term_end_cause_all_is_every_variant_but_handed_over() {
             | LossReason::BackendChanged
             | LossReason::SessionShared
             | LossReason::Panicked
-            | LossReason::Dropped,
+            | LossReason::Dropped
+            | LossReason::LeaseTaken
+            | LossReason::LeaseExpired,
         )
         | TermEndCause::Stopped
         | TermEndCause::Resigned => true,
@@ -506,6 +508,8 @@ fn term_end_cause_all_is_every_variant_but_handed_over() {
         LossReason::SessionShared,
         LossReason::Panicked,
         LossReason::Dropped,
+        LossReason::LeaseTaken,
+        LossReason::LeaseExpired,
     ]
     .map(TermEndCause::Lost)
     .into_iter()

@@ -102,6 +102,7 @@ const IMS: u64 = 5_000;
 
 mod contracts;
 mod leader;
+mod lease;
 mod operator;
 mod standby;
 mod stop;

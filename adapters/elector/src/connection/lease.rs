@@ -1,0 +1,76 @@
+//! The lease mechanism's operations: one statement of [`sql::lease`](crate::sql::lease) each,
+//! on a connection borrowed from the source for it alone and given back as it answers (it
+//! carries nothing).
+
+use std::sync::Arc;
+
+use plexsphere_leader_core::{ConnId, Event};
+
+use super::{Completion, Operation, parse_int, text};
+use crate::error::CheckError;
+use crate::session::{QueryError, Row, SessionSource};
+
+/// What a lease statement's rows mean, or its failure: the event to report.
+type Answer = Box<dyn FnOnce(Result<Vec<Row>, CheckError>) -> Event<CheckError> + Send>;
+
+/// Runs `statement` on a connection of `sessions`, and reports what `answer` makes of it.
+fn statement(sessions: Arc<dyn SessionSource>, statement: String, answer: Answer) -> Operation {
+    Box::pin(async move {
+        let rows = match sessions.acquire().await {
+            Ok(session) => session
+                .query(&statement)
+                .await
+                .map_err(QueryError::into_cause),
+            Err(cause) => Err(cause),
+        };
+        Completion::of(answer(rows))
+    })
+}
+
+/// The claim: the new epoch, or refused.
+pub(crate) fn claim(sessions: Arc<dyn SessionSource>, conn: ConnId, sql: String) -> Operation {
+    statement(
+        sessions,
+        sql,
+        Box::new(move |rows| {
+            let name = "the lease claim";
+            let epoch = rows.and_then(|rows| match rows.first() {
+                Some(row) => text(row, 0, name).and_then(|e| parse_int::<u64>(&e, name).map(Some)),
+                None => Ok(None),
+            });
+            match epoch {
+                Ok(Some(epoch)) => Event::LeaseClaimed { conn, epoch },
+                Ok(None) => Event::LockRefused { conn },
+                Err(cause) => Event::LockQueryFailed { conn, cause },
+            }
+        }),
+    )
+}
+
+/// The renewal: renewed, or the row is another's.
+pub(crate) fn renew(sessions: Arc<dyn SessionSource>, conn: ConnId, sql: String) -> Operation {
+    statement(
+        sessions,
+        sql,
+        Box::new(move |rows| match rows {
+            Ok(rows) if rows.is_empty() => Event::LeaseLost { conn },
+            Ok(_) => Event::LeaseRenewed { conn },
+            Err(cause) => Event::PingFailed { conn, cause },
+        }),
+    )
+}
+
+/// The release: whether the lease was this run's and is now expired.
+pub(crate) fn release(sessions: Arc<dyn SessionSource>, conn: ConnId, sql: String) -> Operation {
+    statement(
+        sessions,
+        sql,
+        Box::new(move |rows| match rows {
+            Ok(rows) => Event::UnlockDone {
+                conn,
+                released: !rows.is_empty(),
+            },
+            Err(cause) => Event::UnlockFailed { conn, cause },
+        }),
+    )
+}

@@ -1,0 +1,133 @@
+//! The lease mechanism's statements ([`Config::lease`](crate::Config::lease)): each one
+//! autocommit statement in the simple query protocol, with no session state (no session-level
+//! `SET`, no prepared statement, no `LISTEN`), so that it runs unchanged on any pooled
+//! connection: PgBouncer in transaction or statement mode, Supavisor, RDS Proxy (which it does
+//! not pin) and a direct connection.
+//!
+//! The lease row (`plexsphere_leader_lease`, one per [`LockKey`]) names its holder (the
+//! replica's identity and a per-run nonce) and its expiry, set by the server's clock. The
+//! term's epoch is the election's fence row (`plexsphere_leader_fence`, the advisory
+//! mechanism's fencing table), advanced by every claim in the claim's own statement: the
+//! fenced-write API ([`fencing::check`](crate::fencing::check)) is the same for both
+//! mechanisms, and a claim waits, as the advisory advance does, for a former leader's fenced
+//! transaction to end (under a transaction-local `lock_timeout`), while a renewal touches only
+//! the lease row and never waits for the leader's own fenced work.
+
+use super::{FENCE_SETUP, quote_literal};
+use crate::key::LockKey;
+
+/// The lease table.
+pub const LEASE_TABLE: &str = "plexsphere_leader_lease";
+
+/// The idempotent setup the lease mechanism needs, run once per database (by a migration or
+/// [`lease::setup`](crate::lease::setup)): the lease table and the fence table. Tables are
+/// created in the first schema of the role's `search_path`; set the role's own
+/// (`ALTER ROLE … SET search_path`) to choose another.
+pub fn setup() -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS plexsphere_leader_lease (\
+         classid int4 NOT NULL, objid int4 NOT NULL, holder text NOT NULL, \
+         expires_at timestamptz NOT NULL, PRIMARY KEY (classid, objid)); {FENCE_SETUP}"
+    )
+}
+
+/// `now() + <ms> milliseconds`, the server's clock.
+fn expiry(ttl_ms: u32) -> String {
+    format!("now() + {ttl_ms} * interval '1 millisecond'")
+}
+
+/// The standby's claim of `key` for `holder`: takes the row when it is missing, expired by the
+/// server's clock, or already `holder`'s, sets its expiry to `now() + ttl_ms`, and advances
+/// the fence row in the same statement, returning the new epoch; no row: another holder's
+/// lease has not expired. The fence row's wait is bounded by a transaction-local
+/// `lock_timeout` of `lock_timeout_ms` (SQLSTATE 55P03 then).
+pub fn claim(key: LockKey, holder: &str, ttl_ms: u32, lock_timeout_ms: u32) -> String {
+    let (c, o, holder) = (key.class_id, key.obj_id, quote_literal(holder));
+    format!(
+        "SET LOCAL lock_timeout = '{lock_timeout_ms}'; \
+         WITH claimed AS (\
+         INSERT INTO plexsphere_leader_lease AS l (classid, objid, holder, expires_at) \
+         VALUES ({c}, {o}, {holder}, {}) \
+         ON CONFLICT (classid, objid) DO UPDATE \
+         SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at \
+         WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder RETURNING 1) \
+         INSERT INTO plexsphere_leader_fence AS f (classid, objid, epoch) \
+         SELECT {c}, {o}, 1 FROM claimed \
+         ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 RETURNING f.epoch",
+        expiry(ttl_ms)
+    )
+}
+
+/// The leader's check: extends `holder`'s lease of `key` to `now() + ttl_ms`; one row when
+/// renewed, none when the row names another holder (the lease expired and was claimed).
+pub fn renew(key: LockKey, holder: &str, ttl_ms: u32) -> String {
+    format!(
+        "UPDATE plexsphere_leader_lease SET expires_at = {} \
+         WHERE classid = {} AND objid = {} AND holder = {} RETURNING 1",
+        expiry(ttl_ms),
+        key.class_id,
+        key.obj_id,
+        quote_literal(holder)
+    )
+}
+
+/// The graceful release: expires `holder`'s lease of `key` at once, so that a standby's next
+/// claim takes it; one row when released, none when it was no longer `holder`'s or had
+/// expired.
+pub fn release(key: LockKey, holder: &str) -> String {
+    format!(
+        "UPDATE plexsphere_leader_lease SET expires_at = now() \
+         WHERE classid = {} AND objid = {} AND holder = {} AND expires_at > now() RETURNING 1",
+        key.class_id,
+        key.obj_id,
+        quote_literal(holder)
+    )
+}
+
+/// Who holds the lease of `key`: one row (`holder`, the fence `epoch`, `expires_at` as unix
+/// seconds with a fraction, and whether it is still held by the server's clock), or none when
+/// no replica ever claimed it.
+pub fn who_holds(key: LockKey) -> String {
+    format!(
+        "SELECT l.holder, f.epoch, date_part('epoch', l.expires_at), l.expires_at > now() \
+         FROM plexsphere_leader_lease l LEFT JOIN plexsphere_leader_fence f \
+         USING (classid, objid) WHERE l.classid = {} AND l.objid = {}",
+        key.class_id, key.obj_id
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: LockKey = LockKey::DEFAULT;
+
+    #[test]
+    fn every_statement_names_the_key_and_the_holder_and_keeps_no_session_state() {
+        let claim = claim(KEY, "svc@h 0f", 15_000, 2_500);
+        assert_eq!(
+            claim,
+            "SET LOCAL lock_timeout = '2500'; WITH claimed AS (INSERT INTO \
+             plexsphere_leader_lease AS l (classid, objid, holder, expires_at) VALUES \
+             (1886156915, 1, 'svc@h 0f', now() + 15000 * interval '1 millisecond') ON CONFLICT \
+             (classid, objid) DO UPDATE SET holder = EXCLUDED.holder, expires_at = \
+             EXCLUDED.expires_at WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder \
+             RETURNING 1) INSERT INTO plexsphere_leader_fence AS f (classid, objid, epoch) \
+             SELECT 1886156915, 1, 1 FROM claimed ON CONFLICT (classid, objid) DO UPDATE SET \
+             epoch = f.epoch + 1 RETURNING f.epoch"
+        );
+        assert_eq!(
+            renew(KEY, "it's", 600),
+            "UPDATE plexsphere_leader_lease SET expires_at = now() + 600 * interval \
+             '1 millisecond' WHERE classid = 1886156915 AND objid = 1 AND holder = 'it''s' \
+             RETURNING 1"
+        );
+        assert!(release(KEY, "a").ends_with("holder = 'a' AND expires_at > now() RETURNING 1"));
+        for statement in [claim, renew(KEY, "a", 1), release(KEY, "a"), who_holds(KEY)] {
+            // Only a transaction-local setting, never a session's.
+            assert!(!statement.contains("SET SESSION") && !statement.contains("set_config"));
+            assert!(!statement.contains("PREPARE") && !statement.contains("LISTEN"));
+        }
+        assert!(setup().contains("CREATE TABLE IF NOT EXISTS plexsphere_leader_fence"));
+    }
+}

@@ -1,0 +1,175 @@
+//! The lease mechanism (`Config::lease`) against the real server, directly and through a real
+//! PgBouncer in `pool_mode = transaction` with one server connection for three replicas:
+//! one steady leader (one term, no transition), a graceful stop handed over at a standby's next
+//! check, a dropped (crashed) leader's lease taken within its TTL plus one interval, and a
+//! deposed leader's epoch refused by the fenced-write check. Each runs on both backends
+//! (`<test>::deadpool`, `<test>::sqlx`) and on a database of its own.
+//!
+//! Bounds use the margins of `support` (I = 200 ms, MARGIN = 2 s); the lease's TTL is the
+//! default, three intervals.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use plexsphere_leader::fencing::{self, FenceError};
+use plexsphere_leader::{LockKey, TermEndCause};
+use plexsphere_leader_tests::{Backend, PgBouncer, PoolMode, TestDb};
+use support::{I, MARGIN, Replica, STARTUP, wait_for};
+use tokio_util::sync::CancellationToken;
+
+/// The default TTL: three intervals.
+const TTL: Duration = Duration::from_millis(3 * 200);
+
+/// How long leadership must hold still to count as steady.
+const STEADY: Duration = Duration::from_secs(6);
+
+/// Three lease replicas on pools of `backend` to `target` (the server, or PgBouncer).
+fn fleet(_db: &TestDb, backend: Backend, target: &tokio_postgres::Config) -> Vec<Replica> {
+    (0..3)
+        .map(|r| {
+            let name = format!("lease-{r}");
+            let config = target.clone().application_name(&name).to_owned();
+            let pool = backend.pool(&config, 2).expect("pool");
+            Replica::spawn_with(pool, I, |config| {
+                config.lease(Duration::ZERO).identity(&name)
+            })
+        })
+        .collect()
+}
+
+fn leaders(fleet: &[Replica]) -> Vec<usize> {
+    (0..fleet.len())
+        .filter(|&r| fleet[r].elector.is_leader())
+        .collect()
+}
+
+/// Waits for exactly one leader, then watches for `STEADY`: the same replica leads in the same
+/// term throughout, and nobody else does. Returns the leader.
+async fn steady_leader(fleet: &[Replica]) -> usize {
+    wait_for(STARTUP, || leaders(fleet).len() == 1)
+        .await
+        .expect("one replica leads");
+    let leader = leaders(fleet)[0];
+    let term = fleet[leader].elector.leadership().term().unwrap();
+    let started = tokio::time::Instant::now();
+    while started.elapsed() < STEADY {
+        assert_eq!(leaders(fleet), vec![leader], "one steady leader");
+        assert_eq!(
+            fleet[leader].elector.leadership().term(),
+            Some(term),
+            "one term"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    leader
+}
+
+/// A database of its own with the lease tables, and where the replicas connect: the server,
+/// or (`pooled`) a PgBouncer in transaction mode with one server connection, fewer than the
+/// three clients. The PgBouncer lives as long as the returned value.
+async fn target(name: &str, pooled: bool) -> (TestDb, tokio_postgres::Config, Option<PgBouncer>) {
+    let db = TestDb::create(name).await.unwrap();
+    plexsphere_leader::lease::setup(db.admin())
+        .await
+        .expect("lease tables");
+    if !pooled {
+        let config = db.config();
+        return (db, config, None);
+    }
+    let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 1)
+        .await
+        .expect("PgBouncer");
+    let config = bouncer.pg_config(&db.config());
+    (db, config, Some(bouncer))
+}
+
+async fn steady_then_graceful_handover(backend: Backend, pooled: bool) {
+    let name = format!(
+        "lease_graceful_{}_{backend}",
+        if pooled { "pooled" } else { "direct" }
+    );
+    let (db, target, _bouncer) = target(&name, pooled).await;
+    let mut fleet = fleet(&db, backend, &target);
+    let leader = steady_leader(&fleet).await;
+    let token = CancellationToken::new();
+    let epoch = fleet[leader].elector.term(&token).unwrap().epoch().unwrap();
+    let stopped = tokio::time::Instant::now();
+    fleet.remove(leader).stop().await.unwrap();
+    let took = wait_for(I + MARGIN, || leaders(&fleet).len() == 1)
+        .await
+        .expect("a standby takes the released lease");
+    println!("{name}: handover {:?} after the stop", stopped.elapsed());
+    assert!(took <= I + MARGIN);
+    // The deposed leader's epoch no longer passes the fenced-write check.
+    let mut client = db.connect("fenced").await.unwrap();
+    let transaction = client.transaction().await.unwrap();
+    let stale = fencing::check(&transaction, LockKey::DEFAULT, epoch).await;
+    assert!(matches!(stale, Err(FenceError::Stale { .. })), "{stale:?}");
+    drop(transaction);
+    for replica in fleet {
+        replica.stop().await.unwrap();
+    }
+    db.cleanup().await.unwrap();
+}
+
+async fn crashed_leader_hands_over_within_ttl_plus_an_interval(backend: Backend, pooled: bool) {
+    let name = format!(
+        "lease_crash_{}_{backend}",
+        if pooled { "pooled" } else { "direct" }
+    );
+    let (db, target, _bouncer) = target(&name, pooled).await;
+    let mut fleet = fleet(&db, backend, &target);
+    let leader = steady_leader(&fleet).await;
+    // Aborting the run drops it: the term ends as lost and the lease is left to expire.
+    let crashed = fleet.remove(leader);
+    let dropped = tokio::time::Instant::now();
+    crashed.task.abort();
+    let took = wait_for(TTL + I + MARGIN, || leaders(&fleet).len() == 1)
+        .await
+        .expect("a standby takes the expired lease");
+    println!("{name}: takeover {:?} after the crash", dropped.elapsed());
+    assert!(took <= TTL + I + MARGIN);
+    assert!(matches!(
+        crashed.elector.leadership().last_end().map(|end| end.cause),
+        Some(TermEndCause::Lost(_))
+    ));
+    for replica in fleet {
+        replica.stop().await.unwrap();
+    }
+    db.cleanup().await.unwrap();
+}
+
+async fn direct_steady_then_graceful(backend: Backend) {
+    steady_then_graceful_handover(backend, false).await;
+}
+
+async fn direct_crash(backend: Backend) {
+    crashed_leader_hands_over_within_ttl_plus_an_interval(backend, false).await;
+}
+
+async fn pooled_steady_then_graceful(backend: Backend) {
+    steady_then_graceful_handover(backend, true).await;
+}
+
+async fn pooled_crash(backend: Backend) {
+    crashed_leader_hands_over_within_ttl_plus_an_interval(backend, true).await;
+}
+
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    direct_steady_then_graceful
+);
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    direct_crash
+);
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pooled_steady_then_graceful
+);
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    pooled_crash
+);
