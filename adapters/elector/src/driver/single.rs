@@ -210,12 +210,13 @@ impl Mechanism for Single {
     }
 }
 
-/// A lease holder for a run of `identity`: `<identity> <nonce>`, the nonce a random 64-bit
-/// value of this process and run.
+/// A lease holder for a run of `identity`: `<identity> <nonce>`, the nonce a 64-bit hash of
+/// a per-call random key, the process id and the wall clock: distinct for every run.
 fn lease_holder(identity: String) -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u32(std::process::id());
-    hasher.write_u128(crate::clock::now().elapsed().as_nanos());
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    hasher.write_u128(since_epoch.map_or(0, |d| d.as_nanos()));
     format!("{identity} {:016x}", hasher.finish())
 }
