@@ -101,6 +101,15 @@ pub struct ChildArgs {
     #[arg(long = "acquire", value_name = "poll|queue", default_value = "poll")]
     #[arg(value_parser = acquire, action = clap::ArgAction::Set, conflicts_with = "shards")]
     pub queued: bool,
+    /// Whether the election holds the session advisory lock (`advisory`) or a lease row
+    /// (`lease`: `Config::lease` with the default TTL); the election only.
+    #[arg(
+        long = "mechanism",
+        value_name = "advisory|lease",
+        default_value = "advisory"
+    )]
+    #[arg(value_parser = mechanism, action = clap::ArgAction::Set, conflicts_with = "shards")]
+    pub lease: bool,
     /// Where the electors' lock sessions come from.
     #[arg(long, value_name = "deadpool|sqlx", default_value = "deadpool", value_parser = backend)]
     pub backend: Backend,
@@ -137,6 +146,7 @@ impl ChildArgs {
             interval,
             pool_size: 2,
             queued: false,
+            lease: false,
             backend: Backend::Deadpool,
             shards: None,
             class: DEFAULT_SHARD_CLASS,
@@ -177,6 +187,9 @@ impl ChildArgs {
                 "--acquire".into(),
                 if self.queued { "queue" } else { "poll" }.into(),
             ]);
+        }
+        if self.lease {
+            args.extend(["--mechanism".into(), "lease".into()]);
         }
         args.extend(["--backend".into(), self.backend.name().into()]);
         if let Some(shards) = self.shards {
@@ -239,6 +252,14 @@ fn acquire(value: &str) -> Result<bool, String> {
         "poll" => Ok(false),
         "queue" => Ok(true),
         other => Err(format!("poll or queue, not {other}")),
+    }
+}
+
+fn mechanism(value: &str) -> Result<bool, String> {
+    match value {
+        "advisory" => Ok(false),
+        "lease" => Ok(true),
+        other => Err(format!("advisory or lease, not {other}")),
     }
 }
 

@@ -60,13 +60,15 @@ fn build(args: &ChildArgs) -> Result<(Elector, BackendPool), String> {
     } else {
         AcquireMode::Poll
     };
-    let elector = Elector::new(
-        pool.config()
-            .check_interval(args.interval)
-            .acquire_mode(mode)
-            .identity(&args.name),
-    )
-    .map_err(|e| e.to_string())?;
+    let mut config = pool
+        .config()
+        .check_interval(args.interval)
+        .acquire_mode(mode)
+        .identity(&args.name);
+    if args.lease {
+        config = config.lease(Duration::ZERO);
+    }
+    let elector = Elector::new(config).map_err(|e| e.to_string())?;
     Ok((elector, pool))
 }
 

@@ -1,0 +1,247 @@
+//! The lease mechanism's faults with replicas as separate OS processes (`plx-replica
+//! --mechanism lease`), each behind a real PgBouncer in `pool_mode = transaction` with one
+//! server connection for the three of them, on both backends (`<test>::deadpool`,
+//! `<test>::sqlx`), each test on its own database.
+//!
+//! | scenario | expected outcome (bound) |
+//! |----------|--------------------------|
+//! | three replicas for 60 s | one leader, one term, no transition |
+//! | SIGKILL of the leader | nothing is released: a successor within TTL + I |
+//! | SIGSTOP longer than the TTL, then SIGCONT | a successor within TTL + I; the resumed leader demotes (`LeaseExpired`) before it acts |
+//! | the leader blackholed (fault proxy) | it demotes by 0.9·TTL after its last renewal, before the lease expires; a successor within TTL + I; no overlap |
+//!
+//! TTL is the default, three intervals. Bounds are asserted as `bound + MARGIN` (2 s,
+//! `support::MARGIN`); the blackhole runs at I = 1 s, so that the leader's 10 % margin before
+//! the server's expiry (0.3 s) is far above a loaded machine's scheduling delay.
+#![allow(clippy::unwrap_used)]
+
+mod fault_support;
+mod support;
+
+use std::time::Duration;
+
+use fault_support::{Fleet, I, MARGIN, STARTUP, assert_within};
+use nix::sys::signal::Signal;
+use plexsphere_leader::LockKey;
+use plexsphere_leader_tests::replica_process::{REPLICA_APP_PREFIX, dsn};
+use plexsphere_leader_tests::{Backend, ChildArgs, FaultProxy, Mode, PgBouncer, PoolMode, TestDb};
+use tokio::time::Instant;
+
+/// The default lease TTL at interval `interval`: three intervals.
+fn ttl(interval: Duration) -> Duration {
+    interval * 3
+}
+
+/// How long the steady test watches.
+const STEADY: Duration = Duration::from_secs(60);
+
+/// A database with the lease tables and a transaction-mode PgBouncer of one server connection
+/// in front of it.
+async fn pooled(name: &str) -> (TestDb, PgBouncer) {
+    let db = TestDb::create(name).await.unwrap();
+    plexsphere_leader::lease::setup(db.admin()).await.unwrap();
+    let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 1)
+        .await
+        .expect("PgBouncer");
+    (db, bouncer)
+}
+
+/// Stops every replica still running, gracefully, and checks that each run ended well and that
+/// no lease is held within a TTL of the last stop: the last leader released it, or a standby
+/// stopped while its claim was in flight left one that expires (a claim given up may still
+/// commit on the server). The pool checks of `Fleet::finish` do not apply here: behind
+/// PgBouncer the server sessions are the pooler's, and sqlx gives a connection back to its
+/// pool in a task of its own, after `run` returned.
+async fn finish(mut fleet: Fleet, db: TestDb, interval: Duration) {
+    for replica in &mut fleet.replicas {
+        let killed = replica.records().iter().all(|r| r.event != "exit") && replica.exited();
+        if killed {
+            continue;
+        }
+        let report = replica.stop().await.unwrap();
+        assert_eq!(report.run_error, None, "{}", replica.name());
+    }
+    let stopped = Instant::now();
+    let statement = plexsphere_leader::sql::lease::who_holds(LockKey::DEFAULT);
+    loop {
+        let rows = db.admin().query(&statement, &[]).await.unwrap();
+        let held: Option<bool> = rows.first().map(|row| row.get(3));
+        if held == Some(false) {
+            break;
+        }
+        assert!(
+            stopped.elapsed() <= ttl(interval) + MARGIN,
+            "the lease is free within a TTL of the last stop: {held:?}"
+        );
+        tokio::time::sleep(interval / 4).await;
+    }
+    db.cleanup().await.unwrap();
+}
+
+/// Starts lease replica `name` on `config`.
+async fn spawn(
+    fleet: &mut Fleet,
+    backend: Backend,
+    name: &str,
+    config: &tokio_postgres::Config,
+    interval: Duration,
+) -> usize {
+    fleet
+        .spawn_args(ChildArgs {
+            backend,
+            lease: true,
+            ..ChildArgs::new(format!("{REPLICA_APP_PREFIX}{name}"), dsn(config), interval)
+        })
+        .await
+}
+
+async fn three_replicas_keep_one_leader_and_one_term_for_a_minute(backend: Backend) {
+    let (db, bouncer) = pooled(&format!("fault_lease_steady_{backend}")).await;
+    let target = bouncer.pg_config(&db.config());
+    let mut fleet = Fleet::new();
+    for name in ["a", "b", "c"] {
+        spawn(&mut fleet, backend, name, &target, I).await;
+    }
+    let leader = fleet.sole_leader(STARTUP).await;
+    let started = Instant::now();
+    while started.elapsed() < STEADY {
+        assert_eq!(fleet.leaders(), vec![leader], "one steady leader");
+        tokio::time::sleep(I).await;
+    }
+    assert_eq!(
+        fleet.lead_count(),
+        1,
+        "one term, no transition in {STEADY:?}"
+    );
+    println!(
+        "{backend}: one term for {:?} behind PgBouncer",
+        started.elapsed()
+    );
+    finish(fleet, db, I).await;
+}
+
+async fn a_killed_leader_is_succeeded_within_ttl_plus_one_interval(backend: Backend) {
+    let (db, bouncer) = pooled(&format!("fault_lease_kill_{backend}")).await;
+    let target = bouncer.pg_config(&db.config());
+    let mut fleet = Fleet::new();
+    for name in ["a", "b", "c"] {
+        spawn(&mut fleet, backend, name, &target, I).await;
+    }
+    let leader = fleet.sole_leader(STARTUP).await;
+    tokio::time::sleep(2 * I).await;
+    let killed = fleet.get_mut(leader).kill().await.unwrap();
+    let bound = ttl(I) + I + MARGIN;
+    let successor = fleet.sole_leader(bound).await;
+    let led = fleet.wait_lead_since(successor, killed, bound).await;
+    println!("{backend}: successor {:?} after the SIGKILL", led - killed);
+    assert_within("successor after a SIGKILL", led - killed, bound);
+    finish(fleet, db, I).await;
+}
+
+async fn a_stopped_leader_is_succeeded_and_demotes_as_it_resumes(backend: Backend) {
+    let (db, bouncer) = pooled(&format!("fault_lease_sigstop_{backend}")).await;
+    let target = bouncer.pg_config(&db.config());
+    let mut fleet = Fleet::new();
+    for name in ["a", "b", "c"] {
+        spawn(&mut fleet, backend, name, &target, I).await;
+    }
+    let leader = fleet.sole_leader(STARTUP).await;
+    tokio::time::sleep(2 * I).await;
+    let stopped = Instant::now();
+    fleet.get(leader).signal(Signal::SIGSTOP).unwrap();
+    let bound = ttl(I) + I + MARGIN;
+    let successor = loop {
+        let others: Vec<usize> = fleet
+            .leaders()
+            .into_iter()
+            .filter(|&r| r != leader)
+            .collect();
+        if let [successor] = others[..] {
+            break successor;
+        }
+        assert!(stopped.elapsed() < bound, "a successor within {bound:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let led = fleet.wait_lead_since(successor, stopped, bound).await;
+    println!("{backend}: successor {:?} after the SIGSTOP", led - stopped);
+    assert_within("successor after a SIGSTOP", led - stopped, bound);
+    tokio::time::sleep(ttl(I)).await;
+    let resumed = Instant::now();
+    fleet.get(leader).signal(Signal::SIGCONT).unwrap();
+    let (_, cause) = fleet.wait_follow_since(leader, stopped, MARGIN).await;
+    assert!(cause.contains("LeaseExpired"), "{cause}");
+    tokio::time::sleep(4 * I).await;
+    assert_eq!(
+        fleet.leaders(),
+        vec![successor],
+        "the resumed leader stays a standby"
+    );
+    println!("{backend}: resumed at {:?}", resumed - stopped);
+    finish(fleet, db, I).await;
+}
+
+async fn a_blackholed_leader_demotes_before_its_lease_expires(backend: Backend) {
+    let interval = Duration::from_secs(1);
+    let (db, bouncer) = pooled(&format!("fault_lease_blackhole_{backend}")).await;
+    let target = bouncer.pg_config(&db.config());
+    let proxy = FaultProxy::in_front_of(&target).await.unwrap();
+    let mut fleet = Fleet::new();
+    let a = spawn(
+        &mut fleet,
+        backend,
+        "a",
+        &proxy.pg_config(&target),
+        interval,
+    )
+    .await;
+    fleet.wait_lead(a, STARTUP).await;
+    let b = spawn(&mut fleet, backend, "b", &target, interval).await;
+    tokio::time::sleep(2 * interval).await;
+    assert_eq!(fleet.leaders(), vec![a]);
+
+    proxy.set_both(Mode::Blackhole);
+    let cut = Instant::now();
+    let (demoted, cause) = fleet
+        .wait_follow_since(a, cut, ttl(interval) + MARGIN)
+        .await;
+    assert!(cause.contains("LeaseExpired"), "{cause}");
+    let bound = ttl(interval) + interval + MARGIN;
+    let led = fleet.wait_lead_since(b, cut, bound).await;
+    println!(
+        "{backend}: a demoted {:?}, b led {:?} after the cut",
+        demoted - cut,
+        led - cut
+    );
+    // The last renewal was sent at most one interval before the cut; the trust ends 0.9·TTL
+    // after it.
+    assert_within(
+        "demotion after the cut",
+        demoted - cut,
+        ttl(interval) * 9 / 10 + MARGIN,
+    );
+    assert_within("successor after the cut", led - cut, bound);
+    assert!(
+        demoted < led,
+        "a demoted ({demoted:?}) before b led ({led:?})"
+    );
+    assert_eq!(fleet.max_overlap(), Duration::ZERO, "never two leaders");
+    proxy.set_both(Mode::Forward);
+    finish(fleet, db, interval).await;
+}
+
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    three_replicas_keep_one_leader_and_one_term_for_a_minute
+);
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_killed_leader_is_succeeded_within_ttl_plus_one_interval
+);
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_stopped_leader_is_succeeded_and_demotes_as_it_resumes
+);
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_blackholed_leader_demotes_before_its_lease_expires
+);
