@@ -754,10 +754,47 @@ mod tests {
         }
     }
 
+    mod lease;
+
     fn violation(result: Result<(), Violation>, needle: &str) {
         let violation = result.expect_err("the broken trace is reported");
         assert!(violation.to_string().contains(needle), "{violation}");
         assert!(violation.to_string().starts_with("step "), "{violation}");
+    }
+
+    #[test]
+    fn a_term_lost_on_a_disproving_check_passes_with_the_finding_s_reason_only() {
+        let lost = |reason| {
+            [
+                A::EndTerm {
+                    term: T1,
+                    cause: TermEndCause::Lost(reason),
+                },
+                A::CloseConnection { conn: C1 },
+            ]
+        };
+        let found = E::PingAnswered {
+            conn: C1,
+            found: LockCheck {
+                holds_lock: false,
+                ..LockCheck::holding(PID)
+            },
+        };
+        let mut trace = Trace::leading();
+        let ping = A::Ping {
+            conn: C1,
+            backend_pid: PID,
+        };
+        trace.timeout(100, std::slice::from_ref(&ping)).unwrap();
+        trace
+            .event(101, found.clone(), &lost(LossReason::LockNotHeld))
+            .unwrap();
+        let mut trace = Trace::leading();
+        trace.timeout(100, &[ping]).unwrap();
+        violation(
+            trace.event(101, found, &lost(LossReason::CheckFailed)),
+            "EndTerm cause",
+        );
     }
 
     #[test]
