@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::cause::{Cause, TermEndCause};
+use crate::cause::{Cause, LockFinding, TermEndCause};
 use crate::ids::{ConnId, TermId};
 
 /// One thing the driver must do, drained with [`Election::poll_action`](crate::Election::poll_action)
@@ -167,6 +167,12 @@ pub enum Action<C> {
     },
     /// Emit a log record.
     Log(LogRecord<C>),
+    /// The run fails, right before [`Action::Finish`]: the leader's check proved that the pool
+    /// multiplexes server sessions between clients (a transaction- or statement-mode pooler),
+    /// which can never carry a session advisory lock ([`LockFinding::proves_multiplexing`]).
+    /// The driver's run returns this finding as its error, naming the lease mechanism, instead
+    /// of leading intermittently.
+    Fail(LockFinding),
     /// The run is over: the driver returns. No term is open and no connection is left.
     Finish,
 }
@@ -193,6 +199,7 @@ impl<C> Action<C> {
             | Self::AwaitWork { .. }
             | Self::ReportOverdueWork { .. }
             | Self::Log(_)
+            | Self::Fail(_)
             | Self::Finish => None,
         }
     }

@@ -170,6 +170,15 @@ pub enum LockFinding {
 }
 
 impl LockFinding {
+    /// Whether this finding proves that the pool multiplexes server sessions between clients
+    /// (a transaction- or statement-mode pooler): the check ran on another backend than the
+    /// grant on the same client connection, or another client's grant ran on the lock session
+    /// while this client held it. Nothing else hands one client connection's statements to
+    /// several server sessions; a session-mode pooler and a direct connection never do.
+    pub const fn proves_multiplexing(self) -> bool {
+        matches!(self, Self::BackendChanged { .. } | Self::SessionShared)
+    }
+
     /// The loss reason a term ended by this finding carries.
     pub const fn loss_reason(self) -> LossReason {
         match self {

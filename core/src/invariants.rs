@@ -629,6 +629,7 @@ fn name<C>(action: &Action<C>) -> &'static str {
         Action::BeginTerm { .. } => "BeginTerm",
         Action::EndTerm { .. } => "EndTerm",
         Action::Log(_) => "Log",
+        Action::Fail(_) => "Fail",
         Action::Finish => "Finish",
     }
 }

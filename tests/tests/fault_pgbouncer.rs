@@ -7,10 +7,9 @@
 //! session: two, then three leaders at once). Now the grant statement refuses a session that
 //! already carries a grant's mark, marking it `shared`, and the leader's check verifies its
 //! backend, its hold of the lock (a re-entrant try) and that mark: the leader demotes at its next check once another replica's
-//! grant ran on its server session, and each replica says why. The lock left on PgBouncer's
-//! server session is stranded in turn and is retaken once no check has proved it for four
-//! intervals (rounded up, plus a second), so leadership through such a pooler is intermittent,
-//! never shared. Behind a session-mode PgBouncer without a reset query, a vanished leader's lock
+//! grant ran on its server session, its run fails with `RunError::SessionsMultiplexed` (which
+//! names the lease mechanism), and each standby says why it is refused. Leadership is never
+//! shared. Behind a session-mode PgBouncer without a reset query, a vanished leader's lock
 //! is handed to the next client with its server session; the standby releases it there and
 //! leads when that client is an elector, and when it is an ordinary client the lock lives in
 //! that client's session until `idle_session_timeout` after its last query. With
@@ -92,11 +91,27 @@ async fn behind_a_transaction_mode_pgbouncer_no_replica_leads_and_each_says_why(
     } = LeaderBehindPooler::start("fault_pgbouncer_tx", PoolMode::Transaction, I).await;
 
     // `b`'s grant runs on the same server session: refused as shared, and `a`'s next check sees
-    // the mark and demotes.
+    // the mark: `a` demotes, and its run fails once with the typed error that names the lease
+    // mechanism, instead of leading an interval at a time.
     let b = fleet.spawn("b", &pooled, I).await;
     let started = Instant::now();
     let (demoted, _) = fleet.wait_follow_since(a, started, 2 * I + MARGIN).await;
     println!("a demoted {:?} after b started", demoted - started);
+    let exit = fleet
+        .get(a)
+        .wait_for(MARGIN, |r| r.event == "exit")
+        .await
+        .expect("a's run returned");
+    let error = exit.str("run").unwrap_or_default().to_owned();
+    assert!(
+        error.contains("multiplexes server sessions") && error.contains("Config::lease"),
+        "a's run fails naming the lease mechanism: {error:?}"
+    );
+    assert_eq!(
+        observer.current().map(|holder| holder.pid),
+        Some(server_session),
+        "the lock stays on the pooler's server session"
+    );
     for _ in 0..10 {
         tokio::time::sleep(I / 2).await;
         assert!(
@@ -104,18 +119,14 @@ async fn behind_a_transaction_mode_pgbouncer_no_replica_leads_and_each_says_why(
             "nobody leads through the pooler"
         );
     }
-    for replica in [a, b] {
-        let refused = fleet
-            .get(replica)
-            .logs("WARN", "leader: acquire lock connection");
-        assert!(
-            refused.iter().any(|line| line
-                .str("message")
-                .unwrap_or_default()
-                .contains("PgBouncer in transaction mode")),
-            "replica {replica} says why it does not lead: {refused:?}"
-        );
-    }
+    let refused = fleet.get(b).logs("WARN", "leader: acquire lock connection");
+    assert!(
+        refused.iter().any(|line| line
+            .str("message")
+            .unwrap_or_default()
+            .contains("PgBouncer in transaction mode")),
+        "b says why it does not lead: {refused:?}"
+    );
     let lost = fleet
         .get(a)
         .logs("WARN", "leader: lost background leader lock");
@@ -124,15 +135,11 @@ async fn behind_a_transaction_mode_pgbouncer_no_replica_leads_and_each_says_why(
             .any(|line| line.str("message").unwrap_or_default().contains("shared")),
         "{lost:?}"
     );
-    assert_eq!(
-        observer.current().map(|holder| holder.pid),
-        Some(server_session),
-        "the lock stays on the pooler's server session"
-    );
 
-    // Once the pooled replicas stop, the server session goes idle and its idle_session_timeout
-    // ends it: a replica connected directly then leads.
-    fleet.stop_all().await;
+    // Once `b` stops too, the server session goes idle and its idle_session_timeout ends it: a
+    // replica connected directly then leads.
+    let report = fleet.get_mut(b).stop().await.unwrap();
+    fault_support::assert_pool_intact("b", &report);
     let mut direct = Fleet::new();
     let c = direct.spawn("c", &db.config(), I).await;
     direct.wait_lead(c, 4 * I + I + MARGIN + STARTUP).await;

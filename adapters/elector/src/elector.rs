@@ -116,7 +116,11 @@ impl Elector {
     /// called again after it returned, panicked or was dropped.
     ///
     /// # Errors
-    /// [`RunError::AlreadyRunning`] when another `run` of this elector is in progress.
+    /// [`RunError::AlreadyRunning`] when another `run` of this elector is in progress;
+    /// [`RunError::SessionsMultiplexed`] when the leader's check proved that the pool hands the
+    /// lock session's statements to other server sessions (a transaction-mode pooler): the
+    /// term ended as lost, the session was closed, and no later check could succeed through that
+    /// pool (use [`Config::lease`](crate::Config::lease)).
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), RunError> {
         // Every line the election logs carries its key and identity, so that two elections in
         // one process (shards, a second service) log distinguishable lines.

@@ -309,6 +309,17 @@ pub enum RunError {
     /// (checked as the lock session joins); nothing was taken, and the session is closed.
     #[error(transparent)]
     LockTableTooSmall(#[from] plexsphere_leader_core::shards::LockTableTooSmall),
+    /// The leader's check proved that the pool multiplexes server sessions between clients (a
+    /// transaction- or statement-mode pooler: PgBouncer or Supavisor in transaction mode), which
+    /// cannot carry a session advisory lock: the run demoted, closed its session and stopped.
+    /// Connect directly or through a session-mode pooler, or elect with the lease mechanism
+    /// (`Config::lease`).
+    #[error(
+        "the pool multiplexes server sessions, so it cannot carry a session advisory lock \
+         ({0}): connect directly or through a session-mode pooler, or use the lease mechanism \
+         (Config::lease)"
+    )]
+    SessionsMultiplexed(plexsphere_leader_core::LockFinding),
 }
 
 #[cfg(test)]

@@ -75,6 +75,7 @@ impl Observer {
             | Action::AwaitWork { .. }
             | Action::Unlock { .. }
             | Action::ReleaseLease { .. }
+            | Action::Fail(_)
             | Action::Finish => {}
         }
     }

@@ -18,6 +18,12 @@ impl<C> Election<C> {
             Ok(()) => self.on_ping_ok(now),
             Err(finding) => {
                 self.demote(now, finding.loss_reason(), Cause::LockNotVerified(finding));
+                if finding.proves_multiplexing() {
+                    // No check can succeed through this pool: say so once and stop, rather
+                    // than lead for an interval at a time.
+                    self.push(Action::Fail(finding));
+                    self.finish();
+                }
             }
         }
     }

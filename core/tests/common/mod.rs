@@ -418,6 +418,7 @@ impl World {
             Action::EndTerm { .. }
             | Action::ReportOverdueWork { .. }
             | Action::Log(_)
+            | Action::Fail(_)
             | Action::Finish => None,
         };
         if let Some(event) = answer {

@@ -28,6 +28,8 @@ pub(crate) struct Single {
     /// The database the last answered grant statement ran in: named in the log lines.
     database: Option<String>,
     observer: Observer,
+    /// The finding that failed the run ([`Action::Fail`]).
+    failure: Option<plexsphere_leader_core::LockFinding>,
     /// This run's lease holder: the identity and a nonce of the run, so that a restarted
     /// replica never mistakes its former run's lease for its own.
     holder: String,
@@ -43,6 +45,7 @@ impl Single {
             ended_terms: BTreeMap::new(),
             database: None,
             holder: lease_holder(inner_identity),
+            failure: None,
         }
     }
 
@@ -103,6 +106,13 @@ impl Mechanism for Single {
         }
         if let Event::WorkDrained { term } = event {
             self.ended_terms.remove(term);
+        }
+    }
+
+    fn outcome(&mut self) -> Result<(), crate::error::RunError> {
+        match self.failure.take() {
+            Some(finding) => Err(crate::error::RunError::SessionsMultiplexed(finding)),
+            None => Ok(()),
         }
     }
 
@@ -205,6 +215,7 @@ impl Mechanism for Single {
                 }
             }
             Action::Log(record) => self.log(&record, io),
+            Action::Fail(finding) => self.failure = Some(finding),
             Action::Finish => io.finish(),
         }
     }

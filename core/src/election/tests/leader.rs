@@ -441,23 +441,30 @@ fn a_check_that_disproves_the_lock_ends_the_term_with_the_findings_reason() {
         f.drain();
         f.event(IMS + 2, E::PingAnswered { conn: C1, found });
         let finding = found.verdict(PID).unwrap_err();
-        assert_eq!(
-            f.drain(),
-            vec![
-                A::EndTerm {
-                    term: T1,
-                    cause: TermEndCause::Lost(reason)
-                },
-                A::CloseConnection { conn: C1 },
-                log(
-                    LogKind::LeadershipLost,
-                    Some(T1),
-                    Some(Cause::LockNotVerified(finding))
-                ),
-            ],
-            "{found:?}"
+        let mut expected = vec![
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::Lost(reason),
+            },
+            A::CloseConnection { conn: C1 },
+            log(
+                LogKind::LeadershipLost,
+                Some(T1),
+                Some(Cause::LockNotVerified(finding)),
+            ),
+        ];
+        // A finding that proves a multiplexing pooler fails the run: no check can succeed.
+        let multiplexed = matches!(
+            reason,
+            LossReason::BackendChanged | LossReason::SessionShared
         );
+        assert_eq!(finding.proves_multiplexing(), multiplexed);
+        if multiplexed {
+            expected.extend([A::Fail(finding), A::Finish]);
+        }
+        assert_eq!(f.drain(), expected, "{found:?}");
         assert!(!f.election.is_leader());
+        assert_eq!(f.election.is_running(), !multiplexed, "{found:?}");
     }
 }
 
