@@ -93,6 +93,11 @@ async fn steady_then_graceful_handover(backend: Backend, pooled: bool) {
     let (db, target, _bouncer) = target(&name, pooled).await;
     let mut fleet = fleet(&db, backend, &target);
     let leader = steady_leader(&fleet).await;
+    // The CLI says who holds the lease (exit 0 while held), through the same endpoint.
+    let (code, text) = lease_cli(&target).await;
+    assert_eq!(code, plexsphere_leader_cli::EXIT_LEADER, "{text}");
+    let identity = fleet[leader].elector.identity().to_owned();
+    assert!(text.contains(&format!("held by {identity:?}")), "{text}");
     let token = CancellationToken::new();
     let epoch = fleet[leader].elector.term(&token).unwrap().epoch().unwrap();
     let stopped = tokio::time::Instant::now();
@@ -111,7 +116,20 @@ async fn steady_then_graceful_handover(backend: Backend, pooled: bool) {
     for replica in fleet {
         replica.stop().await.unwrap();
     }
+    let (code, text) = lease_cli(&target).await;
+    assert!(text.contains("released or expired"), "{text}");
+    assert_eq!(code, plexsphere_leader_cli::EXIT_NO_LEADER, "{text}");
     db.cleanup().await.unwrap();
+}
+
+/// `plexsphere-leader lease --dsn <target>`: its exit code and output.
+async fn lease_cli(target: &tokio_postgres::Config) -> (u8, String) {
+    let dsn = plexsphere_leader_tests::replica_process::dsn(target);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let args = ["plexsphere-leader", "lease", "--dsn", dsn.as_str()];
+    let code = plexsphere_leader_cli::run(args, &mut out, &mut err).await;
+    let text = String::from_utf8_lossy(&out).into_owned() + &String::from_utf8_lossy(&err);
+    (code, text)
 }
 
 async fn crashed_leader_hands_over_within_ttl_plus_an_interval(backend: Backend, pooled: bool) {
@@ -173,3 +191,19 @@ on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     pooled_crash
 );
+
+/// Replicas that start together each run the setup: it serializes itself, so none fails (two
+/// concurrent `CREATE TABLE IF NOT EXISTS` of one table fail one with a unique violation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_setups_all_succeed() {
+    let db = TestDb::create("lease_concurrent_setup").await.unwrap();
+    let mut setups = tokio::task::JoinSet::new();
+    for r in 0..8 {
+        let client = db.connect(&format!("setup-{r}")).await.unwrap();
+        setups.spawn(async move { plexsphere_leader::lease::setup(&client).await });
+    }
+    while let Some(result) = setups.join_next().await {
+        result.unwrap().expect("every setup succeeds");
+    }
+    db.cleanup().await.unwrap();
+}

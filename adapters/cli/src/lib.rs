@@ -8,12 +8,18 @@
 //! who owns which shards of a shard space ([`status::shard_owners`]); it exits 0 when every
 //! shard is owned and 1 when some is not.
 //!
+//! `plexsphere-leader lease [--dsn <DSN>] [--key CLASSID:OBJID] [--format text|json]` prints
+//! who holds a lease election's lease ([`Config::lease`](plexsphere_leader::Config::lease)) and
+//! until when ([`status::lease_holder`]); it exits 0 while the lease is held and 1 when it is
+//! not (expired, released, or never claimed).
+//!
 //! Exit codes: [`EXIT_LEADER`] (0) a replica leads, [`EXIT_NO_LEADER`] (1) none does,
 //! [`EXIT_ERROR`] (2) the question could not be answered (bad arguments, connection or query
 //! failure, no answer within the timeout). The DSN is never printed.
 #![forbid(unsafe_code)]
 
 mod format;
+pub mod lease;
 pub mod shards;
 
 pub use format::{format_duration, format_utc};
@@ -78,6 +84,27 @@ enum Command {
         /// for seconds); a server that accepts the connection and never answers fails after
         /// it with exit 2. A `connect_timeout` in the DSN (whole seconds, per host) bounds
         /// connecting on its own: the smaller of the two wins for connecting.
+        #[arg(long, default_value = "10s", value_parser = parse_timeout)]
+        timeout: Duration,
+    },
+    /// Print who holds a lease election's lease and until when (the lease mechanism).
+    Lease {
+        /// The database of the election, as a libpq-style DSN or URL. No TLS.
+        #[arg(long, env = "PLEXSPHERE_DSN", hide_env_values = true)]
+        dsn: String,
+        /// The election's key; either half may be negative.
+        #[arg(
+            long,
+            default_value_t = LockKey::DEFAULT,
+            value_name = "CLASSID:OBJID",
+            allow_hyphen_values = true
+        )]
+        key: LockKey,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// How long to wait for the connection and the answer together; a `connect_timeout`
+        /// in the DSN bounds connecting on its own, the smaller of the two wins.
         #[arg(long, default_value = "10s", value_parser = parse_timeout)]
         timeout: Duration,
     },
@@ -166,6 +193,38 @@ where
                 }
             }
         }
+        Command::Lease {
+            dsn,
+            key,
+            format,
+            timeout,
+        } => {
+            let database = database_of(&dsn);
+            let asked = ask_within(&dsn, timeout, |client| async move {
+                status::lease_holder(&client, key).await
+            })
+            .await;
+            match asked {
+                Ok(lease) => {
+                    let text = match format {
+                        Format::Text => lease::render_text(key, &database, lease.as_ref()),
+                        Format::Json => lease::render_json(key, &database, lease.as_ref()),
+                    };
+                    if writeln!(out, "{text}").is_err() {
+                        return EXIT_ERROR;
+                    }
+                    if lease.is_some_and(|lease| lease.held) {
+                        EXIT_LEADER
+                    } else {
+                        EXIT_NO_LEADER
+                    }
+                }
+                Err(error) => {
+                    let _ = writeln!(err, "plexsphere-leader {error}");
+                    EXIT_ERROR
+                }
+            }
+        }
         Command::Shards {
             dsn,
             shards,
@@ -216,10 +275,25 @@ async fn query_owners(
     count: u32,
     timeout: Duration,
 ) -> Result<Vec<plexsphere_leader::status::OwnerRow>, QueryStatusError> {
+    ask_within(dsn, timeout, |client| async move {
+        status::shard_owners(&client, class, count).await
+    })
+    .await
+}
+
+/// Connects with `dsn` and runs `ask` on the client, all within `timeout` (connecting also
+/// within the DSN's `connect_timeout` when that is smaller); the connection is closed either
+/// way.
+async fn ask_within<T, F, Fut>(dsn: &str, timeout: Duration, ask: F) -> Result<T, QueryStatusError>
+where
+    F: FnOnce(std::sync::Arc<Client>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, StatusError>>,
+{
     let deadline = Instant::now() + timeout;
     let (client, driver) = connect_within(dsn, timeout).await?;
+    let client = std::sync::Arc::new(client);
     let asked = async {
-        let answer = status::shard_owners(&client, class, count).await;
+        let answer = ask(std::sync::Arc::clone(&client)).await;
         drop(client);
         let _ = driver.await;
         answer
@@ -277,18 +351,10 @@ pub async fn query_status_within(
     key: LockKey,
     timeout: Duration,
 ) -> Result<Option<LeaderStatus>, QueryStatusError> {
-    let deadline = Instant::now() + timeout;
-    let (client, driver) = connect_within(dsn, timeout).await?;
-    let asked = async {
-        let answer = status::who_leads(&client, key).await;
-        drop(client);
-        let _ = driver.await;
-        answer
-    };
-    match tokio::time::timeout_at(deadline, asked).await {
-        Ok(answer) => answer.map_err(QueryStatusError::Status),
-        Err(_elapsed) => Err(QueryStatusError::TimedOut(timeout)),
-    }
+    ask_within(dsn, timeout, |client| async move {
+        status::who_leads(&client, key).await
+    })
+    .await
 }
 
 /// The driver task of a connection: it ends when the client is dropped.

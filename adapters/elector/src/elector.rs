@@ -322,6 +322,26 @@ impl Elector {
         crate::status::who_leads_on(&*session, self.inner.key()).await
     }
 
+    /// Who holds this elector's lease (the lease mechanism, [`Config::lease`]), asked of the
+    /// server on a connection of the elector's pool
+    /// ([`status::lease_holder`](crate::status::lease_holder)); `None` when no replica ever
+    /// claimed it.
+    ///
+    /// # Errors
+    /// [`StatusError`](crate::status::StatusError) when no connection can be had or the query
+    /// fails (for example, the lease table does not exist). Cancel-safe.
+    pub async fn lease_holder(
+        &self,
+    ) -> Result<Option<crate::status::LeaseStatus>, crate::status::StatusError> {
+        let session = self.inner.sessions().acquire().await?;
+        crate::status::lease_holder_on(&*session, self.inner.key()).await
+    }
+
+    /// Whether this elector holds a lease instead of the advisory lock ([`Config::lease`]).
+    pub fn holds_a_lease(&self) -> bool {
+        self.inner.holds_a_lease()
+    }
+
     /// The latest failed check of the current run of failed checks, in full (class, count,
     /// since when, the error and, for a permanent failure, what to do); `None` when the last
     /// check succeeded. A permanent failure (a database that does not exist, a role that may

@@ -124,6 +124,11 @@ impl Shared {
         self.options.interval()
     }
 
+    /// Whether the election holds a lease instead of the advisory lock.
+    pub(crate) fn holds_a_lease(&self) -> bool {
+        self.options.lease_of().is_some()
+    }
+
     pub(crate) fn key(&self) -> LockKey {
         self.key
     }

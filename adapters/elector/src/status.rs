@@ -21,6 +21,13 @@ use crate::sql;
 
 pub use crate::shard_sql::OwnerRow;
 
+mod lease;
+
+pub use self::lease::LeaseStatus;
+#[cfg(feature = "deadpool")]
+pub use self::lease::lease_holder;
+pub(crate) use self::lease::lease_holder_on;
+
 /// The leader of one election, as the server sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderStatus {

@@ -19,13 +19,20 @@ use crate::key::LockKey;
 /// The lease table.
 pub const LEASE_TABLE: &str = "plexsphere_leader_lease";
 
+/// The transaction-level advisory lock that serializes [`setup`]: a one-`bigint` key
+/// (`plxs_set` in ASCII), a key space apart from the elections' two-`int4` keys.
+pub const SETUP_LOCK: i64 = 0x706C_7873_5F73_6574;
+
 /// The idempotent setup the lease mechanism needs, run once per database (by a migration or
-/// [`lease::setup`](crate::lease::setup)): the lease table and the fence table. Tables are
-/// created in the first schema of the role's `search_path`; set the role's own
-/// (`ALTER ROLE … SET search_path`) to choose another.
+/// [`lease::setup`](crate::lease::setup)): the lease table and the fence table, in one implicit
+/// transaction that first takes [`SETUP_LOCK`], so that replicas starting together do not
+/// race (two concurrent `CREATE TABLE IF NOT EXISTS` of one table fail one of them with a
+/// unique violation of `pg_type`). Tables are created in the first schema of the role's
+/// `search_path`; set the role's own (`ALTER ROLE … SET search_path`) to choose another.
 pub fn setup() -> String {
     format!(
-        "CREATE TABLE IF NOT EXISTS plexsphere_leader_lease (\
+        "SELECT pg_advisory_xact_lock({SETUP_LOCK}); \
+         CREATE TABLE IF NOT EXISTS plexsphere_leader_lease (\
          classid int4 NOT NULL, objid int4 NOT NULL, holder text NOT NULL, \
          expires_at timestamptz NOT NULL, PRIMARY KEY (classid, objid)); {FENCE_SETUP}"
     )

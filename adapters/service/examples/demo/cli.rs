@@ -67,6 +67,13 @@ pub(crate) struct Args {
     #[arg(long, value_enum, default_value_t = Acquire::Poll)]
     pub(crate) acquire: Acquire,
 
+    /// What the replicas hold: `advisory`, the session advisory lock (the spec), or `lease`, a
+    /// lease row (`Config::lease`, for a transaction-mode pooler such as PgBouncer's
+    /// `pool_mode = transaction`; its tables are created at start). `/status` shows who holds
+    /// the lease and until when.
+    #[arg(long, value_enum, default_value_t = Mechanism::Advisory)]
+    pub(crate) mechanism: Mechanism,
+
     /// Give every term a fencing epoch from the `plexsphere_leader_fence` table (created at
     /// start); `/status` shows the epoch.
     #[arg(long)]
@@ -80,6 +87,24 @@ pub(crate) struct Args {
     /// on `/` a live page of who owns which shards.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=i64::from(plexsphere_leader::sharded::MAX_SHARDS)))]
     pub(crate) shards: Option<u32>,
+}
+
+/// `--mechanism`: what the election holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Mechanism {
+    /// The session advisory lock (the spec).
+    Advisory,
+    /// A lease row (`Config::lease` with the default TTL of three intervals).
+    Lease,
+}
+
+impl std::fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Advisory => "advisory",
+            Self::Lease => "lease",
+        })
+    }
 }
 
 /// `--acquire`: the elector's [`AcquireMode`].
@@ -203,6 +228,10 @@ mod tests {
         assert_eq!(args.key, LockKey::DEFAULT);
         assert_eq!(args.acquire, Acquire::Poll);
         assert!(!args.fencing);
+        assert_eq!(args.mechanism, Mechanism::Advisory);
+        let lease = Args::try_parse_from(["demo", "--mechanism", "lease"]).unwrap();
+        assert_eq!(lease.mechanism, Mechanism::Lease);
+        assert!(Args::try_parse_from(["demo", "--mechanism", "lock"]).is_err());
         let args = Args::try_parse_from([
             "demo",
             "--replicas",

@@ -39,7 +39,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
     }
     say(&(format!(
         "event=start replicas={} check_interval={:?} key={} acquire={} fencing={} database={:?} \
-         http=127.0.0.1:{}..{}",
+         http=127.0.0.1:{}..{} mechanism={}",
         args.replicas,
         args.check_interval,
         args.key,
@@ -47,7 +47,8 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
         args.fencing,
         database.source,
         args.http_port,
-        last_port
+        last_port,
+        args.mechanism
     ) + &args
         .shards
         .map(|count| format!(" shards={count}"))
@@ -137,6 +138,8 @@ fn spawn(args: &Args, index: u16, dsn: &str) -> Result<Child, Error> {
         .arg("--acquire")
         .arg(args.acquire.to_string())
         .args(args.fencing.then_some("--fencing"))
+        .arg("--mechanism")
+        .arg(args.mechanism.to_string())
         .args(args.shards.map(|count| format!("--shards={count}")))
         .env(REPLICA_ENV, index.to_string())
         .env(DSN_ENV, dsn)

@@ -33,7 +33,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::cli::{Args, DSN_ENV, sse_nonce_ttl_from_env};
+use crate::cli::{Args, DSN_ENV, Mechanism, sse_nonce_ttl_from_env};
 use crate::passes;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -115,6 +115,10 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
                 .key(args.key)
                 .acquire_mode(args.acquire.into())
                 .fencing(args.fencing);
+            let config = match args.mechanism {
+                Mechanism::Advisory => config,
+                Mechanism::Lease => config.lease(Duration::ZERO),
+            };
             let elector = Elector::new(config)?;
             // Liveness, never readiness: a leader whose election stopped being driven.
             liveness.register(
@@ -197,7 +201,7 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         shutdown.cancel();
     }
     if let Some(pool) = &pool
-        && !create_schema(pool, &shutdown, me.interval, args.fencing).await
+        && !create_schema(pool, &shutdown, me.interval, &args).await
     {
         return stop_serving(server).await;
     }
@@ -292,20 +296,24 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// Creates the demo schema, retrying every interval until it works; `false` when the shutdown
 /// came first.
-/// Creates the demo's tables (and the fence table with `--fencing`), retrying every interval
-/// (at least 500 ms) until the database answers; `false` when `shutdown` came first.
+/// Creates the demo's tables (and the fence table with `--fencing`, the lease tables with
+/// `--mechanism lease`), retrying every interval (at least 500 ms) until the database answers;
+/// `false` when `shutdown` came first.
 async fn create_schema(
     pool: &Pool,
     shutdown: &CancellationToken,
     interval: Duration,
-    fencing: bool,
+    args: &Args,
 ) -> bool {
     loop {
         let attempt = async {
             let mut client = pool.get().await?;
             passes::create_schema(&mut client).await?;
-            if fencing {
+            if args.fencing {
                 plexsphere_leader::fencing::setup(&**client).await?;
+            }
+            if args.mechanism == Mechanism::Lease {
+                plexsphere_leader::lease::setup(&**client).await?;
             }
             Ok::<(), Error>(())
         };
@@ -726,6 +734,26 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
             "client_port": leader.client_port,
         })
     });
+    // Who holds the lease, and until when (the lease mechanism: pg_locks shows no lock).
+    let lease = match &state.elector {
+        Some(elector) if elector.holds_a_lease() => {
+            tokio::time::timeout(Duration::from_secs(2), elector.lease_holder())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten()
+        }
+        _ => None,
+    };
+    let lease = lease.map(|lease| {
+        json!({
+            "holder": lease.holder,
+            "identity": lease.identity,
+            "epoch": lease.epoch,
+            "expires_at": plexsphere_leader_cli::format_utc(lease.expires_at),
+            "held": lease.held,
+        })
+    });
     let live = state
         .elector
         .as_ref()
@@ -744,6 +772,7 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
             .and_then(|term| term.epoch),
         "lock_backend_pid": lock_backend_pid,
         "leader": leader,
+        "lease": lease,
         "live": live.as_ref().map(Result::is_ok),
         "stuck": live.and_then(Result::err),
         "check_failure": state.elector.as_ref().and_then(Elector::check_failure).map(|failure| {
