@@ -1,7 +1,7 @@
 //! The lease mechanism's faults with replicas as separate OS processes (`plx-replica
-//! --mechanism lease`), each behind a real PgBouncer in `pool_mode = transaction` with one
-//! server connection for the three of them, on both backends (`<test>::deadpool`,
-//! `<test>::sqlx`), each test on its own database.
+//! --mechanism lease`), connected directly and (`behind_pgbouncer_…`) through a real PgBouncer
+//! in `pool_mode = transaction` with one server connection for the three of them, on both
+//! backends (`<test>::deadpool`, `<test>::sqlx`), each test on its own database.
 //!
 //! | scenario | expected outcome (bound) |
 //! |----------|--------------------------|
@@ -9,6 +9,7 @@
 //! | SIGKILL of the leader | nothing is released: a successor within TTL + I |
 //! | SIGSTOP longer than the TTL, then SIGCONT | a successor within TTL + I; the resumed leader demotes (`LeaseExpired`) before it acts |
 //! | the leader blackholed (fault proxy) | it demotes by 0.9·TTL after its last renewal, before the lease expires; a successor within TTL + I; no overlap |
+//! | `pg_ctl restart -m fast` (throwaway cluster, direct) | a leader within the restart + TTL + I; no overlap |
 //!
 //! TTL is the default, three intervals. Bounds are asserted as `bound + MARGIN` (2 s,
 //! `support::MARGIN`); the blackhole runs at I = 1 s, so that the leader's 10 % margin before
@@ -24,7 +25,9 @@ use fault_support::{Fleet, I, MARGIN, STARTUP, assert_within};
 use nix::sys::signal::Signal;
 use plexsphere_leader::LockKey;
 use plexsphere_leader_tests::replica_process::{REPLICA_APP_PREFIX, dsn};
-use plexsphere_leader_tests::{Backend, ChildArgs, FaultProxy, Mode, PgBouncer, PoolMode, TestDb};
+use plexsphere_leader_tests::{
+    Backend, ChildArgs, Cluster, FaultProxy, Mode, PgBouncer, PoolMode, StopMode, TestDb,
+};
 use tokio::time::Instant;
 
 /// The default lease TTL at interval `interval`: three intervals.
@@ -35,15 +38,27 @@ fn ttl(interval: Duration) -> Duration {
 /// How long the steady test watches.
 const STEADY: Duration = Duration::from_secs(60);
 
-/// A database with the lease tables and a transaction-mode PgBouncer of one server connection
-/// in front of it.
-async fn pooled(name: &str) -> (TestDb, PgBouncer) {
+/// A database with the lease tables, and where replicas connect: the server itself, or
+/// (`pooled`) a transaction-mode PgBouncer of one server connection in front of it, which lives
+/// as long as the returned value.
+async fn target(name: &str, pooled: bool) -> (TestDb, tokio_postgres::Config, Option<PgBouncer>) {
     let db = TestDb::create(name).await.unwrap();
     plexsphere_leader::lease::setup(db.admin()).await.unwrap();
+    if !pooled {
+        let config = db.config();
+        return (db, config, None);
+    }
     let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 1)
         .await
         .expect("PgBouncer");
-    (db, bouncer)
+    let config = bouncer.pg_config(&db.config());
+    (db, config, Some(bouncer))
+}
+
+/// The test database's name for `scenario` on `backend`, direct or pooled.
+fn name(scenario: &str, backend: Backend, pooled: bool) -> String {
+    let endpoint = if pooled { "pooled" } else { "direct" };
+    format!("fault_lease_{scenario}_{endpoint}_{backend}")
 }
 
 /// Stops every replica still running, gracefully, and checks that each run ended well and that
@@ -96,8 +111,7 @@ async fn spawn(
 }
 
 async fn three_replicas_keep_one_leader_and_one_term_for_a_minute(backend: Backend) {
-    let (db, bouncer) = pooled(&format!("fault_lease_steady_{backend}")).await;
-    let target = bouncer.pg_config(&db.config());
+    let (db, target, _bouncer) = target(&name("steady", backend, true), true).await;
     let mut fleet = Fleet::new();
     for name in ["a", "b", "c"] {
         spawn(&mut fleet, backend, name, &target, I).await;
@@ -120,9 +134,8 @@ async fn three_replicas_keep_one_leader_and_one_term_for_a_minute(backend: Backe
     finish(fleet, db, I).await;
 }
 
-async fn a_killed_leader_is_succeeded_within_ttl_plus_one_interval(backend: Backend) {
-    let (db, bouncer) = pooled(&format!("fault_lease_kill_{backend}")).await;
-    let target = bouncer.pg_config(&db.config());
+async fn killed_leader(backend: Backend, pooled: bool) {
+    let (db, target, _bouncer) = target(&name("kill", backend, pooled), pooled).await;
     let mut fleet = Fleet::new();
     for name in ["a", "b", "c"] {
         spawn(&mut fleet, backend, name, &target, I).await;
@@ -138,9 +151,8 @@ async fn a_killed_leader_is_succeeded_within_ttl_plus_one_interval(backend: Back
     finish(fleet, db, I).await;
 }
 
-async fn a_stopped_leader_is_succeeded_and_demotes_as_it_resumes(backend: Backend) {
-    let (db, bouncer) = pooled(&format!("fault_lease_sigstop_{backend}")).await;
-    let target = bouncer.pg_config(&db.config());
+async fn stopped_leader(backend: Backend, pooled: bool) {
+    let (db, target, _bouncer) = target(&name("sigstop", backend, pooled), pooled).await;
     let mut fleet = Fleet::new();
     for name in ["a", "b", "c"] {
         spawn(&mut fleet, backend, name, &target, I).await;
@@ -180,10 +192,9 @@ async fn a_stopped_leader_is_succeeded_and_demotes_as_it_resumes(backend: Backen
     finish(fleet, db, I).await;
 }
 
-async fn a_blackholed_leader_demotes_before_its_lease_expires(backend: Backend) {
+async fn blackholed_leader(backend: Backend, pooled: bool) {
     let interval = Duration::from_secs(1);
-    let (db, bouncer) = pooled(&format!("fault_lease_blackhole_{backend}")).await;
-    let target = bouncer.pg_config(&db.config());
+    let (db, target, _bouncer) = target(&name("blackhole", backend, pooled), pooled).await;
     let proxy = FaultProxy::in_front_of(&target).await.unwrap();
     let mut fleet = Fleet::new();
     let a = spawn(
@@ -229,6 +240,84 @@ async fn a_blackholed_leader_demotes_before_its_lease_expires(backend: Backend) 
     finish(fleet, db, interval).await;
 }
 
+/// The server restarts (`pg_ctl restart -m fast` of a throwaway cluster) under three lease
+/// replicas: the lease row survives; a leader is back within the restart plus TTL + I, and
+/// never two at once.
+async fn server_restart(backend: Backend) {
+    let cluster = Cluster::start().await.unwrap();
+    let config = cluster.config("postgres");
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    let driver = tokio::spawn(connection);
+    plexsphere_leader::lease::setup(&client).await.unwrap();
+    drop(client);
+    let _ = driver.await;
+    let mut fleet = Fleet::new();
+    for name in ["a", "b", "c"] {
+        spawn(&mut fleet, backend, name, &config, I).await;
+    }
+    fleet.sole_leader(STARTUP).await;
+    tokio::time::sleep(2 * I).await;
+    let began = Instant::now();
+    cluster.restart(StopMode::Fast).await.unwrap();
+    let restart = began.elapsed();
+    let leader = fleet.sole_leader(ttl(I) + I + MARGIN).await;
+    let back = began.elapsed();
+    println!(
+        "{backend}: restart {restart:?}; {} leads {back:?} after it began",
+        leader
+    );
+    assert_within(
+        "a leader after the restart",
+        back,
+        restart + ttl(I) + I + MARGIN,
+    );
+    tokio::time::sleep(4 * I).await;
+    assert_eq!(
+        fleet.leaders(),
+        vec![leader],
+        "one leader after the restart"
+    );
+    assert_eq!(fleet.max_overlap(), Duration::ZERO, "never two leaders");
+    for replica in &mut fleet.replicas {
+        let report = replica.stop().await.unwrap();
+        assert_eq!(report.run_error, None, "{}", replica.name());
+    }
+}
+
+async fn a_killed_leader_is_succeeded_within_ttl_plus_one_interval(backend: Backend) {
+    killed_leader(backend, false).await;
+}
+
+async fn behind_pgbouncer_a_killed_leader_is_succeeded_within_ttl_plus_one_interval(
+    backend: Backend,
+) {
+    killed_leader(backend, true).await;
+}
+
+async fn a_stopped_leader_is_succeeded_and_demotes_as_it_resumes(backend: Backend) {
+    stopped_leader(backend, false).await;
+}
+
+async fn behind_pgbouncer_a_stopped_leader_is_succeeded_and_demotes_as_it_resumes(
+    backend: Backend,
+) {
+    stopped_leader(backend, true).await;
+}
+
+async fn a_blackholed_leader_demotes_before_its_lease_expires(backend: Backend) {
+    blackholed_leader(backend, false).await;
+}
+
+async fn behind_pgbouncer_a_blackholed_leader_demotes_before_its_lease_expires(backend: Backend) {
+    blackholed_leader(backend, true).await;
+}
+
+async fn a_server_restart_hands_over_within_the_restart_plus_ttl_plus_one_interval(
+    backend: Backend,
+) {
+    server_restart(backend).await;
+}
+
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     three_replicas_keep_one_leader_and_one_term_for_a_minute
@@ -239,9 +328,25 @@ on_both_backends!(
 );
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    behind_pgbouncer_a_killed_leader_is_succeeded_within_ttl_plus_one_interval
+);
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     a_stopped_leader_is_succeeded_and_demotes_as_it_resumes
 );
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    behind_pgbouncer_a_stopped_leader_is_succeeded_and_demotes_as_it_resumes
+);
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     a_blackholed_leader_demotes_before_its_lease_expires
+);
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    behind_pgbouncer_a_blackholed_leader_demotes_before_its_lease_expires
+);
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_server_restart_hands_over_within_the_restart_plus_ttl_plus_one_interval
 );

@@ -8,23 +8,49 @@ use plexsphere_leader_core::{ConnId, Event};
 
 use super::{Completion, Operation, parse_int, text};
 use crate::error::CheckError;
-use crate::session::{QueryError, Row, SessionSource};
+use crate::session::{LockSession, QueryError, Row, SessionSource};
 
 /// What a lease statement's rows mean, or its failure: the event to report.
 type Answer = Box<dyn FnOnce(Result<Vec<Row>, CheckError>) -> Event<CheckError> + Send>;
 
-/// Runs `statement` on a connection of `sessions`, and reports what `answer` makes of it.
+/// Runs `statement` on a connection of `sessions`, and reports what `answer` makes of it. The
+/// connection goes back to its pool once the statement answered; a statement given up (the
+/// operation dropped, at its deadline or by a stop) closes its connection instead, so that no
+/// later statement queues behind the unanswered one on it.
 fn statement(sessions: Arc<dyn SessionSource>, statement: String, answer: Answer) -> Operation {
     Box::pin(async move {
         let rows = match sessions.acquire().await {
-            Ok(session) => session
-                .query(&statement)
-                .await
-                .map_err(QueryError::into_cause),
+            Ok(session) => {
+                let mut borrowed = ClosedUnlessAnswered(Some(session));
+                let rows = match &borrowed.0 {
+                    Some(session) => session.query(&statement).await,
+                    None => Ok(Vec::new()),
+                };
+                borrowed.answered();
+                rows.map_err(QueryError::into_cause)
+            }
             Err(cause) => Err(cause),
         };
         Completion::of(answer(rows))
     })
+}
+
+/// A borrowed session that is closed, not given back, unless its statement answered.
+struct ClosedUnlessAnswered(Option<Box<dyn LockSession>>);
+
+impl ClosedUnlessAnswered {
+    /// The statement answered: the session goes back to its pool.
+    fn answered(&mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for ClosedUnlessAnswered {
+    fn drop(&mut self) {
+        if let Some(session) = self.0.take() {
+            session.close();
+        }
+    }
 }
 
 /// The claim: the new epoch, or refused.

@@ -65,12 +65,15 @@ pub fn claim(key: LockKey, holder: &str, ttl_ms: u32, lock_timeout_ms: u32) -> S
     )
 }
 
-/// The leader's check: extends `holder`'s lease of `key` to `now() + ttl_ms`; one row when
-/// renewed, none when the row names another holder (the lease expired and was claimed).
+/// The leader's check: extends `holder`'s lease of `key` to `now() + ttl_ms` while it has not
+/// expired; one row when renewed, none when the row names another holder (the lease expired
+/// and was claimed) or expired (released, or not renewed in time: the leader's trust ended
+/// before, since it is shorter than the TTL). A renewal that arrives late, after the leader's
+/// release, cannot revive the lease.
 pub fn renew(key: LockKey, holder: &str, ttl_ms: u32) -> String {
     format!(
         "UPDATE plexsphere_leader_lease SET expires_at = {} \
-         WHERE classid = {} AND objid = {} AND holder = {} RETURNING 1",
+         WHERE classid = {} AND objid = {} AND holder = {} AND expires_at > now() RETURNING 1",
         expiry(ttl_ms),
         key.class_id,
         key.obj_id,
@@ -127,7 +130,7 @@ mod tests {
             renew(KEY, "it's", 600),
             "UPDATE plexsphere_leader_lease SET expires_at = now() + 600 * interval \
              '1 millisecond' WHERE classid = 1886156915 AND objid = 1 AND holder = 'it''s' \
-             RETURNING 1"
+             AND expires_at > now() RETURNING 1"
         );
         assert!(release(KEY, "a").ends_with("holder = 'a' AND expires_at > now() RETURNING 1"));
         for statement in [claim, renew(KEY, "a", 1), release(KEY, "a"), who_holds(KEY)] {

@@ -107,7 +107,8 @@ enum Section {
     Floor,
 }
 
-/// `--acquire`: the failover table's acquire modes.
+/// `--acquire`: the failover table's modes: the advisory lock polled or queued for, or the
+/// lease mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Acquire {
     /// `AcquireMode::Poll`.
@@ -116,13 +117,35 @@ enum Acquire {
     Queue,
     /// Poll, then queue.
     Both,
+    /// The lease mechanism (`Config::lease`, default TTL of three intervals).
+    Lease,
+    /// Poll, queue, then the lease: the three side by side.
+    All,
+}
+
+/// What the replicas of a failover round hold, and how a standby asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    Poll,
+    Queue,
+    Lease,
+}
+
+impl Held {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Poll => "AcquireMode::Poll",
+            Self::Queue => "AcquireMode::Queue",
+            Self::Lease => "lease mechanism, TTL = 3·I",
+        }
+    }
 }
 
 /// How the replicas of a failover round run.
 #[derive(Debug, Clone, Copy)]
 struct Setup {
     interval: Duration,
-    queued: bool,
+    held: Held,
     explain_over: Option<Duration>,
 }
 
@@ -131,12 +154,14 @@ impl Options {
         self.only.is_none_or(|only| only == section)
     }
 
-    /// The acquire modes of the failover table: `[false]` (poll), `[true]` (queue) or both.
-    fn queued(&self) -> Vec<bool> {
+    /// The modes of the failover table, in table order.
+    fn modes(&self) -> Vec<Held> {
         match self.acquire {
-            Acquire::Poll => vec![false],
-            Acquire::Queue => vec![true],
-            Acquire::Both => vec![false, true],
+            Acquire::Poll => vec![Held::Poll],
+            Acquire::Queue => vec![Held::Queue],
+            Acquire::Both => vec![Held::Poll, Held::Queue],
+            Acquire::Lease => vec![Held::Lease],
+            Acquire::All => vec![Held::Poll, Held::Queue, Held::Lease],
         }
     }
 
@@ -278,7 +303,11 @@ impl Fault {
     /// The design's bounds (section 6) for (a) no leader, (b) detection, (c) overlap, in
     /// intervals, as text; in the queued mode, the handover target of issue 7 where the server
     /// releases the lock at once (a graceful release, a closed or terminated session).
-    fn bounds(self, queued: bool) -> [&'static str; 3] {
+    fn bounds(self, held: Held) -> [&'static str; 3] {
+        let queued = held == Held::Queue;
+        if held == Held::Lease {
+            return self.lease_bounds();
+        }
         match self {
             Self::Graceful if queued => ["10 ms p99 (target)", "0 (ends its term first)", "0"],
             Self::Sigkill if queued => ["10 ms p99 (target)", "— (dead)", "0"],
@@ -298,6 +327,34 @@ impl Fault {
     }
 }
 
+impl Fault {
+    /// The lease mechanism's bounds (reference.md, Lease mechanism), TTL = 3·I: nothing frees
+    /// a lease but its release or its expiry, and the leader stops trusting it 0.9·TTL after
+    /// sending its last successful renewal, which is at most I before the fault.
+    fn lease_bounds(self) -> [&'static str; 3] {
+        match self {
+            Self::Graceful => ["I", "0 (ends its term first)", "0"],
+            Self::Sigkill | Self::SilentDeath => ["TTL + I (4·I)", "— (dead)", "0"],
+            Self::Partition | Self::DropClientToServer => {
+                ["TTL + I (4·I)", "I + 0.9·TTL (3.7·I)", "0"]
+            }
+            // Its renewals still reach the server: the lease lives on until it demotes and its
+            // unanswered claim holds it off.
+            Self::DropServerToClient => ["2·TTL + 2·I (8·I)", "I + 0.9·TTL (3.7·I)", "0"],
+            Self::Terminate | Self::TerminateDirect => ["— (no lock session)", "—", "—"],
+            Self::RestartFast | Self::RestartImmediate => {
+                ["restart + TTL + I", "I + 0.9·TTL (3.7·I)", "0"]
+            }
+            Self::Failover => ["promotion + TTL + I", "I + 0.9·TTL (3.7·I)", "0"],
+        }
+    }
+
+    /// Whether the fault applies to `held`: a lease has no lock session to terminate.
+    fn applies(self, held: Held) -> bool {
+        held != Held::Lease || !matches!(self, Self::Terminate | Self::TerminateDirect)
+    }
+}
+
 /// One round's measurements.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
@@ -309,10 +366,10 @@ struct Sample {
 }
 
 async fn failover_table(options: &Options) -> Result<(), BoxError> {
-    for queued in options.queued() {
+    for held in options.modes() {
         let setup = Setup {
             interval: options.interval,
-            queued,
+            held,
             explain_over: options.explain_over,
         };
         failover_mode(options, setup).await?;
@@ -321,11 +378,7 @@ async fn failover_table(options: &Options) -> Result<(), BoxError> {
 }
 
 async fn failover_mode(options: &Options, setup: Setup) -> Result<(), BoxError> {
-    let mode = if setup.queued {
-        "AcquireMode::Queue"
-    } else {
-        "AcquireMode::Poll"
-    };
+    let mode = setup.held.name();
     println!(
         "\n## Failover ({mode}, I = {:?}, {} rounds)\n",
         options.interval, options.rounds
@@ -335,6 +388,14 @@ async fn failover_mode(options: &Options, setup: Setup) -> Result<(), BoxError> 
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for fault in options.faults() {
+        if !fault.applies(setup.held) {
+            let [gap, detect, overlap] = fault.bounds(setup.held);
+            println!(
+                "| {} | {gap} | — | — | — | {detect} | — | — | — | {overlap} | — | — | — |",
+                fault.name()
+            );
+            continue;
+        }
         let mut samples = Vec::new();
         let mut failures = Vec::new();
         for _ in 0..options.rounds {
@@ -343,7 +404,7 @@ async fn failover_mode(options: &Options, setup: Setup) -> Result<(), BoxError> 
                 Err(e) => failures.push(e.to_string()),
             }
         }
-        print_row(fault, setup.queued, &samples);
+        print_row(fault, setup.held, &samples);
         for failure in failures {
             eprintln!("  {}: a round failed: {failure}", fault.name());
         }
@@ -357,8 +418,8 @@ async fn failover_mode(options: &Options, setup: Setup) -> Result<(), BoxError> 
     Ok(())
 }
 
-fn print_row(fault: Fault, queued: bool, samples: &[Sample]) {
-    let [gap_bound, detect_bound, overlap_bound] = fault.bounds(queued);
+fn print_row(fault: Fault, held: Held, samples: &[Sample]) {
+    let [gap_bound, detect_bound, overlap_bound] = fault.bounds(held);
     let server: Vec<Duration> = samples.iter().filter_map(|s| s.server).collect();
     // Per round: how far (a) went beyond that round's restart or promotion time.
     let beyond: Vec<Duration> = samples
@@ -404,21 +465,27 @@ struct Pair {
     timeline: Timeline,
     /// Explain rounds whose time without a leader exceeds this.
     explain_over: Option<Duration>,
+    interval: Duration,
     a: ReplicaProcess,
     b: ReplicaProcess,
 }
+
+/// How long after a fault (and the server's restart or promotion) a leader that is still in
+/// its term, with nobody else leading, counts as having kept it: ten intervals.
+const KEPT_AFTER_INTERVALS: u32 = 10;
 
 impl Pair {
     async fn start(a_dsn: String, b_dsn: String, setup: Setup) -> Result<Self, BoxError> {
         let Setup {
             interval,
-            queued,
+            held,
             explain_over,
         } = setup;
         let launcher = replica_launcher()?;
         let timeline = Timeline::new();
         let args = |name: &str, dsn: String| ChildArgs {
-            queued,
+            queued: held == Held::Queue,
+            lease: held == Held::Lease,
             ..ChildArgs::new(format!("{REPLICA_APP_PREFIX}{name}"), dsn, interval)
         };
         let a = launcher
@@ -438,6 +505,7 @@ impl Pair {
         Ok(Self {
             timeline,
             explain_over,
+            interval,
             a,
             b,
         })
@@ -452,6 +520,7 @@ impl Pair {
         server: Option<Duration>,
     ) -> Result<Sample, BoxError> {
         let deadline = Instant::now() + ROUND_TIMEOUT;
+        let kept_at = fault + server.unwrap_or_default() + self.interval * KEPT_AFTER_INTERVALS;
         let first_lead = loop {
             let leads: Vec<Instant> = [&self.a, &self.b]
                 .iter()
@@ -461,6 +530,17 @@ impl Pair {
                 .collect();
             if let Some(first) = leads.iter().min() {
                 break *first;
+            }
+            // The old leader never lost its term (a lease that outlived a short restart).
+            let demoted = self.a.events(FOLLOW).iter().any(|r| r.at >= fault);
+            if a_alive && !demoted && Instant::now() >= kept_at {
+                let intervals = self.timeline.intervals(LEAD, FOLLOW, Instant::now());
+                return Ok(Sample {
+                    no_leader: Duration::ZERO,
+                    detection: None,
+                    overlap: timeline::max_overlap(&intervals),
+                    server,
+                });
             }
             if Instant::now() >= deadline {
                 return Err("no replica led after the fault".into());
@@ -538,6 +618,9 @@ async fn fault_round(fault: Fault, setup: Setup) -> Result<Sample, BoxError> {
 /// A round on its own database of the local server, `a` behind a fault proxy.
 async fn local_round(fault: Fault, setup: Setup) -> Result<Sample, BoxError> {
     let db = TestDb::create("bench").await?;
+    if setup.held == Held::Lease {
+        plexsphere_leader::lease::setup(db.admin()).await?;
+    }
     let proxy = FaultProxy::in_front_of(&db.config()).await?;
     let a_config = match fault {
         Fault::TerminateDirect => db.config(),
@@ -598,6 +681,9 @@ async fn local_round(fault: Fault, setup: Setup) -> Result<Sample, BoxError> {
 async fn restart_round(mode: StopMode, setup: Setup) -> Result<Sample, BoxError> {
     let cluster = Cluster::start().await?;
     let config = cluster.config("postgres");
+    if setup.held == Held::Lease {
+        lease_setup(&config).await?;
+    }
     let pair = Pair::start(dsn(&config), dsn(&config), setup).await?;
     let at = Instant::now();
     cluster.restart(mode).await?;
@@ -609,6 +695,10 @@ async fn restart_round(mode: StopMode, setup: Setup) -> Result<Sample, BoxError>
 
 async fn failover_round(setup: Setup) -> Result<Sample, BoxError> {
     let primary = Cluster::start().await?;
+    if setup.held == Held::Lease {
+        // On the primary before the standby is made from it: the tables replicate.
+        lease_setup(&primary.config("postgres")).await?;
+    }
     let standby = Cluster::start_standby_of(&primary).await?;
     let proxy = FaultProxy::in_front_of(&primary.config("postgres")).await?;
     let dsn = format!(
@@ -627,6 +717,16 @@ async fn failover_round(setup: Setup) -> Result<Sample, BoxError> {
     primary.stop(StopMode::Immediate).await?;
     pair.stop().await?;
     sample
+}
+
+/// The lease tables on the server of `config`.
+async fn lease_setup(config: &tokio_postgres::Config) -> Result<(), BoxError> {
+    let (client, connection) = config.connect(NoTls).await?;
+    let driver = tokio::spawn(connection);
+    plexsphere_leader::lease::setup(&client).await?;
+    drop(client);
+    let _ = driver.await;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -798,6 +898,7 @@ async fn costs(_options: &Options) -> Result<(), BoxError> {
     let leader_failed = warnings.count() - warned;
     shutdown.cancel();
     run.await??;
+    let lease = lease_cost(&db, interval, checks).await?;
 
     println!("\n## Cost per check (I = {interval:?}, one elector in this process)\n");
     println!(
@@ -811,6 +912,12 @@ async fn costs(_options: &Options) -> Result<(), BoxError> {
     println!("{}", standby.row("standby (lock refused)"));
     println!("{}", leader.row("leader (the lock-verifying check)"));
     println!(
+        "{}",
+        lease
+            .cost
+            .row("lease leader (the renewal, one pooled statement)")
+    );
+    println!(
         "\nFailed checks (WARN lines) in the windows: standby {standby_failed}, leader {leader_failed}."
     );
     println!(
@@ -819,9 +926,81 @@ async fn costs(_options: &Options) -> Result<(), BoxError> {
         standby.checks,
         (sessions.max(0) as u64 * 1_000).div_ceil(standby.checks.max(1))
     );
+    println!(
+        "\nThe lease renewal on the server: {} WAL bytes per renewal ({} bytes over {} \
+         renewals, `pg_wal_lsn_diff` of `pg_current_wal_lsn()`; one row update of \
+         `plexsphere_leader_lease`, HOT when the fillfactor leaves room), {} failed renewals.",
+        lease.wal_bytes / i128::from(u32::try_from(lease.cost.checks.max(1)).unwrap_or(u32::MAX)),
+        lease.wal_bytes,
+        lease.cost.checks,
+        lease.failed
+    );
     drop(blocker);
     db.cleanup().await?;
     wakeups().await
+}
+
+/// The server's WAL position in bytes.
+async fn wal_position(db: &TestDb) -> Result<i128, BoxError> {
+    let row = db
+        .admin()
+        .query_one(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::text",
+            &[],
+        )
+        .await?;
+    let text: String = row.get(0);
+    Ok(text.split('.').next().unwrap_or("0").parse()?)
+}
+
+/// What a lease leader's renewals cost: the client per check, and the server's WAL.
+struct LeaseCost {
+    cost: Cost,
+    wal_bytes: i128,
+    failed: u64,
+}
+
+/// A lease elector leading alone on `db` at `interval`, over `checks` renewals (the check grid).
+async fn lease_cost(db: &TestDb, interval: Duration, checks: u64) -> Result<LeaseCost, BoxError> {
+    plexsphere_leader::lease::setup(db.admin()).await?;
+    let pool = db.pool_with_app_name(&format!("{REPLICA_APP_PREFIX}lease"), 2)?;
+    let elector = Elector::new(
+        Config::new(pool)
+            .check_interval(interval)
+            .lease(Duration::ZERO)
+            .identity(format!("{REPLICA_APP_PREFIX}lease")),
+    )?;
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let (elector, shutdown) = (elector.clone(), shutdown.clone());
+        async move { elector.run(shutdown).await }
+    });
+    tokio::time::timeout(
+        ROUND_TIMEOUT,
+        elector
+            .subscribe()
+            .wait_for(|leadership| leadership.is_leader()),
+    )
+    .await??;
+    let warnings = WarnCounter::global();
+    let warned = warnings.count();
+    let wal_before = wal_position(db).await?;
+    let grid = Instant::now();
+    let cost = measure_window(
+        || (grid.elapsed().as_nanos() / interval.as_nanos()) as u64,
+        checks,
+        interval,
+    )
+    .await;
+    let wal_bytes = wal_position(db).await? - wal_before;
+    let failed = warnings.count() - warned;
+    shutdown.cancel();
+    run.await??;
+    Ok(LeaseCost {
+        cost,
+        wal_bytes,
+        failed,
+    })
 }
 
 /// How often an idle process wakes up (voluntary context switches of all its threads, from
