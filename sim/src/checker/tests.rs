@@ -820,3 +820,32 @@ fn a_claim_of_another_holders_unexpired_lease_breaks_mutual_exclusion() {
         "{violations:#?}"
     );
 }
+
+#[test]
+fn of_two_claims_a_connection_answered_in_one_instant_the_term_rests_on_the_later_epoch() {
+    let run = lease_run(|run| {
+        run.fencing = true;
+        let a = run.session(0, 5);
+        let fence = |epoch| Event::EpochAdvanced {
+            pid: a,
+            row: RowId {
+                table: "plexsphere_leader_fence".to_owned(),
+                ..Run::lease_row()
+            },
+            epoch,
+            waited: Duration::ZERO,
+        };
+        // The first claim's client gave up on it; the second one queued behind it on the link.
+        run.claim(a, "r0.1 n", 10, 310).log(0, 10, fence(7));
+        run.claim(a, "r0.1 n", 10, 310).log(0, 10, fence(8));
+        run.term(0, 12, 300, TermEnd::Stopped);
+        run.history.terms[0].epoch = Some(8);
+        run.release_lease(a, "r0.1 n", 301);
+    });
+    let (_, violations) = run.check_only(|checker| checker.epochs_rise());
+    assert_clean(&violations);
+    let mut stale = run;
+    stale.history.terms[0].epoch = Some(7);
+    let (_, violations) = stale.check_only(|checker| checker.epochs_rise());
+    assert_only(&violations, Property::EpochsRise);
+}
