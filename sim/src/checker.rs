@@ -609,6 +609,14 @@ impl<'a> Checker<'a> {
             .unwrap_or(false)
     }
 
+    /// What the replicas hold, in a violation: `the lock`, or `the lease`.
+    fn held_thing(&self) -> &'static str {
+        match self.e.mechanism {
+            Mechanism::Advisory => "the lock",
+            Mechanism::Lease => "the lease",
+        }
+    }
+
     /// Whether some session holds the lock on server `s` at `at` (a lease, on whichever server
     /// it was claimed: it follows a failover).
     fn held(&self, s: usize, at: Duration) -> bool {
@@ -713,7 +721,8 @@ impl<'a> Checker<'a> {
                     free,
                     Property::Liveness,
                     format!(
-                        "the lock on {} stayed free for more than {} while r{standby} was a healthy standby",
+                        "{} on {} stayed free for more than {} while r{standby} was a healthy standby",
+                        self.held_thing(),
                         SERVERS[server],
                         ms(bound)
                     ),
@@ -777,8 +786,9 @@ impl<'a> Checker<'a> {
                     free,
                     Property::Liveness,
                     format!(
-                        "no leader for {} after the lock on {} became free, though r{replica} was granted it (bound {}{})",
+                        "no leader for {} after {} on {} became free, though r{replica} was granted it (bound {}{})",
                         ms(gap),
+                        self.held_thing(),
                         SERVERS[server],
                         ms(bound),
                         if waited.is_zero() {
