@@ -866,6 +866,44 @@ impl<'a> Checker<'a> {
                 format!("r{replica} did not stop within the stop budget"),
             );
         }
+        // A stopped leader releases its lease: one a term rested on and still held when the run
+        // ended was not released, unless a fault dropped messages on the leader's link while it
+        // held the lease (its release may be stuck on a wedged connection; the TTL ends it).
+        // A claim whose answer was lost leaves a lease no term rested on: the TTL ends it too.
+        if self.e.mechanism == Mechanism::Lease {
+            let history = self.e.history;
+            let held: Vec<Tenure> = self
+                .holds
+                .iter()
+                .filter(|h| h.released.is_none())
+                .copied()
+                .collect();
+            for hold in held {
+                let led = history.terms.iter().any(|term| {
+                    self.hold_of(term)
+                        .is_some_and(|h| h.granted == hold.granted && h.pid == hold.pid)
+                });
+                let wedged = history.link_faults.iter().any(|f| {
+                    f.drops
+                        && hold.owner.is_some_and(|(replica, _)| replica == f.replica)
+                        && f.span.meets(hold.granted, self.end)
+                });
+                if !led || wedged {
+                    continue;
+                }
+                let owner = hold.owner.map_or_else(
+                    || "an unknown client".to_owned(),
+                    |(replica, incarnation)| format!("r{replica}.{incarnation}"),
+                );
+                let detail = format!(
+                    "the lease {owner} led on, claimed at {} (pid {} on {}), is still held",
+                    secs(hold.granted),
+                    hold.pid,
+                    SERVERS[hold.server]
+                );
+                self.violate(self.end, Property::CleanStop, detail);
+            }
+        }
         for (server, evidence) in self.e.servers.iter().enumerate() {
             for lock in &evidence.locks {
                 let detail = format!(

@@ -849,3 +849,27 @@ fn of_two_claims_a_connection_answered_in_one_instant_the_term_rests_on_the_late
     let (_, violations) = stale.check_only(|checker| checker.epochs_rise());
     assert_only(&violations, Property::EpochsRise);
 }
+
+#[test]
+fn a_lease_a_stopped_leader_led_on_and_left_held_breaks_the_clean_stop() {
+    let run = lease_run(|run| {
+        let a = run.session(0, 5);
+        run.claim(a, "r0.1 n", 10, 6000);
+        run.term(0, 12, 300, TermEnd::Stopped);
+    });
+    let (_, violations) = run.check_only(|checker| checker.clean_stop());
+    assert_only(&violations, Property::CleanStop);
+    assert!(
+        violations[0]
+            .detail
+            .contains("the lease r0.1 led on, claimed at 0.010s (pid 101 on pg1), is still held"),
+        "{violations:#?}"
+    );
+    // A claim whose answer was lost leaves a lease no term rested on: its TTL ends it.
+    let unanswered = lease_run(|run| {
+        let b = run.session(1, 5);
+        run.claim(b, "r1.1 n", 400, 6000);
+    });
+    let (_, violations) = unanswered.check_only(|checker| checker.clean_stop());
+    assert_clean(&violations);
+}
