@@ -3,6 +3,7 @@
 //! (`fence`).
 
 mod fence;
+mod lease;
 pub(crate) mod shards;
 mod space;
 
@@ -17,7 +18,7 @@ use plexsphere_leader_pgsim::{
 };
 
 use crate::record::{FencedWrite, History, TermEnd, TermRecord, Work};
-use crate::setup::{Params, SERVERS, parse_application_name};
+use crate::setup::{Mechanism, Params, SERVERS, parse_application_name};
 
 use self::space::{Found, Noun, Space, Tenure};
 
@@ -247,8 +248,10 @@ pub(crate) struct ServerEvidence {
 pub(crate) struct Evidence<'a> {
     pub(crate) params: Params,
     pub(crate) replicas: usize,
-    /// Whether the run fenced.
+    /// Whether the run's terms have epochs (fencing, or a lease).
     pub(crate) fencing: bool,
+    /// How the run's replicas hold leadership.
+    pub(crate) mechanism: Mechanism,
     pub(crate) history: &'a History,
     /// Every unit of work on a lock of the space.
     pub(crate) work: &'a [Work],
@@ -297,12 +300,18 @@ struct Checker<'a> {
 impl<'a> Checker<'a> {
     fn new(e: &'a Evidence<'a>) -> Self {
         let owners: Vec<BTreeMap<i32, Owner>> = e.servers.iter().map(|s| owners(&s.log)).collect();
-        let holds = e
-            .servers
-            .iter()
-            .enumerate()
-            .flat_map(|(index, server)| holds(index, &server.log, &owners[index]))
-            .collect::<Vec<Tenure>>();
+        let (holds, violations) = match e.mechanism {
+            Mechanism::Advisory => {
+                let holds = e
+                    .servers
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(index, server)| holds(index, &server.log, &owners[index]))
+                    .collect::<Vec<Tenure>>();
+                (holds, Vec::new())
+            }
+            Mechanism::Lease => lease::tenures(&e.servers, &owners, e.history),
+        };
         let space = Space {
             noun: Noun::Leader,
             history: e.history,
@@ -310,6 +319,7 @@ impl<'a> Checker<'a> {
             replicas: e.replicas,
             holds: BTreeMap::from([(0, holds.clone())]),
             work: e.work,
+            replicated: e.mechanism == Mechanism::Lease,
         };
         let mut measured = Measurements::default();
         measured.cases.timeout_grants = holds.iter().filter(|h| h.at_timeout).count();
@@ -321,7 +331,7 @@ impl<'a> Checker<'a> {
             holds,
             space,
             measured,
-            violations: Vec::new(),
+            violations,
         }
     }
 
@@ -375,9 +385,15 @@ impl<'a> Checker<'a> {
         (found.longest, found.cases)
     }
 
-    /// The rules every space shares, over the election's one lock: detection and overlap.
+    /// The rules every space shares, over the election's one lock: detection and overlap, to
+    /// the bounds of the run's mechanism (none for a lease).
     fn shared_rules(&mut self) {
-        let violations = self.space.shared_rules(&self.p, &mut self.measured);
+        let mechanism = self.e.mechanism;
+        let violations = self.space.shared_rules(
+            self.p.detection_bound_of(mechanism),
+            self.p.overlap_bound_of(mechanism),
+            &mut self.measured,
+        );
         self.violations.extend(violations);
     }
 
@@ -487,7 +503,11 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// The orphan bound of lock sessions; a lease has none (its server-side end is its TTL).
     fn orphans(&mut self) {
+        if self.e.mechanism == Mechanism::Lease {
+            return;
+        }
         let servers = &self.e.servers;
         let found = space::orphans(
             |server| &servers[server].queries,
@@ -560,6 +580,12 @@ impl<'a> Checker<'a> {
         for &(since, server) in &history.primaries {
             starts.push((server, since));
         }
+        // A lease becomes free when it ends (released or expired) on the server of the moment.
+        if self.e.mechanism == Mechanism::Lease {
+            for released in self.holds.iter().filter_map(|h| h.released) {
+                starts.push((history.primary_at(released), released));
+            }
+        }
         starts.retain(|&(server, at)| {
             history.primary_at(at) == server && self.running(server, at) && !self.held(server, at)
         });
@@ -583,11 +609,21 @@ impl<'a> Checker<'a> {
             .unwrap_or(false)
     }
 
-    /// Whether some session holds the lock on server `s` at `at`.
+    /// What the replicas hold, in a violation: `the lock`, or `the lease`.
+    fn held_thing(&self) -> &'static str {
+        match self.e.mechanism {
+            Mechanism::Advisory => "the lock",
+            Mechanism::Lease => "the lease",
+        }
+    }
+
+    /// Whether some session holds the lock on server `s` at `at` (a lease, on whichever server
+    /// it was claimed: it follows a failover).
     fn held(&self, s: usize, at: Duration) -> bool {
-        self.holds
-            .iter()
-            .any(|h| h.server == s && h.granted <= at && h.released.is_none_or(|r| r > at))
+        let lease = self.e.mechanism == Mechanism::Lease;
+        self.holds.iter().any(|h| {
+            (lease || h.server == s) && h.granted <= at && h.released.is_none_or(|r| r > at)
+        })
     }
 
     /// Whether the interval that began at `from` on server `s` was cut short (crash or
@@ -685,7 +721,8 @@ impl<'a> Checker<'a> {
                     free,
                     Property::Liveness,
                     format!(
-                        "the lock on {} stayed free for more than {} while r{standby} was a healthy standby",
+                        "{} on {} stayed free for more than {} while r{standby} was a healthy standby",
+                        self.held_thing(),
                         SERVERS[server],
                         ms(bound)
                     ),
@@ -749,8 +786,9 @@ impl<'a> Checker<'a> {
                     free,
                     Property::Liveness,
                     format!(
-                        "no leader for {} after the lock on {} became free, though r{replica} was granted it (bound {}{})",
+                        "no leader for {} after {} on {} became free, though r{replica} was granted it (bound {}{})",
                         ms(gap),
+                        self.held_thing(),
                         SERVERS[server],
                         ms(bound),
                         if waited.is_zero() {
@@ -827,6 +865,44 @@ impl<'a> Checker<'a> {
                 Property::CleanStop,
                 format!("r{replica} did not stop within the stop budget"),
             );
+        }
+        // A stopped leader releases its lease: one a term rested on and still held when the run
+        // ended was not released, unless a fault dropped messages on the leader's link while it
+        // held the lease (its release may be stuck on a wedged connection; the TTL ends it).
+        // A claim whose answer was lost leaves a lease no term rested on: the TTL ends it too.
+        if self.e.mechanism == Mechanism::Lease {
+            let history = self.e.history;
+            let held: Vec<Tenure> = self
+                .holds
+                .iter()
+                .filter(|h| h.released.is_none())
+                .copied()
+                .collect();
+            for hold in held {
+                let led = history.terms.iter().any(|term| {
+                    self.hold_of(term)
+                        .is_some_and(|h| h.granted == hold.granted && h.pid == hold.pid)
+                });
+                let wedged = history.link_faults.iter().any(|f| {
+                    f.drops
+                        && hold.owner.is_some_and(|(replica, _)| replica == f.replica)
+                        && f.span.meets(hold.granted, self.end)
+                });
+                if !led || wedged {
+                    continue;
+                }
+                let owner = hold.owner.map_or_else(
+                    || "an unknown client".to_owned(),
+                    |(replica, incarnation)| format!("r{replica}.{incarnation}"),
+                );
+                let detail = format!(
+                    "the lease {owner} led on, claimed at {} (pid {} on {}), is still held",
+                    secs(hold.granted),
+                    hold.pid,
+                    SERVERS[hold.server]
+                );
+                self.violate(self.end, Property::CleanStop, detail);
+            }
         }
         for (server, evidence) in self.e.servers.iter().enumerate() {
             for lock in &evidence.locks {

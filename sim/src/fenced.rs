@@ -1,5 +1,6 @@
-//! Fencing runs: the setup every replica incarnation runs before its elector, and the
-//! simulated service's fenced unit of leader work.
+//! Fencing and lease runs: the setup every replica incarnation runs before its elector (the
+//! fence table, or the lease table and the fence table), and the simulated service's fenced
+//! unit of leader work.
 //!
 //! A fenced unit does what `plexsphere_leader::fencing` documents, on a pooled connection:
 //! `START TRANSACTION`, `SET LOCAL idle_in_transaction_session_timeout` (so that a leader cut
@@ -16,16 +17,26 @@ use tokio::time::{Instant, sleep, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 use crate::record::{FenceOutcome, SharedRecorder, WorkGuard, sim_time};
-use crate::setup::Params;
+use crate::setup::{Mechanism, Params};
 
-/// Runs `fencing::setup` on a pooled connection until it succeeds or `shutdown` fires. Each
+/// Runs the setup of `mechanism` (`fencing::setup`, or `lease::setup`: the lease table and
+/// the fence table) on a pooled connection until it succeeds or `shutdown` fires. Each
 /// attempt may take one check interval; a failed one closes its connection and the next one
 /// follows half an interval later. The setup is idempotent (`CREATE TABLE IF NOT EXISTS`).
-pub(crate) async fn set_up(pool: &Pool, shutdown: &CancellationToken, params: &Params) {
+pub(crate) async fn set_up(
+    pool: &Pool,
+    shutdown: &CancellationToken,
+    params: &Params,
+    mechanism: Mechanism,
+) {
     while !shutdown.is_cancelled() {
         let attempt = timeout(params.interval, async {
             let object = pool.get().await.map_err(|_| None)?;
-            match fencing::setup(client(&object)).await {
+            let done = match mechanism {
+                Mechanism::Advisory => fencing::setup(client(&object)).await,
+                Mechanism::Lease => plexsphere_leader::lease::setup(client(&object)).await,
+            };
+            match done {
                 Ok(()) => Ok(()),
                 Err(_) => Err(Some(object)),
             }

@@ -49,6 +49,6 @@ pub use connect::TurmoilConnect;
 pub use report::Report;
 pub use run::{RunOutcome, run, run_once};
 pub use setup::{
-    DriverSabotage, FaultKind, Params, RunKind, RunOptions, Sabotage, ShardSabotage, Sharding,
-    mode_from_name, mode_name,
+    DriverSabotage, FaultKind, Mechanism, Params, RunKind, RunOptions, Sabotage, ShardSabotage,
+    Sharding, mode_from_name, mode_name,
 };

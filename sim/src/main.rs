@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue]
-//!     [--fencing on|off] [--sabotage NAME]
+//!     [--fencing on|off] [--sabotage NAME] [--mechanism advisory|lease]
 //! plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J]
 //!     [--sabotage NAME]
 //! ```
@@ -16,6 +16,11 @@
 //! every replica runs a `ShardedElector`, `--shards K` forces the number of shards (by
 //! default each seed's: 8, 2 or 12) and `--replicas R` the number of replicas (3); the summary
 //! is the sharded one (per kind and shard count).
+//!
+//! `--mechanism lease` runs the lease seeds instead (a seed space of their own, see
+//! `RunOptions::lease`): every replica holds a lease row (`Config::lease`, TTL three intervals)
+//! and polls; the seed picks the fault kind and whether the service's work is fenced writes;
+//! the summary is the lease one (its bounds, its cell table of `lease` and `lease+fencing`).
 //!
 //! `--seed S` starts at seed S (default 0); given without `--seeds` it runs that one seed and
 //! prints its trace. `--jobs J` runs seeds on J threads. `--mode` and `--fencing` force the
@@ -31,7 +36,7 @@ use std::time::Instant;
 
 use plexsphere_leader::config::AcquireMode;
 use plexsphere_leader_sim::{
-    Params, Report, RunOptions, RunOutcome, Sabotage, Sharding, mode_from_name, run,
+    Mechanism, Params, Report, RunOptions, RunOutcome, Sabotage, Sharding, mode_from_name, run,
 };
 
 struct Args {
@@ -49,6 +54,8 @@ struct Args {
     sharded: bool,
     /// `--shards`: the number of shards forced; `None` follows the seed.
     shards: Option<u32>,
+    /// `--mechanism`: the advisory lock (default) or the lease.
+    mechanism: Mechanism,
 }
 
 fn parse() -> Result<Args, String> {
@@ -63,6 +70,7 @@ fn parse() -> Result<Args, String> {
         trace: false,
         sharded: false,
         shards: None,
+        mechanism: Mechanism::Advisory,
     };
     let (mut seeds, mut seed) = (None, None);
     let mut it = std::env::args().skip(1);
@@ -94,6 +102,12 @@ fn parse() -> Result<Args, String> {
                 args.mode =
                     Some(mode.ok_or_else(|| format!("--mode takes poll or queue, not {name}"))?);
             }
+            "--mechanism" => {
+                let name = value()?;
+                let mechanism = Mechanism::from_name(&name);
+                args.mechanism = mechanism
+                    .ok_or_else(|| format!("--mechanism takes advisory or lease, not {name}"))?;
+            }
             "--sabotage" => {
                 let name = value()?;
                 let sabotage = Sabotage::from_name(&name);
@@ -111,6 +125,27 @@ fn parse() -> Result<Args, String> {
     }
     if args.sharded && (args.mode.is_some() || args.fencing.is_some()) {
         return Err("--mode and --fencing are for the single election, not --sharded".into());
+    }
+    if args.mechanism == Mechanism::Lease {
+        if args.sharded {
+            return Err("--mechanism lease is for the single election, not --sharded".into());
+        }
+        if args.mode == Some(AcquireMode::Queue) {
+            return Err("--mechanism lease always polls: a lease has no queue".into());
+        }
+    }
+    if let Some(sabotage) = args.sabotage {
+        let lease = args.mechanism == Mechanism::Lease;
+        if sabotage.is_lease_only() && !lease {
+            return Err(format!(
+                "--sabotage {sabotage} is a sabotage of lease runs: add --mechanism lease"
+            ));
+        }
+        if sabotage.is_advisory_only() && lease {
+            return Err(format!(
+                "--sabotage {sabotage} breaks the advisory lock's sessions: drop --mechanism lease"
+            ));
+        }
     }
     if !args.sharded && args.shards.is_some() {
         return Err("--shards needs --sharded".into());
@@ -148,7 +183,7 @@ fn options(args: &Args, seed: u64) -> RunOptions {
             ..seeded
         };
     }
-    let seeded = RunOptions::new(seed);
+    let seeded = RunOptions::for_mechanism(seed, args.mechanism);
     RunOptions {
         replicas: args.replicas,
         fencing: args.fencing.unwrap_or(seeded.fencing),
@@ -180,7 +215,7 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(error) => {
             eprintln!(
-                "{error}\nusage: plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue] [--fencing on|off] [--sabotage NAME]\n       plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J] [--sabotage NAME]"
+                "{error}\nusage: plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue] [--fencing on|off] [--sabotage NAME] [--mechanism advisory|lease]\n       plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J] [--sabotage NAME]"
             );
             return ExitCode::from(2);
         }
@@ -188,6 +223,8 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let mut report = if args.sharded {
         Report::sharded(Params::default(), args.replicas)
+    } else if args.mechanism == Mechanism::Lease {
+        Report::lease(Params::default())
     } else {
         Report::new(Params::default())
     };
@@ -234,6 +271,8 @@ fn main() -> ExitCode {
     // every cell: an empty one means the derivation in RunOptions lost a combination.
     let cycle = if args.sharded {
         Sharding::CYCLE
+    } else if args.mechanism == Mechanism::Lease {
+        RunOptions::LEASE_CYCLE
     } else {
         RunOptions::CYCLE
     };

@@ -21,7 +21,7 @@ use crate::connect::TurmoilConnect;
 use crate::fenced::{self, FencedUnit};
 use crate::record::{SharedRecorder, WorkGuard};
 use crate::sabotage::{SabotagedSessions, StaleSurveySessions};
-use crate::setup::{DriverSabotage, Params, ShardSabotage, Sharding, application_name};
+use crate::setup::{DriverSabotage, Mechanism, Params, ShardSabotage, Sharding, application_name};
 use plexsphere_leader::session::PoolSessions;
 
 /// The port every simulated server listens on.
@@ -90,6 +90,8 @@ pub(crate) struct ReplicaEnv {
     pub(crate) fencing: bool,
     /// How the elector's standby asks for the lock.
     pub(crate) mode: plexsphere_leader::config::AcquireMode,
+    /// Whether the elector holds the advisory lock or a lease.
+    pub(crate) mechanism: Mechanism,
     pub(crate) slot: Rc<RefCell<Slot>>,
     pub(crate) recorder: SharedRecorder,
     /// Where the run's connections signal their ends to the electors (one per run).
@@ -108,8 +110,8 @@ pub(crate) fn election_key(seed: u64) -> LockKey {
     LockKey::new(half(&mixed[..4]), half(&mixed[4..]))
 }
 
-/// One incarnation of the replica's software: in fencing runs first sets the fence table up,
-/// then runs the election until the harness cancels it, then closes the pool so that no
+/// One incarnation of the replica's software: in fencing runs first sets the fence table up
+/// (in lease runs the lease table and the fence table), then runs the election until the harness cancels it, then closes the pool so that no
 /// session is left behind.
 pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     let incarnation = {
@@ -143,6 +145,11 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     .fencing(env.fencing)
     .key(key)
     .identity(application_name(env.index, incarnation));
+    let config = match env.mechanism {
+        Mechanism::Advisory => config,
+        // The default TTL: three intervals.
+        Mechanism::Lease => config.lease(Duration::ZERO),
+    };
     let elector = Elector::new(config)?;
     let shutdown = CancellationToken::new();
     {
@@ -155,8 +162,8 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
             shutdown: shutdown.clone(),
         });
     }
-    if env.fencing {
-        fenced::set_up(&pool, &shutdown, &env.params).await;
+    if env.fencing || env.mechanism == Mechanism::Lease {
+        fenced::set_up(&pool, &shutdown, &env.params, env.mechanism).await;
     }
     let service = tokio::task::spawn_local(Tagged::new(
         env.index,

@@ -15,7 +15,7 @@ use plexsphere_leader::config::AcquireMode;
 
 use crate::checker::{Measurements, Property};
 use crate::run::RunOutcome;
-use crate::setup::{Params, RunKind, RunOptions, Sharding};
+use crate::setup::{Mechanism, Params, RunKind, RunOptions, Sharding};
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Row {
@@ -42,6 +42,12 @@ struct Count {
 /// The cell table's columns of single-election runs: acquire mode, then fencing off and on.
 const COLUMNS: [&str; 4] = ["poll", "poll+fencing", "queue", "queue+fencing"];
 
+/// The cell table's columns of lease runs (which always poll): fenced writes off and on.
+const LEASE_COLUMNS: [&str; 2] = ["lease", "lease+fencing"];
+
+/// The widths of the cell table's columns.
+const COLUMN_WIDTHS: [usize; 4] = [9, 14, 9, 15];
+
 /// The column of a run: single-election runs, its acquire mode, then whether it fences
 /// ([`COLUMNS`]); sharded runs, its number of shards.
 fn column(options: &RunOptions) -> u32 {
@@ -60,6 +66,8 @@ pub struct Report {
     params: Params,
     /// Sharded runs: how many replicas each run has.
     sharded: Option<usize>,
+    /// How the single election's runs hold leadership.
+    mechanism: Mechanism,
     rows: BTreeMap<RunKind, Row>,
     /// Runs and violations per kind and [`column`].
     cells: BTreeMap<(RunKind, u32), Count>,
@@ -75,11 +83,29 @@ impl Report {
         Self {
             params,
             sharded: None,
+            mechanism: Mechanism::Advisory,
             rows: BTreeMap::new(),
             cells: BTreeMap::new(),
             properties: BTreeMap::new(),
             seeds: 0,
             violations: 0,
+        }
+    }
+
+    /// An empty report for lease runs with `params`: the lease's bounds, and a cell table of
+    /// [`LEASE_COLUMNS`].
+    pub fn lease(params: Params) -> Self {
+        Self {
+            mechanism: Mechanism::Lease,
+            ..Self::new(params)
+        }
+    }
+
+    /// The cell table's columns of the single election's runs.
+    fn columns(&self) -> &'static [&'static str] {
+        match self.mechanism {
+            Mechanism::Advisory => &COLUMNS,
+            Mechanism::Lease => &LEASE_COLUMNS,
         }
     }
 
@@ -142,7 +168,7 @@ impl Report {
         match self.sharded {
             None => {
                 for kind in RunKind::all() {
-                    for (column, name) in (0..).zip(COLUMNS) {
+                    for (column, name) in (0..).zip(self.columns().iter().copied()) {
                         if !self.cells.contains_key(&(kind, column)) {
                             empty.push(format!("{kind} × {name}"));
                         }
@@ -246,13 +272,24 @@ impl Report {
             "(bound)",
             "",
             "",
-            format!("({})", p.overlap_bound().as_millis()),
+            format!("({})", p.overlap_bound_of(self.mechanism).as_millis()),
             format!("({})", p.gap_bound().as_millis()),
-            format!("({})", p.detection_bound().as_millis()),
-            format!("({})", p.orphan_bound().as_millis()),
+            format!("({})", p.detection_bound_of(self.mechanism).as_millis()),
+            match self.mechanism {
+                Mechanism::Advisory => format!("({})", p.orphan_bound().as_millis()),
+                Mechanism::Lease => "(-)".to_owned(),
+            },
             "(-)",
             ""
         );
+        if self.mechanism == Mechanism::Lease {
+            let _ = writeln!(
+                out,
+                "lease: TTL {} ms (trusted for 0.9 TTL after sending a renewal); handover after a lost leader <= TTL + gap = {} ms from its last renewal; detection: a term past its lease's end on the server",
+                p.lease_ttl().as_millis(),
+                p.lease_handover_bound().as_millis()
+            );
+        }
         for (kind, row) in &self.rows {
             write_row(out, kind.name(), row);
         }
@@ -288,17 +325,18 @@ impl Report {
             out,
             "runs/violations per kind and acquire mode, fencing off and on (EMPTY: never run)"
         );
-        let _ = writeln!(
-            out,
-            "{:<17} {:>9} {:>14} {:>9} {:>15}",
-            "fault kind", COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3]
-        );
-        let mut all = [Count::default(); 4];
+        let columns = self.columns();
+        let _ = write!(out, "{:<17}", "fault kind");
+        for (name, width) in columns.iter().zip(COLUMN_WIDTHS) {
+            let _ = write!(out, " {name:>width$}");
+        }
+        let _ = writeln!(out);
+        let mut all = vec![Count::default(); columns.len()];
         for kind in RunKind::all() {
-            let counts: [Count; 4] = std::array::from_fn(|column| {
-                self.count(kind, u32::try_from(column).unwrap_or(u32::MAX))
-            });
-            for (sum, count) in all.iter_mut().zip(counts) {
+            let counts: Vec<Count> = (0..columns.len())
+                .map(|column| self.count(kind, u32::try_from(column).unwrap_or(u32::MAX)))
+                .collect();
+            for (sum, count) in all.iter_mut().zip(&counts) {
                 sum.runs += count.runs;
                 sum.violations += count.violations;
             }
@@ -306,7 +344,7 @@ impl Report {
         }
         write_cells_row(out, "all", &all);
         let empty = self.empty_cells();
-        let cells = RunKind::COUNT * COLUMNS.len();
+        let cells = RunKind::COUNT * columns.len();
         let _ = write!(out, "cells run: {} of {cells}", cells - empty.len());
         match empty.as_slice() {
             [] => {}
@@ -324,7 +362,7 @@ impl Report {
     }
 }
 
-fn write_cells_row(out: &mut String, name: &str, counts: &[Count; 4]) {
+fn write_cells_row(out: &mut String, name: &str, counts: &[Count]) {
     let text = |count: &Count| {
         if count.runs == 0 {
             "EMPTY".to_owned()
@@ -332,15 +370,11 @@ fn write_cells_row(out: &mut String, name: &str, counts: &[Count; 4]) {
             format!("{}/{}", count.runs, count.violations)
         }
     };
-    let _ = writeln!(
-        out,
-        "{:<17} {:>9} {:>14} {:>9} {:>15}",
-        name,
-        text(&counts[0]),
-        text(&counts[1]),
-        text(&counts[2]),
-        text(&counts[3])
-    );
+    let _ = write!(out, "{name:<17}");
+    for (count, width) in counts.iter().zip(COLUMN_WIDTHS) {
+        let _ = write!(out, " {:>width$}", text(count));
+    }
+    let _ = writeln!(out);
 }
 
 fn write_row(out: &mut String, name: &str, row: &Row) {
@@ -448,5 +482,21 @@ mod tests {
             ),
             "{report}"
         );
+    }
+
+    #[test]
+    fn a_lease_report_has_the_lease_bounds_and_two_columns_that_one_lease_cycle_fills() {
+        let mut report = Report::lease(Params::default());
+        for seed in 0..RunOptions::LEASE_CYCLE {
+            report.add(&clean(RunOptions::lease(seed)));
+        }
+        let text = report.to_string();
+        assert_eq!(report.empty_cells(), Vec::<String>::new());
+        assert!(text.contains("\ncells run: 28 of 28\n"), "{text}");
+        assert!(text.contains(" lease  lease+fencing\n"), "{text}");
+        assert_eq!(cells_row(&text, "partition"), ["1/0", "1/0"], "{text}");
+        let bounds = cells_row(&text, "(bound)");
+        assert_eq!(bounds, ["(0)", "(152)", "(0)", "(-)", "(-)"], "{text}");
+        assert!(text.contains("TTL 300 ms"), "{text}");
     }
 }

@@ -20,8 +20,11 @@ pub(crate) struct SabotagedSessions {
     sabotage: DriverSabotage,
     /// The leader's check statement of this election, to recognise it.
     verify: String,
-    /// How long [`DriverSabotage::KeepTermOnFailedPing`] waits for an answer.
+    /// How long [`DriverSabotage::KeepTermOnFailedPing`] and
+    /// [`DriverSabotage::KeepLeaseOnFailedRenewal`] wait for an answer.
     patience: Duration,
+    /// The lease renewal of this election up to its holder, to recognise it.
+    renewal: String,
 }
 
 impl SabotagedSessions {
@@ -38,9 +41,25 @@ impl SabotagedSessions {
             sabotage,
             verify: plexsphere_leader::sql::verify(key),
             patience: interval / 2,
+            renewal: renewal_before_holder(key, interval),
         }
     }
 }
+
+/// The renewal statement `sql::lease::renew` builds for `key` with the default TTL (three
+/// intervals), up to the opening quote of its holder literal: what every renewal of the
+/// election begins with.
+fn renewal_before_holder(key: LockKey, interval: Duration) -> String {
+    let ttl = interval * plexsphere_leader_core::LEASE_TTL_INTERVALS;
+    let ttl_ms = u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX);
+    let built = plexsphere_leader::sql::lease::renew(key, "", ttl_ms);
+    built
+        .strip_suffix(RENEWAL_AFTER_HOLDER)
+        .map_or_else(|| built.clone(), str::to_owned)
+}
+
+/// What a renewal ends with after the holder's text.
+const RENEWAL_AFTER_HOLDER: &str = "' RETURNING 1";
 
 impl SessionSource for SabotagedSessions {
     fn acquire(
@@ -54,6 +73,7 @@ impl SessionSource for SabotagedSessions {
                 sabotage: self.sabotage,
                 verify: self.verify.clone(),
                 patience: self.patience,
+                renewal: self.renewal.clone(),
                 backend_pid: None,
             }) as Box<dyn LockSession>)
         })
@@ -68,6 +88,7 @@ struct SabotagedSession {
     sabotage: DriverSabotage,
     verify: String,
     patience: Duration,
+    renewal: String,
     /// The backend granted the lock, from the detach.
     backend_pid: Option<i32>,
 }
@@ -125,6 +146,17 @@ impl LockSession for SabotagedSession {
                     match self.pass(statement).await {
                         Err(QueryError::LockTimeout(_)) => Ok(self.refused()),
                         answer => answer,
+                    }
+                }
+                DriverSabotage::KeepLeaseOnFailedRenewal
+                    if statement.starts_with(&self.renewal)
+                        && statement.ends_with(RENEWAL_AFTER_HOLDER) =>
+                {
+                    let answer = tokio::time::timeout(self.patience, self.pass(statement)).await;
+                    match answer {
+                        Ok(Ok(rows)) if !rows.is_empty() => Ok(rows),
+                        // Renewed, says the wrapper: one row of `RETURNING 1`.
+                        _ => Ok(vec![vec![Some("1".to_owned())]]),
                     }
                 }
                 DriverSabotage::SkipIdleSessionTimeout

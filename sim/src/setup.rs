@@ -16,7 +16,43 @@ pub use params::Params;
 pub use sabotage::{DriverSabotage, Sabotage, ShardSabotage};
 pub use sharding::Sharding;
 
+use std::fmt;
+
 use plexsphere_leader::config::AcquireMode;
+
+/// How the replicas of a single election hold leadership (`--mechanism`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Mechanism {
+    /// The session advisory lock (the spec's): a lock session per leader.
+    #[default]
+    Advisory,
+    /// The lease row of `Config::lease(Duration::ZERO)` (TTL three intervals), one autocommit
+    /// statement per check on any pooled connection; always polls.
+    Lease,
+}
+
+impl Mechanism {
+    /// The CLI name (`--mechanism advisory|lease`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Advisory => "advisory",
+            Self::Lease => "lease",
+        }
+    }
+
+    /// The mechanism the CLI names `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Advisory, Self::Lease]
+            .into_iter()
+            .find(|mechanism| mechanism.name() == name)
+    }
+}
+
+impl fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// The server host names; index 0 is the first primary.
 pub(crate) const SERVERS: [&str; 2] = ["pg1", "pg2"];
@@ -78,12 +114,19 @@ pub struct RunOptions {
     /// this space instead of the single election (mode and fencing then do not apply); see
     /// [`RunOptions::sharded`].
     pub sharding: Option<Sharding>,
+    /// How the single election's replicas hold leadership; lease runs
+    /// ([`RunOptions::lease`]) always poll.
+    pub mechanism: Mechanism,
 }
 
 impl RunOptions {
     /// Within this many consecutive seeds every (kind, acquire mode, fencing) cell runs once:
     /// 4·[`RunKind::COUNT`] (see [What a seed runs](RunOptions#what-a-seed-runs)).
     pub const CYCLE: u64 = VARIANTS * RunKind::COUNT as u64;
+
+    /// Within this many consecutive lease seeds every (kind, fencing) cell runs once:
+    /// 2·[`RunKind::COUNT`] (see [`RunOptions::lease`]).
+    pub const LEASE_CYCLE: u64 = LEASE_VARIANTS * RunKind::COUNT as u64;
 
     /// Seed `seed` with three replicas, the default timing, no sabotage, and the seed's kind
     /// of faults, acquire mode and fencing (see [What a seed runs](RunOptions#what-a-seed-runs)).
@@ -97,6 +140,35 @@ impl RunOptions {
             sabotage: None,
             kind: RunKind::for_seed(seed),
             sharding: None,
+            mechanism: Mechanism::Advisory,
+        }
+    }
+
+    /// Lease seed `seed` (a seed space of its own) with three replicas, the default timing, no
+    /// sabotage, polling (a lease has no server-side queue), the seed's kind of faults
+    /// ([`RunKind::for_seed`], `seed % K`) and whether the service's work is fenced writes: in
+    /// variant 1, `(seed / K) % 2 == 1` ([`RunOptions::lease_fencing_for_seed`]). Every term has
+    /// the lease's epoch either way. Any [`RunOptions::LEASE_CYCLE`] consecutive seeds run
+    /// every (kind, fencing) cell once.
+    pub fn lease(seed: u64) -> Self {
+        Self {
+            fencing: Self::lease_fencing_for_seed(seed),
+            mode: AcquireMode::Poll,
+            mechanism: Mechanism::Lease,
+            ..Self::new(seed)
+        }
+    }
+
+    /// Whether lease seed `seed`'s service does fenced writes: `(seed / K) % 2 == 1`.
+    pub const fn lease_fencing_for_seed(seed: u64) -> bool {
+        (seed / RunKind::COUNT as u64) % LEASE_VARIANTS == 1
+    }
+
+    /// The options seed `seed` runs with by default under `mechanism`.
+    pub fn for_mechanism(seed: u64, mechanism: Mechanism) -> Self {
+        match mechanism {
+            Mechanism::Advisory => Self::new(seed),
+            Mechanism::Lease => Self::lease(seed),
         }
     }
 
@@ -113,6 +185,7 @@ impl RunOptions {
             sabotage: None,
             kind: RunKind::for_sharded_seed(seed),
             sharding: Some(Sharding::for_seed(seed)),
+            mechanism: Mechanism::Advisory,
         }
     }
 
@@ -158,10 +231,14 @@ impl RunOptions {
             }
             return command;
         }
-        if self.mode != Self::mode_for_seed(self.seed) {
+        let seeded = Self::for_mechanism(self.seed, self.mechanism);
+        if self.mechanism != Mechanism::Advisory {
+            command.push_str(&format!(" --mechanism {}", self.mechanism));
+        }
+        if self.mode != seeded.mode {
             command.push_str(&format!(" --mode {}", mode_name(self.mode)));
         }
-        if self.fencing != Self::fencing_for_seed(self.seed) {
+        if self.fencing != seeded.fencing {
             let on = if self.fencing { "on" } else { "off" };
             command.push_str(&format!(" --fencing {on}"));
         }
@@ -180,7 +257,10 @@ impl RunOptions {
                 self.kind, sharding.shards, self.replicas
             );
         }
-        let mode = mode_name(self.mode);
+        let mode = match self.mechanism {
+            Mechanism::Advisory => mode_name(self.mode),
+            Mechanism::Lease => "lease",
+        };
         if self.fencing {
             format!("{}, {mode}, fencing", self.kind)
         } else {
@@ -191,6 +271,9 @@ impl RunOptions {
 
 /// How many (acquire mode, fencing) variants a kind runs in.
 const VARIANTS: u64 = 4;
+
+/// How many fencing variants a kind runs in on lease runs.
+const LEASE_VARIANTS: u64 = 2;
 
 /// The (mode, fencing) variant of seed `seed` with `kinds` run kinds: the kind is
 /// `seed % kinds`, the variant the next digit, `(seed / kinds) % 4`.
@@ -285,6 +368,22 @@ mod tests {
     }
 
     #[test]
+    fn any_lease_cycle_runs_every_kind_with_and_without_fenced_writes_polling() {
+        for start in (0..2 * RunOptions::LEASE_CYCLE).chain([20_000, 99_999]) {
+            let seen: BTreeSet<(RunKind, bool)> = (start..start + RunOptions::LEASE_CYCLE)
+                .map(RunOptions::lease)
+                .inspect(|o| assert_eq!(o.mode, AcquireMode::Poll))
+                .map(|o| (o.kind, o.fencing))
+                .collect();
+            assert_eq!(
+                seen.len() as u64,
+                RunOptions::LEASE_CYCLE,
+                "seeds from {start}"
+            );
+        }
+    }
+
+    #[test]
     fn a_forced_mode_or_fencing_is_in_the_replay_command() {
         let options = RunOptions {
             mode: AcquireMode::Queue,
@@ -301,6 +400,25 @@ mod tests {
             "cargo run --release -p plexsphere-leader-sim -- --seed 45"
         );
         assert_eq!(mode_from_name("queue"), Some(AcquireMode::Queue));
+        let lease = RunOptions::lease(17);
+        assert_eq!(
+            (lease.describe(), lease.replay_command()),
+            (
+                "crash, lease, fencing".to_owned(),
+                "cargo run --release -p plexsphere-leader-sim -- --seed 17 --mechanism lease"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            RunOptions {
+                fencing: false,
+                ..lease
+            }
+            .replay_command(),
+            "cargo run --release -p plexsphere-leader-sim -- --seed 17 --mechanism lease --fencing off"
+        );
+        assert_eq!(Mechanism::from_name("lease"), Some(Mechanism::Lease));
+        assert_eq!(Mechanism::from_name("nope"), None);
         assert_eq!(mode_from_name("nope"), None);
     }
 }

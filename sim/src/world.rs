@@ -72,6 +72,7 @@ impl World<'_> {
             mode,
             sabotage,
             sharding,
+            mechanism,
             ..
         } = *options;
         let mut sim = Builder::new()
@@ -115,6 +116,7 @@ impl World<'_> {
                 shard_sabotage: sabotage.and_then(Sabotage::shard),
                 fencing,
                 mode,
+                mechanism,
                 slot: Rc::clone(&slot),
                 recorder: Rc::clone(&recorder),
                 session_ends: session_ends.clone(),

@@ -4,7 +4,8 @@
 //! every (fault kind, acquire mode, fencing) cell; and with the simulated server's fence row
 //! left unlocked, the fence-holds property fails. The sharded sabotages (a shard's work that
 //! does not hold its term, a survey answered from the last good rows) are caught within one
-//! cycle of sharded seeds.
+//! cycle of sharded seeds. A lease leader that answers its own failed renewals trusts its
+//! lease past its window, and is caught within one cycle of lease seeds.
 #![allow(missing_docs)] // test functions
 
 use plexsphere_leader::config::AcquireMode;
@@ -122,6 +123,36 @@ fn fence_without_row_lock_is_caught_as_a_broken_fence() {
         Property::FenceHolds,
         |options| options.fencing,
     );
+}
+
+/// A lease renewal that fails or does not answer, reported as renewed, keeps the leader's trust
+/// after the server let the lease expire: the term outlives its lease (the lease's detection
+/// bound is zero) and overlaps the next claimer's (so is the lease's overlap bound).
+#[test]
+fn keep_lease_on_failed_renewal_is_caught_as_a_term_outliving_its_lease_and_an_overlap() {
+    let sabotage = Sabotage::Driver(DriverSabotage::KeepLeaseOnFailedRenewal);
+    let caught: Vec<(u64, Violation)> = (0..RunOptions::LEASE_CYCLE)
+        .find_map(|seed| {
+            let options = RunOptions {
+                sabotage: Some(sabotage),
+                ..RunOptions::lease(seed)
+            };
+            let violations = run_once(&options).violations;
+            let first = |property| violations.iter().find(|v| v.property == property).cloned();
+            match (first(Property::Detection), first(Property::Overlap)) {
+                (Some(detection), Some(overlap)) => Some(vec![(seed, detection), (seed, overlap)]),
+                _ => None,
+            }
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        caught.len(),
+        2,
+        "{sabotage}: no detection and overlap within one lease cycle"
+    );
+    for (seed, violation) in caught {
+        println!("{sabotage} caught at lease seed {seed}: {violation}");
+    }
 }
 
 /// The first violation of `property` whose detail contains `marks` with the sharded sabotage

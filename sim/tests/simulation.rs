@@ -258,3 +258,38 @@ fn a_sharded_failure_report_names_the_seed_and_the_replay_command() {
 fn a_stop_during_a_survey_waits_for_the_stopped_terms_work() {
     assert_sharded_clean(773, FaultKind::GracefulStop, 12);
 }
+
+/// Lease runs of the kinds that wedge no pooled connection (held links, crashes, silent deaths,
+/// a graceful stop, terminations, server crashes, failovers, resigns), polling, with and
+/// without fenced writes: clean and identical twice. No term outlives its lease and no two
+/// overlap (the lease's bounds are zero); every term has the claim's epoch, rising.
+#[test]
+fn lease_seeds_of_the_kinds_that_lose_no_segment_run_clean() {
+    for seed in [2, 3, 4, 6, 8, 10, 12, 21, 24] {
+        let options = RunOptions::lease(seed);
+        assert!(
+            !matches!(
+                options.kind,
+                RunKind::Mixed | RunKind::Only(FaultKind::Partition | FaultKind::PartitionOneWay)
+            ),
+            "seed {seed}"
+        );
+        let outcome = assert_clean(&options);
+        assert!(outcome.measurements.fence.epochs > 0, "seed {seed}");
+    }
+}
+
+/// A finding in the adapter's lease path, left open (docs/simulation.md, "Lease runs"): a
+/// claim or renewal that does not answer within its deadline gives its pooled connection back
+/// to the pool (`ReturnToPool`) with the statement still in flight. A connection whose segment
+/// a partition dropped is wedged for good, and the pool hands it out again at every check: the
+/// replica never gets an answer again, and after the faults heal no leader appears (lease seed
+/// 0: steady-state, "no leader 652ms after the faults stopped"). Ignored until the adapter
+/// discards such a connection, as it does a lock session's.
+#[test]
+#[ignore = "adapter finding: an unanswered lease statement returns its wedged connection to the pool"]
+fn a_partition_lease_seed_runs_clean() {
+    let options = RunOptions::lease(0);
+    assert_eq!(options.kind, RunKind::Only(FaultKind::Partition));
+    assert_clean(&options);
+}

@@ -21,6 +21,7 @@
 //! `pg_advisory_lock`, and resumes, reading the committed epoch again, once no other session
 //! share-locks the row (see `rows`).
 
+mod lease;
 mod shards;
 
 use std::collections::VecDeque;
@@ -34,6 +35,7 @@ use super::reply::{self, PgType, Reply, SqlError, sqlstate};
 use super::rows::RowId;
 use super::sql::{self, Expr, Func, LockColumn, LockCond, SetValue, Statement};
 use super::state::{FenceCheck, LockWait, State};
+use super::storage::TableKind;
 use super::timestamp::timestamp_text;
 
 /// What running (or resuming) a query produced.
@@ -134,11 +136,12 @@ pub(crate) fn result_columns(statement: &Statement) -> Option<Vec<(String, PgTyp
             Some(vec![(name, PgType::Text)])
         }
         Statement::Shard(statement) => Some(shards::columns(statement)),
+        Statement::Lease(statement) => Some(lease::columns(statement)),
         Statement::Set { .. }
         | Statement::Begin
         | Statement::Commit
         | Statement::Rollback
-        | Statement::CreateFenceTable { .. } => None,
+        | Statement::CreateTable { .. } => None,
     }
 }
 
@@ -422,10 +425,11 @@ impl<'a> Ctx<'a> {
                 self.end_block(false);
                 Ok(())
             }
-            Statement::CreateFenceTable {
+            Statement::CreateTable {
                 name,
+                kind,
                 if_not_exists,
-            } => Ok(self.create_table(name, *if_not_exists)?),
+            } => Ok(self.create_table(name, *kind, *if_not_exists)?),
             Statement::AdvanceEpoch {
                 table,
                 classid,
@@ -439,6 +443,7 @@ impl<'a> Ctx<'a> {
                 for_share,
             } => Ok(self.select_epoch(table, (*classid, *objid), *for_share)?),
             Statement::Shard(statement) => self.shard(statement),
+            Statement::Lease(statement) => self.lease(statement),
         }
     }
 
@@ -640,7 +645,7 @@ impl<'a> Ctx<'a> {
     fn committed_epoch(&self, row: &RowId) -> Option<i64> {
         let storage = self.state.storage.borrow();
         storage
-            .table(&row.database, &row.table)?
+            .fence(&row.database, &row.table)?
             .get(&row.key)
             .copied()
     }
@@ -655,10 +660,19 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
-    fn create_table(&mut self, name: &str, if_not_exists: bool) -> Result<(), SqlError> {
+    fn create_table(
+        &mut self,
+        name: &str,
+        kind: TableKind,
+        if_not_exists: bool,
+    ) -> Result<(), SqlError> {
         self.read_only("CREATE TABLE")?;
         let database = self.database()?;
-        let created = self.state.storage.borrow_mut().create(&database, name);
+        let created = self
+            .state
+            .storage
+            .borrow_mut()
+            .create(&database, name, kind);
         if !created {
             let message = format!("relation \"{name}\" already exists");
             if !if_not_exists {
@@ -681,7 +695,7 @@ impl<'a> Ctx<'a> {
             .state
             .storage
             .borrow()
-            .table(&database, table)
+            .fence(&database, table)
             .is_none()
         {
             return Err(no_table(table).into());
@@ -696,18 +710,29 @@ impl<'a> Ctx<'a> {
         if self.committed_epoch(&row).is_some() && !self.state.update_or_wait(self.pid, &row) {
             return Err(Stop::Blocked);
         }
+        let epoch = self.write_epoch(row, initial)?;
+        self.describe_row(&EPOCH_COLUMN);
+        self.send_row(&EPOCH_COLUMN, &[Some(epoch.to_string())]);
+        self.reply.command_complete("INSERT 0 1");
+        Ok(())
+    }
+
+    /// Commits the advance of fence row `row` (to `initial` when it is missing) and logs it
+    /// with how long the statement waited for the row; the new epoch. The caller waited for
+    /// other sessions' share locks.
+    fn write_epoch(&mut self, row: RowId, initial: i64) -> Result<i64, Stop> {
         let epoch = {
             let mut storage = self.state.storage.borrow_mut();
             let rows = storage
-                .table_mut(&row.database, table)
-                .ok_or_else(|| no_table(table))?;
-            let epoch = match rows.get(&key) {
+                .fence_mut(&row.database, &row.table)
+                .ok_or_else(|| no_table(&row.table))?;
+            let epoch = match rows.get(&row.key) {
                 None => initial,
                 Some(epoch) => epoch.checked_add(1).ok_or_else(|| {
                     SqlError::error(sqlstate::NUMERIC_VALUE_OUT_OF_RANGE, "bigint out of range")
                 })?,
             };
-            rows.insert(key, epoch);
+            rows.insert(row.key, epoch);
             epoch
         };
         let waited = self
@@ -720,10 +745,7 @@ impl<'a> Ctx<'a> {
             waited,
         };
         self.state.record(self.at, event);
-        self.describe_row(&EPOCH_COLUMN);
-        self.send_row(&EPOCH_COLUMN, &[Some(epoch.to_string())]);
-        self.reply.command_complete("INSERT 0 1");
-        Ok(())
+        Ok(epoch)
     }
 
     /// The fence read. `FOR SHARE` share-locks the row it returns until the transaction ends
@@ -739,7 +761,7 @@ impl<'a> Ctx<'a> {
         let epoch = {
             let storage = self.state.storage.borrow();
             let rows = storage
-                .table(&database, table)
+                .fence(&database, table)
                 .ok_or_else(|| no_table(table))?;
             int4_key(key).ok().and_then(|key| rows.get(&key).copied())
         };
@@ -1768,5 +1790,238 @@ mod tests {
         run(&mut state, a, "SET LOCAL lock_timeout = '1s'");
         run(&mut state, a, "COMMIT");
         assert_eq!(state.sessions[&a].gucs.lock_timeout, Duration::ZERO);
+    }
+
+    /// The lease statements of the default key.
+    mod lease_statements {
+        use plexsphere_leader::LockKey;
+        use plexsphere_leader::sql::lease;
+
+        pub(super) fn claim(holder: &str) -> String {
+            lease::claim(LockKey::DEFAULT, holder, 300, 50)
+        }
+
+        pub(super) fn renew(holder: &str) -> String {
+            lease::renew(LockKey::DEFAULT, holder, 300)
+        }
+
+        pub(super) fn release(holder: &str) -> String {
+            lease::release(LockKey::DEFAULT, holder)
+        }
+
+        pub(super) fn who_holds() -> String {
+            lease::who_holds(LockKey::DEFAULT)
+        }
+    }
+
+    /// Runs `query` for `pid` at `at` ms; the reply rendered, or `blocked`.
+    fn lease_run(state: &mut State, pid: i32, query: &str, at: u64) -> Vec<String> {
+        match run_query(state, pid, query, ms(at)) {
+            Some(Run::Done(reply)) => lines(reply),
+            Some(Run::Blocked(_)) => vec!["blocked".to_owned()],
+            None => vec!["gone".to_owned()],
+        }
+    }
+
+    /// A server with the lease setup run, and sessions a and b.
+    fn lease_server() -> (State, i32, i32) {
+        let (mut state, a, b) = server();
+        let setup = run(&mut state, a, &plexsphere_leader::sql::lease::setup());
+        assert_eq!(setup, ["C CREATE TABLE", "C CREATE TABLE", "Z I"]);
+        (state, a, b)
+    }
+
+    /// The lease events of the log, rendered.
+    fn lease_log(state: &State) -> Vec<String> {
+        state
+            .log
+            .iter()
+            .filter_map(|entry| match &entry.event {
+                Event::LeaseClaimed {
+                    pid,
+                    holder,
+                    expires,
+                    ..
+                } => Some(format!(
+                    "{:?} claim {pid} {holder} until {expires:?}",
+                    entry.at
+                )),
+                Event::LeaseRenewed {
+                    pid,
+                    holder,
+                    expires,
+                    ..
+                } => Some(format!(
+                    "{:?} renew {pid} {holder} until {expires:?}",
+                    entry.at
+                )),
+                Event::LeaseReleased { pid, holder, .. } => {
+                    Some(format!("{:?} release {pid} {holder}", entry.at))
+                }
+                Event::EpochAdvanced { pid, epoch, .. } => {
+                    Some(format!("{:?} advance {pid} {epoch}", entry.at))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_claim_takes_a_missing_expired_or_own_lease_and_advances_the_fence_row() {
+        use lease_statements::{claim, renew, who_holds};
+        let (mut state, a, b) = lease_server();
+        assert_eq!(
+            lease_run(&mut state, a, &claim("ha"), 10),
+            ["C SET", "T epoch:20", "D 1", "C INSERT 0 1", "Z I"]
+        );
+        assert_eq!(
+            lease_run(&mut state, b, &claim("hb"), 20),
+            ["C SET", "T epoch:20", "C INSERT 0 0", "Z I"],
+            "a's lease runs until 310 ms"
+        );
+        assert_eq!(
+            lease_run(&mut state, a, &claim("ha"), 30)[2],
+            "D 2",
+            "its own"
+        );
+        assert_eq!(
+            lease_run(&mut state, b, &renew("hb"), 40)[1..3],
+            ["C UPDATE 0".to_owned(), "Z I".to_owned()][..]
+        );
+        assert_eq!(
+            lease_run(&mut state, b, &claim("hb"), 329)[2],
+            "C INSERT 0 0"
+        );
+        assert_eq!(
+            lease_run(&mut state, b, &claim("hb"), 330)[2],
+            "D 3",
+            "expired at 330 ms"
+        );
+        assert_eq!(
+            lease_run(&mut state, a, &renew("ha"), 340),
+            ["T ?column?:23", "C UPDATE 0", "Z I"],
+            "the row is b's"
+        );
+        let who = lease_run(&mut state, a, &who_holds(), 350);
+        assert_eq!(who[0], "T holder:25,epoch:20,date_part:701,?column?:16");
+        assert_eq!(who[1], "D hb,3,1767225600.63,t");
+        assert_eq!(
+            lease_log(&state),
+            [
+                format!("10ms claim {a} ha until 310ms"),
+                format!("10ms advance {a} 1"),
+                format!("30ms claim {a} ha until 330ms"),
+                format!("30ms advance {a} 2"),
+                format!("330ms claim {b} hb until 630ms"),
+                format!("330ms advance {b} 3"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_renewal_extends_even_an_expired_lease_and_a_release_expires_an_unexpired_one_now() {
+        use lease_statements::{claim, release, renew, who_holds};
+        let (mut state, a, b) = lease_server();
+        assert_eq!(
+            lease_run(&mut state, a, &who_holds(), 1),
+            [
+                "T holder:25,epoch:20,date_part:701,?column?:16",
+                "C SELECT 0",
+                "Z I"
+            ]
+        );
+        lease_run(&mut state, a, &claim("ha"), 10);
+        assert_eq!(
+            lease_run(&mut state, b, &renew("ha"), 400),
+            ["T ?column?:23", "D 1", "C UPDATE 1", "Z I"],
+            "the holder's row, expired at 310 ms, any session"
+        );
+        assert_eq!(
+            lease_run(&mut state, b, &release("hb"), 410)[1],
+            "C UPDATE 0"
+        );
+        assert_eq!(lease_run(&mut state, a, &release("ha"), 420)[1], "D 1");
+        assert_eq!(
+            lease_run(&mut state, a, &release("ha"), 421)[1],
+            "C UPDATE 0",
+            "expired"
+        );
+        assert_eq!(
+            lease_run(&mut state, b, &who_holds(), 422)[1],
+            "D ha,1,1767225600.42,f"
+        );
+        assert_eq!(lease_run(&mut state, b, &claim("hb"), 422)[2], "D 2");
+        assert_eq!(
+            lease_log(&state)[2..4],
+            [
+                format!("400ms renew {b} ha until 700ms"),
+                format!("420ms release {a} ha")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_claim_waits_for_a_fenced_transaction_writing_nothing_and_its_lock_timeout_fails_it() {
+        use lease_statements::{claim, who_holds};
+        let (mut state, a, b) = lease_server();
+        lease_run(&mut state, a, &claim("ha"), 10);
+        run(&mut state, a, "BEGIN");
+        lease_run(&mut state, a, CHECK, 20);
+        let Some(Run::Blocked(blocked)) = run_query(&mut state, b, &claim("hb"), ms(400)) else {
+            panic!("the claim did not wait for the fence row");
+        };
+        assert_eq!(
+            lease_run(&mut state, a, &who_holds(), 401)[1],
+            "D ha,1,1767225600.31,f"
+        );
+        assert!(!state.end_wait(b));
+        let Some(Run::Done(reply)) = resume(&mut state, b, blocked, WaitEnd::TimedOut, ms(450))
+        else {
+            panic!("the claim did not fail");
+        };
+        assert_eq!(lines(reply), ["C SET", "E 55P03", "Z I"]);
+        assert_eq!(
+            lease_run(&mut state, b, &who_holds(), 451)[1],
+            "D ha,1,1767225600.31,f"
+        );
+        let Some(Run::Blocked(blocked)) = run_query(&mut state, b, &claim("hb"), ms(460)) else {
+            panic!("the claim did not wait for the fence row");
+        };
+        run(&mut state, a, "COMMIT");
+        assert!(state.end_wait(b), "the commit wakes the claim");
+        let Some(Run::Done(reply)) = resume(&mut state, b, blocked, WaitEnd::Granted, ms(470))
+        else {
+            panic!("the claim did not complete");
+        };
+        assert_eq!(lines(reply)[1..4], ["T epoch:20", "D 2", "C INSERT 0 1"]);
+        assert_eq!(
+            lease_log(&state)[2..],
+            [
+                format!("470ms claim {b} hb until 760ms"),
+                format!("470ms advance {b} 2"),
+            ],
+            "now() is the claim's start, 460 ms"
+        );
+    }
+
+    #[test]
+    fn lease_statements_need_the_tables_and_a_writable_server() {
+        use lease_statements::{claim, renew, who_holds};
+        let (mut state, a, _b) = server();
+        assert_eq!(
+            lease_run(&mut state, a, &claim("ha"), 1),
+            ["C SET", "E 42P01", "Z I"]
+        );
+        assert_eq!(
+            lease_run(&mut state, a, &who_holds(), 1),
+            ["E 42P01", "Z I"]
+        );
+        run(&mut state, a, &plexsphere_leader::sql::lease::setup());
+        state.in_recovery = true;
+        assert_eq!(
+            lease_run(&mut state, a, &renew("ha"), 2),
+            ["E 25006", "Z I"]
+        );
+        assert_eq!(lease_run(&mut state, a, &who_holds(), 2)[1], "C SELECT 0");
     }
 }

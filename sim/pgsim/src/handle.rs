@@ -133,7 +133,7 @@ impl ServerHandle {
         let state = self.shared.borrow();
         let storage = state.storage.borrow();
         storage
-            .table(database, FENCE_TABLE)?
+            .fence(database, FENCE_TABLE)?
             .get(&(classid, objid))
             .copied()
     }

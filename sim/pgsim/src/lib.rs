@@ -13,7 +13,10 @@
 //! `set_config`, custom placeholder settings, hot standbys (`pg_is_in_recovery()`, see
 //! [`ServerConfig::with_in_recovery`]), the fencing table (committed data that survives
 //! crashes and, with [`ServerHandle::replicate_to`], failovers) with `FOR SHARE` row locks
-//! that make an epoch advance wait for fenced transactions, `pg_terminate_backend`
+//! that make an epoch advance wait for fenced transactions, the lease mechanism's lease table
+//! (`plexsphere_leader::sql::lease`: claim, renew, release, who holds, with `now()` the
+//! server's clock; a claim advances the fence row and waits for fenced transactions as an
+//! epoch advance does), `pg_terminate_backend`
 //! (FATAL 57P01), crash and restart, and keeps a ground-truth [`LogEntry`] log of sessions and locks and a statement
 //! log ([`QueryRecord`]) from which idle periods are measured.
 //!
@@ -54,6 +57,7 @@ mod extended;
 mod frontend;
 mod guc;
 mod handle;
+mod lease;
 mod locks;
 mod log;
 mod queues;

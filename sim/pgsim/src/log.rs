@@ -1,8 +1,8 @@
 //! The ground-truth log of one simulated server, and a mutual-exclusion check over it.
 //!
 //! The server appends an entry for every session start and end, every lock grant and
-//! every release, every fencing epoch advance, and every fence check and commit of a fenced
-//! transaction, with the simulated time ([`turmoil::sim_elapsed`]) at which it happened.
+//! every release, every fencing epoch advance, every fence check and commit of a fenced
+//! transaction, and every lease claim, renewal and release, with the simulated time ([`turmoil::sim_elapsed`]) at which it happened.
 //! A checker replays it with [`check_mutual_exclusion`].
 
 use std::collections::BTreeMap;
@@ -103,6 +103,38 @@ pub enum Event {
         row: RowId,
         /// The epoch read.
         epoch: i64,
+    },
+    /// A lease claim (`plexsphere_leader::sql::lease::claim`) took the lease row for its
+    /// holder; the fence advance of the same statement follows as [`Event::EpochAdvanced`].
+    LeaseClaimed {
+        /// Backend pid of the session that ran it.
+        pid: i32,
+        /// The lease row.
+        row: RowId,
+        /// The holder it names now.
+        holder: String,
+        /// When the lease expires, on the simulated clock (the server's clock minus its base).
+        expires: Duration,
+    },
+    /// A renewal (`lease::renew`) extended its holder's lease.
+    LeaseRenewed {
+        /// Backend pid of the session that ran it.
+        pid: i32,
+        /// The lease row.
+        row: RowId,
+        /// The holder it names.
+        holder: String,
+        /// The new expiry, on the simulated clock.
+        expires: Duration,
+    },
+    /// A release (`lease::release`) expired its holder's lease at once.
+    LeaseReleased {
+        /// Backend pid of the session that ran it.
+        pid: i32,
+        /// The lease row.
+        row: RowId,
+        /// The holder it named.
+        holder: String,
     },
     /// A transaction block that had checked a fence row committed.
     FencedCommit {

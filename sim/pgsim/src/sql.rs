@@ -13,7 +13,12 @@
 //!   EXISTS] t (classid int4 NOT NULL, objid int4 NOT NULL, epoch bigint NOT NULL, PRIMARY
 //!   KEY (classid, objid))`, `INSERT INTO t AS f (classid, objid, epoch) VALUES (a, b, n)
 //!   ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 RETURNING f.epoch` and
-//!   `SELECT epoch FROM t WHERE classid = a AND objid = b [FOR SHARE]`;
+//!   `SELECT epoch FROM t WHERE classid = a AND objid = b [FOR SHARE]`; and the lease table's
+//!   `CREATE TABLE [IF NOT EXISTS] t (classid int4 NOT NULL, objid int4 NOT NULL, holder text
+//!   NOT NULL, expires_at timestamptz NOT NULL, PRIMARY KEY (classid, objid))`;
+//! - the statements of the lease mechanism, exactly as `plexsphere_leader::sql::lease` builds
+//!   them, recognised whole (see `lease`); a claim's query string runs as its `SET LOCAL
+//!   lock_timeout` and then the claim;
 //! - `SET [SESSION | LOCAL] <name> {=|TO} {<value>|DEFAULT}`, `RESET <name>`, `SHOW <name>`;
 //! - `BEGIN`/`START TRANSACTION`, `COMMIT`/`END`, `ROLLBACK`/`ABORT`;
 //! - `SELECT pg_terminate_backend(pid)` of another backend (terminating one's own backend is
@@ -26,16 +31,23 @@
 //! statement, unknown function names fail the whole query string before anything runs. To add a statement, add a variant to [`Statement`] or
 //! [`Func`] here and its effect in `exec`.
 
+use super::lease::{self, LeaseStatement};
 use super::reply::{SqlError, sqlstate};
 use super::shard::{self, ShardStatement};
+use super::storage::TableKind;
 
 /// One parsed statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Statement {
     /// `SELECT <expr>, …`: one row, a column per expression.
     Select(Vec<Expr>),
-    /// `CREATE TABLE [IF NOT EXISTS] name (…)` of the fence table's shape.
-    CreateFenceTable { name: String, if_not_exists: bool },
+    /// `CREATE TABLE [IF NOT EXISTS] name (…)` of the fence table's or the lease table's
+    /// shape.
+    CreateTable {
+        name: String,
+        kind: TableKind,
+        if_not_exists: bool,
+    },
     /// The epoch upsert: insert `(classid, objid, initial)` or add one to the epoch;
     /// returns the new epoch.
     AdvanceEpoch {
@@ -68,6 +80,9 @@ pub(crate) enum Statement {
     Rollback,
     /// A statement of a sharded election (`plexsphere_leader::shard_sql`), recognised whole.
     Shard(ShardStatement),
+    /// A statement of the lease mechanism (`plexsphere_leader::sql::lease`), recognised whole;
+    /// a claim comes after the `SET LOCAL lock_timeout` of its query string.
+    Lease(LeaseStatement),
 }
 
 impl Statement {
@@ -241,6 +256,25 @@ pub(crate) fn parse(query: &str) -> Result<Vec<Statement>, SqlError> {
     if let Some(statement) = shard::recognise(query) {
         return statement.map(|statement| vec![Statement::Shard(statement)]);
     }
+    if let Some(statement) = lease::recognise(query) {
+        return lease_statements(query, statement?);
+    }
+    general(query)
+}
+
+/// A lease statement as the statements it runs: a claim's `SET LOCAL lock_timeout` (the text
+/// before its first `;`, which the general parser reads) and then the claim; any other alone.
+fn lease_statements(query: &str, statement: LeaseStatement) -> Result<Vec<Statement>, SqlError> {
+    let mut statements = match (&statement, query.split_once(';')) {
+        (LeaseStatement::Claim { .. }, Some((set, _claim))) => general(set)?,
+        _ => Vec::new(),
+    };
+    statements.push(Statement::Lease(statement));
+    Ok(statements)
+}
+
+/// Parses `query` with the general parser (and the fencing statements' patterns).
+fn general(query: &str) -> Result<Vec<Statement>, SqlError> {
     let tokens = tokenize(query)?;
     tokens
         .split(|t| *t == Tok::Semi)
@@ -255,6 +289,11 @@ const CREATE_FENCE: &str = "create table $name ( classid int4 not null , objid i
      epoch bigint not null , primary key ( classid , objid ) )";
 const CREATE_FENCE_IF_NOT_EXISTS: &str = "create table if not exists $name ( classid int4 not \
      null , objid int4 not null , epoch bigint not null , primary key ( classid , objid ) )";
+const CREATE_LEASE: &str = "create table $name ( classid int4 not null , objid int4 not null , \
+     holder text not null , expires_at timestamptz not null , primary key ( classid , objid ) )";
+const CREATE_LEASE_IF_NOT_EXISTS: &str = "create table if not exists $name ( classid int4 not \
+     null , objid int4 not null , holder text not null , expires_at timestamptz not null , \
+     primary key ( classid , objid ) )";
 const ADVANCE_EPOCH: &str = "insert into $name as $name ( classid , objid , epoch ) values \
      ( $int , $int , $int ) on conflict ( classid , objid ) do update set epoch = $name . epoch \
      + 1 returning $name . epoch";
@@ -262,15 +301,20 @@ const SELECT_EPOCH: &str = "select epoch from $name where classid = $int and obj
 const SELECT_EPOCH_FOR_SHARE: &str =
     "select epoch from $name where classid = $int and objid = $int for share";
 
-/// Recognises the fencing statements, which are matched as whole token patterns.
+/// Recognises the fencing statements and the lease table's creation, which are matched as
+/// whole token patterns.
 fn fence_statement(toks: &[Tok]) -> Option<Statement> {
-    let create = |text, if_not_exists| pattern(toks, text).map(|caps| (caps, if_not_exists));
-    if let Some((caps, if_not_exists)) =
-        create(CREATE_FENCE_IF_NOT_EXISTS, true).or_else(|| create(CREATE_FENCE, false))
-    {
+    let create =
+        |text, kind, if_not_exists| pattern(toks, text).map(|caps| (caps, kind, if_not_exists));
+    let created = create(CREATE_FENCE_IF_NOT_EXISTS, TableKind::Fence, true)
+        .or_else(|| create(CREATE_FENCE, TableKind::Fence, false))
+        .or_else(|| create(CREATE_LEASE_IF_NOT_EXISTS, TableKind::Lease, true))
+        .or_else(|| create(CREATE_LEASE, TableKind::Lease, false));
+    if let Some((caps, kind, if_not_exists)) = created {
         let name = caps.first().map(tok_name)?;
-        return Some(Statement::CreateFenceTable {
+        return Some(Statement::CreateTable {
             name,
+            kind,
             if_not_exists,
         });
     }
@@ -1097,8 +1141,9 @@ mod tests {
                 "create table IF NOT EXISTS plexsphere_leader_fence (classid int4 NOT NULL, \
                  objid int4 NOT NULL, epoch bigint NOT NULL, PRIMARY KEY (classid,objid))"
             ),
-            Statement::CreateFenceTable {
+            Statement::CreateTable {
                 name: "plexsphere_leader_fence".to_owned(),
+                kind: TableKind::Fence,
                 if_not_exists: true,
             }
         );
@@ -1130,5 +1175,48 @@ mod tests {
                 for_share: true,
             }
         );
+    }
+
+    #[test]
+    fn the_lease_setup_creates_both_tables_and_a_claim_runs_after_its_set_local() {
+        let key = plexsphere_leader::LockKey::DEFAULT;
+        let setup = parse(&plexsphere_leader::sql::lease::setup()).unwrap();
+        let kinds: Vec<_> = setup
+            .iter()
+            .map(|s| match s {
+                Statement::CreateTable {
+                    name,
+                    kind,
+                    if_not_exists: true,
+                } => (name.as_str(), *kind),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("plexsphere_leader_lease", TableKind::Lease),
+                ("plexsphere_leader_fence", TableKind::Fence)
+            ]
+        );
+        let claim = parse(&plexsphere_leader::sql::lease::claim(key, "h", 300, 50)).unwrap();
+        assert_eq!(
+            claim.first(),
+            Some(&Statement::Set {
+                name: "lock_timeout".to_owned(),
+                value: SetValue::Value("50".to_owned()),
+                local: true,
+            })
+        );
+        assert!(matches!(
+            claim.get(1),
+            Some(Statement::Lease(LeaseStatement::Claim { ttl_ms: 300, .. }))
+        ));
+        assert_eq!(claim.len(), 2);
+        let renew = plexsphere_leader::sql::lease::renew(key, "h", 300);
+        assert!(matches!(
+            one(&renew),
+            Statement::Lease(LeaseStatement::Renew { .. })
+        ));
     }
 }

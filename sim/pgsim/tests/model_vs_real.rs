@@ -17,6 +17,13 @@
 //! `plexsphere_leader::fencing::check` (the extended protocol, in a `Transaction`) answers as on
 //! PostgreSQL.
 //!
+//! A fifth script runs the lease mechanism's statements (`plexsphere_leader::sql::lease`): the
+//! setup twice, a claim of a missing row, of another's unexpired row, of its own and of an
+//! expired one, renewals by the holder and by another, of an expired lease, a release and a
+//! second one, `who_holds` before any claim and after each change, a claim that waits for a
+//! fenced transaction's `FOR SHARE` until the block commits, and one whose `lock_timeout` ends
+//! that wait with 55P03 and leaves the lease as it was.
+//!
 //! A fourth script runs the statements of a sharded election (`plexsphere_leader::shard_sql`):
 //! two registrations (the shared member lock, the member count, the lock table's size, the
 //! bound and the name they set), takes that race for a shard, locks outside the protocol (a
@@ -265,6 +272,8 @@ enum Script {
     Fence,
     /// The statements of a sharded election.
     Shards,
+    /// The statements of the lease mechanism.
+    Lease,
 }
 
 async fn run_script<F, Fut>(which: Script, open: F) -> Vec<String>
@@ -277,6 +286,7 @@ where
         Script::Elector => elector_script(open).await,
         Script::Fence => fence_script(open).await,
         Script::Shards => shards_script(open).await,
+        Script::Lease => lease_script(open).await,
     }
 }
 
@@ -559,6 +569,108 @@ where
         outcome(fencing::check(&transaction, KEY, 3).await),
     );
     transaction.rollback().await.unwrap();
+    seen
+}
+
+/// The lease's TTL in the lease script, in milliseconds, and how long the script sleeps for a
+/// lease to expire.
+const LEASE_TTL_MS: u32 = 300;
+const PAST_THE_TTL: Duration = Duration::from_millis(500);
+
+/// `observed` with every `|`-separated field that reads as a unix time (the lease's expiry as
+/// `date_part('epoch', …)`, seconds with a fraction) shown as `<unix>`.
+fn unix_time_masked(observed: &str) -> String {
+    observed
+        .split('|')
+        .map(|field| match field.parse::<f64>() {
+            Ok(seconds) if seconds > 1e9 => "<unix>",
+            _ => field,
+        })
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+/// The lease mechanism's statements, with `plexsphere_leader::sql::lease` and
+/// `plexsphere_leader::sql::fence_check`.
+async fn lease_script<F, Fut>(open: F) -> Vec<String>
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Session>,
+{
+    use plexsphere_leader::sql::{self, lease};
+
+    let mut seen = Vec::new();
+    let mut see = |what: &str, observed: String| seen.push(format!("{what}: {observed}"));
+    let a = open("a").await;
+    let b = open("b").await;
+    let c = open("c").await;
+    let claim = |holder: &str| lease::claim(KEY, holder, LEASE_TTL_MS, 1_000);
+    let renew = |holder: &str| lease::renew(KEY, holder, LEASE_TTL_MS);
+    let who = || lease::who_holds(KEY);
+    see("a setup", a.run(&lease::setup()).await);
+    see("a setup again", a.run(&lease::setup()).await);
+    see("who holds before a claim", a.run_row(&who()).await);
+    see("a claims the missing row", a.run(&claim("A")).await);
+    see("b claims a's unexpired lease", b.run(&claim("B")).await);
+    see("a claims its own lease", a.run(&claim("A")).await);
+    see("b renews a's lease", b.run(&renew("B")).await);
+    see("a renews its lease", a.run(&renew("A")).await);
+    see("who holds", unix_time_masked(&c.run_row(&who()).await));
+    see("who holds columns", c.names(&who()).await);
+    // The column names come from running the claim: a's own again, epoch 3.
+    see("claim columns", c.names(&claim("A")).await);
+    see("a releases", a.run(&lease::release(KEY, "A")).await);
+    see("a releases again", a.run(&lease::release(KEY, "A")).await);
+    see(
+        "who holds after the release",
+        unix_time_masked(&c.run_row(&who()).await),
+    );
+    see("b claims the released lease", b.run(&claim("B")).await);
+    see("a renews b's lease", a.run(&renew("A")).await);
+    tokio::time::sleep(PAST_THE_TTL).await;
+    see(
+        "who holds once expired",
+        unix_time_masked(&c.run_row(&who()).await),
+    );
+    see("b renews its expired lease", b.run(&renew("B")).await);
+    see(
+        "who holds after it",
+        unix_time_masked(&c.run_row(&who()).await),
+    );
+    tokio::time::sleep(PAST_THE_TTL).await;
+    see("a claims b's expired lease", a.run(&claim("A")).await);
+    // A fenced transaction of b holds the fence row: a's claim of its own lease waits.
+    see("b begin", b.run("BEGIN").await);
+    see("b fence check", b.run(&sql::fence_check(KEY)).await);
+    let waiting = tokio::spawn(async move {
+        let answer = a.run(&claim("A")).await;
+        (a, answer)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    see(
+        "a's claim answered while b's block is open",
+        waiting.is_finished().to_string(),
+    );
+    see("b commit", b.run("COMMIT").await);
+    let (a, answer) = waiting.await.unwrap();
+    see("a's claim once b's block ended", answer);
+    // The claim's lock_timeout ends its wait with 55P03, and the lease stays as it was.
+    tokio::time::sleep(PAST_THE_TTL).await;
+    see("b begin again", b.run("BEGIN").await);
+    see("b fence check again", b.run(&sql::fence_check(KEY)).await);
+    see(
+        "c claims a's expired lease under a lock_timeout",
+        c.run(&lease::claim(KEY, "C", LEASE_TTL_MS, 200)).await,
+    );
+    see("b rollback", b.run("ROLLBACK").await);
+    see(
+        "who holds after the timeout",
+        unix_time_masked(&a.run_row(&who()).await),
+    );
+    see(
+        "c's lock_timeout after it",
+        c.run("SHOW lock_timeout").await,
+    );
     seen
 }
 
@@ -916,6 +1028,38 @@ fn the_simulated_server_answers_the_shard_statements_as_postgresql_does() {
         "a survey: <a>|t|0,1,2|alpha|<a>; <b>|t|3|beta|<a>; <c>|f|6|c|<a>",
         "a unlock 1,3: 3 + WARNING 01000 you don't own a lock of type ExclusiveLock",
         "a survey of the empty space: NULL|NULL|NULL|NULL|<a>",
+    ] {
+        assert!(model.iter().any(|l| l == line), "{line}: {model:?}");
+    }
+}
+
+#[test]
+fn the_simulated_server_answers_the_lease_statements_as_postgresql_does() {
+    let (model, real) = compare(Script::Lease);
+    assert_eq!(
+        model,
+        real,
+        "\nmodel:\n  {}\nreal:\n  {}",
+        model.join("\n  "),
+        real.join("\n  ")
+    );
+    for line in [
+        "who holds before a claim: no row",
+        "a claims the missing row: 1",
+        "b claims a's unexpired lease: no row",
+        "a claims its own lease: 2",
+        "b renews a's lease: no row",
+        "who holds: A|2|<unix>|t",
+        "who holds columns: holder|epoch|date_part|?column?",
+        "claim columns: epoch",
+        "who holds after the release: A|3|<unix>|f",
+        "b claims the released lease: 4",
+        "b renews its expired lease: 1",
+        "a claims b's expired lease: 5",
+        "a's claim answered while b's block is open: false",
+        "a's claim once b's block ended: 6",
+        "c claims a's expired lease under a lock_timeout: error 55P03",
+        "who holds after the timeout: A|6|<unix>|f",
     ] {
         assert!(model.iter().any(|l| l == line), "{line}: {model:?}");
     }

@@ -24,7 +24,7 @@ use plexsphere_leader_pgsim::{Event, RowId};
 
 use super::{Checker, Evidence, Property, Tenure, secs};
 use crate::record::{FenceOutcome, TermRecord};
-use crate::setup::SERVERS;
+use crate::setup::{Mechanism, SERVERS};
 
 /// One committed epoch advance: when, on which server (and where in its log), by which
 /// session, of which row.
@@ -105,9 +105,17 @@ impl Checker<'_> {
             let Some(hold) = self.hold_of(term) else {
                 continue; // the detection check reports a term without a grant
             };
-            let advanced = advances
-                .iter()
-                .find(|a| a.server == hold.server && a.pid == hold.pid && a.at >= hold.granted);
+            let advanced = match self.e.mechanism {
+                Mechanism::Advisory => advances
+                    .iter()
+                    .find(|a| a.server == hold.server && a.pid == hold.pid && a.at >= hold.granted),
+                // A claim advances the epoch in its own statement, logged in its instant; of two
+                // claims a connection answered in one instant (the first one's client gave up on
+                // it), the term rests on the later tenure and its advance.
+                Mechanism::Lease => advances.iter().rfind(|a| {
+                    a.server == hold.server && a.pid == hold.pid && a.at == hold.granted
+                }),
+            };
             match advanced {
                 Some(advance) if u64::try_from(advance.epoch) == Ok(epoch) => {}
                 Some(advance) => {

@@ -156,6 +156,7 @@ impl<'a> ShardChecker<'a> {
                 .map(|shard| (shard, holds.remove(&shard).unwrap_or_default()))
                 .collect(),
             work: e.work,
+            replicated: false,
         };
         Self {
             p: base.p,
@@ -196,7 +197,10 @@ impl<'a> ShardChecker<'a> {
     /// shard within 2·I of losing its lock; at most one believed owner per shard, except within
     /// the detection bound of a lost session (and the last unit of work, T).
     fn shared_rules(&mut self) {
-        let violations = self.space.shared_rules(&self.p, &mut self.base.measured);
+        let (detection, overlap) = (self.p.detection_bound(), self.p.overlap_bound());
+        let violations = self
+            .space
+            .shared_rules(detection, overlap, &mut self.base.measured);
         self.base.violations.extend(violations);
     }
 

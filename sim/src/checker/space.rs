@@ -10,7 +10,7 @@ use plexsphere_leader_pgsim::{EndReason, QueryRecord, ReleaseReason};
 
 use super::{Measurements, Owner, Property, Violation, max, ms};
 use crate::record::{History, TermRecord, Work};
-use crate::setup::{Params, SERVERS};
+use crate::setup::SERVERS;
 
 /// One tenure of a lock on one server: a session's first grant to the release of its last
 /// count.
@@ -112,6 +112,9 @@ pub(crate) struct Space<'a> {
     pub(crate) holds: BTreeMap<u32, Vec<Tenure>>,
     /// Every unit of work on a lock of the space.
     pub(crate) work: &'a [Work],
+    /// Whether the locks live in the committed tables, which follow a failover to the
+    /// synchronous standby (the lease): a deposed server then ends no tenure.
+    pub(crate) replicated: bool,
 }
 
 impl Space<'_> {
@@ -126,7 +129,8 @@ impl Space<'_> {
             .primaries
             .iter()
             .find(|(since, server)| *since > tenure.granted && *server != tenure.server)
-            .map(|(since, _)| *since);
+            .map(|(since, _)| *since)
+            .filter(|_| !self.replicated);
         match (tenure.released, moved) {
             (Some(released), Some(moved)) => released.min(moved),
             (Some(at), None) | (None, Some(at)) => at,
@@ -181,26 +185,36 @@ impl Space<'_> {
             let delay = ended - since;
             found.case(delay);
             if delay > bound {
-                let detail = format!(
-                    "{who} {still} {} after its session (pid {} on {}) lost {its} (bound {})",
-                    ms(delay),
-                    hold.pid,
-                    SERVERS[hold.server],
-                    ms(bound)
-                );
+                let (delay, pid, server, bound) =
+                    (ms(delay), hold.pid, SERVERS[hold.server], ms(bound));
+                let detail = if self.replicated {
+                    format!(
+                        "{who} {still} {delay} after its lease (claimed by pid {pid} on {server}) ended on the server (bound {bound})"
+                    )
+                } else {
+                    format!(
+                        "{who} {still} {delay} after its session (pid {pid} on {server}) lost {its} (bound {bound})"
+                    )
+                };
                 found.violate(since, Property::Detection, detail);
             }
         }
         found
     }
 
-    /// The rules every space shares, measured into `measured`: detection (2·I) and overlap
-    /// (2·I + T); their violations.
-    pub(crate) fn shared_rules(&self, p: &Params, measured: &mut Measurements) -> Vec<Violation> {
-        let detection = self.detection(p.detection_bound());
+    /// The rules every space shares, measured into `measured`: detection (`detection_bound`,
+    /// 2·I for a lock session) and overlap (`overlap_bound`, 2·I + T for a lock session);
+    /// their violations.
+    pub(crate) fn shared_rules(
+        &self,
+        detection_bound: Duration,
+        overlap_bound: Duration,
+        measured: &mut Measurements,
+    ) -> Vec<Violation> {
+        let detection = self.detection(detection_bound);
         measured.detection = max(measured.detection, detection.longest);
         measured.cases.detections += detection.cases;
-        let overlap = self.overlap(p.overlap_bound());
+        let overlap = self.overlap(overlap_bound);
         measured.overlap = max(measured.overlap, overlap.longest);
         measured.cases.overlaps += overlap.cases;
         let mut violations = detection.violations;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use plexsphere_leader_pgsim::{
     EndReason, Event, HeldLock, LockId, LockKey, LockMode, LogEntry, QueryRecord, ReleaseReason,
+    RowId,
 };
 
 use super::space::intersections;
@@ -39,6 +40,7 @@ const DATABASE: &str = "plexsphere";
 pub(super) struct Run {
     pub(super) replicas: usize,
     pub(super) fencing: bool,
+    pub(super) mechanism: Mechanism,
     pub(super) history: History,
     pub(super) work: Vec<Work>,
     pub(super) fenced: Vec<FencedWrite>,
@@ -66,6 +68,7 @@ impl Run {
         Self {
             replicas,
             fencing: false,
+            mechanism: Mechanism::Advisory,
             history,
             work: Vec::new(),
             fenced: Vec::new(),
@@ -177,6 +180,45 @@ impl Run {
         self.unlock(pid, ELECTION, LockMode::Exclusive, at, reason)
     }
 
+    /// The lease row of the default key.
+    fn lease_row() -> RowId {
+        RowId {
+            database: DATABASE.to_owned(),
+            table: "plexsphere_leader_lease".to_owned(),
+            key: (1_886_156_915, 1),
+        }
+    }
+
+    /// `pid` on pg1 claims the lease at `at` for `holder`, until `expires`.
+    pub(super) fn claim(&mut self, pid: i32, holder: &str, at: u64, expires: u64) -> &mut Self {
+        let (row, holder, expires) = (Self::lease_row(), holder.to_owned(), ms(expires));
+        let claimed = Event::LeaseClaimed {
+            pid,
+            row,
+            holder,
+            expires,
+        };
+        self.log(0, at, claimed)
+    }
+
+    /// `pid` on pg1 renews `holder`'s lease at `at`, until `expires`.
+    pub(super) fn renew(&mut self, pid: i32, holder: &str, at: u64, expires: u64) -> &mut Self {
+        let (row, holder, expires) = (Self::lease_row(), holder.to_owned(), ms(expires));
+        let renewed = Event::LeaseRenewed {
+            pid,
+            row,
+            holder,
+            expires,
+        };
+        self.log(0, at, renewed)
+    }
+
+    /// `pid` on pg1 releases `holder`'s lease at `at`.
+    pub(super) fn release_lease(&mut self, pid: i32, holder: &str, at: u64) -> &mut Self {
+        let (row, holder) = (Self::lease_row(), holder.to_owned());
+        self.log(0, at, Event::LeaseReleased { pid, row, holder })
+    }
+
     /// A statement of `pid` on pg1 arrives at `received` and is answered at `answered`.
     pub(super) fn query(&mut self, pid: i32, received: u64, answered: Option<u64>) -> &mut Self {
         self.queries[0].push(QueryRecord {
@@ -277,6 +319,7 @@ impl Run {
             params: Params::default(),
             replicas: self.replicas,
             fencing: self.fencing,
+            mechanism: self.mechanism,
             history: &self.history,
             work: &self.work,
             fenced: &self.fenced,
@@ -684,4 +727,149 @@ fn an_adapter_error_or_a_failed_host_breaks_the_harness_property() {
     let mut run = Run::new(3);
     run.history.host_failure = Some((ms(5), "r0 panicked".to_owned()));
     assert_only(&run.check(), Property::Harness);
+}
+
+/// A lease run of three replicas, all up until the stop at 690 ms, with `fill` writing its log
+/// and terms.
+fn lease_run(fill: impl FnOnce(&mut Run)) -> Run {
+    let mut run = Run::new(3);
+    run.mechanism = Mechanism::Lease;
+    run.history.stop_all = Some(ms(690));
+    for replica in 0..3 {
+        run.up(replica, 0, None);
+    }
+    fill(&mut run);
+    run
+}
+
+#[test]
+fn a_term_that_outlives_its_lease_is_a_late_detection_and_an_overlap_with_the_next_claimer() {
+    let run = lease_run(|run| {
+        let (a, b) = (run.session(0, 5), run.session(1, 5));
+        run.claim(a, "r0.1 n", 10, 310).renew(a, "r0.1 n", 110, 410);
+        run.term(0, 12, 500, TermEnd::Lost);
+        run.claim(b, "r1.1 n", 420, 720);
+        run.term(1, 422, 700, TermEnd::Stopped);
+        run.release_lease(b, "r1.1 n", 701);
+    });
+    let violations = run.check();
+    assert_eq!(
+        properties(&violations),
+        [Property::Detection, Property::Overlap],
+        "{violations:#?}"
+    );
+    assert!(
+        violations[0]
+            .detail
+            .contains("still led 90ms after its lease (claimed by pid 101 on pg1) ended"),
+        "{violations:#?}"
+    );
+    assert!(violations[1].detail.contains("for 78ms (bound 0ms)"));
+}
+
+#[test]
+fn terms_within_their_leases_and_a_handover_after_a_release_keep_every_bound() {
+    let run = lease_run(|run| {
+        let (a, b) = (run.session(0, 5), run.session(1, 5));
+        run.claim(a, "r0.1 n", 10, 310).renew(a, "r0.1 n", 110, 410);
+        run.term(0, 12, 300, TermEnd::Stopped);
+        run.release_lease(a, "r0.1 n", 301);
+        run.claim(b, "r1.1 n", 350, 650);
+        run.term(1, 352, 600, TermEnd::Stopped);
+        run.release_lease(b, "r1.1 n", 601);
+    });
+    let (measured, violations) = run.check_only(|checker| {
+        checker.shared_rules();
+        checker.liveness();
+    });
+    assert_eq!(violations, []);
+    assert_eq!(measured.gap, Some(ms(51)), "from the release to r1's term");
+    assert_eq!(measured.cases.detections, 0, "no term outlived its lease");
+    assert_eq!(run.check(), []);
+}
+
+#[test]
+fn a_lease_that_expired_with_a_healthy_standby_must_be_claimed_within_the_gap_bound() {
+    let run = lease_run(|run| {
+        let (a, b) = (run.session(0, 5), run.session(1, 5));
+        run.claim(a, "r0.1 n", 10, 310);
+        run.term(0, 12, 280, TermEnd::Lost);
+        run.claim(b, "r1.1 n", 470, 770);
+        run.term(1, 472, 700, TermEnd::Stopped);
+        run.release_lease(b, "r1.1 n", 701);
+    });
+    let violations = run.check();
+    assert_only(&violations, Property::Liveness);
+    assert_eq!(violations[0].at, ms(310), "from the lease's expiry");
+}
+
+#[test]
+fn a_claim_of_another_holders_unexpired_lease_breaks_mutual_exclusion() {
+    let run = lease_run(|run| {
+        let (a, b) = (run.session(0, 5), run.session(1, 5));
+        run.claim(a, "r0.1 n", 10, 310);
+        run.claim(b, "r1.1 n", 200, 500);
+        run.release_lease(b, "r1.1 n", 201);
+    });
+    let (_, violations) = run.check_only(|_| {});
+    assert_only(&violations, Property::MutualExclusion);
+    assert!(
+        violations[0]
+            .detail
+            .contains("claimed by pid 102 for r1.1 while r0.1's ran until 0.310s"),
+        "{violations:#?}"
+    );
+}
+
+#[test]
+fn of_two_claims_a_connection_answered_in_one_instant_the_term_rests_on_the_later_epoch() {
+    let run = lease_run(|run| {
+        run.fencing = true;
+        let a = run.session(0, 5);
+        let fence = |epoch| Event::EpochAdvanced {
+            pid: a,
+            row: RowId {
+                table: "plexsphere_leader_fence".to_owned(),
+                ..Run::lease_row()
+            },
+            epoch,
+            waited: Duration::ZERO,
+        };
+        // The first claim's client gave up on it; the second one queued behind it on the link.
+        run.claim(a, "r0.1 n", 10, 310).log(0, 10, fence(7));
+        run.claim(a, "r0.1 n", 10, 310).log(0, 10, fence(8));
+        run.term(0, 12, 300, TermEnd::Stopped);
+        run.history.terms[0].epoch = Some(8);
+        run.release_lease(a, "r0.1 n", 301);
+    });
+    let (_, violations) = run.check_only(|checker| checker.epochs_rise());
+    assert_clean(&violations);
+    let mut stale = run;
+    stale.history.terms[0].epoch = Some(7);
+    let (_, violations) = stale.check_only(|checker| checker.epochs_rise());
+    assert_only(&violations, Property::EpochsRise);
+}
+
+#[test]
+fn a_lease_a_stopped_leader_led_on_and_left_held_breaks_the_clean_stop() {
+    let run = lease_run(|run| {
+        let a = run.session(0, 5);
+        run.claim(a, "r0.1 n", 10, 6000);
+        run.term(0, 12, 300, TermEnd::Stopped);
+    });
+    let (_, violations) = run.check_only(|checker| checker.clean_stop());
+    assert_only(&violations, Property::CleanStop);
+    assert!(
+        violations[0]
+            .detail
+            .contains("the lease r0.1 led on, claimed at 0.010s (pid 101 on pg1), is still held"),
+        "{violations:#?}"
+    );
+    // A claim whose answer was lost leaves a lease no term rested on: its TTL ends it.
+    let unanswered = lease_run(|run| {
+        let b = run.session(1, 5);
+        run.claim(b, "r1.1 n", 400, 6000);
+    });
+    let (_, violations) = unanswered.check_only(|checker| checker.clean_stop());
+    assert_clean(&violations);
 }

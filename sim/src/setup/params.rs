@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::Mechanism;
+
 use plexsphere_leader::config::UNLOCK_BUDGET;
 
 /// The timing of one simulated run. [`Params::default`] is what the CLI and CI use.
@@ -85,6 +87,40 @@ impl Params {
     /// Largest delay between losing the lock's session and ending the term: 2·I (+ slack).
     pub fn detection_bound(&self) -> Duration {
         2 * self.interval + self.slack()
+    }
+
+    /// Lease runs: the lease's TTL, the adapter's default of
+    /// [`LEASE_TTL_INTERVALS`](plexsphere_leader_core::LEASE_TTL_INTERVALS) (3) intervals.
+    pub fn lease_ttl(&self) -> Duration {
+        self.interval * plexsphere_leader_core::LEASE_TTL_INTERVALS
+    }
+
+    /// Largest overlap of two replicas acting as leader under `mechanism`: 2·I + T (+ slack)
+    /// for the advisory lock; none for the lease, whose leader ends its term 0.1·TTL before
+    /// the lease can expire (0.9·TTL after sending its last renewal), more than the longest
+    /// unit of work, and whose successor's claim waits for fenced transactions.
+    pub fn overlap_bound_of(&self, mechanism: Mechanism) -> Duration {
+        match mechanism {
+            Mechanism::Advisory => self.overlap_bound(),
+            Mechanism::Lease => Duration::ZERO,
+        }
+    }
+
+    /// Largest delay between the loss of what a term rests on and the term's end under
+    /// `mechanism`: 2·I (+ slack) after the advisory lock's session is lost; none after the
+    /// lease ended on the server (expired, released or claimed): no term outlives its lease.
+    pub fn detection_bound_of(&self, mechanism: Mechanism) -> Duration {
+        match mechanism {
+            Mechanism::Advisory => self.detection_bound(),
+            Mechanism::Lease => Duration::ZERO,
+        }
+    }
+
+    /// Lease runs: the longest a crashed or cut-off leader keeps the election without a
+    /// leader, from the arrival of its last renewal: the TTL, then a standby's claim within the
+    /// gap bound (I + margin).
+    pub fn lease_handover_bound(&self) -> Duration {
+        self.lease_ttl() + self.gap_bound()
     }
 
     /// Largest idle period of a session that holds the lock: 4·I (+ slack).

@@ -24,6 +24,11 @@ pub enum DriverSabotage {
     /// a lock granted in the instant the wait timed out (PostgreSQL's grant-at-timeout race)
     /// stays on an idle pooled session of a replica that does not lead.
     LockTimeoutAsRefusal,
+    /// Lease runs: a renewal that fails, finds the row another's, or does not answer within
+    /// half an interval is answered as renewed, so the leader trusts its lease past the window
+    /// of its last real renewal, while the server lets the lease expire and a standby claims
+    /// it (the lease twin of [`DriverSabotage::KeepTermOnFailedPing`]).
+    KeepLeaseOnFailedRenewal,
 }
 
 /// One broken behaviour of a sharded replica's software (sharded runs only).
@@ -66,6 +71,11 @@ impl Sabotage {
         Self::FenceWithoutRowLock,
     ];
 
+    /// Every sabotage of a lease run's own (`--mechanism lease --sabotage NAME`); the operator's
+    /// and the server's ([`DriverSabotage::ResignWithoutHoldOff`],
+    /// [`Sabotage::FenceWithoutRowLock`]) apply to lease runs as well.
+    pub const LEASE: [Self; 1] = [Self::Driver(DriverSabotage::KeepLeaseOnFailedRenewal)];
+
     /// Every sabotage of a sharded run (`--sharded --sabotage NAME`).
     pub const SHARDED: [Self; 2] = [
         Self::Shard(ShardSabotage::WorkOutlivesTerm),
@@ -83,6 +93,9 @@ impl Sabotage {
             Self::Driver(DriverSabotage::KeepTermOnFailedPing) => "keep-term-on-failed-ping",
             Self::Driver(DriverSabotage::ResignWithoutHoldOff) => "resign-without-hold-off",
             Self::Driver(DriverSabotage::LockTimeoutAsRefusal) => "lock-timeout-as-refusal",
+            Self::Driver(DriverSabotage::KeepLeaseOnFailedRenewal) => {
+                "keep-lease-on-failed-renewal"
+            }
             Self::FenceWithoutRowLock => "fence-without-row-lock",
         }
     }
@@ -92,7 +105,28 @@ impl Sabotage {
         Self::ALL
             .into_iter()
             .chain(Self::SHARDED)
+            .chain(Self::LEASE)
             .find(|sabotage| sabotage.name() == name)
+    }
+
+    /// Whether it breaks the advisory lock's sessions, which lease runs never hold: the
+    /// sabotages of [`Sabotage::ALL`] but the operator's and the server's.
+    pub const fn is_advisory_only(self) -> bool {
+        matches!(
+            self,
+            Self::Driver(
+                DriverSabotage::NeverPing
+                    | DriverSabotage::ReturnGrantedToPool
+                    | DriverSabotage::SkipIdleSessionTimeout
+                    | DriverSabotage::KeepTermOnFailedPing
+                    | DriverSabotage::LockTimeoutAsRefusal
+            )
+        )
+    }
+
+    /// Whether it breaks a lease run only ([`Sabotage::LEASE`]).
+    pub const fn is_lease_only(self) -> bool {
+        matches!(self, Self::Driver(DriverSabotage::KeepLeaseOnFailedRenewal))
     }
 
     /// Whether it breaks a sharded run ([`Sabotage::SHARDED`]) rather than a single election.
@@ -129,7 +163,11 @@ mod tests {
 
     #[test]
     fn every_name_round_trips() {
-        for sabotage in Sabotage::ALL.into_iter().chain(Sabotage::SHARDED) {
+        for sabotage in Sabotage::ALL
+            .into_iter()
+            .chain(Sabotage::SHARDED)
+            .chain(Sabotage::LEASE)
+        {
             assert_eq!(Sabotage::from_name(sabotage.name()), Some(sabotage));
         }
         assert_eq!(Sabotage::from_name("nope"), None);

@@ -1,0 +1,253 @@
+//! The statements of the lease mechanism, recognised whole.
+//!
+//! `plexsphere_leader::sql::lease` builds four statements besides its setup (claim, renew,
+//! release, who holds; the setup's `CREATE TABLE`s are the general parser's). Their CTE,
+//! `ON CONFLICT … WHERE`, join and interval arithmetic are beyond the general parser of `sql`,
+//! and the simulation needs them only as the adapter sends them, so, as the shard statements
+//! (`shard`), each is matched as a whole: its parameters (key, holder, TTL, lock timeout) are
+//! read out of the text, the statement is built again with those parameters by the adapter's
+//! own function, and only an identical text is that statement. A text that begins like one of
+//! them but differs fails with 0A000 naming the statement. What each statement does is in
+//! `exec::lease`.
+
+use plexsphere_leader::LockKey;
+use plexsphere_leader::sql::lease;
+
+use super::reply::{SqlError, sqlstate};
+
+/// A statement of `plexsphere_leader::sql::lease` with its parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LeaseStatement {
+    /// `lease::claim`: take the lease of `key` for `holder` for `ttl_ms` when it is free,
+    /// expired or `holder`'s, and advance the fence row; the claim's fence wait is bounded by
+    /// `lock_timeout_ms` (the `SET LOCAL` before it).
+    Claim {
+        key: (i32, i32),
+        holder: String,
+        ttl_ms: u32,
+        lock_timeout_ms: u32,
+    },
+    /// `lease::renew`: extend `holder`'s lease of `key` to `now() + ttl_ms`.
+    Renew {
+        key: (i32, i32),
+        holder: String,
+        ttl_ms: u32,
+    },
+    /// `lease::release`: expire `holder`'s unexpired lease of `key` now.
+    Release { key: (i32, i32), holder: String },
+    /// `lease::who_holds`: the lease row of `key` with its fence epoch.
+    WhoHolds { key: (i32, i32) },
+}
+
+impl LeaseStatement {
+    /// The lease row's key.
+    pub(crate) fn key(&self) -> (i32, i32) {
+        match self {
+            Self::Claim { key, .. }
+            | Self::Renew { key, .. }
+            | Self::Release { key, .. }
+            | Self::WhoHolds { key } => *key,
+        }
+    }
+}
+
+/// The lease statement `query` is, if it begins like one: `None` when it does not (the
+/// general parser takes it), `Some(Err)` with 0A000 when it begins like one but is not the
+/// text `sql::lease` builds.
+pub(crate) fn recognise(query: &str) -> Option<Result<LeaseStatement, SqlError>> {
+    let text = query.trim();
+    let (name, statement) = if text.starts_with(CLAIM) && text.contains(CLAIM_CTE) {
+        ("claim", claim(text))
+    } else if text.starts_with(RENEW) {
+        ("renew", renew(text))
+    } else if text.starts_with(RELEASE) {
+        ("release", release(text))
+    } else if text.starts_with(WHO_HOLDS) {
+        (
+            "who_holds",
+            key(text, "WHERE l.classid = ", " AND l.objid = ", None)
+                .map(|key| LeaseStatement::WhoHolds { key }),
+        )
+    } else {
+        return None;
+    };
+    let built = statement.filter(|statement| build(statement) == text);
+    Some(built.ok_or_else(|| {
+        SqlError::error(
+            sqlstate::FEATURE_NOT_SUPPORTED,
+            format!(
+                "the simulated server knows this statement only as plexsphere_leader::sql::lease::{name} builds it"
+            ),
+        )
+    }))
+}
+
+/// The text `sql::lease` builds for `statement`.
+pub(crate) fn build(statement: &LeaseStatement) -> String {
+    let lock = |(class_id, obj_id): (i32, i32)| LockKey::new(class_id, obj_id);
+    match statement {
+        LeaseStatement::Claim {
+            key,
+            holder,
+            ttl_ms,
+            lock_timeout_ms,
+        } => lease::claim(lock(*key), holder, *ttl_ms, *lock_timeout_ms),
+        LeaseStatement::Renew {
+            key,
+            holder,
+            ttl_ms,
+        } => lease::renew(lock(*key), holder, *ttl_ms),
+        LeaseStatement::Release { key, holder } => lease::release(lock(*key), holder),
+        LeaseStatement::WhoHolds { key } => lease::who_holds(lock(*key)),
+    }
+}
+
+const CLAIM: &str = "SET LOCAL lock_timeout = '";
+/// What tells a claim from another statement under a `SET LOCAL lock_timeout` (the advisory
+/// mechanism's epoch advance).
+const CLAIM_CTE: &str = "; WITH claimed AS (INSERT INTO plexsphere_leader_lease";
+const RENEW: &str = "UPDATE plexsphere_leader_lease SET expires_at = now() + ";
+const RELEASE: &str = "UPDATE plexsphere_leader_lease SET expires_at = now() WHERE";
+const WHO_HOLDS: &str = "SELECT l.holder, f.epoch, date_part('epoch', l.expires_at)";
+/// How the builders write a TTL: `now() + <ms> * interval '1 millisecond'`.
+const TTL_UNIT: &str = " * interval '1 millisecond'";
+
+fn claim(text: &str) -> Option<LeaseStatement> {
+    let lock_timeout_ms = between(text, CLAIM, "'")?.parse().ok()?;
+    let values = between(
+        text,
+        "(classid, objid, holder, expires_at) VALUES (",
+        TTL_UNIT,
+    )?;
+    let (class_id, rest) = values.split_once(", ")?;
+    let (obj_id, rest) = rest.split_once(", ")?;
+    let (literal, ttl) = rest.rsplit_once(", now() + ")?;
+    Some(LeaseStatement::Claim {
+        key: (class_id.parse().ok()?, obj_id.parse().ok()?),
+        holder: unquote(literal)?,
+        ttl_ms: ttl.parse().ok()?,
+        lock_timeout_ms,
+    })
+}
+
+fn renew(text: &str) -> Option<LeaseStatement> {
+    Some(LeaseStatement::Renew {
+        key: key(
+            text,
+            "WHERE classid = ",
+            " AND objid = ",
+            Some(" AND holder = "),
+        )?,
+        holder: unquote(between(text, " AND holder = ", " RETURNING 1")?)?,
+        ttl_ms: between(text, RENEW, TTL_UNIT)?.parse().ok()?,
+    })
+}
+
+fn release(text: &str) -> Option<LeaseStatement> {
+    Some(LeaseStatement::Release {
+        key: key(
+            text,
+            "WHERE classid = ",
+            " AND objid = ",
+            Some(" AND holder = "),
+        )?,
+        holder: unquote(between(text, " AND holder = ", " AND expires_at > now()")?)?,
+    })
+}
+
+/// The key written `<class><objid><after>` (to the end of the text without `after`).
+fn key(text: &str, class: &str, objid: &str, after: Option<&str>) -> Option<(i32, i32)> {
+    let class_id = between(text, class, objid)?.parse().ok()?;
+    let start = text.find(objid)? + objid.len();
+    let rest = &text[start..];
+    let obj_id = match after {
+        Some(after) => &rest[..rest.find(after)?],
+        None => rest,
+    };
+    Some((class_id, obj_id.parse().ok()?))
+}
+
+/// The text between the first `before` and the next `after`.
+fn between<'a>(text: &'a str, before: &str, after: &str) -> Option<&'a str> {
+    let start = text.find(before)? + before.len();
+    let length = text[start..].find(after)?;
+    Some(&text[start..start + length])
+}
+
+/// The text of a string literal as `quote_literal` writes it: `'…'` with doubled quotes, or
+/// `E'…'` with doubled quotes and doubled backslashes.
+fn unquote(literal: &str) -> Option<String> {
+    let (escaped, body) = match literal.strip_prefix("E'") {
+        Some(rest) => (true, rest),
+        None => (false, literal.strip_prefix('\'')?),
+    };
+    let body = body.strip_suffix('\'')?;
+    let text = body.replace("''", "'");
+    Some(if escaped {
+        text.replace("\\\\", "\\")
+    } else {
+        text
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_is_recognised_with_its_parameters() {
+        let cases = [
+            LeaseStatement::Claim {
+                key: (1_886_156_915, 1),
+                holder: "r0.1 00ff00ff00ff00ff".to_owned(),
+                ttl_ms: 300,
+                lock_timeout_ms: 50,
+            },
+            LeaseStatement::Claim {
+                key: (-7, i32::MIN),
+                holder: r"o'b\rien, now() + 3".to_owned(),
+                ttl_ms: 15_000,
+                lock_timeout_ms: 2_500,
+            },
+            LeaseStatement::Renew {
+                key: (-2, 16),
+                holder: "it's".to_owned(),
+                ttl_ms: 600,
+            },
+            LeaseStatement::Release {
+                key: (9, -1),
+                holder: "r2.3 0123456789abcdef".to_owned(),
+            },
+            LeaseStatement::WhoHolds { key: (i32::MAX, 0) },
+        ];
+        for statement in cases {
+            let text = build(&statement);
+            assert_eq!(recognise(&text), Some(Ok(statement)), "{text}");
+            assert_eq!(
+                recognise(&format!("  {text}\n")).map(|r| r.is_ok()),
+                Some(true)
+            );
+        }
+    }
+
+    #[test]
+    fn a_text_that_begins_like_a_lease_statement_but_differs_is_0a000() {
+        let key = LockKey::DEFAULT;
+        let claim = lease::claim(key, "a", 300, 50).replace("l.expires_at <= now()", "true");
+        let renew = format!("{} AND true", lease::renew(key, "a", 300));
+        let release = lease::release(key, "a").replace("> now()", ">= now()");
+        for text in [claim, renew, release] {
+            let error = recognise(&text).and_then(Result::err);
+            assert_eq!(
+                error.map(|e| e.code),
+                Some(sqlstate::FEATURE_NOT_SUPPORTED),
+                "{text}"
+            );
+        }
+        assert_eq!(recognise("SELECT 1"), None);
+        assert_eq!(recognise(&lease::setup()), None, "the general parser's");
+        let advance = plexsphere_leader::sql::advance_epoch_within(key, 50);
+        assert_eq!(recognise(&advance), None, "the advisory epoch advance");
+        assert_eq!(recognise("SET LOCAL lock_timeout = '5s'"), None);
+    }
+}
