@@ -23,8 +23,8 @@ pub(crate) struct SabotagedSessions {
     /// How long [`DriverSabotage::KeepTermOnFailedPing`] and
     /// [`DriverSabotage::KeepLeaseOnFailedRenewal`] wait for an answer.
     patience: Duration,
-    /// The lease renewal of this election up to its holder, to recognise it.
-    renewal: String,
+    /// The lease renewal of this election before and after its holder, to recognise it.
+    renewal: (String, String),
 }
 
 impl SabotagedSessions {
@@ -41,25 +41,27 @@ impl SabotagedSessions {
             sabotage,
             verify: plexsphere_leader::sql::verify(key),
             patience: interval / 2,
-            renewal: renewal_before_holder(key, interval),
+            renewal: renewal_around_holder(key, interval),
         }
     }
 }
 
 /// The renewal statement `sql::lease::renew` builds for `key` with the default TTL (three
-/// intervals), up to the opening quote of its holder literal: what every renewal of the
-/// election begins with.
-fn renewal_before_holder(key: LockKey, interval: Duration) -> String {
+/// intervals), split around its holder: what every renewal of the election begins and ends
+/// with (read from the builder, so a change of the statement cannot silently disarm the
+/// sabotage).
+fn renewal_around_holder(key: LockKey, interval: Duration) -> (String, String) {
     let ttl = interval * plexsphere_leader_core::LEASE_TTL_INTERVALS;
     let ttl_ms = u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX);
-    let built = plexsphere_leader::sql::lease::renew(key, "", ttl_ms);
-    built
-        .strip_suffix(RENEWAL_AFTER_HOLDER)
-        .map_or_else(|| built.clone(), str::to_owned)
+    let built = plexsphere_leader::sql::lease::renew(key, HOLDER_MARK, ttl_ms);
+    match built.split_once(HOLDER_MARK) {
+        Some((before, after)) => (before.to_owned(), after.to_owned()),
+        None => (built, String::new()),
+    }
 }
 
-/// What a renewal ends with after the holder's text.
-const RENEWAL_AFTER_HOLDER: &str = "' RETURNING 1";
+/// A holder no replica has, to find where the builder writes the holder.
+const HOLDER_MARK: &str = "plexsphere-sabotage-holder-mark";
 
 impl SessionSource for SabotagedSessions {
     fn acquire(
@@ -88,7 +90,7 @@ struct SabotagedSession {
     sabotage: DriverSabotage,
     verify: String,
     patience: Duration,
-    renewal: String,
+    renewal: (String, String),
     /// The backend granted the lock, from the detach.
     backend_pid: Option<i32>,
 }
@@ -149,8 +151,8 @@ impl LockSession for SabotagedSession {
                     }
                 }
                 DriverSabotage::KeepLeaseOnFailedRenewal
-                    if statement.starts_with(&self.renewal)
-                        && statement.ends_with(RENEWAL_AFTER_HOLDER) =>
+                    if statement.starts_with(&self.renewal.0)
+                        && statement.ends_with(&self.renewal.1) =>
                 {
                     let answer = tokio::time::timeout(self.patience, self.pass(statement)).await;
                     match answer {

@@ -279,15 +279,13 @@ fn lease_seeds_of_the_kinds_that_lose_no_segment_run_clean() {
     }
 }
 
-/// A finding in the adapter's lease path, left open (docs/simulation.md, "Lease runs"): a
-/// claim or renewal that does not answer within its deadline gives its pooled connection back
-/// to the pool (`ReturnToPool`) with the statement still in flight. A connection whose segment
-/// a partition dropped is wedged for good, and the pool hands it out again at every check: the
-/// replica never gets an answer again, and after the faults heal no leader appears (lease seed
-/// 0: steady-state, "no leader 652ms after the faults stopped"). Ignored until the adapter
-/// discards such a connection, as it does a lock session's.
+/// A finding of the simulation in the adapter's lease path, fixed: a claim or renewal that did
+/// not answer within its deadline gave its pooled connection back to the pool with the statement
+/// still in flight. A connection whose segment a partition dropped was wedged for good, the pool
+/// handed it out again at every check, and after the faults healed no leader appeared (lease
+/// seed 0: steady-state, "no leader 652ms after the faults stopped"). The adapter now closes a
+/// lease statement's connection unless the statement answered (`connection/lease.rs`).
 #[test]
-#[ignore = "adapter finding: an unanswered lease statement returns its wedged connection to the pool"]
 fn a_partition_lease_seed_runs_clean() {
     let options = RunOptions::lease(0);
     assert_eq!(options.kind, RunKind::Only(FaultKind::Partition));

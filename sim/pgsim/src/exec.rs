@@ -950,6 +950,7 @@ impl<'a> Ctx<'a> {
                 Func::TryAdvisoryLock
                 | Func::AdvisoryUnlock
                 | Func::AdvisoryLock
+                | Func::AdvisoryXactLock
                 | Func::TryAdvisoryLockShared
                 | Func::AdvisoryUnlockShared,
                 _,
@@ -980,6 +981,19 @@ impl<'a> Ctx<'a> {
                 match self.state.lock_or_wait(pid, key, at) {
                     LockWait::Granted => Ok(Value::Void),
                     LockWait::Queued(_) => Err(Stop::Blocked),
+                }
+            }
+            (Func::AdvisoryXactLock, _) => {
+                let key = lock_key(func, args)?;
+                if self.state.free_for(pid, key) {
+                    Ok(Value::Void)
+                } else {
+                    Err(SqlError::error(
+                        sqlstate::FEATURE_NOT_SUPPORTED,
+                        "the simulated server does not model a transaction-level advisory lock \
+                         on a key another session holds",
+                    )
+                    .into())
                 }
             }
             (Func::AdvisoryUnlock, _) => {
@@ -1211,7 +1225,7 @@ fn type_of(expr: &Expr) -> PgType {
             | Func::AdvisoryUnlockShared
             | Func::IsInRecovery
             | Func::TerminateBackend => PgType::Bool,
-            Func::AdvisoryUnlockAll | Func::AdvisoryLock => PgType::Void,
+            Func::AdvisoryUnlockAll | Func::AdvisoryLock | Func::AdvisoryXactLock => PgType::Void,
             Func::SetConfig
             | Func::CurrentSetting
             | Func::Concat
@@ -1827,7 +1841,17 @@ mod tests {
     fn lease_server() -> (State, i32, i32) {
         let (mut state, a, b) = server();
         let setup = run(&mut state, a, &plexsphere_leader::sql::lease::setup());
-        assert_eq!(setup, ["C CREATE TABLE", "C CREATE TABLE", "Z I"]);
+        assert_eq!(
+            setup,
+            [
+                "T pg_advisory_xact_lock:2278",
+                "D ",
+                "C SELECT 1",
+                "C CREATE TABLE",
+                "C CREATE TABLE",
+                "Z I"
+            ]
+        );
         (state, a, b)
     }
 
@@ -1919,7 +1943,7 @@ mod tests {
     }
 
     #[test]
-    fn a_renewal_extends_even_an_expired_lease_and_a_release_expires_an_unexpired_one_now() {
+    fn a_renewal_extends_an_unexpired_lease_from_any_session_and_never_revives_an_expired_one() {
         use lease_statements::{claim, release, renew, who_holds};
         let (mut state, a, b) = lease_server();
         assert_eq!(
@@ -1932,9 +1956,9 @@ mod tests {
         );
         lease_run(&mut state, a, &claim("ha"), 10);
         assert_eq!(
-            lease_run(&mut state, b, &renew("ha"), 400),
+            lease_run(&mut state, b, &renew("ha"), 200),
             ["T ?column?:23", "D 1", "C UPDATE 1", "Z I"],
-            "the holder's row, expired at 310 ms, any session"
+            "the holder's unexpired row (until 310 ms), on any session"
         );
         assert_eq!(
             lease_run(&mut state, b, &release("hb"), 410)[1],
@@ -1947,14 +1971,19 @@ mod tests {
             "expired"
         );
         assert_eq!(
-            lease_run(&mut state, b, &who_holds(), 422)[1],
+            lease_run(&mut state, b, &renew("ha"), 430)[1],
+            "C UPDATE 0",
+            "a renewal arriving after the release does not revive the lease"
+        );
+        assert_eq!(
+            lease_run(&mut state, b, &who_holds(), 432)[1],
             "D ha,1,1767225600.42,f"
         );
-        assert_eq!(lease_run(&mut state, b, &claim("hb"), 422)[2], "D 2");
+        assert_eq!(lease_run(&mut state, b, &claim("hb"), 432)[2], "D 2");
         assert_eq!(
             lease_log(&state)[2..4],
             [
-                format!("400ms renew {b} ha until 700ms"),
+                format!("200ms renew {b} ha until 500ms"),
                 format!("420ms release {a} ha")
             ]
         );

@@ -27,7 +27,7 @@ pub(crate) enum LeaseStatement {
         ttl_ms: u32,
         lock_timeout_ms: u32,
     },
-    /// `lease::renew`: extend `holder`'s lease of `key` to `now() + ttl_ms`.
+    /// `lease::renew`: extend `holder`'s unexpired lease of `key` to `now() + ttl_ms`.
     Renew {
         key: (i32, i32),
         holder: String,
@@ -138,7 +138,7 @@ fn renew(text: &str) -> Option<LeaseStatement> {
             " AND objid = ",
             Some(" AND holder = "),
         )?,
-        holder: unquote(between(text, " AND holder = ", " RETURNING 1")?)?,
+        holder: unquote(between(text, " AND holder = ", " AND expires_at > now()")?)?,
         ttl_ms: between(text, RENEW, TTL_UNIT)?.parse().ok()?,
     })
 }

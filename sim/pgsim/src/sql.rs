@@ -172,6 +172,12 @@ pub(crate) enum Func {
     AdvisoryUnlock,
     /// `pg_advisory_lock(int4, int4)` or `(bigint)` → void: waits in the lock's queue.
     AdvisoryLock,
+    /// `pg_advisory_xact_lock(int4, int4)` or `(bigint)` → void: a transaction-level lock. The
+    /// simulated server runs a query string of statements that do not wait in one step, so no
+    /// other session can take the same transaction-level lock meanwhile: it is granted at once
+    /// and ends with the step; a key another session holds as a session lock is not modelled
+    /// (0A000). `lease::setup` is its one user.
+    AdvisoryXactLock,
     /// `pg_advisory_unlock_all()` → void: every advisory lock of the session, in either mode.
     AdvisoryUnlockAll,
     /// `pg_try_advisory_lock_shared(int4, int4)` or `(bigint)` → bool.
@@ -208,6 +214,7 @@ impl Func {
             "pg_try_advisory_lock" => Self::TryAdvisoryLock,
             "pg_advisory_unlock" => Self::AdvisoryUnlock,
             "pg_advisory_lock" => Self::AdvisoryLock,
+            "pg_advisory_xact_lock" => Self::AdvisoryXactLock,
             "pg_advisory_unlock_all" => Self::AdvisoryUnlockAll,
             "pg_try_advisory_lock_shared" => Self::TryAdvisoryLockShared,
             "pg_advisory_unlock_shared" => Self::AdvisoryUnlockShared,
@@ -232,6 +239,7 @@ impl Func {
             Self::TryAdvisoryLock => "pg_try_advisory_lock",
             Self::AdvisoryUnlock => "pg_advisory_unlock",
             Self::AdvisoryLock => "pg_advisory_lock",
+            Self::AdvisoryXactLock => "pg_advisory_xact_lock",
             Self::AdvisoryUnlockAll => "pg_advisory_unlock_all",
             Self::TryAdvisoryLockShared => "pg_try_advisory_lock_shared",
             Self::AdvisoryUnlockShared => "pg_advisory_unlock_shared",
@@ -1181,7 +1189,12 @@ mod tests {
     fn the_lease_setup_creates_both_tables_and_a_claim_runs_after_its_set_local() {
         let key = plexsphere_leader::LockKey::DEFAULT;
         let setup = parse(&plexsphere_leader::sql::lease::setup()).unwrap();
-        let kinds: Vec<_> = setup
+        // The setup serializes itself with a transaction-level lock first.
+        assert!(
+            matches!(setup.first(), Some(Statement::Select { .. })),
+            "{setup:?}"
+        );
+        let kinds: Vec<_> = setup[1..]
             .iter()
             .map(|s| match s {
                 Statement::CreateTable {

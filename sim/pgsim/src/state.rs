@@ -393,6 +393,13 @@ impl State {
         Some(LockId { database, key })
     }
 
+    /// Whether no session but `pid` holds `key` in the session's database.
+    pub(crate) fn free_for(&self, pid: i32, key: LockKey) -> bool {
+        self.lock_id(pid, key).is_some_and(|lock| {
+            self.locks.is_free(&lock) || self.locks.held_by(pid).iter().any(|(id, _)| *id == lock)
+        })
+    }
+
     /// `pg_try_advisory_lock` for session `pid`.
     pub(crate) fn try_lock(&mut self, pid: i32, key: LockKey, at: Duration) -> bool {
         self.try_lock_in(pid, key, LockMode::Exclusive, at)

@@ -149,10 +149,11 @@ impl Ctx<'_> {
     fn renew(&mut self, lease: RowId, holder: &str, ttl: Duration) -> Result<(), Stop> {
         self.lease_tables(&lease, None)?;
         self.read_only("UPDATE")?;
-        let expires = self.statement_start() + ttl;
+        let now = self.statement_start();
+        let expires = now + ttl;
         let renewed = self
             .lease_row(&lease)
-            .is_some_and(|row| row.holder == holder);
+            .is_some_and(|row| row.holder == holder && row.expires_at > micros(now));
         if renewed {
             self.write_lease(&lease, holder, expires);
             let event = Event::LeaseRenewed {
