@@ -130,6 +130,11 @@ pub struct Measurements {
     pub orphan_idle: Option<Duration>,
     /// Fencing: longest an epoch advance waited for other sessions' fenced transactions.
     pub advance_wait: Option<Duration>,
+    /// Lease runs: the least time by which a term ended before its lease ended on the server
+    /// without its holder's release (it expired, or was claimed once expired), over every such
+    /// term: how close the leader's own clock came to the server's expiry. A term past it is a
+    /// detection violation instead.
+    pub lease_headroom: Option<Duration>,
     /// Terms of leadership observed.
     pub terms: usize,
     /// Faults injected.
@@ -211,6 +216,10 @@ impl Measurements {
         self.detection = max(self.detection, other.detection);
         self.orphan_idle = max(self.orphan_idle, other.orphan_idle);
         self.advance_wait = max(self.advance_wait, other.advance_wait);
+        self.lease_headroom = match (self.lease_headroom, other.lease_headroom) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         self.terms += other.terms;
         self.faults += other.faults;
         self.cases.overlaps += other.cases.overlaps;
@@ -269,6 +278,7 @@ pub(crate) fn check(evidence: &Evidence<'_>) -> (Measurements, Vec<Violation>) {
     checker.harness();
     checker.mutual_exclusion();
     checker.shared_rules();
+    checker.lease_headroom();
     checker.graceful();
     checker.operator_controls();
     checker.orphans();
@@ -395,6 +405,26 @@ impl<'a> Checker<'a> {
             &mut self.measured,
         );
         self.violations.extend(violations);
+    }
+
+    /// Lease runs: the least headroom between a term's end and the server-side end of its
+    /// lease, over the terms whose lease expired on them ([`Measurements::lease_headroom`]).
+    fn lease_headroom(&mut self) {
+        if self.e.mechanism != Mechanism::Lease {
+            return;
+        }
+        self.measured.lease_headroom = self
+            .e
+            .history
+            .terms
+            .iter()
+            .filter_map(|term| {
+                let hold = self.hold_of(term)?;
+                let expired = hold.released.filter(|_| !hold.unlocked)?;
+                let ended = term.span.end?;
+                expired.checked_sub(ended)
+            })
+            .min();
     }
 
     fn graceful(&mut self) {

@@ -33,6 +33,7 @@
 
 mod capture;
 mod checker;
+mod clock;
 mod connect;
 mod fenced;
 mod nemesis;
@@ -45,6 +46,7 @@ mod setup;
 mod world;
 
 pub use checker::{Cases, Measurements, Property, ShardMeasurements, Violation};
+pub use clock::ClockRate;
 pub use connect::TurmoilConnect;
 pub use report::Report;
 pub use run::{RunOutcome, run, run_once};

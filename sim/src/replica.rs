@@ -17,6 +17,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use crate::capture::Tagged;
+use crate::clock::{ClockRate, DriftingClock};
 use crate::connect::TurmoilConnect;
 use crate::fenced::{self, FencedUnit};
 use crate::record::{SharedRecorder, WorkGuard};
@@ -92,6 +93,8 @@ pub(crate) struct ReplicaEnv {
     pub(crate) mode: plexsphere_leader::config::AcquireMode,
     /// Whether the elector holds the advisory lock or a lease.
     pub(crate) mechanism: Mechanism,
+    /// The rate of the clock the election runs on ([`RunOptions::clock_rate`](crate::RunOptions::clock_rate)).
+    pub(crate) clock: ClockRate,
     pub(crate) slot: Rc<RefCell<Slot>>,
     pub(crate) recorder: SharedRecorder,
     /// Where the run's connections signal their ends to the electors (one per run).
@@ -149,6 +152,12 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
         Mechanism::Advisory => config,
         // The default TTL: three intervals.
         Mechanism::Lease => config.lease(Duration::ZERO),
+    };
+    // Tokio's clock (the simulation's) unless the run gives this replica another rate.
+    let config = if env.clock == ClockRate::EXACT {
+        config
+    } else {
+        config.clock(DriftingClock::new(env.clock))
     };
     let elector = Elector::new(config)?;
     let shutdown = CancellationToken::new();

@@ -289,6 +289,15 @@ impl Report {
                 p.lease_ttl().as_millis(),
                 p.lease_handover_bound().as_millis()
             );
+            let headroom = self.all().measured.lease_headroom;
+            let _ = writeln!(
+                out,
+                "lease clocks: within ±5 % (one replica 5 % slow, one 5 % fast; margin 10 %), all 15 % slow with --sabotage slow-clock; least headroom of a term before its lease expired on the server: {}",
+                headroom.map_or_else(
+                    || "-".to_owned(),
+                    |h| format!("{:.1} ms", h.as_secs_f64() * 1e3)
+                )
+            );
         }
         for (kind, row) in &self.rows {
             write_row(out, kind.name(), row);

@@ -18,6 +18,7 @@ pub use sharding::Sharding;
 
 use std::fmt;
 
+use crate::clock::ClockRate;
 use plexsphere_leader::config::AcquireMode;
 
 /// How the replicas of a single election hold leadership (`--mechanism`).
@@ -162,6 +163,20 @@ impl RunOptions {
     /// Whether lease seed `seed`'s service does fenced writes: `(seed / K) % 2 == 1`.
     pub const fn lease_fencing_for_seed(seed: u64) -> bool {
         (seed / RunKind::COUNT as u64) % LEASE_VARIANTS == 1
+    }
+
+    /// The rate of replica `replica`'s clock: the simulation's own in advisory and sharded
+    /// runs; in lease runs one replica 5 % slow, one 5 % fast and any other between
+    /// ([`ClockRate::of_lease_replica`]), within the lease's 10 % margin; every replica 15 %
+    /// slow with the sabotage [`DriverSabotage::SlowClock`].
+    pub fn clock_rate(&self, replica: usize) -> ClockRate {
+        match (self.mechanism, self.sabotage) {
+            (_, Some(Sabotage::Driver(DriverSabotage::SlowClock))) => ClockRate::OUTSIDE_MARGIN,
+            (Mechanism::Lease, _) if self.sharding.is_none() => {
+                ClockRate::of_lease_replica(self.seed, replica, self.replicas)
+            }
+            _ => ClockRate::EXACT,
+        }
     }
 
     /// The options seed `seed` runs with by default under `mechanism`.
@@ -365,6 +380,21 @@ mod tests {
                 ("poll", false),
             ]
         );
+    }
+
+    #[test]
+    fn only_lease_runs_drift_and_the_slow_clock_sabotage_leaves_the_margin() {
+        let rates = |options: RunOptions| (0..3).map(|r| options.clock_rate(r)).collect::<Vec<_>>();
+        assert_eq!(rates(RunOptions::new(4)), vec![ClockRate::EXACT; 3]);
+        assert_eq!(rates(RunOptions::sharded(4)), vec![ClockRate::EXACT; 3]);
+        let lease = RunOptions::lease(4);
+        assert!(rates(lease).contains(&ClockRate::SLOWEST_WITHIN_MARGIN));
+        assert!(rates(lease).contains(&ClockRate::FASTEST_WITHIN_MARGIN));
+        let sabotaged = RunOptions {
+            sabotage: Some(Sabotage::Driver(DriverSabotage::SlowClock)),
+            ..lease
+        };
+        assert_eq!(rates(sabotaged), vec![ClockRate::OUTSIDE_MARGIN; 3]);
     }
 
     #[test]

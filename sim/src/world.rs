@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use turmoil::{Builder, Sim};
 
 use crate::capture;
+use crate::clock::ClockRate;
 use crate::record::{
     Handing, HeldOut, History, LinkFault, Recorder, SharedRecorder, Span, TermEnd, TermRecord,
     UpSpan,
@@ -29,6 +30,8 @@ type OpenTerms = BTreeMap<u32, (u64, Option<u64>)>;
 pub(crate) struct ReplicaHost {
     pub(crate) name: String,
     pub(crate) slot: Rc<RefCell<Slot>>,
+    /// The rate of the replica's clock, which times its hold-offs.
+    clock: ClockRate,
     /// The incarnation the harness saw last.
     seen_incarnation: u32,
     seen_finished: bool,
@@ -117,6 +120,7 @@ impl World<'_> {
                 fencing,
                 mode,
                 mechanism,
+                clock: options.clock_rate(index),
                 slot: Rc::clone(&slot),
                 recorder: Rc::clone(&recorder),
                 session_ends: session_ends.clone(),
@@ -129,6 +133,7 @@ impl World<'_> {
             hosts.push(ReplicaHost {
                 name,
                 slot,
+                clock: options.clock_rate(index),
                 seen_incarnation: 0,
                 seen_finished: false,
                 open_terms: BTreeMap::new(),
@@ -588,6 +593,8 @@ impl World<'_> {
             let now = self.now();
             self.history.resign_requests.push((r, now));
             let incarnation = self.replicas[r].slot.borrow().incarnation;
+            // The hold-off runs on the replica's clock from when its driver takes the request.
+            let hold_off = self.replicas[r].clock.real(hold_off);
             self.history.held_out.push(HeldOut {
                 replica: r,
                 incarnation,

@@ -5,7 +5,8 @@
 //! left unlocked, the fence-holds property fails. The sharded sabotages (a shard's work that
 //! does not hold its term, a survey answered from the last good rows) are caught within one
 //! cycle of sharded seeds. A lease leader that answers its own failed renewals trusts its
-//! lease past its window, and is caught within one cycle of lease seeds.
+//! lease past its window, and is caught within one cycle of lease seeds; so is a lease leader
+//! whose clock runs slower than the lease's margin.
 #![allow(missing_docs)] // test functions
 
 use plexsphere_leader::config::AcquireMode;
@@ -152,6 +153,30 @@ fn keep_lease_on_failed_renewal_is_caught_as_a_term_outliving_its_lease_and_an_o
     );
     for (seed, violation) in caught {
         println!("{sabotage} caught at lease seed {seed}: {violation}");
+    }
+}
+
+/// Every replica's clock 15 % slow, outside the lease's 10 % margin: a cut-off leader trusts its
+/// lease about 1.06·TTL after sending its last renewal, past the server's expiry, and its term
+/// outlives its lease (a detection violation) within one cycle of lease seeds. Within the
+/// margin (every lease run gives its replicas clocks ±5 % off) no seed shows one.
+#[test]
+fn a_clock_slower_than_the_margin_is_caught_as_a_term_outliving_its_lease() {
+    let sabotage = Sabotage::Driver(DriverSabotage::SlowClock);
+    let caught = (0..RunOptions::LEASE_CYCLE).find_map(|seed| {
+        let options = RunOptions {
+            sabotage: Some(sabotage),
+            ..RunOptions::lease(seed)
+        };
+        run_once(&options)
+            .violations
+            .into_iter()
+            .find(|v| v.property == Property::Detection && v.detail.contains("after its lease"))
+            .map(|violation| (seed, violation))
+    });
+    match caught {
+        Some((seed, violation)) => println!("{sabotage} caught at lease seed {seed}: {violation}"),
+        None => panic!("{sabotage}: no detection violation within one lease cycle"),
     }
 }
 

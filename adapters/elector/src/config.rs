@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use plexsphere_leader_core::{Lease, Options};
 
+pub use crate::clock::{Clock, TokioClock};
 pub use crate::identity::{IdentityError, MAX_IDENTITY_LEN};
 pub use crate::key::ParseLockKeyError;
 pub use plexsphere_leader_core::{
@@ -36,6 +37,7 @@ use crate::session::SessionSource;
 /// | `work_deadline`  | none                                    | report (and optionally abort) leader work still running this long after its term ended |
 /// | `key`            | [`LockKey::DEFAULT`], `(1886156915, 1)` | the advisory lock: electors with the same key elect one leader |
 /// | `identity`       | `<service>@<host>` (executable stem, hostname) | written with the grant time into the lock session's `application_name` |
+/// | `clock`          | [`TokioClock`]                          | the monotonic clock the election runs on (a test seam, [`Config::clock`]) |
 ///
 /// Logging goes through `tracing` (target `plexsphere_leader`), inside a span `election` with the
 /// fields `key`, `identity` and `pid`, so that two elections in one process, and the replicas of
@@ -73,6 +75,7 @@ pub struct Config {
     pub(crate) work_deadline: Option<(Duration, OnOverdue)>,
     pub(crate) key: LockKey,
     pub(crate) identity: Option<String>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 /// What happens to leader work still running
@@ -112,6 +115,7 @@ impl Config {
             work_deadline: None,
             key: LockKey::DEFAULT,
             identity: None,
+            clock: Arc::new(TokioClock),
         }
     }
 
@@ -264,6 +268,17 @@ impl Config {
         self
     }
 
+    /// Runs the election on `clock` instead of tokio's ([`TokioClock`]): every instant the core
+    /// is given and every deadline it sleeps until. A seam for tests (the simulation runs lease
+    /// holders whose clocks run fast or slow); a service has no reason to set it. What the
+    /// adapter measures for itself (check latencies, [`Leadership`](crate::Leadership)'s instants)
+    /// stays on tokio's clock.
+    #[must_use]
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
     /// The validated identity, or the default one.
     pub(crate) fn resolved_identity(&self) -> Result<String, ConfigError> {
         Ok(crate::identity::resolve(self.identity.as_deref())?)
@@ -311,6 +326,7 @@ impl fmt::Debug for Config {
             .field("work_deadline", &self.work_deadline)
             .field("key", &self.key)
             .field("identity", &self.identity)
+            .field("clock", &self.clock)
             .finish()
     }
 }

@@ -17,7 +17,7 @@ use plexsphere_leader_core::failures::FailureReport;
 use plexsphere_leader_core::{Cause, ConnId, Machine};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::now;
+use crate::clock::{Clock, TokioClock};
 use crate::connection::Held;
 use crate::error::{CheckError, RunError};
 use crate::failure::CheckFailures;
@@ -51,6 +51,10 @@ pub(crate) trait Mechanism: Send + Sized + 'static {
     fn answered(&mut self, _event: &EventOf<Self>) {}
     /// The queued actions were performed.
     fn performed(&mut self) {}
+    /// The clock the machine runs on: every instant it is given, every deadline it asks for.
+    fn clock(&self) -> &dyn Clock {
+        &TokioClock
+    }
     /// How the run ended, once the machine finished it.
     fn outcome(&mut self) -> Result<(), RunError> {
         Ok(())
@@ -228,9 +232,10 @@ pub(crate) struct Driver<M: Mechanism> {
 impl<M: Mechanism> Driver<M> {
     /// Starts a run: the first check begins at once.
     pub(crate) fn start(mechanism: M) -> Result<Self, RunError> {
+        let now = mechanism.clock().now();
         mechanism
             .machine()
-            .start(now())
+            .start(now)
             .map_err(|_| RunError::AlreadyRunning)?;
         let mut driver = Self {
             mechanism,
@@ -258,7 +263,9 @@ impl<M: Mechanism> Driver<M> {
             let deadline = self.mechanism.machine().poll_timeout();
             if deadline != armed {
                 if let Some(at) = deadline {
-                    sleep.as_mut().reset(tokio::time::Instant::from_std(at));
+                    sleep
+                        .as_mut()
+                        .reset(self.mechanism.clock().tokio_instant(at));
                 }
                 armed = deadline;
             }
@@ -331,12 +338,14 @@ impl<M: Mechanism> Driver<M> {
     }
 
     fn fire_due_timers(&mut self) {
-        self.mechanism.machine().handle_timeout(now());
+        let now = self.mechanism.clock().now();
+        self.mechanism.machine().handle_timeout(now);
         self.perform_queued();
     }
 
     fn feed(&mut self, event: EventOf<M>) {
-        let _handled = self.mechanism.machine().handle_event(now(), event);
+        let now = self.mechanism.clock().now();
+        let _handled = self.mechanism.machine().handle_event(now, event);
         self.perform_queued();
     }
 

@@ -88,6 +88,7 @@ impl Elector {
             options,
             config.key,
             identity,
+            config.clock,
             metrics,
             hold_off,
         );
@@ -365,7 +366,7 @@ impl Elector {
     /// [`StuckLeader`] with the age of the last check and the bound.
     pub fn liveness(&self) -> Result<(), StuckLeader> {
         // The core's verdict (`Election::stuck`), on the driver's clock.
-        self.inner.election().stuck(crate::clock::now())
+        self.inner.election().stuck(self.inner.clock().now())
     }
 
     /// The longest a graceful stop of [`run`](Self::run) takes when this replica leads: the

@@ -17,6 +17,7 @@ use plexsphere_leader_core::{
 };
 use tokio::sync::watch;
 
+use crate::clock::Clock;
 use crate::error::CheckError;
 use crate::key::LockKey;
 use crate::leadership::{CheckFailing, CheckFailure, Leadership};
@@ -39,6 +40,8 @@ pub(crate) struct Shared {
     current: Mutex<Option<Arc<TermShared>>>,
     key: LockKey,
     identity: String,
+    /// The clock the election runs on ([`Config::clock`](crate::Config::clock)).
+    clock: Arc<dyn Clock>,
     metrics: Option<Sinks>,
     hold_off: Duration,
     /// Operator requests (resign, eligibility) for the running driver, in order.
@@ -54,6 +57,7 @@ impl Shared {
         options: Options,
         key: LockKey,
         identity: String,
+        clock: Arc<dyn Clock>,
         metrics: Option<Sinks>,
         hold_off: Duration,
     ) -> Self {
@@ -66,6 +70,7 @@ impl Shared {
             current: Mutex::new(None),
             key,
             identity,
+            clock,
             metrics,
             hold_off,
             controls: OperatorQueue::new(),
@@ -133,6 +138,12 @@ impl Shared {
         self.key
     }
 
+    /// The clock the election runs on.
+    pub(crate) fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    /// This replica's identity.
     pub(crate) fn identity(&self) -> &str {
         &self.identity
     }

@@ -29,6 +29,11 @@ pub enum DriverSabotage {
     /// of its last real renewal, while the server lets the lease expire and a standby claims
     /// it (the lease twin of [`DriverSabotage::KeepTermOnFailedPing`]).
     KeepLeaseOnFailedRenewal,
+    /// Lease runs: every replica's clock runs 15 % slow
+    /// ([`ClockRate::OUTSIDE_MARGIN`](crate::ClockRate::OUTSIDE_MARGIN)), outside the lease's 10 %
+    /// margin, so a leader cut off from the server trusts its lease 0.9·TTL/0.85 ≈ 1.06·TTL
+    /// after sending its last renewal: past the server's expiry.
+    SlowClock,
 }
 
 /// One broken behaviour of a sharded replica's software (sharded runs only).
@@ -74,7 +79,10 @@ impl Sabotage {
     /// Every sabotage of a lease run's own (`--mechanism lease --sabotage NAME`); the operator's
     /// and the server's ([`DriverSabotage::ResignWithoutHoldOff`],
     /// [`Sabotage::FenceWithoutRowLock`]) apply to lease runs as well.
-    pub const LEASE: [Self; 1] = [Self::Driver(DriverSabotage::KeepLeaseOnFailedRenewal)];
+    pub const LEASE: [Self; 2] = [
+        Self::Driver(DriverSabotage::KeepLeaseOnFailedRenewal),
+        Self::Driver(DriverSabotage::SlowClock),
+    ];
 
     /// Every sabotage of a sharded run (`--sharded --sabotage NAME`).
     pub const SHARDED: [Self; 2] = [
@@ -96,6 +104,7 @@ impl Sabotage {
             Self::Driver(DriverSabotage::KeepLeaseOnFailedRenewal) => {
                 "keep-lease-on-failed-renewal"
             }
+            Self::Driver(DriverSabotage::SlowClock) => "slow-clock",
             Self::FenceWithoutRowLock => "fence-without-row-lock",
         }
     }
@@ -126,7 +135,10 @@ impl Sabotage {
 
     /// Whether it breaks a lease run only ([`Sabotage::LEASE`]).
     pub const fn is_lease_only(self) -> bool {
-        matches!(self, Self::Driver(DriverSabotage::KeepLeaseOnFailedRenewal))
+        matches!(
+            self,
+            Self::Driver(DriverSabotage::KeepLeaseOnFailedRenewal | DriverSabotage::SlowClock)
+        )
     }
 
     /// Whether it breaks a sharded run ([`Sabotage::SHARDED`]) rather than a single election.

@@ -109,6 +109,10 @@ impl Mechanism for Single {
         }
     }
 
+    fn clock(&self) -> &dyn crate::clock::Clock {
+        self.inner.clock()
+    }
+
     fn outcome(&mut self) -> Result<(), crate::error::RunError> {
         match self.failure.take() {
             Some(finding) => Err(crate::error::RunError::SessionsMultiplexed(finding)),

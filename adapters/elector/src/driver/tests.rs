@@ -243,3 +243,44 @@ async fn work_that_outlives_a_stop_is_aborted_as_the_run_finishes() {
         "aborted as the run finished, not at the deadline"
     );
 }
+
+/// A clock that runs twice as fast as tokio's from its creation: readings scaled up, wake
+/// instants scaled down (rounded up to the nanosecond).
+#[derive(Debug)]
+struct DoubleSpeed {
+    origin: Instant,
+}
+
+impl crate::config::Clock for DoubleSpeed {
+    fn now(&self) -> std::time::Instant {
+        self.origin.into_std() + 2 * self.origin.elapsed()
+    }
+
+    fn tokio_instant(&self, reading: std::time::Instant) -> Instant {
+        let local = reading.saturating_duration_since(self.origin.into_std());
+        self.origin + Duration::from_nanos(u64::try_from(local.as_nanos().div_ceil(2)).unwrap())
+    }
+}
+
+/// The election runs on the configured clock: at twice tokio's rate the leader checks twice
+/// per interval of tokio's time, and its liveness reads the same clock.
+#[tokio::test(start_paused = true)]
+async fn the_election_runs_on_the_configured_clock() {
+    let count_checks = |fake: &Fake| fake.lock().count(Kind::Verify);
+    let tokio_clock = Fake::default();
+    let fast_clock = Fake::default();
+    let normal = run(elector(&tokio_clock, |c| c));
+    let fast = run(elector(&fast_clock, |c| {
+        c.clock(DoubleSpeed {
+            origin: Instant::now(),
+        })
+    }));
+    let _terms = (normal.first_term().await, fast.first_term().await);
+    tokio::time::sleep(10 * I).await;
+    let (normal_checks, fast_checks) = (count_checks(&tokio_clock), count_checks(&fast_clock));
+    assert!((9..=11).contains(&normal_checks), "{normal_checks} checks");
+    assert!((19..=21).contains(&fast_checks), "{fast_checks} checks");
+    assert!(fast.elector.liveness().is_ok());
+    normal.stop().await;
+    fast.stop().await;
+}
