@@ -14,20 +14,13 @@
 
 mod loops_support;
 
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use loops_support::{I, MARGIN, demo_binary, eventually, free_ports, get};
+use loops_support::{DEMO_BOOT as BOOT, Demo, I, MARGIN, eventually, get};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use plexsphere_leader_tests::{PgBouncer, PoolMode, TestDb};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 use tokio::time::Instant;
-
-/// How long three replica processes may take to boot and elect a leader.
-const BOOT: Duration = Duration::from_secs(30);
 
 /// How long leadership must hold still.
 const STEADY: Duration = Duration::from_secs(60);
@@ -35,27 +28,8 @@ const STEADY: Duration = Duration::from_secs(60);
 /// The lease's TTL: the default, three intervals.
 const TTL: Duration = Duration::from_millis(600);
 
-/// `(replica, pid)` of every `event=acquired` line so far.
-fn acquisitions(lines: &Mutex<Vec<String>>) -> Vec<(u16, u32)> {
-    lines
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|line| line.contains("event=acquired"))
-        .map(|line| (field(line, "replica"), field(line, "pid")))
-        .collect()
-}
-
-fn field<T: std::str::FromStr>(line: &str, key: &str) -> T {
-    line.split_whitespace()
-        .find_map(|word| word.strip_prefix(&format!("{key}=")))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or_else(|| panic!("{key}= in {line:?}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_transaction_mode_pgbouncer_the_lease_demo_keeps_one_leader_and_fails_over() {
-    let binary = demo_binary().await;
     let db = TestDb::create("demo_pgbouncer").await.unwrap();
     let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 4)
         .await
@@ -65,49 +39,16 @@ async fn behind_a_transaction_mode_pgbouncer_the_lease_demo_keeps_one_leader_and
         bouncer.port(),
         db.name()
     );
-    let port = free_ports(3);
-    let mut demo = Command::new(binary)
-        .args([
-            "--replicas",
-            "3",
-            "--check-interval",
-            "200ms",
-            "--mechanism",
-            "lease",
-            "--http-port",
-        ])
-        .arg(port.to_string())
-        .arg("--dsn")
-        .arg(&dsn)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let stdout = demo.stdout.take().unwrap();
-    tokio::spawn({
-        let lines = Arc::clone(&lines);
-        async move {
-            let mut reader = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = reader.next_line().await {
-                println!("{line}");
-                lines.lock().unwrap().push(line);
-            }
-        }
-    });
+    let demo = Demo::start_replicas(&dsn, 3, "200ms", &["--mechanism", "lease"], &[]).await;
 
     let (leader, leader_pid) = eventually(BOOT, "a replica leads", || async {
-        acquisitions(&lines).first().copied()
+        demo.acquisitions().first().copied()
     })
     .await;
     let steady_from = Instant::now();
-    let leader_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port + leader));
     while steady_from.elapsed() < STEADY {
         assert_eq!(
-            acquisitions(&lines),
+            demo.acquisitions(),
             vec![(leader, leader_pid)],
             "one leader, no transition"
         );
@@ -118,7 +59,7 @@ async fn behind_a_transaction_mode_pgbouncer_the_lease_demo_keeps_one_leader_and
         steady_from.elapsed()
     );
     let status = eventually(BOOT, "the leader's /status", || async {
-        let (code, body) = get(leader_addr, "/status").await.ok()?;
+        let (code, body) = get(demo.replica_addr(leader), "/status").await.ok()?;
         let status: serde_json::Value = serde_json::from_str(&body).ok()?;
         (code == 200 && status["lease"]["held"] == true).then_some(status)
     })
@@ -143,7 +84,7 @@ async fn behind_a_transaction_mode_pgbouncer_the_lease_demo_keeps_one_leader_and
     .unwrap();
     let bound = TTL + I + MARGIN;
     let (successor, _) = eventually(bound, "another replica leads", || async {
-        acquisitions(&lines)
+        demo.acquisitions()
             .into_iter()
             .find(|(replica, _)| *replica != leader)
     })
@@ -151,20 +92,10 @@ async fn behind_a_transaction_mode_pgbouncer_the_lease_demo_keeps_one_leader_and
     let handover = killed_at.elapsed();
     println!("handover after SIGKILL: {handover:?} (bound {bound:?})");
     assert!(handover <= bound, "{handover:?}");
-    let successor_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port + successor));
-    let (_, body) = get(successor_addr, "/status").await.unwrap();
+    let (_, body) = get(demo.replica_addr(successor), "/status").await.unwrap();
     assert!(body.contains("\"is_leader\":true"), "{body}");
 
-    kill(
-        Pid::from_raw(i32::try_from(demo.id().unwrap()).unwrap()),
-        Signal::SIGTERM,
-    )
-    .unwrap();
-    let exit = tokio::time::timeout(Duration::from_secs(20), demo.wait())
-        .await
-        .expect("the demo exits")
-        .unwrap();
-    assert!(exit.success(), "{exit:?}");
+    demo.stop(Duration::from_secs(20)).await;
     drop(bouncer);
     db.cleanup().await.unwrap();
 }

@@ -25,9 +25,8 @@ use fault_support::{Fleet, I, MARGIN, STARTUP, assert_within};
 use nix::sys::signal::Signal;
 use plexsphere_leader::LockKey;
 use plexsphere_leader_tests::replica_process::{REPLICA_APP_PREFIX, dsn};
-use plexsphere_leader_tests::{
-    Backend, ChildArgs, Cluster, FaultProxy, Mode, PgBouncer, PoolMode, StopMode, TestDb,
-};
+use plexsphere_leader_tests::{Backend, ChildArgs, Cluster, FaultProxy, Mode, StopMode, TestDb};
+use support::lease_target;
 use tokio::time::Instant;
 
 /// The default lease TTL at interval `interval`: three intervals.
@@ -37,23 +36,6 @@ fn ttl(interval: Duration) -> Duration {
 
 /// How long the steady test watches.
 const STEADY: Duration = Duration::from_secs(60);
-
-/// A database with the lease tables, and where replicas connect: the server itself, or
-/// (`pooled`) a transaction-mode PgBouncer of one server connection in front of it, which lives
-/// as long as the returned value.
-async fn target(name: &str, pooled: bool) -> (TestDb, tokio_postgres::Config, Option<PgBouncer>) {
-    let db = TestDb::create(name).await.unwrap();
-    plexsphere_leader::lease::setup(db.admin()).await.unwrap();
-    if !pooled {
-        let config = db.config();
-        return (db, config, None);
-    }
-    let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 1)
-        .await
-        .expect("PgBouncer");
-    let config = bouncer.pg_config(&db.config());
-    (db, config, Some(bouncer))
-}
 
 /// The test database's name for `scenario` on `backend`, direct or pooled.
 fn name(scenario: &str, backend: Backend, pooled: bool) -> String {
@@ -111,7 +93,7 @@ async fn spawn(
 }
 
 async fn three_replicas_keep_one_leader_and_one_term_for_a_minute(backend: Backend) {
-    let (db, target, _bouncer) = target(&name("steady", backend, true), true).await;
+    let (db, target, _bouncer) = lease_target(&name("steady", backend, true), true).await;
     let mut fleet = Fleet::new();
     for name in ["a", "b", "c"] {
         spawn(&mut fleet, backend, name, &target, I).await;
@@ -135,7 +117,7 @@ async fn three_replicas_keep_one_leader_and_one_term_for_a_minute(backend: Backe
 }
 
 async fn killed_leader(backend: Backend, pooled: bool) {
-    let (db, target, _bouncer) = target(&name("kill", backend, pooled), pooled).await;
+    let (db, target, _bouncer) = lease_target(&name("kill", backend, pooled), pooled).await;
     let mut fleet = Fleet::new();
     for name in ["a", "b", "c"] {
         spawn(&mut fleet, backend, name, &target, I).await;
@@ -152,7 +134,7 @@ async fn killed_leader(backend: Backend, pooled: bool) {
 }
 
 async fn stopped_leader(backend: Backend, pooled: bool) {
-    let (db, target, _bouncer) = target(&name("sigstop", backend, pooled), pooled).await;
+    let (db, target, _bouncer) = lease_target(&name("sigstop", backend, pooled), pooled).await;
     let mut fleet = Fleet::new();
     for name in ["a", "b", "c"] {
         spawn(&mut fleet, backend, name, &target, I).await;
@@ -194,7 +176,7 @@ async fn stopped_leader(backend: Backend, pooled: bool) {
 
 async fn blackholed_leader(backend: Backend, pooled: bool) {
     let interval = Duration::from_secs(1);
-    let (db, target, _bouncer) = target(&name("blackhole", backend, pooled), pooled).await;
+    let (db, target, _bouncer) = lease_target(&name("blackhole", backend, pooled), pooled).await;
     let proxy = FaultProxy::in_front_of(&target).await.unwrap();
     let mut fleet = Fleet::new();
     let a = spawn(

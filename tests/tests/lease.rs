@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use plexsphere_leader::fencing::{self, FenceError};
 use plexsphere_leader::{LockKey, TermEndCause};
-use plexsphere_leader_tests::{Backend, PgBouncer, PoolMode, TestDb};
-use support::{I, MARGIN, Replica, STARTUP, wait_for};
+use plexsphere_leader_tests::{Backend, TestDb};
+use support::{I, MARGIN, Replica, STARTUP, lease_target, wait_for};
 use tokio_util::sync::CancellationToken;
 
 /// The default TTL: three intervals.
@@ -66,31 +66,12 @@ async fn steady_leader(fleet: &[Replica]) -> usize {
     leader
 }
 
-/// A database of its own with the lease tables, and where the replicas connect: the server,
-/// or (`pooled`) a PgBouncer in transaction mode with one server connection, fewer than the
-/// three clients. The PgBouncer lives as long as the returned value.
-async fn target(name: &str, pooled: bool) -> (TestDb, tokio_postgres::Config, Option<PgBouncer>) {
-    let db = TestDb::create(name).await.unwrap();
-    plexsphere_leader::lease::setup(db.admin())
-        .await
-        .expect("lease tables");
-    if !pooled {
-        let config = db.config();
-        return (db, config, None);
-    }
-    let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 1)
-        .await
-        .expect("PgBouncer");
-    let config = bouncer.pg_config(&db.config());
-    (db, config, Some(bouncer))
-}
-
 async fn steady_then_graceful_handover(backend: Backend, pooled: bool) {
     let name = format!(
         "lease_graceful_{}_{backend}",
         if pooled { "pooled" } else { "direct" }
     );
-    let (db, target, _bouncer) = target(&name, pooled).await;
+    let (db, target, _bouncer) = lease_target(&name, pooled).await;
     let mut fleet = fleet(&db, backend, &target);
     let leader = steady_leader(&fleet).await;
     // The CLI says who holds the lease (exit 0 while held), through the same endpoint.
@@ -137,7 +118,7 @@ async fn crashed_leader_hands_over_within_ttl_plus_an_interval(backend: Backend,
         "lease_crash_{}_{backend}",
         if pooled { "pooled" } else { "direct" }
     );
-    let (db, target, _bouncer) = target(&name, pooled).await;
+    let (db, target, _bouncer) = lease_target(&name, pooled).await;
     let mut fleet = fleet(&db, backend, &target);
     let leader = steady_leader(&fleet).await;
     // Aborting the run drops it: the term ends as lost and the lease is left to expire.

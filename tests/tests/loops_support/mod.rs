@@ -225,6 +225,27 @@ impl Demo {
         }
     }
 
+    /// Where replica `replica` serves its routes.
+    pub fn replica_addr(&self, replica: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.addr.port() + replica))
+    }
+
+    /// Every line printed so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// `(replica, pid)` of every `event=acquired` line so far, in order.
+    pub fn acquisitions(&self) -> Vec<(u16, u32)> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.contains("event=acquired"))
+            .map(|line| (field(line, "replica"), field(line, "pid")))
+            .collect()
+    }
+
     /// The first line that contains `text`, waiting at most `within`.
     pub async fn line(&self, within: Duration, text: &str) -> String {
         eventually(within, text, || async {
@@ -259,4 +280,12 @@ impl Demo {
         tokio::time::sleep(Duration::from_millis(200)).await;
         self.lines.lock().unwrap().clone()
     }
+}
+
+/// The value of `key=` in a demo event line; panics when it is missing or does not parse.
+pub fn field<T: std::str::FromStr>(line: &str, key: &str) -> T {
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix(&format!("{key}=")))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("{key}= in {line:?}"))
 }

@@ -305,3 +305,33 @@ where
     });
     (block_tx, thread)
 }
+
+/// A database with the lease tables, and where replicas connect: the server itself, or
+/// (`pooled`) a transaction-mode PgBouncer of one server connection in front of it, which lives
+/// as long as the returned value.
+pub async fn lease_target(
+    name: &str,
+    pooled: bool,
+) -> (
+    TestDb,
+    tokio_postgres::Config,
+    Option<plexsphere_leader_tests::PgBouncer>,
+) {
+    let db = TestDb::create(name).await.expect("test database");
+    plexsphere_leader::lease::setup(db.admin())
+        .await
+        .expect("lease tables");
+    if !pooled {
+        let config = db.config();
+        return (db, config, None);
+    }
+    let bouncer = plexsphere_leader_tests::PgBouncer::start(
+        &db.config(),
+        plexsphere_leader_tests::PoolMode::Transaction,
+        1,
+    )
+    .await
+    .expect("PgBouncer");
+    let config = bouncer.pg_config(&db.config());
+    (db, config, Some(bouncer))
+}
