@@ -29,7 +29,7 @@ use std::io::Write;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_postgres::{Client, NoTls};
@@ -61,58 +61,55 @@ struct Cli {
     command: Command,
 }
 
+/// Where and how every subcommand asks: the database, the output format and the timeout.
+#[derive(Debug, Args)]
+struct Endpoint {
+    /// The database of the election or shard space, as a libpq-style DSN or URL
+    /// (`host=db user=ops dbname=app` or `postgresql://ops@db/app`). No TLS.
+    #[arg(long, env = "PLEXSPHERE_DSN", hide_env_values = true)]
+    dsn: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// How long to wait for the connection and the answer together (`10s`, `500ms`, `2`
+    /// for seconds); a server that accepts the connection and never answers fails after
+    /// it with exit 2. A `connect_timeout` in the DSN (whole seconds, per host) bounds
+    /// connecting on its own: the smaller of the two wins for connecting.
+    #[arg(long, default_value = "10s", value_parser = parse_timeout)]
+    timeout: Duration,
+}
+
+/// The election a subcommand asks about.
+#[derive(Debug, Args)]
+struct Election {
+    /// The election's key; either half may be negative (`--key -17:4`).
+    #[arg(
+        long,
+        default_value_t = LockKey::DEFAULT,
+        value_name = "CLASSID:OBJID",
+        allow_hyphen_values = true
+    )]
+    key: LockKey,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print who leads an election, since when and from which client address.
     Status {
-        /// The database of the election, as a libpq-style DSN or URL
-        /// (`host=db user=ops dbname=app` or `postgresql://ops@db/app`). No TLS.
-        #[arg(long, env = "PLEXSPHERE_DSN", hide_env_values = true)]
-        dsn: String,
-        /// The election's lock key; either half may be negative (`--key -17:4`).
-        #[arg(
-            long,
-            default_value_t = LockKey::DEFAULT,
-            value_name = "CLASSID:OBJID",
-            allow_hyphen_values = true
-        )]
-        key: LockKey,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
-        /// How long to wait for the connection and the answer together (`10s`, `500ms`, `2`
-        /// for seconds); a server that accepts the connection and never answers fails after
-        /// it with exit 2. A `connect_timeout` in the DSN (whole seconds, per host) bounds
-        /// connecting on its own: the smaller of the two wins for connecting.
-        #[arg(long, default_value = "10s", value_parser = parse_timeout)]
-        timeout: Duration,
+        #[command(flatten)]
+        election: Election,
+        #[command(flatten)]
+        endpoint: Endpoint,
     },
     /// Print who holds a lease election's lease and until when (the lease mechanism).
     Lease {
-        /// The database of the election, as a libpq-style DSN or URL. No TLS.
-        #[arg(long, env = "PLEXSPHERE_DSN", hide_env_values = true)]
-        dsn: String,
-        /// The election's key; either half may be negative.
-        #[arg(
-            long,
-            default_value_t = LockKey::DEFAULT,
-            value_name = "CLASSID:OBJID",
-            allow_hyphen_values = true
-        )]
-        key: LockKey,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
-        /// How long to wait for the connection and the answer together; a `connect_timeout`
-        /// in the DSN bounds connecting on its own, the smaller of the two wins.
-        #[arg(long, default_value = "10s", value_parser = parse_timeout)]
-        timeout: Duration,
+        #[command(flatten)]
+        election: Election,
+        #[command(flatten)]
+        endpoint: Endpoint,
     },
     /// Print who owns which shards of a shard space (sharded leadership).
     Shards {
-        /// The database of the space, as a libpq-style DSN or URL. No TLS.
-        #[arg(long, env = "PLEXSPHERE_DSN", hide_env_values = true)]
-        dsn: String,
         /// The number of shards of the space (`K`: shards are `0..K`).
         #[arg(long)]
         shards: u32,
@@ -123,13 +120,8 @@ enum Command {
             allow_hyphen_values = true
         )]
         class: i32,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
-        /// How long to wait for the connection and the answer together; a `connect_timeout`
-        /// in the DSN bounds connecting on its own, the smaller of the two wins.
-        #[arg(long, default_value = "10s", value_parser = parse_timeout)]
-        timeout: Duration,
+        #[command(flatten)]
+        endpoint: Endpoint,
     },
 }
 
@@ -164,10 +156,13 @@ where
     };
     match cli.command {
         Command::Status {
-            dsn,
-            key,
-            format,
-            timeout,
+            election: Election { key },
+            endpoint:
+                Endpoint {
+                    dsn,
+                    format,
+                    timeout,
+                },
         } => {
             let database = database_of(&dsn);
             match query_status_within(&dsn, key, timeout).await {
@@ -194,10 +189,13 @@ where
             }
         }
         Command::Lease {
-            dsn,
-            key,
-            format,
-            timeout,
+            election: Election { key },
+            endpoint:
+                Endpoint {
+                    dsn,
+                    format,
+                    timeout,
+                },
         } => {
             let database = database_of(&dsn);
             let asked = ask_within(&dsn, timeout, |client| async move {
@@ -226,11 +224,14 @@ where
             }
         }
         Command::Shards {
-            dsn,
             shards,
             class,
-            format,
-            timeout,
+            endpoint:
+                Endpoint {
+                    dsn,
+                    format,
+                    timeout,
+                },
         } => {
             let database = database_of(&dsn);
             let rows = match query_owners(&dsn, class, shards, timeout).await {
@@ -606,10 +607,12 @@ mod tests {
             has_env,
             "no --dsn: only PLEXSPHERE_DSN supplies it"
         );
-        let Command::Status { timeout, .. } =
-            Cli::try_parse_from(["plexsphere-leader", "status", "--dsn", "host=x"])
-                .unwrap()
-                .command
+        let Command::Status {
+            endpoint: Endpoint { timeout, .. },
+            ..
+        } = Cli::try_parse_from(["plexsphere-leader", "status", "--dsn", "host=x"])
+            .unwrap()
+            .command
         else {
             panic!("status parses as status");
         };
