@@ -106,7 +106,8 @@ const CLAIM: &str = "SET LOCAL lock_timeout = '";
 /// What tells a claim from another statement under a `SET LOCAL lock_timeout` (the advisory
 /// mechanism's epoch advance).
 const CLAIM_CTE: &str = "; WITH claimed AS (INSERT INTO plexsphere_leader_lease";
-const RENEW: &str = "UPDATE plexsphere_leader_lease SET expires_at = now() + ";
+const RENEW: &str =
+    "SET LOCAL synchronous_commit = on; UPDATE plexsphere_leader_lease SET expires_at = now() + ";
 const RELEASE: &str = "UPDATE plexsphere_leader_lease SET expires_at = now() WHERE";
 const WHO_HOLDS: &str = "SELECT l.holder, f.epoch, date_part('epoch', l.expires_at)";
 /// How the builders write a TTL: `now() + <ms> * interval '1 millisecond'`.

@@ -43,6 +43,14 @@ fn expiry(ttl_ms: u32) -> String {
     format!("now() + {ttl_ms} * interval '1 millisecond'")
 }
 
+/// What the claim and the renewal begin with: their commit waits for its WAL flush (and a
+/// synchronous standby's, where one is configured) whatever the server's or role's
+/// `synchronous_commit`. A leader trusts its lease from the answer: a claim or renewal that a
+/// crash of a server with `synchronous_commit = off` rolled back would leave the row expiring
+/// before that trust ends, and a standby could claim it (with the fence epoch advanced again
+/// from the older value) while the leader still leads. Transaction-local, so no session state.
+pub const DURABLE_COMMIT: &str = "SET LOCAL synchronous_commit = on; ";
+
 /// The standby's claim of `key` for `holder`: takes the row when it is missing, expired by the
 /// server's clock, or already `holder`'s, sets its expiry to `now() + ttl_ms`, and advances
 /// the fence row in the same statement, returning the new epoch; no row: another holder's
@@ -51,7 +59,7 @@ fn expiry(ttl_ms: u32) -> String {
 pub fn claim(key: LockKey, holder: &str, ttl_ms: u32, lock_timeout_ms: u32) -> String {
     let (c, o, holder) = (key.class_id, key.obj_id, quote_literal(holder));
     format!(
-        "SET LOCAL lock_timeout = '{lock_timeout_ms}'; \
+        "SET LOCAL lock_timeout = '{lock_timeout_ms}'; {DURABLE_COMMIT}\
          WITH claimed AS (\
          INSERT INTO plexsphere_leader_lease AS l (classid, objid, holder, expires_at) \
          VALUES ({c}, {o}, {holder}, {}) \
@@ -72,7 +80,7 @@ pub fn claim(key: LockKey, holder: &str, ttl_ms: u32, lock_timeout_ms: u32) -> S
 /// release, cannot revive the lease.
 pub fn renew(key: LockKey, holder: &str, ttl_ms: u32) -> String {
     format!(
-        "UPDATE plexsphere_leader_lease SET expires_at = {} \
+        "{DURABLE_COMMIT}UPDATE plexsphere_leader_lease SET expires_at = {} \
          WHERE classid = {} AND objid = {} AND holder = {} AND expires_at > now() RETURNING 1",
         expiry(ttl_ms),
         key.class_id,
@@ -117,7 +125,8 @@ mod tests {
         let claim = claim(KEY, "svc@h 0f", 15_000, 2_500);
         assert_eq!(
             claim,
-            "SET LOCAL lock_timeout = '2500'; WITH claimed AS (INSERT INTO \
+            "SET LOCAL lock_timeout = '2500'; SET LOCAL synchronous_commit = on; \
+             WITH claimed AS (INSERT INTO \
              plexsphere_leader_lease AS l (classid, objid, holder, expires_at) VALUES \
              (1886156915, 1, 'svc@h 0f', now() + 15000 * interval '1 millisecond') ON CONFLICT \
              (classid, objid) DO UPDATE SET holder = EXCLUDED.holder, expires_at = \
@@ -128,7 +137,8 @@ mod tests {
         );
         assert_eq!(
             renew(KEY, "it's", 600),
-            "UPDATE plexsphere_leader_lease SET expires_at = now() + 600 * interval \
+            "SET LOCAL synchronous_commit = on; \
+             UPDATE plexsphere_leader_lease SET expires_at = now() + 600 * interval \
              '1 millisecond' WHERE classid = 1886156915 AND objid = 1 AND holder = 'it''s' \
              AND expires_at > now() RETURNING 1"
         );
