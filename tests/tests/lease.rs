@@ -188,3 +188,47 @@ async fn concurrent_setups_all_succeed() {
     }
     db.cleanup().await.unwrap();
 }
+
+/// The operator chooses the tables' schema with the database's (or role's) `search_path`, which
+/// the server applies at every connection's start, so it holds behind a transaction-mode pooler
+/// too (where a session `SET` would not): the setup creates both tables there, and the election
+/// runs on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tables_live_in_the_schema_the_operator_puts_first_on_the_search_path() {
+    let db = TestDb::create("lease_schema").await.unwrap();
+    db.admin()
+        .batch_execute(&format!(
+            "CREATE SCHEMA leader; ALTER DATABASE \"{}\" SET search_path = leader",
+            db.name()
+        ))
+        .await
+        .unwrap();
+    // A connection opened after the ALTER, as every pooled one is.
+    let client = db.connect("setup").await.unwrap();
+    plexsphere_leader::lease::setup(&client).await.unwrap();
+    let placed = "SELECT to_regclass('leader.plexsphere_leader_lease') IS NOT NULL, \
+                  to_regclass('leader.plexsphere_leader_fence') IS NOT NULL, \
+                  to_regclass('public.plexsphere_leader_lease') IS NULL";
+    let row = db.admin().query_one(placed, &[]).await.unwrap();
+    assert!(
+        row.get::<_, bool>(0) && row.get::<_, bool>(1) && row.get::<_, bool>(2),
+        "both tables in schema leader, none in public"
+    );
+    let fleet = fleet(&db, Backend::Deadpool, &db.config());
+    wait_for(STARTUP, || leaders(&fleet).len() == 1)
+        .await
+        .expect("one replica leads");
+    let leader = leaders(&fleet)[0];
+    let holder: String = db
+        .admin()
+        .query_one("SELECT holder FROM leader.plexsphere_leader_lease", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let identity = fleet[leader].elector.identity().to_owned();
+    assert!(holder.starts_with(&format!("{identity} ")), "{holder}");
+    for replica in fleet {
+        replica.stop().await.unwrap();
+    }
+    db.cleanup().await.unwrap();
+}
