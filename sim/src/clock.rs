@@ -28,16 +28,6 @@ impl ClockRate {
     /// The rate of the `slow-clock` sabotage: 15 % slow, outside the 10 % margin.
     pub const OUTSIDE_MARGIN: Self = Self(850_000);
 
-    /// A rate of `ppm` parts per million (at least 1).
-    pub const fn from_ppm(ppm: u32) -> Self {
-        Self(if ppm == 0 { 1 } else { ppm })
-    }
-
-    /// The rate in parts per million.
-    pub const fn ppm(self) -> u32 {
-        self.0
-    }
-
     /// The rate of replica `replica` of `replicas` in lease seed `seed`: one replica (the
     /// seed's `seed % replicas`) at the slowest rate, the next at the fastest, every other
     /// drawn between them from the seed, so that every lease run meets both edges.
@@ -117,7 +107,7 @@ mod tests {
     #[test]
     fn a_reading_is_reached_by_its_wake_instant() {
         for ppm in [850_000, 950_000, 999_999, 1_000_000, 1_000_001, 1_050_000] {
-            let rate = ClockRate::from_ppm(ppm);
+            let rate = ClockRate(ppm);
             for micros in [0, 1, 7, 999, 100_000, 270_000, 12_345_678] {
                 let local = Duration::from_micros(micros) + Duration::from_nanos(micros % 13);
                 assert!(

@@ -109,6 +109,7 @@ impl World<'_> {
         for index in 0..replicas {
             let name = format!("r{index}");
             let slot = Rc::new(RefCell::new(Slot::default()));
+            let clock = options.clock_rate(index);
             let env = Rc::new(ReplicaEnv {
                 index,
                 seed,
@@ -120,7 +121,7 @@ impl World<'_> {
                 fencing,
                 mode,
                 mechanism,
-                clock: options.clock_rate(index),
+                clock,
                 slot: Rc::clone(&slot),
                 recorder: Rc::clone(&recorder),
                 session_ends: session_ends.clone(),
@@ -133,7 +134,7 @@ impl World<'_> {
             hosts.push(ReplicaHost {
                 name,
                 slot,
-                clock: options.clock_rate(index),
+                clock,
                 seen_incarnation: 0,
                 seen_finished: false,
                 open_terms: BTreeMap::new(),
