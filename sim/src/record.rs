@@ -5,6 +5,15 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
+/// The identity part of a lease holder `<identity> <nonce>`: the adapter draws the nonce from
+/// the process's hasher keys and the wall clock, so it differs between the two runs of a seed
+/// and stays out of the trace.
+pub(crate) fn holder_identity(holder: &str) -> &str {
+    holder
+        .rsplit_once(' ')
+        .map_or(holder, |(identity, _nonce)| identity)
+}
+
 /// The recorder shared by the harness and the replica hosts.
 pub(crate) type SharedRecorder = Rc<RefCell<Recorder>>;
 

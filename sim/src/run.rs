@@ -8,7 +8,7 @@ use plexsphere_leader_pgsim::{Event, LockId, LockKey, LockMode, LogEntry};
 use crate::capture::Capture;
 use crate::checker::{self, Evidence, Measurements, Property, ServerEvidence, Violation, secs};
 use crate::nemesis::Nemesis;
-use crate::record::{FenceOutcome, FencedWrite};
+use crate::record::{FenceOutcome, FencedWrite, holder_identity};
 use crate::setup::{Mechanism, RunOptions, SERVERS, Sharding, application_name};
 use crate::world::World;
 
@@ -355,13 +355,4 @@ fn describe(entry: &LogEntry, class: Option<i32>) -> String {
             format!("lease of {} released by {pid}", holder_identity(holder))
         }
     }
-}
-
-/// The identity part of a lease holder `<identity> <nonce>`: the adapter draws the nonce from
-/// the process's hasher keys and the wall clock, so it differs between the two runs of a seed
-/// and stays out of the trace.
-pub(crate) fn holder_identity(holder: &str) -> &str {
-    holder
-        .rsplit_once(' ')
-        .map_or(holder, |(identity, _nonce)| identity)
 }

@@ -19,10 +19,10 @@ pub(crate) type Held = Arc<Box<dyn LockSession>>;
 
 /// What an operation of the single election produces: its event, the session of an acquire,
 /// and the database a grant statement ran in (`current_database()`), for the log lines.
-pub(crate) type Completion = crate::driver::Completion<Event<CheckError>, Option<String>>;
+pub(crate) type Completion = crate::operation::Completion<Event<CheckError>, Option<String>>;
 
 /// An operation of the single election in flight on one connection.
-pub(crate) type Operation = crate::driver::Operation<Event<CheckError>, Option<String>>;
+pub(crate) type Operation = crate::operation::Operation<Event<CheckError>, Option<String>>;
 
 /// Runs a grant statement of [`sql`] (`try_lock`, `wait_for_lock`): `(outcome, pid,
 /// database)`.

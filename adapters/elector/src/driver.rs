@@ -8,7 +8,6 @@
 //! is performed ([`single`] for one election, [`crate::sharded`] for sharded leadership).
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, MutexGuard};
 
 use futures_util::StreamExt as _;
@@ -22,6 +21,7 @@ use crate::connection::Held;
 use crate::error::{CheckError, RunError};
 use crate::failure::CheckFailures;
 use crate::leadership::CheckFailure;
+use crate::operation::{Completion, Operation};
 use crate::operator::OperatorQueue;
 use crate::session::{LockSession, SessionSource};
 
@@ -66,47 +66,8 @@ pub(crate) type EventOf<M> = <<M as Mechanism>::Machine as Machine>::Event;
 /// The actions of mechanism `M`'s machine.
 pub(crate) type ActionOf<M> = <<M as Mechanism>::Machine as Machine>::Action;
 
-/// What an operation in flight produces: the event to report, the session of an acquire, and
-/// the mechanism's extra.
-pub(crate) struct Completion<E, X> {
-    pub(crate) event: E,
-    pub(crate) acquired: Option<Box<dyn LockSession>>,
-    pub(crate) extra: X,
-}
-
-impl<E, X: Default> Completion<E, X> {
-    pub(crate) fn of(event: E) -> Self {
-        Self {
-            event,
-            acquired: None,
-            extra: X::default(),
-        }
-    }
-}
-
-/// An operation in flight on one connection, or a drain of an ended term's work.
-pub(crate) type Operation<E, X> = Pin<Box<dyn Future<Output = Completion<E, X>> + Send>>;
-
 /// The operation type of mechanism `M`.
 pub(crate) type OperationOf<M> = Operation<EventOf<M>, <M as Mechanism>::Extra>;
-
-/// Borrows a session from `source`: `acquired` when one came, `failed` with the cause
-/// otherwise.
-pub(crate) fn acquire<E: Send + 'static, X: Default + Send + 'static>(
-    source: Arc<dyn SessionSource>,
-    acquired: E,
-    failed: impl FnOnce(CheckError) -> E + Send + 'static,
-) -> Operation<E, X> {
-    Box::pin(async move {
-        match source.acquire().await {
-            Ok(session) => Completion {
-                acquired: Some(session),
-                ..Completion::of(acquired)
-            },
-            Err(cause) => Completion::of(failed(cause)),
-        }
-    })
-}
 
 /// The driver's I/O, which a mechanism's [`Mechanism::perform`] works with: the held session,
 /// the operation in flight, the drains and the run of failed checks.

@@ -14,7 +14,7 @@ use crate::driver::Driver;
 use crate::driver::single::Single;
 use crate::error::{ConfigError, RunError};
 use crate::key::LockKey;
-use crate::leadership::{Leadership, TermWaitCancelled};
+use crate::leadership::{Leadership, Resignation, TermWaitCancelled};
 use crate::metrics::Sinks;
 use crate::shared::Shared;
 use crate::term::Term;
@@ -52,17 +52,6 @@ use crate::term::Term;
 #[derive(Clone, Debug)]
 pub struct Elector {
     inner: Arc<Shared>,
-}
-
-/// What became of [`Elector::resign`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Resignation {
-    /// The running election took the request: a leader ends its term and releases the lock
-    /// (after the stop grace), and no check begins before the hold-off has passed.
-    Requested,
-    /// The election is not running: nothing changed.
-    NotRunning,
 }
 
 impl Elector {

@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use plexsphere_leader_core::TermEndCause;
 
-pub use crate::elector::Resignation;
 pub use crate::overdue::OVERDUE_WORK_MESSAGE;
 pub use crate::term::named_work;
 pub use plexsphere_leader_core::failures::FailureClass;
@@ -14,6 +13,19 @@ pub use plexsphere_leader_core::work::Interruption;
 pub use plexsphere_leader_core::{
     Release, ReleaseOutcome, STUCK_AFTER_INTERVALS, StuckLeader, TermId,
 };
+
+/// What became of a resign request ([`Elector::resign`](crate::Elector::resign),
+/// [`ShardedElector::resign`](crate::sharded::ShardedElector::resign)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Resignation {
+    /// The running election took the request: a leader ends its term and releases the lock
+    /// (after the stop grace; a sharded member gives up every shard), and no check begins
+    /// before the hold-off has passed.
+    Requested,
+    /// The election is not running: nothing changed.
+    NotRunning,
+}
 
 /// This replica's place in the election, published by the elector every time a term begins or
 /// ends (a `tokio::sync::watch` value: [`Elector::subscribe`](crate::Elector::subscribe)).

@@ -68,6 +68,7 @@ pub mod lease;
 mod log;
 pub mod metrics;
 mod observe;
+mod operation;
 mod operator;
 mod overdue;
 pub mod session;

@@ -17,8 +17,7 @@ use plexsphere_leader_pgsim::Event;
 
 use super::space::Tenure;
 use super::{Owner, Property, ServerEvidence, Violation, secs};
-use crate::record::History;
-use crate::run::holder_identity;
+use crate::record::{History, holder_identity};
 use crate::setup::SERVERS;
 
 /// One change of the lease row, as a server logged it.

@@ -129,7 +129,7 @@ impl Mechanism for Single {
         let (key, identity) = (self.inner.key(), self.inner.identity());
         let idle_ms = self.inner.interval().idle_session_timeout_millis();
         match action {
-            Action::AcquireConnection { conn } => io.run(super::acquire(
+            Action::AcquireConnection { conn } => io.run(crate::operation::acquire(
                 self.inner.sessions(),
                 Event::ConnectionAcquired { conn },
                 move |cause| Event::AcquireFailed { conn, cause },

@@ -15,9 +15,10 @@ use super::shared::ShardShared;
 use super::view::{Holder, SpaceView};
 use crate::clock::now;
 use crate::connection::Held;
-use crate::driver::{self, Io, Mechanism};
+use crate::driver::{Io, Mechanism};
 use crate::error::{CheckError, RunError};
 use crate::leadership::CheckFailure;
+use crate::operation;
 use crate::operator::OperatorQueue;
 use crate::session::{QueryError, Row};
 use crate::shard_sql::{self, ShardSqlError, SurveyRows};
@@ -26,8 +27,8 @@ use plexsphere_leader_core::failures::FailureReport;
 
 /// An answered survey: the view it shows and how long it took.
 type Surveyed = Option<(SpaceView, Duration)>;
-type Completion = driver::Completion<ShardEvent<CheckError>, Surveyed>;
-type Operation = driver::Operation<ShardEvent<CheckError>, Surveyed>;
+type Completion = operation::Completion<ShardEvent<CheckError>, Surveyed>;
+type Operation = operation::Operation<ShardEvent<CheckError>, Surveyed>;
 
 /// Sharded leadership's side of a run.
 pub(crate) struct Sharded {
@@ -118,7 +119,7 @@ impl Mechanism for Sharded {
         let class = self.inner.class();
         let count = self.inner.options().count();
         match action {
-            ShardAction::AcquireSession { conn } => io.run(driver::acquire(
+            ShardAction::AcquireSession { conn } => io.run(operation::acquire(
                 self.inner.sessions(),
                 ShardEvent::Acquired { conn },
                 move |cause| ShardEvent::AcquireFailed { conn, cause },
