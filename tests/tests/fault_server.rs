@@ -1,6 +1,7 @@
 //! Fault injection on the server itself, each test on its own throwaway cluster (`Cluster`):
-//! restarts, a failover to a promoted standby, and `max_connections` exhausted. Replicas are
-//! OS processes (`plx-replica`), I = 200 ms, bounds asserted as `bound + MARGIN` (2 s).
+//! restarts, a failover to a promoted standby, `max_connections` exhausted, and a crash right
+//! after the writes a leader trusts. Replicas are OS processes (`plx-replica`), I = 200 ms,
+//! bounds asserted as `bound + MARGIN` (2 s).
 //!
 //! | scenario | expected outcome (bound) |
 //! |----------|--------------------------|
@@ -8,6 +9,7 @@
 //! | restart `-m immediate` | the same after a crash and crash recovery |
 //! | failover to a promoted standby, the old primary cut off silently | the leader's `SELECT 1` goes unanswered: it demotes within 2·I; one leader on the new primary within I of the promotion; the old primary frees its orphan within 4·I |
 //! | `max_connections` exhausted (53300) | the standby's connect is refused, retried and logged once per interval; it leads once a slot is free |
+//! | `-m immediate` right after a fencing epoch's advance and a lease's renewal, `synchronous_commit = off` | every epoch and the renewal are still there after crash recovery |
 //!
 //! Every test ends with `Fleet::finish`: pools intact, no replica session and no lock left.
 
@@ -256,4 +258,126 @@ async fn max_connections_exhausted_is_retried_and_warned_once_per_interval(backe
 
     drop(fillers);
     fleet.finish(&admin).await;
+}
+
+/// The statements whose commit a leader trusts, a fencing epoch's advance (single and sharded)
+/// and a lease's claim and renewal, survive a crash of a server that runs
+/// `synchronous_commit = off` (the test clusters do, and so does many a tuned production
+/// server): each begins with `SET LOCAL synchronous_commit = on` (`sql::DURABLE_COMMIT`), so
+/// its commit waits for the WAL write. Without it the commit record stays in the WAL buffers
+/// until the WAL writer's next round, which this test puts 10 s away, and the crash right after
+/// the answer takes it: the next leader would get the same epoch again, or a lease that the
+/// leader still trusts would be claimable.
+#[tokio::test]
+async fn the_writes_a_leader_trusts_survive_a_crash_of_a_server_with_synchronous_commit_off() {
+    use plexsphere_leader::shard_sql;
+    use plexsphere_leader::sharded::Shard;
+    use plexsphere_leader::sql::{self, lease};
+
+    const KEY: plexsphere_leader::LockKey = plexsphere_leader::LockKey::DEFAULT;
+    const CLASS: i32 = 42;
+    let cluster = Cluster::start().await.expect("a throwaway cluster");
+    let client = cluster.connect("postgres").await.unwrap();
+    client
+        .batch_execute("ALTER SYSTEM SET wal_writer_delay = '10s'")
+        .await
+        .unwrap();
+    client
+        .batch_execute("SELECT pg_reload_conf()")
+        .await
+        .unwrap();
+    client.batch_execute(&lease::setup()).await.unwrap();
+    // A synchronous commit flushes all the WAL before it: every write below is the only one
+    // in its round.
+    client
+        .batch_execute("SET synchronous_commit = on; CHECKPOINT")
+        .await
+        .unwrap();
+    client
+        .batch_execute("SET synchronous_commit = off")
+        .await
+        .unwrap();
+    let epoch = |rows: Vec<tokio_postgres::SimpleQueryMessage>| {
+        rows.iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .unwrap_or_default()
+    };
+    let single = client
+        .simple_query(&sql::advance_epoch_within(KEY, 1000))
+        .await
+        .unwrap();
+    assert_eq!(epoch(single), "1");
+    let shards = [0, 1, 2].map(Shard::new);
+    client
+        .simple_query(&shard_sql::advance_epochs(CLASS, &shards, 1000))
+        .await
+        .unwrap();
+    let other = plexsphere_leader::LockKey::new(7, 7);
+    let claimed = client
+        .simple_query(&lease::claim(other, "a 1", 60_000, 1000))
+        .await
+        .unwrap();
+    assert_eq!(epoch(claimed), "1");
+    client
+        .simple_query(&lease::renew(other, "a 1", 600_000))
+        .await
+        .unwrap();
+    let renewed = client
+        .query_one(
+            "SELECT (expires_at > now() + interval '300 s')::text FROM plexsphere_leader_lease \
+             WHERE classid = 7 AND objid = 7",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, String>(0);
+    assert_eq!(renewed, "true");
+    drop(client);
+
+    cluster.stop(StopMode::Immediate).await.unwrap();
+    cluster.start_again().await.unwrap();
+    let client = cluster.connect("postgres").await.unwrap();
+    let fence = client
+        .query(
+            "SELECT classid, objid, epoch FROM plexsphere_leader_fence ORDER BY classid, objid",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row.get::<_, i32>(0),
+                row.get::<_, i32>(1),
+                row.get::<_, i64>(2),
+            )
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(
+        fence,
+        vec![
+            (7, 7, 1),
+            (CLASS, 0, 1),
+            (CLASS, 1, 1),
+            (CLASS, 2, 1),
+            (KEY.class_id, KEY.obj_id, 1)
+        ],
+        "every epoch handed out is still in the fence table after the crash"
+    );
+    let kept = client
+        .query_one(
+            "SELECT (expires_at > now() + interval '300 s')::text FROM plexsphere_leader_lease \
+             WHERE classid = 7 AND objid = 7 AND holder = 'a 1'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, String>(0);
+    assert_eq!(
+        kept, "true",
+        "the renewal is still in the lease row after the crash"
+    );
 }

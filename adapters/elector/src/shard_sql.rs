@@ -31,7 +31,7 @@ use std::str::FromStr;
 use plexsphere_leader_core::shards::{MemberId, Shard, Survey, SurveyError};
 
 use crate::session::Row;
-use crate::sql::quote_literal;
+use crate::sql::{DURABLE_COMMIT, quote_literal};
 
 /// The second `int4` of the member lock `(class, -1)`, which every live replica holds in shared
 /// mode. It shows in `pg_locks` as `objid = 4294967295`.
@@ -320,11 +320,13 @@ pub fn parse_taken(rows: &[Row]) -> Result<Vec<Shard>, ShardSqlError> {
 /// key `LockKey::new(class, s)`), one row `(objid, epoch)` per shard, in one statement. It runs
 /// after `SET LOCAL lock_timeout` of `lock_timeout_ms` in the same query string: a fenced
 /// transaction of a cut-off former owner holding a fence row (`FOR SHARE`) makes the server end
-/// the wait (SQLSTATE 55P03) instead of holding the session past the interval. The implicit
-/// transaction ends with the string, so the session keeps its own `lock_timeout`.
+/// the wait (SQLSTATE 55P03) instead of holding the session past the interval, and after
+/// [`DURABLE_COMMIT`](crate::sql::DURABLE_COMMIT), so that a crash of a server with
+/// `synchronous_commit = off` cannot roll back epochs already handed out. The implicit
+/// transaction ends with the string, so the session keeps its own settings.
 pub fn advance_epochs(class: i32, shards: &[Shard], lock_timeout_ms: u32) -> String {
     format!(
-        "SET LOCAL lock_timeout = '{lock_timeout_ms}'; \
+        "SET LOCAL lock_timeout = '{lock_timeout_ms}'; {DURABLE_COMMIT}\
          INSERT INTO plexsphere_leader_fence AS f (classid, objid, epoch) \
          SELECT {class}, t.s, 1 FROM unnest({}) AS t(s) \
          ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 \
@@ -942,10 +944,14 @@ mod tests {
     }
 
     #[test]
-    fn the_epoch_advance_bounds_its_wait_and_returns_every_shards_epoch() {
+    fn the_epoch_advance_bounds_its_wait_commits_durably_and_returns_every_shards_epoch() {
         let sql = advance_epochs(7, &shards(&[3, 1, 3]), 250);
         assert!(
-            sql.starts_with("SET LOCAL lock_timeout = '250'; INSERT INTO plexsphere_leader_fence")
+            sql.starts_with(
+                "SET LOCAL lock_timeout = '250'; SET LOCAL synchronous_commit = on; \
+                 INSERT INTO plexsphere_leader_fence"
+            ),
+            "{sql}"
         );
         assert!(
             sql.contains("SELECT 7, t.s, 1 FROM unnest('{1,3}'::int4[]) AS t(s)"),

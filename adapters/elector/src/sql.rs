@@ -327,9 +327,19 @@ pub const FENCE_SETUP: &str = "CREATE TABLE IF NOT EXISTS plexsphere_leader_fenc
      classid int4 NOT NULL, objid int4 NOT NULL, epoch bigint NOT NULL, \
      PRIMARY KEY (classid, objid))";
 
+/// What every statement whose commit a leader trusts begins with (the fencing epoch's advance,
+/// the lease's claim and renewal): its commit waits for its WAL flush (and a synchronous
+/// standby's, where one is configured) whatever the server's or role's `synchronous_commit`.
+/// With `synchronous_commit = off`, a crash can roll back a commit the server already answered:
+/// an epoch advance lost so would hand the next term the same epoch as this one, so that the
+/// fence could not tell the two leaders' writes apart; a lost lease renewal would leave the row
+/// expiring before the leader's trust in it ends. Transaction-local, so no session state.
+pub const DURABLE_COMMIT: &str = "SET LOCAL synchronous_commit = on; ";
+
 /// Run by the new leader of `key` on its lock session right after the grant: the next epoch,
 /// strictly greater than every earlier term's (a committed row, so it survives crashes and
-/// reaches a synchronous standby).
+/// reaches a synchronous standby when it commits durably: the driver sends it as
+/// [`advance_epoch_within`], after [`DURABLE_COMMIT`]).
 pub fn advance_epoch(key: LockKey) -> String {
     format!(
         "INSERT INTO plexsphere_leader_fence AS f (classid, objid, epoch) \
@@ -344,10 +354,11 @@ pub fn advance_epoch(key: LockKey) -> String {
 /// fence row that a cut-off leader's fenced transaction holds (SQLSTATE 55P03). Without it the
 /// backend would go on waiting after its client gave up, holding the advisory lock until that
 /// transaction ended. The implicit transaction of the query string ends with it, so the session
-/// keeps its own `lock_timeout`.
+/// keeps its own `lock_timeout` and `synchronous_commit` ([`DURABLE_COMMIT`], also in the
+/// string).
 pub fn advance_epoch_within(key: LockKey, lock_timeout_ms: u32) -> String {
     format!(
-        "SET LOCAL lock_timeout = '{lock_timeout_ms}'; {}",
+        "SET LOCAL lock_timeout = '{lock_timeout_ms}'; {DURABLE_COMMIT}{}",
         advance_epoch(key)
     )
 }
@@ -448,10 +459,13 @@ mod tests {
     }
 
     #[test]
-    fn the_epoch_advance_waits_for_the_fence_row_at_most_its_lock_timeout() {
+    fn the_epoch_advance_waits_for_the_fence_row_at_most_its_lock_timeout_and_commits_durably() {
         assert_eq!(
             advance_epoch_within(KEY, 250),
-            format!("SET LOCAL lock_timeout = '250'; {}", advance_epoch(KEY))
+            format!(
+                "SET LOCAL lock_timeout = '250'; SET LOCAL synchronous_commit = on; {}",
+                advance_epoch(KEY)
+            )
         );
     }
 

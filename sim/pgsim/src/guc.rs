@@ -29,6 +29,9 @@ pub(crate) enum Guc {
     StatementTimeout,
     /// `application_name`, reported to the client with ParameterStatus.
     ApplicationName,
+    /// `synchronous_commit`, one of PostgreSQL's five levels (`on` by default): kept and
+    /// shown, with no effect (the simulated server loses no committed transaction).
+    SynchronousCommit,
     /// A setting fixed at server start, which sizes the lock table
     /// ([`ServerConfig::with_lock_table`](super::ServerConfig::with_lock_table)): shown, never
     /// set (55P02).
@@ -92,6 +95,8 @@ pub(crate) struct Gucs {
     pub(crate) lock_timeout: Duration,
     pub(crate) statement_timeout: Duration,
     pub(crate) application_name: String,
+    /// `synchronous_commit`, as `SHOW` shows it; empty for the default (`on`).
+    pub(crate) synchronous_commit: String,
     /// The server's lock-table settings (the same in every session).
     pub(crate) server: LockTableSettings,
     /// The custom placeholders that exist in the session, by lowercased name.
@@ -109,6 +114,7 @@ impl Guc {
             "lock_timeout" => Ok(Self::LockTimeout),
             "statement_timeout" => Ok(Self::StatementTimeout),
             "application_name" => Ok(Self::ApplicationName),
+            "synchronous_commit" => Ok(Self::SynchronousCommit),
             "max_locks_per_transaction" => Ok(Self::Server(ServerSetting::LocksPerTransaction)),
             "max_connections" => Ok(Self::Server(ServerSetting::Connections)),
             "max_prepared_transactions" => Ok(Self::Server(ServerSetting::PreparedTransactions)),
@@ -125,6 +131,7 @@ impl Guc {
             Self::LockTimeout => "lock_timeout",
             Self::StatementTimeout => "statement_timeout",
             Self::ApplicationName => "application_name",
+            Self::SynchronousCommit => "synchronous_commit",
             Self::Server(ServerSetting::LocksPerTransaction) => "max_locks_per_transaction",
             Self::Server(ServerSetting::Connections) => "max_connections",
             Self::Server(ServerSetting::PreparedTransactions) => "max_prepared_transactions",
@@ -172,6 +179,9 @@ impl Gucs {
             Guc::LockTimeout => self.lock_timeout = parse_timeout(guc.name(), value)?,
             Guc::StatementTimeout => self.statement_timeout = parse_timeout(guc.name(), value)?,
             Guc::ApplicationName => self.application_name = clean_application_name(value),
+            Guc::SynchronousCommit => {
+                self.synchronous_commit = parse_synchronous_commit(value)?.to_owned();
+            }
             Guc::Server(_) => {}
             Guc::Custom(name) => {
                 self.custom.insert(name.clone(), value.to_owned());
@@ -190,6 +200,7 @@ impl Gucs {
             Guc::LockTimeout => self.lock_timeout = Duration::ZERO,
             Guc::StatementTimeout => self.statement_timeout = Duration::ZERO,
             Guc::ApplicationName => self.application_name.clear(),
+            Guc::SynchronousCommit => self.synchronous_commit.clear(),
             Guc::Server(_) => {}
             Guc::Custom(name) => {
                 self.custom.insert(name.clone(), String::new());
@@ -208,6 +219,8 @@ impl Gucs {
             Guc::LockTimeout => format_timeout(self.lock_timeout),
             Guc::StatementTimeout => format_timeout(self.statement_timeout),
             Guc::ApplicationName => self.application_name.clone(),
+            Guc::SynchronousCommit if self.synchronous_commit.is_empty() => "on".to_owned(),
+            Guc::SynchronousCommit => self.synchronous_commit.clone(),
             Guc::Server(setting) => self.server.value(*setting).to_string(),
             Guc::Custom(name) => self.custom.get(name)?.clone(),
         })
@@ -246,6 +259,23 @@ pub(crate) fn parse_timeout(name: &str, value: &str) -> Result<Duration, SqlErro
                 "{} ms is outside the valid range for parameter \"{name}\" (0 .. {MAX_TIMEOUT_MS})",
                 ms.map_or_else(|| text.to_owned(), |ms| ms.to_string())
             ),
+        )),
+    }
+}
+
+/// Parses `synchronous_commit` as PostgreSQL does: a level, case-insensitively, or one of the
+/// hidden boolean spellings (`true`, `yes`, `1` are `on`; `false`, `no`, `0` are `off`);
+/// returns the level `SHOW` then shows.
+pub(crate) fn parse_synchronous_commit(value: &str) -> Result<&'static str, SqlError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "local" => Ok("local"),
+        "remote_write" => Ok("remote_write"),
+        "remote_apply" => Ok("remote_apply"),
+        "on" | "true" | "yes" | "1" => Ok("on"),
+        "off" | "false" | "no" | "0" => Ok("off"),
+        _ => Err(SqlError::error(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"synchronous_commit\": \"{value}\""),
         )),
     }
 }
@@ -330,6 +360,32 @@ mod tests {
         assert_eq!(format_timeout(Duration::from_millis(1500)), "1500ms");
         assert_eq!(format_timeout(Duration::from_millis(120_000)), "2min");
         assert_eq!(format_timeout(Duration::from_millis(7_200_000)), "2h");
+    }
+
+    #[test]
+    fn synchronous_commit_takes_postgres_levels_and_boolean_spellings() {
+        let mut gucs = Gucs::default();
+        assert_eq!(gucs.show(&Guc::SynchronousCommit).as_deref(), Some("on"));
+        for (value, shown) in [
+            ("OFF", "off"),
+            ("1", "on"),
+            ("no", "off"),
+            ("Remote_Apply", "remote_apply"),
+            ("local", "local"),
+        ] {
+            assert_eq!(gucs.set(&Guc::SynchronousCommit, value), Ok(()));
+            assert_eq!(gucs.show(&Guc::SynchronousCommit).as_deref(), Some(shown));
+        }
+        let refused = gucs.set(&Guc::SynchronousCommit, "bogus").err();
+        assert_eq!(
+            refused.map(|e| (e.code, e.message)),
+            Some((
+                sqlstate::INVALID_PARAMETER_VALUE,
+                "invalid value for parameter \"synchronous_commit\": \"bogus\"".to_owned()
+            ))
+        );
+        gucs.reset(&Guc::SynchronousCommit);
+        assert_eq!(gucs.show(&Guc::SynchronousCommit).as_deref(), Some("on"));
     }
 
     #[test]

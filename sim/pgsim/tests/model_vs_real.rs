@@ -534,6 +534,28 @@ where
         a.run(&sql::fence_check(KEY)).await,
     );
     see("b advance after it", b.run(&sql::advance_epoch(KEY)).await);
+    // The driver's advance commits durably on a session whose own setting is off, and leaves
+    // that setting as it was.
+    see(
+        "b synchronous_commit off",
+        b.run("SET synchronous_commit = off").await,
+    );
+    see(
+        "b advance as the driver sends it",
+        b.run(&sql::advance_epoch_within(KEY, 200)).await,
+    );
+    see(
+        "b synchronous_commit after it",
+        b.run("SHOW synchronous_commit").await,
+    );
+    see(
+        "b synchronous_commit refused",
+        b.run("SET synchronous_commit = sometimes").await,
+    );
+    see(
+        "b synchronous_commit reset",
+        b.run("RESET synchronous_commit").await,
+    );
     see("b lock_timeout off", b.run("SET lock_timeout = 0").await);
     see(
         "b SET LOCAL outside a block",
@@ -562,11 +584,11 @@ where
     };
     see(
         "c fencing::check of the current epoch",
-        outcome(fencing::check(&transaction, KEY, 4).await),
+        outcome(fencing::check(&transaction, KEY, 5).await),
     );
     see(
         "c fencing::check of an older epoch",
-        outcome(fencing::check(&transaction, KEY, 3).await),
+        outcome(fencing::check(&transaction, KEY, 4).await),
     );
     transaction.rollback().await.unwrap();
     seen
@@ -1003,8 +1025,11 @@ fn the_simulated_server_locks_the_fence_row_as_postgresql_does() {
         "b's advance once both blocks ended: 2",
         "b advance under lock_timeout: error 55P03",
         "b advance after it: 3",
+        "b advance as the driver sends it: 4",
+        "b synchronous_commit after it: off",
+        "b synchronous_commit refused: error 22023",
         "a ended: FATAL 25P03",
-        "b's advance after a's idle-in-transaction timeout: 4",
+        "b's advance after a's idle-in-transaction timeout: 5",
         "c fencing::check of the current epoch: ok",
     ] {
         assert!(model.iter().any(|l| l == line), "{line}: {model:?}");

@@ -13,7 +13,7 @@
 //! transaction to end (under a transaction-local `lock_timeout`), while a renewal touches only
 //! the lease row and never waits for the leader's own fenced work.
 
-use super::{FENCE_SETUP, quote_literal};
+use super::{DURABLE_COMMIT, FENCE_SETUP, quote_literal};
 use crate::key::LockKey;
 
 /// The lease table.
@@ -42,14 +42,6 @@ pub fn setup() -> String {
 fn expiry(ttl_ms: u32) -> String {
     format!("now() + {ttl_ms} * interval '1 millisecond'")
 }
-
-/// What the claim and the renewal begin with: their commit waits for its WAL flush (and a
-/// synchronous standby's, where one is configured) whatever the server's or role's
-/// `synchronous_commit`. A leader trusts its lease from the answer: a claim or renewal that a
-/// crash of a server with `synchronous_commit = off` rolled back would leave the row expiring
-/// before that trust ends, and a standby could claim it (with the fence epoch advanced again
-/// from the older value) while the leader still leads. Transaction-local, so no session state.
-pub const DURABLE_COMMIT: &str = "SET LOCAL synchronous_commit = on; ";
 
 /// The standby's claim of `key` for `holder`: takes the row when it is missing, expired by the
 /// server's clock, or already `holder`'s, sets its expiry to `now() + ttl_ms`, and advances
