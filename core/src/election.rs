@@ -53,6 +53,7 @@ use self::role::{
     Abandon, AfterRelease, Draining, Hold, Leader, LeaderCheck, Releasing, Role, Running, Standby,
     State, accepts,
 };
+pub use self::role::{Phase, Timer};
 
 /// The election of one replica: standby, leader, or not running.
 ///
@@ -129,52 +130,6 @@ const MAX_ROLE_FIRES: usize = 4;
 /// The longest hold-off a [`Event::Resign`] takes; a longer one is shortened to this (make the
 /// replica ineligible to keep it out of the election for good).
 pub const MAX_HOLD_OFF: Duration = Duration::from_secs(7 * 24 * 60 * 60);
-
-/// Which deadline [`Election::poll_timeout`] stands for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Timer {
-    /// The next check is due.
-    NextCheck,
-    /// A standby's connection acquire must have completed.
-    AcquireDeadline,
-    /// A standby's grant statement must have answered.
-    TryLockDeadline,
-    /// The new leader's fencing epoch must have been advanced.
-    FenceDeadline,
-    /// The leader's check must have answered.
-    PingDeadline,
-    /// A graceful stop's grace for leader work is over.
-    DrainDeadline,
-    /// The graceful release's `pg_advisory_unlock` must have answered.
-    UnlockDeadline,
-    /// An ended term's work deadline passed ([`Options::work_deadline`]).
-    WorkDeadline,
-    /// Lease mechanism: the leader's trust in its lease ends.
-    LeaseExpiry,
-}
-
-/// A coarse name of the current state, for traces and status pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Phase {
-    /// Not running.
-    Idle,
-    /// Standby, waiting for the next check.
-    StandbyWaiting,
-    /// Standby, acquiring a connection.
-    Acquiring,
-    /// Standby, running the grant statement.
-    TryingLock,
-    /// Granted, advancing the fencing epoch before the term begins.
-    Fencing,
-    /// Leader, waiting for the next check.
-    Leading,
-    /// Leader, running its check.
-    Pinging,
-    /// Stopping: the term ended and leader work is given its grace to return.
-    Draining,
-    /// Stopping: the term ended and the lock is being released.
-    Releasing,
-}
 
 impl<C> Election<C> {
     /// A new election that is not running yet, with the spec's behaviour

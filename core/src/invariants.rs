@@ -48,9 +48,11 @@ use crate::handled::Handled;
 use crate::ids::{ConnId, TermId};
 use crate::lease::Lease;
 
+mod names;
 pub mod shards;
 mod steps;
 
+use self::names::{input_name, is_control_input, is_stop_input, name};
 use self::steps::Steps;
 
 /// One input given to a machine, as a checker sees it; `E` is the machine's event type
@@ -583,84 +585,6 @@ impl Checker {
         };
         self.newest = Some((conn, next));
         Ok(())
-    }
-}
-
-/// An input after which a stopped term's lock may be released.
-fn is_stop_input<C>(event: &Event<C>) -> bool {
-    matches!(
-        event,
-        Event::Cancelled
-            | Event::WorkDrained { .. }
-            | Event::Resign { .. }
-            | Event::SetEligible { eligible: false }
-    )
-}
-
-/// A control input: a stop, resign, eligibility, panic or drop.
-fn is_control_input<C>(event: &Event<C>) -> bool {
-    matches!(
-        event,
-        Event::Cancelled
-            | Event::Resign { .. }
-            | Event::SetEligible { .. }
-            | Event::Panicked
-            | Event::Dropped
-    )
-}
-
-fn name<C>(action: &Action<C>) -> &'static str {
-    match action {
-        Action::AcquireConnection { .. } => "AcquireConnection",
-        Action::TryLock { .. } => "TryLock",
-        Action::WaitForLock { .. } => "WaitForLock",
-        Action::AdvanceEpoch { .. } => "AdvanceEpoch",
-        Action::AwaitWork { .. } => "AwaitWork",
-        Action::ReturnToPool { .. } => "ReturnToPool",
-        Action::Hijack { .. } => "Hijack",
-        Action::Ping { .. } => "Ping",
-        Action::ReportOverdueWork { .. } => "ReportOverdueWork",
-        Action::ReleaseIfHeld { .. } => "ReleaseIfHeld",
-        Action::Unlock { .. } => "Unlock",
-        Action::ClaimLease { .. } => "ClaimLease",
-        Action::RenewLease { .. } => "RenewLease",
-        Action::ReleaseLease { .. } => "ReleaseLease",
-        Action::CloseConnection { .. } => "CloseConnection",
-        Action::BeginTerm { .. } => "BeginTerm",
-        Action::EndTerm { .. } => "EndTerm",
-        Action::Log(_) => "Log",
-        Action::Fail(_) => "Fail",
-        Action::Finish => "Finish",
-    }
-}
-
-fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
-    match event {
-        None => "a timeout or start",
-        Some(Event::ConnectionAcquired { .. }) => "ConnectionAcquired",
-        Some(Event::AcquireFailed { .. }) => "AcquireFailed",
-        Some(Event::LockGranted { .. }) => "LockGranted",
-        Some(Event::LockRefused { .. }) => "LockRefused",
-        Some(Event::LockWaitTimedOut { .. }) => "LockWaitTimedOut",
-        Some(Event::LockHeldBySession { .. }) => "LockHeldBySession",
-        Some(Event::ReleasedIfHeld { .. }) => "ReleasedIfHeld",
-        Some(Event::LockQueryFailed { .. }) => "LockQueryFailed",
-        Some(Event::EpochAdvanced { .. }) => "EpochAdvanced",
-        Some(Event::EpochFailed { .. }) => "EpochFailed",
-        Some(Event::SessionEnded { .. }) => "SessionEnded",
-        Some(Event::WorkDrained { .. }) => "WorkDrained",
-        Some(Event::PingAnswered { .. }) => "PingAnswered",
-        Some(Event::PingFailed { .. }) => "PingFailed",
-        Some(Event::LeaseClaimed { .. }) => "LeaseClaimed",
-        Some(Event::LeaseRenewed { .. }) => "LeaseRenewed",
-        Some(Event::LeaseLost { .. }) => "LeaseLost",
-        Some(Event::UnlockDone { .. }) => "UnlockDone",
-        Some(Event::UnlockFailed { .. }) => "UnlockFailed",
-        Some(Event::Cancelled) => "Cancelled",
-        Some(Event::Resign { .. }) => "Resign",
-        Some(Event::SetEligible { .. }) => "SetEligible",
-        Some(Event::Panicked) => "Panicked",
-        Some(Event::Dropped) => "Dropped",
     }
 }
 

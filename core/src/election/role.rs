@@ -1,7 +1,53 @@
-//! The roles of a running election (standby steps, leader, stopping) and which inputs each
-//! takes.
+//! The roles of a running election (standby steps, leader, stopping), which inputs each
+//! takes, and the names the election shows of them ([`Phase`], [`Timer`]).
 
 use super::*;
+
+/// Which deadline [`Election::poll_timeout`] stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// The next check is due.
+    NextCheck,
+    /// A standby's connection acquire must have completed.
+    AcquireDeadline,
+    /// A standby's grant statement must have answered.
+    TryLockDeadline,
+    /// The new leader's fencing epoch must have been advanced.
+    FenceDeadline,
+    /// The leader's check must have answered.
+    PingDeadline,
+    /// A graceful stop's grace for leader work is over.
+    DrainDeadline,
+    /// The graceful release's `pg_advisory_unlock` must have answered.
+    UnlockDeadline,
+    /// An ended term's work deadline passed ([`Options::work_deadline`]).
+    WorkDeadline,
+    /// Lease mechanism: the leader's trust in its lease ends.
+    LeaseExpiry,
+}
+
+/// A coarse name of the current state, for traces and status pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Not running.
+    Idle,
+    /// Standby, waiting for the next check.
+    StandbyWaiting,
+    /// Standby, acquiring a connection.
+    Acquiring,
+    /// Standby, running the grant statement.
+    TryingLock,
+    /// Granted, advancing the fencing epoch before the term begins.
+    Fencing,
+    /// Leader, waiting for the next check.
+    Leading,
+    /// Leader, running its check.
+    Pinging,
+    /// Stopping: the term ended and leader work is given its grace to return.
+    Draining,
+    /// Stopping: the term ended and the lock is being released.
+    Releasing,
+}
 
 pub(super) enum State {
     Idle,
