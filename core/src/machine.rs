@@ -122,7 +122,8 @@ impl<C> Machine for Election<C> {
     }
 
     /// The lock granted or refused, a queued wait ended by its timeout, the leader's check
-    /// answered.
+    /// answered; with a lease, a claim taken (a claim refused is `LockRefused`) or a renewal
+    /// that renewed.
     fn answers_check(event: &Event<C>) -> bool {
         matches!(
             event,
@@ -130,6 +131,8 @@ impl<C> Machine for Election<C> {
                 | Event::LockRefused { .. }
                 | Event::LockWaitTimedOut { .. }
                 | Event::PingAnswered { .. }
+                | Event::LeaseClaimed { .. }
+                | Event::LeaseRenewed { .. }
         )
     }
 }

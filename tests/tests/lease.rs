@@ -232,3 +232,63 @@ async fn the_tables_live_in_the_schema_the_operator_puts_first_on_the_search_pat
     }
     db.cleanup().await.unwrap();
 }
+
+/// A lease elector's run of failed checks ends with the first check that works, as an advisory
+/// one's does: here its claims fail (the lease table does not exist yet: `undefined_table`)
+/// until the operator runs the setup, then the claim that leads clears
+/// [`Elector::check_failure`](plexsphere_leader::Elector::check_failure) and the published
+/// [`check_failing`](plexsphere_leader::Leadership::check_failing), and so do the leader's
+/// renewals after one of theirs failed (the lease table renamed away under it, then back while
+/// its lease is still trusted).
+async fn the_failure_run_ends_with_a_claim_and_with_a_renewal(backend: Backend) {
+    let db = TestDb::create(&format!("lease_failure_cleared_{}", backend.name()))
+        .await
+        .unwrap();
+    let pool = backend.pool(&db.config(), 2).expect("pool");
+    // A long TTL, so that the leader still trusts its lease while its renewals fail.
+    let replica = Replica::spawn_with(pool, I, |config| {
+        config
+            .lease(Duration::from_secs(30))
+            .identity("lease-failing")
+    });
+    wait_for(STARTUP, || replica.elector.check_failure().is_some())
+        .await
+        .expect("the claims fail while the table is missing");
+    let mut leadership = replica.elector.subscribe();
+    assert!(leadership.borrow_and_update().check_failing().is_some());
+    plexsphere_leader::lease::setup(db.admin()).await.unwrap();
+    wait_for(STARTUP, || replica.elector.is_leader())
+        .await
+        .expect("leads once the tables exist");
+    assert_eq!(
+        replica.elector.check_failure(),
+        None,
+        "the claim cleared it"
+    );
+    assert!(leadership.borrow_and_update().check_failing().is_none());
+
+    let term = replica.elector.leadership().term();
+    db.admin()
+        .batch_execute("ALTER TABLE plexsphere_leader_lease RENAME TO plexsphere_leader_lease_away")
+        .await
+        .unwrap();
+    wait_for(STARTUP, || replica.elector.check_failure().is_some())
+        .await
+        .expect("a failed renewal is a failed check");
+    assert!(replica.elector.is_leader(), "the lease is still trusted");
+    db.admin()
+        .batch_execute("ALTER TABLE plexsphere_leader_lease_away RENAME TO plexsphere_leader_lease")
+        .await
+        .unwrap();
+    wait_for(STARTUP, || replica.elector.check_failure().is_none())
+        .await
+        .expect("a renewal that works clears it");
+    assert_eq!(replica.elector.leadership().term(), term, "the same term");
+    replica.stop().await.unwrap();
+    db.cleanup().await.unwrap();
+}
+
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    the_failure_run_ends_with_a_claim_and_with_a_renewal
+);

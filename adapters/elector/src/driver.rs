@@ -159,9 +159,9 @@ impl<M: Mechanism> Io<M> {
         self.finished = true;
     }
 
-    /// A failed acquire of the lock session: how the core's policy reports `cause`, after it
-    /// is published through `publish`.
-    pub(crate) fn acquire_failed(
+    /// A failed check (an acquire of the lock session, or a lease's renewal): how the core's
+    /// policy reports `cause`, after it is published through `publish`.
+    pub(crate) fn check_failed(
         &mut self,
         cause: &Cause<CheckError>,
         publish: impl FnOnce(Option<CheckFailure>),

@@ -337,7 +337,9 @@ impl Elector {
     /// check succeeded. A permanent failure (a database that does not exist, a role that may
     /// not connect, a wrong password) is logged at ERROR once, then at WARN at most once a
     /// minute; the election keeps retrying. [`Leadership::check_failing`](crate::Leadership::check_failing)
-    /// publishes its class as an event.
+    /// publishes its class as an event. With a lease ([`Config::lease`]) a leader's failed
+    /// renewal is a failed check too (its term goes on while the lease is trusted), and a claim
+    /// or renewal that works ends the run.
     pub fn check_failure(&self) -> Option<crate::leadership::CheckFailure> {
         self.inner.check_failure()
     }

@@ -97,7 +97,8 @@ const PERMANENT: [(&str, &str); 7] = [
     ),
     (
         "42P01",
-        "run the setup step of the missing table (fencing::setup for the fence table)",
+        "run the setup step of the missing table (fencing::setup for the fence table, \
+         lease::setup for the lease tables)",
     ),
     ("3F000", "create the schema, or fix the search_path"),
     (

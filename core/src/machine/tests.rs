@@ -59,8 +59,14 @@ fn the_election_through_the_trait() {
         conn: C1,
         found: crate::LockCheck::holding(7),
     }));
+    assert!(M::answers_check(&Event::LeaseClaimed {
+        conn: C1,
+        epoch: 1
+    }));
+    assert!(M::answers_check(&Event::LeaseRenewed { conn: C1 }));
     assert!(!M::answers_check(&Event::ConnectionAcquired { conn: C1 }));
     assert!(!M::answers_check(&M::session_ended(C1, "gone")));
+    assert!(!M::answers_check(&Event::LeaseLost { conn: C1 }));
 }
 
 #[test]

@@ -65,8 +65,10 @@ impl Single {
             })
             .flatten();
         let report = match (record.kind, &record.cause) {
-            (LogKind::AcquireFailed, Some(cause)) => {
-                Some(io.acquire_failed(cause, |failure| self.inner.check_failed(failure)))
+            // A lease leader's failed renewal is a failed check too: its term goes on while the
+            // lease is trusted, and `check_failure` says why the renewals fail.
+            (LogKind::AcquireFailed | LogKind::LeaseRenewalFailed, Some(cause)) => {
+                Some(io.check_failed(cause, |failure| self.inner.check_failed(failure)))
             }
             _ => None,
         };

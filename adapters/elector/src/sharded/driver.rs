@@ -53,7 +53,7 @@ impl Sharded {
     fn log(&mut self, record: &ShardLog<CheckError>, io: &mut Io<Self>) {
         let report = match (record.kind, &record.cause) {
             (ShardLogKind::AcquireFailed, Some(cause)) => {
-                Some(io.acquire_failed(cause, |failure| self.inner.check_failed(failure)))
+                Some(io.check_failed(cause, |failure| self.inner.check_failed(failure)))
             }
             _ => None,
         };
