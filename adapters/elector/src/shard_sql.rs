@@ -321,9 +321,9 @@ pub fn parse_taken(rows: &[Row]) -> Result<Vec<Shard>, ShardSqlError> {
 /// after `SET LOCAL lock_timeout` of `lock_timeout_ms` in the same query string: a fenced
 /// transaction of a cut-off former owner holding a fence row (`FOR SHARE`) makes the server end
 /// the wait (SQLSTATE 55P03) instead of holding the session past the interval, and after
-/// [`DURABLE_COMMIT`](crate::sql::DURABLE_COMMIT), so that a crash of a server with
-/// `synchronous_commit = off` cannot roll back epochs already handed out. The implicit
-/// transaction ends with the string, so the session keeps its own settings.
+/// [`DURABLE_COMMIT`], so that a crash of a server with `synchronous_commit = off` cannot roll
+/// back epochs already handed out. The implicit transaction ends with the string, so the
+/// session keeps its own settings.
 pub fn advance_epochs(class: i32, shards: &[Shard], lock_timeout_ms: u32) -> String {
     format!(
         "SET LOCAL lock_timeout = '{lock_timeout_ms}'; {DURABLE_COMMIT}\
