@@ -150,11 +150,12 @@ pub fn free_ports(n: u16) -> u16 {
     }
 }
 
-/// A running demo of one replica at a 200 ms interval: its standard output, line by line, and
-/// its HTTP address.
+/// A running demo of one replica at a 200 ms interval: its standard output and its log lines
+/// (standard error), line by line, and its HTTP address.
 pub struct Demo {
     child: tokio::process::Child,
     lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    logs: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     /// Where the replica serves its routes.
     pub addr: SocketAddr,
 }
@@ -197,7 +198,7 @@ impl Demo {
             .env("RUST_LOG", "warn")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         for (name, value) in env {
             match value {
@@ -207,6 +208,7 @@ impl Demo {
         }
         let mut child = command.spawn().unwrap();
         let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let stdout = child.stdout.take().unwrap();
         tokio::spawn({
             let lines = std::sync::Arc::clone(&lines);
@@ -218,9 +220,21 @@ impl Demo {
                 }
             }
         });
+        let stderr = child.stderr.take().unwrap();
+        tokio::spawn({
+            let logs = std::sync::Arc::clone(&logs);
+            async move {
+                let mut reader = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = reader.next_line().await {
+                    eprintln!("{line}");
+                    logs.lock().unwrap().push(line);
+                }
+            }
+        });
         Self {
             child,
             lines,
+            logs,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
         }
     }
@@ -233,6 +247,12 @@ impl Demo {
     /// Every line printed so far.
     pub fn lines(&self) -> Vec<String> {
         self.lines.lock().unwrap().clone()
+    }
+
+    /// Every log line so far (the replicas' `tracing` output on standard error, each line
+    /// prefixed `replica <i> | `), also passed on to this test's standard error.
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lock().unwrap().clone()
     }
 
     /// `(replica, pid)` of every `event=acquired` line so far, in order.

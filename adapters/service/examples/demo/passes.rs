@@ -6,10 +6,16 @@
 //! transition twice. Each transition a pass really made leaves one row in `transitions`, which
 //! is how the tests see a double application.
 //!
+//! Every statement goes over the unnamed statement, its parameters' types given
+//! (`execute_typed`, `query_typed_one`): one round trip, no named prepared statement, so the
+//! passes run behind a transaction-mode pooler that cannot carry prepared statements (PgBouncer
+//! before 1.21) as well as on a direct connection.
+//!
 //! This file depends only on `tokio-postgres`, so the tests include it with `#[path]`.
 
 use std::time::Duration;
 
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, GenericClient};
 
 /// A `pg_advisory_xact_lock(bigint)` key that serialises schema creation across replicas
@@ -82,8 +88,11 @@ pub(crate) const SSE_NONCE_SWEEP: &str = "sse-nonce-sweep";
 /// Creates the schema, idempotently and safely from several replicas at once.
 pub(crate) async fn create_schema(client: &mut Client) -> Result<(), tokio_postgres::Error> {
     let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
-        .await?;
+    tx.execute_typed(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[(&SCHEMA_LOCK, Type::INT8)],
+    )
+    .await?;
     tx.batch_execute(DDL).await?;
     tx.commit().await
 }
@@ -96,10 +105,10 @@ pub(crate) async fn seed(
 ) -> Result<(), tokio_postgres::Error> {
     let seconds = within.as_secs_f64();
     client
-        .execute(
+        .execute_typed(
             "INSERT INTO plexsphere_demo.items (loop_name, due_at) \
              VALUES ($1, now() + make_interval(secs => $2 * random()))",
-            &[&loop_name, &seconds],
+            &[(&loop_name, Type::TEXT), (&seconds, Type::FLOAT8)],
         )
         .await?;
     Ok(())
@@ -115,7 +124,7 @@ pub(crate) async fn sweep(
     actor: &str,
 ) -> Result<u64, tokio_postgres::Error> {
     client
-        .execute(
+        .execute_typed(
             "WITH due AS ( \
                  SELECT id, version FROM plexsphere_demo.items \
                  WHERE loop_name = $1 AND state = 'pending' AND due_at <= now() \
@@ -129,7 +138,7 @@ pub(crate) async fn sweep(
              ) \
              INSERT INTO plexsphere_demo.transitions (item_id, loop_name, actor) \
              SELECT id, $1, $2 FROM moved",
-            &[&loop_name, &actor],
+            &[(&loop_name, Type::TEXT), (&actor, Type::TEXT)],
         )
         .await
 }
@@ -142,11 +151,11 @@ pub(crate) async fn prune(
 ) -> Result<u64, tokio_postgres::Error> {
     let seconds = keep.as_secs_f64();
     client
-        .execute(
+        .execute_typed(
             "DELETE FROM plexsphere_demo.items \
              WHERE loop_name = $1 AND state = 'done' \
                AND done_at < now() - make_interval(secs => $2)",
-            &[&loop_name, &seconds],
+            &[(&loop_name, Type::TEXT), (&seconds, Type::FLOAT8)],
         )
         .await
 }
@@ -189,7 +198,7 @@ pub(crate) async fn sweep_shards(
     actor: &str,
 ) -> Result<u64, tokio_postgres::Error> {
     client
-        .execute(
+        .execute_typed(
             "WITH due AS ( \
                  SELECT id, version FROM plexsphere_demo.items \
                  WHERE state = 'pending' AND due_at <= now() \
@@ -204,7 +213,11 @@ pub(crate) async fn sweep_shards(
              ) \
              INSERT INTO plexsphere_demo.transitions (item_id, loop_name, actor) \
              SELECT id, loop_name, $3 FROM moved",
-            &[&shards, &i64::from(count), &actor],
+            &[
+                (&shards, Type::INT4_ARRAY),
+                (&i64::from(count), Type::INT8),
+                (&actor, Type::TEXT),
+            ],
         )
         .await
 }
@@ -238,11 +251,11 @@ pub(crate) async fn spend_rate_budget(
     bucket: &str,
 ) -> Result<(), tokio_postgres::Error> {
     client
-        .execute(
+        .execute_typed(
             "INSERT INTO plexsphere_demo.rate_budgets (bucket, spent) VALUES ($1, 1) \
              ON CONFLICT (bucket) DO UPDATE \
              SET spent = plexsphere_demo.rate_budgets.spent + 1, last_used = now()",
-            &[&bucket],
+            &[(&bucket, Type::TEXT)],
         )
         .await?;
     Ok(())
@@ -257,10 +270,10 @@ pub(crate) async fn reclaim_rate_budgets(
 ) -> Result<u64, tokio_postgres::Error> {
     let seconds = idle.as_secs_f64();
     client
-        .execute(
+        .execute_typed(
             "DELETE FROM plexsphere_demo.rate_budgets \
              WHERE last_used < now() - make_interval(secs => $1)",
-            &[&seconds],
+            &[(&seconds, Type::FLOAT8)],
         )
         .await
 }
@@ -268,7 +281,7 @@ pub(crate) async fn reclaim_rate_budgets(
 /// Records a fresh nonce of the signed event bus (what a relayed event carries), last seen now.
 pub(crate) async fn record_nonce(client: &impl GenericClient) -> Result<(), tokio_postgres::Error> {
     client
-        .execute(
+        .execute_typed(
             "INSERT INTO plexsphere_demo.sse_nonces (nonce) \
              VALUES (md5(random()::text || clock_timestamp()::text)) ON CONFLICT DO NOTHING",
             &[],
@@ -285,10 +298,10 @@ pub(crate) async fn sweep_nonces(
 ) -> Result<u64, tokio_postgres::Error> {
     let seconds = ttl.as_secs_f64();
     client
-        .execute(
+        .execute_typed(
             "DELETE FROM plexsphere_demo.sse_nonces \
              WHERE last_seen < now() - make_interval(secs => $1)",
-            &[&seconds],
+            &[(&seconds, Type::FLOAT8)],
         )
         .await
 }
@@ -299,7 +312,7 @@ pub(crate) async fn mirror_outbox(
     client: &impl GenericClient,
 ) -> Result<u64, tokio_postgres::Error> {
     client
-        .execute(
+        .execute_typed(
             "UPDATE plexsphere_demo.transitions SET mirrored = true \
              WHERE id IN ( \
                  SELECT id FROM plexsphere_demo.transitions WHERE NOT mirrored \
@@ -316,7 +329,7 @@ pub(crate) async fn archive_audit(
     client: &impl GenericClient,
 ) -> Result<u64, tokio_postgres::Error> {
     client
-        .execute(
+        .execute_typed(
             "WITH moved AS ( \
                  DELETE FROM plexsphere_demo.transitions WHERE id IN ( \
                      SELECT id FROM plexsphere_demo.transitions \
@@ -333,7 +346,7 @@ pub(crate) async fn archive_audit(
 /// How many items are pending, over all loops (what the capacity collector samples).
 pub(crate) async fn pending(client: &impl GenericClient) -> Result<i64, tokio_postgres::Error> {
     let row = client
-        .query_one(
+        .query_typed_one(
             "SELECT count(*) FROM plexsphere_demo.items WHERE state = 'pending'",
             &[],
         )
@@ -349,9 +362,13 @@ pub(crate) async fn record_crossing(
     pending: i64,
 ) -> Result<(), tokio_postgres::Error> {
     client
-        .execute(
+        .execute_typed(
             "INSERT INTO plexsphere_demo.crossings (actor, above, pending) VALUES ($1, $2, $3)",
-            &[&actor, &above, &pending],
+            &[
+                (&actor, Type::TEXT),
+                (&above, Type::BOOL),
+                (&pending, Type::INT8),
+            ],
         )
         .await?;
     Ok(())
@@ -363,7 +380,7 @@ pub(crate) async fn record_crossing(
 pub(crate) async fn relay(client: &mut Client) -> Result<bool, tokio_postgres::Error> {
     let tx = client.transaction().await?;
     let row = tx
-        .query_opt(
+        .query_typed_opt(
             "SELECT position FROM plexsphere_demo.cursors WHERE name = 'sse-relay' \
              FOR UPDATE SKIP LOCKED",
             &[],
@@ -374,9 +391,9 @@ pub(crate) async fn relay(client: &mut Client) -> Result<bool, tokio_postgres::E
         return Ok(false);
     };
     let position: i64 = row.try_get(0)?;
-    tx.execute(
+    tx.execute_typed(
         "UPDATE plexsphere_demo.cursors SET position = $1 WHERE name = 'sse-relay'",
-        &[&(position + 1)],
+        &[(&(position + 1), Type::INT8)],
     )
     .await?;
     record_nonce(&tx).await?;
@@ -391,10 +408,10 @@ pub(crate) async fn consume(
     durable: &str,
 ) -> Result<(), tokio_postgres::Error> {
     client
-        .execute(
+        .execute_typed(
             "INSERT INTO plexsphere_demo.durables (name, delivered) VALUES ($1, 1) \
              ON CONFLICT (name) DO UPDATE SET delivered = plexsphere_demo.durables.delivered + 1",
-            &[&durable],
+            &[(&durable, Type::TEXT)],
         )
         .await?;
     Ok(())
@@ -405,6 +422,6 @@ pub(crate) async fn remove_orphaned_durables(
     client: &impl GenericClient,
 ) -> Result<u64, tokio_postgres::Error> {
     client
-        .execute("DELETE FROM plexsphere_demo.durables WHERE orphaned", &[])
+        .execute_typed("DELETE FROM plexsphere_demo.durables WHERE orphaned", &[])
         .await
 }

@@ -536,7 +536,7 @@ fn key_watcher(pool: Pool) -> PassFn {
         async move {
             let client = pool.get().await?;
             let row = client
-                .query_one(
+                .query_typed_one(
                     "SELECT position FROM plexsphere_demo.cursors WHERE name = 'sse-relay'",
                     &[],
                 )
