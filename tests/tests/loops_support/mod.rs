@@ -150,6 +150,23 @@ pub fn free_ports(n: u16) -> u16 {
     }
 }
 
+/// Reads `stream` line by line into `into` until it ends, passing each line to `echo` first.
+fn collect_lines(
+    stream: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    into: &std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    echo: fn(&str),
+) {
+    use tokio::io::AsyncBufReadExt;
+    let into = std::sync::Arc::clone(into);
+    tokio::spawn(async move {
+        let mut reader = tokio::io::BufReader::new(stream).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            echo(&line);
+            into.lock().unwrap().push(line);
+        }
+    });
+}
+
 /// A running demo of one replica at a 200 ms interval: its standard output and its log lines
 /// (standard error), line by line, and its HTTP address.
 pub struct Demo {
@@ -179,7 +196,6 @@ impl Demo {
         extra: &[&str],
         env: &[(&str, Option<&str>)],
     ) -> Self {
-        use tokio::io::AsyncBufReadExt;
         let binary = demo_binary().await;
         let port = free_ports(replicas);
         let mut command = tokio::process::Command::new(binary);
@@ -209,27 +225,11 @@ impl Demo {
         let mut child = command.spawn().unwrap();
         let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let stdout = child.stdout.take().unwrap();
-        tokio::spawn({
-            let lines = std::sync::Arc::clone(&lines);
-            async move {
-                let mut reader = tokio::io::BufReader::new(stdout).lines();
-                while let Ok(Some(line)) = reader.next_line().await {
-                    println!("{line}");
-                    lines.lock().unwrap().push(line);
-                }
-            }
+        collect_lines(child.stdout.take().unwrap(), &lines, |line| {
+            println!("{line}")
         });
-        let stderr = child.stderr.take().unwrap();
-        tokio::spawn({
-            let logs = std::sync::Arc::clone(&logs);
-            async move {
-                let mut reader = tokio::io::BufReader::new(stderr).lines();
-                while let Ok(Some(line)) = reader.next_line().await {
-                    eprintln!("{line}");
-                    logs.lock().unwrap().push(line);
-                }
-            }
+        collect_lines(child.stderr.take().unwrap(), &logs, |line| {
+            eprintln!("{line}")
         });
         Self {
             child,
