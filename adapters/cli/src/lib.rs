@@ -165,28 +165,17 @@ where
                 },
         } => {
             let database = database_of(&dsn);
-            match query_status_within(&dsn, key, timeout).await {
-                Ok(leader) => {
-                    let text = match format {
-                        Format::Text => render_text(key, &database, leader.as_ref()),
-                        Format::Json => render_json(key, &database, leader.as_ref()),
-                    };
-                    if writeln!(out, "{text}").is_err() {
-                        return EXIT_ERROR;
-                    }
-                    if leader.is_some() {
-                        EXIT_LEADER
-                    } else {
-                        EXIT_NO_LEADER
-                    }
-                }
-                Err(error) => {
-                    // The error's own text starts `status: `.
-                    // Its text is the whole chain of causes, each once (no `source()`).
-                    let _ = writeln!(err, "plexsphere-leader {error}");
-                    EXIT_ERROR
-                }
-            }
+            let asked = query_status_within(&dsn, key, timeout).await;
+            conclude(
+                out,
+                err,
+                asked,
+                |leader| match format {
+                    Format::Text => render_text(key, &database, leader.as_ref()),
+                    Format::Json => render_json(key, &database, leader.as_ref()),
+                },
+                Option::is_some,
+            )
         }
         Command::Lease {
             election: Election { key },
@@ -202,26 +191,16 @@ where
                 status::lease_holder(&client, key).await
             })
             .await;
-            match asked {
-                Ok(lease) => {
-                    let text = match format {
-                        Format::Text => lease::render_text(key, &database, lease.as_ref()),
-                        Format::Json => lease::render_json(key, &database, lease.as_ref()),
-                    };
-                    if writeln!(out, "{text}").is_err() {
-                        return EXIT_ERROR;
-                    }
-                    if lease.is_some_and(|lease| lease.held) {
-                        EXIT_LEADER
-                    } else {
-                        EXIT_NO_LEADER
-                    }
-                }
-                Err(error) => {
-                    let _ = writeln!(err, "plexsphere-leader {error}");
-                    EXIT_ERROR
-                }
-            }
+            conclude(
+                out,
+                err,
+                asked,
+                |lease| match format {
+                    Format::Text => lease::render_text(key, &database, lease.as_ref()),
+                    Format::Json => lease::render_json(key, &database, lease.as_ref()),
+                },
+                |lease| lease.as_ref().is_some_and(|lease| lease.held),
+            )
         }
         Command::Shards {
             shards,
@@ -266,6 +245,35 @@ where
             } else {
                 EXIT_NO_LEADER
             }
+        }
+    }
+}
+
+/// The end of `status` and `lease`: the answer, rendered by `render`, on `out`, and
+/// [`EXIT_LEADER`] when `held` says it is held, [`EXIT_NO_LEADER`] otherwise; an error (whose
+/// text starts `status: `) on `err`, or an `out` that cannot be written, is [`EXIT_ERROR`].
+fn conclude<T>(
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    asked: Result<T, QueryStatusError>,
+    render: impl FnOnce(&T) -> String,
+    held: impl FnOnce(&T) -> bool,
+) -> u8 {
+    match asked {
+        Ok(answer) => {
+            if writeln!(out, "{}", render(&answer)).is_err() {
+                return EXIT_ERROR;
+            }
+            if held(&answer) {
+                EXIT_LEADER
+            } else {
+                EXIT_NO_LEADER
+            }
+        }
+        Err(error) => {
+            // Its text is the whole chain of causes, each once (no `source()`).
+            let _ = writeln!(err, "plexsphere-leader {error}");
+            EXIT_ERROR
         }
     }
 }
