@@ -16,7 +16,9 @@ use plexsphere_leader_tests::{Cluster, FaultProxy, Mode as ProxyMode, StopMode, 
 use plexsphere_leader_tests::{base_config, pool_for};
 
 use prometheus::Registry;
-use support::{I, Logs, MARGIN, STARTUP, lock_holders, spawn_elector, wait_for, wait_for_async};
+use support::{
+    I, Logs, MARGIN, STARTUP, lock_holders, row, spawn_elector, wait_for, wait_for_async,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -34,21 +36,6 @@ async fn terminate_now(db: &TestDb, pid: i32) {
         .await
         .expect("pg_terminate_backend");
     assert!(row.get::<_, bool>(0));
-}
-
-/// The text of every column of the one row `statement` returns.
-async fn row(client: &tokio_postgres::Client, statement: &str) -> Vec<Option<String>> {
-    let messages = client.simple_query(statement).await.expect(statement);
-    let row = messages
-        .iter()
-        .find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
-            _ => None,
-        })
-        .expect("one row");
-    (0..row.len())
-        .map(|i| row.get(i).map(str::to_owned))
-        .collect()
 }
 
 #[tokio::test]

@@ -22,6 +22,7 @@ use fault_support::{Fleet, I, MARGIN, STARTUP, assert_within, sleep_until};
 use plexsphere_leader_tests::{
     Backend, Cluster, FaultProxy, HarnessError, LockObserver, Mode, StopMode,
 };
+use support::row;
 use tokio::time::Instant;
 use tokio_postgres::error::SqlState;
 
@@ -267,7 +268,8 @@ async fn max_connections_exhausted_is_retried_and_warned_once_per_interval(backe
 /// its commit waits for the WAL write. Without it the commit record stays in the WAL buffers
 /// until the WAL writer's next round, which this test puts 10 s away, and the crash right after
 /// the answer takes it: the next leader would get the same epoch again, or a lease that the
-/// leader still trusts would be claimable.
+/// leader still trusts would be claimable. Each write meets a crash of its own: a durable
+/// commit flushes the WAL before it too, so a later one would hide an earlier one's loss.
 #[tokio::test]
 async fn the_writes_a_leader_trusts_survive_a_crash_of_a_server_with_synchronous_commit_off() {
     use plexsphere_leader::shard_sql;
@@ -276,6 +278,14 @@ async fn the_writes_a_leader_trusts_survive_a_crash_of_a_server_with_synchronous
 
     const KEY: plexsphere_leader::LockKey = plexsphere_leader::LockKey::DEFAULT;
     const CLASS: i32 = 42;
+    const LEASE: plexsphere_leader::LockKey = plexsphere_leader::LockKey::new(7, 7);
+    let epoch_of = |class: i32, obj: i32| {
+        format!(
+            "SELECT epoch FROM plexsphere_leader_fence WHERE classid = {class} AND objid = {obj}"
+        )
+    };
+    let renewed = "SELECT (expires_at > now() + interval '300 s')::text \
+                   FROM plexsphere_leader_lease WHERE classid = 7 AND objid = 7 AND holder = 'a 1'";
     let cluster = Cluster::start().await.expect("a throwaway cluster");
     let client = cluster.connect("postgres").await.unwrap();
     client
@@ -283,101 +293,81 @@ async fn the_writes_a_leader_trusts_survive_a_crash_of_a_server_with_synchronous
         .await
         .unwrap();
     client
-        .batch_execute("SELECT pg_reload_conf()")
+        .batch_execute("ALTER SYSTEM SET synchronous_commit = off")
         .await
         .unwrap();
     client.batch_execute(&lease::setup()).await.unwrap();
-    // A synchronous commit flushes all the WAL before it: every write below is the only one
-    // in its round.
-    client
-        .batch_execute("SET synchronous_commit = on; CHECKPOINT")
-        .await
-        .unwrap();
-    client
-        .batch_execute("SET synchronous_commit = off")
-        .await
-        .unwrap();
-    let epoch = |rows: Vec<tokio_postgres::SimpleQueryMessage>| {
-        rows.iter()
-            .find_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-                _ => None,
-            })
-            .unwrap_or_default()
-    };
-    let single = client
-        .simple_query(&sql::advance_epoch_within(KEY, 1000))
-        .await
-        .unwrap();
-    assert_eq!(epoch(single), "1");
+    // The tables on disk; the restart applies the settings.
+    client.batch_execute("CHECKPOINT").await.unwrap();
+    let mut client = crash(&cluster, client).await;
+
+    let advanced = row(&client, &sql::advance_epoch_within(KEY, 1000)).await;
+    assert_eq!(advanced[0].as_deref(), Some("1"));
+    client = crash(&cluster, client).await;
+    assert_eq!(
+        row(&client, &epoch_of(KEY.class_id, KEY.obj_id)).await[0].as_deref(),
+        Some("1"),
+        "the single election's epoch is still there after the crash"
+    );
+
     let shards = [0, 1, 2].map(Shard::new);
     client
         .simple_query(&shard_sql::advance_epochs(CLASS, &shards, 1000))
         .await
         .unwrap();
-    let other = plexsphere_leader::LockKey::new(7, 7);
-    let claimed = client
-        .simple_query(&lease::claim(other, "a 1", 60_000, 1000))
-        .await
-        .unwrap();
-    assert_eq!(epoch(claimed), "1");
-    client
-        .simple_query(&lease::renew(other, "a 1", 600_000))
-        .await
-        .unwrap();
-    let renewed = client
-        .query_one(
-            "SELECT (expires_at > now() + interval '300 s')::text FROM plexsphere_leader_lease \
-             WHERE classid = 7 AND objid = 7",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get::<_, String>(0);
-    assert_eq!(renewed, "true");
-    drop(client);
+    client = crash(&cluster, client).await;
+    for shard in 0..3 {
+        assert_eq!(
+            row(&client, &epoch_of(CLASS, shard)).await[0].as_deref(),
+            Some("1"),
+            "shard {shard}'s epoch is still there after the crash"
+        );
+    }
 
-    cluster.stop(StopMode::Immediate).await.unwrap();
-    cluster.start_again().await.unwrap();
-    let client = cluster.connect("postgres").await.unwrap();
-    let fence = client
-        .query(
-            "SELECT classid, objid, epoch FROM plexsphere_leader_fence ORDER BY classid, objid",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| {
-            (
-                row.get::<_, i32>(0),
-                row.get::<_, i32>(1),
-                row.get::<_, i64>(2),
-            )
-        })
-        .collect::<Vec<_>>();
+    let claimed = row(&client, &lease::claim(LEASE, "a 1", 60_000, 1000)).await;
+    assert_eq!(claimed[0].as_deref(), Some("1"));
+    client = crash(&cluster, client).await;
     assert_eq!(
-        fence,
-        vec![
-            (7, 7, 1),
-            (CLASS, 0, 1),
-            (CLASS, 1, 1),
-            (CLASS, 2, 1),
-            (KEY.class_id, KEY.obj_id, 1)
-        ],
-        "every epoch handed out is still in the fence table after the crash"
+        row(&client, &epoch_of(7, 7)).await[0].as_deref(),
+        Some("1"),
+        "the claim's epoch is still there after the crash"
     );
-    let kept = client
-        .query_one(
-            "SELECT (expires_at > now() + interval '300 s')::text FROM plexsphere_leader_lease \
-             WHERE classid = 7 AND objid = 7 AND holder = 'a 1'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get::<_, String>(0);
     assert_eq!(
-        kept, "true",
+        row(&client, &lease::who_holds(LEASE)).await[0].as_deref(),
+        Some("a 1"),
+        "the claim is still there after the crash"
+    );
+
+    let renewal = client
+        .simple_query(&lease::renew(LEASE, "a 1", 600_000))
+        .await
+        .unwrap();
+    assert!(
+        renewal
+            .iter()
+            .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_))),
+        "renewed"
+    );
+    assert_eq!(row(&client, renewed).await[0].as_deref(), Some("true"));
+    client = crash(&cluster, client).await;
+    assert_eq!(
+        row(&client, renewed).await[0].as_deref(),
+        Some("true"),
         "the renewal is still in the lease row after the crash"
     );
+}
+
+/// Stops `cluster` with `-m immediate` (a crash: no checkpoint, the WAL buffers lost) and
+/// starts it again; a new client of its database `postgres` once it is back.
+async fn crash(cluster: &Cluster, client: tokio_postgres::Client) -> tokio_postgres::Client {
+    drop(client);
+    cluster
+        .stop(StopMode::Immediate)
+        .await
+        .expect("pg_ctl stop -m immediate");
+    cluster.start_again().await.expect("crash recovery");
+    cluster
+        .connect("postgres")
+        .await
+        .expect("a client after the crash")
 }

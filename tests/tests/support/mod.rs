@@ -335,3 +335,20 @@ pub async fn lease_target(
     let config = bouncer.pg_config(&db.config());
     (db, config, Some(bouncer))
 }
+
+/// The text of every column of the first row `statement` returns over the simple query
+/// protocol (as the elector sends its statements). Panics when the statement fails or returns
+/// no row.
+pub async fn row(client: &tokio_postgres::Client, statement: &str) -> Vec<Option<String>> {
+    let messages = client.simple_query(statement).await.expect(statement);
+    let row = messages
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        })
+        .expect("one row");
+    (0..row.len())
+        .map(|i| row.get(i).map(str::to_owned))
+        .collect()
+}
