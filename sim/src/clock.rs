@@ -9,7 +9,6 @@
 //! replicas rates within ±5 % ([`ClockRate::of_lease_replica`]); the sabotage `slow-clock` runs
 //! every replica at 0.85, outside the margin, and must be caught.
 
-use std::fmt;
 use std::time::{Duration, Instant};
 
 use plexsphere_leader::config::Clock;
@@ -59,13 +58,6 @@ impl ClockRate {
     pub fn local(self, real: Duration) -> Duration {
         let local = real.as_nanos() * u128::from(self.0) / 1_000_000;
         Duration::from_nanos(u64::try_from(local).unwrap_or(u64::MAX))
-    }
-}
-
-impl fmt::Display for ClockRate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ppm = i64::from(self.0) - 1_000_000;
-        write!(f, "{:+.1} %", ppm as f64 / 10_000.0)
     }
 }
 
@@ -155,7 +147,5 @@ mod tests {
             ClockRate::of_lease_replica(5, 0, 1),
             ClockRate::SLOWEST_WITHIN_MARGIN
         );
-        assert_eq!(ClockRate::SLOWEST_WITHIN_MARGIN.to_string(), "-5.0 %");
-        assert_eq!(ClockRate::FASTEST_WITHIN_MARGIN.to_string(), "+5.0 %");
     }
 }
