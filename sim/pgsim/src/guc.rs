@@ -95,8 +95,8 @@ pub(crate) struct Gucs {
     pub(crate) lock_timeout: Duration,
     pub(crate) statement_timeout: Duration,
     pub(crate) application_name: String,
-    /// `synchronous_commit`, as `SHOW` shows it; empty for the default (`on`).
-    pub(crate) synchronous_commit: String,
+    /// `synchronous_commit`, as `SHOW` shows it; `None` for the default (`on`).
+    pub(crate) synchronous_commit: Option<&'static str>,
     /// The server's lock-table settings (the same in every session).
     pub(crate) server: LockTableSettings,
     /// The custom placeholders that exist in the session, by lowercased name.
@@ -180,7 +180,7 @@ impl Gucs {
             Guc::StatementTimeout => self.statement_timeout = parse_timeout(guc.name(), value)?,
             Guc::ApplicationName => self.application_name = clean_application_name(value),
             Guc::SynchronousCommit => {
-                self.synchronous_commit = parse_synchronous_commit(value)?.to_owned();
+                self.synchronous_commit = Some(parse_synchronous_commit(value)?);
             }
             Guc::Server(_) => {}
             Guc::Custom(name) => {
@@ -200,7 +200,7 @@ impl Gucs {
             Guc::LockTimeout => self.lock_timeout = Duration::ZERO,
             Guc::StatementTimeout => self.statement_timeout = Duration::ZERO,
             Guc::ApplicationName => self.application_name.clear(),
-            Guc::SynchronousCommit => self.synchronous_commit.clear(),
+            Guc::SynchronousCommit => self.synchronous_commit = None,
             Guc::Server(_) => {}
             Guc::Custom(name) => {
                 self.custom.insert(name.clone(), String::new());
@@ -219,8 +219,7 @@ impl Gucs {
             Guc::LockTimeout => format_timeout(self.lock_timeout),
             Guc::StatementTimeout => format_timeout(self.statement_timeout),
             Guc::ApplicationName => self.application_name.clone(),
-            Guc::SynchronousCommit if self.synchronous_commit.is_empty() => "on".to_owned(),
-            Guc::SynchronousCommit => self.synchronous_commit.clone(),
+            Guc::SynchronousCommit => self.synchronous_commit.unwrap_or("on").to_owned(),
             Guc::Server(setting) => self.server.value(*setting).to_string(),
             Guc::Custom(name) => self.custom.get(name)?.clone(),
         })
@@ -266,7 +265,7 @@ pub(crate) fn parse_timeout(name: &str, value: &str) -> Result<Duration, SqlErro
 /// Parses `synchronous_commit` as PostgreSQL does: a level, case-insensitively, or one of the
 /// hidden boolean spellings (`true`, `yes`, `1` are `on`; `false`, `no`, `0` are `off`);
 /// returns the level `SHOW` then shows.
-pub(crate) fn parse_synchronous_commit(value: &str) -> Result<&'static str, SqlError> {
+fn parse_synchronous_commit(value: &str) -> Result<&'static str, SqlError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "local" => Ok("local"),
         "remote_write" => Ok("remote_write"),
