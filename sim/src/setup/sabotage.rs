@@ -133,12 +133,9 @@ impl Sabotage {
         )
     }
 
-    /// Whether it breaks a lease run only ([`Sabotage::LEASE`]).
-    pub const fn is_lease_only(self) -> bool {
-        matches!(
-            self,
-            Self::Driver(DriverSabotage::KeepLeaseOnFailedRenewal | DriverSabotage::SlowClock)
-        )
+    /// Whether it breaks a lease run only: one of [`Sabotage::LEASE`].
+    pub fn is_lease_only(self) -> bool {
+        Self::LEASE.contains(&self)
     }
 
     /// Whether it breaks a sharded run ([`Sabotage::SHARDED`]) rather than a single election.
