@@ -223,6 +223,21 @@ impl<C> LogRecord<C> {
     }
 }
 
+impl<C: fmt::Display> LogRecord<C> {
+    /// The record as an election that holds a lease says it: as its `Display`, with
+    /// [`LogKind::lease_message`] for the message.
+    pub fn lease_text(&self) -> String {
+        self.text(self.kind.lease_message())
+    }
+
+    fn text(&self, message: &str) -> String {
+        match &self.cause {
+            Some(cause) => format!("{message}: {cause}"),
+            None => message.to_owned(),
+        }
+    }
+}
+
 impl<C: fmt::Display> fmt::Display for LogRecord<C> {
     /// The message, followed by `": <cause>"` when there is a cause.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -319,6 +334,22 @@ impl LogKind {
                  session)"
             }
             Self::LeaseRenewalFailed => "leader: renew background leader lease",
+        }
+    }
+
+    /// The stable message text in an election that holds a lease
+    /// ([`Options::lease`](crate::Options::lease)): "lease" where the advisory lock's records
+    /// say "lock" (the spec's own texts, the acquire failure and the panic, are the same for
+    /// both).
+    pub const fn lease_message(self) -> &'static str {
+        match self {
+            Self::LeadershipAcquired => "leader: acquired background leader lease",
+            Self::LeadershipLost => "leader: lost background leader lease",
+            Self::LockReleased => "leader: released background leader lease",
+            Self::ReleaseFailed => "leader: release background leader lease",
+            Self::ResignReleased => "leader: released background leader lease after resigning",
+            Self::AbandonedAfterDrop => "background leader lease abandoned: election dropped",
+            _ => self.message(),
         }
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use plexsphere_leader::{
     Elector, Leadership, LossReason, TermEndCause,
-    leadership::{Interruption, TermWaitCancelled},
+    leadership::{Interruption, TermWaitError},
 };
 use plexsphere_leader_tests::{FaultProxy, Mode, TestDb, pool_for};
 use support::{I, Logs, MARGIN, Replica, STARTUP, lock_holders};
@@ -206,7 +206,7 @@ async fn waiting_for_a_term_ends_when_the_parent_is_cancelled() {
     parent.cancel();
     assert_eq!(
         timeout(MARGIN, waiting).await.unwrap().unwrap(),
-        Err(TermWaitCancelled)
+        Err(TermWaitError::Cancelled)
     );
     drop(held);
     standby.stop().await.unwrap();

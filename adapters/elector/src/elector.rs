@@ -14,7 +14,7 @@ use crate::driver::Driver;
 use crate::driver::single::Single;
 use crate::error::{ConfigError, RunError};
 use crate::key::LockKey;
-use crate::leadership::{Leadership, Resignation, TermWaitCancelled};
+use crate::leadership::{Leadership, Resignation, TermWaitError};
 use crate::metrics::Sinks;
 use crate::shared::Shared;
 use crate::term::Term;
@@ -123,7 +123,12 @@ impl Elector {
         );
         let single = Single::new(Arc::clone(&self.inner));
         let driver = span.in_scope(|| Driver::start(single))?;
-        driver.run(shutdown).instrument(span).await
+        self.inner.run_ended(None);
+        let outcome = driver.run(shutdown).instrument(span).await;
+        // Published, so that `next_term` and every subscriber learn at once that no term can
+        // come from this run.
+        self.inner.run_ended(outcome.err());
+        outcome
     }
 
     /// The current term (the spec's `Term(parent)`): `Some` on the leader, with a token that is
@@ -208,31 +213,44 @@ impl Elector {
     /// Waits until this replica leads and returns the open [`Term`], whose token is a child of
     /// `parent` ([`term`](Self::term)); at once when it already leads. Wakes on the published
     /// leadership, never by polling. It does not start the election: [`run`](Self::run) must be
-    /// running (or start later) for a term to come.
+    /// running (or start later) for a term to come; once a run has ended with an error, it
+    /// answers with that error at once instead of waiting for a term that cannot come.
     ///
     /// ```no_run
     /// # async fn example(elector: plexsphere_leader::Elector) -> Result<(), Box<dyn std::error::Error>> {
+    /// use plexsphere_leader::leadership::TermWaitError;
     /// let shutdown = tokio_util::sync::CancellationToken::new();
-    /// let term = elector.next_term(&shutdown).await?;
-    /// // ... lead until term.token() is cancelled ...
-    /// let why = term.ended().await;
-    /// println!("term {} ended: {why}", term.id());
+    /// loop {
+    ///     let term = match elector.next_term(&shutdown).await {
+    ///         Ok(term) => term,
+    ///         Err(TermWaitError::Cancelled) => break, // shutting down
+    ///         Err(failed) => return Err(failed.into()), // the run ended: say why
+    ///     };
+    ///     // ... lead until term.token() is cancelled ...
+    ///     let why = term.ended().await;
+    ///     println!("term {} ended: {why}", term.id());
+    /// }
     /// # Ok(()) }
     /// ```
     ///
     /// # Errors
-    /// [`TermWaitCancelled`] once `parent` is cancelled before a term began. Cancel-safe.
-    pub async fn next_term(&self, parent: &CancellationToken) -> Result<Term, TermWaitCancelled> {
+    /// [`TermWaitError::Cancelled`] once `parent` is cancelled before a term began;
+    /// [`TermWaitError::RunFailed`] with the run's error once [`run`](Self::run) returned one
+    /// ([`Leadership::run_failed`]), until `run` is called again. Cancel-safe.
+    pub async fn next_term(&self, parent: &CancellationToken) -> Result<Term, TermWaitError> {
         let mut published = self.subscribe();
         loop {
             if parent.is_cancelled() {
-                return Err(TermWaitCancelled);
+                return Err(TermWaitError::Cancelled);
             }
             if let Some(term) = self.term(parent) {
                 return Ok(term);
             }
+            if let Some(error) = published.borrow_and_update().run_failed() {
+                return Err(TermWaitError::RunFailed(error));
+            }
             tokio::select! {
-                () = parent.cancelled() => return Err(TermWaitCancelled),
+                () = parent.cancelled() => return Err(TermWaitError::Cancelled),
                 changed = published.changed() => {
                     if changed.is_err() {
                         // Unreachable while `self` holds the sender; wait for the parent.

@@ -6,6 +6,8 @@ use std::time::Instant;
 
 use plexsphere_leader_core::TermEndCause;
 
+use crate::error::RunError;
+
 pub use crate::overdue::OVERDUE_WORK_MESSAGE;
 pub use crate::term::named_work;
 pub use plexsphere_leader_core::failures::FailureClass;
@@ -39,6 +41,7 @@ pub struct Leadership {
     last_end: Option<TermEnd>,
     last_release: Option<Release>,
     failing: Option<CheckFailing>,
+    run_failed: Option<RunError>,
 }
 
 /// This replica's checks are failing: since when, and whether retrying alone can fix it. The
@@ -132,6 +135,23 @@ impl Leadership {
         self.failing
     }
 
+    /// The error the last run of the election ended with ([`Elector::run`](crate::Elector::run)
+    /// returned it); `None` while a run is in progress, before the first run, and after a run
+    /// that returned `Ok`. A run that failed takes no further part in the election until
+    /// `run` is called again, so [`Elector::next_term`](crate::Elector::next_term) answers
+    /// with it instead of waiting.
+    pub fn run_failed(&self) -> Option<RunError> {
+        self.run_failed
+    }
+
+    /// The value once a run began (`None`) or ended with `error`.
+    pub(crate) fn run_ended(self, error: Option<RunError>) -> Self {
+        Self {
+            run_failed: error,
+            ..self
+        }
+    }
+
     /// The value with `failing` as the state of the checks.
     pub(crate) fn failing(self, failing: Option<CheckFailing>) -> Self {
         Self { failing, ..self }
@@ -161,6 +181,7 @@ impl Leadership {
                 current: None,
                 last_release: self.last_release,
                 failing: self.failing,
+                run_failed: self.run_failed,
                 last_end: Some(TermEnd {
                     id: term.id,
                     epoch: term.epoch,
@@ -253,11 +274,20 @@ impl TermEvents {
     }
 }
 
-/// [`Elector::next_term`](crate::Elector::next_term) gave up: its parent token was cancelled
-/// before this replica led.
+/// Why [`Elector::next_term`](crate::Elector::next_term) returned without a term.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the wait for a term of leadership was cancelled")]
-pub struct TermWaitCancelled;
+#[non_exhaustive]
+pub enum TermWaitError {
+    /// The parent token was cancelled before this replica led: the usual end of a service's
+    /// `while let Ok(term) = elector.next_term(&shutdown).await` loop.
+    #[error("the wait for a term of leadership was cancelled")]
+    Cancelled,
+    /// The election's run ended with this error (for example
+    /// [`RunError::SessionsMultiplexed`] behind a transaction-mode pooler): no term can come
+    /// until `run` is called again. Print it and stop, or restart the run.
+    #[error("the election stopped: {0}")]
+    RunFailed(RunError),
+}
 
 #[cfg(test)]
 mod tests {

@@ -184,6 +184,15 @@ impl Shared {
         self.publish(|leadership| leadership.released(release));
     }
 
+    /// A run began (`None`) or ended with `error`: published beside the leadership.
+    pub(crate) fn run_ended(&self, error: Option<crate::error::RunError>) {
+        self.leadership.send_if_modified(|leadership| {
+            let changed = leadership.run_failed() != error;
+            *leadership = leadership.run_ended(error);
+            changed
+        });
+    }
+
     /// Whether a work deadline is set ([`Config::work_deadline`]).
     pub(crate) fn has_work_deadline(&self) -> bool {
         self.options.work_deadline_of().is_some()

@@ -78,6 +78,7 @@ impl Single {
             work.as_deref(),
             self.database.as_deref(),
             report.as_ref(),
+            self.inner.holds_a_lease(),
         );
         if let Some(release) = record.release() {
             self.inner.released(release);

@@ -60,6 +60,42 @@ impl Running {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_run_that_fails_ends_the_wait_for_a_term_with_its_error_at_once() {
+    use crate::leadership::TermWaitError;
+    let fake = Fake::default();
+    let elector = elector(&fake, |config| config);
+    let running = run(elector.clone());
+    let term = running.first_term().await;
+    // A transaction-mode pooler hands the lock's server session to another client: the next
+    // check proves it and the run fails.
+    fake.lock().multiplexed = true;
+    let error = timeout(3 * I, running.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(error, RunError::SessionsMultiplexed(_)),
+        "{error:?}"
+    );
+    assert!(term.token().is_cancelled());
+    assert_eq!(elector.leadership().run_failed(), Some(error));
+    // A service waiting for its next term learns it at once, not at its shutdown.
+    let waited = timeout(I, elector.next_term(&CancellationToken::new())).await;
+    assert_eq!(
+        waited.unwrap().map(|term| term.id()),
+        Err(TermWaitError::RunFailed(error))
+    );
+    // A new run clears it.
+    fake.lock().multiplexed = false;
+    let again = run(elector.clone());
+    tokio::task::yield_now().await; // the run's task starts
+    assert_eq!(elector.leadership().run_failed(), None);
+    let _term = again.first_term().await;
+    again.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_check_answer_that_lands_at_its_deadline_does_not_extend_the_term() {
     let fake = Fake::default();
     let running = run(elector(&fake, |c| c));

@@ -114,4 +114,30 @@ fn causes_render_for_the_log() {
         "leader: released background leader lock"
     );
     assert_eq!(record.level(), Level::Info);
+    assert_eq!(
+        record.lease_text(),
+        "leader: released background leader lease"
+    );
+    let lost = LogRecord {
+        kind: LogKind::LeadershipLost,
+        term: Some(T1),
+        cause: Some(Cause::<&str>::TimedOut(Duration::from_millis(200))),
+    };
+    assert_eq!(
+        lost.lease_text(),
+        "leader: lost background leader lease: no answer within 200ms"
+    );
+    // The spec's own texts stay as they are.
+    for kind in [LogKind::AcquireFailed, LogKind::AbandonedAfterPanic] {
+        assert_eq!(kind.lease_message(), kind.message());
+    }
+    for kind in [
+        LogKind::LeadershipAcquired,
+        LogKind::LockReleased,
+        LogKind::ResignReleased,
+        LogKind::ReleaseFailed,
+    ] {
+        assert!(kind.lease_message().contains("lease"), "{kind:?}");
+        assert!(!kind.lease_message().contains("lock"), "{kind:?}");
+    }
 }

@@ -90,6 +90,9 @@ pub(super) struct Server {
     ended: BTreeMap<u64, CancellationToken>,
     pub(super) returned: u32,
     pub(super) closed: u32,
+    /// The leader's check finds its session marked `shared` (another client's grant ran on
+    /// it: a transaction-mode pooler multiplexes server sessions).
+    pub(super) multiplexed: bool,
     /// Every statement kind run, in order.
     pub(super) log: Vec<Kind>,
 }
@@ -162,7 +165,14 @@ impl Fake {
                 pid,
                 yes_no(false),
                 yes_no(held),
-                Some("granted".into()),
+                Some(
+                    if server.multiplexed {
+                        "shared"
+                    } else {
+                        "granted"
+                    }
+                    .into(),
+                ),
             ]],
             Kind::Unlock | Kind::ReleaseIfHeld => {
                 if held {
