@@ -52,6 +52,12 @@ use crate::sql;
 pub use self::postgres::{FenceClient, check, setup};
 pub use crate::sql::{FENCE_SETUP, FENCE_TABLE};
 
+/// The statement [`setup`] runs ([`FENCE_SETUP`], without the NOTICE a table that exists
+/// raises), for backends of their own (sqlx: `sqlx::raw_sql`).
+pub fn setup_statement() -> String {
+    crate::sql::fence_setup()
+}
+
 /// Why a fenced write must not happen.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -202,7 +208,7 @@ mod postgres {
     /// privilege).
     pub async fn setup(client: &impl FenceClient) -> Result<(), FenceError> {
         client
-            .fence_batch(sql::FENCE_SETUP)
+            .fence_batch(&sql::fence_setup())
             .await
             .map_err(FenceError::from)
     }

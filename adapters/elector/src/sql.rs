@@ -336,6 +336,18 @@ pub const FENCE_SETUP: &str = "CREATE TABLE IF NOT EXISTS plexsphere_leader_fenc
 /// expiring before the leader's trust in it ends. Transaction-local, so no session state.
 pub const DURABLE_COMMIT: &str = "SET LOCAL synchronous_commit = on; ";
 
+/// Begins a setup's query string (the lease's and the fence table's): its
+/// `CREATE TABLE IF NOT EXISTS` of a table that exists raises no NOTICE (`relation … already
+/// exists, skipping`, which a client logs at every start). Transaction-local, so no session
+/// state: the implicit transaction of the query string ends with it.
+pub const QUIET_SETUP: &str = "SET LOCAL client_min_messages = warning; ";
+
+/// [`FENCE_SETUP`] as [`fencing::setup`](crate::fencing::setup) sends it: after
+/// [`QUIET_SETUP`].
+pub fn fence_setup() -> String {
+    format!("{QUIET_SETUP}{FENCE_SETUP}")
+}
+
 /// Run by the new leader of `key` on its lock session right after the grant: the next epoch,
 /// strictly greater than every earlier term's (a committed row, so it survives crashes and
 /// reaches a synchronous standby when it commits durably: the driver sends it as

@@ -39,7 +39,7 @@ pub async fn setup<'c>(
     connection: impl Acquire<'c, Database = Postgres>,
 ) -> Result<(), FenceError> {
     let mut connection = connection.acquire().await.map_err(query_error)?;
-    sqlx::raw_sql(plexsphere_leader::fencing::FENCE_SETUP)
+    sqlx::raw_sql(&plexsphere_leader::fencing::setup_statement())
         .execute(&mut *connection)
         .await
         .map_err(query_error)?;

@@ -504,7 +504,20 @@ impl<'a> Ctx<'a> {
 
     fn flush_notices(&mut self) {
         for notice in std::mem::take(&mut self.notices) {
-            self.reply.notice(&notice);
+            self.notify(&notice);
+        }
+    }
+
+    /// Sends `notice` to the client unless the session's `client_min_messages` holds it back.
+    fn notify(&mut self, notice: &SqlError) {
+        let warning = notice.severity == crate::reply::Severity::Warning;
+        let sent = self
+            .state
+            .sessions
+            .get(&self.pid)
+            .is_none_or(|session| session.gucs.sends_notice(warning));
+        if sent {
+            self.reply.notice(notice);
         }
     }
 
@@ -517,7 +530,7 @@ impl<'a> Ctx<'a> {
             return Err(error);
         }
         if local && self.transaction() == TransactionStatus::Idle && !self.implicit_block {
-            self.reply.notice(&SqlError::warning(
+            self.notify(&SqlError::warning(
                 sqlstate::NO_ACTIVE_SQL_TRANSACTION,
                 "SET LOCAL can only be used in transaction blocks",
             ));
@@ -585,7 +598,7 @@ impl<'a> Ctx<'a> {
             session.transaction = TransactionStatus::InBlock;
             session.saved_gucs = Some(session.gucs.clone());
         } else {
-            self.reply.notice(&SqlError::warning(
+            self.notify(&SqlError::warning(
                 sqlstate::ACTIVE_SQL_TRANSACTION,
                 "there is already a transaction in progress",
             ));
@@ -604,10 +617,12 @@ impl<'a> Ctx<'a> {
         let fence_check = session.fence_check.take();
         let tag = match session.transaction {
             TransactionStatus::Idle => {
-                self.reply.notice(&SqlError::warning(
-                    sqlstate::NO_ACTIVE_SQL_TRANSACTION,
-                    "there is no transaction in progress",
-                ));
+                if session.gucs.sends_notice(true) {
+                    self.reply.notice(&SqlError::warning(
+                        sqlstate::NO_ACTIVE_SQL_TRANSACTION,
+                        "there is no transaction in progress",
+                    ));
+                }
                 if commit { "COMMIT" } else { "ROLLBACK" }
             }
             TransactionStatus::InBlock if commit => {
@@ -678,7 +693,7 @@ impl<'a> Ctx<'a> {
             if !if_not_exists {
                 return Err(SqlError::error(sqlstate::DUPLICATE_TABLE, message));
             }
-            self.reply.notice(&SqlError::notice(
+            self.notify(&SqlError::notice(
                 sqlstate::DUPLICATE_TABLE,
                 format!("{message}, skipping"),
             ));
@@ -1844,6 +1859,7 @@ mod tests {
         assert_eq!(
             setup,
             [
+                "C SET",
                 "T pg_advisory_xact_lock:2278",
                 "D ",
                 "C SELECT 1",
@@ -1852,6 +1868,9 @@ mod tests {
                 "Z I"
             ]
         );
+        // Again: the tables exist, and the setup says nothing of it.
+        let again = run(&mut state, b, &plexsphere_leader::sql::lease::setup());
+        assert_eq!(again, setup);
         (state, a, b)
     }
 

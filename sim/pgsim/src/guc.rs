@@ -32,6 +32,9 @@ pub(crate) enum Guc {
     /// `synchronous_commit`, one of PostgreSQL's five levels (`on` by default): kept and
     /// shown, with no effect (the simulated server loses no committed transaction).
     SynchronousCommit,
+    /// `client_min_messages`: the least severity of the notices sent to the client
+    /// (`notice` by default; `warning` keeps a `CREATE TABLE IF NOT EXISTS` quiet).
+    ClientMinMessages,
     /// A setting fixed at server start, which sizes the lock table
     /// ([`ServerConfig::with_lock_table`](super::ServerConfig::with_lock_table)): shown, never
     /// set (55P02).
@@ -97,6 +100,8 @@ pub(crate) struct Gucs {
     pub(crate) application_name: String,
     /// `synchronous_commit`, as `SHOW` shows it; `None` for the default (`on`).
     pub(crate) synchronous_commit: Option<&'static str>,
+    /// `client_min_messages`, as `SHOW` shows it; `None` for the default (`notice`).
+    pub(crate) client_min_messages: Option<&'static str>,
     /// The server's lock-table settings (the same in every session).
     pub(crate) server: LockTableSettings,
     /// The custom placeholders that exist in the session, by lowercased name.
@@ -115,6 +120,7 @@ impl Guc {
             "statement_timeout" => Ok(Self::StatementTimeout),
             "application_name" => Ok(Self::ApplicationName),
             "synchronous_commit" => Ok(Self::SynchronousCommit),
+            "client_min_messages" => Ok(Self::ClientMinMessages),
             "max_locks_per_transaction" => Ok(Self::Server(ServerSetting::LocksPerTransaction)),
             "max_connections" => Ok(Self::Server(ServerSetting::Connections)),
             "max_prepared_transactions" => Ok(Self::Server(ServerSetting::PreparedTransactions)),
@@ -132,6 +138,7 @@ impl Guc {
             Self::StatementTimeout => "statement_timeout",
             Self::ApplicationName => "application_name",
             Self::SynchronousCommit => "synchronous_commit",
+            Self::ClientMinMessages => "client_min_messages",
             Self::Server(ServerSetting::LocksPerTransaction) => "max_locks_per_transaction",
             Self::Server(ServerSetting::Connections) => "max_connections",
             Self::Server(ServerSetting::PreparedTransactions) => "max_prepared_transactions",
@@ -182,6 +189,9 @@ impl Gucs {
             Guc::SynchronousCommit => {
                 self.synchronous_commit = Some(parse_synchronous_commit(value)?);
             }
+            Guc::ClientMinMessages => {
+                self.client_min_messages = Some(parse_client_min_messages(value)?);
+            }
             Guc::Server(_) => {}
             Guc::Custom(name) => {
                 self.custom.insert(name.clone(), value.to_owned());
@@ -201,6 +211,7 @@ impl Gucs {
             Guc::StatementTimeout => self.statement_timeout = Duration::ZERO,
             Guc::ApplicationName => self.application_name.clear(),
             Guc::SynchronousCommit => self.synchronous_commit = None,
+            Guc::ClientMinMessages => self.client_min_messages = None,
             Guc::Server(_) => {}
             Guc::Custom(name) => {
                 self.custom.insert(name.clone(), String::new());
@@ -220,6 +231,7 @@ impl Gucs {
             Guc::StatementTimeout => format_timeout(self.statement_timeout),
             Guc::ApplicationName => self.application_name.clone(),
             Guc::SynchronousCommit => self.synchronous_commit.unwrap_or("on").to_owned(),
+            Guc::ClientMinMessages => self.client_min_messages.unwrap_or("notice").to_owned(),
             Guc::Server(setting) => self.server.value(*setting).to_string(),
             Guc::Custom(name) => self.custom.get(name)?.clone(),
         })
@@ -276,6 +288,38 @@ fn parse_synchronous_commit(value: &str) -> Result<&'static str, SqlError> {
             sqlstate::INVALID_PARAMETER_VALUE,
             format!("invalid value for parameter \"synchronous_commit\": \"{value}\""),
         )),
+    }
+}
+
+/// Parses `client_min_messages` as PostgreSQL does: one of its levels, case-insensitively
+/// (`debug` is `debug2`); returns the level `SHOW` then shows.
+fn parse_client_min_messages(value: &str) -> Result<&'static str, SqlError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "debug5" => Ok("debug5"),
+        "debug4" => Ok("debug4"),
+        "debug3" => Ok("debug3"),
+        "debug2" | "debug" => Ok("debug2"),
+        "debug1" => Ok("debug1"),
+        "log" => Ok("log"),
+        "notice" => Ok("notice"),
+        "warning" => Ok("warning"),
+        "error" => Ok("error"),
+        _ => Err(SqlError::error(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("invalid value for parameter \"client_min_messages\": \"{value}\""),
+        )),
+    }
+}
+
+impl Gucs {
+    /// Whether a notice of `warning` severity (`false`: a NOTICE) reaches the client under
+    /// `client_min_messages`.
+    pub(crate) fn sends_notice(&self, warning: bool) -> bool {
+        match self.client_min_messages.unwrap_or("notice") {
+            "error" => false,
+            "warning" => warning,
+            _ => true,
+        }
     }
 }
 

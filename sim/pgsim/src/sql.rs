@@ -1189,12 +1189,16 @@ mod tests {
     fn the_lease_setup_creates_both_tables_and_a_claim_runs_after_its_set_local() {
         let key = plexsphere_leader::LockKey::DEFAULT;
         let setup = parse(&plexsphere_leader::sql::lease::setup()).unwrap();
-        // The setup serializes itself with a transaction-level lock first.
+        // The setup quiets its notices, then serializes itself with a transaction-level lock.
         assert!(
-            matches!(setup.first(), Some(Statement::Select { .. })),
+            matches!(setup.first(), Some(Statement::Set { local: true, .. })),
             "{setup:?}"
         );
-        let kinds: Vec<_> = setup[1..]
+        assert!(
+            matches!(setup.get(1), Some(Statement::Select { .. })),
+            "{setup:?}"
+        );
+        let kinds: Vec<_> = setup[2..]
             .iter()
             .map(|s| match s {
                 Statement::CreateTable {

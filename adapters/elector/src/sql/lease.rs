@@ -13,7 +13,7 @@
 //! transaction to end (under a transaction-local `lock_timeout`), while a renewal touches only
 //! the lease row and never waits for the leader's own fenced work.
 
-use super::{DURABLE_COMMIT, FENCE_SETUP, quote_literal};
+use super::{DURABLE_COMMIT, FENCE_SETUP, QUIET_SETUP, quote_literal};
 use crate::key::LockKey;
 
 /// The lease table.
@@ -27,11 +27,11 @@ pub const SETUP_LOCK: i64 = 0x706C_7873_5F73_6574;
 /// [`lease::setup`](crate::lease::setup)): the lease table and the fence table, in one implicit
 /// transaction that first takes [`SETUP_LOCK`], so that replicas starting together do not
 /// race (two concurrent `CREATE TABLE IF NOT EXISTS` of one table fail one of them with a
-/// unique violation of `pg_type`). Tables are created in the first schema of the role's
+/// unique violation of `pg_type`), quietly ([`QUIET_SETUP`](super::QUIET_SETUP)). Tables are created in the first schema of the role's
 /// `search_path`; set the role's own (`ALTER ROLE … SET search_path`) to choose another.
 pub fn setup() -> String {
     format!(
-        "SELECT pg_advisory_xact_lock({SETUP_LOCK}); \
+        "{QUIET_SETUP}SELECT pg_advisory_xact_lock({SETUP_LOCK}); \
          CREATE TABLE IF NOT EXISTS plexsphere_leader_lease (\
          classid int4 NOT NULL, objid int4 NOT NULL, holder text NOT NULL, \
          expires_at timestamptz NOT NULL, PRIMARY KEY (classid, objid)); {FENCE_SETUP}"
