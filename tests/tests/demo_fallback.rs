@@ -98,3 +98,74 @@ async fn a_database_that_refuses_the_demo_is_named_with_its_cause() {
         "the server's own error is named: {warning}"
     );
 }
+
+/// Issue 36: a command line the election refuses is refused before any replica starts, in the
+/// flags' own words, and the demo exits non-zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_command_line_stops_the_demo_before_any_replica_starts() {
+    let binary = demo_binary().await;
+    for (flags, said) in [
+        (&["--check-interval", "10ms"][..], "--check-interval 10ms: "),
+        (
+            &["--mechanism", "lease", "--acquire", "queue"][..],
+            "use --acquire poll",
+        ),
+    ] {
+        let output = tokio::time::timeout(
+            Duration::from_secs(30),
+            Command::new(&binary)
+                .args(flags)
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("a refusal is at once")
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stdout}{stderr}");
+        assert!(stderr.contains(said), "{flags:?}: {stderr}");
+        assert!(!stdout.contains("event=start"), "{flags:?}: {stdout}");
+    }
+}
+
+/// Issue 36: when every replica fails (here none can serve its HTTP port), the demo exits
+/// non-zero instead of reporting a clean stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_exits_non_zero_when_every_replica_failed() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let binary = demo_binary().await;
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        Command::new(binary)
+            .args([
+                "--replicas",
+                "1",
+                "--check-interval",
+                "200ms",
+                "--duration",
+                "30s",
+            ])
+            .arg("--http-port")
+            .arg(port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the demo exits once its replica failed")
+    .unwrap();
+    drop(taken);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("cannot serve HTTP"), "{stderr}");
+    assert!(
+        stderr.contains("every replica exited with an error"),
+        "{stderr}"
+    );
+}

@@ -13,8 +13,9 @@ pub use crate::clock::{Clock, TokioClock};
 pub use crate::identity::{IdentityError, MAX_IDENTITY_LEN};
 pub use crate::key::ParseLockKeyError;
 pub use plexsphere_leader_core::{
-    AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, MAX_HOLD_OFF,
-    MAX_STOP_GRACE_INTERVALS, StopGraceTooLong, UNLOCK_BUDGET,
+    AcquireMode, CheckInterval, DEFAULT_CHECK_INTERVAL, IntervalError, LEASE_TTL_INTERVALS,
+    MAX_CHECK_INTERVAL, MAX_HOLD_OFF, MAX_STOP_GRACE_INTERVALS, MIN_CHECK_INTERVAL,
+    StopGraceTooLong, UNLOCK_BUDGET,
 };
 
 use crate::error::ConfigError;
@@ -136,7 +137,8 @@ impl Config {
     }
 
     /// Sets the check interval; `Duration::ZERO` means the default of 5 s. Validated by
-    /// [`Elector::new`](crate::Elector::new): from 1 ms to `i32::MAX / 4` ms.
+    /// [`Elector::new`](crate::Elector::new): from [`MIN_CHECK_INTERVAL`] (50 ms) to
+    /// [`MAX_CHECK_INTERVAL`] (`i32::MAX / 4` ms).
     #[must_use]
     pub fn check_interval(mut self, interval: Duration) -> Self {
         self.check_interval = interval;

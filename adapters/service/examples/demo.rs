@@ -42,7 +42,15 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let args = cli::Args::parse();
+    // Refused here, in the flags' words, before any replica starts (each replica runs the
+    // same check on the command line its parent gave it).
+    let args = match cli::Args::parse().validated() {
+        Ok(args) => args,
+        Err(error) => {
+            eprintln!("[demo] error: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

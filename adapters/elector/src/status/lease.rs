@@ -28,6 +28,26 @@ pub struct LeaseStatus {
     pub held: bool,
 }
 
+impl std::fmt::Display for LeaseStatus {
+    /// One line for operators:
+    /// `billing@web-3 holds the lease of 1886156915:1 until 2025-12-02T10:30:00Z (epoch 7)`,
+    /// or `… held the lease … until …` once it expired; the expiry in UTC, to the second.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verb = if self.held { "holds" } else { "held" };
+        write!(
+            f,
+            "{} {verb} the lease of {} until {}",
+            self.identity,
+            self.key,
+            humantime::format_rfc3339_seconds(self.expires_at.max(UNIX_EPOCH))
+        )?;
+        match self.epoch {
+            Some(epoch) => write!(f, " (epoch {epoch})"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Who holds the lease of election `key` in `client`'s current database: `None` when no
 /// replica ever claimed it. One statement ([`sql::lease::who_holds`]) over the simple query
 /// protocol, so it also works through a transaction-mode pooler.
@@ -128,6 +148,10 @@ mod tests {
             UNIX_EPOCH + Duration::from_millis(1_764_669_000_250)
         );
         assert!(status.held);
+        assert_eq!(
+            status.to_string(),
+            "billing@web-3 holds the lease of 1886156915:1 until 2025-12-02T09:50:00Z (epoch 7)"
+        );
         assert_eq!(lease_of(LockKey::DEFAULT, &[]).unwrap(), None);
         let no_fence = [row(&[Some("a b"), None, Some("1"), Some("f")])];
         let status = lease_of(LockKey::DEFAULT, &no_fence).unwrap().unwrap();

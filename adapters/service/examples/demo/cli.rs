@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use clap::Parser;
-use plexsphere_leader::{LockKey, config::AcquireMode};
+use plexsphere_leader::LockKey;
+use plexsphere_leader::config::{AcquireMode, CheckInterval, LEASE_TTL_INTERVALS};
 
 /// The environment variable naming the database, when `--dsn` is not given.
 pub(crate) const DSN_ENV: &str = "PLEXSPHERE_DSN";
@@ -87,6 +88,48 @@ pub(crate) struct Args {
     /// on `/` a live page of who owns which shards.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=i64::from(plexsphere_leader::sharded::MAX_SHARDS)))]
     pub(crate) shards: Option<u32>,
+}
+
+impl Args {
+    /// The command line checked as a whole before any replica starts, in the flags' own words:
+    /// `--check-interval` as the elector validates it (`0s` is the default, 5s, and is shown
+    /// as such), and the combinations the election refuses.
+    ///
+    /// # Errors
+    /// The first refusal, naming the flags and what to use instead.
+    pub(crate) fn validated(mut self) -> Result<Self, String> {
+        let interval = CheckInterval::new(self.check_interval).map_err(|error| {
+            format!(
+                "--check-interval {:?}: {}",
+                self.check_interval,
+                error.to_string().trim_start_matches("check_interval ")
+            )
+        })?;
+        self.check_interval = interval.get();
+        if self.mechanism == Mechanism::Lease && self.acquire == Acquire::Queue {
+            return Err(
+                "--mechanism lease takes no --acquire queue (a lease has no \
+                        server-side queue to wait in): use --acquire poll"
+                    .into(),
+            );
+        }
+        Ok(self)
+    }
+
+    /// How long a standby takes, at most, to lead after the leader is killed: one interval
+    /// polling the advisory lock (the leader's session ends with its process), a round trip
+    /// when queued, and the lease's TTL plus one interval with the lease (nothing tells the
+    /// server that a lease holder died).
+    pub(crate) fn takeover_bound(&self) -> String {
+        match (self.mechanism, self.acquire) {
+            (Mechanism::Lease, _) => format!(
+                "{:?} (the lease's TTL of {LEASE_TTL_INTERVALS} intervals, plus one)",
+                self.check_interval * (LEASE_TTL_INTERVALS + 1)
+            ),
+            (Mechanism::Advisory, Acquire::Queue) => "a few milliseconds".into(),
+            (Mechanism::Advisory, Acquire::Poll) => format!("{:?}", self.check_interval),
+        }
+    }
 }
 
 /// `--mechanism`: what the election holds.
@@ -260,5 +303,44 @@ mod tests {
         assert_eq!(AcquireMode::from(args.acquire), AcquireMode::Queue);
         assert!(args.fencing);
         assert!(Args::try_parse_from(["demo", "--acquire", "wait"]).is_err());
+    }
+
+    fn validated(args: &[&str]) -> Result<Args, String> {
+        Args::try_parse_from(std::iter::once("demo").chain(args.iter().copied()))
+            .unwrap()
+            .validated()
+    }
+
+    #[test]
+    fn the_command_line_is_refused_in_its_own_flags_before_any_replica_starts() {
+        let short = validated(&["--check-interval", "10ms"]).unwrap_err();
+        assert!(
+            short.starts_with("--check-interval 10ms: 10ms is below the minimum of 50ms"),
+            "{short}"
+        );
+        let long = validated(&["--check-interval", "30d"]).unwrap_err();
+        assert!(long.starts_with("--check-interval 2592000s: "), "{long}");
+        let queued = validated(&["--mechanism", "lease", "--acquire", "queue"]).unwrap_err();
+        assert!(
+            queued.contains("--acquire queue") && queued.ends_with("use --acquire poll"),
+            "{queued}"
+        );
+        assert!(!queued.contains("AcquireMode"), "{queued}");
+        // Zero is the default, and is shown as what runs.
+        let zero = validated(&["--check-interval", "0s"]).unwrap();
+        assert_eq!(zero.check_interval, Duration::from_secs(5));
+        assert!(validated(&["--mechanism", "lease"]).is_ok());
+        assert!(validated(&["--acquire", "queue"]).is_ok());
+    }
+
+    #[test]
+    fn the_takeover_hint_gives_each_mechanism_its_bound() {
+        let hint = |args: &[&str]| validated(args).unwrap().takeover_bound();
+        assert_eq!(hint(&["--check-interval", "1s"]), "1s");
+        assert_eq!(
+            hint(&["--check-interval", "1s", "--mechanism", "lease"]),
+            "4s (the lease's TTL of 3 intervals, plus one)"
+        );
+        assert_eq!(hint(&["--acquire", "queue"]), "a few milliseconds");
     }
 }

@@ -29,10 +29,10 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 /// Resolves the database along the documented chain.
 pub(crate) async fn resolve(flag: Option<String>) -> Result<Database, Error> {
     if let Some(dsn) = flag.filter(|dsn| !dsn.trim().is_empty()) {
-        check_syntax(&dsn)?;
+        let source = format!("--dsn: {}", check_syntax(&dsn)?);
         return Ok(Database {
             dsn,
-            source: "--dsn".into(),
+            source,
             cluster: None,
         });
     }
@@ -40,10 +40,10 @@ pub(crate) async fn resolve(flag: Option<String>) -> Result<Database, Error> {
         .ok()
         .filter(|dsn| !dsn.trim().is_empty())
     {
-        check_syntax(&dsn)?;
+        let source = format!("${DSN_ENV}: {}", check_syntax(&dsn)?);
         return Ok(Database {
             dsn,
-            source: format!("${DSN_ENV}"),
+            source,
             cluster: None,
         });
     }
@@ -64,9 +64,36 @@ pub(crate) async fn resolve(flag: Option<String>) -> Result<Database, Error> {
     })
 }
 
-fn check_syntax(dsn: &str) -> Result<(), Error> {
-    tokio_postgres::Config::from_str(dsn).map_err(|e| format!("invalid DSN: {e}"))?;
-    Ok(())
+/// Parses `dsn` and describes where it points, without its password: `host=… port=…
+/// dbname=… user=…` (the parts it names).
+fn check_syntax(dsn: &str) -> Result<String, Error> {
+    let config = tokio_postgres::Config::from_str(dsn).map_err(|e| format!("invalid DSN: {e}"))?;
+    Ok(describe(&config))
+}
+
+fn describe(config: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|host| match host {
+            Host::Tcp(name) => name.clone(),
+            Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+    let mut parts = Vec::new();
+    for (name, value) in [
+        ("host", hosts.join(",")),
+        ("port", ports.join(",")),
+        ("dbname", config.get_dbname().unwrap_or_default().to_owned()),
+        ("user", config.get_user().unwrap_or_default().to_owned()),
+    ] {
+        if !value.is_empty() {
+            parts.push(format!("{name}={value}"));
+        }
+    }
+    parts.join(" ")
 }
 
 /// Whether a server answers at `dsn` within 3 s.
@@ -260,4 +287,22 @@ fn run_as() -> Result<Option<(u32, u32)>, Error> {
 fn free_port() -> Result<u16, Error> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_dsn_is_described_by_where_it_points_without_its_password() {
+        let described = super::check_syntax(
+            "postgres://app:secret@db.internal:6543/billing?application_name=x",
+        )
+        .unwrap();
+        assert_eq!(
+            described,
+            "host=db.internal port=6543 dbname=billing user=app"
+        );
+        let described = super::check_syntax("host=127.0.0.1 user=postgres").unwrap();
+        assert_eq!(described, "host=127.0.0.1 user=postgres");
+        assert!(super::check_syntax("host='unterminated").is_err());
+    }
 }

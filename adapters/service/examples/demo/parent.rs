@@ -75,6 +75,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
         }
     };
     tokio::pin!(deadline);
+    let mut every_replica_failed = false;
     loop {
         tokio::select! {
             _ = interrupt.recv() => { say("event=stopping reason=SIGINT"); break; }
@@ -86,6 +87,9 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
                     record_exit(&mut replicas, index, status);
                     if replicas.iter().all(|r| r.exited.is_some()) {
                         say("event=stopping reason=\"every replica exited\"");
+                        every_replica_failed = replicas
+                            .iter()
+                            .all(|r| r.exited.is_some_and(|status| !status.success()));
                         break;
                     }
                 }
@@ -99,7 +103,9 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
         cluster.stop().await;
     }
     say("event=stopped");
-    if clean {
+    if every_replica_failed {
+        Err("every replica exited with an error (its own lines above say why)".into())
+    } else if clean {
         Ok(())
     } else {
         Err("a replica did not exit cleanly".into())
@@ -115,11 +121,16 @@ fn hint(args: &Args) -> String {
         ),
         None => String::new(),
     };
+    let held = match args.mechanism {
+        crate::cli::Mechanism::Advisory => "lock",
+        crate::cli::Mechanism::Lease => "lease",
+    };
     format!(
-        "event=hint text=\"kill -9 the pid of the replica that acquired the lock and \
-         another takes over within about {:?}; curl http://127.0.0.1:{}/status shows who leads; \
+        "event=hint text=\"kill -9 the pid of the replica that acquired the {held} and \
+         another takes over within about {}; curl http://127.0.0.1:{}/status shows who leads; \
          Ctrl-C stops every replica{shards}\"",
-        args.check_interval, args.http_port
+        args.takeover_bound(),
+        args.http_port
     )
 }
 

@@ -249,12 +249,16 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
     stop_serving(server).await
 }
 
-/// Waits (at most 2 s) for the HTTP server, whose graceful shutdown `shutdown` started.
+/// Waits (at most 2 s) for the HTTP server, whose graceful shutdown `shutdown` started; a
+/// server that never started fails the replica (its process exits non-zero).
 async fn stop_serving(server: Result<tokio::task::JoinHandle<()>, Error>) -> Result<(), Error> {
-    if let Ok(server) = server {
-        let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+    match server {
+        Ok(server) => {
+            let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
+            Ok(())
+        }
+        Err(error) => Err(format!("cannot serve HTTP: {}", chain(error.as_ref())).into()),
     }
-    Ok(())
 }
 
 fn pool(dsn: &str, application_name: &str) -> Result<Pool, Error> {
