@@ -4,7 +4,8 @@
 //!
 //! One [`Election`] is the state machine of one replica: a standby tries a PostgreSQL session
 //! advisory lock every check interval, the replica whose session holds it leads, and the leader
-//! verifies its session every interval. The crate `plexsphere-leader` drives it with tokio and
+//! verifies its session every interval; with [`Options::lease`] it claims and renews a lease
+//! row instead, trusting it for a bounded time on its own clock ([`lease`]). The crate `plexsphere-leader` drives it with tokio and
 //! tokio-postgres; the simulation drives the same driver under turmoil.
 //!
 //! - [`Election`]: the state machine, its inputs ([`Event`], timeouts) and outputs ([`Action`]).

@@ -125,6 +125,26 @@ impl BackendPool {
         }
     }
 
+    /// Runs the lease mechanism's setup with this backend's own helper
+    /// (`plexsphere_leader::lease::setup` on a deadpool client, `plexsphere_leader_sqlx::lease::setup`
+    /// on the sqlx pool).
+    ///
+    /// # Errors
+    /// No connection, or the setup failed on the server.
+    pub async fn lease_setup(&self) -> Result<(), plexsphere_leader::fencing::FenceError> {
+        match self {
+            Self::Deadpool(pool) => {
+                let client = pool.get().await.map_err(|error| {
+                    plexsphere_leader::fencing::FenceError::query(
+                        plexsphere_leader::session::CheckError::Pool(error),
+                    )
+                })?;
+                plexsphere_leader::lease::setup(&client).await
+            }
+            Self::Sqlx(pool) => plexsphere_leader_sqlx::lease::setup(pool).await,
+        }
+    }
+
     /// The connections the pool holds (idle or handed out).
     pub fn size(&self) -> usize {
         match self {

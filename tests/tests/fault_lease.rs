@@ -95,7 +95,8 @@ async fn spawn(
 /// Three replica processes, directly or (`pooled`) behind PgBouncer: one leader and one term
 /// for `STEADY`.
 async fn steady(backend: Backend, pooled: bool) {
-    let (db, target, _bouncer) = lease_target(&name("steady", backend, pooled), pooled).await;
+    let (db, target, _bouncer) =
+        lease_target(&name("steady", backend, pooled), pooled, backend).await;
     let mut fleet = Fleet::new();
     for name in ["a", "b", "c"] {
         spawn(&mut fleet, backend, name, &target, I).await;
@@ -117,7 +118,8 @@ async fn steady(backend: Backend, pooled: bool) {
 }
 
 async fn killed_leader(backend: Backend, pooled: bool) {
-    let (db, target, _bouncer) = lease_target(&name("kill", backend, pooled), pooled).await;
+    let (db, target, _bouncer) =
+        lease_target(&name("kill", backend, pooled), pooled, backend).await;
     let mut fleet = Fleet::new();
     for name in ["a", "b", "c"] {
         spawn(&mut fleet, backend, name, &target, I).await;
@@ -134,7 +136,8 @@ async fn killed_leader(backend: Backend, pooled: bool) {
 }
 
 async fn stopped_leader(backend: Backend, pooled: bool) {
-    let (db, target, _bouncer) = lease_target(&name("sigstop", backend, pooled), pooled).await;
+    let (db, target, _bouncer) =
+        lease_target(&name("sigstop", backend, pooled), pooled, backend).await;
     let mut fleet = Fleet::new();
     for name in ["a", "b", "c"] {
         spawn(&mut fleet, backend, name, &target, I).await;
@@ -176,7 +179,8 @@ async fn stopped_leader(backend: Backend, pooled: bool) {
 
 async fn blackholed_leader(backend: Backend, pooled: bool) {
     let interval = Duration::from_secs(1);
-    let (db, target, _bouncer) = lease_target(&name("blackhole", backend, pooled), pooled).await;
+    let (db, target, _bouncer) =
+        lease_target(&name("blackhole", backend, pooled), pooled, backend).await;
     let proxy = FaultProxy::in_front_of(&target).await.unwrap();
     let mut fleet = Fleet::new();
     let a = spawn(

@@ -71,7 +71,7 @@ async fn steady_then_graceful_handover(backend: Backend, pooled: bool) {
         "lease_graceful_{}_{backend}",
         if pooled { "pooled" } else { "direct" }
     );
-    let (db, target, _bouncer) = lease_target(&name, pooled).await;
+    let (db, target, _bouncer) = lease_target(&name, pooled, backend).await;
     let mut fleet = fleet(&db, backend, &target);
     let leader = steady_leader(&fleet).await;
     // The CLI says who holds the lease (exit 0 while held), through the same endpoint.
@@ -118,7 +118,7 @@ async fn crashed_leader_hands_over_within_ttl_plus_an_interval(backend: Backend,
         "lease_crash_{}_{backend}",
         if pooled { "pooled" } else { "direct" }
     );
-    let (db, target, _bouncer) = lease_target(&name, pooled).await;
+    let (db, target, _bouncer) = lease_target(&name, pooled, backend).await;
     let mut fleet = fleet(&db, backend, &target);
     let leader = steady_leader(&fleet).await;
     // Aborting the run drops it: the term ends as lost and the lease is left to expire.

@@ -130,6 +130,17 @@ impl Config {
     /// database. Validated by [`Elector::new`](crate::Elector::new): a TTL of at least two
     /// intervals, and [`AcquireMode::Poll`] (a lease has no server-side queue). See the
     /// reference documentation's Lease mechanism section for its bounds.
+    ///
+    /// ```no_run
+    /// # async fn example(pool: deadpool_postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use plexsphere_leader::{Config, Elector, lease};
+    ///
+    /// // `pool` reaches the database through a transaction-mode pooler (a pooled URL).
+    /// lease::setup(&pool.get().await?).await?; // once per database; idempotent
+    /// let elector = Elector::new(Config::new(pool).lease(Duration::ZERO))?; // TTL: 3 intervals
+    /// # let _ = elector; Ok(()) }
+    /// ```
     #[must_use]
     pub fn lease(mut self, ttl: Duration) -> Self {
         self.lease_ttl = Some(ttl);

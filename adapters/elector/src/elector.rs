@@ -20,8 +20,9 @@ use crate::shared::Shared;
 use crate::term::Term;
 
 /// Elects one background leader among the replicas of a service through a PostgreSQL session
-/// advisory lock (by default `(1886156915, 1)`, see [`Config::key`]), and tells the service
-/// whether this replica leads.
+/// advisory lock (by default `(1886156915, 1)`, see [`Config::key`]) or, behind a transaction-
+/// mode pooler, a lease row ([`Config::lease`]), and tells the service whether this replica
+/// leads.
 ///
 /// Every replica runs one `Elector` ([`run`](Self::run)); the replica whose session holds the
 /// lock is the leader, the others are standbys that try again every check interval. Cloning an
@@ -59,8 +60,11 @@ impl Elector {
     /// [`run`](Self::run).
     ///
     /// # Errors
-    /// [`ConfigError::CheckInterval`] when the interval is below 1 ms or four intervals exceed
-    /// what `idle_session_timeout` holds; [`ConfigError::StopGrace`] when the stop grace is
+    /// [`ConfigError::CheckInterval`] when the interval is below 50 ms
+    /// ([`MIN_CHECK_INTERVAL`](crate::config::MIN_CHECK_INTERVAL)) or four intervals exceed
+    /// what `idle_session_timeout` holds; [`ConfigError::LeaseTtl`] when a lease's TTL is
+    /// shorter than two intervals; [`ConfigError::LeaseQueued`] for a lease with the queued
+    /// acquire mode; [`ConfigError::StopGrace`] when the stop grace is
     /// longer than two intervals; [`ConfigError::Identity`] when the configured identity is
     /// empty, not printable ASCII or too long; [`ConfigError::HoldOff`] when the resign hold-off
     /// is too long; [`ConfigError::Metrics`] when the metrics cannot be registered.
@@ -96,9 +100,12 @@ impl Elector {
     /// query failures are logged at WARN (`leader: acquire lock connection: <cause>`) and retried
     /// at the next check; `run` does not return for them.
     ///
-    /// On cancellation the leader ends its term first, then runs `pg_advisory_unlock` under a
-    /// 2-second budget that outlives `shutdown`, closes the connection and returns `Ok(())`; a
-    /// standby returns at once. A panic unwinding through `run`, or dropping its future (task
+    /// On cancellation the leader ends its term first, then releases what it holds under a
+    /// 2-second budget that outlives `shutdown` (`pg_advisory_unlock` and closing its session;
+    /// with a lease, a statement that expires its row), and returns `Ok(())`; a standby
+    /// returns at once. With a lease ([`Config::lease`](crate::Config::lease)) a standby's
+    /// check is a claim of the lease row and the leader's a renewal, each on a connection
+    /// borrowed for that statement alone. A panic unwinding through `run`, or dropping its future (task
     /// abort), ends the term as lost ([`LossReason::Panicked`](crate::LossReason::Panicked) or
     /// [`Dropped`](crate::LossReason::Dropped)) and closes the connection
     /// without unlocking (the server then releases the lock), logging
@@ -275,8 +282,9 @@ impl Elector {
     /// Asks this replica to give up leadership and not to try the lock for `hold_off` (at most
     /// [`MAX_HOLD_OFF`](crate::config::MAX_HOLD_OFF); longer is shortened to it), so that another
     /// replica takes over. A leader ends its term ([`TermEndCause::Resigned`](crate::TermEndCause::Resigned)), gives its work
-    /// the stop grace, releases the lock with `pg_advisory_unlock`, logs
-    /// `leader: released background leader lock after resigning` and stays a standby; a
+    /// the stop grace, releases the lock with `pg_advisory_unlock` (a lease: expires its row),
+    /// logs `leader: released background leader lock after resigning` (`… lease …`) and stays
+    /// a standby; a
     /// standby abandons a check in progress and sits the hold-off out. Returns at once; the
     /// release happens on the task running [`run`](Self::run). Ignored while a stop or an
     /// earlier resign is releasing the lock.

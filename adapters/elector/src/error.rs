@@ -250,7 +250,7 @@ fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// `check_interval` is out of range (below 1 ms, or four intervals do not fit
+    /// `check_interval` is out of range (below 50 ms, or four intervals do not fit
     /// `idle_session_timeout`).
     #[error(transparent)]
     CheckInterval(#[from] IntervalError),

@@ -4,9 +4,25 @@
 use crate::fencing::{FenceClient, FenceError};
 
 /// Creates the lease table and the fence table if they do not exist
-/// ([`sql::lease::setup`](crate::sql::lease::setup)). Idempotent; run it once per database
-/// before electing with a lease, from a migration or at start-up (on any connection: a
-/// transaction-mode pooler carries it).
+/// ([`sql::lease::setup`](crate::sql::lease::setup)). Idempotent and quiet (no NOTICE when the
+/// tables exist); run it once per database before electing with a lease, from a migration or
+/// at start-up, on any connection: a transaction-mode pooler carries it. `client` is what you
+/// hold: a deadpool-postgres `Client` (`&pool.get().await?`) or `Transaction`, or a
+/// tokio-postgres `Client` or `Transaction` ([`FenceClient`]).
+///
+/// ```no_run
+/// # async fn example(pool: deadpool_postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use plexsphere_leader::{Config, Elector, lease};
+///
+/// lease::setup(&pool.get().await?).await?;
+/// let elector = Elector::new(Config::new(pool).lease(Duration::ZERO))?;
+/// # let _ = elector; Ok(()) }
+/// ```
+///
+/// An election whose tables are missing does not lead: each check fails with SQLSTATE 42P01,
+/// logged once at ERROR with the advice to run this function (then at most a WARN a minute),
+/// and [`Elector::check_failure`](crate::Elector::check_failure) reports it as permanent.
 ///
 /// # Errors
 /// [`FenceError::Query`] with the server's error (for example a missing `CREATE` privilege).

@@ -1,6 +1,9 @@
 //! plexsphere-leader elects exactly one *background leader* among the replicas of a service
-//! through a PostgreSQL session advisory lock, and runs the service's background loops only on
-//! that leader.
+//! through PostgreSQL, and runs the service's background loops only on that leader. It holds a
+//! session advisory lock (the default: direct connections and session-mode poolers; handover
+//! in milliseconds) or, behind a transaction- or statement-mode pooler or a managed pooled URL,
+//! a lease row ([`Config::lease`], with its tables made once by [`lease::setup`]; a crashed
+//! leader's lease runs out its TTL first).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -37,10 +40,11 @@
 //! | reach for | when |
 //! |---|---|
 //! | [`config`] | tuning: the check interval, acquire mode, stop grace, identity, work deadline, and their validation errors |
-//! | [`leadership`] | reading leadership: term events, check failures, the last release, resignation, the stuck-leader verdict |
+//! | [`lease`] | the lease mechanism ([`Config::lease`]) behind a transaction-mode pooler: `lease::setup`, the tables it needs, once per database |
+//! | [`leadership`] | reading leadership: term events, why `next_term` returned without a term, check failures, the last release, resignation, the stuck-leader verdict |
 //! | [`fencing`] | writes that a deposed leader must not make: the epoch check inside your transaction |
 //! | [`sharded`] | many leaders at once: a space of shards spread over the replicas |
-//! | [`status`] | who leads, from the server's own views, for operators |
+//! | [`status`] | who leads, from the server's own views (the lease: its row), for operators |
 //! | [`metrics`] | the gauges and counters, on prometheus or the `metrics` facade |
 //! | [`session`] | another driver: the seam `SessionSource` that the sqlx crate implements |
 //! | `sql`, `shard_sql` (feature `wire`) | the exact statements, for operators' tooling, tests and the simulation |
@@ -49,7 +53,7 @@
 //! tokio, over deadpool-postgres and tokio-postgres by default ([`Config::new`]) or any other
 //! [`session::SessionSource`] ([`Config::with_sessions`]). The leader-gated loops, the
 //! supervisor, the probes and their HTTP handlers are in `plexsphere-leader-service`; the
-//! `plexsphere-leader status` command is in `plexsphere-leader-cli`.
+//! `plexsphere-leader status`, `lease` and `shards` commands are in `plexsphere-leader-cli`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

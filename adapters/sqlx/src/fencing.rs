@@ -73,6 +73,6 @@ pub async fn check<'c>(
     verdict(current, epoch)
 }
 
-fn query_error(error: sqlx::Error) -> FenceError {
+pub(crate) fn query_error(error: sqlx::Error) -> FenceError {
     FenceError::query(crate::check_error(error))
 }

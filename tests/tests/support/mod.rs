@@ -312,28 +312,34 @@ where
 pub async fn lease_target(
     name: &str,
     pooled: bool,
+    backend: plexsphere_leader_tests::Backend,
 ) -> (
     TestDb,
     tokio_postgres::Config,
     Option<plexsphere_leader_tests::PgBouncer>,
 ) {
     let db = TestDb::create(name).await.expect("test database");
-    plexsphere_leader::lease::setup(db.admin())
+    let (config, bouncer) = if pooled {
+        let bouncer = plexsphere_leader_tests::PgBouncer::start(
+            &db.config(),
+            plexsphere_leader_tests::PoolMode::Transaction,
+            1,
+        )
+        .await
+        .expect("PgBouncer");
+        (bouncer.pg_config(&db.config()), Some(bouncer))
+    } else {
+        (db.config(), None)
+    };
+    // The backend's own `lease::setup`, through the endpoint the replicas use (a transaction
+    // pooler carries it).
+    backend
+        .pool(&config, 1)
+        .expect("setup pool")
+        .lease_setup()
         .await
         .expect("lease tables");
-    if !pooled {
-        let config = db.config();
-        return (db, config, None);
-    }
-    let bouncer = plexsphere_leader_tests::PgBouncer::start(
-        &db.config(),
-        plexsphere_leader_tests::PoolMode::Transaction,
-        1,
-    )
-    .await
-    .expect("PgBouncer");
-    let config = bouncer.pg_config(&db.config());
-    (db, config, Some(bouncer))
+    (db, config, bouncer)
 }
 
 /// The text of every column of the first row `statement` returns over the simple query

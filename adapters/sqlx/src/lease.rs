@@ -1,0 +1,39 @@
+//! The lease mechanism's setup on an sqlx pool (`Config::lease`, for a transaction-mode
+//! pooler): the tables it needs, made once per database.
+
+use sqlx::{Acquire, Postgres};
+
+pub use plexsphere_leader::fencing::FenceError;
+pub use plexsphere_leader::lease::setup_statement;
+
+/// Creates the lease table and the fence table if they do not exist
+/// ([`setup_statement`], through `sqlx::raw_sql`: one query string in the simple protocol, so
+/// a transaction-mode pooler carries it). Idempotent and quiet; run it once per database
+/// before electing with a lease, from a migration or at start-up. Pass what you hold: `&pool`,
+/// `&mut connection` or `&mut transaction`.
+///
+/// ```no_run
+/// # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use plexsphere_leader_sqlx::{Elector, lease};
+///
+/// lease::setup(&pool).await?;
+/// let elector = Elector::new(plexsphere_leader_sqlx::config(pool).lease(Duration::ZERO))?;
+/// # let _ = elector; Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`FenceError::Query`] with the server's error (for example a missing `CREATE` privilege).
+pub async fn setup<'c>(
+    connection: impl Acquire<'c, Database = Postgres>,
+) -> Result<(), FenceError> {
+    let mut connection = connection
+        .acquire()
+        .await
+        .map_err(crate::fencing::query_error)?;
+    sqlx::raw_sql(&setup_statement())
+        .execute(&mut *connection)
+        .await
+        .map_err(crate::fencing::query_error)?;
+    Ok(())
+}
