@@ -229,6 +229,130 @@ async fn the_demo_wires_the_specs_workers_probes_and_ticked_loops_exactly() {
     db.cleanup().await.unwrap();
 }
 
+/// The spec's two while-leader loops.
+const WHILE_LEADER: [&str; 2] = ["audit-archiver", "authz-outbox-consumer"];
+
+/// The spec's every-replica loops (the consume loops under their suffixed names).
+const EVERY_REPLICA: [&str; 7] = [
+    "capacity-collector",
+    "observability-routing-consume/alerts",
+    "observability-routing-consume/logs",
+    "observability-routing-consume/traces",
+    "sse-relay",
+    "sse-signing-key-rotation-watcher",
+    "peers-relay-assigner",
+];
+
+/// Issue 36: where each loop runs is pinned against the spec's three tables, from what each
+/// replica's supervisor reports (`/status`'s `placement`, the launcher that wired it), and by
+/// what a standby does: its ticked loops only ever tick `standby`, while its every-replica
+/// relay spends from its own rate budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_loop_runs_where_the_spec_places_it_and_a_standby_runs_only_the_every_replica_ones() {
+    let db = TestDb::create("demo_placement").await.unwrap();
+    // A nonce TTL of 1 s, so that `sse-nonce-sweep` ticks a few times too.
+    let demo = Demo::start_replicas(
+        &dsn(&db.config()),
+        2,
+        "200ms",
+        &[],
+        &[("PLEXSPHERE_SSE_NONCE_TTL", Some("1s"))],
+    )
+    .await;
+    let leader: u16 =
+        loops_support::field(&demo.line(BOOT, "event=acquired term=1").await, "replica");
+    let standby = 1 - leader;
+    let mut expected: BTreeMap<&str, &str> = BTreeMap::new();
+    expected.insert("background-leader", "worker");
+    for name in TICKED {
+        expected.insert(name, "leader-ticked");
+    }
+    for name in WHILE_LEADER {
+        expected.insert(name, "while-leader");
+    }
+    for name in EVERY_REPLICA {
+        expected.insert(name, "every-replica");
+    }
+    let mut applications = Vec::new();
+    for replica in [leader, standby] {
+        let (code, body) = get(demo.replica_addr(replica), "/status").await.unwrap();
+        assert_eq!(code, 200, "{body}");
+        let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let placed: BTreeMap<&str, &str> = status["placement"]
+            .as_object()
+            .unwrap_or_else(|| panic!("a placement object: {status}"))
+            .iter()
+            .map(|(name, placement)| (name.as_str(), placement.as_str().unwrap()))
+            .collect();
+        assert_eq!(placed, expected, "replica {replica}");
+        applications.push(status["application_name"].as_str().unwrap().to_owned());
+    }
+
+    // The standby's ticked loops tick, and every tick is a standby's; the leader's pass.
+    let outcomes = |metrics: &str, outcome: &str| -> BTreeMap<String, u64> {
+        let mut counted = BTreeMap::new();
+        for line in metrics
+            .lines()
+            .filter_map(|line| line.strip_prefix("plexsphere_background_loop_ticks_total{"))
+        {
+            let (labels, value) = line.split_once("} ").unwrap();
+            if !labels.contains(&format!("outcome=\"{outcome}\"")) {
+                continue;
+            }
+            let name = labels
+                .split(',')
+                .find_map(|label| label.strip_prefix("loop=\""))
+                .and_then(|name| name.strip_suffix('"'))
+                .unwrap();
+            *counted.entry(name.to_owned()).or_default() += value.trim().parse::<u64>().unwrap();
+        }
+        counted
+    };
+    let standby_ticks = eventually(BOOT, "every ticked loop ticking on the standby", || async {
+        let (_, body) = get(demo.replica_addr(standby), "/metrics").await.ok()?;
+        let counted = outcomes(&body, "standby");
+        (TICKED
+            .iter()
+            .all(|name| counted.get(*name).is_some_and(|n| *n >= 2)))
+        .then_some(body)
+    })
+    .await;
+    assert_eq!(
+        outcomes(&standby_ticks, "passed"),
+        BTreeMap::new(),
+        "a standby runs no ticked pass"
+    );
+    let (_, leader_metrics) = get(demo.replica_addr(leader), "/metrics").await.unwrap();
+    let passed = outcomes(&leader_metrics, "passed");
+    for name in ["invitations-expire", "reachability-evaluator"] {
+        assert!(
+            passed.get(name).is_some_and(|n| *n > 0),
+            "the leader passes {name}: {passed:?}"
+        );
+    }
+
+    // Both replicas' every-replica relay spends from its own bucket.
+    let client = db.connect("check").await.unwrap();
+    let buckets = eventually(BOOT, "both replicas' rate-budget buckets", || async {
+        let row = client
+            .query_one(
+                "SELECT coalesce(array_agg(bucket ORDER BY bucket), '{}') FROM plexsphere_demo.rate_budgets",
+                &[],
+            )
+            .await
+            .ok()?;
+        let buckets: Vec<String> = row.get(0);
+        (buckets.len() == 2).then_some(buckets)
+    })
+    .await;
+    applications.sort();
+    assert_eq!(buckets, applications);
+    drop(client);
+
+    demo.stop(MARGIN + Duration::from_secs(10)).await;
+    db.cleanup().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_probe_quotes_its_own_loop_and_eight_ticked_loops_have_none() {
     // A closed port: the replica wires its loops and serves, but its boot passes never run, so

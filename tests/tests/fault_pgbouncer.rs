@@ -77,7 +77,8 @@ impl LeaderBehindPooler {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn behind_a_transaction_mode_pgbouncer_no_replica_leads_and_each_says_why() {
+async fn behind_a_transaction_mode_pgbouncer_a_lone_leader_demotes_once_another_replica_shares_its_session()
+ {
     // Alone behind the pooler, with one server session, `a` cannot tell it from a direct
     // connection: it takes the lock on PgBouncer's server session.
     let LeaderBehindPooler {

@@ -76,8 +76,10 @@ impl FaultKind {
 }
 
 impl FaultKind {
-    /// Every kind a sharded elector meets, in report order: all but [`FaultKind::Resign`]
-    /// (a sharded elector has no operator controls).
+    /// Every kind a sharded elector meets, in report order: all but [`FaultKind::Resign`].
+    /// A sharded elector has the operator controls (`resign`, `set_eligible`, tested on the
+    /// real server in `tests/tests/sharded.rs`), but the sharded nemesis does not exercise
+    /// them yet: adding a kind here would change what every cited sharded seed runs.
     pub const SHARDED: [Self; 12] = [
         Self::Partition,
         Self::PartitionOneWay,

@@ -20,7 +20,7 @@ use plexsphere_leader::{
     leadership::{Release, ReleaseOutcome, Resignation, TermEnd, TermEvent, TermEvents, TermId},
 };
 use plexsphere_leader_service::loops::{
-    BoxError, ELECTION_WORKER, PassFn, TickMetrics, Wired, pass_fn,
+    BoxError, ELECTION_WORKER, PassFn, Placement, TickMetrics, Wired, pass_fn,
 };
 use plexsphere_leader_service::{
     Background, DEFAULT_SHUTDOWN_BOUND, ElectorLiveness, EveryReplica, Gate, LeaderTicker,
@@ -167,14 +167,14 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         }
     })
     .map_err(|e| format!("wiring: {e}"))?;
-    let workers: Arc<[String]> = match &wired {
+    let workers: Arc<[(String, Placement)]> = match &wired {
         Wired::Nothing => {
             tracing::warn!("no database: no Elector and no background loop");
             Arc::new([])
         }
         Wired::Loops(names) => {
             tracing::info!(workers = names.len(), "background loops wired");
-            names.as_slice().into()
+            background.placements().into()
         }
     };
 
@@ -652,7 +652,7 @@ struct StatusState {
     me: Me,
     elector: Option<Elector>,
     readiness: Readiness,
-    workers: Arc<[String]>,
+    workers: Arc<[(String, Placement)]>,
 }
 
 /// What `/readyz`, `/livez` and `/metrics` report, and the workers `/status` lists.
@@ -660,8 +660,9 @@ struct Probes {
     readiness: Readiness,
     liveness: Liveness,
     registry: Registry,
-    /// The supervisor's worker names, in registration order (empty without a database).
-    workers: Arc<[String]>,
+    /// The supervisor's workers with where each runs, in registration order (empty without a
+    /// database).
+    workers: Arc<[(String, Placement)]>,
 }
 
 async fn serve(
@@ -792,7 +793,12 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
         "check_interval_ms": u64::try_from(state.me.interval.as_millis()).unwrap_or(u64::MAX),
         "ready": state.readiness.report().is_ready(),
         "database": state.elector.is_some(),
-        "workers": &*state.workers,
+        "workers": state.workers.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+        "placement": state
+            .workers
+            .iter()
+            .map(|(name, placement)| (name.clone(), json!(placement.label())))
+            .collect::<serde_json::Map<_, _>>(),
         "probes": state.readiness.names(),
         "sse_nonce_ttl_ms": u64::try_from(state.me.nonce_ttl.as_millis()).unwrap_or(u64::MAX),
     });

@@ -31,6 +31,44 @@ pub enum WiringError {
 
 type BootFn = Box<dyn FnOnce(CancellationToken) -> super::BoxFuture<BootOutcome> + Send>;
 
+/// Where a wired worker runs: which launcher placed it (the spec's three loop tables, and
+/// the workers such as the election itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Placement {
+    /// Ticked on the leader only ([`Background::ticker`], the spec's `runLeaderTicker`): a
+    /// standby's tick asks and skips.
+    LeaderTicked,
+    /// Run for the length of each term ([`Background::while_leader`], the spec's
+    /// `runWhileLeader`): nothing runs on a standby.
+    WhileLeader,
+    /// Ticked on every replica, ungated ([`Background::every_replica`]); only its gated parts
+    /// ask the leader.
+    EveryReplica,
+    /// A worker of its own on every replica ([`Background::worker`]: the election, or a loop
+    /// that paces itself).
+    Worker,
+}
+
+impl Placement {
+    /// The placement's name in reports: `leader-ticked`, `while-leader`, `every-replica`,
+    /// `worker`.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::LeaderTicked => "leader-ticked",
+            Self::WhileLeader => "while-leader",
+            Self::EveryReplica => "every-replica",
+            Self::Worker => "worker",
+        }
+    }
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
 /// The outcome of one boot pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootOutcome {
@@ -67,6 +105,7 @@ pub struct Background {
     supervisor: Supervisor,
     readiness: Readiness,
     boot: Vec<BootFn>,
+    placements: Vec<(String, Placement)>,
 }
 
 impl Background {
@@ -90,6 +129,7 @@ impl Background {
             supervisor,
             readiness: readiness.clone(),
             boot: Vec::new(),
+            placements: Vec::new(),
         })
     }
 
@@ -126,8 +166,15 @@ impl Background {
         }
         let name = ticker.name().to_owned();
         self.supervisor
-            .add(name, move |shutdown| ticker.clone().run(shutdown))?;
+            .add(name.clone(), move |shutdown| ticker.clone().run(shutdown))?;
+        self.placements.push((name, Placement::LeaderTicked));
         Ok(())
+    }
+
+    /// Every wired worker with its [`Placement`], in wiring order: what a service reports so
+    /// that an operator (and a test) can see which loops run on the leader only.
+    pub fn placements(&self) -> &[(String, Placement)] {
+        &self.placements
     }
 
     /// Wires a while-leader loop.
@@ -140,7 +187,8 @@ impl Background {
     ) -> Result<(), WiringError> {
         let name = runner.name().to_owned();
         self.supervisor
-            .add(name, move |shutdown| runner.clone().run(shutdown))?;
+            .add(name.clone(), move |shutdown| runner.clone().run(shutdown))?;
+        self.placements.push((name, Placement::WhileLeader));
         Ok(())
     }
 
@@ -151,7 +199,8 @@ impl Background {
     pub fn every_replica(&mut self, ticker: EveryReplica) -> Result<(), WiringError> {
         let name = ticker.name().to_owned();
         self.supervisor
-            .add(name, move |shutdown| ticker.clone().run(shutdown))?;
+            .add(name.clone(), move |shutdown| ticker.clone().run(shutdown))?;
+        self.placements.push((name, Placement::EveryReplica));
         Ok(())
     }
 
@@ -166,6 +215,7 @@ impl Background {
         E: Into<BoxError> + 'static,
     {
         self.supervisor.add(name, start)?;
+        self.placements.push((name.to_owned(), Placement::Worker));
         Ok(())
     }
 

@@ -38,7 +38,8 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 pub use background::{
-    Background, BootOutcome, BootReport, ELECTION_WORKER, Wired, WiringError, wire_background,
+    Background, BootOutcome, BootReport, ELECTION_WORKER, Placement, Wired, WiringError,
+    wire_background,
 };
 pub use every_replica::{EveryReplica, REPEATED_FAILURE_LOG_INTERVAL};
 pub use gate::Gate;
