@@ -1,6 +1,7 @@
 //! What the election asks the driver to do, and the log records it emits.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::cause::{Cause, LockFinding, TermEndCause};
 use crate::ids::{ConnId, TermId};
@@ -19,6 +20,19 @@ pub enum Action<C> {
     AcquireConnection {
         /// The identifier the new connection gets.
         conn: ConnId,
+    },
+    /// [`Options::prove_pool`](crate::Options::prove_pool): borrow two pooled connections at
+    /// once and ask each for its server backend (`pg_backend_pid()`), the second while the
+    /// first is still borrowed, then give both back; report
+    /// [`Event::PoolProbed`](crate::Event::PoolProbed) with the two pids (the second `None`
+    /// when no second connection came within `second_within`: a pool of one connection), or
+    /// [`Event::AcquireFailed`](crate::Event::AcquireFailed). `conn` names the operation; no
+    /// connection is kept.
+    ProbePool {
+        /// The identifier of the operation.
+        conn: ConnId,
+        /// How long to wait for the second connection.
+        second_within: Duration,
     },
     /// Run the grant statement (try the lock; when granted, set `idle_session_timeout` in the
     /// same statement), then report `LockGranted`, `LockRefused` or `LockQueryFailed`.
@@ -182,6 +196,7 @@ impl<C> Action<C> {
     pub fn conn(&self) -> Option<ConnId> {
         match self {
             Self::AcquireConnection { conn }
+            | Self::ProbePool { conn, .. }
             | Self::TryLock { conn }
             | Self::WaitForLock { conn, .. }
             | Self::ReleaseIfHeld { conn }
@@ -306,6 +321,10 @@ pub enum LogKind {
     /// Lease mechanism: the leader's renewal failed or did not answer; the term goes on while
     /// the lease is trusted, and the next check renews again. WARN.
     LeaseRenewalFailed,
+    /// The pool proof found two pooled connections answered by one server backend: a
+    /// transaction- or statement-mode pooler, which cannot carry the advisory lock; the run
+    /// fails before any term. ERROR, once.
+    PoolMultiplexes,
 }
 
 impl LogKind {
@@ -329,11 +348,19 @@ impl LogKind {
                 "leader: a lock wait timed out as it was granted; released"
             }
             Self::StrandedLockReleased => {
-                "leader: released a lock stranded on a pooled session (a pooler without a reset \
-                 query, such as PgBouncer's server_reset_query, handed over a vanished client's \
-                 session)"
+                "leader: released a lock stranded on a pooled session (a session-mode pooler \
+                 without a reset query, such as PgBouncer's server_reset_query, handed over a \
+                 vanished client's session; a transaction-mode pooler, which cannot carry the \
+                 advisory lock at all, does the same: use Config::lease there)"
             }
             Self::LeaseRenewalFailed => "leader: renew background leader lease",
+            Self::PoolMultiplexes => {
+                "leader: the pool multiplexes server sessions (a transaction- or statement-mode \
+                 pooler such as PgBouncer or Supavisor in transaction mode), which cannot carry \
+                 a session advisory lock; no term begins: elect with the lease mechanism \
+                 (Config::lease; the demo's --mechanism lease), or connect directly or through \
+                 a session-mode pooler"
+            }
         }
     }
 
@@ -372,6 +399,7 @@ impl LogKind {
             | Self::SessionEndedWhileStopping
             | Self::StrandedLockReleased
             | Self::LeaseRenewalFailed => Level::Warn,
+            Self::PoolMultiplexes => Level::Error,
         }
     }
 }

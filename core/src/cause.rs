@@ -167,6 +167,12 @@ pub enum LockFinding {
     /// Another client's grant statement ran on this session (the marker says `shared`, or is
     /// missing).
     SessionShared,
+    /// Two pooled connections held at once were answered by one server backend (the pool
+    /// proof, [`Options::prove_pool`](crate::Options::prove_pool)).
+    PoolSharesBackend {
+        /// The backend that answered both.
+        backend_pid: i32,
+    },
 }
 
 impl LockFinding {
@@ -176,7 +182,10 @@ impl LockFinding {
     /// while this client held it. Nothing else hands one client connection's statements to
     /// several server sessions; a session-mode pooler and a direct connection never do.
     pub const fn proves_multiplexing(self) -> bool {
-        matches!(self, Self::BackendChanged { .. } | Self::SessionShared)
+        matches!(
+            self,
+            Self::BackendChanged { .. } | Self::SessionShared | Self::PoolSharesBackend { .. }
+        )
     }
 
     /// The loss reason a term ended by this finding carries.
@@ -185,7 +194,7 @@ impl LockFinding {
             Self::BackendChanged { .. } => LossReason::BackendChanged,
             Self::InRecovery => LossReason::ServerInRecovery,
             Self::NotHeld => LossReason::LockNotHeld,
-            Self::SessionShared => LossReason::SessionShared,
+            Self::SessionShared | Self::PoolSharesBackend { .. } => LossReason::SessionShared,
         }
     }
 }
@@ -209,6 +218,12 @@ impl fmt::Display for LockFinding {
             Self::SessionShared => f.write_str(
                 "another client ran the grant statement on this session: the server session is \
                  shared, as behind PgBouncer in transaction mode",
+            ),
+            Self::PoolSharesBackend { backend_pid } => write!(
+                f,
+                "two connections of the pool, held at once, were both answered by server \
+                 backend {backend_pid}: the pooler runs its clients' transactions on shared \
+                 server sessions"
             ),
         }
     }

@@ -233,7 +233,9 @@ impl<C> Election<C> {
         };
         match &running.role {
             Role::Standby(Standby::Waiting { .. }) => Phase::StandbyWaiting,
-            Role::Standby(Standby::Acquiring { .. }) => Phase::Acquiring,
+            Role::Standby(Standby::Acquiring { .. } | Standby::ProvingPool { .. }) => {
+                Phase::Acquiring
+            }
             Role::Standby(
                 Standby::TryingLock { .. }
                 | Standby::ReleasingIfHeld { .. }
@@ -289,9 +291,9 @@ impl<C> Election<C> {
         };
         Some(match &running.role {
             Role::Standby(Standby::Waiting { next_check }) => (Timer::NextCheck, *next_check),
-            Role::Standby(Standby::Acquiring { deadline, .. }) => {
-                (Timer::AcquireDeadline, *deadline)
-            }
+            Role::Standby(
+                Standby::Acquiring { deadline, .. } | Standby::ProvingPool { deadline, .. },
+            ) => (Timer::AcquireDeadline, *deadline),
             Role::Standby(
                 Standby::TryingLock { deadline, .. }
                 | Standby::ReleasingIfHeld { deadline, .. }
@@ -332,18 +334,20 @@ impl<C> Election<C> {
             return Err(AlreadyRunning);
         }
         let schedule = Schedule::starting_at(now, self.interval().get());
-        let role = if self.eligible {
-            self.begin_standby_check(now)
-        } else {
-            Role::Standby(Standby::Waiting {
-                next_check: schedule.next_after(now),
-            })
-        };
+        let role = Role::Standby(Standby::Waiting {
+            next_check: schedule.next_after(now),
+        });
         self.state = State::Running(Running {
             schedule,
             role,
             hold_until: None,
+            pool_proved: !self.options.proves_pool(),
         });
+        if self.eligible {
+            // The first check, once the run's state exists (it may prove the pool first).
+            let role = self.begin_standby_check(now);
+            self.set_role(role);
+        }
         Ok(())
     }
 
@@ -386,6 +390,7 @@ impl<C> Election<C> {
             Event::Dropped => self.abandon(Abandon::Drop),
             Event::ConnectionAcquired { conn } => self.on_acquired(now, conn),
             Event::AcquireFailed { cause, .. } => self.on_acquire_failed(now, Cause::Error(cause)),
+            Event::PoolProbed { first, second, .. } => self.on_pool_probed(now, first, second),
             Event::LockGranted { conn, backend_pid } => self.on_granted(now, conn, backend_pid),
             Event::LockRefused { conn } => self.on_refused(now, conn),
             Event::LockWaitTimedOut { conn } => self.on_wait_timed_out(conn),
@@ -514,7 +519,16 @@ impl<C> Election<C> {
     /// Closes the connection the election owns or is acquiring, if any; a lease's statement
     /// in flight is given up instead (its connection is the pool's, and carries nothing).
     fn close_open_conn(&mut self) {
+        let proving = matches!(
+            &self.state,
+            State::Running(Running {
+                role: Role::Standby(Standby::ProvingPool { .. }),
+                ..
+            })
+        );
         match (self.open_conn(), self.options.lease_of()) {
+            // The pool proof's operation keeps no connection: it is given up.
+            (Some(conn), None) if proving => self.push(Action::ReturnToPool { conn }),
             (Some(conn), None) => self.push(Action::CloseConnection { conn }),
             (Some(conn), Some(_)) => self.push(Action::ReturnToPool { conn }),
             (None, _) => {}
@@ -528,6 +542,7 @@ impl<C> Election<C> {
             State::Running(running) => match &running.role {
                 Role::Standby(Standby::Waiting { .. }) => None,
                 Role::Standby(Standby::Acquiring { conn, .. })
+                | Role::Standby(Standby::ProvingPool { conn, .. })
                 | Role::Standby(Standby::TryingLock { conn, .. })
                 | Role::Standby(Standby::ReleasingIfHeld { conn, .. })
                 | Role::Standby(Standby::Claiming { conn, .. })

@@ -25,6 +25,17 @@ pub enum Event<C> {
         /// Why it failed.
         cause: C,
     },
+    /// [`Action::ProbePool`](crate::Action::ProbePool) answered: the server backends of the
+    /// two pooled connections it held at once (`pg_backend_pid()` of each).
+    PoolProbed {
+        /// The operation.
+        conn: ConnId,
+        /// The first connection's backend.
+        first: i32,
+        /// The second connection's backend, asked while the first was still borrowed; `None`
+        /// when no second connection came in time (a pool of one connection proves nothing).
+        second: Option<i32>,
+    },
     /// [`Action::TryLock`](crate::Action::TryLock) answered `true`: this session holds the lock
     /// and its `idle_session_timeout` is set.
     LockGranted {
@@ -182,6 +193,7 @@ impl<C> Event<C> {
         match self {
             Self::ConnectionAcquired { conn }
             | Self::AcquireFailed { conn, .. }
+            | Self::PoolProbed { conn, .. }
             | Self::LockGranted { conn, .. }
             | Self::LockRefused { conn }
             | Self::LockWaitTimedOut { conn }

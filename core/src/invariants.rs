@@ -243,6 +243,13 @@ impl Checker {
         conn: ConnId,
     ) -> Result<bool, String> {
         match action {
+            // The pool proof: an operation that keeps no connection, like a lease statement.
+            Action::ProbePool { .. } => {
+                self.may_ask(conn)?;
+                if let Some(term) = self.open_term {
+                    return Err(format!("{conn} proves the pool while term {term} is open"));
+                }
+            }
             Action::ClaimLease { .. } => {
                 self.may_ask(conn)?;
                 if let Some(term) = self.open_term {

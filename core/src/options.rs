@@ -62,6 +62,7 @@ pub struct Options {
     eligible: bool,
     work_deadline: Option<WorkDeadline>,
     lease: Option<Lease>,
+    prove_pool: bool,
 }
 
 /// How many check intervals a graceful stop may wait for leader work at most: the lock session
@@ -80,7 +81,26 @@ impl Options {
             eligible: true,
             work_deadline: None,
             lease: None,
+            prove_pool: false,
         }
+    }
+
+    /// Advisory lock: before the first grant of every run, prove that the pool's sessions are
+    /// its own ([`Action::ProbePool`](crate::Action::ProbePool)): two pooled connections held
+    /// at once must be answered by two server backends. A transaction- or statement-mode
+    /// pooler that runs both on one server session is found before any term, and the run
+    /// fails with [`Action::Fail`](crate::Action::Fail) instead of leading on a session it
+    /// shares. Off by default here (the spec's Run has no such step); the `plexsphere-leader`
+    /// adapter turns it on. No effect with a lease.
+    #[must_use]
+    pub fn prove_pool(mut self, on: bool) -> Self {
+        self.prove_pool = on;
+        self
+    }
+
+    /// Whether a run proves its pool before its first grant ([`prove_pool`](Self::prove_pool)).
+    pub fn proves_pool(&self) -> bool {
+        self.prove_pool && self.lease.is_none()
     }
 
     /// Holds a lease row instead of the session advisory lock: the mechanism for a

@@ -117,7 +117,8 @@ impl<C> LogRecord<C> {
                 | LogKind::Resigned
                 | LogKind::GrantReleasedAfterWaitTimeout
                 | LogKind::StrandedLockReleased
-                | LogKind::LeaseRenewalFailed,
+                | LogKind::LeaseRenewalFailed
+                | LogKind::PoolMultiplexes,
                 _,
             ) => return None,
         };

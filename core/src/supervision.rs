@@ -68,6 +68,9 @@ pub enum Exit<E> {
     Finished,
     /// It returned this error.
     Failed(E),
+    /// It returned this error, which retrying cannot fix (the worker marked it permanent: a
+    /// missing privilege, an election that cannot run through this pool).
+    FailedForGood(E),
     /// It panicked with this payload (rendered as text).
     Panicked(String),
     /// The supervisor's shutdown cancelled it.
@@ -88,6 +91,9 @@ pub enum Decision {
     Stop,
     /// Leave it stopped for good: the budget is exhausted, and the `workers` probe fails.
     Exhausted,
+    /// Leave it stopped for good at once: its error is permanent, and the `workers` probe
+    /// fails.
+    GiveUp,
 }
 
 /// The restart budget of one worker: remembers the restarts inside the window.
@@ -116,6 +122,7 @@ impl RestartBudget {
         }
         match exit {
             Exit::Finished | Exit::Cancelled => return Decision::Stop,
+            Exit::FailedForGood(_) => return Decision::GiveUp,
             Exit::Failed(_) | Exit::Panicked(_) => {}
         }
         self.forget_before(now);
@@ -177,12 +184,18 @@ pub enum WorkerState<E> {
         /// The failure that exhausted the budget.
         last: Exit<E>,
     },
+    /// Stopped for good at its first permanent failure ([`Exit::FailedForGood`]).
+    GaveUp {
+        /// The permanent failure.
+        last: Exit<E>,
+    },
 }
 
 impl<E> WorkerState<E> {
-    /// Whether this worker fails the `workers` probe: only an exhausted one does.
+    /// Whether this worker fails the `workers` probe: one stopped for good (exhausted, or
+    /// given up after a permanent failure) does.
     pub fn fails_probe(&self) -> bool {
-        matches!(self, Self::Exhausted { .. })
+        matches!(self, Self::Exhausted { .. } | Self::GaveUp { .. })
     }
 }
 
@@ -317,6 +330,25 @@ mod tests {
     }
 
     #[test]
+    fn a_permanent_failure_is_given_up_at_once_and_fails_the_probe() {
+        let now = Instant::now();
+        let mut budget = RestartBudget::new(RestartPolicy::default());
+        assert_eq!(
+            budget.on_exit(now, &Exit::FailedForGood("no privilege")),
+            Decision::GiveUp
+        );
+        assert_eq!(budget.restarts_in_window(now), 0, "no budget spent");
+        let state = WorkerState::GaveUp {
+            last: Exit::FailedForGood("no privilege"),
+        };
+        assert!(state.fails_probe());
+        assert_eq!(
+            workers_probe([("background-leader", &state)]),
+            Err(vec!["background-leader"])
+        );
+    }
+
+    #[test]
     fn a_zero_budget_stops_at_the_first_failure() {
         let policy = RestartPolicy {
             max_restarts: 0,
@@ -390,7 +422,9 @@ mod tests {
                             prop_assert_eq!(restart as usize, in_window);
                         }
                         Decision::Exhausted => exhausted = true,
-                        Decision::Stop => prop_assert!(false, "a failure never stops quietly"),
+                        Decision::Stop | Decision::GiveUp => {
+                            prop_assert!(false, "a failure never stops quietly");
+                        }
                     }
                 }
             }

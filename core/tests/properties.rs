@@ -51,7 +51,8 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// The options of a case: either acquire mode, fencing on or off, any stop grace, and a work
-/// deadline of up to three intervals (reporting or aborting) or none; in a third of the cases
+/// deadline of up to three intervals (reporting or aborting) or none, the pool proof when
+/// fencing is off; in a third of the cases
 /// the lease mechanism, with a TTL of two to six intervals.
 fn options() -> impl Strategy<Value = Options> {
     let deadline = prop::option::of((0..=3 * I.as_millis() as u64, any::<bool>()));
@@ -75,8 +76,11 @@ fn options() -> impl Strategy<Value = Options> {
                 let lease = Lease::new(interval, interval.get() * intervals).expect("a valid TTL");
                 options = options.lease(lease);
             }
+            // The pool proof on in every case whose fencing is off: it adds its step before
+            // the first grant, whose bounds the world checks.
             let options = options
                 .acquire(mode)
+                .prove_pool(!fencing)
                 .fencing(fencing)
                 .stop_grace(Duration::from_millis(grace_ms))
                 .expect("a grace within two intervals");

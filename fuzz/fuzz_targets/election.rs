@@ -25,6 +25,9 @@ enum FuzzInput {
     Start,
     Acquired(Which),
     AcquireFailed(Which),
+    /// The pool proof answered with the backends of its two connections (small, so they
+    /// collide often).
+    PoolProbed(Which, u8, Option<u8>),
     /// A grant to backend `pid` (small, so the checks' backends collide with it often).
     Granted(Which, u8),
     Refused(Which),
@@ -74,6 +77,8 @@ struct FuzzOptions {
     work_deadline: Option<(u16, bool)>,
     /// The lease mechanism, with a TTL of this many intervals beyond the shortest (two).
     lease: Option<u8>,
+    /// Prove the pool before the run's first grant (`Options::prove_pool`).
+    prove_pool: bool,
 }
 
 fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
@@ -91,6 +96,7 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
         .acquire(mode)
         .fencing(fuzz_options.fencing)
         .eligible(!fuzz_options.ineligible)
+        .prove_pool(fuzz_options.prove_pool)
         .stop_grace(Duration::from_millis(u64::from(fuzz_options.grace_ms)))
     else {
         return;
@@ -148,6 +154,11 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
                 continue;
             }
             FuzzInput::Acquired(w) => Event::ConnectionAcquired { conn: conn(w) },
+            FuzzInput::PoolProbed(w, first, second) => Event::PoolProbed {
+                conn: conn(w),
+                first: i32::from(*first),
+                second: second.map(i32::from),
+            },
             FuzzInput::AcquireFailed(w) => Event::AcquireFailed {
                 conn: conn(w),
                 cause: 1,
@@ -251,7 +262,9 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
 fn drain(election: &mut Election<u8>, newest: &mut u64) -> Vec<plexsphere_leader_core::Action<u8>> {
     let actions: Vec<_> = std::iter::from_fn(|| election.poll_action()).collect();
     for action in &actions {
-        if let plexsphere_leader_core::Action::AcquireConnection { conn } = action {
+        if let plexsphere_leader_core::Action::AcquireConnection { conn }
+        | plexsphere_leader_core::Action::ProbePool { conn, .. } = action
+        {
             *newest = conn.get();
         }
     }

@@ -121,3 +121,42 @@ async fn behind_a_transaction_mode_pgbouncer_the_lease_demo_keeps_one_leader_and
     drop(bouncer);
     db.cleanup().await.unwrap();
 }
+
+/// Issue 37, hole 3: the demo with the advisory lock (the default) behind the same pooler never
+/// leads, on any replica: each run proves its pool before its first grant, finds two held
+/// connections answered by one server backend, and fails before any term; the supervisor does
+/// not restart it, each replica says once what to use instead, and the demo exits non-zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_transaction_mode_pgbouncer_the_advisory_demo_never_leads_and_exits_non_zero() {
+    let db = TestDb::create("demo_pgbouncer_advisory").await.unwrap();
+    let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 1)
+        .await
+        .expect("PgBouncer");
+    let dsn = format!(
+        "host=127.0.0.1 port={} dbname={} user=postgres",
+        bouncer.port(),
+        db.name()
+    );
+    let mut demo = Demo::start_replicas(&dsn, 2, "200ms", &[], &[]).await;
+    let status = demo.wait_exit(BOOT + MARGIN).await;
+    assert!(!status.success(), "{status}");
+    assert_eq!(demo.acquisitions(), vec![], "no term at all");
+    let logs = demo.logs();
+    let said: Vec<&String> = logs
+        .iter()
+        .filter(|line| line.contains("this endpoint needs --mechanism lease"))
+        .collect();
+    assert!(!said.is_empty(), "{logs:#?}");
+    let restarts = logs
+        .iter()
+        .filter(|line| line.contains("background worker failed, restarting"))
+        .count();
+    assert_eq!(restarts, 0, "the election is not restarted: {logs:#?}");
+    assert!(
+        logs.iter()
+            .any(|line| line.contains("every replica exited with an error")),
+        "{logs:#?}"
+    );
+    drop(bouncer);
+    db.cleanup().await.unwrap();
+}

@@ -303,7 +303,10 @@ impl Config {
         let mut options = Options::new(interval)
             .acquire(self.acquire_mode)
             .fencing(self.fencing)
-            .eligible(self.eligible);
+            .eligible(self.eligible)
+            // Before its first grant a run proves that its pool's sessions are its own, so
+            // that a transaction-mode pooler is refused before any term.
+            .prove_pool(true);
         if let Some((after, on_overdue)) = self.work_deadline {
             options = options.work_deadline(after, on_overdue);
         }

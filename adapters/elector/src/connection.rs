@@ -13,6 +13,26 @@ use crate::sql::{self, outcome};
 use crate::term::TermShared;
 
 pub(crate) mod lease;
+pub(crate) mod pool;
+
+/// A borrowed session that is closed, not given back, unless its statement answered (a
+/// statement given up would leave the next one queued behind it on that session).
+struct ClosedUnlessAnswered(Option<Box<dyn LockSession>>);
+
+impl ClosedUnlessAnswered {
+    /// The statement answered: the session goes back to its pool.
+    fn answered(&mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for ClosedUnlessAnswered {
+    fn drop(&mut self) {
+        if let Some(session) = self.0.take() {
+            session.close();
+        }
+    }
+}
 
 /// The session an operation runs on, shared with the driver until the operation ends.
 pub(crate) type Held = Arc<Box<dyn LockSession>>;

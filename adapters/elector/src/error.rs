@@ -323,6 +323,18 @@ pub enum RunError {
     SessionsMultiplexed(plexsphere_leader_core::LockFinding),
 }
 
+impl RunError {
+    /// Whether running again cannot help: the pool multiplexes sessions, or the server's lock
+    /// table is too small for the shard space (a supervisor should not restart such a run);
+    /// `false` for [`RunError::AlreadyRunning`], a mistake of the caller that changed nothing.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Self::AlreadyRunning => false,
+            Self::LockTableTooSmall(_) | Self::SessionsMultiplexed(_) => true,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

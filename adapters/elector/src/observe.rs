@@ -65,7 +65,7 @@ impl Observer {
             }
             Action::Log(record) => self.log(record, now),
             // A standby check begins: whatever an earlier check left is moot.
-            Action::AcquireConnection { .. } => self.check = None,
+            Action::AcquireConnection { .. } | Action::ProbePool { .. } => self.check = None,
             Action::ReturnToPool { .. }
             | Action::ReleaseIfHeld { .. }
             | Action::ReportOverdueWork { .. }

@@ -336,6 +336,12 @@ pub const FENCE_SETUP: &str = "CREATE TABLE IF NOT EXISTS plexsphere_leader_fenc
 /// expiring before the leader's trust in it ends. Transaction-local, so no session state.
 pub const DURABLE_COMMIT: &str = "SET LOCAL synchronous_commit = on; ";
 
+/// The pool proof's statement ([`Options::prove_pool`](plexsphere_leader_core::Options::prove_pool)),
+/// run on each of two pooled connections held at once: the server backend that answers it. A
+/// direct connection and a session-mode pooler answer two held connections from two backends;
+/// a transaction-mode pooler may run both on one server session.
+pub const BACKEND_PID: &str = "SELECT pg_backend_pid()";
+
 /// Begins a setup's query string (the lease's and the fence table's): its
 /// `CREATE TABLE IF NOT EXISTS` of a table that exists raises no NOTICE (`relation … already
 /// exists, skipping`, which a client logs at every start). Transaction-local, so no session

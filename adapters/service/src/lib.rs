@@ -43,6 +43,7 @@
 #![warn(missing_docs)]
 
 #[cfg(feature = "http")]
+mod failure;
 pub mod http;
 mod liveness;
 pub mod loops;
@@ -51,6 +52,7 @@ mod readiness;
 mod supervisor;
 mod task;
 
+pub use failure::{Permanent, Reported, report};
 pub use liveness::{ElectorLiveness, Liveness, LivenessReport};
 pub use loops::{
     Background, EveryReplica, Gate, LeaderSource, LeaderTicker, WhileLeader, wire_background,

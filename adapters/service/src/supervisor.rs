@@ -6,7 +6,9 @@
 //! returns an error or panics is restarted after a backoff, within the budget of
 //! [`RestartPolicy`] (by default at most 5 restarts within any 60 s, backing off from 100 ms,
 //! doubling, capped at 10 s). One that exhausts its budget stays stopped and fails the
-//! [`WorkersProbe`] (`workers` on `/readyz`). A worker that returns `Ok` has finished and is not
+//! [`WorkersProbe`] (`workers` on `/readyz`); so does, at once, one whose error is marked
+//! [`Permanent`](crate::Permanent) (the election's run ending with a permanent
+//! `RunError`: a pool that multiplexes sessions, a lock table too small for a shard space). A worker that returns `Ok` has finished and is not
 //! restarted. [`RunningWorkers::shutdown`] cancels every worker and waits for them, with a
 //! bound; a worker still running at the bound is aborted (its future dropped).
 
@@ -230,7 +232,9 @@ impl RunningWorkers {
 }
 
 /// The `workers` readiness probe: fails while any worker has exhausted its restart budget,
-/// with the text `background workers stopped after exhausting their restart budget: <names>`.
+/// with the text `background workers stopped after exhausting their restart budget: <names>`
+/// (a worker given up after a permanent failure, [`Permanent`](crate::Permanent), is named
+/// there too).
 #[derive(Clone)]
 pub struct WorkersProbe {
     states: States,
@@ -302,6 +306,18 @@ async fn supervise(
                 set(WorkerState::Stopped);
                 return;
             }
+            Decision::GiveUp => {
+                tracing::error!(
+                    target: "plexsphere_leader",
+                    worker = %name,
+                    cause = %describe(&exit),
+                    "background worker failed for good and stays stopped (not restarted: its \
+                     error is permanent): {}",
+                    describe(&exit)
+                );
+                set(WorkerState::GaveUp { last: exit });
+                return;
+            }
             Decision::Exhausted => {
                 tracing::error!(
                     target: "plexsphere_leader",
@@ -333,7 +349,18 @@ async fn run_once(name: &str, start: &mut WorkerFn, token: &CancellationToken) -
             );
             Exit::Cancelled
         }
-        Ok(Err(error)) => Exit::Failed(error.to_string()),
+        Ok(Err(error)) => {
+            let reported = crate::failure::report(error.as_ref());
+            let text = match &reported.sqlstate {
+                Some(code) => format!("{} (SQLSTATE {code})", reported.text),
+                None => reported.text,
+            };
+            if crate::failure::Permanent::is(error.as_ref()) {
+                Exit::FailedForGood(text)
+            } else {
+                Exit::Failed(text)
+            }
+        }
         Err(caught) => {
             tracing::error!(
                 target: "plexsphere_leader",
@@ -349,7 +376,7 @@ async fn run_once(name: &str, start: &mut WorkerFn, token: &CancellationToken) -
 
 fn describe(exit: &Exit<String>) -> String {
     match exit {
-        Exit::Failed(error) => error.clone(),
+        Exit::Failed(error) | Exit::FailedForGood(error) => error.clone(),
         Exit::Panicked(value) => format!("panicked: {value}"),
         Exit::Finished => "finished".to_owned(),
         Exit::Cancelled => "cancelled".to_owned(),
@@ -399,6 +426,34 @@ mod tests {
                 last: Exit::Failed(_)
             }
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_that_fails_for_good_is_not_restarted_and_fails_the_workers_probe() {
+        let mut supervisor = Supervisor::default();
+        let runs = Arc::new(AtomicU32::new(0));
+        let counter = Arc::clone(&runs);
+        supervisor
+            .add("background-leader", move |_token| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async {
+                    Err::<(), BoxError>(crate::Permanent::boxed(std::io::Error::other(
+                        "the pool multiplexes server sessions",
+                    )))
+                }
+            })
+            .unwrap();
+        let probe = supervisor.probe();
+        let mut running = supervisor.start(&CancellationToken::new());
+        running.stopped().await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "never restarted");
+        assert!(matches!(
+            &running.states()["background-leader"],
+            WorkerState::GaveUp {
+                last: Exit::FailedForGood(text)
+            } if text == "the pool multiplexes server sessions"
+        ));
+        assert!(probe.check().unwrap_err().ends_with(": background-leader"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -59,6 +59,8 @@ pub(super) struct Running {
     pub(super) role: Role,
     /// No check begins before this instant (a resign's hold-off).
     pub(super) hold_until: Option<Instant>,
+    /// The pool proof answered that the pool's sessions are this client's own (or is off).
+    pub(super) pool_proved: bool,
 }
 
 /// What a replica does once its lock is given up on purpose.
@@ -82,6 +84,11 @@ pub(super) enum Standby {
         next_check: Instant,
     },
     Acquiring {
+        conn: ConnId,
+        deadline: Instant,
+    },
+    /// The pool proof of the run's first grant ([`Options::prove_pool`]): operation `conn`.
+    ProvingPool {
         conn: ConnId,
         deadline: Instant,
     },
@@ -228,6 +235,7 @@ pub(super) fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
             ..
         }) => hold.session_conn(),
         Role::Standby(Standby::Acquiring { conn, .. })
+        | Role::Standby(Standby::ProvingPool { conn, .. })
         | Role::Standby(Standby::TryingLock { conn, .. })
         | Role::Standby(Standby::ReleasingIfHeld { conn, .. })
         | Role::Standby(Standby::Claiming { conn, .. })
@@ -248,6 +256,10 @@ pub(super) fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
                 Event::ConnectionAcquired { .. } | Event::AcquireFailed { .. }
             )
         }
+        Role::Standby(Standby::ProvingPool { .. }) => matches!(
+            event,
+            Event::PoolProbed { .. } | Event::AcquireFailed { .. }
+        ),
         Role::Standby(Standby::TryingLock { .. }) => matches!(
             event,
             Event::LockGranted { .. }

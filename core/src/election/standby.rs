@@ -78,11 +78,48 @@ impl<C> Election<C> {
                 deadline: now + self.interval().get(),
             });
         }
+        let deadline = now + self.interval().get();
+        if !self.pool_proved() {
+            // Half an interval for the second connection: the proof's answer is due in one.
+            let second_within = self.interval().get() / 2;
+            self.push(Action::ProbePool {
+                conn,
+                second_within,
+            });
+            return Role::Standby(Standby::ProvingPool { conn, deadline });
+        }
         self.push(Action::AcquireConnection { conn });
-        Role::Standby(Standby::Acquiring {
-            conn,
-            deadline: now + self.interval().get(),
-        })
+        Role::Standby(Standby::Acquiring { conn, deadline })
+    }
+
+    /// Whether the run's pool is proven its own (or needs no proof).
+    fn pool_proved(&self) -> bool {
+        match &self.state {
+            State::Running(running) => running.pool_proved,
+            State::Idle => true,
+        }
+    }
+
+    /// The pool proof answered: two backends (or no second connection: a pool of one, which
+    /// cannot hand one client's statements to another), and the check goes on to its grant;
+    /// one backend for both, and the run fails before any term (a multiplexing pooler).
+    pub(super) fn on_pool_probed(&mut self, now: Instant, first: i32, second: Option<i32>) {
+        if second == Some(first) {
+            let finding = crate::cause::LockFinding::PoolSharesBackend { backend_pid: first };
+            self.log(
+                LogKind::PoolMultiplexes,
+                None,
+                Some(Cause::LockNotVerified(finding)),
+            );
+            self.push(Action::Fail(finding));
+            self.finish();
+            return;
+        }
+        if let State::Running(running) = &mut self.state {
+            running.pool_proved = true;
+        }
+        let role = self.begin_standby_check(now);
+        self.set_role(role);
     }
 
     /// A connection came: try the lock (poll mode) or queue for it (queue mode).

@@ -31,6 +31,7 @@ pub(super) fn is_control_input<C>(event: &Event<C>) -> bool {
 pub(super) fn name<C>(action: &Action<C>) -> &'static str {
     match action {
         Action::AcquireConnection { .. } => "AcquireConnection",
+        Action::ProbePool { .. } => "ProbePool",
         Action::TryLock { .. } => "TryLock",
         Action::WaitForLock { .. } => "WaitForLock",
         Action::AdvanceEpoch { .. } => "AdvanceEpoch",
@@ -59,6 +60,7 @@ pub(super) fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
         None => "a timeout or start",
         Some(Event::ConnectionAcquired { .. }) => "ConnectionAcquired",
         Some(Event::AcquireFailed { .. }) => "AcquireFailed",
+        Some(Event::PoolProbed { .. }) => "PoolProbed",
         Some(Event::LockGranted { .. }) => "LockGranted",
         Some(Event::LockRefused { .. }) => "LockRefused",
         Some(Event::LockWaitTimedOut { .. }) => "LockWaitTimedOut",

@@ -265,6 +265,19 @@ impl World {
                 self.server.open.insert((r, conn), ());
                 Some(Event::ConnectionAcquired { conn })
             }
+            Action::ProbePool { conn, .. } if fail => Some(Event::AcquireFailed {
+                conn,
+                cause: "pool error",
+            }),
+            // The model server is reached directly: two held connections, two backends.
+            Action::ProbePool { conn, .. } => {
+                let base = i32::try_from(r).unwrap_or(i32::MAX / 4) * 1000 + 900_000;
+                Some(Event::PoolProbed {
+                    conn,
+                    first: base + 1,
+                    second: Some(base + 2),
+                })
+            }
             Action::TryLock { conn } if fail => Some(Event::LockQueryFailed {
                 conn,
                 cause: "query error",

@@ -287,6 +287,21 @@ impl Demo {
         .await
     }
 
+    /// Waits at most `within` for the demo to exit on its own (every replica failed, say), and
+    /// for its last lines.
+    #[allow(
+        dead_code,
+        reason = "used by some of the test binaries that include this module"
+    )]
+    pub async fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let exit = tokio::time::timeout(within, self.child.wait())
+            .await
+            .expect("the demo exits on its own")
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        exit
+    }
+
     /// SIGTERM, then the demo's clean exit within `within`; returns every line it printed.
     pub async fn stop(mut self, within: Duration) -> Vec<String> {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id().unwrap()).unwrap());

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use plexsphere_leader_core::{ConnId, Event};
 
-use super::{Completion, Operation, parse_int, text};
+use super::{ClosedUnlessAnswered, Completion, Operation, parse_int, text};
 use crate::error::CheckError;
-use crate::session::{LockSession, QueryError, Row, SessionSource};
+use crate::session::{QueryError, Row, SessionSource};
 
 /// What a lease statement's rows mean, or its failure: the event to report.
 type Answer = Box<dyn FnOnce(Result<Vec<Row>, CheckError>) -> Event<CheckError> + Send>;
@@ -33,24 +33,6 @@ fn statement(sessions: Arc<dyn SessionSource>, statement: String, answer: Answer
         };
         Completion::of(answer(rows))
     })
-}
-
-/// A borrowed session that is closed, not given back, unless its statement answered.
-struct ClosedUnlessAnswered(Option<Box<dyn LockSession>>);
-
-impl ClosedUnlessAnswered {
-    /// The statement answered: the session goes back to its pool.
-    fn answered(&mut self) {
-        drop(self.0.take());
-    }
-}
-
-impl Drop for ClosedUnlessAnswered {
-    fn drop(&mut self) {
-        if let Some(session) = self.0.take() {
-            session.close();
-        }
-    }
 }
 
 /// The claim: the new epoch, or refused.

@@ -137,6 +137,16 @@ impl Mechanism for Single {
                 Event::ConnectionAcquired { conn },
                 move |cause| Event::AcquireFailed { conn, cause },
             )),
+            Action::ProbePool {
+                conn,
+                second_within,
+            } => {
+                io.run(connection::pool::probe(
+                    self.inner.sessions(),
+                    conn,
+                    second_within,
+                ));
+            }
             Action::TryLock { conn } => {
                 let statement = sql::try_lock(key, identity, idle_ms);
                 io.start_on(conn, |held| connection::try_lock(held, conn, statement));

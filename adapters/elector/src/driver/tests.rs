@@ -96,6 +96,62 @@ async fn a_run_that_fails_ends_the_wait_for_a_term_with_its_error_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_pool_that_answers_two_held_connections_from_one_backend_fails_before_any_term() {
+    use crate::leadership::TermWaitError;
+    let fake = Fake::default();
+    fake.lock().multiplexed = true; // a transaction-mode pooler with one server session
+    let elector = elector(&fake, |config| config);
+    let running = run(elector.clone());
+    let error = timeout(I, running.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RunError::SessionsMultiplexed(
+                plexsphere_leader_core::LockFinding::PoolSharesBackend { .. }
+            )
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("Config::lease"), "{error}");
+    assert_eq!(elector.leadership().last_end(), None, "no term at all");
+    {
+        let server = fake.lock();
+        assert_eq!(server.count(Kind::Grant), 0, "the lock was never tried");
+        assert_eq!(server.holder, None);
+    }
+    assert_eq!(
+        elector
+            .next_term(&CancellationToken::new())
+            .await
+            .map(|t| t.id()),
+        Err(TermWaitError::RunFailed(error))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pool_of_one_connection_proves_nothing_and_leads() {
+    let fake = Fake::default();
+    // The second connection never comes (a pool of one): the proof gives it up after half
+    // an interval and the check goes on.
+    fake.lock().pool_size = Some(1);
+    let running = run(elector(&fake, |config| config));
+    let _term = timeout(2 * I, running.elector.next_term(&CancellationToken::new()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        fake.lock().count(Kind::BackendPid),
+        1,
+        "one connection was had"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_check_answer_that_lands_at_its_deadline_does_not_extend_the_term() {
     let fake = Fake::default();
     let running = run(elector(&fake, |c| c));
@@ -136,13 +192,20 @@ async fn a_queued_wait_granted_as_it_timed_out_is_released_on_the_same_session()
         let server = fake.lock();
         assert_eq!(
             server.log,
-            vec![Kind::BoundIdle, Kind::Grant, Kind::ReleaseIfHeld]
+            vec![
+                Kind::BackendPid,
+                Kind::BackendPid,
+                Kind::BoundIdle,
+                Kind::Grant,
+                Kind::ReleaseIfHeld
+            ]
         );
         assert_eq!(
             server.holder, None,
             "the lock granted at the timeout was released"
         );
-        assert_eq!((server.returned, server.closed), (1, 0), "back to the pool");
+        // The pool proof's two connections, then the check's: all back to the pool.
+        assert_eq!((server.returned, server.closed), (3, 0), "back to the pool");
     }
     assert!(!running.elector.is_leader());
     running.stop().await;
@@ -159,13 +222,14 @@ async fn a_queued_wait_whose_release_fails_closes_the_session_of_unknown_state()
     tokio::time::sleep(2 * I + I / 2).await;
     {
         let server = fake.lock();
+        // The pool proof's two connections went back; the check's session was closed.
         assert_eq!(
             (server.returned, server.closed),
-            (0, 1),
+            (2, 1),
             "closed, never returned"
         );
-        // Closing session 1 released its lock (the next check's session 2 meets the same race).
-        assert_ne!(server.holder, Some(1));
+        // Closing session 3 released its lock (the next check's session 4 meets the same race).
+        assert_ne!(server.holder, Some(3));
     }
     running.stop().await;
 }
@@ -198,8 +262,8 @@ async fn a_stop_during_a_standby_check_closes_the_session_at_once() {
     let server = fake.lock();
     assert_eq!(
         (server.returned, server.closed),
-        (0, 1),
-        "its state is unknown"
+        (2, 1),
+        "its state is unknown (the pool proof's two connections went back)"
     );
     assert_eq!(server.holder, Some(999));
 }

@@ -227,6 +227,12 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         ))
     });
 
+    // An election that ended for good (a transaction-mode pooler under the advisory lock)
+    // stops the replica: one line says why, and the process exits non-zero.
+    let failed = elector
+        .clone()
+        .map(|elector| tokio::spawn(election_failure(elector, shutdown.clone())));
+
     shutdown.cancelled().await;
     // Long enough for a leader's graceful stop (its stop grace, then the unlock).
     let bound = elector
@@ -246,7 +252,41 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
     if let Some(pool) = pool {
         pool.close();
     }
-    stop_serving(server).await
+    let failure = match failed {
+        Some(task) => task.await.ok().flatten(),
+        None => None,
+    };
+    stop_serving(server).await?;
+    match failure {
+        Some(error) => Err(error.into()),
+        None => Ok(()),
+    }
+}
+
+/// Waits for the election's run to end with an error (published as
+/// `Leadership::run_failed`), prints it as one line naming the flag to use, and stops the
+/// replica; `None` once `shutdown` is cancelled first.
+async fn election_failure(elector: Elector, shutdown: CancellationToken) -> Option<String> {
+    let mut published = elector.subscribe();
+    loop {
+        if let Some(error) = published.borrow_and_update().run_failed() {
+            let hint = match error {
+                plexsphere_leader::RunError::SessionsMultiplexed(_) => {
+                    "; this endpoint needs --mechanism lease"
+                }
+                _ => "",
+            };
+            // The election logged it at ERROR already; the demo's own error line ends the
+            // replica with the flag to use.
+            let text = format!("the election stopped for good: {error}{hint}");
+            shutdown.cancel();
+            return Some(text);
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            changed = published.changed() => if changed.is_err() { return None },
+        }
+    }
 }
 
 /// Waits (at most 2 s) for the HTTP server, whose graceful shutdown `shutdown` started; a

@@ -62,7 +62,16 @@ pub(crate) fn wire(
         let sharded = sharded.clone();
         move |shutdown| {
             let sharded = sharded.clone();
-            async move { sharded.run(shutdown).await }
+            // A space too large for the server's lock table is permanent: not restarted.
+            async move {
+                sharded.run(shutdown).await.map_err(|error| {
+                    if error.is_permanent() {
+                        plexsphere_leader_service::Permanent::boxed(error)
+                    } else {
+                        error.into()
+                    }
+                })
+            }
         }
     })?;
     background.worker("shard-sweeper", {

@@ -310,7 +310,17 @@ where
     let runner = elector.clone();
     background.worker(ELECTION_WORKER, move |shutdown| {
         let elector = runner.clone();
-        async move { elector.run(shutdown).await }
+        // A run that ended with a permanent error is not restarted: no later run could lead
+        // through this pool (or hold this shard space).
+        async move {
+            elector.run(shutdown).await.map_err(|error| {
+                if error.is_permanent() {
+                    crate::failure::Permanent::boxed(error)
+                } else {
+                    BoxError::from(error)
+                }
+            })
+        }
     })?;
     wire(&elector, background)?;
     Ok(Wired::Loops(background.worker_names()))

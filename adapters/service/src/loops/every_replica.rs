@@ -102,7 +102,14 @@ impl EveryReplica {
                 }
                 // The pass saw the service's own shutdown: not a failed tick.
                 Ok(Err(_)) if shutdown.is_cancelled() => return Ok(()),
-                Ok(Err(error)) => (error.to_string(), None),
+                Ok(Err(error)) => {
+                    let reported = crate::failure::report(error.as_ref());
+                    let cause = match reported.sqlstate {
+                        Some(code) => format!("{} (SQLSTATE {code})", reported.text),
+                        None => reported.text,
+                    };
+                    (cause, None)
+                }
                 Err(caught) => (format!("tick panicked: {}", caught.value), Some(caught)),
             };
             let say = failures.failed(&cause, Instant::now());

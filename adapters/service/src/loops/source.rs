@@ -34,6 +34,14 @@ pub trait LeaderSource: Clone + Send + Sync + 'static {
     /// cancelled first. [`WhileLeader`](crate::loops::WhileLeader) awaits it while standing by;
     /// it must wake on the election's own signal, never by polling.
     fn next_term(&self, parent: &CancellationToken) -> BoxFuture<Option<LeaderTerm>>;
+
+    /// A leader-ticked pass failed with a [`Permanent`](crate::Permanent) error while this
+    /// replica led (`why`, the loop and its cause): give up leadership so that a replica able
+    /// to do the work takes over. The [`Elector`] resigns (its resign hold-off, then it is a
+    /// candidate again); the default does nothing.
+    fn step_down(&self, why: &str) {
+        let _ = why;
+    }
 }
 
 impl LeaderSource for Elector {
@@ -54,6 +62,18 @@ impl LeaderSource for Elector {
         Box::pin(
             async move { Elector::run_if_leader(&elector, &parent, |token| work(token)).await },
         )
+    }
+
+    /// Logs `why` at ERROR and resigns ([`Elector::resign`]).
+    fn step_down(&self, why: &str) {
+        if self.is_leader() {
+            tracing::error!(
+                target: "plexsphere_leader",
+                cause = %why,
+                "leader: resigning: its work fails with an error that retrying cannot fix: {why}"
+            );
+            let _ = self.resign();
+        }
     }
 
     /// [`Elector::next_term`]: wakes on the published leadership.

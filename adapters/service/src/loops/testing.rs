@@ -28,6 +28,8 @@ pub(crate) struct Manual {
     state: Arc<Mutex<State>>,
     /// Bumped on every lead and demote, for [`LeaderSource::next_term`].
     changes: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Every [`LeaderSource::step_down`], with its reason: it demotes, as a resign would.
+    pub(crate) stepped_down: Arc<Mutex<Vec<String>>>,
 }
 
 impl Manual {
@@ -111,6 +113,14 @@ impl LeaderSource for Manual {
             }
             result.map(|()| true)
         })
+    }
+
+    fn step_down(&self, why: &str) {
+        self.stepped_down
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(why.to_owned());
+        self.demote();
     }
 
     fn next_term(&self, parent: &CancellationToken) -> BoxFuture<Option<LeaderTerm>> {

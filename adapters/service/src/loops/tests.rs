@@ -624,3 +624,45 @@ impl<S: tracing::Subscriber> Layer<S> for Logs {
         });
     }
 }
+
+#[tokio::test]
+async fn a_leader_whose_pass_fails_for_good_steps_down_and_a_passing_error_does_not() {
+    let election = Manual::default();
+    let failing = |permanent: bool| {
+        crate::loops::pass_fn(move |_token| async move {
+            let error = std::io::Error::other("permission denied for table invitations");
+            if permanent {
+                Err(crate::Permanent::boxed(error))
+            } else {
+                Err(BoxError::from(error))
+            }
+        })
+    };
+    let shutdown = CancellationToken::new();
+    election.lead();
+    let transient = LeaderTicker::new(
+        "invitations-expire",
+        election.clone(),
+        PERIOD,
+        failing(false),
+    );
+    assert!(matches!(transient.tick(&shutdown).await, Tick::Failed(_)));
+    assert!(election.is_leader(), "a transient failure keeps the term");
+    let permanent = LeaderTicker::new(
+        "invitations-expire",
+        election.clone(),
+        PERIOD,
+        failing(true),
+    );
+    let tick = permanent.tick(&shutdown).await;
+    assert_eq!(
+        tick,
+        Tick::Failed("permission denied for table invitations".into())
+    );
+    assert!(!election.is_leader(), "the leader stepped down");
+    let why = election.stepped_down.lock().unwrap().clone();
+    assert_eq!(
+        why,
+        ["background loop \"invitations-expire\": permission denied for table invitations"]
+    );
+}

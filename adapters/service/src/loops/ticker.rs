@@ -141,7 +141,7 @@ impl<L: LeaderSource> LeaderTicker<L> {
     pub async fn boot_pass(&self, shutdown: &CancellationToken) -> Result<(), String> {
         let outcome = match CatchPanic::new((self.pass)(shutdown.clone())).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(error.to_string()),
+            Ok(Err(error)) => Err(crate::failure::report(error.as_ref()).text),
             Err(caught) => {
                 caught.log(&self.name);
                 Err(format!("panicked: {}", caught.value))
@@ -182,8 +182,20 @@ impl<L: LeaderSource> LeaderTicker<L> {
                 Err(caught.value)
             }
         };
+        let reported = match &ran {
+            Ok(Err(error)) => Some((
+                crate::failure::report(error.as_ref()),
+                crate::failure::Permanent::is(error.as_ref()),
+            )),
+            _ => None,
+        };
         let tick = settle(ran, called.load(Ordering::SeqCst), shutdown.is_cancelled());
-        self.record(&tick);
+        let sqlstate = reported.as_ref().and_then(|(r, _)| r.sqlstate.clone());
+        self.record(&tick, sqlstate.as_deref());
+        if let (Tick::Failed(cause), Some((_, true))) = (&tick, &reported) {
+            self.leadership
+                .step_down(&format!("background loop {:?}: {cause}", self.name));
+        }
         tick
     }
 
@@ -206,10 +218,10 @@ impl<L: LeaderSource> LeaderTicker<L> {
         }
     }
 
-    fn record(&self, tick: &Tick<String>) {
+    fn record(&self, tick: &Tick<String>, sqlstate: Option<&str>) {
         match tick {
-            Tick::Failed(cause) => self.log_failure(cause),
-            Tick::Panicked(value) => self.log_failure(&format!("tick panicked: {value}")),
+            Tick::Failed(cause) => self.log_failure(cause, sqlstate),
+            Tick::Panicked(value) => self.log_failure(&format!("tick panicked: {value}"), None),
             Tick::Interrupted => tracing::debug!(
                 target: "plexsphere_leader",
                 r#loop = %self.name,
@@ -225,11 +237,12 @@ impl<L: LeaderSource> LeaderTicker<L> {
         }
     }
 
-    fn log_failure(&self, cause: &str) {
+    fn log_failure(&self, cause: &str, sqlstate: Option<&str>) {
         tracing::warn!(
             target: "plexsphere_leader",
             r#loop = %self.name,
             cause = %cause,
+            sqlstate,
             "background loop tick failed: {cause}"
         );
     }
@@ -249,7 +262,7 @@ fn settle(
         Ok(Ok(false)) => Tick::Interrupted,
         // The pass saw the service's own shutdown while its term held: not a failed tick.
         Ok(Err(_)) if cancelled => Tick::Cancelled,
-        Ok(Err(error)) => Tick::Failed(error.to_string()),
+        Ok(Err(error)) => Tick::Failed(crate::failure::report(error.as_ref()).text),
         Err(value) => Tick::Panicked(value),
     }
 }

@@ -699,3 +699,155 @@ fn a_queued_standby_goes_on_queueing_after_a_stranded_release() {
     );
     assert_eq!(f.drain(), vec![A::ReturnToPool { conn: C1 }]);
 }
+
+// ---- the pool proof (Options::prove_pool) ----
+
+fn proving() -> Fixture {
+    let mut f = Fixture::with(spec_options().prove_pool(true));
+    f.election.start(f.t0).unwrap();
+    assert_eq!(
+        f.drain(),
+        vec![A::ProbePool {
+            conn: C1,
+            second_within: I / 2
+        }]
+    );
+    assert_eq!(f.election.timeout_reason(), Some(Timer::AcquireDeadline));
+    f
+}
+
+#[test]
+fn a_run_that_proves_its_pool_asks_two_held_connections_for_their_backends_first() {
+    let mut f = proving();
+    // Two backends: the pool's sessions are this client's own; the check goes on at once.
+    f.event(
+        3,
+        E::PoolProbed {
+            conn: C1,
+            first: 10,
+            second: Some(11),
+        },
+    );
+    assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
+    assert_eq!(f.election.phase(), Phase::Acquiring);
+    f.event(4, E::ConnectionAcquired { conn: C2 });
+    assert_eq!(f.drain(), vec![A::TryLock { conn: C2 }]);
+    f.event(
+        5,
+        E::LockGranted {
+            conn: C2,
+            backend_pid: PID,
+        },
+    );
+    assert!(f.election.is_leader());
+    f.drain();
+    // Once per run: the next checks do not prove it again.
+    f.event(6, E::Resign { hold_off: I });
+    f.drain();
+    f.event(
+        7,
+        E::UnlockDone {
+            conn: C2,
+            released: true,
+        },
+    );
+    f.drain();
+    f.timeout(2 * IMS + 10);
+    assert_eq!(
+        f.drain(),
+        vec![A::AcquireConnection {
+            conn: ConnId::new(3)
+        }]
+    );
+}
+
+#[test]
+fn a_pool_whose_two_held_connections_share_a_backend_fails_the_run_before_any_term() {
+    let mut f = proving();
+    f.event(
+        3,
+        E::PoolProbed {
+            conn: C1,
+            first: 77,
+            second: Some(77),
+        },
+    );
+    let finding = crate::LockFinding::PoolSharesBackend { backend_pid: 77 };
+    assert_eq!(
+        f.drain(),
+        vec![
+            log(
+                LogKind::PoolMultiplexes,
+                None,
+                Some(Cause::LockNotVerified(finding))
+            ),
+            A::Fail(finding),
+            A::Finish,
+        ]
+    );
+    assert!(!f.election.is_running());
+    assert!(!f.election.is_leader());
+    assert!(finding.proves_multiplexing());
+    assert_eq!(LogKind::PoolMultiplexes.level(), Level::Error);
+    assert!(LogKind::PoolMultiplexes.message().contains("Config::lease"));
+}
+
+#[test]
+fn a_pool_proof_that_fails_or_goes_unanswered_is_a_failed_check_tried_again_next_interval() {
+    let mut f = proving();
+    f.event(
+        3,
+        E::AcquireFailed {
+            conn: C1,
+            cause: "refused",
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![log(
+            LogKind::AcquireFailed,
+            None,
+            Some(Cause::Error("refused"))
+        )]
+    );
+    f.timeout(IMS);
+    assert_eq!(
+        f.drain(),
+        vec![A::ProbePool {
+            conn: C2,
+            second_within: I / 2
+        }]
+    );
+    // No answer within the interval: given up, and tried again at the next check.
+    f.timeout(2 * IMS);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::ReturnToPool { conn: C2 },
+            log(LogKind::AcquireFailed, None, Some(Cause::TimedOut(I))),
+            A::ProbePool {
+                conn: ConnId::new(3),
+                second_within: I / 2
+            },
+        ]
+    );
+    // A stop while proving gives the operation up.
+    f.event(2 * IMS + 1, E::Cancelled);
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::ReturnToPool {
+                conn: ConnId::new(3)
+            },
+            A::Finish
+        ]
+    );
+}
+
+#[test]
+fn a_lease_election_never_proves_its_pool() {
+    let lease = crate::Lease::new(CheckInterval::new(I).unwrap(), 3 * I).unwrap();
+    let mut f = Fixture::with(spec_options().lease(lease).prove_pool(true));
+    f.election.start(f.t0).unwrap();
+    assert!(matches!(f.drain().as_slice(), [A::ClaimLease { .. }]));
+}

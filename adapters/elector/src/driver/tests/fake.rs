@@ -17,6 +17,8 @@ use crate::session::{BoxFuture, LockSession, QueryError, Row, SessionSource};
 pub(super) enum Kind {
     /// The queued wait's idle bound, armed before the wait.
     BoundIdle,
+    /// The pool proof's `SELECT pg_backend_pid()`.
+    BackendPid,
     Grant,
     Verify,
     Unlock,
@@ -31,7 +33,9 @@ pub(super) enum Kind {
 
 fn kind_of(statement: &str) -> Kind {
     let key = crate::LockKey::DEFAULT;
-    if statement == crate::sql::verify(key) {
+    if statement == crate::sql::BACKEND_PID {
+        Kind::BackendPid
+    } else if statement == crate::sql::verify(key) {
         Kind::Verify
     } else if statement == crate::sql::unlock(key) {
         Kind::Unlock
@@ -93,6 +97,11 @@ pub(super) struct Server {
     /// The leader's check finds its session marked `shared` (another client's grant ran on
     /// it: a transaction-mode pooler multiplexes server sessions).
     pub(super) multiplexed: bool,
+    /// A pool of this many connections: an acquire while that many are borrowed never
+    /// completes (the tests that use it need no wake-up).
+    pub(super) pool_size: Option<usize>,
+    /// Borrowed pooled connections (not yet given back, closed or detached).
+    borrowed: usize,
     /// Every statement kind run, in order.
     pub(super) log: Vec<Kind>,
 }
@@ -156,6 +165,9 @@ impl Fake {
         let number = |n: u64| Some(n.to_string());
         match kind {
             Kind::BoundIdle => vec![vec![Some("400".into()), Some("400".into())]],
+            // A multiplexing pooler answers every client from one server backend.
+            Kind::BackendPid if server.multiplexed => vec![vec![Some(pid_of(0).to_string())]],
+            Kind::BackendPid => vec![vec![pid]],
             Kind::Grant if server.holder.is_none() || held => {
                 server.holder = Some(id);
                 vec![vec![Some("granted".into()), pid]]
@@ -251,6 +263,10 @@ pub(super) fn pid_of(id: u64) -> i32 {
 impl SessionSource for Fake {
     fn acquire(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
         let mut server = self.lock();
+        if server.pool_size.is_some_and(|size| server.borrowed >= size) {
+            return Box::pin(std::future::pending());
+        }
+        server.borrowed += 1;
         server.next_session += 1;
         let id = server.next_session;
         server.ended.insert(id, CancellationToken::new());
@@ -317,12 +333,19 @@ impl LockSession for FakeSession {
     fn detach(mut self: Box<Self>, backend_pid: i32) -> Box<dyn LockSession> {
         assert_eq!(backend_pid, pid_of(self.id), "the grant's own backend");
         self.detached = true;
+        self.fake.lock().borrowed -= 1; // out of the pool
         self
     }
 
     fn close(mut self: Box<Self>) {
         self.closed = true;
-        self.fake.lock().closed += 1;
+        {
+            let mut server = self.fake.lock();
+            server.closed += 1;
+            if !self.detached {
+                server.borrowed -= 1;
+            }
+        }
         self.fake.terminate(self.id);
     }
 
@@ -349,7 +372,9 @@ impl Drop for FakeSession {
             self.fake.terminate(self.id);
         } else {
             // Back to the pool, lock and all.
-            self.fake.lock().returned += 1;
+            let mut server = self.fake.lock();
+            server.returned += 1;
+            server.borrowed -= 1;
         }
     }
 }
