@@ -200,6 +200,26 @@ impl<C> Election<C> {
         }
     }
 
+    /// While leading with a lease: the instant its trust ends on this replica's clock (the send
+    /// of its last successful claim or renewal plus [`Lease::trusted_for`]). Past it the
+    /// replica must not act as leader, whether or not [`handle_timeout`](Self::handle_timeout)
+    /// has run yet (a paused process, a stalled runtime): a driver answers "am I the leader"
+    /// with it at the moment of the call. `None` on a standby and for the advisory lock, whose
+    /// term is bounded by its session instead.
+    pub fn trust_deadline(&self) -> Option<Instant> {
+        match &self.state {
+            State::Running(Running {
+                role:
+                    Role::Leader(Leader {
+                        hold: Hold::Lease { trusted_until, .. },
+                        ..
+                    }),
+                ..
+            }) => Some(*trusted_until),
+            _ => None,
+        }
+    }
+
     /// While leading: when the lock was last proven (the grant, then each check that proved
     /// it).
     pub fn last_verified(&self) -> Option<Instant> {

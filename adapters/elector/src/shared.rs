@@ -8,9 +8,9 @@
 //! Module graph: `elector` (the handles) and `driver` (a run) both use this module; the driver
 //! does not use the elector, and this module uses neither.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use plexsphere_leader_core::{
     CheckInterval, Election, Event, Options, Release, TermEndCause, TermId,
@@ -26,6 +26,9 @@ use crate::operator::OperatorQueue;
 use crate::session::SessionSource;
 use crate::term::TermShared;
 
+/// [`Shared::trust`] without a deadline.
+const NO_DEADLINE: u64 = u64::MAX;
+
 /// The state an elector's handles and its running driver share (see the module docs).
 pub(crate) struct Shared {
     /// Where lock sessions come from: the pool, through the [`SessionSource`] seam.
@@ -37,6 +40,11 @@ pub(crate) struct Shared {
     leading: AtomicBool,
     /// The published leadership: the one source every consumer reads.
     leadership: watch::Sender<Leadership>,
+    /// The core's trust deadline of the open term (a lease's: [`Election::trust_deadline`]),
+    /// as nanoseconds after `base` on the election's clock; [`NO_DEADLINE`] for none.
+    trust: AtomicU64,
+    /// The clock reading the trust deadline counts from.
+    base: Instant,
     current: Mutex<Option<Arc<TermShared>>>,
     key: LockKey,
     identity: String,
@@ -67,6 +75,8 @@ impl Shared {
             election: Mutex::new(Election::with_options(options)),
             leading: AtomicBool::new(false),
             leadership: watch::Sender::new(Leadership::default()),
+            trust: AtomicU64::new(NO_DEADLINE),
+            base: clock.now(),
             current: Mutex::new(None),
             key,
             identity,
@@ -78,9 +88,31 @@ impl Shared {
         }
     }
 
-    /// Whether the published leadership is leading (the spec's atomic `IsLeader`).
+    /// Whether the published leadership is leading (the spec's atomic `IsLeader`) and, for a
+    /// lease, its trust has not run out on the election's clock at this moment, whether or
+    /// not the driver has run since (a process resumed after a pause answers no at once).
     pub(crate) fn is_leader(&self) -> bool {
-        self.leading.load(Ordering::Acquire)
+        self.leading.load(Ordering::Acquire) && self.trusted_now()
+    }
+
+    /// Whether the open term's trust deadline, if any, lies ahead.
+    fn trusted_now(&self) -> bool {
+        match self.trust.load(Ordering::Acquire) {
+            NO_DEADLINE => true,
+            nanos => {
+                let elapsed = self.clock.now().saturating_duration_since(self.base);
+                u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX) < nanos
+            }
+        }
+    }
+
+    /// Records the core's trust deadline of the open term ([`Election::trust_deadline`]).
+    pub(crate) fn set_trust(&self, deadline: Option<Instant>) {
+        let nanos = deadline.map_or(NO_DEADLINE, |at| {
+            let after = at.saturating_duration_since(self.base);
+            u64::try_from(after.as_nanos()).map_or(NO_DEADLINE - 1, |n| n.min(NO_DEADLINE - 1))
+        });
+        self.trust.store(nanos, Ordering::Release);
     }
 
     /// The published leadership.
@@ -93,8 +125,11 @@ impl Shared {
         self.leadership.subscribe()
     }
 
-    /// The open term, while leading.
+    /// The open term, while leading and trusted ([`is_leader`](Self::is_leader)).
     pub(crate) fn current_term(&self) -> Option<Arc<TermShared>> {
+        if !self.trusted_now() {
+            return None;
+        }
         self.current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -254,5 +289,79 @@ impl std::fmt::Debug for Shared {
             .field("is_leader", &self.leading.load(Ordering::Relaxed))
             .field("election", &*self.election())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // reason: tests fail loudly on the unexpected
+
+    use std::sync::Mutex;
+
+    use plexsphere_leader_core::TermId;
+
+    use super::*;
+
+    /// A clock the test moves by hand, as a paused process sees it on resuming: its readings
+    /// jump, and nothing else ran.
+    #[derive(Debug)]
+    struct Manual(Mutex<Instant>);
+
+    impl Clock for Manual {
+        fn now(&self) -> Instant {
+            *self.0.lock().unwrap()
+        }
+
+        fn tokio_instant(&self, reading: Instant) -> tokio::time::Instant {
+            tokio::time::Instant::from_std(reading)
+        }
+    }
+
+    #[derive(Debug)]
+    struct NoSessions;
+
+    impl SessionSource for NoSessions {
+        fn acquire(
+            &self,
+        ) -> crate::session::BoxFuture<'_, Result<Box<dyn crate::session::LockSession>, CheckError>>
+        {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[test]
+    fn a_lease_term_past_its_trust_deadline_is_no_leadership_at_the_moment_of_the_call() {
+        let t0 = Instant::now();
+        let clock = Arc::new(Manual(Mutex::new(t0)));
+        let interval = CheckInterval::new(Duration::from_secs(1)).unwrap();
+        let shared = Shared::new(
+            Arc::new(NoSessions),
+            Options::new(interval),
+            LockKey::DEFAULT,
+            "test".into(),
+            Arc::clone(&clock) as Arc<dyn Clock>,
+            None,
+            Duration::ZERO,
+        );
+        shared.set_trust(Some(t0 + Duration::from_millis(2700)));
+        shared.begin_term(TermId::new(1), Some(7));
+        assert!(shared.is_leader());
+        assert!(shared.current_term().is_some());
+        // The process is paused past the deadline; on resuming, before the driver (or any
+        // timer) runs, the published term is still open, and yet nobody may act on it.
+        *clock.0.lock().unwrap() = t0 + Duration::from_millis(2700);
+        assert!(
+            shared.leadership().is_leader(),
+            "the published value is stale"
+        );
+        assert!(!shared.is_leader(), "is_leader answers from the clock");
+        assert!(shared.current_term().is_none(), "no term for new work");
+        // A renewal that extended the trust makes it leadership again.
+        shared.set_trust(Some(t0 + Duration::from_secs(5)));
+        assert!(shared.is_leader());
+        // The advisory lock has no such deadline.
+        shared.set_trust(None);
+        *clock.0.lock().unwrap() = t0 + Duration::from_secs(3600);
+        assert!(shared.is_leader());
     }
 }

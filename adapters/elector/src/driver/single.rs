@@ -116,6 +116,13 @@ impl Mechanism for Single {
         self.inner.clock()
     }
 
+    /// The core's trust deadline after every input: a renewal extends it, the end of a term
+    /// clears it.
+    fn performed(&mut self) {
+        let deadline = self.inner.election().trust_deadline();
+        self.inner.set_trust(deadline);
+    }
+
     fn outcome(&mut self) -> Result<(), crate::error::RunError> {
         match self.failure.take() {
             Some(finding) => Err(crate::error::RunError::SessionsMultiplexed(finding)),
@@ -220,7 +227,11 @@ impl Mechanism for Single {
             // A connection still being set up goes too (`ReturnToPool` keeps it for the next
             // check).
             Action::CloseConnection { conn } => io.close(conn, &*self.inner.sessions()),
-            Action::BeginTerm { term, epoch } => self.inner.begin_term(term, epoch),
+            Action::BeginTerm { term, epoch } => {
+                // The term's trust first, so that it is never published without it.
+                self.inner.set_trust(self.inner.election().trust_deadline());
+                self.inner.begin_term(term, epoch);
+            }
             Action::EndTerm { term, cause } => self.end_term(term, cause),
             Action::ReportOverdueWork {
                 term,

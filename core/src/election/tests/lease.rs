@@ -72,6 +72,8 @@ fn a_claimed_lease_begins_a_term_with_its_epoch_trusted_from_the_claims_send() {
     assert!(f.election.is_leader());
     assert_eq!(f.election.timeout_reason(), Some(Timer::NextCheck));
     assert_eq!(f.election.poll_timeout(), Some(f.at(IMS)));
+    // Trusted from the claim's send (at start, 0 ms), not from its answer.
+    assert_eq!(f.election.trust_deadline(), Some(f.at(TRUST_MS)));
 }
 
 #[test]
@@ -93,6 +95,7 @@ fn the_leaders_check_renews_and_a_renewal_extends_the_trust_from_its_send() {
     );
     assert_eq!(f.drain(), vec![]);
     assert_eq!(f.election.last_verified(), Some(f.at(IMS + 40)));
+    assert_eq!(f.election.trust_deadline(), Some(f.at(IMS + TRUST_MS)));
     // Two renewals fail in a row: the term goes on until the trust of the last success (sent
     // at one interval) ends, 13.5 s after it.
     for (at, conn) in [(2 * IMS, ConnId::new(3)), (3 * IMS, ConnId::new(4))] {

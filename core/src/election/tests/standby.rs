@@ -740,6 +740,11 @@ fn a_run_that_proves_its_pool_asks_two_held_connections_for_their_backends_first
         },
     );
     assert!(f.election.is_leader());
+    assert_eq!(
+        f.election.trust_deadline(),
+        None,
+        "the advisory lock has none"
+    );
     f.drain();
     // Once per run: the next checks do not prove it again.
     f.event(6, E::Resign { hold_off: I });
