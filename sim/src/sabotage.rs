@@ -53,7 +53,8 @@ impl SabotagedSessions {
 fn renewal_around_holder(key: LockKey, interval: Duration) -> (String, String) {
     let ttl = interval * plexsphere_leader_core::LEASE_TTL_INTERVALS;
     let ttl_ms = u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX);
-    let built = plexsphere_leader::sql::lease::renew(key, HOLDER_MARK, ttl_ms);
+    let schema = plexsphere_leader::sql::lease::DEFAULT_SCHEMA;
+    let built = plexsphere_leader::sql::lease::renew(schema, key, HOLDER_MARK, ttl_ms);
     match built.split_once(HOLDER_MARK) {
         Some((before, after)) => (before.to_owned(), after.to_owned()),
         None => (built, String::new()),

@@ -59,7 +59,10 @@ async fn finish(mut fleet: Fleet, db: TestDb, interval: Duration) {
         assert_eq!(report.run_error, None, "{}", replica.name());
     }
     let stopped = Instant::now();
-    let statement = plexsphere_leader::sql::lease::who_holds(LockKey::DEFAULT);
+    let statement = plexsphere_leader::sql::lease::who_holds(
+        plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+        LockKey::DEFAULT,
+    );
     loop {
         let rows = db.admin().query(&statement, &[]).await.unwrap();
         let held: Option<bool> = rows.first().map(|row| row.get(3));

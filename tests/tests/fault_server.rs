@@ -296,7 +296,10 @@ async fn the_writes_a_leader_trusts_survive_a_crash_of_a_server_with_synchronous
         .batch_execute("ALTER SYSTEM SET synchronous_commit = off")
         .await
         .unwrap();
-    client.batch_execute(&lease::setup()).await.unwrap();
+    client
+        .batch_execute(&lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA))
+        .await
+        .unwrap();
     // The tables on disk; the restart applies the settings.
     client.batch_execute("CHECKPOINT").await.unwrap();
     let mut client = crash(&cluster, client).await;
@@ -324,7 +327,17 @@ async fn the_writes_a_leader_trusts_survive_a_crash_of_a_server_with_synchronous
         );
     }
 
-    let claimed = row(&client, &lease::claim(LEASE, "a 1", 60_000, 1000)).await;
+    let claimed = row(
+        &client,
+        &lease::claim(
+            plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+            LEASE,
+            "a 1",
+            60_000,
+            1000,
+        ),
+    )
+    .await;
     assert_eq!(claimed[0].as_deref(), Some("1"));
     client = crash(&cluster, client).await;
     assert_eq!(
@@ -333,13 +346,23 @@ async fn the_writes_a_leader_trusts_survive_a_crash_of_a_server_with_synchronous
         "the claim's epoch is still there after the crash"
     );
     assert_eq!(
-        row(&client, &lease::who_holds(LEASE)).await[0].as_deref(),
+        row(
+            &client,
+            &lease::who_holds(plexsphere_leader::sql::lease::DEFAULT_SCHEMA, LEASE)
+        )
+        .await[0]
+            .as_deref(),
         Some("a 1"),
         "the claim is still there after the crash"
     );
 
     let renewal = client
-        .simple_query(&lease::renew(LEASE, "a 1", 600_000))
+        .simple_query(&lease::renew(
+            plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+            LEASE,
+            "a 1",
+            600_000,
+        ))
         .await
         .unwrap();
     assert!(

@@ -189,23 +189,20 @@ async fn concurrent_setups_all_succeed() {
     db.cleanup().await.unwrap();
 }
 
-/// The operator chooses the tables' schema with the database's (or role's) `search_path`, which
-/// the server applies at every connection's start, so it holds behind a transaction-mode pooler
-/// too (where a session `SET` would not): the setup creates both tables there, and the election
-/// runs on them.
+/// The lease's tables live in the schema the election names (`Config::lease_schema`,
+/// `lease::setup_in`), whatever a connection's `search_path` says: every statement names its
+/// tables with the schema.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_tables_live_in_the_schema_the_operator_puts_first_on_the_search_path() {
+async fn the_tables_live_in_the_schema_the_election_names() {
     let db = TestDb::create("lease_schema").await.unwrap();
     db.admin()
-        .batch_execute(&format!(
-            "CREATE SCHEMA leader; ALTER DATABASE \"{}\" SET search_path = leader",
-            db.name()
-        ))
+        .batch_execute("CREATE SCHEMA leader")
         .await
         .unwrap();
-    // A connection opened after the ALTER, as every pooled one is.
     let client = db.connect("setup").await.unwrap();
-    plexsphere_leader::lease::setup(&client).await.unwrap();
+    plexsphere_leader::lease::setup_in(&client, "leader")
+        .await
+        .unwrap();
     let placed = "SELECT to_regclass('leader.plexsphere_leader_lease') IS NOT NULL, \
                   to_regclass('leader.plexsphere_leader_fence') IS NOT NULL, \
                   to_regclass('public.plexsphere_leader_lease') IS NULL";
@@ -214,7 +211,19 @@ async fn the_tables_live_in_the_schema_the_operator_puts_first_on_the_search_pat
         row.get::<_, bool>(0) && row.get::<_, bool>(1) && row.get::<_, bool>(2),
         "both tables in schema leader, none in public"
     );
-    let fleet = fleet(&db, Backend::Deadpool, &db.config());
+    let fleet: Vec<Replica> = (0..3)
+        .map(|r| {
+            let name = format!("lease-{r}");
+            let config = db.config().application_name(&name).to_owned();
+            let pool = Backend::Deadpool.pool(&config, 2).expect("pool");
+            Replica::spawn_with(pool, I, |config| {
+                config
+                    .lease(Duration::ZERO)
+                    .lease_schema("leader")
+                    .identity(&name)
+            })
+        })
+        .collect();
     wait_for(STARTUP, || leaders(&fleet).len() == 1)
         .await
         .expect("one replica leads");
@@ -227,6 +236,58 @@ async fn the_tables_live_in_the_schema_the_operator_puts_first_on_the_search_pat
         .get(0);
     let identity = fleet[leader].elector.identity().to_owned();
     assert!(holder.starts_with(&format!("{identity} ")), "{holder}");
+    let status = fleet[leader].elector.lease_holder().await.unwrap().unwrap();
+    assert_eq!(status.identity, identity);
+    for replica in fleet {
+        replica.stop().await.unwrap();
+    }
+    db.cleanup().await.unwrap();
+}
+
+/// Issue 37, hole 1: a replica whose connections resolve unqualified names in another schema
+/// (`options='-c search_path=other,public'`, as an `ALTER ROLE … SET search_path` or a
+/// pooler's per-user setting would) used to create tables of its own there and lead a second
+/// election under the same key (two leaders for a whole 14 s run). Every statement now names
+/// the election's schema: its setup makes no table in `other`, and the three replicas run one
+/// election, with one leader throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_whose_search_paths_differ_still_run_one_election() {
+    let db = TestDb::create("lease_search_path").await.unwrap();
+    db.admin()
+        .batch_execute("CREATE SCHEMA other")
+        .await
+        .unwrap();
+    let mut odd = db.config();
+    odd.options("-c search_path=other,public");
+    let configs = [db.config(), db.config(), odd];
+    for config in &configs {
+        // Each replica's own setup, as the demo and a service at start-up run it.
+        let pool = Backend::Deadpool.pool(config, 1).expect("pool");
+        pool.lease_setup().await.expect("setup");
+    }
+    let other = "SELECT to_regclass('other.plexsphere_leader_lease') IS NULL";
+    assert!(
+        db.admin()
+            .query_one(other, &[])
+            .await
+            .unwrap()
+            .get::<_, bool>(0),
+        "no table in the odd replica's first schema"
+    );
+    let fleet: Vec<Replica> = configs
+        .iter()
+        .enumerate()
+        .map(|(r, config)| {
+            let name = format!("lease-{r}");
+            let config = config.clone().application_name(&name).to_owned();
+            let pool = Backend::Deadpool.pool(&config, 2).expect("pool");
+            Replica::spawn_with(pool, I, |config| {
+                config.lease(Duration::ZERO).identity(&name)
+            })
+        })
+        .collect();
+    let leader = steady_leader(&fleet).await;
+    println!("one leader ({leader}) of one election for {STEADY:?}");
     for replica in fleet {
         replica.stop().await.unwrap();
     }

@@ -8,7 +8,7 @@
 //! who owns which shards of a shard space ([`status::shard_owners`]); it exits 0 when every
 //! shard is owned and 1 when some is not.
 //!
-//! `plexsphere-leader lease [--dsn <DSN>] [--key CLASSID:OBJID] [--format text|json]` prints
+//! `plexsphere-leader lease [--dsn <DSN>] [--key CLASSID:OBJID] [--schema public] [--format text|json]` prints
 //! who holds a lease election's lease ([`Config::lease`](plexsphere_leader::Config::lease)) and
 //! until when ([`status::lease_holder`]); it exits 0 while the lease is held and 1 when it is
 //! not (expired, released, or never claimed).
@@ -105,6 +105,9 @@ enum Command {
     Lease {
         #[command(flatten)]
         election: Election,
+        /// The schema of the election's lease tables (`Config::lease_schema`).
+        #[arg(long, default_value = plexsphere_leader::lease::DEFAULT_SCHEMA)]
+        schema: String,
         #[command(flatten)]
         endpoint: Endpoint,
     },
@@ -179,6 +182,7 @@ where
         }
         Command::Lease {
             election: Election { key },
+            schema,
             endpoint:
                 Endpoint {
                     dsn,
@@ -188,7 +192,7 @@ where
         } => {
             let database = database_of(&dsn);
             let asked = ask_within(&dsn, timeout, |client| async move {
-                status::lease_holder(&client, key).await
+                status::lease_holder(&client, &schema, key).await
             })
             .await;
             conclude(

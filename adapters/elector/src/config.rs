@@ -71,6 +71,7 @@ pub struct Config {
     pub(crate) stop_grace: Option<Duration>,
     pub(crate) fencing: bool,
     pub(crate) lease_ttl: Option<Duration>,
+    pub(crate) lease_schema: String,
     pub(crate) eligible: bool,
     pub(crate) resign_hold_off: Option<Duration>,
     pub(crate) work_deadline: Option<(Duration, OnOverdue)>,
@@ -111,6 +112,7 @@ impl Config {
             stop_grace: None,
             fencing: false,
             lease_ttl: None,
+            lease_schema: crate::sql::lease::DEFAULT_SCHEMA.to_owned(),
             eligible: true,
             resign_hold_off: None,
             work_deadline: None,
@@ -144,6 +146,19 @@ impl Config {
     #[must_use]
     pub fn lease(mut self, ttl: Duration) -> Self {
         self.lease_ttl = Some(ttl);
+        self
+    }
+
+    /// The schema of the lease's tables ([`Config::lease`]): `public` by default
+    /// ([`DEFAULT_SCHEMA`](crate::lease::DEFAULT_SCHEMA)). Every lease statement names its
+    /// tables with it, so that every replica of an election reaches the same rows whatever its
+    /// connection's `search_path`; give every replica of an election the same schema, and run
+    /// [`lease::setup_in`](crate::lease::setup_in) with it. Validated by
+    /// [`Elector::new`](crate::Elector::new): a plain lowercase identifier
+    /// ([`ConfigError::LeaseSchema`]).
+    #[must_use]
+    pub fn lease_schema(mut self, schema: impl Into<String>) -> Self {
+        self.lease_schema = schema.into();
         self
     }
 
@@ -298,6 +313,22 @@ impl Config {
     }
 
     /// The validated options of the core election.
+    /// The validated lease schema.
+    pub(crate) fn validated_lease_schema(&self) -> Result<String, ConfigError> {
+        let schema = &self.lease_schema;
+        let plain = !schema.is_empty()
+            && schema.len() <= 63
+            && schema
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            && !schema.as_bytes()[0].is_ascii_digit();
+        if plain {
+            Ok(schema.clone())
+        } else {
+            Err(ConfigError::LeaseSchema(schema.clone()))
+        }
+    }
+
     pub(crate) fn options(&self) -> Result<Options, ConfigError> {
         let interval = CheckInterval::new(self.check_interval)?;
         let mut options = Options::new(interval)
@@ -337,6 +368,7 @@ impl fmt::Debug for Config {
             .field("stop_grace", &self.stop_grace)
             .field("fencing", &self.fencing)
             .field("lease_ttl", &self.lease_ttl)
+            .field("lease_schema", &self.lease_schema)
             .field("eligible", &self.eligible)
             .field("resign_hold_off", &self.resign_hold_off)
             .field("work_deadline", &self.work_deadline)

@@ -72,15 +72,20 @@ impl Elector {
         let options = config.options()?;
         let hold_off = config.validated_hold_off(options.interval())?;
         let identity = config.resolved_identity()?;
+        let lease_schema = config.validated_lease_schema()?;
         let metrics = Sinks::for_config(&config)?;
         if let Some(metrics) = &metrics {
             metrics.set_eligible(config.eligible);
         }
+        let naming = crate::shared::Naming {
+            key: config.key,
+            identity,
+            lease_schema,
+        };
         let inner = Shared::new(
             config.sessions,
             options,
-            config.key,
-            identity,
+            naming,
             config.clock,
             metrics,
             hold_off,
@@ -350,7 +355,7 @@ impl Elector {
         &self,
     ) -> Result<Option<crate::status::LeaseStatus>, crate::status::StatusError> {
         let session = self.inner.sessions().acquire().await?;
-        crate::status::lease_holder_on(&*session, self.inner.key()).await
+        crate::status::lease_holder_on(&*session, self.inner.lease_schema(), self.inner.key()).await
     }
 
     /// Whether this elector holds a lease instead of the advisory lock ([`Config::lease`]).

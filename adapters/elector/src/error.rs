@@ -280,6 +280,13 @@ pub enum ConfigError {
     /// The lease TTL is shorter than two check intervals or longer than the server takes.
     #[error(transparent)]
     LeaseTtl(#[from] plexsphere_leader_core::LeaseTtlError),
+    /// The lease schema ([`Config::lease_schema`](crate::Config::lease_schema)) is not a plain
+    /// lowercase identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes).
+    #[error(
+        "lease schema {0:?} is not a plain lowercase identifier ([a-z_][a-z0-9_]*, at most 63 \
+         bytes)"
+    )]
+    LeaseSchema(String),
     /// The lease mechanism was asked for with the queued acquire mode: a lease has no
     /// server-side queue.
     #[error("the lease mechanism takes no queued acquire mode: use AcquireMode::Poll")]

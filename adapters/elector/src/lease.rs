@@ -3,12 +3,10 @@
 #[cfg(feature = "deadpool")]
 use crate::fencing::{FenceClient, FenceError};
 
-/// Creates the lease table and the fence table if they do not exist
-/// ([`sql::lease::setup`](crate::sql::lease::setup)). Idempotent and quiet (no NOTICE when the
-/// tables exist); run it once per database before electing with a lease, from a migration or
-/// at start-up, on any connection: a transaction-mode pooler carries it. `client` is what you
-/// hold: a deadpool-postgres `Client` (`&pool.get().await?`) or `Transaction`, or a
-/// tokio-postgres `Client` or `Transaction` ([`FenceClient`]).
+pub use crate::sql::lease::DEFAULT_SCHEMA;
+
+/// Creates the lease table and the fence table in the default schema, `public`, if they do
+/// not exist: [`setup_in`] with [`DEFAULT_SCHEMA`].
 ///
 /// ```no_run
 /// # async fn example(pool: deadpool_postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
@@ -20,21 +18,38 @@ use crate::fencing::{FenceClient, FenceError};
 /// # let _ = elector; Ok(()) }
 /// ```
 ///
+/// # Errors
+/// As [`setup_in`].
+#[cfg(feature = "deadpool")]
+pub async fn setup(client: &impl FenceClient) -> Result<(), FenceError> {
+    setup_in(client, DEFAULT_SCHEMA).await
+}
+
+/// Creates the lease table and the fence table in `schema` (which must exist), named with
+/// it, if they do not exist ([`sql::lease::setup`](crate::sql::lease::setup)). Idempotent and
+/// quiet (no NOTICE when the tables exist); run it once per database before electing with a
+/// lease, from a migration or at start-up, on any connection: a transaction-mode pooler
+/// carries it. Give the elector the same schema ([`Config::lease_schema`](crate::Config::lease_schema)).
+/// `client` is what you hold: a deadpool-postgres `Client` (`&pool.get().await?`) or
+/// `Transaction`, or a tokio-postgres `Client` or `Transaction` ([`FenceClient`]).
+///
 /// An election whose tables are missing does not lead: each check fails with SQLSTATE 42P01,
 /// logged once at ERROR with the advice to run this function (then at most a WARN a minute),
 /// and [`Elector::check_failure`](crate::Elector::check_failure) reports it as permanent.
 ///
 /// # Errors
-/// [`FenceError::Query`] with the server's error (for example a missing `CREATE` privilege).
+/// [`FenceError::Query`] with the server's error (for example a missing `CREATE` privilege,
+/// or a schema that does not exist: 3F000).
 #[cfg(feature = "deadpool")]
-pub async fn setup(client: &impl FenceClient) -> Result<(), FenceError> {
+pub async fn setup_in(client: &impl FenceClient, schema: &str) -> Result<(), FenceError> {
     client
-        .fence_batch(&crate::sql::lease::setup())
+        .fence_batch(&crate::sql::lease::setup(schema))
         .await
         .map_err(FenceError::from)
 }
 
-/// The statement [`setup`] runs, for backends of their own (sqlx: `sqlx::raw_sql`).
-pub fn setup_statement() -> String {
-    crate::sql::lease::setup()
+/// The statement [`setup_in`] runs for `schema`, for backends of their own (sqlx:
+/// `sqlx::raw_sql`) and migrations.
+pub fn setup_statement(schema: &str) -> String {
+    crate::sql::lease::setup(schema)
 }

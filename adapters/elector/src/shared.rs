@@ -26,6 +26,15 @@ use crate::operator::OperatorQueue;
 use crate::session::SessionSource;
 use crate::term::TermShared;
 
+/// How an election is named on the server: its lock key (the lease's row), its identity
+/// (`application_name`, the lease holder) and the schema of the lease's tables.
+#[derive(Debug, Clone)]
+pub(crate) struct Naming {
+    pub(crate) key: LockKey,
+    pub(crate) identity: String,
+    pub(crate) lease_schema: String,
+}
+
 /// [`Shared::trust`] without a deadline.
 const NO_DEADLINE: u64 = u64::MAX;
 
@@ -56,6 +65,8 @@ pub(crate) struct Shared {
     controls: OperatorQueue<Event<CheckError>>,
     /// The current run of failed checks, in full (the published value has its class).
     failure: Mutex<Option<CheckFailure>>,
+    /// The schema of the lease's tables ([`Config::lease_schema`](crate::Config::lease_schema)).
+    lease_schema: String,
 }
 
 impl Shared {
@@ -63,12 +74,16 @@ impl Shared {
     pub(crate) fn new(
         sessions: Arc<dyn SessionSource>,
         options: Options,
-        key: LockKey,
-        identity: String,
+        naming: Naming,
         clock: Arc<dyn Clock>,
         metrics: Option<Sinks>,
         hold_off: Duration,
     ) -> Self {
+        let Naming {
+            key,
+            identity,
+            lease_schema,
+        } = naming;
         Self {
             sessions,
             options,
@@ -85,6 +100,7 @@ impl Shared {
             hold_off,
             controls: OperatorQueue::new(),
             failure: Mutex::new(None),
+            lease_schema,
         }
     }
 
@@ -171,6 +187,11 @@ impl Shared {
 
     pub(crate) fn key(&self) -> LockKey {
         self.key
+    }
+
+    /// The schema of the lease's tables.
+    pub(crate) fn lease_schema(&self) -> &str {
+        &self.lease_schema
     }
 
     /// The clock the election runs on.
@@ -337,8 +358,11 @@ mod tests {
         let shared = Shared::new(
             Arc::new(NoSessions),
             Options::new(interval),
-            LockKey::DEFAULT,
-            "test".into(),
+            Naming {
+                key: LockKey::DEFAULT,
+                identity: "test".into(),
+                lease_schema: "public".into(),
+            },
             Arc::clone(&clock) as Arc<dyn Clock>,
             None,
             Duration::ZERO,

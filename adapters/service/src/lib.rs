@@ -42,8 +42,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-#[cfg(feature = "http")]
 mod failure;
+#[cfg(feature = "http")]
 pub mod http;
 mod liveness;
 pub mod loops;

@@ -4,13 +4,10 @@
 use sqlx::{Acquire, Postgres};
 
 pub use plexsphere_leader::fencing::FenceError;
-pub use plexsphere_leader::lease::setup_statement;
+pub use plexsphere_leader::lease::{DEFAULT_SCHEMA, setup_statement};
 
-/// Creates the lease table and the fence table if they do not exist
-/// ([`setup_statement`], through `sqlx::raw_sql`: one query string in the simple protocol, so
-/// a transaction-mode pooler carries it). Idempotent and quiet; run it once per database
-/// before electing with a lease, from a migration or at start-up. Pass what you hold: `&pool`,
-/// `&mut connection` or `&mut transaction`.
+/// Creates the lease table and the fence table in the default schema, `public`, if they do
+/// not exist ([`setup_in`] with [`DEFAULT_SCHEMA`]).
 ///
 /// ```no_run
 /// # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
@@ -23,15 +20,31 @@ pub use plexsphere_leader::lease::setup_statement;
 /// ```
 ///
 /// # Errors
-/// [`FenceError::Query`] with the server's error (for example a missing `CREATE` privilege).
+/// As [`setup_in`].
 pub async fn setup<'c>(
     connection: impl Acquire<'c, Database = Postgres>,
+) -> Result<(), FenceError> {
+    setup_in(connection, DEFAULT_SCHEMA).await
+}
+
+/// Creates the lease table and the fence table in `schema` if they do not exist
+/// ([`setup_statement`], through `sqlx::raw_sql`: one query string in the simple protocol, so
+/// a transaction-mode pooler carries it). Idempotent and quiet; run it once per database
+/// before electing with a lease, from a migration or at start-up, and give the elector the
+/// same schema (`Config::lease_schema`). Pass what you hold: `&pool`, `&mut connection` or
+/// `&mut transaction`.
+///
+/// # Errors
+/// [`FenceError::Query`] with the server's error (for example a missing `CREATE` privilege).
+pub async fn setup_in<'c>(
+    connection: impl Acquire<'c, Database = Postgres>,
+    schema: &str,
 ) -> Result<(), FenceError> {
     let mut connection = connection
         .acquire()
         .await
         .map_err(crate::fencing::query_error)?;
-    sqlx::raw_sql(&setup_statement())
+    sqlx::raw_sql(&setup_statement(schema))
         .execute(&mut *connection)
         .await
         .map_err(crate::fencing::query_error)?;

@@ -1827,19 +1827,37 @@ mod tests {
         use plexsphere_leader::sql::lease;
 
         pub(super) fn claim(holder: &str) -> String {
-            lease::claim(LockKey::DEFAULT, holder, 300, 50)
+            lease::claim(
+                plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+                LockKey::DEFAULT,
+                holder,
+                300,
+                50,
+            )
         }
 
         pub(super) fn renew(holder: &str) -> String {
-            lease::renew(LockKey::DEFAULT, holder, 300)
+            lease::renew(
+                plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+                LockKey::DEFAULT,
+                holder,
+                300,
+            )
         }
 
         pub(super) fn release(holder: &str) -> String {
-            lease::release(LockKey::DEFAULT, holder)
+            lease::release(
+                plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+                LockKey::DEFAULT,
+                holder,
+            )
         }
 
         pub(super) fn who_holds() -> String {
-            lease::who_holds(LockKey::DEFAULT)
+            lease::who_holds(
+                plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+                LockKey::DEFAULT,
+            )
         }
     }
 
@@ -1855,7 +1873,11 @@ mod tests {
     /// A server with the lease setup run, and sessions a and b.
     fn lease_server() -> (State, i32, i32) {
         let (mut state, a, b) = server();
-        let setup = run(&mut state, a, &plexsphere_leader::sql::lease::setup());
+        let setup = run(
+            &mut state,
+            a,
+            &plexsphere_leader::sql::lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA),
+        );
         assert_eq!(
             setup,
             [
@@ -1869,7 +1891,11 @@ mod tests {
             ]
         );
         // Again: the tables exist, and the setup says nothing of it.
-        let again = run(&mut state, b, &plexsphere_leader::sql::lease::setup());
+        let again = run(
+            &mut state,
+            b,
+            &plexsphere_leader::sql::lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA),
+        );
         assert_eq!(again, setup);
         (state, a, b)
     }
@@ -2064,7 +2090,11 @@ mod tests {
             lease_run(&mut state, a, &who_holds(), 1),
             ["E 42P01", "Z I"]
         );
-        run(&mut state, a, &plexsphere_leader::sql::lease::setup());
+        run(
+            &mut state,
+            a,
+            &plexsphere_leader::sql::lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA),
+        );
         state.in_recovery = true;
         assert_eq!(
             lease_run(&mut state, a, &renew("ha"), 2),

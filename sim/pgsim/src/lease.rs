@@ -82,23 +82,38 @@ pub(crate) fn recognise(query: &str) -> Option<Result<LeaseStatement, SqlError>>
     }))
 }
 
-/// The text `sql::lease` builds for `statement`.
+/// `query` with the tables of the default schema named without it: the simulated server has
+/// one schema, `public`, so `public.plexsphere_leader_lease` and `plexsphere_leader_lease` are
+/// one table (a statement naming another schema meets 0A000 or 42P01).
+pub(crate) fn unqualified(query: &str) -> String {
+    query.replace(
+        &format!("{}.plexsphere_leader_", lease::DEFAULT_SCHEMA),
+        "plexsphere_leader_",
+    )
+}
+
+/// The text `sql::lease` builds for `statement` (in the default schema, [`unqualified`]).
 pub(crate) fn build(statement: &LeaseStatement) -> String {
+    unqualified(&built(statement))
+}
+
+fn built(statement: &LeaseStatement) -> String {
     let lock = |(class_id, obj_id): (i32, i32)| LockKey::new(class_id, obj_id);
+    let schema = lease::DEFAULT_SCHEMA;
     match statement {
         LeaseStatement::Claim {
             key,
             holder,
             ttl_ms,
             lock_timeout_ms,
-        } => lease::claim(lock(*key), holder, *ttl_ms, *lock_timeout_ms),
+        } => lease::claim(schema, lock(*key), holder, *ttl_ms, *lock_timeout_ms),
         LeaseStatement::Renew {
             key,
             holder,
             ttl_ms,
-        } => lease::renew(lock(*key), holder, *ttl_ms),
-        LeaseStatement::Release { key, holder } => lease::release(lock(*key), holder),
-        LeaseStatement::WhoHolds { key } => lease::who_holds(lock(*key)),
+        } => lease::renew(schema, lock(*key), holder, *ttl_ms),
+        LeaseStatement::Release { key, holder } => lease::release(schema, lock(*key), holder),
+        LeaseStatement::WhoHolds { key } => lease::who_holds(schema, lock(*key)),
     }
 }
 
@@ -234,10 +249,23 @@ mod tests {
     #[test]
     fn a_text_that_begins_like_a_lease_statement_but_differs_is_0a000() {
         let key = LockKey::DEFAULT;
-        let claim = lease::claim(key, "a", 300, 50).replace("l.expires_at <= now()", "true");
-        let renew = format!("{} AND true", lease::renew(key, "a", 300));
-        let release = lease::release(key, "a").replace("> now()", ">= now()");
+        let claim = lease::claim(
+            plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+            key,
+            "a",
+            300,
+            50,
+        )
+        .replace("l.expires_at <= now()", "true");
+        let renew = format!(
+            "{} AND true",
+            lease::renew(plexsphere_leader::sql::lease::DEFAULT_SCHEMA, key, "a", 300)
+        );
+        let release = lease::release(plexsphere_leader::sql::lease::DEFAULT_SCHEMA, key, "a")
+            .replace("> now()", ">= now()");
         for text in [claim, renew, release] {
+            // As the parser hands it over: in the one schema, unqualified.
+            let text = unqualified(&text);
             let error = recognise(&text).and_then(Result::err);
             assert_eq!(
                 error.map(|e| e.code),
@@ -246,7 +274,11 @@ mod tests {
             );
         }
         assert_eq!(recognise("SELECT 1"), None);
-        assert_eq!(recognise(&lease::setup()), None, "the general parser's");
+        assert_eq!(
+            recognise(&lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA)),
+            None,
+            "the general parser's"
+        );
         let advance = plexsphere_leader::sql::advance_epoch_within(key, 50);
         assert_eq!(recognise(&advance), None, "the advisory epoch advance");
         assert_eq!(recognise("SET LOCAL lock_timeout = '5s'"), None);

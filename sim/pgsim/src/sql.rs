@@ -261,6 +261,7 @@ impl Func {
 /// Parses a simple-Query string into its statements; empty statements are dropped, so an
 /// empty or all-`;` string gives an empty list (EmptyQueryResponse).
 pub(crate) fn parse(query: &str) -> Result<Vec<Statement>, SqlError> {
+    let query = &lease::unqualified(query);
     if let Some(statement) = shard::recognise(query) {
         return statement.map(|statement| vec![Statement::Shard(statement)]);
     }
@@ -1188,7 +1189,10 @@ mod tests {
     #[test]
     fn the_lease_setup_creates_both_tables_and_a_claim_runs_after_its_set_local() {
         let key = plexsphere_leader::LockKey::DEFAULT;
-        let setup = parse(&plexsphere_leader::sql::lease::setup()).unwrap();
+        let setup = parse(&plexsphere_leader::sql::lease::setup(
+            plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+        ))
+        .unwrap();
         // The setup quiets its notices, then serializes itself with a transaction-level lock.
         assert!(
             matches!(setup.first(), Some(Statement::Set { local: true, .. })),
@@ -1216,7 +1220,14 @@ mod tests {
                 ("plexsphere_leader_fence", TableKind::Fence)
             ]
         );
-        let claim = parse(&plexsphere_leader::sql::lease::claim(key, "h", 300, 50)).unwrap();
+        let claim = parse(&plexsphere_leader::sql::lease::claim(
+            plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+            key,
+            "h",
+            300,
+            50,
+        ))
+        .unwrap();
         assert_eq!(
             claim.first(),
             Some(&Statement::Set {
@@ -1230,7 +1241,12 @@ mod tests {
             Some(Statement::Lease(LeaseStatement::Claim { ttl_ms: 300, .. }))
         ));
         assert_eq!(claim.len(), 2);
-        let renew = plexsphere_leader::sql::lease::renew(key, "h", 300);
+        let renew = plexsphere_leader::sql::lease::renew(
+            plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+            key,
+            "h",
+            300,
+        );
         assert!(matches!(
             one(&renew),
             Statement::Lease(LeaseStatement::Renew { .. })

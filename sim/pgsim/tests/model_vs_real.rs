@@ -626,11 +626,34 @@ where
     let a = open("a").await;
     let b = open("b").await;
     let c = open("c").await;
-    let claim = |holder: &str| lease::claim(KEY, holder, LEASE_TTL_MS, 1_000);
-    let renew = |holder: &str| lease::renew(KEY, holder, LEASE_TTL_MS);
-    let who = || lease::who_holds(KEY);
-    see("a setup", a.run(&lease::setup()).await);
-    see("a setup again", a.run(&lease::setup()).await);
+    let claim = |holder: &str| {
+        lease::claim(
+            plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+            KEY,
+            holder,
+            LEASE_TTL_MS,
+            1_000,
+        )
+    };
+    let renew = |holder: &str| {
+        lease::renew(
+            plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+            KEY,
+            holder,
+            LEASE_TTL_MS,
+        )
+    };
+    let who = || lease::who_holds(plexsphere_leader::sql::lease::DEFAULT_SCHEMA, KEY);
+    see(
+        "a setup",
+        a.run(&lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA))
+            .await,
+    );
+    see(
+        "a setup again",
+        a.run(&lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA))
+            .await,
+    );
     see("who holds before a claim", a.run_row(&who()).await);
     see("a claims the missing row", a.run(&claim("A")).await);
     see("b claims a's unexpired lease", b.run(&claim("B")).await);
@@ -641,8 +664,24 @@ where
     see("who holds columns", c.names(&who()).await);
     // The column names come from running the claim: a's own again, epoch 3.
     see("claim columns", c.names(&claim("A")).await);
-    see("a releases", a.run(&lease::release(KEY, "A")).await);
-    see("a releases again", a.run(&lease::release(KEY, "A")).await);
+    see(
+        "a releases",
+        a.run(&lease::release(
+            plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+            KEY,
+            "A",
+        ))
+        .await,
+    );
+    see(
+        "a releases again",
+        a.run(&lease::release(
+            plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+            KEY,
+            "A",
+        ))
+        .await,
+    );
     see(
         "who holds after the release",
         unix_time_masked(&c.run_row(&who()).await),
@@ -683,7 +722,14 @@ where
     see("b fence check again", b.run(&sql::fence_check(KEY)).await);
     see(
         "c claims a's expired lease under a lock_timeout",
-        c.run(&lease::claim(KEY, "C", LEASE_TTL_MS, 200)).await,
+        c.run(&lease::claim(
+            plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
+            KEY,
+            "C",
+            LEASE_TTL_MS,
+            200,
+        ))
+        .await,
     );
     see("b rollback", b.run("ROLLBACK").await);
     see(

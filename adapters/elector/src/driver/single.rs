@@ -191,7 +191,8 @@ impl Mechanism for Single {
             }
             Action::ClaimLease { conn, ttl_ms } => {
                 let half = self.inner.interval().half_millis();
-                let statement = sql::lease::claim(key, &self.holder, ttl_ms, half);
+                let schema = self.inner.lease_schema();
+                let statement = sql::lease::claim(schema, key, &self.holder, ttl_ms, half);
                 io.run(connection::lease::claim(
                     self.inner.sessions(),
                     conn,
@@ -199,7 +200,8 @@ impl Mechanism for Single {
                 ));
             }
             Action::RenewLease { conn, ttl_ms, .. } => {
-                let statement = sql::lease::renew(key, &self.holder, ttl_ms);
+                let schema = self.inner.lease_schema();
+                let statement = sql::lease::renew(schema, key, &self.holder, ttl_ms);
                 io.run(connection::lease::renew(
                     self.inner.sessions(),
                     conn,
@@ -207,7 +209,7 @@ impl Mechanism for Single {
                 ));
             }
             Action::ReleaseLease { conn, .. } => {
-                let statement = sql::lease::release(key, &self.holder);
+                let statement = sql::lease::release(self.inner.lease_schema(), key, &self.holder);
                 io.run(connection::lease::release(
                     self.inner.sessions(),
                     conn,

@@ -16,8 +16,26 @@
 use super::{DURABLE_COMMIT, FENCE_SETUP, QUIET_SETUP, quote_literal};
 use crate::key::LockKey;
 
-/// The lease table.
+/// The lease table (in the election's schema, [`DEFAULT_SCHEMA`] unless
+/// [`Config::lease_schema`](crate::Config::lease_schema) says otherwise).
 pub const LEASE_TABLE: &str = "plexsphere_leader_lease";
+
+/// The schema of the lease's tables by default: `public`. Every statement names its tables
+/// with their schema, so that every replica of an election reaches the same rows whatever
+/// its connection's `search_path` (a replica whose path resolved the unqualified names in
+/// another schema used to create tables of its own there and run a second election under the
+/// same key).
+pub const DEFAULT_SCHEMA: &str = "public";
+
+/// `schema`'s lease table, qualified.
+fn lease_table(schema: &str) -> String {
+    format!("{schema}.{LEASE_TABLE}")
+}
+
+/// `schema`'s fence table, qualified.
+fn fence_table(schema: &str) -> String {
+    format!("{schema}.{}", super::FENCE_TABLE)
+}
 
 /// The transaction-level advisory lock that serializes [`setup`]: a one-`bigint` key
 /// (`plxs_set` in ASCII), a key space apart from the elections' two-`int4` keys.
@@ -27,14 +45,16 @@ pub const SETUP_LOCK: i64 = 0x706C_7873_5F73_6574;
 /// [`lease::setup`](crate::lease::setup)): the lease table and the fence table, in one implicit
 /// transaction that first takes [`SETUP_LOCK`], so that replicas starting together do not
 /// race (two concurrent `CREATE TABLE IF NOT EXISTS` of one table fail one of them with a
-/// unique violation of `pg_type`), quietly ([`QUIET_SETUP`](super::QUIET_SETUP)). Tables are created in the first schema of the role's
-/// `search_path`; set the role's own (`ALTER ROLE … SET search_path`) to choose another.
-pub fn setup() -> String {
+/// unique violation of `pg_type`), quietly ([`QUIET_SETUP`](super::QUIET_SETUP)). Both
+/// tables are created in `schema` (which must exist), named with it.
+pub fn setup(schema: &str) -> String {
+    let fence = FENCE_SETUP.replacen(super::FENCE_TABLE, &fence_table(schema), 1);
     format!(
         "{QUIET_SETUP}SELECT pg_advisory_xact_lock({SETUP_LOCK}); \
-         CREATE TABLE IF NOT EXISTS plexsphere_leader_lease (\
+         CREATE TABLE IF NOT EXISTS {} (\
          classid int4 NOT NULL, objid int4 NOT NULL, holder text NOT NULL, \
-         expires_at timestamptz NOT NULL, PRIMARY KEY (classid, objid)); {FENCE_SETUP}"
+         expires_at timestamptz NOT NULL, PRIMARY KEY (classid, objid)); {fence}",
+        lease_table(schema)
     )
 }
 
@@ -48,17 +68,24 @@ fn expiry(ttl_ms: u32) -> String {
 /// the fence row in the same statement, returning the new epoch; no row: another holder's
 /// lease has not expired. The fence row's wait is bounded by a transaction-local
 /// `lock_timeout` of `lock_timeout_ms` (SQLSTATE 55P03 then).
-pub fn claim(key: LockKey, holder: &str, ttl_ms: u32, lock_timeout_ms: u32) -> String {
+pub fn claim(
+    schema: &str,
+    key: LockKey,
+    holder: &str,
+    ttl_ms: u32,
+    lock_timeout_ms: u32,
+) -> String {
     let (c, o, holder) = (key.class_id, key.obj_id, quote_literal(holder));
+    let (lease, fence) = (lease_table(schema), fence_table(schema));
     format!(
         "SET LOCAL lock_timeout = '{lock_timeout_ms}'; {DURABLE_COMMIT}\
          WITH claimed AS (\
-         INSERT INTO plexsphere_leader_lease AS l (classid, objid, holder, expires_at) \
+         INSERT INTO {lease} AS l (classid, objid, holder, expires_at) \
          VALUES ({c}, {o}, {holder}, {}) \
          ON CONFLICT (classid, objid) DO UPDATE \
          SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at \
          WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder RETURNING 1) \
-         INSERT INTO plexsphere_leader_fence AS f (classid, objid, epoch) \
+         INSERT INTO {fence} AS f (classid, objid, epoch) \
          SELECT {c}, {o}, 1 FROM claimed \
          ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 RETURNING f.epoch",
         expiry(ttl_ms)
@@ -70,10 +97,11 @@ pub fn claim(key: LockKey, holder: &str, ttl_ms: u32, lock_timeout_ms: u32) -> S
 /// and was claimed) or expired (released, or not renewed in time: the leader's trust ended
 /// before, since it is shorter than the TTL). A renewal that arrives late, after the leader's
 /// release, cannot revive the lease.
-pub fn renew(key: LockKey, holder: &str, ttl_ms: u32) -> String {
+pub fn renew(schema: &str, key: LockKey, holder: &str, ttl_ms: u32) -> String {
     format!(
-        "{DURABLE_COMMIT}UPDATE plexsphere_leader_lease SET expires_at = {} \
+        "{DURABLE_COMMIT}UPDATE {} SET expires_at = {} \
          WHERE classid = {} AND objid = {} AND holder = {} AND expires_at > now() RETURNING 1",
+        lease_table(schema),
         expiry(ttl_ms),
         key.class_id,
         key.obj_id,
@@ -84,10 +112,11 @@ pub fn renew(key: LockKey, holder: &str, ttl_ms: u32) -> String {
 /// The graceful release: expires `holder`'s lease of `key` at once, so that a standby's next
 /// claim takes it; one row when released, none when it was no longer `holder`'s or had
 /// expired.
-pub fn release(key: LockKey, holder: &str) -> String {
+pub fn release(schema: &str, key: LockKey, holder: &str) -> String {
     format!(
-        "UPDATE plexsphere_leader_lease SET expires_at = now() \
+        "UPDATE {} SET expires_at = now() \
          WHERE classid = {} AND objid = {} AND holder = {} AND expires_at > now() RETURNING 1",
+        lease_table(schema),
         key.class_id,
         key.obj_id,
         quote_literal(holder)
@@ -97,12 +126,15 @@ pub fn release(key: LockKey, holder: &str) -> String {
 /// Who holds the lease of `key`: one row (`holder`, the fence `epoch`, `expires_at` as unix
 /// seconds with a fraction, and whether it is still held by the server's clock), or none when
 /// no replica ever claimed it.
-pub fn who_holds(key: LockKey) -> String {
+pub fn who_holds(schema: &str, key: LockKey) -> String {
     format!(
         "SELECT l.holder, f.epoch, date_part('epoch', l.expires_at), l.expires_at > now() \
-         FROM plexsphere_leader_lease l LEFT JOIN plexsphere_leader_fence f \
+         FROM {} l LEFT JOIN {} f \
          USING (classid, objid) WHERE l.classid = {} AND l.objid = {}",
-        key.class_id, key.obj_id
+        lease_table(schema),
+        fence_table(schema),
+        key.class_id,
+        key.obj_id
     )
 }
 
@@ -114,32 +146,45 @@ mod tests {
 
     #[test]
     fn every_statement_names_the_key_and_the_holder_and_keeps_no_session_state() {
-        let claim = claim(KEY, "svc@h 0f", 15_000, 2_500);
+        let claim = claim(DEFAULT_SCHEMA, KEY, "svc@h 0f", 15_000, 2_500);
         assert_eq!(
             claim,
             "SET LOCAL lock_timeout = '2500'; SET LOCAL synchronous_commit = on; \
              WITH claimed AS (INSERT INTO \
-             plexsphere_leader_lease AS l (classid, objid, holder, expires_at) VALUES \
+             public.plexsphere_leader_lease AS l (classid, objid, holder, expires_at) VALUES \
              (1886156915, 1, 'svc@h 0f', now() + 15000 * interval '1 millisecond') ON CONFLICT \
              (classid, objid) DO UPDATE SET holder = EXCLUDED.holder, expires_at = \
              EXCLUDED.expires_at WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder \
-             RETURNING 1) INSERT INTO plexsphere_leader_fence AS f (classid, objid, epoch) \
+             RETURNING 1) INSERT INTO public.plexsphere_leader_fence AS f (classid, objid, epoch) \
              SELECT 1886156915, 1, 1 FROM claimed ON CONFLICT (classid, objid) DO UPDATE SET \
              epoch = f.epoch + 1 RETURNING f.epoch"
         );
         assert_eq!(
-            renew(KEY, "it's", 600),
+            renew(DEFAULT_SCHEMA, KEY, "it's", 600),
             "SET LOCAL synchronous_commit = on; \
-             UPDATE plexsphere_leader_lease SET expires_at = now() + 600 * interval \
+             UPDATE public.plexsphere_leader_lease SET expires_at = now() + 600 * interval \
              '1 millisecond' WHERE classid = 1886156915 AND objid = 1 AND holder = 'it''s' \
              AND expires_at > now() RETURNING 1"
         );
-        assert!(release(KEY, "a").ends_with("holder = 'a' AND expires_at > now() RETURNING 1"));
-        for statement in [claim, renew(KEY, "a", 1), release(KEY, "a"), who_holds(KEY)] {
+        assert!(
+            release(DEFAULT_SCHEMA, KEY, "a")
+                .ends_with("holder = 'a' AND expires_at > now() RETURNING 1")
+        );
+        for statement in [
+            claim,
+            renew(DEFAULT_SCHEMA, KEY, "a", 1),
+            release(DEFAULT_SCHEMA, KEY, "a"),
+            who_holds(DEFAULT_SCHEMA, KEY),
+        ] {
             // Only a transaction-local setting, never a session's.
             assert!(!statement.contains("SET SESSION") && !statement.contains("set_config"));
             assert!(!statement.contains("PREPARE") && !statement.contains("LISTEN"));
         }
-        assert!(setup().contains("CREATE TABLE IF NOT EXISTS plexsphere_leader_fence"));
+        assert!(
+            setup("leader").contains("CREATE TABLE IF NOT EXISTS leader.plexsphere_leader_fence")
+        );
+        assert!(
+            setup("leader").contains("CREATE TABLE IF NOT EXISTS leader.plexsphere_leader_lease")
+        );
     }
 }

@@ -48,9 +48,11 @@ impl std::fmt::Display for LeaseStatus {
     }
 }
 
-/// Who holds the lease of election `key` in `client`'s current database: `None` when no
-/// replica ever claimed it. One statement ([`sql::lease::who_holds`]) over the simple query
-/// protocol, so it also works through a transaction-mode pooler.
+/// Who holds the lease of election `key` in `client`'s current database, in the tables of
+/// `schema` (the election's [`Config::lease_schema`](crate::Config::lease_schema), `public`
+/// by default: [`sql::lease::DEFAULT_SCHEMA`]): `None` when no replica ever claimed it. One
+/// statement ([`sql::lease::who_holds`]) over the simple query protocol, so it also works
+/// through a transaction-mode pooler.
 ///
 /// # Errors
 /// [`StatusError::Query`] when the query fails (the lease table does not exist: `42P01`) or
@@ -58,9 +60,12 @@ impl std::fmt::Display for LeaseStatus {
 #[cfg(feature = "deadpool")]
 pub async fn lease_holder(
     client: &tokio_postgres::Client,
+    schema: &str,
     key: LockKey,
 ) -> Result<Option<LeaseStatus>, StatusError> {
-    let messages = client.simple_query(&sql::lease::who_holds(key)).await?;
+    let messages = client
+        .simple_query(&sql::lease::who_holds(schema, key))
+        .await?;
     lease_of(key, &crate::session::text_rows(messages)?)
 }
 
@@ -70,10 +75,11 @@ pub async fn lease_holder(
 /// As [`lease_holder`].
 pub(crate) async fn lease_holder_on(
     session: &dyn LockSession,
+    schema: &str,
     key: LockKey,
 ) -> Result<Option<LeaseStatus>, StatusError> {
     let rows = session
-        .query(&sql::lease::who_holds(key))
+        .query(&sql::lease::who_holds(schema, key))
         .await
         .map_err(crate::session::QueryError::into_cause)?;
     lease_of(key, &rows)
