@@ -8,8 +8,8 @@ use crate::task::BoxError;
 
 /// An error that retrying will not fix (a missing privilege, a configuration error): a
 /// worker that returns it is not restarted by the [`Supervisor`](crate::Supervisor) (it stays
-/// stopped and fails the `workers` probe), and a leader-ticked pass that returns it makes the
-/// leader resign ([`LeaderSource::step_down`](crate::loops::LeaderSource::step_down)), so that
+/// stopped and fails the `workers` probe), and a leader-ticked pass that returns it (or fails
+/// with one of [`UNFIT_SQLSTATES`], [`is_permanent`]) makes the leader resign ([`LeaderSource::step_down`](crate::loops::LeaderSource::step_down)), so that
 /// a replica able to do the work takes over instead of this one holding leadership while its
 /// work fails.
 #[derive(Debug)]
@@ -42,6 +42,21 @@ impl Error for Permanent {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         self.0.source()
     }
+}
+
+/// The SQLSTATEs of a pass's failure that say this replica cannot do the leader's work at all,
+/// whatever it retries: `42501` (insufficient privilege: a role without the grants the work
+/// needs) and `25006` (read-only transaction: a read-only role, `default_transaction_read_only`,
+/// or a hot standby reached by mistake).
+pub const UNFIT_SQLSTATES: [&str; 2] = ["42501", "25006"];
+
+/// Whether `error` says the work cannot succeed on this replica by retrying: marked
+/// [`Permanent`], or failed with one of [`UNFIT_SQLSTATES`].
+pub fn is_permanent(error: &(dyn Error + 'static)) -> bool {
+    Permanent::is(error)
+        || report(error)
+            .sqlstate
+            .is_some_and(|code| UNFIT_SQLSTATES.contains(&code.as_str()))
 }
 
 /// A failure as a log line or a probe says it: the error's text followed by each source's

@@ -52,7 +52,7 @@ mod readiness;
 mod supervisor;
 mod task;
 
-pub use failure::{Permanent, Reported, report};
+pub use failure::{Permanent, Reported, UNFIT_SQLSTATES, is_permanent, report};
 pub use liveness::{ElectorLiveness, Liveness, LivenessReport};
 pub use loops::{
     Background, EveryReplica, Gate, LeaderSource, LeaderTicker, WhileLeader, wire_background,

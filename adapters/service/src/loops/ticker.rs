@@ -185,7 +185,7 @@ impl<L: LeaderSource> LeaderTicker<L> {
         let reported = match &ran {
             Ok(Err(error)) => Some((
                 crate::failure::report(error.as_ref()),
-                crate::failure::Permanent::is(error.as_ref()),
+                crate::failure::is_permanent(error.as_ref()),
             )),
             _ => None,
         };
