@@ -169,3 +169,24 @@ async fn the_demo_exits_non_zero_when_every_replica_failed() {
         "{stderr}"
     );
 }
+
+/// Issue 37: while the election has not started (the demo's schema fails to be made), `/status`
+/// says what the replica waits for, with the server's own error, instead of
+/// `check_failure: null`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_says_what_a_replica_waits_for_before_its_election_starts() {
+    let mut refused = plexsphere_leader_tests::base_config().unwrap();
+    refused.user("plx_no_such_role");
+    let dsn = plexsphere_leader_tests::replica_process::dsn(&refused);
+    let demo = loops_support::Demo::start(&dsn, &[], &[]).await;
+    let waiting = loops_support::eventually(Duration::from_secs(60), "waiting_for", || async {
+        let (code, body) = loops_support::get(demo.addr, "/status").await.ok()?;
+        let status: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let waiting = status["waiting_for"].as_str()?.to_owned();
+        (code == 200 && waiting.contains("does not exist")).then_some(waiting)
+    })
+    .await;
+    assert!(waiting.starts_with("the demo schema"), "{waiting}");
+    assert!(waiting.contains(r#"role "plx_no_such_role" does not exist"#), "{waiting}");
+    demo.stop(Duration::from_secs(15)).await;
+}

@@ -77,6 +77,35 @@ impl CheckError {
     }
 }
 
+/// What to grant for a 42501 whose message names the kind of object (`permission denied for
+/// table …`): the privilege of that kind; `None` when the message names none.
+fn privilege_advice(message: &str) -> Option<&'static str> {
+    const KINDS: [(&str, &str); 4] = [
+        (
+            "permission denied for table",
+            "grant the role the table privileges the election needs (the lease: GRANT SELECT, \
+             INSERT, UPDATE ON plexsphere_leader_lease, plexsphere_leader_fence TO <role>)",
+        ),
+        (
+            "permission denied for schema",
+            "grant the role the schema's privileges (GRANT USAGE ON SCHEMA <schema> TO <role>; \
+             CREATE too for a setup that makes the tables)",
+        ),
+        (
+            "permission denied for database",
+            "grant the role the database (GRANT CONNECT ON DATABASE <database> TO <role>)",
+        ),
+        (
+            "permission denied for function",
+            "grant the role the function (GRANT EXECUTE ON FUNCTION <function> TO <role>)",
+        ),
+    ];
+    KINDS
+        .iter()
+        .find(|(said, _)| message.contains(said))
+        .map(|(_, advice)| *advice)
+}
+
 /// The SQLSTATEs of configuration errors that retrying alone will not fix, and what to do.
 const PERMANENT: [(&str, &str); 7] = [
     (
@@ -129,6 +158,10 @@ impl CheckError {
     pub fn advice(&self) -> Option<String> {
         let code = self.sqlstate()?;
         let (_, ours) = PERMANENT.iter().find(|(permanent, _)| *permanent == code)?;
+        let ours = match code {
+            "42501" => privilege_advice(&self.to_string()).unwrap_or(ours),
+            _ => ours,
+        };
         Some(match self.server_hint() {
             Some(hint) => format!("{hint}; {ours}"),
             None => (*ours).to_owned(),
@@ -346,6 +379,28 @@ impl RunError {
 mod tests {
     use super::*;
     use plexsphere_leader_core::failures::FailureClass;
+
+    #[test]
+    fn a_missing_privilege_gets_the_advice_of_its_kind_of_object() {
+        let denied = |what: &str| {
+            CheckError::backend(
+                std::io::Error::other(format!("ERROR: permission denied for {what} x")),
+                Some("42501".into()),
+            )
+            .advice()
+            .unwrap()
+        };
+        assert!(denied("table").contains("ON plexsphere_leader_lease"));
+        assert!(denied("schema").contains("USAGE ON SCHEMA"));
+        assert!(denied("database").contains("CONNECT ON DATABASE"));
+        let other = CheckError::backend(std::io::Error::other("nope"), Some("42501".into()));
+        assert!(
+            other
+                .advice()
+                .unwrap()
+                .contains("grant the missing privilege")
+        );
+    }
 
     #[test]
     fn configuration_errors_are_permanent_with_advice_and_the_rest_transient() {

@@ -77,7 +77,12 @@ struct Me {
     interval: Duration,
     /// `$PLEXSPHERE_SSE_NONCE_TTL`: the period and freshness window of `sse-nonce-sweep`.
     nonce_ttl: Duration,
+    /// What the replica waits for before its election starts, for `/status`.
+    waiting: Waiting,
 }
+
+/// What a replica waits for before its election starts (`None` once it runs).
+type Waiting = Arc<Mutex<Option<String>>>;
 
 /// Runs replica `index` until Ctrl-C, SIGTERM, or its standard input closes (the demo that
 /// started it is gone).
@@ -90,6 +95,9 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         application_name: format!("plexsphere-demo-r{index}-{pid}"),
         interval: args.check_interval,
         nonce_ttl: sse_nonce_ttl_from_env()?,
+        waiting: Arc::new(Mutex::new(Some(
+            "the demo schema, before the election starts".into(),
+        ))),
     };
     init_logs(index);
     let shutdown = CancellationToken::new();
@@ -201,7 +209,7 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         shutdown.cancel();
     }
     if let Some(pool) = &pool
-        && !create_schema(pool, &shutdown, me.interval, &args).await
+        && !create_schema(pool, &shutdown, me.interval, &args, &me.waiting).await
     {
         return stop_serving(server).await;
     }
@@ -348,6 +356,7 @@ async fn create_schema(
     shutdown: &CancellationToken,
     interval: Duration,
     args: &Args,
+    waiting: &Waiting,
 ) -> bool {
     loop {
         let attempt = async {
@@ -362,10 +371,17 @@ async fn create_schema(
             Ok::<(), Error>(())
         };
         match attempt.await {
-            Ok(()) => return true,
+            Ok(()) => {
+                *waiting.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                return true;
+            }
             Err(error) => {
                 let error = chain(error.as_ref());
                 tracing::warn!(%error, "create the demo schema; retrying");
+                *waiting.lock().unwrap_or_else(PoisonError::into_inner) = Some(format!(
+                    "the demo schema, before the election starts; it fails, retried every \
+                     interval: {error}"
+                ));
             }
         }
         tokio::select! {
@@ -829,6 +845,13 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
                 "advice": failure.advice,
             })
         }),
+        // What the replica waits for before its election starts (`null` once it runs).
+        "waiting_for": state
+            .me
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone(),
         "application_name": state.me.application_name,
         "check_interval_ms": u64::try_from(state.me.interval.as_millis()).unwrap_or(u64::MAX),
         "ready": state.readiness.report().is_ready(),
