@@ -187,6 +187,9 @@ async fn status_says_what_a_replica_waits_for_before_its_election_starts() {
     })
     .await;
     assert!(waiting.starts_with("the demo schema"), "{waiting}");
-    assert!(waiting.contains(r#"role "plx_no_such_role" does not exist"#), "{waiting}");
+    assert!(
+        waiting.contains(r#"role "plx_no_such_role" does not exist"#),
+        "{waiting}"
+    );
     demo.stop(Duration::from_secs(15)).await;
 }

@@ -128,6 +128,48 @@ async fn behind_a_transaction_mode_pgbouncer_no_replica_leads_alone_or_not_and_e
     assert_eq!(observer.max_granted(), 0, "the lock was never taken");
     assert_eq!(observer.current(), None);
 
+    // Pools of one connection cannot prove themselves: `p` leads on the pooler's one server
+    // session, and the leader's own check catches the pooler once `q`'s grant runs there: `p`
+    // demotes (`shared`) and its run fails with the same typed error; `q` is refused, saying
+    // why.
+    let one = |name: &'static str| {
+        let dsn = plexsphere_leader_tests::replica_process::dsn(&pooled);
+        (name, dsn)
+    };
+    let (name, dsn) = one("p");
+    let p = fleet.spawn_dsn(name, dsn, I, 1).await;
+    fleet.wait_lead(p, STARTUP).await;
+    let (name, dsn) = one("q");
+    let q = fleet.spawn_dsn(name, dsn, I, 1).await;
+    let started = Instant::now();
+    let (demoted, _) = fleet.wait_follow_since(p, started, 2 * I + MARGIN).await;
+    println!("p demoted {:?} after q started", demoted - started);
+    let exit = fleet
+        .get(p)
+        .wait_for(MARGIN, |r| r.event == "exit")
+        .await
+        .expect("p's run returned");
+    let error = exit.str("run").unwrap_or_default().to_owned();
+    assert!(error.contains("multiplexes server sessions"), "{error:?}");
+    let lost = fleet
+        .get(p)
+        .logs("WARN", "leader: lost background leader lock");
+    assert!(
+        lost.iter()
+            .any(|line| line.str("message").unwrap_or_default().contains("shared")),
+        "{lost:?}"
+    );
+    let refused = fleet.get(q).logs("WARN", "leader: acquire lock connection");
+    assert!(
+        refused.iter().any(|line| line
+            .str("message")
+            .unwrap_or_default()
+            .contains("PgBouncer in transaction mode")),
+        "q says why it does not lead: {refused:?}"
+    );
+    let report = fleet.get_mut(q).stop().await.unwrap();
+    fault_support::assert_pool_intact("q", &report);
+
     // A replica connected directly leads as usual.
     let mut direct = Fleet::new();
     let c = direct.spawn("c", &db.config(), I).await;
