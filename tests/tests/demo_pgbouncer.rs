@@ -23,6 +23,15 @@ use nix::unistd::Pid;
 use plexsphere_leader_tests::{PgBouncer, PoolMode, TestDb};
 use tokio::time::Instant;
 
+/// The DSN of `db` through `bouncer`.
+fn through(bouncer: &PgBouncer, db: &TestDb) -> String {
+    format!(
+        "host=127.0.0.1 port={} dbname={} user=postgres",
+        bouncer.port(),
+        db.name()
+    )
+}
+
 /// How long leadership must hold still.
 const STEADY: Duration = Duration::from_secs(60);
 
@@ -35,11 +44,7 @@ async fn behind_a_transaction_mode_pgbouncer_the_lease_demo_keeps_one_leader_and
     let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 4)
         .await
         .expect("PgBouncer");
-    let dsn = format!(
-        "host=127.0.0.1 port={} dbname={} user=postgres",
-        bouncer.port(),
-        db.name()
-    );
+    let dsn = through(&bouncer, &db);
     let demo = Demo::start_replicas(&dsn, 3, "200ms", &["--mechanism", "lease"], &[]).await;
 
     let (leader, leader_pid) = eventually(BOOT, "a replica leads", || async {
@@ -132,11 +137,7 @@ async fn behind_a_transaction_mode_pgbouncer_the_advisory_demo_never_leads_and_e
     let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 1)
         .await
         .expect("PgBouncer");
-    let dsn = format!(
-        "host=127.0.0.1 port={} dbname={} user=postgres",
-        bouncer.port(),
-        db.name()
-    );
+    let dsn = through(&bouncer, &db);
     let mut demo = Demo::start_replicas(&dsn, 2, "200ms", &[], &[]).await;
     let status = demo.wait_exit(BOOT + MARGIN).await;
     assert!(!status.success(), "{status}");

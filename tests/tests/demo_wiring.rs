@@ -143,12 +143,20 @@ fn strings(value: &serde_json::Value) -> Vec<&str> {
 
 /// The ticks counted per loop in a `/metrics` body, summed over the outcomes.
 fn ticks(metrics: &str) -> BTreeMap<String, u64> {
+    ticks_of(metrics, None)
+}
+
+/// The ticks counted per loop in a `/metrics` body with `outcome` (every outcome: `None`).
+fn ticks_of(metrics: &str, outcome: Option<&str>) -> BTreeMap<String, u64> {
     let mut ticks = BTreeMap::new();
     let series = metrics
         .lines()
         .filter_map(|line| line.strip_prefix("plexsphere_background_loop_ticks_total{"));
     for line in series {
         let (labels, value) = line.split_once("} ").unwrap();
+        if outcome.is_some_and(|outcome| !labels.contains(&format!("outcome=\"{outcome}\""))) {
+            continue;
+        }
         let name = labels
             .split(',')
             .find_map(|label| label.strip_prefix("loop=\""))
@@ -289,25 +297,7 @@ async fn each_loop_runs_where_the_spec_places_it_and_a_standby_runs_only_the_eve
     }
 
     // The standby's ticked loops tick, and every tick is a standby's; the leader's pass.
-    let outcomes = |metrics: &str, outcome: &str| -> BTreeMap<String, u64> {
-        let mut counted = BTreeMap::new();
-        for line in metrics
-            .lines()
-            .filter_map(|line| line.strip_prefix("plexsphere_background_loop_ticks_total{"))
-        {
-            let (labels, value) = line.split_once("} ").unwrap();
-            if !labels.contains(&format!("outcome=\"{outcome}\"")) {
-                continue;
-            }
-            let name = labels
-                .split(',')
-                .find_map(|label| label.strip_prefix("loop=\""))
-                .and_then(|name| name.strip_suffix('"'))
-                .unwrap();
-            *counted.entry(name.to_owned()).or_default() += value.trim().parse::<u64>().unwrap();
-        }
-        counted
-    };
+    let outcomes = |metrics: &str, outcome: &str| ticks_of(metrics, Some(outcome));
     let standby_ticks = eventually(BOOT, "every ticked loop ticking on the standby", || async {
         let (_, body) = get(demo.replica_addr(standby), "/metrics").await.ok()?;
         let counted = outcomes(&body, "standby");

@@ -330,20 +330,10 @@ fn pool(dsn: &str, application_name: &str) -> Result<Pool, Error> {
         .build()?)
 }
 
-/// `error` and its sources, `": "`-separated, a source left out when the text before already
-/// says it: the driver's `db error` alone says nothing of a wrong password or a missing role.
+/// `error` and its sources (the service kit's [`report`](plexsphere_leader_service::report)):
+/// the driver's `db error` alone says nothing of a wrong password or a missing role.
 fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let next = cause.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = cause.source();
-    }
-    text
+    plexsphere_leader_service::report(error).text
 }
 
 /// Creates the demo schema, retrying every interval until it works; `false` when the shutdown
