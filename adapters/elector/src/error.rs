@@ -107,7 +107,7 @@ fn privilege_advice(message: &str) -> Option<&'static str> {
 }
 
 /// The SQLSTATEs of configuration errors that retrying alone will not fix, and what to do.
-const PERMANENT: [(&str, &str); 7] = [
+const PERMANENT: [(&str, &str); 8] = [
     (
         "3D000",
         "create the database, or fix dbname in the connection settings",
@@ -134,12 +134,18 @@ const PERMANENT: [(&str, &str); 7] = [
         "42883",
         "the server lacks a function the election needs: PostgreSQL 14 or newer",
     ),
+    (
+        "25006",
+        "the role's sessions are read-only (default_transaction_read_only, or a hot standby): \
+         connect to the primary as a role that may write",
+    ),
 ];
 
 impl CheckError {
     /// Whether retrying alone can fix this failure: [`FailureClass::Permanent`] for a database
     /// that does not exist, a role that may not connect, a wrong password, a missing privilege
-    /// or table (SQLSTATE `3D000`, `28000`, `28P01`, `42501`, `42P01`, `3F000`, `42883`);
+    /// or table, a read-only session (SQLSTATE `3D000`, `28000`, `28P01`, `42501`, `42P01`,
+    /// `3F000`, `42883`, `25006`);
     /// [`FailureClass::Transient`] otherwise.
     ///
     /// [`FailureClass::Permanent`]: plexsphere_leader_core::failures::FailureClass::Permanent
@@ -405,7 +411,7 @@ mod tests {
     #[test]
     fn configuration_errors_are_permanent_with_advice_and_the_rest_transient() {
         for code in [
-            "3D000", "28000", "28P01", "42501", "42P01", "3F000", "42883",
+            "3D000", "28000", "28P01", "42501", "42P01", "3F000", "42883", "25006",
         ] {
             let error = CheckError::backend(std::io::Error::other("x"), Some(code.into()));
             assert_eq!(error.class(), FailureClass::Permanent, "{code}");
