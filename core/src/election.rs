@@ -109,6 +109,7 @@ pub use self::role::{Phase, Timer};
 /// # Time
 /// Instants must come from one monotonic clock. Deadlines are computed with `Instant + Duration`
 /// and so panic, like `std` does, only for instants within a few days of the platform's limit.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Election<C> {
     options: Options,
     state: State,

@@ -49,11 +49,13 @@ pub enum Phase {
     Releasing,
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) enum State {
     Idle,
     Running(Running),
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct Running {
     pub(super) schedule: Schedule,
     pub(super) role: Role,
@@ -62,7 +64,7 @@ pub(super) struct Running {
 }
 
 /// What a replica does once its lock is given up on purpose.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum AfterRelease {
     /// The run finishes (a stop request).
     Finish,
@@ -70,6 +72,7 @@ pub(super) enum AfterRelease {
     Standby,
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) enum Role {
     Standby(Standby),
     Leader(Leader),
@@ -77,6 +80,7 @@ pub(super) enum Role {
     Releasing(Releasing),
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) enum Standby {
     Waiting {
         next_check: Instant,
@@ -114,6 +118,7 @@ pub(super) enum Standby {
     },
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct Leader {
     pub(super) term: TermId,
     pub(super) hold: Hold,
@@ -123,7 +128,7 @@ pub(super) struct Leader {
 }
 
 /// What a term holds: the advisory lock on a session, or a lease row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum Hold {
     /// The advisory lock on the hijacked session `conn`, granted to backend `backend_pid`: every
     /// check must be answered by it.
@@ -143,6 +148,7 @@ impl Hold {
     }
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) enum LeaderCheck {
     Waiting {
         next_check: Instant,
@@ -159,6 +165,7 @@ pub(super) enum LeaderCheck {
     },
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct Draining {
     pub(super) term: TermId,
     pub(super) hold: Hold,
@@ -166,6 +173,7 @@ pub(super) struct Draining {
     pub(super) then: AfterRelease,
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct Releasing {
     pub(super) term: TermId,
     pub(super) hold: Hold,
