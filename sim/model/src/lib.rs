@@ -8,6 +8,7 @@
 //! are never written twice.
 //!
 //! - [`single`]: the advisory lock and the lease (one lock).
+//! - [`sharded`]: the sharded election over a space of four shards.
 //! - [`check`]: running a check breadth-first and reporting it.
 //! - [`sabotage`]: planted bugs, to prove the properties can fail.
 //! - [`trace`]: a counterexample as the inputs a core unit test replays.
@@ -19,5 +20,6 @@ pub mod clock;
 pub mod flight;
 pub mod sabotage;
 pub mod server;
+pub mod sharded;
 pub mod single;
 pub mod trace;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 use plexsphere_leader_model::check::{self, Outcome, Settings};
 use plexsphere_leader_model::sabotage::Sabotage;
+use plexsphere_leader_model::sharded::ShardedModel;
 use plexsphere_leader_model::single::{Mechanism, SingleModel};
 
 /// Exhaustive, bounded model check of the core's election machines.
@@ -35,7 +36,8 @@ struct Args {
 
 /// The CI size of each model: (depth, faults).
 const ADVISORY: (usize, u8) = (20, 2);
-const LEASE: (usize, u8) = (20, 2);
+const LEASE: (usize, u8) = (24, 2);
+const SHARDED: (usize, u8) = (36, 1);
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -60,6 +62,18 @@ fn main() -> ExitCode {
             ..Settings::new(depth)
         };
         let outcome = check::run(name, model, settings);
+        report(&outcome);
+        outcomes.push(outcome);
+    }
+    if wanted("sharded") {
+        let model = ShardedModel::new().with_faults(args.faults.unwrap_or(SHARDED.1));
+        let settings = Settings {
+            threads: args.threads,
+            timeout,
+            examples: args.examples,
+            ..Settings::new(args.depth.unwrap_or(SHARDED.0))
+        };
+        let outcome = check::run("sharded", model, settings);
         report(&outcome);
         outcomes.push(outcome);
     }

@@ -1,0 +1,55 @@
+//! Symmetry reduction over the identical sharded replicas (see the single-lock models' note:
+//! stateright 0.31's breadth-first checker does not apply `symmetry()`).
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use super::state::State;
+use crate::server::Sess;
+
+/// The representative of `state`'s class under permutations of the replicas.
+pub(super) fn representative(state: &State) -> State {
+    let keys: Vec<u64> = state
+        .replicas
+        .iter()
+        .map(|replica| {
+            let mut hasher = DefaultHasher::new();
+            replica.hash(&mut hasher);
+            hasher.finish()
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..state.replicas.len()).collect();
+    order.sort_by_key(|&r| keys[r]);
+    if order.iter().enumerate().all(|(new, &old)| new == old) {
+        return state.clone();
+    }
+    let mut renamed = vec![0u8; order.len()];
+    for (new, &old) in order.iter().enumerate() {
+        renamed[old] = u8::try_from(new).unwrap_or(u8::MAX);
+    }
+    let rename = |index: u8| renamed.get(usize::from(index)).copied().unwrap_or(index);
+    let sess = |s: Sess| Sess {
+        replica: rename(s.replica),
+        ..s
+    };
+    let mut next = state.clone();
+    next.replicas = order
+        .iter()
+        .map(|&old| state.replicas[old].clone())
+        .collect();
+    for session in &mut next.server.sessions {
+        session.owner = sess(session.owner);
+    }
+    next.server.sessions.sort_by_key(|s| s.owner);
+    for holder in next.server.holders.iter_mut().flatten() {
+        *holder = sess(*holder);
+    }
+    for flight in &mut next.flights {
+        flight.owner = sess(flight.owner);
+    }
+    next.flights.sort_by_key(|f| f.owner);
+    for (from, _) in next.given_up.values_mut() {
+        *from = rename(*from);
+    }
+    next
+}
