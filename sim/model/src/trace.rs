@@ -118,8 +118,9 @@ impl<E: Clone> Recorder<E> {
     }
 }
 
-/// Replays `inputs` on `machine` through the [`Machine`] contract, returning the actions each
-/// input queued: how a core unit test reproduces one replica's side of a counterexample.
+/// Replays `inputs` on `machine` through the [`Machine`] contract (the deadlines due are fired
+/// before each event, as the model's driver does), returning the actions each input queued: how
+/// a core unit test reproduces one replica's side of a counterexample.
 pub fn replay<M: Machine>(
     machine: &mut M,
     inputs: &[(Micros, Input<M::Event>)],
@@ -137,6 +138,7 @@ where
                 }
                 Input::Timeout => machine.handle_timeout(now),
                 Input::Event(event) => {
+                    machine.handle_timeout(now);
                     let _handled = machine.handle_event(now, event.clone());
                 }
             }

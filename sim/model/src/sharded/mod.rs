@@ -101,7 +101,7 @@ impl ShardedModel {
         next
     }
 
-    fn initial(&self) -> State {
+    fn initial(&self, trace: Option<&mut Recorder<ShardEvent<Cause>>>) -> State {
         let replicas = (0..self.replicas)
             .map(|r| Replica {
                 name: u8::try_from(r).unwrap_or(u8::MAX),
@@ -134,7 +134,7 @@ impl ShardedModel {
         let mut world = World {
             model: self,
             s: &mut state,
-            trace: None,
+            trace,
         };
         for r in 0..self.replicas {
             world.feed(r, Input::Start);
@@ -368,7 +368,7 @@ impl Model for ShardedModel {
     type Action = Step;
 
     fn init_states(&self) -> Vec<State> {
-        let state = self.initial();
+        let state = self.initial(None);
         vec![if self.symmetry {
             canon::representative(&state)
         } else {
@@ -401,6 +401,7 @@ impl Checked for ShardedModel {
 
     fn explain(&self, path: &Path<State, Step>) -> Vec<String> {
         let mut recorder = Recorder::default();
+        let _initial = self.initial(Some(&mut recorder));
         let mut last = None;
         for (state, step) in path.clone().into_vec() {
             match step {

@@ -193,8 +193,22 @@ impl SingleModel {
         next
     }
 
+    /// Replays `path`, recording every step and every input each core machine received: the
+    /// inputs of one replica's run ([`Recorder::inputs_of`]) replay on a fresh [`Election`]
+    /// with [`replay`](crate::trace::replay).
+    pub fn record(&self, path: &Path<State, Step>) -> Recorder<Event<Cause>> {
+        let mut recorder = Recorder::default();
+        let _initial = self.initial(Some(&mut recorder));
+        for (state, step) in path.clone().into_vec() {
+            if let Some(step) = step {
+                let _next = self.apply(&state, step, Some(&mut recorder));
+            }
+        }
+        recorder
+    }
+
     /// The initial state: every replica started at the server's instant zero.
-    fn initial(&self) -> State {
+    fn initial(&self, trace: Option<&mut Recorder<Event<Cause>>>) -> State {
         let replicas = (0..self.replicas)
             .map(|r| Replica {
                 name: u8::try_from(r).unwrap_or(u8::MAX),
@@ -231,7 +245,7 @@ impl SingleModel {
         let mut world = World {
             model: self,
             s: &mut state,
-            trace: None,
+            trace,
         };
         for r in 0..self.replicas {
             world.feed(r, Input::Start);
@@ -504,7 +518,7 @@ impl Model for SingleModel {
     type Action = Step;
 
     fn init_states(&self) -> Vec<State> {
-        let state = self.initial();
+        let state = self.initial(None);
         vec![if self.symmetry {
             canon::representative(&state)
         } else {
@@ -536,17 +550,8 @@ impl Checked for SingleModel {
     }
 
     fn explain(&self, path: &Path<State, Step>) -> Vec<String> {
-        let mut recorder = Recorder::default();
-        let steps = path.clone().into_vec();
-        let mut last = None;
-        for (state, step) in steps {
-            match step {
-                Some(step) => {
-                    let _next = self.apply(&state, step, Some(&mut recorder));
-                }
-                None => last = Some(state),
-            }
-        }
+        let recorder = self.record(path);
+        let last = Some(path.last_state().clone());
         let mut lines: Vec<String> = recorder.lines().iter().map(ToString::to_string).collect();
         if let Some(state) = last {
             lines.push(format!(
