@@ -447,12 +447,24 @@ fn next_idle_end(server: &super::state::Server, idle: Micros) -> Option<(Micros,
         .min()
 }
 
-/// The next instant anything is due: a replica's deadline, an idle session's end.
+/// The next instant anything is due: a replica's deadline, an idle session's end, and the
+/// instant an owner believing a shard without its lock would pass the detection bound.
 pub(crate) fn next_instant(model: &ShardedModel, s: &State) -> Option<Micros> {
     let replicas = s.replicas.iter().filter(|r| !r.paused).filter_map(|r| {
         let due = r.machine.poll_timeout().map(micros)?;
         Some(s.now + due.saturating_sub(r.local).max(1))
     });
     let idle = next_idle_end(&s.server, model.idle_timeout()).map(|(at, _)| at);
-    replicas.chain(idle).map(|at| at.max(s.now + 1)).min()
+    let detection = crate::single::props::DETECTION_INTERVALS * model.interval();
+    let bounds = s
+        .replicas
+        .iter()
+        .filter(|r| !r.paused)
+        .flat_map(|r| r.stale.values())
+        .map(|stale| s.now + detection.saturating_sub(*stale) + 1);
+    replicas
+        .chain(idle)
+        .chain(bounds)
+        .map(|at| at.max(s.now + 1))
+        .min()
 }

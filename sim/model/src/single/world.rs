@@ -5,7 +5,7 @@
 use plexsphere_leader_core::{Action, Election, Event, TermEndCause, Timer};
 
 use super::state::{Broken, Cause, State, seen};
-use super::{Mechanism, SingleModel};
+use super::{Mechanism, SingleModel, props};
 use crate::clock::{Micros, instant, local_delta, micros, server_delta};
 use crate::flight::{self, Flight, Stage};
 use crate::sabotage::Sabotage;
@@ -312,9 +312,8 @@ impl World<'_> {
             }
         }
         self.server_timeouts();
-        if self.model.sabotage != Sabotage::NonDurableLeaseWrite {
-            // Nothing to flush: every write was durable when answered.
-        } else {
+        if self.model.sabotage == Sabotage::NonDurableLeaseWrite {
+            // The WAL writer flushed what was committed by the last instant.
             self.s.server.lease.flush();
             self.s.server.fence.flush();
         }
@@ -379,7 +378,10 @@ fn fire(machine: &mut Election<Cause>, now: std::time::Instant, sabotage: Sabota
 }
 
 /// The next instant anything is due, on the server's clock: a replica's deadline (through its
-/// clock's rate), a queued wait's timeout, an idle session's end.
+/// clock's rate), a queued wait's timeout, an idle session's end; and the instants at which a
+/// bound would be passed (a leader's lease row expiring, a leader on a lost lock reaching its
+/// detection bound), so that a belief outliving its bound is seen in a state even when the
+/// leader's own deadline falls later.
 pub(crate) fn next_instant(model: &SingleModel, s: &State) -> Option<Micros> {
     let replicas = s.replicas.iter().filter_map(|replica| {
         if replica.paused {
@@ -400,8 +402,25 @@ pub(crate) fn next_instant(model: &SingleModel, s: &State) -> Option<Micros> {
             .next_idle_end(model.idle_timeout())
             .map(|(at, _)| at),
     ];
+    let detection = props::DETECTION_INTERVALS * model.interval();
+    let leaders = || {
+        s.replicas
+            .iter()
+            .filter(|r| !r.paused && r.machine.is_leader())
+    };
+    let bounds = leaders()
+        .filter(|r| r.lost.is_some())
+        .map(|r| s.now + detection.saturating_sub(r.stale) + 1);
+    let expiry = s
+        .server
+        .lease
+        .committed
+        .map(|row| row.expires)
+        .filter(|at| *at > s.now && leaders().next().is_some());
     replicas
         .chain(server.into_iter().flatten())
+        .chain(bounds)
+        .chain(expiry)
         .map(|at| at.max(s.now + 1))
         .min()
 }
