@@ -22,4 +22,5 @@ pub mod sabotage;
 pub mod server;
 pub mod sharded;
 pub mod single;
+pub mod step;
 pub mod trace;

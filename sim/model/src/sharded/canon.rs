@@ -9,15 +9,7 @@ use crate::server::Sess;
 
 /// The representative of `state`'s class under permutations of the replicas.
 pub(super) fn representative(state: &State) -> State {
-    let keys: Vec<u64> = state
-        .replicas
-        .iter()
-        .map(|replica| {
-            let mut hasher = DefaultHasher::new();
-            replica.hash(&mut hasher);
-            hasher.finish()
-        })
-        .collect();
+    let keys: Vec<u64> = (0..state.replicas.len()).map(|r| key(state, r)).collect();
     let mut order: Vec<usize> = (0..state.replicas.len()).collect();
     order.sort_by_key(|&r| keys[r]);
     if order.iter().enumerate().all(|(new, &old)| new == old) {
@@ -52,4 +44,36 @@ pub(super) fn representative(state: &State) -> State {
         *from = rename(*from);
     }
     next
+}
+
+/// A fingerprint of replica `r` and of its part of the environment (its sessions, the shards
+/// its sessions hold, its operations in flight, the shards it gave up), free of replica indices.
+fn key(state: &State, r: usize) -> u64 {
+    let mine = |replica: u8| usize::from(replica) == r;
+    let mut hasher = DefaultHasher::new();
+    state.replicas[r].hash(&mut hasher);
+    for session in state
+        .server
+        .sessions
+        .iter()
+        .filter(|s| mine(s.owner.replica))
+    {
+        (session.owner.run, session.owner.conn, session.pid).hash(&mut hasher);
+        (session.idle_limit, session.last_active, session.member).hash(&mut hasher);
+    }
+    for (shard, holder) in state.server.holders.iter().enumerate() {
+        if let Some(holder) = holder.filter(|h| mine(h.replica)) {
+            (shard, holder.run, holder.conn).hash(&mut hasher);
+        }
+    }
+    for flight in state.flights.iter().filter(|f| mine(f.owner.replica)) {
+        (flight.owner.run, flight.owner.conn).hash(&mut hasher);
+        (&flight.stage, flight.abandoned).hash(&mut hasher);
+    }
+    for (shard, (from, resigned)) in &state.given_up {
+        if mine(*from) {
+            (shard, resigned).hash(&mut hasher);
+        }
+    }
+    hasher.finish()
 }

@@ -13,7 +13,8 @@ use stateright::{Model, Path, Property};
 use crate::check::Checked;
 use crate::clock::{Micros, us};
 use crate::flight::Stage;
-use crate::single::{INTERVAL, Step};
+use crate::single::INTERVAL;
+use crate::step::Step;
 use crate::trace::{Input, Line, Recorder};
 
 mod canon;
@@ -340,26 +341,7 @@ impl World<'_> {
                     format!(" r{}.{}: {what}", name(f.owner.replica), f.owner.run)
                 })
         };
-        match step {
-            Step::Advance => "advance".to_owned(),
-            Step::Deliver(i) => format!("deliver{}", flight(i)),
-            Step::Delay(i) => format!("delay the answer of{}", flight(i)),
-            Step::Lose(i) => format!("lose{}", flight(i)),
-            Step::Crash { replica, fin } => {
-                let how = if fin { "sockets closed" } else { "silently" };
-                format!("crash and restart r{} ({how})", name(replica))
-            }
-            Step::Terminate(r) => format!("pg_terminate_backend of r{}'s session", name(r)),
-            Step::Pause(r) => format!("pause r{}", name(r)),
-            Step::Resume(r) => format!("resume r{}", name(r)),
-            Step::Partition(r) => format!("partition r{} from the server", name(r)),
-            Step::Heal(r) => format!("heal r{}'s partition", name(r)),
-            Step::Stop(r) => format!("ordered stop of r{}", name(r)),
-            Step::Resign(r) => format!("resign r{}", name(r)),
-            Step::Eligible(r, e) => format!("r{} eligible: {e}", name(r)),
-            Step::Restart => "server restart".to_owned(),
-            Step::Failover => "failover".to_owned(),
-        }
+        step.describe(name, flight)
     }
 }
 

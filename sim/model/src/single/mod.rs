@@ -10,15 +10,16 @@ use plexsphere_leader_core::{
 };
 use stateright::{Model, Path, Property};
 
-use crate::check::Checked;
 use crate::clock::{EXACT, Micros, Ppm, us};
 use crate::flight::Stage;
 use crate::sabotage::Sabotage;
 use crate::server::Server;
+pub use crate::step::Step;
 use crate::trace::{Input, Line, Recorder};
 
 mod canon;
 mod execute;
+mod explain;
 mod faults;
 pub mod props;
 pub mod state;
@@ -47,47 +48,6 @@ pub enum PauseClock {
     Runs,
     /// It stops (a suspended host, whose `CLOCK_MONOTONIC` does not count the suspension).
     Stops,
-}
-
-/// One step the checker may choose.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Step {
-    /// Time passes to the next instant anything is due.
-    Advance,
-    /// The operation in flight at this index reaches the server (if not yet) and its answer is
-    /// delivered.
-    Deliver(u8),
-    /// The server runs the operation at this index; its answer comes late (a fault).
-    Delay(u8),
-    /// The operation at this index, or its answer, is lost (a fault).
-    Lose(u8),
-    /// A replica's process crashes and restarts; `fin`: its sockets closed visibly.
-    Crash {
-        /// The replica.
-        replica: u8,
-        /// Whether the server saw the sockets close.
-        fin: bool,
-    },
-    /// `pg_terminate_backend` of a replica's lock session.
-    Terminate(u8),
-    /// A replica stops taking input.
-    Pause(u8),
-    /// A paused replica goes on.
-    Resume(u8),
-    /// A replica is cut off from the server (both directions).
-    Partition(u8),
-    /// A partition heals.
-    Heal(u8),
-    /// The ordered stop of a replica.
-    Stop(u8),
-    /// The operator's resign.
-    Resign(u8),
-    /// The operator's eligibility switch.
-    Eligible(u8, bool),
-    /// The server restarts; its clients see their connections reset.
-    Restart,
-    /// The primary fails over to a new one; nobody hears of it.
-    Failover,
 }
 
 /// A single-lock model.
@@ -490,26 +450,7 @@ impl World<'_> {
                     )
                 })
         };
-        match step {
-            Step::Advance => "advance".to_owned(),
-            Step::Deliver(i) => format!("deliver{}", flight(i)),
-            Step::Delay(i) => format!("delay the answer of{}", flight(i)),
-            Step::Lose(i) => format!("lose{}", flight(i)),
-            Step::Crash { replica, fin } => {
-                let how = if fin { "sockets closed" } else { "silently" };
-                format!("crash and restart r{} ({how})", name(replica))
-            }
-            Step::Terminate(r) => format!("pg_terminate_backend of r{}'s session", name(r)),
-            Step::Pause(r) => format!("pause r{}", name(r)),
-            Step::Resume(r) => format!("resume r{}", name(r)),
-            Step::Partition(r) => format!("partition r{} from the server", name(r)),
-            Step::Heal(r) => format!("heal r{}'s partition", name(r)),
-            Step::Stop(r) => format!("ordered stop of r{}", name(r)),
-            Step::Resign(r) => format!("resign r{}", name(r)),
-            Step::Eligible(r, e) => format!("r{} eligible: {e}", name(r)),
-            Step::Restart => "server restart".to_owned(),
-            Step::Failover => "failover".to_owned(),
-        }
+        step.describe(name, flight)
     }
 }
 
@@ -542,72 +483,4 @@ impl Model for SingleModel {
     fn properties(&self) -> Vec<Property<Self>> {
         props::properties(self.mechanism)
     }
-}
-
-impl Checked for SingleModel {
-    fn explored(&self) -> &Arc<AtomicUsize> {
-        &self.explored
-    }
-
-    fn explain(&self, path: &Path<State, Step>) -> Vec<String> {
-        let recorder = self.record(path);
-        let last = Some(path.last_state().clone());
-        let mut lines: Vec<String> = recorder.lines().iter().map(ToString::to_string).collect();
-        if let Some(state) = last {
-            lines.push(format!(
-                "end (server {}): {}",
-                crate::trace::ms(state.now),
-                summary(&state)
-            ));
-        }
-        lines
-    }
-}
-
-/// Who leads in `state`, and the environment's view of the lock and the lease.
-fn summary(state: &State) -> String {
-    let replicas: Vec<String> = state
-        .replicas
-        .iter()
-        .map(|r| {
-            let mut text = format!("r{}.{} {:?}", r.name, r.run, r.machine.phase());
-            if r.machine.is_leader() {
-                text.push_str(&format!(" leads (epoch {:?})", r.epoch));
-            }
-            if r.paused {
-                text.push_str(" paused");
-            }
-            if r.lost.is_some() {
-                text.push_str(&format!(" lost its lock {} ago", crate::trace::ms(r.stale)));
-            }
-            text
-        })
-        .collect();
-    let name = |index: u8| {
-        state
-            .replicas
-            .get(usize::from(index))
-            .map_or(u8::MAX, |r| r.name)
-    };
-    let holder = state.server.holder.map_or_else(
-        || "free".to_owned(),
-        |h| format!("r{}.{} {:?}", name(h.replica), h.run, h.conn),
-    );
-    let lease = state.server.lease.committed.map_or_else(
-        || "none".to_owned(),
-        |row| {
-            format!(
-                "r{}.{} epoch {} expires {}",
-                name(row.holder.0),
-                row.holder.1,
-                row.epoch,
-                crate::trace::ms(row.expires)
-            )
-        },
-    );
-    format!(
-        "{}; lock {holder}; lease {lease}; broken {:?}",
-        replicas.join(", "),
-        state.broken
-    )
 }
