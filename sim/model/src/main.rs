@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use plexsphere_leader_core::AcquireMode;
 use plexsphere_leader_model::check::{self, Outcome, Settings};
 use plexsphere_leader_model::sabotage::Sabotage;
 use plexsphere_leader_model::sharded::ShardedModel;
@@ -32,6 +33,19 @@ struct Args {
     /// Print the example path of each "sometimes" property too.
     #[arg(long)]
     examples: bool,
+    /// How the advisory model's standbys ask for the lock: `queue` (CI) or `poll` (the
+    /// spec's `pg_try_advisory_lock` every interval).
+    #[arg(long, value_enum, default_value_t = Acquire::Queue)]
+    acquire: Acquire,
+}
+
+/// The advisory model's acquire mode on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Acquire {
+    /// Wait in the lock's queue.
+    Queue,
+    /// Try the lock every interval.
+    Poll,
 }
 
 /// The CI size of each model: (depth, faults).
@@ -51,9 +65,12 @@ fn main() -> ExitCode {
         if !wanted(name) {
             continue;
         }
-        let model = SingleModel::new(mechanism)
+        let mut model = SingleModel::new(mechanism)
             .with_faults(args.faults.unwrap_or(size.1))
             .with_sabotage(Sabotage::None);
+        if mechanism == Mechanism::Advisory && args.acquire == Acquire::Poll {
+            model = model.with_acquire(AcquireMode::Poll);
+        }
         let depth = args.depth.unwrap_or(size.0);
         let settings = Settings {
             threads: args.threads,

@@ -112,6 +112,14 @@ impl SingleModel {
         self
     }
 
+    /// The same model with standbys asking for the lock by `mode` (advisory lock only; the
+    /// CI model queues).
+    #[must_use]
+    pub fn with_acquire(mut self, mode: AcquireMode) -> Self {
+        self.options = self.options.acquire(mode);
+        self
+    }
+
     /// The same model with `replicas` replicas.
     #[must_use]
     pub fn with_replicas(mut self, replicas: usize) -> Self {
@@ -481,6 +489,7 @@ impl Model for SingleModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        props::properties(self.mechanism)
+        let queued = self.options.acquire_mode() == AcquireMode::Queue;
+        props::properties(self.mechanism, queued)
     }
 }

@@ -18,7 +18,7 @@ pub const DETECTION_INTERVALS: u64 = 2;
 pub const RECOVERY_INTERVALS: u64 = 6;
 
 /// The properties of `mechanism`'s model.
-pub(super) fn properties(mechanism: Mechanism) -> Vec<Property<SingleModel>> {
+pub(super) fn properties(mechanism: Mechanism, queued: bool) -> Vec<Property<SingleModel>> {
     let mut properties = vec![
         Property::always("no overlap beyond the bound", no_overlap_beyond_bound),
         Property::always(
@@ -45,10 +45,11 @@ pub(super) fn properties(mechanism: Mechanism) -> Vec<Property<SingleModel>> {
         }),
     ];
     match mechanism {
-        Mechanism::Advisory => properties.push(Property::sometimes(
+        Mechanism::Advisory if queued => properties.push(Property::sometimes(
             "queued handover",
             |_: &SingleModel, s: &State| s.seen & seen::QUEUED_HANDOVER != 0,
         )),
+        Mechanism::Advisory => {}
         Mechanism::Lease => {
             properties.push(Property::always(
                 "a lease believer trusts inside the row's expiry",
