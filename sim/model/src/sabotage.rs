@@ -23,15 +23,20 @@ pub enum Sabotage {
     /// A queued standby does not wait its turn: its `WaitForLock` on a held lock is answered
     /// "granted" at once.
     SkipQueue,
+    /// The grant does not keep `idle_session_timeout` (the simulation's
+    /// `skip-idle-session-timeout`): a silently orphaned lock session lives on and nobody leads
+    /// again. It breaks the bounded liveness, not safety.
+    SkipIdleSessionTimeout,
 }
 
 impl Sabotage {
     /// Every sabotage, for the CLI and the tests.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::UnboundedTrust,
         Self::RenewIgnoresTerm,
         Self::RenewTakesBack,
         Self::NonDurableLeaseWrite,
         Self::SkipQueue,
+        Self::SkipIdleSessionTimeout,
     ];
 }

@@ -86,9 +86,12 @@ impl World<'_> {
     }
 
     fn grant(&mut self, owner: Sess) -> Event<Cause> {
+        let keeps_limit = self.model.sabotage != Sabotage::SkipIdleSessionTimeout;
         let server = &mut self.s.server;
         server.holder = Some(owner);
-        server.limit_idle(owner);
+        if keeps_limit {
+            server.limit_idle(owner);
+        }
         let backend_pid = server.backend_pid(owner);
         Event::LockGranted {
             conn: owner.conn,

@@ -282,7 +282,9 @@ impl World<'_> {
         let waiter = server.waiters.remove(0);
         server.holder = Some(waiter.owner);
         server.queued_grant = Some(waiter.owner);
-        server.limit_idle(waiter.owner);
+        if self.model.sabotage != Sabotage::SkipIdleSessionTimeout {
+            server.limit_idle(waiter.owner);
+        }
         let now = self.s.now;
         server.touch(waiter.owner, now);
         let backend_pid = server.backend_pid(waiter.owner);
