@@ -148,7 +148,7 @@ impl ShardedModel {
             return;
         }
         let faulty = s.faults_left > 0;
-        let live = s.flights.iter().any(|f| !f.abandoned);
+        let live = awaited(s);
         if world::next_instant(self, s).is_some() && (!live || faulty) {
             steps.push(Step::Advance);
         }
@@ -291,7 +291,7 @@ impl World<'_> {
 
     fn costs(&self, step: Step) -> bool {
         match step {
-            Step::Advance => self.s.flights.iter().any(|f| !f.abandoned),
+            Step::Advance => awaited(self.s),
             Step::Deliver(_) | Step::Resume(_) | Step::Heal(_) | Step::Eligible(_, true) => false,
             Step::Lose(i) => self
                 .s
@@ -343,6 +343,16 @@ impl World<'_> {
         };
         step.describe(name, flight)
     }
+}
+
+/// Whether an answer is awaited that time passing would make late (a fault): an operation
+/// in flight that was not given up, of a replica neither paused nor cut off (for those, the
+/// pause or the partition is the fault).
+fn awaited(s: &State) -> bool {
+    s.flights.iter().any(|f| {
+        let owner = &s.replicas[usize::from(f.owner.replica)];
+        !f.abandoned && !owner.paused && !owner.partitioned
+    })
 }
 
 impl Model for ShardedModel {

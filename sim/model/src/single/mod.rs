@@ -228,7 +228,7 @@ impl SingleModel {
             return;
         }
         let faulty = s.faults_left > 0;
-        let live = s.flights.iter().any(|f| !f.abandoned);
+        let live = awaited(s);
         if world::next_instant(self, s).is_some() && (!live || faulty) {
             steps.push(Step::Advance);
         }
@@ -371,7 +371,7 @@ impl World<'_> {
     /// Whether `step` spends one of the path's faults.
     fn costs(&self, step: Step) -> bool {
         match step {
-            Step::Advance => self.s.flights.iter().any(|f| !f.abandoned),
+            Step::Advance => awaited(self.s),
             Step::Deliver(i) => self
                 .s
                 .flights
@@ -460,6 +460,16 @@ impl World<'_> {
         };
         step.describe(name, flight)
     }
+}
+
+/// Whether an answer is awaited that time passing would make late (a fault): an operation
+/// in flight that was not given up, of a replica neither paused nor cut off (for those, the
+/// pause or the partition is the fault).
+fn awaited(s: &State) -> bool {
+    s.flights.iter().any(|f| {
+        let owner = &s.replicas[usize::from(f.owner.replica)];
+        !f.abandoned && !owner.paused && !owner.partitioned
+    })
 }
 
 impl Model for SingleModel {
