@@ -37,6 +37,39 @@ struct Args {
     /// spec's `pg_try_advisory_lock` every interval).
     #[arg(long, value_enum, default_value_t = Acquire::Queue)]
     acquire: Acquire,
+    /// Plant a bug in the advisory and lease models, to see a counterexample (exits non-zero).
+    #[arg(long, value_enum)]
+    sabotage: Option<Planted>,
+}
+
+/// A planted bug on the command line ([`Sabotage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Planted {
+    /// [`Sabotage::UnboundedTrust`].
+    UnboundedTrust,
+    /// [`Sabotage::RenewIgnoresTerm`].
+    RenewIgnoresTerm,
+    /// [`Sabotage::RenewTakesBack`].
+    RenewTakesBack,
+    /// [`Sabotage::NonDurableLeaseWrite`].
+    NonDurableLeaseWrite,
+    /// [`Sabotage::SkipQueue`].
+    SkipQueue,
+    /// [`Sabotage::SkipIdleSessionTimeout`].
+    SkipIdleSessionTimeout,
+}
+
+impl From<Planted> for Sabotage {
+    fn from(planted: Planted) -> Self {
+        match planted {
+            Planted::UnboundedTrust => Self::UnboundedTrust,
+            Planted::RenewIgnoresTerm => Self::RenewIgnoresTerm,
+            Planted::RenewTakesBack => Self::RenewTakesBack,
+            Planted::NonDurableLeaseWrite => Self::NonDurableLeaseWrite,
+            Planted::SkipQueue => Self::SkipQueue,
+            Planted::SkipIdleSessionTimeout => Self::SkipIdleSessionTimeout,
+        }
+    }
 }
 
 /// The advisory model's acquire mode on the command line.
@@ -67,7 +100,7 @@ fn main() -> ExitCode {
         }
         let mut model = SingleModel::new(mechanism)
             .with_faults(args.faults.unwrap_or(size.1))
-            .with_sabotage(Sabotage::None);
+            .with_sabotage(args.sabotage.map_or(Sabotage::None, Sabotage::from));
         if mechanism == Mechanism::Advisory && args.acquire == Acquire::Poll {
             model = model.with_acquire(AcquireMode::Poll);
         }

@@ -162,3 +162,40 @@ impl Server {
         self.waiters.iter().map(|w| (w.timeout_at, w.owner)).min()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_not_flushed_is_lost_by_a_restart_and_a_durable_one_is_kept() {
+        let mut value = Durable::<u64>::default();
+        value.write(1, true);
+        value.write(2, false);
+        assert_eq!(value.committed, 2);
+        value.recover();
+        assert_eq!(value.committed, 1);
+        value.write(3, false);
+        value.flush();
+        value.recover();
+        assert_eq!(value.committed, 3);
+    }
+
+    #[test]
+    fn sessions_stay_ordered_by_owner_with_a_pid_each() {
+        let mut server = Server::default();
+        let sess = |replica, conn| Sess {
+            replica,
+            run: 0,
+            conn: ConnId::new(conn),
+        };
+        server.open(sess(2, 1), 0);
+        server.open(sess(0, 1), 0);
+        server.open(sess(1, 1), 0);
+        let owners: Vec<u8> = server.sessions.iter().map(|s| s.owner.replica).collect();
+        assert_eq!(owners, vec![0, 1, 2]);
+        assert_eq!(server.backend_pid(sess(2, 1)), 1);
+        assert_eq!(server.backend_pid(sess(1, 1)), 3);
+        assert_eq!(server.backend_pid(sess(1, 2)), 0);
+    }
+}

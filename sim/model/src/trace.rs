@@ -146,3 +146,15 @@ where
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants_print_in_milliseconds() {
+        assert_eq!(ms(3_000_000), "3000ms");
+        assert_eq!(ms(952_381), "952.381ms");
+        assert_eq!(ms(7), "0.007ms");
+    }
+}

@@ -16,6 +16,14 @@ use std::hash::{Hash, Hasher};
 use super::state::State;
 use crate::server::Sess;
 
+/// stateright's own hook, for its depth-first and simulation checkers
+/// (`CheckerBuilder::symmetry`); the breadth-first check gets representatives from the model.
+impl stateright::Representative for State {
+    fn representative(&self) -> Self {
+        representative(self)
+    }
+}
+
 /// The representative of `state`'s class.
 pub(super) fn representative(state: &State) -> State {
     let keys: Vec<u64> = (0..state.replicas.len()).map(|r| key(state, r)).collect();
