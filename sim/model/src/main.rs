@@ -37,7 +37,8 @@ struct Args {
     /// spec's `pg_try_advisory_lock` every interval).
     #[arg(long, value_enum, default_value_t = Acquire::Queue)]
     acquire: Acquire,
-    /// Plant a bug in the advisory and lease models, to see a counterexample (exits non-zero).
+    /// Plant a bug, to see a counterexample (exits non-zero): `stale-survey` in the sharded
+    /// model, the others in the advisory and lease models.
     #[arg(long, value_enum)]
     sabotage: Option<Planted>,
 }
@@ -57,6 +58,8 @@ enum Planted {
     SkipQueue,
     /// [`Sabotage::SkipIdleSessionTimeout`].
     SkipIdleSessionTimeout,
+    /// [`Sabotage::StaleSurvey`] (the sharded model).
+    StaleSurvey,
 }
 
 impl From<Planted> for Sabotage {
@@ -68,6 +71,7 @@ impl From<Planted> for Sabotage {
             Planted::NonDurableLeaseWrite => Self::NonDurableLeaseWrite,
             Planted::SkipQueue => Self::SkipQueue,
             Planted::SkipIdleSessionTimeout => Self::SkipIdleSessionTimeout,
+            Planted::StaleSurvey => Self::StaleSurvey,
         }
     }
 }
@@ -116,7 +120,9 @@ fn main() -> ExitCode {
         outcomes.push(outcome);
     }
     if wanted("sharded") {
-        let model = ShardedModel::new().with_faults(args.faults.unwrap_or(SHARDED.1));
+        let model = ShardedModel::new()
+            .with_faults(args.faults.unwrap_or(SHARDED.1))
+            .with_sabotage(args.sabotage.map_or(Sabotage::None, Sabotage::from));
         let settings = Settings {
             threads: args.threads,
             timeout,

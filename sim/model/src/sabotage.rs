@@ -27,16 +27,22 @@ pub enum Sabotage {
     /// `skip-idle-session-timeout`): a silently orphaned lock session lives on and nobody leads
     /// again. It breaks the bounded liveness, not safety.
     SkipIdleSessionTimeout,
+    /// Sharded model: the driver does not report the lock session's end, and answers a survey
+    /// that failed with the session's last good one (the simulation's
+    /// `keep-shards-on-failed-survey`): a replica whose session ended keeps believing it owns
+    /// its shards.
+    StaleSurvey,
 }
 
 impl Sabotage {
     /// Every sabotage, for the CLI and the tests.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::UnboundedTrust,
         Self::RenewIgnoresTerm,
         Self::RenewTakesBack,
         Self::NonDurableLeaseWrite,
         Self::SkipQueue,
         Self::SkipIdleSessionTimeout,
+        Self::StaleSurvey,
     ];
 }

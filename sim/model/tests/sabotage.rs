@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use plexsphere_leader_model::check::{self, Outcome, Settings};
 use plexsphere_leader_model::sabotage::Sabotage;
+use plexsphere_leader_model::sharded::ShardedModel;
 use plexsphere_leader_model::single::{Mechanism, SingleModel};
 
 /// The longest counterexample a planted bug may take.
@@ -100,4 +101,28 @@ fn a_grant_without_idle_session_timeout_leaves_nobody_leading() {
         &["a leader within the bound after faults stop"],
         60,
     );
+}
+
+/// The sharded model can fail too: a replica whose session was terminated keeps its shards on
+/// stale surveys while the others take them. Two replicas, so that the sharded space (whose
+/// rounds take more steps) fits a short check in a debug build.
+#[test]
+fn a_stale_survey_keeps_shards_its_session_lost() {
+    let model = ShardedModel::new()
+        .with_replicas(2)
+        .with_sabotage(Sabotage::StaleSurvey);
+    let settings = Settings {
+        threads: 1,
+        timeout: Duration::from_secs(300),
+        first_failure: true,
+        ..Settings::new(40)
+    };
+    let outcome = check::run("sharded-sabotaged", model, settings);
+    let property = "no shard overlap beyond the bound";
+    let steps = outcome.counterexample_steps(property);
+    assert!(steps.is_some(), "found {:?}", outcome.figures.violated);
+    println!("StaleSurvey breaks {property:?} in {steps:?} steps:");
+    for line in outcome.counterexample(property).unwrap_or_default() {
+        println!("{line}");
+    }
 }

@@ -6,13 +6,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
-use plexsphere_leader_core::shards::{ShardEvent, ShardOptions, ShardedElection};
+use plexsphere_leader_core::shards::{ShardAction, ShardEvent, ShardOptions, ShardedElection};
 use plexsphere_leader_core::{CheckInterval, IDLE_SESSION_TIMEOUT_INTERVALS};
 use stateright::{Model, Path, Property};
 
 use crate::check::Checked;
 use crate::clock::{Micros, us};
 use crate::flight::Stage;
+use crate::sabotage::Sabotage;
+use crate::server::Sess;
 use crate::single::INTERVAL;
 use crate::step::Step;
 use crate::trace::{Input, Line, Recorder};
@@ -41,6 +43,8 @@ pub struct ShardedModel {
     pub faults: u8,
     /// Whether states are reduced to a representative of the replicas' permutations.
     pub symmetry: bool,
+    /// A planted bug ([`Sabotage::StaleSurvey`]), or none.
+    pub sabotage: Sabotage,
     /// States whose properties were checked.
     pub explored: Arc<AtomicUsize>,
 }
@@ -64,8 +68,23 @@ impl ShardedModel {
             replicas: 3,
             faults: 1,
             symmetry: true,
+            sabotage: Sabotage::None,
             explored: Arc::default(),
         }
+    }
+
+    /// The same model with `sabotage` planted.
+    #[must_use]
+    pub fn with_sabotage(mut self, sabotage: Sabotage) -> Self {
+        self.sabotage = sabotage;
+        self
+    }
+
+    /// The same model with `replicas` replicas.
+    #[must_use]
+    pub fn with_replicas(mut self, replicas: usize) -> Self {
+        self.replicas = replicas;
+        self
     }
 
     /// The same model with `faults` faults per path.
@@ -308,17 +327,51 @@ impl World<'_> {
         }
         let flight = self.s.flights.remove(i);
         let event = match flight.stage {
-            Stage::Sent(action) => self.execute(flight.owner, &action),
+            Stage::Sent(action) => {
+                let survey = matches!(action, ShardAction::Survey { .. });
+                let answer = self.execute(flight.owner, &action);
+                if survey {
+                    self.stale_survey(flight.owner, answer)
+                } else {
+                    answer
+                }
+            }
             Stage::Replied(event) => Some(event),
         };
         let Some(event) = event else { return };
         if !self.is_current(flight.owner) {
             return;
         }
+        let stale = self.model.sabotage == Sabotage::StaleSurvey;
+        if stale && matches!(event, ShardEvent::SessionEnded { .. }) {
+            // The sabotaged driver does not watch its session.
+            return;
+        }
         if answer {
             self.feed(usize::from(flight.owner.replica), Input::Event(event));
         } else {
             self.reply(flight.owner, event);
+        }
+    }
+
+    /// A sabotaged driver answers a failed survey with the session's last good one.
+    fn stale_survey(
+        &self,
+        owner: Sess,
+        answer: Option<ShardEvent<Cause>>,
+    ) -> Option<ShardEvent<Cause>> {
+        let failed = matches!(answer, Some(ShardEvent::StatementFailed { .. }));
+        let last = self
+            .s
+            .replicas
+            .get(usize::from(owner.replica))
+            .and_then(|r| r.machine.last_survey().cloned());
+        match (self.model.sabotage, failed, last) {
+            (Sabotage::StaleSurvey, true, Some(survey)) => Some(ShardEvent::Surveyed {
+                conn: owner.conn,
+                survey,
+            }),
+            _ => answer,
         }
     }
 
