@@ -88,7 +88,7 @@ enum Acquire {
 /// The CI size of each model: (depth, faults).
 const ADVISORY: (usize, u8) = (20, 2);
 const LEASE: (usize, u8) = (24, 2);
-const SHARDED: (usize, u8) = (36, 1);
+const SHARDED: (usize, u8) = (50, 1);
 
 fn main() -> ExitCode {
     let args = Args::parse();

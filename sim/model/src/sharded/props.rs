@@ -51,6 +51,13 @@ pub(super) fn properties() -> Vec<Property<ShardedModel>> {
         Property::sometimes("handover after resign", |_: &ShardedModel, s: &State| {
             s.seen & seen::RESIGN_HANDOVER != 0
         }),
+        Property::sometimes(
+            "quiet past the recovery bound after a fault",
+            |m: &ShardedModel, s: &State| {
+                let bound = SHARD_RECOVERY_INTERVALS * m.interval();
+                s.quiet_since > 0 && s.now - s.quiet_since > bound
+            },
+        ),
     ]
 }
 

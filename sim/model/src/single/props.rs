@@ -43,6 +43,10 @@ pub(super) fn properties(mechanism: Mechanism, queued: bool) -> Vec<Property<Sin
         Property::sometimes("handover after resign", |_: &SingleModel, s: &State| {
             s.seen & seen::RESIGN_HANDOVER != 0
         }),
+        Property::sometimes(
+            "quiet past the recovery bound after a fault",
+            quiet_after_fault,
+        ),
     ];
     match mechanism {
         Mechanism::Advisory if queued => properties.push(Property::sometimes(
@@ -118,6 +122,12 @@ fn trust_inside_expiry(_: &SingleModel, s: &State) -> bool {
                     && row.expires > s.now
             })
         })
+}
+
+/// A fault happened, and the faults have stopped for longer than [`RECOVERY_INTERVALS`]: the
+/// bounded liveness is judged in such a state, so its discovery shows that the depth reaches it.
+fn quiet_after_fault(model: &SingleModel, s: &State) -> bool {
+    s.quiet_since > 0 && s.now - s.quiet_since > RECOVERY_INTERVALS * model.interval()
 }
 
 /// Once the faults stopped for [`RECOVERY_INTERVALS`], a replica leads, if any could (running,
