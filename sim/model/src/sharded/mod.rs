@@ -58,9 +58,10 @@ impl Default for ShardedModel {
 impl ShardedModel {
     /// The model as CI checks it: [`SHARDS`] shards, fencing on, three replicas.
     pub fn new() -> Self {
-        let interval = CheckInterval::new(INTERVAL).unwrap_or_else(|_| unreachable!());
+        let interval = CheckInterval::new(INTERVAL)
+            .unwrap_or_else(|_| unreachable!("one second is a valid check interval"));
         let options = ShardOptions::new(interval, SHARDS)
-            .unwrap_or_else(|_| unreachable!())
+            .unwrap_or_else(|_| unreachable!("four shards are a valid space"))
             .fencing(true);
         Self {
             options,

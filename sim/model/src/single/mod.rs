@@ -76,7 +76,8 @@ pub struct SingleModel {
 impl SingleModel {
     /// The model of `mechanism` as CI checks it.
     pub fn new(mechanism: Mechanism) -> Self {
-        let interval = CheckInterval::new(INTERVAL).unwrap_or_else(|_| unreachable!());
+        let interval = CheckInterval::new(INTERVAL)
+            .unwrap_or_else(|_| unreachable!("one second is a valid check interval"));
         let (options, rates, pause_clock) = match mechanism {
             Mechanism::Advisory => (
                 Options::new(interval)
