@@ -12,7 +12,7 @@ use crate::ids::{ConnId, TermId};
 /// The driver performs at most one I/O operation at a time. An action that starts an operation
 /// on a connection (`TryLock`, `Ping`, `Unlock`) replaces any operation still in flight on it;
 /// [`Action::CloseConnection`] cancels whatever is in flight on its connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Action<C> {
     /// Borrow a connection from the pool for `conn`, then report
     /// [`Event::ConnectionAcquired`](crate::Event::ConnectionAcquired) or
@@ -221,7 +221,7 @@ impl<C> Action<C> {
 }
 
 /// A log record: a fixed message, the term it concerns and, for failures, the cause.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LogRecord<C> {
     /// What happened; fixes the message text and the level.
     pub kind: LogKind,

@@ -230,7 +230,7 @@ impl fmt::Display for LockFinding {
 }
 
 /// Why an operation failed: the driver's error, or a verdict of the election itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Cause<C> {
     /// The driver reported this error.
     Error(C),

@@ -109,6 +109,7 @@ pub use self::role::{Phase, Timer};
 /// # Time
 /// Instants must come from one monotonic clock. Deadlines are computed with `Instant + Duration`
 /// and so panic, like `std` does, only for instants within a few days of the platform's limit.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Election<C> {
     options: Options,
     state: State,
@@ -201,7 +202,7 @@ impl<C> Election<C> {
     }
 
     /// While leading with a lease: the instant its trust ends on this replica's clock (the send
-    /// of its last successful claim or renewal plus [`Lease::trusted_for`]). Past it the
+    /// of its last successful claim or renewal plus [`Lease::trusted_for`](crate::Lease::trusted_for)). Past it the
     /// replica must not act as leader, whether or not [`handle_timeout`](Self::handle_timeout)
     /// has run yet (a paused process, a stalled runtime): a driver answers "am I the leader"
     /// with it at the moment of the call. `None` on a standby and for the advisory lock, whose

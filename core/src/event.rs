@@ -10,7 +10,7 @@ use crate::verify::LockCheck;
 ///
 /// Completions carry the [`ConnId`] of the action they complete. `C` is the driver's error type
 /// (the cause of a failure); the election never inspects it, it only hands it back in log records.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Event<C> {
     /// [`Action::AcquireConnection`](crate::Action::AcquireConnection) produced a connection.
     ConnectionAcquired {

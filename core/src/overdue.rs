@@ -11,7 +11,7 @@ use crate::TermId;
 use crate::options::{OnOverdue, WorkDeadline};
 
 /// The pending work deadlines of ended terms.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct OverdueBook {
     due: VecDeque<(TermId, Instant)>,
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 /// A grid time that passes while a check is still running is due at once when the check ends:
 /// one pending tick, as Go's `time.Ticker` keeps. Any further missed grid times are dropped, so
 /// a pause never causes a burst of checks, and the checks after it fall on the grid again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Schedule {
     origin: Instant,
     interval: Duration,

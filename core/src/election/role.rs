@@ -49,11 +49,13 @@ pub enum Phase {
     Releasing,
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) enum State {
     Idle,
     Running(Running),
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct Running {
     pub(super) schedule: Schedule,
     pub(super) role: Role,
@@ -64,7 +66,7 @@ pub(super) struct Running {
 }
 
 /// What a replica does once its lock is given up on purpose.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum AfterRelease {
     /// The run finishes (a stop request).
     Finish,
@@ -72,6 +74,7 @@ pub(super) enum AfterRelease {
     Standby,
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) enum Role {
     Standby(Standby),
     Leader(Leader),
@@ -79,6 +82,7 @@ pub(super) enum Role {
     Releasing(Releasing),
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) enum Standby {
     Waiting {
         next_check: Instant,
@@ -121,6 +125,7 @@ pub(super) enum Standby {
     },
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct Leader {
     pub(super) term: TermId,
     pub(super) hold: Hold,
@@ -130,7 +135,7 @@ pub(super) struct Leader {
 }
 
 /// What a term holds: the advisory lock on a session, or a lease row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum Hold {
     /// The advisory lock on the hijacked session `conn`, granted to backend `backend_pid`: every
     /// check must be answered by it.
@@ -150,6 +155,7 @@ impl Hold {
     }
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) enum LeaderCheck {
     Waiting {
         next_check: Instant,
@@ -166,6 +172,7 @@ pub(super) enum LeaderCheck {
     },
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct Draining {
     pub(super) term: TermId,
     pub(super) hold: Hold,
@@ -173,6 +180,7 @@ pub(super) struct Draining {
     pub(super) then: AfterRelease,
 }
 
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct Releasing {
     pub(super) term: TermId,
     pub(super) hold: Hold,

@@ -25,7 +25,7 @@ use super::{MemberId, Shard};
 ///
 /// Built by [`Survey::new`] from the rows of the survey statement; the invariants (members
 /// sorted and unique, one entry per shard, the answering backend known) hold for every value.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Survey {
     backend: MemberId,
     members: Vec<MemberId>,

@@ -11,7 +11,7 @@ use crate::ids::{ConnId, TermId};
 ///
 /// Completions echo the [`ConnId`] of their action; one for another connection than the
 /// election's current one is ignored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ShardEvent<C> {
     /// [`ShardAction::AcquireSession`] got a session.
     Acquired {
@@ -142,7 +142,7 @@ impl<C> ShardEvent<C> {
 }
 
 /// What the election asks the driver to do, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ShardAction<C> {
     /// Borrow a session from the pool; report [`ShardEvent::Acquired`] or
     /// [`ShardEvent::AcquireFailed`].
@@ -248,7 +248,7 @@ pub enum ShardAction<C> {
 }
 
 /// A log record of a sharded election.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ShardLog<C> {
     /// What happened.
     pub kind: ShardLogKind,

@@ -41,7 +41,7 @@ mod survey;
 /// non-decreasing `now`, drain [`poll_action`](Self::poll_action) after each, call
 /// [`handle_timeout`](Self::handle_timeout) at [`poll_timeout`](Self::poll_timeout), echo each
 /// action's [`ConnId`] in its completion.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ShardedElection<C> {
     options: ShardOptions,
     run: Option<Run>,
@@ -93,7 +93,7 @@ pub enum ShardPhase {
     Stopping,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Run {
     schedule: Schedule,
     next_check: Option<Instant>,
@@ -112,7 +112,7 @@ struct Run {
     overdue: OverdueBook,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Session {
     None,
     Acquiring { conn: ConnId, deadline: Instant },
@@ -120,7 +120,7 @@ enum Session {
     Open(Open),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Open {
     conn: ConnId,
     backend: MemberId,
@@ -132,7 +132,7 @@ struct Open {
     survey_due: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Op {
     Survey,
     Take(Vec<Shard>),
@@ -141,7 +141,7 @@ enum Op {
     UnlockAll,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Handover {
     term: TermId,
     overdue_at: Instant,
@@ -149,7 +149,7 @@ struct Handover {
     warned: bool,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Stop {
     deadline: Instant,
     awaiting: BTreeSet<TermId>,
@@ -158,7 +158,7 @@ struct Stop {
 }
 
 /// What a stop leads to once every lock is released and the session closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum AfterStop {
     /// The run finishes.
     Finish,

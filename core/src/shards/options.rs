@@ -50,7 +50,7 @@ impl fmt::Display for ShardOptionsError {
 impl std::error::Error for ShardOptionsError {}
 
 /// The server's lock table has no room for the space's locks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LockTableTooSmall {
     /// Locks the space needs: one per shard and one per member.
     pub needed: u64,

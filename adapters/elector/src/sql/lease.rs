@@ -45,7 +45,7 @@ pub const SETUP_LOCK: i64 = 0x706C_7873_5F73_6574;
 /// [`lease::setup`](crate::lease::setup)): the lease table and the fence table, in one implicit
 /// transaction that first takes [`SETUP_LOCK`], so that replicas starting together do not
 /// race (two concurrent `CREATE TABLE IF NOT EXISTS` of one table fail one of them with a
-/// unique violation of `pg_type`), quietly ([`QUIET_SETUP`](super::QUIET_SETUP)). Both
+/// unique violation of `pg_type`), quietly ([`QUIET_SETUP`]). Both
 /// tables are created in `schema` (which must exist), named with it.
 pub fn setup(schema: &str) -> String {
     let fence = FENCE_SETUP.replacen(super::FENCE_TABLE, &fence_table(schema), 1);

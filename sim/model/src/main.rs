@@ -1,0 +1,176 @@
+//! `cargo run --release -p plexsphere-leader-model`: the CI-size check of the three models, one
+//! summary line per model last, exiting non-zero on a violation or an undiscovered "sometimes".
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use plexsphere_leader_core::AcquireMode;
+use plexsphere_leader_model::check::{self, Outcome, Settings};
+use plexsphere_leader_model::sabotage::Sabotage;
+use plexsphere_leader_model::sharded::ShardedModel;
+use plexsphere_leader_model::single::{Mechanism, SingleModel};
+
+/// Exhaustive, bounded model check of the core's election machines.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Steps from the initial state to check completely (breadth-first).
+    #[arg(long)]
+    depth: Option<usize>,
+    /// Faults (and operator actions) one path may inject.
+    #[arg(long)]
+    faults: Option<u8>,
+    /// Checker threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Give up a model after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Only these models (advisory, lease, sharded); all by default.
+    #[arg(long, value_delimiter = ',')]
+    models: Vec<String>,
+    /// Print the example path of each "sometimes" property too.
+    #[arg(long)]
+    examples: bool,
+    /// How the advisory model's standbys ask for the lock: `queue` (CI) or `poll` (the
+    /// spec's `pg_try_advisory_lock` every interval).
+    #[arg(long, value_enum, default_value_t = Acquire::Queue)]
+    acquire: Acquire,
+    /// Plant a bug, to see a counterexample (exits non-zero): `stale-survey` in the sharded
+    /// model, the others in the advisory and lease models.
+    #[arg(long, value_enum)]
+    sabotage: Option<Planted>,
+}
+
+/// A planted bug on the command line ([`Sabotage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Planted {
+    /// [`Sabotage::UnboundedTrust`].
+    UnboundedTrust,
+    /// [`Sabotage::RenewIgnoresTerm`].
+    RenewIgnoresTerm,
+    /// [`Sabotage::RenewTakesBack`].
+    RenewTakesBack,
+    /// [`Sabotage::NonDurableLeaseWrite`].
+    NonDurableLeaseWrite,
+    /// [`Sabotage::SkipQueue`].
+    SkipQueue,
+    /// [`Sabotage::SkipIdleSessionTimeout`].
+    SkipIdleSessionTimeout,
+    /// [`Sabotage::StaleSurvey`] (the sharded model).
+    StaleSurvey,
+}
+
+impl From<Planted> for Sabotage {
+    fn from(planted: Planted) -> Self {
+        match planted {
+            Planted::UnboundedTrust => Self::UnboundedTrust,
+            Planted::RenewIgnoresTerm => Self::RenewIgnoresTerm,
+            Planted::RenewTakesBack => Self::RenewTakesBack,
+            Planted::NonDurableLeaseWrite => Self::NonDurableLeaseWrite,
+            Planted::SkipQueue => Self::SkipQueue,
+            Planted::SkipIdleSessionTimeout => Self::SkipIdleSessionTimeout,
+            Planted::StaleSurvey => Self::StaleSurvey,
+        }
+    }
+}
+
+/// The advisory model's acquire mode on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Acquire {
+    /// Wait in the lock's queue.
+    Queue,
+    /// Try the lock every interval.
+    Poll,
+}
+
+/// The CI size of each model: (depth, faults).
+const ADVISORY: (usize, u8) = (20, 2);
+const LEASE: (usize, u8) = (24, 2);
+const SHARDED: (usize, u8) = (50, 1);
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let wanted = |name: &str| args.models.is_empty() || args.models.iter().any(|m| m == name);
+    let timeout = Duration::from_secs(args.timeout);
+    let mut outcomes = Vec::new();
+    for (name, mechanism, size) in [
+        ("advisory", Mechanism::Advisory, ADVISORY),
+        ("lease", Mechanism::Lease, LEASE),
+    ] {
+        if !wanted(name) {
+            continue;
+        }
+        let mut model = SingleModel::new(mechanism)
+            .with_faults(args.faults.unwrap_or(size.1))
+            .with_sabotage(args.sabotage.map_or(Sabotage::None, Sabotage::from));
+        if mechanism == Mechanism::Advisory && args.acquire == Acquire::Poll {
+            model = model.with_acquire(AcquireMode::Poll);
+        }
+        let depth = args.depth.unwrap_or(size.0);
+        let settings = Settings {
+            threads: args.threads,
+            timeout,
+            examples: args.examples,
+            ..Settings::new(depth)
+        };
+        let outcome = check::run(name, model, settings);
+        report(&outcome);
+        outcomes.push(outcome);
+    }
+    if wanted("sharded") {
+        let model = ShardedModel::new()
+            .with_faults(args.faults.unwrap_or(SHARDED.1))
+            .with_sabotage(args.sabotage.map_or(Sabotage::None, Sabotage::from));
+        let settings = Settings {
+            threads: args.threads,
+            timeout,
+            examples: args.examples,
+            ..Settings::new(args.depth.unwrap_or(SHARDED.0))
+        };
+        let outcome = check::run("sharded", model, settings);
+        report(&outcome);
+        outcomes.push(outcome);
+    }
+    for outcome in &outcomes {
+        println!("{}", outcome.figures.line());
+    }
+    if outcomes.iter().all(|o| o.figures.passed()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The details of one check, before the summary lines.
+fn report(outcome: &Outcome) {
+    let f = &outcome.figures;
+    println!(
+        "{}: {} states checked, {} generated, {} transitions ({:.0} per second), depth {}{}",
+        f.name,
+        f.states,
+        f.generated,
+        f.transitions,
+        f.rate(),
+        f.depth,
+        if f.timed_out { ", timed out" } else { "" }
+    );
+    for (property, counter, lines) in &outcome.discoveries {
+        let kind = if *counter {
+            "COUNTEREXAMPLE"
+        } else {
+            "example"
+        };
+        println!("{}: {kind} of \"{property}\":", f.name);
+        for line in lines {
+            println!("  {line}");
+        }
+    }
+    for property in &f.undiscovered {
+        println!(
+            "{}: \"sometimes\" property never discovered: {property}",
+            f.name
+        );
+    }
+}

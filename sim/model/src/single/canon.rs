@@ -1,0 +1,184 @@
+//! Symmetry reduction over the identical replicas: a state is replaced by the representative
+//! of its class under permutations of the replicas (ordered by a fingerprint of each replica's
+//! own state and its part of the environment), with every replica index in the environment
+//! renamed alike.
+//!
+//! stateright 0.31 applies `CheckerBuilder::symmetry` in its depth-first and simulation
+//! checkers only, not in the breadth-first one; the model therefore returns representatives
+//! from `init_states` and `next_state` itself. The reduction is sound for any ordering (a state
+//! is only ever replaced by a permutation of itself); a tie (a fingerprint collision) keeps the
+//! order, which can leave two representatives of one class (less reduction, never a missed
+//! state).
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use super::state::State;
+use crate::server::Sess;
+
+/// stateright's own hook, for its depth-first and simulation checkers
+/// (`CheckerBuilder::symmetry`); the breadth-first check gets representatives from the model.
+impl stateright::Representative for State {
+    fn representative(&self) -> Self {
+        representative(self)
+    }
+}
+
+/// The representative of `state`'s class.
+pub(super) fn representative(state: &State) -> State {
+    let keys: Vec<u64> = (0..state.replicas.len()).map(|r| key(state, r)).collect();
+    let mut order: Vec<usize> = (0..state.replicas.len()).collect();
+    order.sort_by_key(|&r| keys[r]);
+    if order.iter().enumerate().all(|(new, &old)| new == old) {
+        return state.clone();
+    }
+    let mut renamed = vec![0u8; order.len()];
+    for (new, &old) in order.iter().enumerate() {
+        renamed[old] = u8::try_from(new).unwrap_or(u8::MAX);
+    }
+    permute(state, &order, &renamed)
+}
+
+/// A fingerprint of replica `r` and of everything in the environment that is its own (its
+/// sessions, its place in the lock's table and queue, its lease rows, its operations in
+/// flight), free of every replica index: equal keys mean the replicas can be swapped.
+fn key(state: &State, r: usize) -> u64 {
+    let mine = |replica: u8| usize::from(replica) == r;
+    let mut hasher = DefaultHasher::new();
+    state.replicas[r].hash(&mut hasher);
+    let server = &state.server;
+    for session in server.sessions.iter().filter(|s| mine(s.owner.replica)) {
+        (session.owner.run, session.owner.conn, session.pid).hash(&mut hasher);
+        (session.idle_limit, session.last_active).hash(&mut hasher);
+    }
+    let own = |sess: Option<Sess>| sess.filter(|s| mine(s.replica)).map(|s| (s.run, s.conn));
+    (own(server.holder), own(server.queued_grant)).hash(&mut hasher);
+    for (place, waiter) in server.waiters.iter().enumerate() {
+        if mine(waiter.owner.replica) {
+            (
+                place,
+                waiter.owner.run,
+                waiter.owner.conn,
+                waiter.timeout_at,
+            )
+                .hash(&mut hasher);
+        }
+    }
+    for row in [server.lease.committed, server.lease.durable] {
+        row.filter(|row| mine(row.holder.0))
+            .map(|row| (row.holder.1, row.epoch, row.expires, row.took_over))
+            .hash(&mut hasher);
+    }
+    for flight in state.flights.iter().filter(|f| mine(f.owner.replica)) {
+        (flight.owner.run, flight.owner.conn).hash(&mut hasher);
+        (&flight.stage, flight.abandoned).hash(&mut hasher);
+    }
+    state.resigned.is_some_and(mine).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// `state` with replica `order[i]` at position `i`; `renamed[old]` is the new index of `old`.
+fn permute(state: &State, order: &[usize], renamed: &[u8]) -> State {
+    let rename = |index: u8| renamed.get(usize::from(index)).copied().unwrap_or(index);
+    let sess = |s: Sess| Sess {
+        replica: rename(s.replica),
+        ..s
+    };
+    let mut next = state.clone();
+    next.replicas = order
+        .iter()
+        .map(|&old| state.replicas[old].clone())
+        .collect();
+    let server = &mut next.server;
+    for session in &mut server.sessions {
+        session.owner = sess(session.owner);
+    }
+    server.sessions.sort_by_key(|s| s.owner);
+    server.holder = server.holder.map(sess);
+    server.queued_grant = server.queued_grant.map(sess);
+    for waiter in &mut server.waiters {
+        waiter.owner = sess(waiter.owner);
+    }
+    for row in [&mut server.lease.committed, &mut server.lease.durable]
+        .into_iter()
+        .flatten()
+    {
+        row.holder.0 = rename(row.holder.0);
+    }
+    for flight in &mut next.flights {
+        flight.owner = sess(flight.owner);
+    }
+    next.flights.sort_by_key(|f| f.owner);
+    next.resigned = next.resigned.map(rename);
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use stateright::Model;
+
+    use super::*;
+    use crate::single::{Mechanism, SingleModel};
+
+    /// A state whose replicas differ: the first operations delivered, time advanced, without
+    /// the reduction.
+    fn distinct_state(mechanism: Mechanism) -> State {
+        let mut model = SingleModel::new(mechanism);
+        model.symmetry = false;
+        let mut state = model.init_states().remove(0);
+        for _ in 0..6 {
+            let mut steps = Vec::new();
+            model.actions(&state, &mut steps);
+            let Some(step) = steps.last().copied() else {
+                break;
+            };
+            state = model.next_state(&state, step).unwrap_or(state);
+        }
+        state
+    }
+
+    #[test]
+    fn the_representative_is_the_same_for_every_permutation_and_stable() {
+        for mechanism in [Mechanism::Advisory, Mechanism::Lease] {
+            let state = distinct_state(mechanism);
+            let canonical = representative(&state);
+            assert_eq!(representative(&canonical), canonical);
+            for order in [[1, 0, 2], [2, 1, 0], [1, 2, 0]] {
+                let mut renamed = [0u8; 3];
+                for (new, &old) in order.iter().enumerate() {
+                    renamed[old] = new as u8;
+                }
+                let permuted = permute(&state, &order, &renamed);
+                assert_eq!(
+                    representative(&permuted),
+                    canonical,
+                    "{mechanism:?} {order:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_representative_keeps_each_replica_with_its_sessions() {
+        let state = distinct_state(Mechanism::Advisory);
+        let canonical = representative(&state);
+        let mut names: Vec<u8> = canonical.replicas.iter().map(|r| r.name).collect();
+        names.sort_unstable();
+        assert_eq!(names, vec![0, 1, 2]);
+        for session in &canonical.server.sessions {
+            let owner = &canonical.replicas[usize::from(session.owner.replica)];
+            let before = state
+                .server
+                .sessions
+                .iter()
+                .find(|s| s.pid == session.pid)
+                .map(|s| state.replicas[usize::from(s.owner.replica)].name);
+            assert_eq!(
+                before,
+                Some(owner.name),
+                "session {} follows its replica",
+                session.pid
+            );
+        }
+    }
+}

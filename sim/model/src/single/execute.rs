@@ -1,0 +1,216 @@
+//! The server runs a statement: the grant (try or queued), the release, the fence, the leader's
+//! check, and the lease's claim, renewal and release. Each answers as PostgreSQL would.
+
+use plexsphere_leader_core::{Action, Event, LockCheck};
+
+use super::state::{Broken, Cause};
+use super::world::World;
+use crate::clock::Micros;
+use crate::sabotage::Sabotage;
+use crate::server::{Row, Sess, Waiter};
+
+impl World<'_> {
+    /// The server runs `action` of `owner` now; `None` when it answers later (a queued wait).
+    pub(crate) fn execute(&mut self, owner: Sess, action: &Action<Cause>) -> Option<Event<Cause>> {
+        let conn = owner.conn;
+        let needs_session = !matches!(
+            action,
+            Action::ClaimLease { .. } | Action::RenewLease { .. } | Action::ReleaseLease { .. }
+        );
+        if needs_session && !self.s.server.is_open(owner) {
+            return Some(failure(action, "connection closed"));
+        }
+        let now = self.s.now;
+        self.s.server.touch(owner, now);
+        match *action {
+            Action::TryLock { .. } => Some(self.try_lock(owner)),
+            Action::WaitForLock {
+                lock_timeout_ms, ..
+            } => self.wait_for_lock(owner, lock_timeout_ms),
+            Action::ReleaseIfHeld { .. } => {
+                let released = self.s.server.holder == Some(owner);
+                if released {
+                    self.release_lock(owner);
+                }
+                Some(Event::ReleasedIfHeld { conn, released })
+            }
+            Action::AdvanceEpoch { .. } => {
+                let epoch = self.s.server.fence.committed + 1;
+                let durable = self.model.sabotage != Sabotage::NonDurableLeaseWrite;
+                self.s.server.fence.write(epoch, durable);
+                self.hand_out(epoch);
+                Some(Event::EpochAdvanced { conn, epoch })
+            }
+            Action::Ping { .. } => {
+                let found = LockCheck {
+                    holds_lock: self.s.server.holder == Some(owner),
+                    ..LockCheck::holding(self.s.server.backend_pid(owner))
+                };
+                Some(Event::PingAnswered { conn, found })
+            }
+            Action::Unlock { .. } => {
+                let released = self.s.server.holder == Some(owner);
+                if released {
+                    self.release_lock(owner);
+                }
+                Some(Event::UnlockDone { conn, released })
+            }
+            Action::ClaimLease { ttl_ms, .. } => Some(self.claim(owner, ttl_ms)),
+            Action::RenewLease { epoch, ttl_ms, .. } => Some(self.renew(owner, epoch, ttl_ms)),
+            Action::ReleaseLease { epoch, .. } => {
+                let holder = (owner.replica, owner.run);
+                let mut row = self.s.server.lease.committed;
+                let released = match &mut row {
+                    Some(row) if row.holder == holder && row.epoch == epoch => {
+                        row.expires = now;
+                        true
+                    }
+                    _ => false,
+                };
+                if released {
+                    self.note_release(owner);
+                    self.write_lease(row);
+                }
+                Some(Event::UnlockDone { conn, released })
+            }
+            _ => None,
+        }
+    }
+
+    fn try_lock(&mut self, owner: Sess) -> Event<Cause> {
+        let conn = owner.conn;
+        match self.s.server.holder {
+            Some(holder) if holder != owner => Event::LockRefused { conn },
+            _ => self.grant(owner),
+        }
+    }
+
+    fn grant(&mut self, owner: Sess) -> Event<Cause> {
+        let keeps_limit = self.model.sabotage != Sabotage::SkipIdleSessionTimeout;
+        let server = &mut self.s.server;
+        server.holder = Some(owner);
+        if keeps_limit {
+            server.limit_idle(owner);
+        }
+        let backend_pid = server.backend_pid(owner);
+        Event::LockGranted {
+            conn: owner.conn,
+            backend_pid,
+        }
+    }
+
+    fn wait_for_lock(&mut self, owner: Sess, lock_timeout_ms: u32) -> Option<Event<Cause>> {
+        match self.s.server.holder {
+            None => Some(self.grant(owner)),
+            Some(holder) if holder == owner => Some(self.grant(owner)),
+            Some(_) if self.model.sabotage == Sabotage::SkipQueue => {
+                let backend_pid = self.s.server.backend_pid(owner);
+                Some(Event::LockGranted {
+                    conn: owner.conn,
+                    backend_pid,
+                })
+            }
+            Some(_) => {
+                let timeout_at = self.s.now + u64::from(lock_timeout_ms) * 1_000;
+                self.s.server.waiters.push(Waiter { owner, timeout_at });
+                None
+            }
+        }
+    }
+
+    /// `owner` released the lock it held.
+    fn release_lock(&mut self, owner: Sess) {
+        self.note_release(owner);
+        self.s.server.holder = None;
+        self.grant_next();
+    }
+
+    /// A release on purpose must come after its holder's term ended (the ordered stop's zero
+    /// overlap).
+    fn note_release(&mut self, owner: Sess) {
+        let leads = self
+            .s
+            .replicas
+            .get(usize::from(owner.replica))
+            .is_some_and(|replica| replica.run == owner.run && replica.machine.is_leader());
+        if leads {
+            self.s.broken = Some(Broken::ReleasedWhileLeading);
+        }
+    }
+
+    fn claim(&mut self, owner: Sess, ttl_ms: u32) -> Event<Cause> {
+        let conn = owner.conn;
+        let now = self.s.now;
+        let holder = (owner.replica, owner.run);
+        match self.s.server.lease.committed {
+            Some(row) if row.holder != holder && row.expires > now => Event::LockRefused { conn },
+            row => {
+                let epoch = row.map_or(1, |row| row.epoch + 1);
+                let took_over = row.is_some_and(|row| row.holder != holder);
+                self.hand_out(epoch);
+                self.write_lease(Some(Row {
+                    holder,
+                    epoch,
+                    expires: now + ttl(ttl_ms),
+                    took_over,
+                }));
+                Event::LeaseClaimed { conn, epoch }
+            }
+        }
+    }
+
+    fn renew(&mut self, owner: Sess, epoch: u64, ttl_ms: u32) -> Event<Cause> {
+        let conn = owner.conn;
+        let expires = self.s.now + ttl(ttl_ms);
+        let holder = (owner.replica, owner.run);
+        let row = self.s.server.lease.committed;
+        let renewed = match (row, self.model.sabotage) {
+            (Some(row), _) if row.holder == holder && row.epoch == epoch => {
+                Some(Row { expires, ..row })
+            }
+            (_, Sabotage::RenewIgnoresTerm) => return Event::LeaseRenewed { conn },
+            (_, Sabotage::RenewTakesBack) => Some(Row {
+                holder,
+                epoch,
+                expires,
+                took_over: false,
+            }),
+            _ => None,
+        };
+        match renewed {
+            Some(row) => {
+                self.write_lease(Some(row));
+                Event::LeaseRenewed { conn }
+            }
+            None => Event::LeaseLost { conn },
+        }
+    }
+
+    fn write_lease(&mut self, row: Option<Row>) {
+        let durable = self.model.sabotage != Sabotage::NonDurableLeaseWrite;
+        self.s.server.lease.write(row, durable);
+    }
+}
+
+fn ttl(ttl_ms: u32) -> Micros {
+    u64::from(ttl_ms) * 1_000
+}
+
+/// The answer of `action` failing with `cause`.
+pub(crate) fn failure(action: &Action<Cause>, cause: Cause) -> Event<Cause> {
+    match *action {
+        Action::AdvanceEpoch { conn, .. } => Event::EpochFailed { conn, cause },
+        Action::Ping { conn, .. } | Action::RenewLease { conn, .. } => {
+            Event::PingFailed { conn, cause }
+        }
+        Action::Unlock { conn } | Action::ReleaseLease { conn, .. } => {
+            Event::UnlockFailed { conn, cause }
+        }
+        ref other => Event::LockQueryFailed {
+            conn: other
+                .conn()
+                .unwrap_or_else(|| plexsphere_leader_core::ConnId::new(0)),
+            cause,
+        },
+    }
+}

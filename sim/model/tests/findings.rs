@@ -1,0 +1,31 @@
+//! What the model finds outside the documented bounds: pinned, so that a change that widens or
+//! closes them shows up here.
+
+use std::time::Duration;
+
+use plexsphere_leader_model::check::{self, Settings};
+use plexsphere_leader_model::single::{Mechanism, PauseClock, SingleModel};
+
+/// A lease leader whose clock stops while it is paused (a suspended host: Linux's
+/// `CLOCK_MONOTONIC`, which `std::time::Instant` reads, does not count a suspension) resumes
+/// trusting a lease the server has let expire: the lease's bound assumes a clock *rate* within
+/// a tenth of the server's, and a stopped clock is outside it. A process merely stopped
+/// (SIGSTOP, a GC pause) keeps its clock running and is covered by the CI check.
+#[test]
+fn a_lease_leader_whose_clock_stops_while_paused_outlives_its_row() {
+    let mut model = SingleModel::new(Mechanism::Lease);
+    model.pause_clock = PauseClock::Stops;
+    let settings = Settings {
+        threads: 1,
+        timeout: Duration::from_secs(120),
+        first_failure: true,
+        ..Settings::new(12)
+    };
+    let outcome = check::run("lease-clock-stops", model, settings);
+    let property = "a lease believer trusts inside the row's expiry";
+    let lines = outcome.counterexample(property);
+    assert!(lines.is_some(), "found {:?}", outcome.figures.violated);
+    for line in lines.unwrap_or_default() {
+        println!("{line}");
+    }
+}

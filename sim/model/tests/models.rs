@@ -1,0 +1,63 @@
+//! Each model, at a small depth, keeps every property: a quick guard for `cargo test` (the CI
+//! size runs as `cargo run --release -p plexsphere-leader-model`).
+
+use std::time::Duration;
+
+use plexsphere_leader_core::AcquireMode;
+use plexsphere_leader_model::check::{self, Checked, Outcome, Settings};
+use plexsphere_leader_model::sharded::ShardedModel;
+use plexsphere_leader_model::single::{Mechanism, SingleModel};
+
+const DEPTH: usize = 8;
+
+fn check<M>(name: &'static str, model: M) -> Outcome
+where
+    M: Checked,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync,
+{
+    let settings = Settings {
+        timeout: Duration::from_secs(300),
+        ..Settings::new(DEPTH)
+    };
+    let outcome = check::run(name, model, settings);
+    assert!(
+        outcome.figures.violated.is_empty(),
+        "{name}: {:?}\n{}",
+        outcome.figures.violated,
+        outcome
+            .discoveries
+            .iter()
+            .flat_map(|(_, _, lines)| lines.iter().cloned())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        outcome.figures.states > 1_000,
+        "{name}: {:?}",
+        outcome.figures
+    );
+    outcome
+}
+
+#[test]
+fn the_advisory_model_keeps_its_properties() {
+    let outcome = check("advisory", SingleModel::new(Mechanism::Advisory));
+    assert!(outcome.figures.undiscovered.iter().all(|p| *p != "elected"));
+}
+
+#[test]
+fn the_advisory_model_in_poll_mode_keeps_its_properties() {
+    let model = SingleModel::new(Mechanism::Advisory).with_acquire(AcquireMode::Poll);
+    check("advisory-poll", model);
+}
+
+#[test]
+fn the_lease_model_keeps_its_properties() {
+    check("lease", SingleModel::new(Mechanism::Lease));
+}
+
+#[test]
+fn the_sharded_model_keeps_its_properties() {
+    check("sharded", ShardedModel::new());
+}

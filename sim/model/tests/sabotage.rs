@@ -1,0 +1,128 @@
+//! Each planted bug is found by the model, with a counterexample of at most 12 steps: the
+//! properties can fail.
+
+use std::time::Duration;
+
+use plexsphere_leader_model::check::{self, Outcome, Settings};
+use plexsphere_leader_model::sabotage::Sabotage;
+use plexsphere_leader_model::sharded::ShardedModel;
+use plexsphere_leader_model::single::{Mechanism, SingleModel};
+
+/// The longest counterexample a planted bug may take.
+const MAX_STEPS: usize = 12;
+
+const TRUST: &str = "a lease believer trusts inside the row's expiry";
+const OVERLAP: &str = "no overlap beyond the bound";
+
+/// Checks `model` with `sabotage` planted, breadth-first on one thread until the first
+/// counterexample (so the shortest), to `MAX_STEPS`; it must break one of `properties`.
+fn found(model: SingleModel, sabotage: Sabotage, properties: &[&str]) -> Outcome {
+    found_within(model, sabotage, properties, MAX_STEPS)
+}
+
+/// As [`found`], within `max_steps`.
+fn found_within(
+    model: SingleModel,
+    sabotage: Sabotage,
+    properties: &[&str],
+    max_steps: usize,
+) -> Outcome {
+    let model = model.with_sabotage(sabotage);
+    let settings = Settings {
+        threads: 1,
+        timeout: Duration::from_secs(120),
+        first_failure: true,
+        ..Settings::new(max_steps)
+    };
+    let outcome = check::run("sabotaged", model, settings);
+    let broken = properties.iter().find(|p| {
+        outcome
+            .counterexample_steps(p)
+            .is_some_and(|steps| steps <= max_steps)
+    });
+    let Some(property) = broken else {
+        panic!(
+            "{sabotage:?}: no counterexample of {properties:?} within {max_steps} steps; found {:?}",
+            outcome.figures.violated
+        );
+    };
+    println!("{sabotage:?} breaks {property:?}:");
+    for line in outcome.counterexample(property).unwrap_or_default() {
+        println!("{line}");
+    }
+    outcome
+}
+
+/// The lease model as CI checks it.
+fn lease() -> SingleModel {
+    SingleModel::new(Mechanism::Lease)
+}
+
+#[test]
+fn a_standby_that_skips_the_queue_overlaps_the_leader() {
+    let model = SingleModel::new(Mechanism::Advisory);
+    found(model, Sabotage::SkipQueue, &["no overlap beyond the bound"]);
+}
+
+#[test]
+fn an_unbounded_trust_window_outlives_the_row() {
+    found(lease(), Sabotage::UnboundedTrust, &[TRUST, OVERLAP]);
+}
+
+#[test]
+fn a_renewal_that_does_not_check_the_term_keeps_a_deposed_leader() {
+    found(lease(), Sabotage::RenewIgnoresTerm, &[TRUST, OVERLAP]);
+}
+
+#[test]
+fn a_renewal_that_takes_the_lease_back_overlaps_its_new_holder() {
+    let model = SingleModel::new(Mechanism::Lease);
+    found(model, Sabotage::RenewTakesBack, &[TRUST, OVERLAP]);
+}
+
+#[test]
+fn a_lease_write_that_is_not_durable_hands_out_an_epoch_twice() {
+    let model = SingleModel::new(Mechanism::Lease);
+    found(
+        model,
+        Sabotage::NonDurableLeaseWrite,
+        &["epochs strictly increase per grant", TRUST, OVERLAP],
+    );
+}
+
+/// Not one of the five: a liveness bug, whose counterexample needs the orphan bound's six
+/// intervals of time to pass, so more than 12 steps.
+#[test]
+fn a_grant_without_idle_session_timeout_leaves_nobody_leading() {
+    let model = SingleModel::new(Mechanism::Advisory).with_faults(1);
+    found_within(
+        model,
+        Sabotage::SkipIdleSessionTimeout,
+        &["a leader within the bound after faults stop"],
+        60,
+    );
+}
+
+/// The sharded model can fail too: a replica whose session was terminated keeps its shards on
+/// stale surveys while the others take them. Two replicas, so that the sharded space (whose
+/// rounds take more steps) fits a short check in a debug build.
+#[test]
+fn a_stale_survey_keeps_shards_its_session_lost() {
+    let model = ShardedModel::new()
+        .with_replicas(2)
+        .with_sabotage(Sabotage::StaleSurvey);
+    let settings = Settings {
+        threads: 1,
+        timeout: Duration::from_secs(300),
+        first_failure: true,
+        ..Settings::new(40)
+    };
+    let outcome = check::run("sharded-sabotaged", model, settings);
+    let property = "no shard overlap beyond the bound";
+    let steps = outcome.counterexample_steps(property);
+    assert!(steps.is_some(), "found {:?}", outcome.figures.violated);
+    println!("StaleSurvey breaks {property:?} in {steps:?} steps:");
+    for line in outcome.counterexample(property).unwrap_or_default() {
+        println!("{line}");
+    }
+}
