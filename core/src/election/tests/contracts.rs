@@ -133,9 +133,11 @@ fn causes_render_for_the_log() {
     }
     for kind in [
         LogKind::LeadershipAcquired,
+        LogKind::LeadershipLost,
         LogKind::LockReleased,
         LogKind::ResignReleased,
         LogKind::ReleaseFailed,
+        LogKind::AbandonedAfterDrop,
     ] {
         assert!(kind.lease_message().contains("lease"), "{kind:?}");
         assert!(!kind.lease_message().contains("lock"), "{kind:?}");
