@@ -30,22 +30,20 @@ pub(crate) async fn set_up(
     mechanism: Mechanism,
 ) {
     while !shutdown.is_cancelled() {
-        let attempt = timeout(params.interval, async {
-            let object = pool.get().await.map_err(|_| None)?;
-            let done = match mechanism {
-                Mechanism::Advisory => fencing::setup(client(&object)).await,
-                Mechanism::Lease => plexsphere_leader::lease::setup(client(&object)).await,
+        // The connection and the setup each within one interval. A setup that did not answer
+        // leaves its connection with a request in flight: it is discarded, never given back
+        // to the pool, where the next attempt would queue behind the lost answer for good.
+        if let Ok(Ok(object)) = timeout(params.interval, pool.get()).await {
+            let setup = async {
+                match mechanism {
+                    Mechanism::Advisory => fencing::setup(client(&object)).await,
+                    Mechanism::Lease => plexsphere_leader::lease::setup(client(&object)).await,
+                }
             };
-            match done {
-                Ok(()) => Ok(()),
-                Err(_) => Err(Some(object)),
+            match timeout(params.interval, setup).await {
+                Ok(Ok(())) => return,
+                Ok(Err(_)) | Err(_) => discard(object),
             }
-        })
-        .await;
-        match attempt {
-            Ok(Ok(())) => return,
-            Ok(Err(Some(object))) => discard(object),
-            Ok(Err(None)) | Err(_) => {}
         }
         tokio::select! {
             biased;

@@ -634,6 +634,33 @@ fn free_from_the_start(granted: u64, began: u64) -> Run {
     run
 }
 
+/// Two healthy standbys; r0's session is granted the free lock at 100 and loses it in the same
+/// instant, with no term (seed 222 of the advisory runs); r1 is granted it at `granted` and
+/// leads at `granted` + 5 until 1000.
+fn granted_and_released_at_once(granted: u64) -> Run {
+    let mut run = Run::new(2);
+    let r0 = run.session(0, 0);
+    run.grant(r0, 100).release(r0, 100);
+    let r1 = run.session(1, 0);
+    run.grant(r1, granted).release(r1, 1000);
+    run.term(1, granted + 5, 1000, TermEnd::Stopped);
+    run.up(0, 0, None).up(1, 0, None);
+    run.history.stop_all = Some(ms(1100));
+    run
+}
+
+#[test]
+fn a_grant_released_in_its_own_tick_is_a_free_moment_checked_from_its_release() {
+    // r1 leads 10 ms after the release: live, though r0 never led.
+    assert_clean(&granted_and_released_at_once(105).check());
+    // r1 leads only 300 ms after it: a liveness violation, not excused.
+    let found = granted_and_released_at_once(400).check();
+    assert!(
+        found.iter().any(|v| v.property == Property::Liveness),
+        "{found:?}"
+    );
+}
+
 #[test]
 fn a_leader_within_i_and_the_margin_of_a_free_lock_keeps_liveness() {
     assert_clean(&free_from_the_start(100, 152).check());
