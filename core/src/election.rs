@@ -461,7 +461,17 @@ impl<C> Election<C> {
         let interval = self.interval().get();
         match timer {
             Timer::NextCheck => self.begin_check(now),
-            Timer::AcquireDeadline => self.on_acquire_failed(now, Cause::TimedOut(interval)),
+            Timer::AcquireDeadline => {
+                // A pool proof that did not answer within its interval (a link slower than a
+                // connection's setup and a statement) proves nothing: the checks go on without
+                // it, and the leader's own checks still catch a pooler that shares its session.
+                if let State::Running(running) = &mut self.state
+                    && matches!(running.role, Role::Standby(Standby::ProvingPool { .. }))
+                {
+                    running.pool_proved = true;
+                }
+                self.on_acquire_failed(now, Cause::TimedOut(interval));
+            }
             Timer::TryLockDeadline => {
                 if let Some(conn) = self.open_conn() {
                     let budget = self.grant_budget();

@@ -620,7 +620,7 @@ async fn a_role_statement_timeout_shorter_than_the_wait_does_not_cut_the_queue()
     wait_for_async(STARTUP, || async { !waiting().await.is_empty() })
         .await
         .expect("b waits in the lock queue");
-    // Three intervals, sampled every 50 ms: b waits all along, on one backend.
+    // Three intervals, sampled every 50 ms: b waits all along.
     let (mut samples, mut queued, mut backends) = (0, 0, std::collections::BTreeSet::new());
     let until = Instant::now() + 3 * interval;
     while Instant::now() < until {
@@ -636,10 +636,12 @@ async fn a_role_statement_timeout_shorter_than_the_wait_does_not_cut_the_queue()
     println!("b queued in {queued} of {samples} samples on backends {backends:?}");
     // Generous: a wait ends and the next begins once an interval (a round trip apart).
     assert!(share >= 0.8, "b sat in the queue {share:.2} of the time");
-    assert_eq!(
-        backends.len(),
-        1,
-        "one backend, never cancelled: {backends:?}"
+    // The pool's two connections at most (the run's pool proof borrowed both at its start, so
+    // the waits may alternate between them): a wait cancelled by the role's statement_timeout
+    // (57014, an unknown outcome) would close its connection, and the next would open a third.
+    assert!(
+        backends.len() <= 2,
+        "the pool's connections only, never cancelled: {backends:?}"
     );
 
     let stopped = Instant::now();
