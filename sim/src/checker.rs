@@ -810,10 +810,11 @@ impl<'a> Checker<'a> {
             // (the queued wait's own end in that instant, which its client never saw as a
             // grant: seed 222 of the advisory runs), made no leader: the lock passed on, and
             // the bound holds for the first term of any replica after the lock became free.
-            if grant.released.is_some_and(|released| {
+            let lost_at_once = grant.released.is_some_and(|released| {
                 released <= grant.granted + self.p.tick
                     && began.is_none_or(|began| began > released)
-            }) {
+            });
+            let (began, waited) = if lost_at_once {
                 let next = self
                     .e
                     .history
@@ -822,27 +823,12 @@ impl<'a> Checker<'a> {
                     .map(|t| t.span.start)
                     .filter(|start| *start >= free)
                     .min();
-                let gap = next.map_or(self.end, |next| next) - free;
-                self.measured.gap = max(self.measured.gap, Some(gap));
-                self.measured.cases.gaps += 1;
-                if gap > bound {
-                    self.violate(
-                        free,
-                        Property::Liveness,
-                        format!(
-                            "no leader for {} after {} on {} became free (r{replica}'s grant was \
-                             released in its own tick; bound {})",
-                            ms(gap),
-                            self.held_thing(),
-                            SERVERS[server],
-                            ms(bound)
-                        ),
-                    );
-                }
-                continue;
-            }
-            // Fencing: the advance's wait for an old leader's fenced transactions is excused.
-            let waited = self.advance_wait(&grant);
+                (next, Duration::ZERO)
+            } else {
+                // Fencing: the advance's wait for an old leader's fenced transactions is
+                // excused.
+                (began, self.advance_wait(&grant))
+            };
             let gap = (began.map_or(self.end, |began| began) - free).saturating_sub(waited);
             self.measured.gap = max(self.measured.gap, Some(gap));
             self.measured.cases.gaps += 1;
@@ -851,10 +837,15 @@ impl<'a> Checker<'a> {
                     free,
                     Property::Liveness,
                     format!(
-                        "no leader for {} after {} on {} became free, though r{replica} was granted it (bound {}{})",
+                        "no leader for {} after {} on {} became free, though r{replica} was granted it{} (bound {}{})",
                         ms(gap),
                         self.held_thing(),
                         SERVERS[server],
+                        if lost_at_once {
+                            " and lost it in the same tick"
+                        } else {
+                            ""
+                        },
                         ms(bound),
                         if waited.is_zero() {
                             String::new()
