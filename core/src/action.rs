@@ -34,6 +34,17 @@ pub enum Action<C> {
         /// How long to wait for the second connection.
         second_within: Duration,
     },
+    /// [`Options::probe_fitness`](crate::Options::probe_fitness): run the service's fitness
+    /// probe on `conn`, then report [`Event::Fit`](crate::Event::Fit), `Unfit` (the server
+    /// refused the probe: this replica cannot do the leader's work) or `ProbeFailed` (no
+    /// answer: the connection broke or the pool failed). With the advisory lock `conn` is the
+    /// standby's borrowed connection (the one that then tries the lock) or the leader's lock
+    /// session; with a lease, which holds no connection, `conn` names the operation and the
+    /// probe runs on a pooled connection borrowed for it and given back.
+    ProbeFitness {
+        /// The connection, or the operation's identifier.
+        conn: ConnId,
+    },
     /// Run the grant statement (try the lock; when granted, set `idle_session_timeout` in the
     /// same statement), then report `LockGranted`, `LockRefused` or `LockQueryFailed`.
     TryLock {
@@ -197,6 +208,7 @@ impl<C> Action<C> {
         match self {
             Self::AcquireConnection { conn }
             | Self::ProbePool { conn, .. }
+            | Self::ProbeFitness { conn }
             | Self::TryLock { conn }
             | Self::WaitForLock { conn, .. }
             | Self::ReleaseIfHeld { conn }
@@ -325,6 +337,18 @@ pub enum LogKind {
     /// transaction- or statement-mode pooler, which cannot carry the advisory lock; the run
     /// fails before any term. ERROR, once.
     PoolMultiplexes,
+    /// The server refused the fitness probe ([`Options::probe_fitness`](crate::Options::probe_fitness)):
+    /// this replica cannot do the leader's work. A standby makes no attempt until a probe
+    /// passes; a leader gives its term up and stays a standby. WARN, with the failure
+    /// policy's level (a permanent cause, such as a missing privilege: ERROR once).
+    Unfit,
+    /// The fitness probe did not answer (it failed, or did not answer within the check):
+    /// nothing is learnt of the replica's fitness. A standby's check ends as a failed one; a
+    /// lease leader's term goes on while its lease is trusted (an advisory leader's check
+    /// fails instead, and its term is lost). WARN.
+    ProbeFailed,
+    /// A fitness probe passed after one the server refused: the replica may lead again. INFO.
+    FitAgain,
 }
 
 impl LogKind {
@@ -361,6 +385,12 @@ impl LogKind {
                  (Config::lease; the demo's --mechanism lease), or connect directly or through \
                  a session-mode pooler"
             }
+            Self::Unfit => {
+                "leader: this replica cannot do the leader's work (its fitness probe was \
+                 refused); it does not lead until the probe passes"
+            }
+            Self::FitAgain => "leader: the fitness probe passes again; this replica may lead",
+            Self::ProbeFailed => "leader: run the fitness probe",
         }
     }
 
@@ -388,7 +418,8 @@ impl LogKind {
             | Self::WorkInterrupted
             | Self::Resigned
             | Self::ResignReleased
-            | Self::GrantReleasedAfterWaitTimeout => Level::Info,
+            | Self::GrantReleasedAfterWaitTimeout
+            | Self::FitAgain => Level::Info,
             Self::AcquireFailed
             | Self::LeadershipLost
             | Self::ReleaseFailed
@@ -398,7 +429,9 @@ impl LogKind {
             | Self::FencingFailed
             | Self::SessionEndedWhileStopping
             | Self::StrandedLockReleased
-            | Self::LeaseRenewalFailed => Level::Warn,
+            | Self::LeaseRenewalFailed
+            | Self::Unfit
+            | Self::ProbeFailed => Level::Warn,
             Self::PoolMultiplexes => Level::Error,
         }
     }

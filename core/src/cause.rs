@@ -21,6 +21,10 @@ pub enum TermEndCause {
     /// An operator asked the leader to resign, or made it ineligible: it gives the lock up on
     /// purpose and stays a standby.
     Resigned,
+    /// The leader's fitness probe was refused ([`Options::probe_fitness`](crate::Options::probe_fitness)):
+    /// it cannot do the leader's work, so it gives the lock up on purpose and stays a standby
+    /// until a probe passes.
+    Unfit,
     /// Sharded elections only: the shard was handed over to another replica for balance.
     HandedOver,
 }
@@ -28,10 +32,11 @@ pub enum TermEndCause {
 impl TermEndCause {
     /// Every cause a single election can end a term with, in a fixed order, for metrics that
     /// pre-register one series per cause: each [`LossReason`] as `Lost(_)`, then
-    /// [`Stopped`](Self::Stopped) and [`Resigned`](Self::Resigned). Not every variant:
+    /// [`Stopped`](Self::Stopped), [`Resigned`](Self::Resigned) and [`Unfit`](Self::Unfit). Not
+    /// every variant:
     /// [`HandedOver`](Self::HandedOver) ends only shard terms, so the sharded elector's metrics
     /// add it to this list.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::Lost(LossReason::CheckFailed),
         Self::Lost(LossReason::CheckTimedOut),
         Self::Lost(LossReason::SessionEnded),
@@ -45,6 +50,7 @@ impl TermEndCause {
         Self::Lost(LossReason::LeaseExpired),
         Self::Stopped,
         Self::Resigned,
+        Self::Unfit,
     ];
 
     /// Whether the term was lost rather than given up on purpose.
@@ -53,12 +59,13 @@ impl TermEndCause {
     }
 
     /// A stable `snake_case` label: the loss reason's ([`LossReason::label`]), `stopped`,
-    /// `resigned` or `handed_over`.
+    /// `resigned`, `unfit` or `handed_over`.
     pub const fn label(self) -> &'static str {
         match self {
             Self::Lost(reason) => reason.label(),
             Self::Stopped => "stopped",
             Self::Resigned => "resigned",
+            Self::Unfit => "unfit",
             Self::HandedOver => "handed_over",
         }
     }
@@ -70,6 +77,7 @@ impl fmt::Display for TermEndCause {
             Self::Lost(reason) => write!(f, "leadership lost: {reason}"),
             Self::Stopped => f.write_str("election stopped"),
             Self::Resigned => f.write_str("leadership resigned"),
+            Self::Unfit => f.write_str("leadership given up: this replica cannot do the work"),
             Self::HandedOver => f.write_str("shard handed over for balance"),
         }
     }

@@ -42,6 +42,7 @@ use crate::overdue::{Overdue, OverdueBook};
 use crate::schedule::Schedule;
 use crate::verify::LockCheck;
 
+mod fitness;
 mod leader;
 mod lease;
 mod operator;
@@ -254,9 +255,9 @@ impl<C> Election<C> {
         };
         match &running.role {
             Role::Standby(Standby::Waiting { .. }) => Phase::StandbyWaiting,
-            Role::Standby(Standby::Acquiring { .. } | Standby::ProvingPool { .. }) => {
-                Phase::Acquiring
-            }
+            Role::Standby(
+                Standby::Acquiring { .. } | Standby::ProvingPool { .. } | Standby::Probing { .. },
+            ) => Phase::Acquiring,
             Role::Standby(
                 Standby::TryingLock { .. }
                 | Standby::ReleasingIfHeld { .. }
@@ -268,7 +269,10 @@ impl<C> Election<C> {
                 ..
             }) => Phase::Leading,
             Role::Leader(Leader {
-                check: LeaderCheck::Pinging { .. } | LeaderCheck::Renewing { .. },
+                check:
+                    LeaderCheck::Pinging { .. }
+                    | LeaderCheck::Renewing { .. }
+                    | LeaderCheck::Probing { .. },
                 ..
             }) => Phase::Pinging,
             Role::Draining(_) => Phase::Draining,
@@ -321,12 +325,14 @@ impl<C> Election<C> {
                 | Standby::Claiming { deadline, .. },
             ) => (Timer::TryLockDeadline, *deadline),
             Role::Standby(Standby::Fencing { deadline, .. }) => (Timer::FenceDeadline, *deadline),
+            Role::Standby(Standby::Probing { deadline, .. }) => (Timer::ProbeDeadline, *deadline),
             Role::Leader(leader) => {
                 let check = match &leader.check {
                     LeaderCheck::Waiting { next_check } => (Timer::NextCheck, *next_check),
                     LeaderCheck::Pinging { deadline } | LeaderCheck::Renewing { deadline, .. } => {
                         (Timer::PingDeadline, *deadline)
                     }
+                    LeaderCheck::Probing { deadline, .. } => (Timer::ProbeDeadline, *deadline),
                 };
                 // A lease is trusted no longer than its window, whatever the check waits for.
                 match leader.hold {
@@ -361,6 +367,7 @@ impl<C> Election<C> {
         self.state = State::Running(Running {
             schedule,
             role,
+            unfit: false,
             hold_until: None,
             pool_proved: !self.options.proves_pool(),
         });
@@ -412,6 +419,9 @@ impl<C> Election<C> {
             Event::ConnectionAcquired { conn } => self.on_acquired(now, conn),
             Event::AcquireFailed { cause, .. } => self.on_acquire_failed(now, Cause::Error(cause)),
             Event::PoolProbed { first, second, .. } => self.on_pool_probed(now, first, second),
+            Event::Fit { conn } => self.on_fit(now, conn),
+            Event::Unfit { conn, cause } => self.on_unfit(now, conn, cause),
+            Event::ProbeFailed { cause, .. } => self.on_probe_failed(now, Cause::Error(cause)),
             Event::LockGranted { conn, backend_pid } => self.on_granted(now, conn, backend_pid),
             Event::LockRefused { conn } => self.on_refused(now, conn),
             Event::LockWaitTimedOut { conn } => self.on_wait_timed_out(conn),
@@ -479,6 +489,7 @@ impl<C> Election<C> {
                 }
             }
             Timer::FenceDeadline => self.on_fencing_failed(now, Cause::TimedOut(interval)),
+            Timer::ProbeDeadline => self.on_probe_failed(now, Cause::TimedOut(interval)),
             Timer::PingDeadline => self.on_check_failed(now, Cause::TimedOut(interval)),
             Timer::LeaseExpiry => {
                 let trusted_for = self.options.lease_of().map(|lease| lease.trusted_for());
@@ -574,12 +585,13 @@ impl<C> Election<C> {
                 Role::Standby(Standby::Waiting { .. }) => None,
                 Role::Standby(Standby::Acquiring { conn, .. })
                 | Role::Standby(Standby::ProvingPool { conn, .. })
+                | Role::Standby(Standby::Probing { conn, .. })
                 | Role::Standby(Standby::TryingLock { conn, .. })
                 | Role::Standby(Standby::ReleasingIfHeld { conn, .. })
                 | Role::Standby(Standby::Claiming { conn, .. })
                 | Role::Standby(Standby::Fencing { conn, .. }) => Some(*conn),
                 Role::Leader(Leader {
-                    check: LeaderCheck::Renewing { conn, .. },
+                    check: LeaderCheck::Renewing { conn, .. } | LeaderCheck::Probing { conn, .. },
                     ..
                 }) => Some(*conn),
                 Role::Leader(Leader { hold, .. }) | Role::Draining(Draining { hold, .. }) => {

@@ -36,6 +36,29 @@ pub enum Event<C> {
         /// when no second connection came in time (a pool of one connection proves nothing).
         second: Option<i32>,
     },
+    /// [`Action::ProbeFitness`](crate::Action::ProbeFitness) answered: this replica can do the
+    /// leader's work.
+    Fit {
+        /// The connection or operation.
+        conn: ConnId,
+    },
+    /// [`Action::ProbeFitness`](crate::Action::ProbeFitness): the server refused the probe
+    /// (an error with an SQLSTATE, such as a missing privilege or a read-only session): this
+    /// replica cannot do the leader's work.
+    Unfit {
+        /// The connection or operation.
+        conn: ConnId,
+        /// The server's refusal.
+        cause: C,
+    },
+    /// [`Action::ProbeFitness`](crate::Action::ProbeFitness) did not run to an answer (the
+    /// connection broke, the pool failed): nothing is learnt of the replica's fitness.
+    ProbeFailed {
+        /// The connection or operation.
+        conn: ConnId,
+        /// Why it failed.
+        cause: C,
+    },
     /// [`Action::TryLock`](crate::Action::TryLock) answered `true`: this session holds the lock
     /// and its `idle_session_timeout` is set.
     LockGranted {
@@ -194,6 +217,9 @@ impl<C> Event<C> {
             Self::ConnectionAcquired { conn }
             | Self::AcquireFailed { conn, .. }
             | Self::PoolProbed { conn, .. }
+            | Self::Fit { conn }
+            | Self::Unfit { conn, .. }
+            | Self::ProbeFailed { conn, .. }
             | Self::LockGranted { conn, .. }
             | Self::LockRefused { conn }
             | Self::LockWaitTimedOut { conn }

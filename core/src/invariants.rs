@@ -32,6 +32,9 @@
 //!   next deadline is never later than the instant its last successful claim or renewal was
 //!   sent plus [`Lease::trusted_for`](crate::Lease::trusted_for), and a timeout at or after it
 //!   leaves no term open;
+//! - fitness ([`Options::probe_fitness`](crate::Options::probe_fitness)): no attempt (a grant
+//!   statement or a claim) while the last probe was refused, unless in answer to a probe that
+//!   passed; a term ends `Unfit` only in answer to a refused probe;
 //! - a run finishes with no term open and no connection left (the gauge reads 0);
 //! - an ignored input queues nothing, and nothing is queued while not running;
 //! - the next deadline is never earlier than the time of the input, and later than it after a
@@ -111,6 +114,8 @@ pub struct Checker {
     last_epoch: Option<u64>,
     /// The open term ended on purpose (a stop or resign request): the lock may be released.
     stopped: bool,
+    /// The last fitness probe was refused.
+    unfit: bool,
     newest: Option<(ConnId, ConnState)>,
     ineligible: bool,
     hold_until: Option<Instant>,
@@ -184,6 +189,8 @@ impl Checker {
         {
             match event {
                 Event::SetEligible { eligible } => self.ineligible = !eligible,
+                Event::Unfit { .. } => self.unfit = true,
+                Event::Fit { .. } => self.unfit = false,
                 // (An applied resign means a running election; `Start` clears the hold.)
                 Event::Resign { hold_off } => {
                     let until = now + (*hold_off).min(MAX_HOLD_OFF);
@@ -250,8 +257,23 @@ impl Checker {
                     return Err(format!("{conn} proves the pool while term {term} is open"));
                 }
             }
+            Action::ProbeFitness { .. } if self.lease.is_some() => match self.open_term {
+                None => self.may_ask(conn)?,
+                Some(term) if !matches!(event, Some(Event::LeaseRenewed { .. })) => {
+                    return Err(format!(
+                        "{conn} probes the fitness of term {term} in answer to {}",
+                        input_name(event)
+                    ));
+                }
+                Some(_) => {}
+            },
             Action::ClaimLease { .. } => {
                 self.may_ask(conn)?;
+                if self.unfit {
+                    return Err(format!(
+                        "{conn} claims the lease while the replica is unfit"
+                    ));
+                }
                 if let Some(term) = self.open_term {
                     return Err(format!("{conn} claims the lease while term {term} is open"));
                 }
@@ -457,13 +479,16 @@ impl Checker {
             }
             Some(Event::Panicked) => lost(LossReason::Panicked),
             Some(Event::Dropped) => lost(LossReason::Dropped),
+            Some(Event::Unfit { .. }) => Some(TermEndCause::Unfit),
             _ if self.lease.is_some() => match event {
                 None => lost(LossReason::LeaseExpired),
                 Some(Event::LeaseLost { .. }) => lost(LossReason::LeaseTaken),
                 Some(_) => None,
             },
             None => lost(LossReason::CheckTimedOut),
-            Some(Event::PingFailed { .. }) => lost(LossReason::CheckFailed),
+            Some(Event::PingFailed { .. } | Event::ProbeFailed { .. }) => {
+                lost(LossReason::CheckFailed)
+            }
             Some(Event::SessionEnded { .. }) => lost(LossReason::SessionEnded),
             Some(Event::PingAnswered { found, .. }) => {
                 let granted = self.granted_pid?;
@@ -513,18 +538,43 @@ impl Checker {
             ));
         }
         let answered = |expected: fn(&Event<C>) -> bool| event.is_some_and(expected);
+        if matches!(action, Action::TryLock { .. } | Action::WaitForLock { .. })
+            && self.unfit
+            && !answered(|e| matches!(e, Event::Fit { .. }))
+        {
+            return Err(format!(
+                "{} on {conn} while the replica is unfit",
+                name(action)
+            ));
+        }
         let next = match (action, state) {
             (_, ConnState::Done) => {
                 return Err(format!("{} on {conn} after it was closed", name(action)));
             }
-            (Action::TryLock { .. } | Action::WaitForLock { .. }, ConnState::Acquiring)
-                if answered(|e| matches!(e, Event::ConnectionAcquired { .. })) =>
+            (
+                Action::TryLock { .. } | Action::WaitForLock { .. } | Action::ProbeFitness { .. },
+                ConnState::Acquiring,
+            ) if answered(|e| matches!(e, Event::ConnectionAcquired { .. })) => ConnState::Borrowed,
+            // The attempt after a probe that passed, on the probed connection.
+            (Action::TryLock { .. } | Action::WaitForLock { .. }, ConnState::Borrowed)
+                if answered(|e| matches!(e, Event::Fit { .. })) =>
             {
                 ConnState::Borrowed
             }
+            // The leader's probe, after a check that proved the lock.
+            (Action::ProbeFitness { .. }, ConnState::Hijacked)
+                if answered(|e| matches!(e, Event::PingAnswered { .. })) =>
+            {
+                ConnState::Hijacked
+            }
             (Action::ReturnToPool { .. }, ConnState::Borrowed)
                 if answered(|e| {
-                    matches!(e, Event::LockRefused { .. } | Event::ReleasedIfHeld { .. })
+                    matches!(
+                        e,
+                        Event::LockRefused { .. }
+                            | Event::ReleasedIfHeld { .. }
+                            | Event::Unfit { .. }
+                    )
                 }) =>
             {
                 ConnState::Done

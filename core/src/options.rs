@@ -63,6 +63,7 @@ pub struct Options {
     work_deadline: Option<WorkDeadline>,
     lease: Option<Lease>,
     prove_pool: bool,
+    probe_fitness: bool,
 }
 
 /// How many check intervals a graceful stop may wait for leader work at most: the lock session
@@ -82,6 +83,7 @@ impl Options {
             work_deadline: None,
             lease: None,
             prove_pool: false,
+            probe_fitness: false,
         }
     }
 
@@ -101,6 +103,24 @@ impl Options {
     /// Whether a run proves its pool before its first grant ([`prove_pool`](Self::prove_pool)).
     pub fn proves_pool(&self) -> bool {
         self.prove_pool && self.lease.is_none()
+    }
+
+    /// Probes whether this replica can do the leader's work
+    /// ([`Action::ProbeFitness`](crate::Action::ProbeFitness)) before each attempt to take the
+    /// lock or lease, and after each of the leader's checks that proved it. A replica whose
+    /// probe the server refuses is unfit: it makes no attempt until a probe passes, and a
+    /// leader found unfit gives its term up ([`TermEndCause::Unfit`](crate::TermEndCause::Unfit))
+    /// and stays a standby. Off by default (the spec's Run has no such step); the
+    /// `plexsphere-leader` adapter turns it on when the service names a probe.
+    #[must_use]
+    pub fn probe_fitness(mut self, on: bool) -> Self {
+        self.probe_fitness = on;
+        self
+    }
+
+    /// Whether the election probes its fitness ([`probe_fitness`](Self::probe_fitness)).
+    pub fn probes_fitness(&self) -> bool {
+        self.probe_fitness
     }
 
     /// Holds a lease row instead of the session advisory lock: the mechanism for a

@@ -118,7 +118,10 @@ impl<C> LogRecord<C> {
                 | LogKind::GrantReleasedAfterWaitTimeout
                 | LogKind::StrandedLockReleased
                 | LogKind::LeaseRenewalFailed
-                | LogKind::PoolMultiplexes,
+                | LogKind::PoolMultiplexes
+                | LogKind::Unfit
+                | LogKind::FitAgain
+                | LogKind::ProbeFailed,
                 _,
             ) => return None,
         };

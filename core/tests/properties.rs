@@ -30,6 +30,7 @@ enum Op {
     FailNext(usize),
     Resign(usize, u16),
     SetEligible(usize, bool),
+    SetFit(usize, bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -46,13 +47,14 @@ fn op() -> impl Strategy<Value = Op> {
         1 => r.clone().prop_map(Op::LoseNextReply),
         1 => r.clone().prop_map(Op::FailNext),
         1 => (r.clone(), 0..=MAX_HOLD_OFF_MS).prop_map(|(r, ms)| Op::Resign(r, ms)),
-        1 => (r, any::<bool>()).prop_map(|(r, eligible)| Op::SetEligible(r, eligible)),
+        1 => (r.clone(), any::<bool>()).prop_map(|(r, eligible)| Op::SetEligible(r, eligible)),
+        1 => (r, any::<bool>()).prop_map(|(r, fit)| Op::SetFit(r, fit)),
     ]
 }
 
 /// The options of a case: either acquire mode, fencing on or off, any stop grace, and a work
 /// deadline of up to three intervals (reporting or aborting) or none, the pool proof when
-/// fencing is off; in a third of the cases
+/// fencing is off, the fitness probe in half the cases; in a third of the cases
 /// the lease mechanism, with a TTL of two to six intervals.
 fn options() -> impl Strategy<Value = Options> {
     let deadline = prop::option::of((0..=3 * I.as_millis() as u64, any::<bool>()));
@@ -63,8 +65,9 @@ fn options() -> impl Strategy<Value = Options> {
         0..=2 * I.as_millis() as u64,
         deadline,
         lease,
+        any::<bool>(),
     )
-        .prop_map(|(queue, fencing, grace_ms, deadline, lease)| {
+        .prop_map(|(queue, fencing, grace_ms, deadline, lease, probe)| {
             let mode = if queue {
                 AcquireMode::Queue
             } else {
@@ -81,6 +84,7 @@ fn options() -> impl Strategy<Value = Options> {
             let options = options
                 .acquire(mode)
                 .prove_pool(!fencing)
+                .probe_fitness(probe)
                 .fencing(fencing)
                 .stop_grace(Duration::from_millis(grace_ms))
                 .expect("a grace within two intervals");
@@ -124,6 +128,7 @@ fn run(options: Options, ops: &[Op]) -> Result<(), String> {
                 },
             )?,
             Op::SetEligible(r, eligible) => world.event(r, Event::SetEligible { eligible })?,
+            Op::SetFit(r, fit) => world.replicas[r].unfit = !fit,
         }
     }
     liveness(&mut world)
@@ -136,6 +141,7 @@ fn liveness(world: &mut World) -> Result<(), String> {
         replica.latency = Duration::from_millis(1);
         replica.lose_next_reply = false;
         replica.fail_next = false;
+        replica.unfit = false;
     }
     // Every replica may lead again; a resign's hold-off ends within three intervals.
     for r in 0..REPLICAS {

@@ -8,6 +8,13 @@
 //!
 //! Bound: the unfit replica leads at most one tick period (I) plus its stop grace (I) plus
 //! `MARGIN` (2 s, `support::MARGIN`) once it began its term.
+//!
+//! Before any work fails, the election itself refuses an unfit replica: a read-only session
+//! (`default_transaction_read_only` for its role) never takes the advisory lock (the grant
+//! statement checks `transaction_read_only`) nor the lease (its claim is a write: 25006), and a
+//! replica whose fitness probe (`Config::fitness_probe`) the server refuses makes no attempt
+//! until the probe passes; a leader whose probe is refused gives its term up (`Unfit`) at its
+//! next check.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -30,11 +37,24 @@ struct Replica {
 
 impl Replica {
     fn start(pool: deadpool_postgres::Pool, lease: bool, identity: &str) -> Self {
+        Self::probing(pool, lease, identity, None)
+    }
+
+    /// As [`start`](Self::start), with a fitness probe.
+    fn probing(
+        pool: deadpool_postgres::Pool,
+        lease: bool,
+        identity: &str,
+        probe: Option<&str>,
+    ) -> Self {
         let mut config = Config::new(pool.clone())
             .check_interval(I)
             .identity(identity);
         if lease {
             config = config.lease(Duration::ZERO);
+        }
+        if let Some(probe) = probe {
+            config = config.fitness_probe(probe);
         }
         let elector = Elector::new(config).unwrap();
         let shutdown = CancellationToken::new();
@@ -139,6 +159,172 @@ async fn an_unfit_leader_gives_way(lease: bool) {
     let _ = db_drop_role(&role).await;
 }
 
+/// A database with the work table and a role that may connect, use `public` and (with a lease)
+/// write the lease's rows, but not touch the work table; `extra` runs after, as the admin.
+async fn db_with_role(name: &str, lease: bool, extra: &str) -> (TestDb, String) {
+    let db = TestDb::create(name).await.unwrap();
+    let role = format!("plx_ro_{}", db.name());
+    let admin = db.admin();
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE plx_work (touched int NOT NULL); INSERT INTO plx_work VALUES (0); \
+             DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN; \
+             GRANT CONNECT ON DATABASE \"{db}\" TO {role}; GRANT USAGE ON SCHEMA public TO {role}",
+            db = db.name()
+        ))
+        .await
+        .unwrap();
+    if lease {
+        plexsphere_leader::lease::setup(admin).await.unwrap();
+        admin
+            .batch_execute(&format!(
+                "GRANT SELECT, INSERT, UPDATE ON plexsphere_leader_lease, \
+                 plexsphere_leader_fence TO {role}"
+            ))
+            .await
+            .unwrap();
+    }
+    if !extra.is_empty() {
+        admin
+            .batch_execute(&extra.replace("{role}", &role))
+            .await
+            .unwrap();
+    }
+    (db, role)
+}
+
+/// A pool of `role` on `db`.
+fn role_pool(db: &TestDb, role: &str) -> deadpool_postgres::Pool {
+    let mut config = db.config();
+    config.user(role);
+    plexsphere_leader_tests::pool_for(config, 4).unwrap()
+}
+
+/// Whether `elector` leads at any moment within `window`, sampled every 5 ms.
+async fn leads_within(elector: &Elector, window: Duration) -> bool {
+    wait_for(window, || elector.is_leader()).await.is_some()
+}
+
+async fn a_read_only_replica_never_leads(lease: bool) {
+    let mechanism = if lease { "lease" } else { "advisory" };
+    let (db, role) = db_with_role(
+        &format!("readonly_{mechanism}"),
+        lease,
+        "ALTER ROLE {role} SET default_transaction_read_only = on",
+    )
+    .await;
+    let read_only = Replica::start(role_pool(&db, &role), lease, "readonly@test");
+    // Alone, it never leads; it says why, as a permanent failure with advice.
+    assert!(
+        !leads_within(&read_only.elector, 4 * I).await,
+        "{mechanism}: a read-only replica led"
+    );
+    let failure = read_only
+        .elector
+        .check_failure()
+        .expect("a failed check says why");
+    println!("{mechanism}: {failure:?}");
+    assert_eq!(
+        failure.class,
+        plexsphere_leader_core::failures::FailureClass::Permanent
+    );
+    assert!(
+        failure.error.contains("read-only"),
+        "{mechanism}: {}",
+        failure.error
+    );
+    assert!(failure.advice.is_some());
+    // A fit replica leads at once, and the read-only one never does.
+    let fit = Replica::start(db.pool(4).unwrap(), lease, "fit@test");
+    wait_for(STARTUP, || fit.elector.is_leader())
+        .await
+        .expect("the fit replica leads");
+    assert!(
+        !leads_within(&read_only.elector, 5 * I).await,
+        "{mechanism}"
+    );
+    fit.stop().await;
+    assert!(
+        !leads_within(&read_only.elector, 4 * I).await,
+        "{mechanism}"
+    );
+    read_only.stop().await;
+    db.cleanup().await.unwrap();
+    let _ = db_drop_role(&role).await;
+}
+
+async fn a_refused_probe_keeps_a_replica_from_leading_until_it_passes(lease: bool) {
+    let mechanism = if lease { "lease" } else { "advisory" };
+    // The work may run; only the probe's own table is withheld, then granted and revoked.
+    let (db, role) = db_with_role(
+        &format!("probe_{mechanism}"),
+        lease,
+        "GRANT SELECT, UPDATE ON plx_work TO {role}; CREATE TABLE plx_guard (ok int)",
+    )
+    .await;
+    let probe = "SELECT ok FROM plx_guard LIMIT 0";
+    let replica = Replica::probing(role_pool(&db, &role), lease, "probed@test", Some(probe));
+    // Refused (no SELECT on plx_work): unfit, no attempt, and it says why once.
+    assert!(
+        !leads_within(&replica.elector, 4 * I).await,
+        "{mechanism}: an unfit replica led"
+    );
+    assert!(!replica.elector.is_fit());
+    let failure = replica.elector.check_failure().expect("unfit says why");
+    println!("{mechanism}: {failure:?}");
+    assert!(failure.error.contains("fitness probe"), "{}", failure.error);
+    assert!(
+        failure.error.contains("permission denied"),
+        "{}",
+        failure.error
+    );
+    assert_eq!(
+        failure.class,
+        plexsphere_leader_core::failures::FailureClass::Permanent
+    );
+    assert!(
+        failure
+            .advice
+            .as_deref()
+            .is_some_and(|a| a.contains("GRANT"))
+    );
+    // Granted: the next check's probe passes and the replica leads.
+    let admin = db.admin();
+    admin
+        .batch_execute(&format!("GRANT SELECT ON plx_guard TO {role}"))
+        .await
+        .unwrap();
+    wait_for(2 * I + MARGIN, || replica.elector.is_leader())
+        .await
+        .unwrap_or_else(|| panic!("{mechanism}: fit again, it leads"));
+    assert!(replica.elector.is_fit());
+    // Revoked while it leads: its next check's probe is refused and it gives its term up.
+    let revoked = Instant::now();
+    admin
+        .batch_execute(&format!("REVOKE SELECT ON plx_guard FROM {role}"))
+        .await
+        .unwrap();
+    let bound = I + I + MARGIN;
+    wait_for(bound, || !replica.elector.is_leader())
+        .await
+        .unwrap_or_else(|| panic!("{mechanism}: an unfit leader gives way within {bound:?}"));
+    println!(
+        "{mechanism}: gave its term up {:?} after the revoke",
+        revoked.elapsed()
+    );
+    let end = replica
+        .elector
+        .leadership()
+        .last_end()
+        .expect("a term ended");
+    assert_eq!(end.cause, plexsphere_leader::TermEndCause::Unfit);
+    assert!(!replica.elector.is_fit());
+    assert!(!leads_within(&replica.elector, 4 * I).await, "{mechanism}");
+    replica.stop().await;
+    db.cleanup().await.unwrap();
+    let _ = db_drop_role(&role).await;
+}
+
 /// Drops `role` on the maintenance database (roles are cluster-wide).
 async fn db_drop_role(role: &str) -> Result<(), Box<dyn std::error::Error>> {
     let client = plexsphere_leader_tests::connect(&plexsphere_leader_tests::base_config()?).await?;
@@ -156,4 +342,24 @@ async fn an_unfit_advisory_leader_gives_way_to_a_fit_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unfit_lease_leader_gives_way_to_a_fit_replica() {
     an_unfit_leader_gives_way(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_replica_never_takes_the_advisory_lock() {
+    a_read_only_replica_never_leads(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_replica_never_takes_the_lease() {
+    a_read_only_replica_never_leads(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_advisory_probe_keeps_the_replica_out_until_it_passes() {
+    a_refused_probe_keeps_a_replica_from_leading_until_it_passes(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_lease_probe_keeps_the_replica_out_until_it_passes() {
+    a_refused_probe_keeps_a_replica_from_leading_until_it_passes(true).await;
 }

@@ -34,6 +34,7 @@ use crate::session::SessionSource;
 /// | `fencing`        | off                                     | give every term an epoch from the `plexsphere_leader_fence` table |
 /// | `lease`          | off: the session advisory lock          | hold a lease row instead, for a transaction-mode pooler ([`Config::lease`]) |
 /// | `eligible`       | `true`                                  | whether this replica may lead at all ([`Elector::set_eligible`](crate::Elector::set_eligible) changes it) |
+/// | `fitness_probe`  | none: a read-only session is the only unfit one | a statement that must succeed before this replica leads, and after each of its checks ([`Config::fitness_probe`]) |
 /// | `resign_hold_off`| two check intervals                     | how long [`Elector::resign`](crate::Elector::resign) keeps the replica from trying the lock |
 /// | `work_deadline`  | none                                    | report (and optionally abort) leader work still running this long after its term ended |
 /// | `key`            | [`LockKey::DEFAULT`], `(1886156915, 1)` | the advisory lock: electors with the same key elect one leader |
@@ -73,6 +74,7 @@ pub struct Config {
     pub(crate) lease_ttl: Option<Duration>,
     pub(crate) lease_schema: String,
     pub(crate) eligible: bool,
+    pub(crate) fitness_probe: Option<String>,
     pub(crate) resign_hold_off: Option<Duration>,
     pub(crate) work_deadline: Option<(Duration, OnOverdue)>,
     pub(crate) key: LockKey,
@@ -114,6 +116,7 @@ impl Config {
             lease_ttl: None,
             lease_schema: crate::sql::lease::DEFAULT_SCHEMA.to_owned(),
             eligible: true,
+            fitness_probe: None,
             resign_hold_off: None,
             work_deadline: None,
             key: LockKey::DEFAULT,
@@ -237,6 +240,37 @@ impl Config {
         self
     }
 
+    /// A statement that proves this replica can do the leader's work, for example
+    /// `SELECT 1 FROM orders LIMIT 0` (the privilege to read a table the work reads) or
+    /// `SELECT has_table_privilege('orders', 'INSERT') OR 1/0 = 1` (one it writes). It runs over
+    /// the simple query protocol before each attempt to take the lock or lease (on the very
+    /// connection that then tries the lock) and after each of the leader's checks that proved
+    /// it (on the lock session; with a lease, on a pooled connection). When the server refuses
+    /// it (an error with an SQLSTATE), the replica is unfit: it logs once at ERROR, with
+    /// advice, why ([`CheckError::Unfit`](crate::error::CheckError::Unfit), also in
+    /// [`Elector::check_failure`](crate::Elector::check_failure)), makes no attempt until a
+    /// probe passes, and a leader ends its term ([`TermEndCause::Unfit`](plexsphere_leader_core::TermEndCause::Unfit))
+    /// and releases as a resign would. [`Elector::is_fit`](crate::Elector::is_fit) and the
+    /// `plexsphere_leader_eligible` gauge say so meanwhile. A probe that does not answer (the
+    /// connection broke, no answer within the check) says nothing of fitness: it fails the
+    /// check as the check's own statement would. Keep it short: a standby runs it every check
+    /// interval. Without a probe only a read-only session is refused (the grant statement
+    /// checks `transaction_read_only`; the lease's claim, a write, fails there with 25006).
+    /// Validated by [`Elector::new`](crate::Elector::new): not blank.
+    #[must_use]
+    pub fn fitness_probe(mut self, statement: impl Into<String>) -> Self {
+        self.fitness_probe = Some(statement.into());
+        self
+    }
+
+    /// The validated fitness probe.
+    pub(crate) fn validated_fitness_probe(&self) -> Result<Option<String>, ConfigError> {
+        match &self.fitness_probe {
+            Some(probe) if probe.trim().is_empty() => Err(ConfigError::FitnessProbe),
+            probe => Ok(probe.clone()),
+        }
+    }
+
     /// How long [`Elector::resign`](crate::Elector::resign) keeps this replica from trying the
     /// lock again, counted from the request. Default two check intervals, so that a standby's
     /// next check (at most one interval away) finds the lock free first. Validated by
@@ -312,7 +346,6 @@ impl Config {
         Ok(crate::identity::resolve(self.identity.as_deref())?)
     }
 
-    /// The validated options of the core election.
     /// The validated lease schema.
     pub(crate) fn validated_lease_schema(&self) -> Result<String, ConfigError> {
         let schema = &self.lease_schema;
@@ -329,6 +362,7 @@ impl Config {
         }
     }
 
+    /// The validated options of the core election.
     pub(crate) fn options(&self) -> Result<Options, ConfigError> {
         let interval = CheckInterval::new(self.check_interval)?;
         let mut options = Options::new(interval)
@@ -337,7 +371,8 @@ impl Config {
             .eligible(self.eligible)
             // Before its first grant a run proves that its pool's sessions are its own, so
             // that a transaction-mode pooler is refused before any term.
-            .prove_pool(true);
+            .prove_pool(true)
+            .probe_fitness(self.fitness_probe.is_some());
         if let Some((after, on_overdue)) = self.work_deadline {
             options = options.work_deadline(after, on_overdue);
         }
@@ -370,6 +405,7 @@ impl fmt::Debug for Config {
             .field("lease_ttl", &self.lease_ttl)
             .field("lease_schema", &self.lease_schema)
             .field("eligible", &self.eligible)
+            .field("fitness_probe", &self.fitness_probe)
             .field("resign_hold_off", &self.resign_hold_off)
             .field("work_deadline", &self.work_deadline)
             .field("key", &self.key)

@@ -12,6 +12,7 @@ use crate::session::{LockSession, QueryError, Row};
 use crate::sql::{self, outcome};
 use crate::term::TermShared;
 
+pub(crate) mod fitness;
 pub(crate) mod lease;
 pub(crate) mod pool;
 
@@ -78,6 +79,7 @@ pub(crate) fn try_lock(held: Held, conn: ConnId, statement: String) -> Operation
             Ok((other, _)) => {
                 let cause = match other.as_str() {
                     outcome::IN_RECOVERY => CheckError::InRecovery,
+                    outcome::READ_ONLY => CheckError::ReadOnly,
                     _ => unexpected(name, format!("{other:?}")),
                 };
                 Event::LockQueryFailed { conn, cause }

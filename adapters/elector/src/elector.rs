@@ -67,12 +67,14 @@ impl Elector {
     /// acquire mode; [`ConfigError::StopGrace`] when the stop grace is
     /// longer than two intervals; [`ConfigError::Identity`] when the configured identity is
     /// empty, not printable ASCII or too long; [`ConfigError::HoldOff`] when the resign hold-off
-    /// is too long; [`ConfigError::Metrics`] when the metrics cannot be registered.
+    /// is too long; [`ConfigError::FitnessProbe`] when the fitness probe is blank;
+    /// [`ConfigError::Metrics`] when the metrics cannot be registered.
     pub fn new(config: Config) -> Result<Self, ConfigError> {
         let options = config.options()?;
         let hold_off = config.validated_hold_off(options.interval())?;
         let identity = config.resolved_identity()?;
         let lease_schema = config.validated_lease_schema()?;
+        let fitness_probe = config.validated_fitness_probe()?.map(Arc::from);
         let metrics = Sinks::for_config(&config)?;
         if let Some(metrics) = &metrics {
             metrics.set_eligible(config.eligible);
@@ -81,6 +83,7 @@ impl Elector {
             key: config.key,
             identity,
             lease_schema,
+            fitness_probe,
         };
         let inner = Shared::new(
             config.sessions,
@@ -305,7 +308,7 @@ impl Elector {
     /// runs; [`Config::eligible`](crate::Config::eligible) gives the initial one.
     pub fn set_eligible(&self, eligible: bool) {
         if let Some(metrics) = self.inner.metrics() {
-            metrics.set_eligible(eligible);
+            metrics.set_eligible(eligible && self.is_fit());
         }
         self.inner
             .controls()
@@ -316,6 +319,14 @@ impl Elector {
     /// running election applied it.
     pub fn is_eligible(&self) -> bool {
         self.inner.election().is_eligible()
+    }
+
+    /// Whether this replica can do the leader's work as far as it knows: `false` from the
+    /// server's refusal of its fitness probe ([`Config::fitness_probe`](crate::Config::fitness_probe))
+    /// until a probe passes again ([`check_failure`](Self::check_failure) says why). Always
+    /// `true` without a probe, and between runs.
+    pub fn is_fit(&self) -> bool {
+        !self.inner.election().is_unfit()
     }
 
     /// The election's advisory lock key ([`Config::key`]).

@@ -31,6 +31,19 @@ pub enum CheckError {
     InRecovery,
     /// The lock connection closed on its own (noticed by the session watch).
     SessionEnded,
+    /// The grant statement found its session read-only (`transaction_read_only` is on: the
+    /// role's or the database's `default_transaction_read_only`): a leader on it could not do
+    /// any write, so the lock is not taken on it. Permanent (SQLSTATE `25006`'s advice).
+    ReadOnly,
+    /// The server refused the fitness probe
+    /// ([`Config::fitness_probe`](crate::Config::fitness_probe)): this replica cannot do the
+    /// leader's work, so it does not lead until the probe passes. Always permanent.
+    Unfit {
+        /// The probe's statement.
+        probe: String,
+        /// The server's refusal, with its SQLSTATE.
+        error: Box<CheckError>,
+    },
     /// A failure of another session backend ([`Config::with_sessions`](crate::Config::with_sessions)):
     /// its error, with the SQLSTATE when the server reported one.
     Backend {
@@ -57,6 +70,8 @@ impl CheckError {
     pub fn sqlstate(&self) -> Option<&str> {
         match self {
             Self::Backend { sqlstate, .. } => sqlstate.as_deref(),
+            Self::ReadOnly => Some("25006"),
+            Self::Unfit { error, .. } => error.sqlstate(),
             #[cfg(feature = "deadpool")]
             _ => self.db_error().map(|db| db.code().code()),
             #[cfg(not(feature = "deadpool"))]
@@ -141,6 +156,14 @@ const PERMANENT: [(&str, &str); 8] = [
     ),
 ];
 
+/// The advice for a permanent SQLSTATE, `None` for a transient one.
+fn permanent_advice(code: &str) -> Option<&'static str> {
+    PERMANENT
+        .iter()
+        .find(|(permanent, _)| *permanent == code)
+        .map(|(_, advice)| *advice)
+}
+
 impl CheckError {
     /// Whether retrying alone can fix this failure: [`FailureClass::Permanent`] for a database
     /// that does not exist, a role that may not connect, a wrong password, a missing privilege
@@ -162,8 +185,24 @@ impl CheckError {
     /// What to do about a permanent failure ([`class`](Self::class)), with the server's own
     /// `HINT` when it sent one; `None` for a transient failure.
     pub fn advice(&self) -> Option<String> {
+        if let Self::Unfit { error, .. } = self {
+            let what = match (error.sqlstate(), error.server_hint()) {
+                (Some(code @ "25006"), _) => permanent_advice(code).unwrap_or_default().to_owned(),
+                (_, Some(hint)) => {
+                    format!("{hint}; grant this replica's role what the probe's statement needs")
+                }
+                _ => "grant this replica's role what the probe's statement needs (a missing \
+                      privilege: GRANT … TO <role>), or point it at a server where it can do \
+                      the work"
+                    .to_owned(),
+            };
+            return Some(format!(
+                "{what}; until the probe passes this replica does not lead (it probes again at \
+                 every check)"
+            ));
+        }
         let code = self.sqlstate()?;
-        let (_, ours) = PERMANENT.iter().find(|(permanent, _)| *permanent == code)?;
+        let ours = permanent_advice(code)?;
         let ours = match code {
             "42501" => privilege_advice(&self.to_string()).unwrap_or(ours),
             _ => ours,
@@ -240,6 +279,17 @@ impl std::fmt::Display for CheckError {
                 "the server is in recovery (a hot standby): the leader lock is only taken on \
                  the primary",
             ),
+            Self::ReadOnly => f.write_str(
+                "the session is read-only (transaction_read_only is on): a leader could not \
+                 write, so the leader lock is not taken on it",
+            ),
+            Self::Unfit { probe, error } => {
+                write!(
+                    f,
+                    "the fitness probe `{}` was refused: {error}",
+                    one_line(probe)
+                )
+            }
             Self::SessionEnded => f.write_str(
                 "the lock session's connection closed (the server terminated the backend, \
                  restarted or failed over, or the socket was reset)",
@@ -326,6 +376,9 @@ pub enum ConfigError {
          bytes)"
     )]
     LeaseSchema(String),
+    /// The fitness probe ([`Config::fitness_probe`](crate::Config::fitness_probe)) is blank.
+    #[error("the fitness probe is blank: name a statement that must succeed, or set none")]
+    FitnessProbe,
     /// The lease mechanism was asked for with the queued acquire mode: a lease has no
     /// server-side queue.
     #[error("the lease mechanism takes no queued acquire mode: use AcquireMode::Poll")]

@@ -64,7 +64,9 @@ pub const CHECK_DURATION_BUCKETS: [f64; 13] = [
 ];
 
 /// Gauge `{key}`: 1 while this replica may lead ([`Elector::set_eligible`]), 0 while it is kept
-/// out (a canary): an ineligible replica makes no checks.
+/// out (a canary: an ineligible replica makes no checks) or unfit (the server refused its
+/// fitness probe, [`Config::fitness_probe`](crate::Config::fitness_probe): it probes at every
+/// check and makes no attempt until a probe passes).
 ///
 /// [`Elector::set_eligible`]: crate::Elector::set_eligible
 pub const ELIGIBLE: &str = "plexsphere_leader_eligible";
@@ -133,12 +135,15 @@ pub(crate) enum AttemptOutcome {
     TimedOut,
     /// The grant statement failed.
     Error,
+    /// This replica cannot do the leader's work: its session is read-only, or the server
+    /// refused its fitness probe ([`Config::fitness_probe`](crate::Config::fitness_probe)).
+    Unfit,
     /// No connection: the pool failed or did not hand one out in time.
     NoConnection,
 }
 
 impl AttemptOutcome {
-    const ALL: [Self; 7] = [
+    const ALL: [Self; 8] = [
         Self::Granted,
         Self::Refused,
         Self::InRecovery,
@@ -146,6 +151,7 @@ impl AttemptOutcome {
         Self::TimedOut,
         Self::Error,
         Self::NoConnection,
+        Self::Unfit,
     ];
 
     const fn label(self) -> &'static str {
@@ -157,6 +163,7 @@ impl AttemptOutcome {
             Self::TimedOut => "timed_out",
             Self::Error => "error",
             Self::NoConnection => "no_connection",
+            Self::Unfit => "unfit",
         }
     }
 }

@@ -66,6 +66,7 @@ impl Observer {
             Action::Log(record) => self.log(record, now),
             // A standby check begins: whatever an earlier check left is moot.
             Action::AcquireConnection { .. } | Action::ProbePool { .. } => self.check = None,
+            Action::ProbeFitness { .. } => {}
             Action::ReturnToPool { .. }
             | Action::ReleaseIfHeld { .. }
             | Action::ReportOverdueWork { .. }
@@ -148,6 +149,21 @@ impl Observer {
     }
 
     fn log(&mut self, record: &LogRecord<CheckError>, now: Instant) {
+        match record.kind {
+            // Unfit: kept out of the election as an ineligible replica is, until a probe passes.
+            LogKind::Unfit => {
+                self.attempt(AttemptOutcome::Unfit);
+                if let Some(metrics) = self.inner.metrics() {
+                    metrics.set_eligible(false);
+                }
+            }
+            LogKind::FitAgain => {
+                if let Some(metrics) = self.inner.metrics() {
+                    metrics.set_eligible(self.inner.election().is_eligible());
+                }
+            }
+            _ => {}
+        }
         if let Some(Cause::TimedOut(_)) = record.cause {
             match record.kind {
                 LogKind::AcquireFailed => self.timed_out(CheckRole::Standby, now),
@@ -190,6 +206,7 @@ impl Observer {
 fn attempt_failure(cause: &CheckError) -> AttemptOutcome {
     match cause {
         CheckError::InRecovery => AttemptOutcome::InRecovery,
+        CheckError::ReadOnly => AttemptOutcome::Unfit,
         _ => AttemptOutcome::Error,
     }
 }

@@ -27,12 +27,14 @@ use crate::session::SessionSource;
 use crate::term::TermShared;
 
 /// How an election is named on the server: its lock key (the lease's row), its identity
-/// (`application_name`, the lease holder) and the schema of the lease's tables.
+/// (`application_name`, the lease holder), the schema of the lease's tables, and the fitness
+/// probe it runs there.
 #[derive(Debug, Clone)]
 pub(crate) struct Naming {
     pub(crate) key: LockKey,
     pub(crate) identity: String,
     pub(crate) lease_schema: String,
+    pub(crate) fitness_probe: Option<Arc<str>>,
 }
 
 /// [`Shared::trust`] without a deadline.
@@ -67,6 +69,7 @@ pub(crate) struct Shared {
     failure: Mutex<Option<CheckFailure>>,
     /// The schema of the lease's tables ([`Config::lease_schema`](crate::Config::lease_schema)).
     lease_schema: String,
+    fitness_probe: Option<Arc<str>>,
 }
 
 impl Shared {
@@ -83,6 +86,7 @@ impl Shared {
             key,
             identity,
             lease_schema,
+            fitness_probe,
         } = naming;
         Self {
             sessions,
@@ -101,6 +105,7 @@ impl Shared {
             controls: OperatorQueue::new(),
             failure: Mutex::new(None),
             lease_schema,
+            fitness_probe,
         }
     }
 
@@ -192,6 +197,11 @@ impl Shared {
     /// The schema of the lease's tables.
     pub(crate) fn lease_schema(&self) -> &str {
         &self.lease_schema
+    }
+
+    /// The fitness probe ([`Config::fitness_probe`](crate::Config::fitness_probe)), if any.
+    pub(crate) fn fitness_probe(&self) -> Option<&Arc<str>> {
+        self.fitness_probe.as_ref()
     }
 
     /// The clock the election runs on.
@@ -362,6 +372,7 @@ mod tests {
                 key: LockKey::DEFAULT,
                 identity: "test".into(),
                 lease_schema: "public".into(),
+                fitness_probe: None,
             },
             Arc::clone(&clock) as Arc<dyn Clock>,
             None,

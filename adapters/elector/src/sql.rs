@@ -100,6 +100,10 @@ pub mod outcome {
     pub const REFUSED: &str = "refused";
     /// The server is a hot standby: the lock is never taken there.
     pub const IN_RECOVERY: &str = "in_recovery";
+    /// The session is read-only (`transaction_read_only`: the role's or database's
+    /// `default_transaction_read_only`): a leader on it could not write, so the lock is never
+    /// taken on it.
+    pub const READ_ONLY: &str = "read_only";
     /// The session held the lock before this client asked: it is shared with another client.
     pub const SHARED: &str = "shared";
 }
@@ -114,7 +118,7 @@ pub mod outcome {
 /// (each then leads its own) show at once. A refused check changes nothing on
 /// the pooled session.
 ///
-/// It refuses a server in recovery, and a session that an earlier grant marked (a pooler that
+/// It refuses a server in recovery, a read-only session (`transaction_read_only`), and a session that an earlier grant marked (a pooler that
 /// shares one server session between clients, or hands one over from a vanished client), which
 /// it marks `shared` so that the client that took the lock first demotes at its next check.
 /// Neither reads `pg_locks`: a refused check costs the server the same whatever its lock table
@@ -171,6 +175,7 @@ fn grant(taking: &str, identity: &str, idle_timeout_ms: u32) -> String {
     format!(
         "SELECT CASE \
          WHEN pg_is_in_recovery() THEN '{in_recovery}' \
+         WHEN current_setting('transaction_read_only') = 'on' THEN '{read_only}' \
          WHEN {marked} THEN set_config('{SESSION_MARKER}', '{shared}', false) \
          {taking}\
          WHEN set_config('idle_session_timeout', '{idle_timeout_ms}', false) IS NULL THEN '{granted}' \
@@ -183,6 +188,7 @@ fn grant(taking: &str, identity: &str, idle_timeout_ms: u32) -> String {
         marked = marked_by_a_grant(),
         name = leader_application_name(identity),
         in_recovery = outcome::IN_RECOVERY,
+        read_only = outcome::READ_ONLY,
         shared = outcome::SHARED,
         granted = outcome::GRANTED,
     )
@@ -407,10 +413,11 @@ mod tests {
     }
 
     #[test]
-    fn the_grant_statement_checks_recovery_and_sharing_then_bounds_names_and_marks_the_session() {
+    fn the_grant_statement_checks_recovery_read_only_and_sharing_then_bounds_names_and_marks_it() {
         assert_eq!(
             try_lock(KEY, "svc@host", 20_000),
             "SELECT CASE WHEN pg_is_in_recovery() THEN 'in_recovery' \
+             WHEN current_setting('transaction_read_only') = 'on' THEN 'read_only' \
              WHEN nullif(current_setting('plexsphere.leader_session', true), '') IS NOT NULL \
              THEN set_config('plexsphere.leader_session', 'shared', false) \
              WHEN NOT pg_try_advisory_lock(1886156915, 1) THEN 'refused' \

@@ -28,11 +28,29 @@ impl<C> Election<C> {
         }
     }
 
+    /// The check proved the lock: the fitness probe follows within the check's deadline, when
+    /// the election probes; else the next check is awaited.
     pub(super) fn on_ping_ok(&mut self, now: Instant) {
+        let Some(leader) = self.leader_mut() else {
+            return;
+        };
+        leader.verified_at = now;
+        let deadline = match leader.check {
+            LeaderCheck::Pinging { deadline } | LeaderCheck::Renewing { deadline, .. } => deadline,
+            LeaderCheck::Waiting { .. } | LeaderCheck::Probing { .. } => now,
+        };
+        if self.options.probes_fitness() {
+            self.probe_as_leader(deadline);
+        } else {
+            self.after_leader_check(now);
+        }
+    }
+
+    /// The leader's check is over: the next one is awaited.
+    pub(super) fn after_leader_check(&mut self, now: Instant) {
         let next_check = self.next_check(now);
         if let Some(leader) = self.leader_mut() {
             leader.check = LeaderCheck::Waiting { next_check };
-            leader.verified_at = now;
         }
     }
 

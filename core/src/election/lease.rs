@@ -59,7 +59,6 @@ impl<C> Election<C> {
     /// The renewal extended the lease: it is trusted for the window after the renewal was
     /// sent.
     pub(super) fn on_lease_renewed(&mut self, now: Instant) {
-        let next_check = self.next_check(now);
         let Some(lease) = self.options.lease_of() else {
             return;
         };
@@ -71,8 +70,7 @@ impl<C> Election<C> {
         {
             *trusted_until = (*trusted_until).max(*sent_at + lease.trusted_for());
         }
-        leader.check = LeaderCheck::Waiting { next_check };
-        leader.verified_at = now;
+        self.on_ping_ok(now);
     }
 
     /// The renewal found the row no longer this term's: the term is lost.

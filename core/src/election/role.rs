@@ -24,6 +24,8 @@ pub enum Timer {
     WorkDeadline,
     /// Lease mechanism: the leader's trust in its lease ends.
     LeaseExpiry,
+    /// The fitness probe ([`Options::probe_fitness`]) must have answered.
+    ProbeDeadline,
 }
 
 /// A coarse name of the current state, for traces and status pages.
@@ -59,6 +61,9 @@ pub(super) enum State {
 pub(super) struct Running {
     pub(super) schedule: Schedule,
     pub(super) role: Role,
+    /// The last fitness probe was refused ([`Options::probe_fitness`]): no attempt is made
+    /// until one passes.
+    pub(super) unfit: bool,
     /// No check begins before this instant (a resign's hold-off).
     pub(super) hold_until: Option<Instant>,
     /// The pool proof answered that the pool's sessions are this client's own (or is off).
@@ -93,6 +98,12 @@ pub(super) enum Standby {
     },
     /// The pool proof of the run's first grant ([`Options::prove_pool`]): operation `conn`.
     ProvingPool {
+        conn: ConnId,
+        deadline: Instant,
+    },
+    /// The fitness probe before the attempt ([`Options::probe_fitness`]): on the borrowed
+    /// connection `conn` (advisory lock), or operation `conn` (lease).
+    Probing {
         conn: ConnId,
         deadline: Instant,
     },
@@ -170,6 +181,12 @@ pub(super) enum LeaderCheck {
         sent_at: Instant,
         deadline: Instant,
     },
+    /// The fitness probe after a check that proved the hold ([`Options::probe_fitness`]): on
+    /// the lock session, or operation `conn` (lease); `deadline` is the check's.
+    Probing {
+        conn: ConnId,
+        deadline: Instant,
+    },
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -244,12 +261,13 @@ pub(super) fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
         }) => hold.session_conn(),
         Role::Standby(Standby::Acquiring { conn, .. })
         | Role::Standby(Standby::ProvingPool { conn, .. })
+        | Role::Standby(Standby::Probing { conn, .. })
         | Role::Standby(Standby::TryingLock { conn, .. })
         | Role::Standby(Standby::ReleasingIfHeld { conn, .. })
         | Role::Standby(Standby::Claiming { conn, .. })
         | Role::Standby(Standby::Fencing { conn, .. })
         | Role::Leader(Leader {
-            check: LeaderCheck::Renewing { conn, .. },
+            check: LeaderCheck::Renewing { conn, .. } | LeaderCheck::Probing { conn, .. },
             ..
         })
         | Role::Releasing(Releasing { conn, .. }) => Some(*conn),
@@ -267,6 +285,14 @@ pub(super) fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
         Role::Standby(Standby::ProvingPool { .. }) => matches!(
             event,
             Event::PoolProbed { .. } | Event::AcquireFailed { .. }
+        ),
+        Role::Standby(Standby::Probing { .. })
+        | Role::Leader(Leader {
+            check: LeaderCheck::Probing { .. },
+            ..
+        }) => matches!(
+            event,
+            Event::Fit { .. } | Event::Unfit { .. } | Event::ProbeFailed { .. }
         ),
         Role::Standby(Standby::TryingLock { .. }) => matches!(
             event,

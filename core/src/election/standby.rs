@@ -66,18 +66,14 @@ impl<C> Election<C> {
     }
 
     pub(super) fn begin_standby_check(&mut self, now: Instant) -> Role {
-        let conn = self.next_conn();
-        if let Some(lease) = self.options.lease_of() {
-            self.push(Action::ClaimLease {
-                conn,
-                ttl_ms: lease.ttl_millis(),
-            });
-            return Role::Standby(Standby::Claiming {
-                conn,
-                sent_at: now,
-                deadline: now + self.interval().get(),
-            });
+        if self.options.lease_of().is_some() {
+            if self.options.probes_fitness() {
+                let conn = self.next_conn();
+                return self.probe_before_attempt(now, conn);
+            }
+            return self.claim(now);
         }
+        let conn = self.next_conn();
         let deadline = now + self.interval().get();
         if !self.pool_proved() {
             // Half an interval for the second connection: the proof's answer is due in one.
@@ -90,6 +86,21 @@ impl<C> Election<C> {
         }
         self.push(Action::AcquireConnection { conn });
         Role::Standby(Standby::Acquiring { conn, deadline })
+    }
+
+    /// A lease's claim, as an operation of its own.
+    pub(super) fn claim(&mut self, now: Instant) -> Role {
+        let conn = self.next_conn();
+        let ttl_ms = self
+            .options
+            .lease_of()
+            .map_or(0, |lease| lease.ttl_millis());
+        self.push(Action::ClaimLease { conn, ttl_ms });
+        Role::Standby(Standby::Claiming {
+            conn,
+            sent_at: now,
+            deadline: now + self.interval().get(),
+        })
     }
 
     /// Whether the run's pool is proven its own (or needs no proof).
@@ -123,8 +134,14 @@ impl<C> Election<C> {
     }
 
     /// A connection came: try the lock (poll mode) or queue for it (queue mode).
+    /// The fitness probe runs first on it, when the election probes.
     pub(super) fn on_acquired(&mut self, now: Instant, conn: ConnId) {
-        self.try_lock_on(now, conn, false);
+        if self.options.probes_fitness() {
+            let role = self.probe_before_attempt(now, conn);
+            self.set_role(role);
+        } else {
+            self.try_lock_on(now, conn, false);
+        }
     }
 
     /// Tries the lock (poll mode) or queues for it (queue mode) on the borrowed `conn`.

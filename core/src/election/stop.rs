@@ -74,7 +74,10 @@ impl<C> Election<C> {
             return;
         };
         let hold = leader.hold;
-        if let LeaderCheck::Renewing { conn, .. } = leader.check {
+        if let (LeaderCheck::Renewing { conn, .. } | LeaderCheck::Probing { conn, .. }, None) =
+            (&leader.check, hold.session_conn())
+        {
+            let conn = *conn;
             // The release's compare-and-set decides; a renewal in flight is moot.
             self.push(Action::ReturnToPool { conn });
         }

@@ -12,6 +12,7 @@ pub(super) fn is_stop_input<C>(event: &Event<C>) -> bool {
             | Event::WorkDrained { .. }
             | Event::Resign { .. }
             | Event::SetEligible { eligible: false }
+            | Event::Unfit { .. }
     )
 }
 
@@ -32,6 +33,7 @@ pub(super) fn name<C>(action: &Action<C>) -> &'static str {
     match action {
         Action::AcquireConnection { .. } => "AcquireConnection",
         Action::ProbePool { .. } => "ProbePool",
+        Action::ProbeFitness { .. } => "ProbeFitness",
         Action::TryLock { .. } => "TryLock",
         Action::WaitForLock { .. } => "WaitForLock",
         Action::AdvanceEpoch { .. } => "AdvanceEpoch",
@@ -61,6 +63,9 @@ pub(super) fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
         Some(Event::ConnectionAcquired { .. }) => "ConnectionAcquired",
         Some(Event::AcquireFailed { .. }) => "AcquireFailed",
         Some(Event::PoolProbed { .. }) => "PoolProbed",
+        Some(Event::Fit { .. }) => "Fit",
+        Some(Event::Unfit { .. }) => "Unfit",
+        Some(Event::ProbeFailed { .. }) => "ProbeFailed",
         Some(Event::LockGranted { .. }) => "LockGranted",
         Some(Event::LockRefused { .. }) => "LockRefused",
         Some(Event::LockWaitTimedOut { .. }) => "LockWaitTimedOut",

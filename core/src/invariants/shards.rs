@@ -158,6 +158,8 @@ fn check_end<C>(event: Option<&ShardEvent<C>>, cause: TermEndCause) -> Result<()
     let allowed = match cause {
         TermEndCause::Stopped => stop,
         TermEndCause::Resigned => resign,
+        // Sharded elections do not probe their fitness.
+        TermEndCause::Unfit => false,
         TermEndCause::HandedOver => survey,
         TermEndCause::Lost(reason) => match abandon {
             Some(abandoned) => reason == abandoned,

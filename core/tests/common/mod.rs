@@ -29,6 +29,8 @@ pub(crate) struct Replica {
     pub(crate) fail_next: bool,
     /// Lease statements neither reach the server nor answer (a partition).
     pub(crate) partitioned: bool,
+    /// The server refuses this replica's fitness probe (a missing privilege).
+    pub(crate) unfit: bool,
     /// The connection the replica leads on, as the model driver saw it.
     lock_conn: Option<ConnId>,
     /// Number of terms begun.
@@ -106,6 +108,7 @@ impl World {
                 lose_next_reply: false,
                 fail_next: false,
                 partitioned: false,
+                unfit: false,
                 lock_conn: None,
                 terms: 0,
                 began_at: None,
@@ -278,6 +281,15 @@ impl World {
                     second: Some(base + 2),
                 })
             }
+            Action::ProbeFitness { conn } if fail => Some(Event::ProbeFailed {
+                conn,
+                cause: "probe error",
+            }),
+            Action::ProbeFitness { conn } if replica.unfit => Some(Event::Unfit {
+                conn,
+                cause: "permission denied",
+            }),
+            Action::ProbeFitness { conn } => Some(Event::Fit { conn }),
             Action::TryLock { conn } if fail => Some(Event::LockQueryFailed {
                 conn,
                 cause: "query error",

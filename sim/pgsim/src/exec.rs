@@ -834,6 +834,21 @@ impl<'a> Ctx<'a> {
                 let is_null = self.eval(expr)? == Value::Null;
                 Ok(Value::Bool(is_null != *negated))
             }
+            Expr::Equals(left, right) => match (self.eval(left)?, self.eval(right)?) {
+                (Value::Null, _) | (_, Value::Null) => Ok(Value::Null),
+                (left, right) if left.type_name() == right.type_name() => {
+                    Ok(Value::Bool(left == right))
+                }
+                (left, right) => Err(SqlError::error(
+                    sqlstate::UNDEFINED_FUNCTION,
+                    format!(
+                        "operator does not exist: {} = {}",
+                        left.type_name(),
+                        right.type_name()
+                    ),
+                )
+                .into()),
+            },
             Expr::Not(expr) => match self.eval(expr)? {
                 Value::Bool(b) => Ok(Value::Bool(!b)),
                 Value::Null => Ok(Value::Null),
@@ -1213,9 +1228,12 @@ fn column_name(expr: &Expr) -> (&'static str, u8) {
             (name, 2) => (name, 2),
             _ => ("int8", 1),
         },
-        Expr::Text(_) | Expr::Null | Expr::Int(_) | Expr::IsNull { .. } | Expr::Not(_) => {
-            ("?column?", 0)
-        }
+        Expr::Text(_)
+        | Expr::Null
+        | Expr::Int(_)
+        | Expr::IsNull { .. }
+        | Expr::Not(_)
+        | Expr::Equals(..) => ("?column?", 0),
     }
 }
 
@@ -1225,7 +1243,9 @@ fn type_of(expr: &Expr) -> PgType {
     match expr {
         Expr::Int(n) if i32::try_from(*n).is_ok() => PgType::Int4,
         Expr::Int(_) | Expr::CastInt8(_) => PgType::Int8,
-        Expr::Bool(_) | Expr::IsNull { .. } | Expr::Not(_) | Expr::Exists(_) => PgType::Bool,
+        Expr::Bool(_) | Expr::IsNull { .. } | Expr::Not(_) | Expr::Exists(_) | Expr::Equals(..) => {
+            PgType::Bool
+        }
         Expr::Text(_) | Expr::Null => PgType::Text,
         Expr::Case { arms, otherwise } => arms
             .iter()

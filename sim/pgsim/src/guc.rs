@@ -35,6 +35,12 @@ pub(crate) enum Guc {
     /// `client_min_messages`: the least severity of the notices sent to the client
     /// (`notice` by default; `warning` keeps a `CREATE TABLE IF NOT EXISTS` quiet).
     ClientMinMessages,
+    /// `default_transaction_read_only` (`off` by default), and `transaction_read_only`, which
+    /// shows it: the simulated server runs every statement in a transaction of its own, so a
+    /// session's transactions are read-only exactly when its default says so. Kept and shown;
+    /// only the elector's grant statement reads it (the simulated tables take writes all the
+    /// same).
+    ReadOnly,
     /// A setting fixed at server start, which sizes the lock table
     /// ([`ServerConfig::with_lock_table`](super::ServerConfig::with_lock_table)): shown, never
     /// set (55P02).
@@ -102,6 +108,8 @@ pub(crate) struct Gucs {
     pub(crate) synchronous_commit: Option<&'static str>,
     /// `client_min_messages`, as `SHOW` shows it; `None` for the default (`notice`).
     pub(crate) client_min_messages: Option<&'static str>,
+    /// `default_transaction_read_only`.
+    pub(crate) read_only: bool,
     /// The server's lock-table settings (the same in every session).
     pub(crate) server: LockTableSettings,
     /// The custom placeholders that exist in the session, by lowercased name.
@@ -121,6 +129,7 @@ impl Guc {
             "application_name" => Ok(Self::ApplicationName),
             "synchronous_commit" => Ok(Self::SynchronousCommit),
             "client_min_messages" => Ok(Self::ClientMinMessages),
+            "default_transaction_read_only" | "transaction_read_only" => Ok(Self::ReadOnly),
             "max_locks_per_transaction" => Ok(Self::Server(ServerSetting::LocksPerTransaction)),
             "max_connections" => Ok(Self::Server(ServerSetting::Connections)),
             "max_prepared_transactions" => Ok(Self::Server(ServerSetting::PreparedTransactions)),
@@ -139,6 +148,7 @@ impl Guc {
             Self::ApplicationName => "application_name",
             Self::SynchronousCommit => "synchronous_commit",
             Self::ClientMinMessages => "client_min_messages",
+            Self::ReadOnly => "default_transaction_read_only",
             Self::Server(ServerSetting::LocksPerTransaction) => "max_locks_per_transaction",
             Self::Server(ServerSetting::Connections) => "max_connections",
             Self::Server(ServerSetting::PreparedTransactions) => "max_prepared_transactions",
@@ -192,6 +202,7 @@ impl Gucs {
             Guc::ClientMinMessages => {
                 self.client_min_messages = Some(parse_client_min_messages(value)?);
             }
+            Guc::ReadOnly => self.read_only = parse_bool(guc.name(), value)?,
             Guc::Server(_) => {}
             Guc::Custom(name) => {
                 self.custom.insert(name.clone(), value.to_owned());
@@ -212,6 +223,7 @@ impl Gucs {
             Guc::ApplicationName => self.application_name.clear(),
             Guc::SynchronousCommit => self.synchronous_commit = None,
             Guc::ClientMinMessages => self.client_min_messages = None,
+            Guc::ReadOnly => self.read_only = false,
             Guc::Server(_) => {}
             Guc::Custom(name) => {
                 self.custom.insert(name.clone(), String::new());
@@ -232,6 +244,7 @@ impl Gucs {
             Guc::ApplicationName => self.application_name.clone(),
             Guc::SynchronousCommit => self.synchronous_commit.unwrap_or("on").to_owned(),
             Guc::ClientMinMessages => self.client_min_messages.unwrap_or("notice").to_owned(),
+            Guc::ReadOnly => if self.read_only { "on" } else { "off" }.to_owned(),
             Guc::Server(setting) => self.server.value(*setting).to_string(),
             Guc::Custom(name) => self.custom.get(name)?.clone(),
         })
@@ -277,6 +290,18 @@ pub(crate) fn parse_timeout(name: &str, value: &str) -> Result<Duration, SqlErro
 /// Parses `synchronous_commit` as PostgreSQL does: a level, case-insensitively, or one of the
 /// hidden boolean spellings (`true`, `yes`, `1` are `on`; `false`, `no`, `0` are `off`);
 /// returns the level `SHOW` then shows.
+/// A boolean parameter's value, as PostgreSQL reads one.
+fn parse_bool(name: &str, value: &str) -> Result<bool, SqlError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Ok(true),
+        "off" | "false" | "no" | "0" => Ok(false),
+        _ => Err(SqlError::error(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("parameter \"{name}\" requires a Boolean value"),
+        )),
+    }
+}
+
 fn parse_synchronous_commit(value: &str) -> Result<&'static str, SqlError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "local" => Ok("local"),

@@ -114,6 +114,8 @@ pub(crate) enum Expr {
         negated: bool,
     },
     Not(Box<Expr>),
+    /// `<left> = <right>`.
+    Equals(Box<Expr>, Box<Expr>),
     /// `<expr>::bigint`.
     CastInt8(Box<Expr>),
     /// `EXISTS (SELECT 1 FROM pg_locks WHERE <conds joined by AND>)`.
@@ -680,6 +682,11 @@ impl<'a> Parser<'a> {
                 expr: Box::new(expr),
                 negated,
             };
+        }
+        if self.peek() == Some(&Tok::Eq) {
+            self.at += 1;
+            let right = self.primary()?;
+            expr = Expr::Equals(Box::new(expr), Box::new(right));
         }
         Ok(expr)
     }

@@ -67,9 +67,13 @@ impl Single {
         let report = match (record.kind, &record.cause) {
             // A lease leader's failed renewal is a failed check too: its term goes on while the
             // lease is trusted, and `check_failure` says why the renewals fail.
-            (LogKind::AcquireFailed | LogKind::LeaseRenewalFailed, Some(cause)) => {
-                Some(io.check_failed(cause, |failure| self.inner.check_failed(failure)))
-            }
+            (
+                LogKind::AcquireFailed
+                | LogKind::LeaseRenewalFailed
+                | LogKind::Unfit
+                | LogKind::ProbeFailed,
+                Some(cause),
+            ) => Some(io.check_failed(cause, |failure| self.inner.check_failed(failure))),
             _ => None,
         };
         log::emit(
@@ -153,6 +157,25 @@ impl Mechanism for Single {
                     conn,
                     second_within,
                 ));
+            }
+            Action::ProbeFitness { conn } => {
+                // The core asks only when the configuration names a probe.
+                let probe = self
+                    .inner
+                    .fitness_probe()
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from(""));
+                if self.inner.holds_a_lease() {
+                    io.run(connection::fitness::pooled(
+                        self.inner.sessions(),
+                        conn,
+                        probe,
+                    ));
+                } else {
+                    io.start_on(conn, |held| {
+                        connection::fitness::on_session(held, conn, probe)
+                    });
+                }
             }
             Action::TryLock { conn } => {
                 let statement = sql::try_lock(key, identity, idle_ms);

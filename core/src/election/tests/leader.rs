@@ -502,7 +502,8 @@ fn term_end_cause_all_is_every_variant_but_handed_over() {
             | LossReason::LeaseExpired,
         )
         | TermEndCause::Stopped
-        | TermEndCause::Resigned => true,
+        | TermEndCause::Resigned
+        | TermEndCause::Unfit => true,
         TermEndCause::HandedOver => false,
     };
     let every = [
@@ -523,6 +524,7 @@ fn term_end_cause_all_is_every_variant_but_handed_over() {
     .chain([
         TermEndCause::Stopped,
         TermEndCause::Resigned,
+        TermEndCause::Unfit,
         TermEndCause::HandedOver,
     ]);
     for cause in every {

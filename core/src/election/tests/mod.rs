@@ -101,6 +101,7 @@ fn log(kind: LogKind, term: Option<TermId>, cause: Option<Cause<&'static str>>) 
 const IMS: u64 = 5_000;
 
 mod contracts;
+mod fitness;
 mod leader;
 mod lease;
 mod operator;

@@ -103,6 +103,8 @@ impl World<'_> {
                     second: Some(base + 1),
                 })
             }
+            // The fitness probe (off in the model's options): every replica is fit.
+            Action::ProbeFitness { conn } => Some(Event::Fit { conn }),
             Action::TryLock { conn }
             | Action::WaitForLock { conn, .. }
             | Action::ReleaseIfHeld { conn }

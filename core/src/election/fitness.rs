@@ -1,0 +1,125 @@
+//! The fitness probe ([`Options::probe_fitness`]): before each attempt, and after each of the
+//! leader's checks that proved its hold, the service's probe says whether this replica can do
+//! the leader's work. A refusal makes the replica unfit: a standby makes no attempt and a
+//! leader gives its term up ([`TermEndCause::Unfit`]) until a probe passes again.
+
+use super::*;
+
+impl<C> Election<C> {
+    /// A standby's check is about to make its attempt on `conn`: the probe runs first.
+    pub(super) fn probe_before_attempt(&mut self, now: Instant, conn: ConnId) -> Role {
+        self.push(Action::ProbeFitness { conn });
+        Role::Standby(Standby::Probing {
+            conn,
+            deadline: now + self.interval().get(),
+        })
+    }
+
+    /// The leader's check proved its hold: the probe runs, within the check's `deadline`, on
+    /// the lock session or (a lease) as an operation of its own.
+    pub(super) fn probe_as_leader(&mut self, deadline: Instant) {
+        let Some(hold) = self.leader_mut().map(|leader| leader.hold) else {
+            return;
+        };
+        let conn = match hold.session_conn() {
+            Some(session) => session,
+            None => self.next_conn(),
+        };
+        self.push(Action::ProbeFitness { conn });
+        if let Some(leader) = self.leader_mut() {
+            leader.check = LeaderCheck::Probing { conn, deadline };
+        }
+    }
+
+    /// The probe passed: a standby makes its attempt, a leader waits for its next check.
+    pub(super) fn on_fit(&mut self, now: Instant, conn: ConnId) {
+        let State::Running(running) = &mut self.state else {
+            return;
+        };
+        if std::mem::take(&mut running.unfit) {
+            self.log(LogKind::FitAgain, None, None);
+        }
+        let State::Running(running) = &self.state else {
+            return;
+        };
+        match running.role {
+            Role::Leader(_) => self.after_leader_check(now),
+            Role::Standby(_) if self.options.lease_of().is_some() => {
+                let role = self.claim(now);
+                self.set_role(role);
+            }
+            Role::Standby(_) => self.try_lock_on(now, conn, false),
+            Role::Draining(_) | Role::Releasing(_) => {}
+        }
+    }
+
+    /// The server refused the probe: the replica is unfit. A standby gives its connection
+    /// back and waits; a leader gives its term up and stays a standby.
+    pub(super) fn on_unfit(&mut self, now: Instant, conn: ConnId, cause: C) {
+        let State::Running(running) = &mut self.state else {
+            return;
+        };
+        running.unfit = true;
+        match &running.role {
+            Role::Leader(leader) => {
+                let term = leader.term;
+                if let Some(leader) = self.leader_mut() {
+                    // The probe answered: nothing is left in flight on its connection.
+                    leader.check = LeaderCheck::Waiting { next_check: now };
+                }
+                self.log(LogKind::Unfit, Some(term), Some(Cause::Error(cause)));
+                self.give_up(now, term, TermEndCause::Unfit, AfterRelease::Standby);
+            }
+            Role::Standby(_) => {
+                if self.options.lease_of().is_none() {
+                    self.push(Action::ReturnToPool { conn });
+                }
+                self.log(LogKind::Unfit, None, Some(Cause::Error(cause)));
+                self.wait_as_standby(now);
+            }
+            Role::Draining(_) | Role::Releasing(_) => {}
+        }
+    }
+
+    /// The probe did not answer (it failed, or its deadline passed): nothing is learnt. A
+    /// standby's check ends as a failed one; a leader's check fails as a check that did not
+    /// answer would (an advisory lock session in an unknown state ends the term, a lease is
+    /// still trusted until its window ends).
+    pub(super) fn on_probe_failed(&mut self, now: Instant, cause: Cause<C>) {
+        let State::Running(running) = &self.state else {
+            return;
+        };
+        // A lease's probe that answered left nothing in flight; one that did not is given up.
+        let in_flight = matches!(cause, Cause::TimedOut(_)) || self.options.lease_of().is_none();
+        match running.role {
+            Role::Leader(Leader { hold, .. }) if hold.session_conn().is_none() => {
+                if in_flight {
+                    self.close_open_conn();
+                }
+                let term = self.leader_mut().map(|leader| leader.term);
+                self.after_leader_check(now);
+                self.log(LogKind::ProbeFailed, term, Some(cause));
+            }
+            Role::Leader(_) => {
+                let reason = match cause {
+                    Cause::TimedOut(_) => LossReason::CheckTimedOut,
+                    _ => LossReason::CheckFailed,
+                };
+                self.demote(now, reason, cause);
+            }
+            Role::Standby(_) => {
+                if in_flight {
+                    self.close_open_conn();
+                }
+                self.log(LogKind::ProbeFailed, None, Some(cause));
+                self.wait_as_standby(now);
+            }
+            Role::Draining(_) | Role::Releasing(_) => {}
+        }
+    }
+
+    /// Whether the last probe was refused.
+    pub fn is_unfit(&self) -> bool {
+        matches!(&self.state, State::Running(running) if running.unfit)
+    }
+}
