@@ -815,6 +815,7 @@ async fn status(State(state): State<StatusState>) -> impl IntoResponse {
         "key": state.elector.as_ref().map(|elector| elector.key().to_string()),
         "is_leader": is_leader,
         "eligible": state.elector.as_ref().map(Elector::is_eligible),
+        "fit": state.elector.as_ref().map(Elector::is_fit),
         "term": term,
         "epoch": state
             .elector
