@@ -736,6 +736,7 @@ mod tests {
         }
     }
 
+    mod fitness;
     mod lease;
 
     fn violation(result: Result<(), Violation>, needle: &str) {

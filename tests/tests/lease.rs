@@ -294,6 +294,84 @@ async fn replicas_whose_search_paths_differ_still_run_one_election() {
     db.cleanup().await.unwrap();
 }
 
+/// Issue 37, hole 1, the rest of it: replicas configured with different lease schemas
+/// (`Config::lease_schema`), each with its tables set up, used to run two elections under one
+/// key. Now the first schema to hold the key keeps it: a replica of another schema never
+/// claims, and says why (a permanent `ElectionElsewhere` naming both schemas, with advice),
+/// whether it starts after the leader or at the same instant (the claims of one key serialize
+/// on a transaction lock, whatever their schema), and after the leader stops it still does
+/// not claim (the key's row stays in the first schema).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_whose_lease_schemas_differ_run_one_election_and_the_odd_one_says_why() {
+    for together in [false, true] {
+        let db = TestDb::create(&format!("lease_two_schemas_{together}"))
+            .await
+            .unwrap();
+        db.admin()
+            .batch_execute("CREATE SCHEMA other")
+            .await
+            .unwrap();
+        plexsphere_leader::lease::setup(db.admin()).await.unwrap();
+        plexsphere_leader::lease::setup_in(db.admin(), "other")
+            .await
+            .unwrap();
+        let spawn = |name: &str, schema: &'static str| {
+            let pool = Backend::Deadpool.pool(&db.config(), 2).expect("pool");
+            let name = name.to_owned();
+            Replica::spawn_with(pool, I, move |config| {
+                config
+                    .lease(Duration::ZERO)
+                    .lease_schema(schema)
+                    .identity(&name)
+            })
+        };
+        let first = spawn("lease-public", "public");
+        if !together {
+            wait_for(STARTUP, || first.elector.is_leader())
+                .await
+                .expect("the first replica leads");
+        }
+        let odd = spawn("lease-other", "other");
+        let fleet = [first, odd];
+        let leader = steady_leader(&fleet).await;
+        let odd = 1 - leader;
+        let failure = fleet[odd]
+            .elector
+            .check_failure()
+            .expect("the odd replica says why it does not claim");
+        println!("together={together}: leader {leader}; {failure:?}");
+        assert_eq!(
+            failure.class,
+            plexsphere_leader_core::failures::FailureClass::Permanent
+        );
+        assert!(
+            failure.error.contains("already runs in schema"),
+            "{}",
+            failure.error
+        );
+        assert!(
+            failure
+                .advice
+                .as_deref()
+                .is_some_and(|a| a.contains("lease_schema"))
+        );
+        let [first, second] = fleet;
+        let (leading, standing) = if leader == 0 {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        leading.stop().await.unwrap();
+        tokio::time::sleep(4 * I).await;
+        assert!(
+            !standing.elector.is_leader(),
+            "the key's row stays in the first schema: the odd replica never claims"
+        );
+        standing.stop().await.unwrap();
+        db.cleanup().await.unwrap();
+    }
+}
+
 /// A lease elector's run of failed checks ends with the first check that works, as an advisory
 /// one's does: here its claims fail (the lease table does not exist yet: `undefined_table`)
 /// until the operator runs the setup, then the claim that leads clears

@@ -265,6 +265,6 @@ fn parse_int<T: std::str::FromStr>(value: &str, name: &'static str) -> Result<T,
         .map_err(|_| unexpected(name, format!("{value:?} is not an integer")))
 }
 
-fn unexpected(statement: &'static str, detail: String) -> CheckError {
+pub(super) fn unexpected(statement: &'static str, detail: String) -> CheckError {
     CheckError::UnexpectedReply { statement, detail }
 }

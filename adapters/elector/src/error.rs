@@ -35,6 +35,18 @@ pub enum CheckError {
     /// role's or the database's `default_transaction_read_only`): a leader on it could not do
     /// any write, so the lock is not taken on it. Permanent (SQLSTATE `25006`'s advice).
     ReadOnly,
+    /// Lease mechanism: the claim found the election's key in another schema's lease table
+    /// ([`Config::lease_schema`](crate::Config::lease_schema) differs between replicas, or
+    /// the tables were set up in two schemas): one key is one election, so this replica does
+    /// not claim while another schema holds it. Always permanent.
+    ElectionElsewhere {
+        /// This replica's lease schema.
+        schema: String,
+        /// The schemas that hold the key, `", "`-separated.
+        elsewhere: String,
+        /// The election's key.
+        key: crate::key::LockKey,
+    },
     /// The server refused the fitness probe
     /// ([`Config::fitness_probe`](crate::Config::fitness_probe)): this replica cannot do the
     /// leader's work, so it does not lead until the probe passes. Always permanent.
@@ -185,6 +197,20 @@ impl CheckError {
     /// What to do about a permanent failure ([`class`](Self::class)), with the server's own
     /// `HINT` when it sent one; `None` for a transient failure.
     pub fn advice(&self) -> Option<String> {
+        if let Self::ElectionElsewhere {
+            schema,
+            elsewhere,
+            key,
+        } = self
+        {
+            return Some(format!(
+                "give every replica of the election the same Config::lease_schema; if the \
+                 election no longer runs in {elsewhere}, delete its row there (DELETE FROM \
+                 <that schema>.plexsphere_leader_lease WHERE classid = {} AND objid = {}) and \
+                 this replica claims in {schema}",
+                key.class_id, key.obj_id
+            ));
+        }
         if let Self::Unfit { error, .. } = self {
             let what = match (error.sqlstate(), error.server_hint()) {
                 (Some(code @ "25006"), _) => permanent_advice(code).unwrap_or_default().to_owned(),
@@ -282,6 +308,14 @@ impl std::fmt::Display for CheckError {
             Self::ReadOnly => f.write_str(
                 "the session is read-only (transaction_read_only is on): a leader could not \
                  write, so the leader lock is not taken on it",
+            ),
+            Self::ElectionElsewhere {
+                schema, elsewhere, ..
+            } => write!(
+                f,
+                "the election of this key already runs in schema {elsewhere}, not in this \
+                 replica's lease schema {schema}: a second election under the same key would \
+                 give it two leaders, so this replica does not claim"
             ),
             Self::Unfit { probe, error } => {
                 write!(

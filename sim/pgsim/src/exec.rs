@@ -1961,16 +1961,26 @@ mod tests {
         let (mut state, a, b) = lease_server();
         assert_eq!(
             lease_run(&mut state, a, &claim("ha"), 10),
-            ["C SET", "T epoch:20", "D 1", "C INSERT 0 1", "Z I"]
+            [
+                "C SET",
+                "C SET",
+                "T pg_advisory_xact_lock:2278",
+                "D ",
+                "C SELECT 1",
+                "T epoch:20,schemas:25",
+                "D 1,NULL",
+                "C SELECT 1",
+                "Z I"
+            ]
         );
         assert_eq!(
-            lease_run(&mut state, b, &claim("hb"), 20),
-            ["C SET", "T epoch:20", "C INSERT 0 0", "Z I"],
+            lease_run(&mut state, b, &claim("hb"), 20)[5..],
+            ["T epoch:20,schemas:25", "D NULL,NULL", "C SELECT 1", "Z I"],
             "a's lease runs until 310 ms"
         );
         assert_eq!(
-            lease_run(&mut state, a, &claim("ha"), 30)[2],
-            "D 2",
+            lease_run(&mut state, a, &claim("ha"), 30)[6],
+            "D 2,NULL",
             "its own"
         );
         assert_eq!(
@@ -1978,12 +1988,12 @@ mod tests {
             ["C UPDATE 0".to_owned(), "Z I".to_owned()][..]
         );
         assert_eq!(
-            lease_run(&mut state, b, &claim("hb"), 329)[2],
-            "C INSERT 0 0"
+            lease_run(&mut state, b, &claim("hb"), 329)[6],
+            "D NULL,NULL"
         );
         assert_eq!(
-            lease_run(&mut state, b, &claim("hb"), 330)[2],
-            "D 3",
+            lease_run(&mut state, b, &claim("hb"), 330)[6],
+            "D 3,NULL",
             "expired at 330 ms"
         );
         assert_eq!(
@@ -2044,7 +2054,7 @@ mod tests {
             lease_run(&mut state, b, &who_holds(), 432)[1],
             "D ha,1,1767225600.42,f"
         );
-        assert_eq!(lease_run(&mut state, b, &claim("hb"), 432)[2], "D 2");
+        assert_eq!(lease_run(&mut state, b, &claim("hb"), 432)[6], "D 2,NULL");
         assert_eq!(
             lease_log(&state)[2..4],
             [
@@ -2073,7 +2083,19 @@ mod tests {
         else {
             panic!("the claim did not fail");
         };
-        assert_eq!(lines(reply), ["C SET", "E 55P03", "Z I"]);
+        // The settings and the transaction lock answered before the claim waited.
+        assert_eq!(
+            lines(reply),
+            [
+                "C SET",
+                "C SET",
+                "T pg_advisory_xact_lock:2278",
+                "D ",
+                "C SELECT 1",
+                "E 55P03",
+                "Z I"
+            ]
+        );
         assert_eq!(
             lease_run(&mut state, b, &who_holds(), 451)[1],
             "D ha,1,1767225600.31,f"
@@ -2087,7 +2109,10 @@ mod tests {
         else {
             panic!("the claim did not complete");
         };
-        assert_eq!(lines(reply)[1..4], ["T epoch:20", "D 2", "C INSERT 0 1"]);
+        assert_eq!(
+            lines(reply)[5..8],
+            ["T epoch:20,schemas:25", "D 2,NULL", "C SELECT 1"]
+        );
         assert_eq!(
             lease_log(&state)[2..],
             [
@@ -2104,7 +2129,15 @@ mod tests {
         let (mut state, a, _b) = server();
         assert_eq!(
             lease_run(&mut state, a, &claim("ha"), 1),
-            ["C SET", "E 42P01", "Z I"]
+            [
+                "C SET",
+                "C SET",
+                "T pg_advisory_xact_lock:2278",
+                "D ",
+                "C SELECT 1",
+                "E 42P01",
+                "Z I"
+            ]
         );
         assert_eq!(
             lease_run(&mut state, a, &who_holds(), 1),

@@ -119,8 +119,8 @@ fn built(statement: &LeaseStatement) -> String {
 
 const CLAIM: &str = "SET LOCAL lock_timeout = '";
 /// What tells a claim from another statement under a `SET LOCAL lock_timeout` (the advisory
-/// mechanism's epoch advance).
-const CLAIM_CTE: &str = "; WITH claimed AS (INSERT INTO plexsphere_leader_lease";
+/// mechanism's epoch advance): the claim proper, after its settings and its transaction lock.
+pub(crate) const CLAIM_CTE: &str = "WITH elsewhere AS (";
 const RENEW: &str =
     "SET LOCAL synchronous_commit = on; UPDATE plexsphere_leader_lease SET expires_at = now() + ";
 const RELEASE: &str = "UPDATE plexsphere_leader_lease SET expires_at = now() WHERE";
@@ -132,7 +132,7 @@ fn claim(text: &str) -> Option<LeaseStatement> {
     let lock_timeout_ms = between(text, CLAIM, "'")?.parse().ok()?;
     let values = between(
         text,
-        "(classid, objid, holder, expires_at) VALUES (",
+        "(classid, objid, holder, expires_at) SELECT ",
         TTL_UNIT,
     )?;
     let (class_id, rest) = values.split_once(", ")?;

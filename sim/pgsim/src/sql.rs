@@ -273,11 +273,12 @@ pub(crate) fn parse(query: &str) -> Result<Vec<Statement>, SqlError> {
     general(query)
 }
 
-/// A lease statement as the statements it runs: a claim's `SET LOCAL lock_timeout` (the text
-/// before its first `;`, which the general parser reads) and then the claim; any other alone.
+/// A lease statement as the statements it runs: a claim's `SET LOCAL`s and its transaction
+/// lock (the text before its `WITH`, which the general parser reads: the lock is taken, and
+/// waited for, as any `pg_advisory_xact_lock`) and then the claim; any other alone.
 fn lease_statements(query: &str, statement: LeaseStatement) -> Result<Vec<Statement>, SqlError> {
-    let mut statements = match (&statement, query.split_once(';')) {
-        (LeaseStatement::Claim { .. }, Some((set, _claim))) => general(set)?,
+    let mut statements = match (&statement, query.split_once(lease::CLAIM_CTE)) {
+        (LeaseStatement::Claim { .. }, Some((before, _claim))) => general(before)?,
         _ => Vec::new(),
     };
     statements.push(Statement::Lease(statement));
@@ -1243,11 +1244,12 @@ mod tests {
                 local: true,
             })
         );
+        // Then its durable commit and its transaction lock, read by the general parser.
         assert!(matches!(
-            claim.get(1),
+            claim.get(3),
             Some(Statement::Lease(LeaseStatement::Claim { ttl_ms: 300, .. }))
         ));
-        assert_eq!(claim.len(), 2);
+        assert_eq!(claim.len(), 4);
         let renew = plexsphere_leader::sql::lease::renew(
             plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
             key,

@@ -124,11 +124,12 @@ impl Session {
         self.run_columns(query, true).await
     }
 
-    /// The column names of the row `query` returns, `|`-separated.
+    /// The column names of the (last) row `query` returns, `|`-separated.
     async fn names(&self, query: &str) -> String {
         match self.client.simple_query(query).await {
             Ok(messages) => messages
                 .iter()
+                .rev()
                 .find_map(|m| match m {
                     SimpleQueryMessage::Row(row) => Some(
                         row.columns()
@@ -149,9 +150,12 @@ impl Session {
         // A notice arrives before the reply it belongs to; give the connection task a turn.
         tokio::task::yield_now().await;
         let notices = std::mem::take(&mut *self.notices.lock().unwrap());
+        // The last row: a query string of several statements answers with its last one's
+        // (a lease claim's settings and transaction lock come first).
         let value = match result {
             Ok(messages) => messages
                 .iter()
+                .rev()
                 .find_map(|m| match m {
                     SimpleQueryMessage::Row(row) if all => Some(
                         (0..row.len())
@@ -1118,12 +1122,12 @@ fn the_simulated_server_answers_the_lease_statements_as_postgresql_does() {
     for line in [
         "who holds before a claim: no row",
         "a claims the missing row: 1",
-        "b claims a's unexpired lease: no row",
+        "b claims a's unexpired lease: NULL",
         "a claims its own lease: 2",
         "b renews a's lease: no row",
         "who holds: A|2|<unix>|t",
         "who holds columns: holder|epoch|date_part|?column?",
-        "claim columns: epoch",
+        "claim columns: epoch|schemas",
         "who holds after the release: A|3|<unix>|f",
         "b claims the released lease: 4",
         "b renews its expired lease: no row",

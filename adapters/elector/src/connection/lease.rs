@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use plexsphere_leader_core::{ConnId, Event};
 
-use super::{ClosedUnlessAnswered, Completion, Operation, parse_int, text};
+use super::{ClosedUnlessAnswered, Completion, Operation, parse_int};
 use crate::error::CheckError;
 use crate::session::{QueryError, Row, SessionSource};
 
@@ -35,20 +35,41 @@ fn statement(sessions: Arc<dyn SessionSource>, statement: String, answer: Answer
     })
 }
 
-/// The claim: the new epoch, or refused.
-pub(crate) fn claim(sessions: Arc<dyn SessionSource>, conn: ConnId, sql: String) -> Operation {
+/// The claim: the new epoch, refused, or refused for good because another schema holds the
+/// key's election (its last row: the epoch or `NULL`, the other schemas or `NULL`).
+pub(crate) fn claim(
+    sessions: Arc<dyn SessionSource>,
+    conn: ConnId,
+    sql: String,
+    schema: String,
+    key: crate::key::LockKey,
+) -> Operation {
     statement(
         sessions,
         sql,
         Box::new(move |rows| {
             let name = "the lease claim";
-            let epoch = rows.and_then(|rows| match rows.first() {
-                Some(row) => text(row, 0, name).and_then(|e| parse_int::<u64>(&e, name).map(Some)),
-                None => Ok(None),
+            let answer = rows.and_then(|rows| {
+                let row = rows
+                    .last()
+                    .ok_or_else(|| super::unexpected(name, "no row".into()))?;
+                let epoch = match row.first().cloned().flatten() {
+                    Some(epoch) => Some(parse_int::<u64>(&epoch, name)?),
+                    None => None,
+                };
+                Ok((epoch, row.get(1).cloned().flatten()))
             });
-            match epoch {
-                Ok(Some(epoch)) => Event::LeaseClaimed { conn, epoch },
-                Ok(None) => Event::LockRefused { conn },
+            match answer {
+                Ok((Some(epoch), _)) => Event::LeaseClaimed { conn, epoch },
+                Ok((None, Some(elsewhere))) => Event::LockQueryFailed {
+                    conn,
+                    cause: CheckError::ElectionElsewhere {
+                        schema: schema.clone(),
+                        elsewhere,
+                        key,
+                    },
+                },
+                Ok((None, None)) => Event::LockRefused { conn },
                 Err(cause) => Event::LockQueryFailed { conn, cause },
             }
         }),

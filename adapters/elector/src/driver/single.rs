@@ -220,6 +220,8 @@ impl Mechanism for Single {
                     self.inner.sessions(),
                     conn,
                     statement,
+                    schema.to_owned(),
+                    key,
                 ));
             }
             Action::RenewLease { conn, ttl_ms, .. } => {

@@ -63,11 +63,43 @@ fn expiry(ttl_ms: u32) -> String {
     format!("now() + {ttl_ms} * interval '1 millisecond'")
 }
 
+/// The one-`bigint` transaction-level advisory lock that serializes the claims of `key` in
+/// every schema of the database (the key's two `int4`s as one `bigint`: a key space apart
+/// from the elections' two-`int4` session locks, so that a lease election and an advisory one
+/// of the same key never wait for each other).
+pub fn claim_lock(key: LockKey) -> i64 {
+    (i64::from(key.class_id) << 32) | i64::from(key.obj_id.cast_unsigned())
+}
+
+/// The schemas other than `schema` whose lease table has a row of `key`, `', '`-separated
+/// (`NULL` for none), read only where this role may (a schema's `USAGE` and the table's
+/// `SELECT`): another election of the same key, which replicas configured with another
+/// [`Config::lease_schema`](crate::Config::lease_schema) run.
+fn elsewhere(schema: &str, key: LockKey) -> String {
+    format!(
+        "SELECT string_agg(n.nspname, ', ' ORDER BY n.nspname) AS schemas \
+         FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.relname = '{LEASE_TABLE}' AND c.relkind IN ('r', 'p') AND n.nspname <> '{schema}' \
+         AND CASE WHEN has_schema_privilege(n.oid, 'USAGE') \
+         AND has_table_privilege(c.oid, 'SELECT') \
+         THEN query_to_xml(format('SELECT 1 FROM %I.{LEASE_TABLE} \
+         WHERE classid = {} AND objid = {}', n.nspname), false, true, '')::text <> '' \
+         ELSE false END",
+        key.class_id, key.obj_id
+    )
+}
+
 /// The standby's claim of `key` for `holder`: takes the row when it is missing, expired by the
 /// server's clock, or already `holder`'s, sets its expiry to `now() + ttl_ms`, and advances
-/// the fence row in the same statement, returning the new epoch; no row: another holder's
-/// lease has not expired. The fence row's wait is bounded by a transaction-local
-/// `lock_timeout` of `lock_timeout_ms` (SQLSTATE 55P03 then).
+/// the fence row in the same statement. The fence row's wait is bounded by a
+/// transaction-local `lock_timeout` of `lock_timeout_ms` (SQLSTATE 55P03 then).
+///
+/// One election per key whatever a replica's schema: the claim first takes [`claim_lock`]
+/// (until it commits), so that the claims of `key` in every schema run one after the other,
+/// then claims only when no other schema's lease table has a row of `key` ([`elsewhere`]):
+/// the first schema to hold the key keeps it, and a replica configured with another one never
+/// claims. Its last result row is the new epoch and `NULL` (claimed), `NULL` and `NULL`
+/// (another holder's lease has not expired), or `NULL` and the other schemas.
 pub fn claim(
     schema: &str,
     key: LockKey,
@@ -79,16 +111,21 @@ pub fn claim(
     let (lease, fence) = (lease_table(schema), fence_table(schema));
     format!(
         "SET LOCAL lock_timeout = '{lock_timeout_ms}'; {DURABLE_COMMIT}\
-         WITH claimed AS (\
+         SELECT pg_advisory_xact_lock({lock}); \
+         WITH elsewhere AS ({elsewhere}), \
+         claimed AS (\
          INSERT INTO {lease} AS l (classid, objid, holder, expires_at) \
-         VALUES ({c}, {o}, {holder}, {}) \
+         SELECT {c}, {o}, {holder}, {expiry} FROM elsewhere WHERE schemas IS NULL \
          ON CONFLICT (classid, objid) DO UPDATE \
          SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at \
-         WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder RETURNING 1) \
-         INSERT INTO {fence} AS f (classid, objid, epoch) \
+         WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder RETURNING 1), \
+         fenced AS (INSERT INTO {fence} AS f (classid, objid, epoch) \
          SELECT {c}, {o}, 1 FROM claimed \
-         ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 RETURNING f.epoch",
-        expiry(ttl_ms)
+         ON CONFLICT (classid, objid) DO UPDATE SET epoch = f.epoch + 1 RETURNING f.epoch) \
+         SELECT (SELECT epoch FROM fenced), schemas FROM elsewhere",
+        lock = claim_lock(key),
+        elsewhere = elsewhere(schema, key),
+        expiry = expiry(ttl_ms)
     )
 }
 
@@ -147,18 +184,35 @@ mod tests {
     #[test]
     fn every_statement_names_the_key_and_the_holder_and_keeps_no_session_state() {
         let claim = claim(DEFAULT_SCHEMA, KEY, "svc@h 0f", 15_000, 2_500);
+        assert_eq!(claim_lock(KEY), 8_100_982_265_049_251_841);
         assert_eq!(
-            claim,
+            claim_lock(LockKey::new(-1, -1)),
+            -1,
+            "both halves as written"
+        );
+        assert!(claim.starts_with(
             "SET LOCAL lock_timeout = '2500'; SET LOCAL synchronous_commit = on; \
-             WITH claimed AS (INSERT INTO \
-             public.plexsphere_leader_lease AS l (classid, objid, holder, expires_at) VALUES \
-             (1886156915, 1, 'svc@h 0f', now() + 15000 * interval '1 millisecond') ON CONFLICT \
+             SELECT pg_advisory_xact_lock(8100982265049251841); WITH elsewhere AS (\
+             SELECT string_agg(n.nspname, ', ' ORDER BY n.nspname) AS schemas \
+             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relname = 'plexsphere_leader_lease' AND c.relkind IN ('r', 'p') \
+             AND n.nspname <> 'public' AND CASE WHEN has_schema_privilege(n.oid, 'USAGE') \
+             AND has_table_privilege(c.oid, 'SELECT') THEN query_to_xml(format('SELECT 1 FROM \
+             %I.plexsphere_leader_lease WHERE classid = 1886156915 AND objid = 1', n.nspname), \
+             false, true, '')::text <> '' ELSE false END), "
+        ));
+        assert!(claim.ends_with(
+            "claimed AS (INSERT INTO \
+             public.plexsphere_leader_lease AS l (classid, objid, holder, expires_at) SELECT \
+             1886156915, 1, 'svc@h 0f', now() + 15000 * interval '1 millisecond' FROM elsewhere \
+             WHERE schemas IS NULL ON CONFLICT \
              (classid, objid) DO UPDATE SET holder = EXCLUDED.holder, expires_at = \
              EXCLUDED.expires_at WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder \
-             RETURNING 1) INSERT INTO public.plexsphere_leader_fence AS f (classid, objid, epoch) \
-             SELECT 1886156915, 1, 1 FROM claimed ON CONFLICT (classid, objid) DO UPDATE SET \
-             epoch = f.epoch + 1 RETURNING f.epoch"
-        );
+             RETURNING 1), fenced AS (INSERT INTO public.plexsphere_leader_fence AS f (classid, \
+             objid, epoch) SELECT 1886156915, 1, 1 FROM claimed ON CONFLICT (classid, objid) DO \
+             UPDATE SET epoch = f.epoch + 1 RETURNING f.epoch) SELECT (SELECT epoch FROM fenced), \
+             schemas FROM elsewhere"
+        ));
         assert_eq!(
             renew(DEFAULT_SCHEMA, KEY, "it's", 600),
             "SET LOCAL synchronous_commit = on; \

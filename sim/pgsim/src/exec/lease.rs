@@ -11,11 +11,15 @@
 //! waiting claim holds on the lease row in PostgreSQL (there a renewal or another claim of the
 //! row waits for the claim's end; here it is answered at once against the committed row, as if
 //! it had come first). A renewal extends its holder's row to `now() + ttl`, expired or not; a
-//! release sets an unexpired row of its holder to `now()`. Every change is logged.
+//! release sets an unexpired row of its holder to `now()`. Every change is logged. A claim's
+//! transaction lock (`pg_advisory_xact_lock` of the key, before the claim proper) is the
+//! general parser's; the claim's check that no other schema holds the key always passes, since
+//! the simulated server has one schema, and its answer is PostgreSQL's: the epoch (`NULL` when
+//! refused) and `NULL` for the other schemas.
 
 use std::time::Duration;
 
-use super::{CLOCK_BASE, Ctx, EPOCH_COLUMN, Stop, Value, no_table};
+use super::{CLOCK_BASE, Ctx, Stop, Value, no_table};
 use crate::lease::LeaseStatement;
 use crate::log::Event;
 use crate::reply::PgType;
@@ -26,6 +30,9 @@ use crate::storage::{FENCE_TABLE, LeaseRow};
 pub(crate) const LEASE_TABLE: &str = plexsphere_leader::sql::lease::LEASE_TABLE;
 
 const RETURNING_ONE: [(&str, PgType); 1] = [("?column?", PgType::Int4)];
+/// The claim's one row: the new epoch (`NULL`: refused), and the other schemas that hold the
+/// key (always `NULL`: the simulated server has one schema).
+const CLAIM_COLUMNS: [(&str, PgType); 2] = [("epoch", PgType::Int8), ("schemas", PgType::Text)];
 const WHO_HOLDS_COLUMNS: [(&str, PgType); 4] = [
     ("holder", PgType::Text),
     ("epoch", PgType::Int8),
@@ -36,7 +43,7 @@ const WHO_HOLDS_COLUMNS: [(&str, PgType); 4] = [
 /// The result columns of `statement`, as a Describe reports them.
 pub(super) fn columns(statement: &LeaseStatement) -> Vec<(String, PgType)> {
     let columns: &[(&str, PgType)] = match statement {
-        LeaseStatement::Claim { .. } => &EPOCH_COLUMN,
+        LeaseStatement::Claim { .. } => &CLAIM_COLUMNS,
         LeaseStatement::Renew { .. } | LeaseStatement::Release { .. } => &RETURNING_ONE,
         LeaseStatement::WhoHolds { .. } => &WHO_HOLDS_COLUMNS,
     };
@@ -122,8 +129,9 @@ impl Ctx<'_> {
             .lease_row(&lease)
             .is_none_or(|row| row.expires_at <= micros(now) || row.holder == holder);
         if !takes {
-            self.describe_row(&EPOCH_COLUMN);
-            self.reply.command_complete("INSERT 0 0");
+            self.describe_row(&CLAIM_COLUMNS);
+            self.send_row(&CLAIM_COLUMNS, &[None, None]);
+            self.reply.command_complete("SELECT 1");
             return Ok(());
         }
         if self.committed_epoch(&fence).is_some() && !self.state.update_or_wait(self.pid, &fence) {
@@ -139,9 +147,9 @@ impl Ctx<'_> {
         };
         self.state.record(self.at, event);
         let epoch = self.write_epoch(fence, 1)?;
-        self.describe_row(&EPOCH_COLUMN);
-        self.send_row(&EPOCH_COLUMN, &[Some(epoch.to_string())]);
-        self.reply.command_complete("INSERT 0 1");
+        self.describe_row(&CLAIM_COLUMNS);
+        self.send_row(&CLAIM_COLUMNS, &[Some(epoch.to_string()), None]);
+        self.reply.command_complete("SELECT 1");
         Ok(())
     }
 
