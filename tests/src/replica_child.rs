@@ -34,6 +34,9 @@
 //! | `log` | all | `level`, `message`, `term`, `cause` | every event of target `plexsphere_leader` |
 //! | `hogged` / `unhogged` | election | `n` | the `hog` / `unhog` command took or gave back pool connections |
 //! | `work_start` / `work_end` / `work_result` | election | `term`, `ran` | the `work` command's pass |
+//! | `believes` | election | `leader` | the `believe` sampler's `is_leader()` changed (and its first answer) |
+//! | `resumed` | election | `leader`, `gap_ms` | the sampler's first answer after a pause of the process (no sample for over 50 ms) |
+//! | `stalled` / `unstalled` | election | `ms` | the `stall` command blocked the runtime, and let it go |
 //! | `cpu` | all | `cpu_ns` (`CLOCK_PROCESS_CPUTIME_ID`, every thread, exited ones too), `rss_kb`, `hwm_kb` | the `cpu` command |
 //! | `exit` | election | `run`, `pool_size`, `pool_available`, `pool_waiting`, `pool_ok`, `pool_error` | `run` returned; the pool's state, then whether it still serves a connection |
 //! | `exit` | sharded, singles | `run` (the errors `run` returned, joined, or `null`) | every `run` returned |
@@ -48,7 +51,9 @@
 //! Commands, one per line on stdin: `stop` (graceful: cancel `run`) and `cpu` (print a `cpu`
 //! record) in every mode; in the election, `hog N` (take `N` connections out of the elector's
 //! pool and hold them: the pool is exhausted by other work), `unhog` and `work MS` (run one
-//! pass of `MS` milliseconds through `run_if_leader` that ignores the term's cancellation);
+//! pass of `MS` milliseconds through `run_if_leader` that ignores the term's cancellation),
+//! `believe` (sample `is_leader()` every millisecond from a thread of its own) and `stall MS`
+//! (block the runtime, on which the election runs, for `MS` milliseconds);
 //! with singles, `go` (start the electors, so that the harness starts every process's electors
 //! at once, after every pool connected). `SIGTERM`, `SIGINT` and the end of stdin also stop
 //! gracefully, so a child never outlives its harness.
@@ -520,6 +525,10 @@ async fn commands(out: Arc<Out>, shutdown: CancellationToken, controls: Controls
             (Some("work"), Some(ms), Controls::Election { elector, .. }) => {
                 tokio::spawn(election::work(elector.clone(), Arc::clone(&out), ms));
             }
+            (Some("believe"), _, Controls::Election { elector, .. }) => {
+                election::believe(elector.clone(), Arc::clone(&out));
+            }
+            (Some("stall"), Some(ms), Controls::Election { .. }) => election::stall(&out, ms),
             _ => eprintln!("plx-replica: unknown command {line:?}"),
         }
     }

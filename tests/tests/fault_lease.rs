@@ -7,7 +7,8 @@
 //! |----------|--------------------------|
 //! | three replicas for 60 s (directly and behind PgBouncer, at once) | one leader, one term, no transition |
 //! | SIGKILL of the leader | nothing is released: a successor within TTL + I |
-//! | SIGSTOP longer than the TTL, then SIGCONT | a successor within TTL + I; the resumed leader demotes (`LeaseExpired`) before it acts |
+//! | the runtime stalled past the TTL (`stall`) | `is_leader()`, asked from another thread, says no once the trust window passed, during the stall and before the successor's term: overlap 0 |
+//! | SIGSTOP longer than the TTL, then SIGCONT | a successor within TTL + I; the resumed leader's first `is_leader()` (sampled every ms, `believe`) says no, whether or not its driver ran yet: the two beliefs overlap by 0; it demotes (`LeaseExpired`) |
 //! | the leader blackholed (fault proxy) | it demotes by 0.9·TTL after its last renewal, before the lease expires; a successor within TTL + I; no overlap |
 //! | `pg_ctl restart -m fast` (throwaway cluster, direct) | a leader within the restart + TTL + I; no overlap |
 //!
@@ -146,6 +147,10 @@ async fn stopped_leader(backend: Backend, pooled: bool) {
         spawn(&mut fleet, backend, name, &target, I).await;
     }
     let leader = fleet.sole_leader(STARTUP).await;
+    // What a service's loop would read: every replica's is_leader(), sampled each millisecond.
+    for r in 0..3 {
+        fleet.get_mut(r).command("believe").await.unwrap();
+    }
     tokio::time::sleep(2 * I).await;
     let stopped = Instant::now();
     fleet.get(leader).signal(Signal::SIGSTOP).unwrap();
@@ -170,6 +175,50 @@ async fn stopped_leader(backend: Backend, pooled: bool) {
     fleet.get(leader).signal(Signal::SIGCONT).unwrap();
     let (_, cause) = fleet.wait_follow_since(leader, stopped, MARGIN).await;
     assert!(cause.contains("LeaseExpired"), "{cause}");
+    // Its trust ran out during the pause: the first is_leader() after the resume said no,
+    // whether or not the driver had run yet, so no belief of the two overlapped.
+    let resumed_sample = fleet
+        .get(leader)
+        .events("resumed")
+        .into_iter()
+        .find(|record| record.at >= resumed)
+        .expect("the sampler saw the pause");
+    assert_eq!(
+        resumed_sample.bool("leader"),
+        Some(false),
+        "{backend}: is_leader() after the resume"
+    );
+    let believed = |r: usize, leader: bool| -> Vec<Instant> {
+        fleet
+            .get(r)
+            .events("believes")
+            .into_iter()
+            .filter(|record| record.bool("leader") == Some(leader))
+            .map(|record| record.at)
+            .collect()
+    };
+    let old_ended = believed(leader, false)
+        .into_iter()
+        .find(|&at| at >= stopped)
+        .expect("the old leader stopped believing");
+    let new_began = believed(successor, true)
+        .into_iter()
+        .find(|&at| at >= stopped)
+        .expect("the successor believed");
+    // The old leader's last `true` was sampled before the SIGSTOP (its next sample, after the
+    // resume, said no), the successor's first after it: the beliefs overlap by 0.
+    assert!(
+        old_ended >= resumed && new_began < resumed,
+        "{backend}: old belief ended {:?} after the resume, successor began {:?} after the stop",
+        old_ended - resumed,
+        new_began - stopped
+    );
+    println!(
+        "{backend}: successor believed {:?} after the SIGSTOP; old leader's first sample {:?} \
+         after the SIGCONT said no",
+        new_began - stopped,
+        resumed_sample.at - resumed
+    );
     tokio::time::sleep(4 * I).await;
     assert_eq!(
         fleet.leaders(),
@@ -177,6 +226,75 @@ async fn stopped_leader(backend: Backend, pooled: bool) {
         "the resumed leader stays a standby"
     );
     println!("{backend}: resumed at {:?}", resumed - stopped);
+    finish(fleet, db, I).await;
+}
+
+/// A leader whose runtime is stalled past its lease (blocking work on the thread its election
+/// runs on): its driver cannot run, yet `is_leader()`, asked from another thread, answers no
+/// once its trust window (0.9·TTL after its last renewal was sent) has passed, before the
+/// successor's term, while the stall still lasts. Before, it answered yes until the runtime
+/// ran again.
+async fn stalled_leader(backend: Backend) {
+    let (db, target, _bouncer) = lease_target(&name("stall", backend, false), false, backend).await;
+    let mut fleet = Fleet::new();
+    for name in ["a", "b", "c"] {
+        spawn(&mut fleet, backend, name, &target, I).await;
+    }
+    let leader = fleet.sole_leader(STARTUP).await;
+    for r in 0..3 {
+        fleet.get_mut(r).command("believe").await.unwrap();
+    }
+    tokio::time::sleep(2 * I).await;
+    let stall = ttl(I) + 2 * I;
+    let stalled = Instant::now();
+    fleet
+        .get_mut(leader)
+        .command(&format!("stall {}", stall.as_millis()))
+        .await
+        .unwrap();
+    let bound = ttl(I) + I + MARGIN;
+    let successor = loop {
+        let others: Vec<usize> = fleet
+            .leaders()
+            .into_iter()
+            .filter(|&r| r != leader)
+            .collect();
+        if let [successor] = others[..] {
+            break successor;
+        }
+        assert!(stalled.elapsed() < bound, "a successor within {bound:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let believed = |r: usize, leader: bool| -> Option<Instant> {
+        fleet
+            .get(r)
+            .events("believes")
+            .into_iter()
+            .find(|record| record.bool("leader") == Some(leader) && record.at >= stalled)
+            .map(|record| record.at)
+    };
+    let new_began = believed(successor, true).expect("the successor believes");
+    let old_ended = believed(leader, false).expect("the stalled leader stopped believing");
+    println!(
+        "{backend}: the stalled leader's is_leader() said no {:?} into the stall, the \
+         successor's yes {:?} (stall {stall:?})",
+        old_ended - stalled,
+        new_began - stalled
+    );
+    assert!(
+        old_ended < new_began,
+        "{backend}: the beliefs overlap by {:?}",
+        old_ended - new_began
+    );
+    assert!(
+        old_ended - stalled < stall,
+        "{backend}: it said no while the runtime was still stalled"
+    );
+    // Its driver runs once the stall ends: the term ends LeaseExpired, it stays a standby.
+    let (_, cause) = fleet
+        .wait_follow_since(leader, stalled, stall + MARGIN)
+        .await;
+    assert!(cause.contains("LeaseExpired"), "{cause}");
     finish(fleet, db, I).await;
 }
 
@@ -293,6 +411,10 @@ async fn behind_pgbouncer_a_stopped_leader_is_succeeded_and_demotes_as_it_resume
     stopped_leader(backend, true).await;
 }
 
+async fn a_stalled_leader_answers_no_once_its_trust_ran_out(backend: Backend) {
+    stalled_leader(backend).await;
+}
+
 /// Directly and behind PgBouncer at once (two fleets of three over the same minute), so that
 /// both endpoints are watched for 60 s without a second minute of CI.
 async fn three_replicas_keep_one_leader_and_one_term_for_a_minute(backend: Backend) {
@@ -332,6 +454,10 @@ on_both_backends!(
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     behind_pgbouncer_a_stopped_leader_is_succeeded_and_demotes_as_it_resumes
+);
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_stalled_leader_answers_no_once_its_trust_ran_out
 );
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -120,6 +120,45 @@ impl Hogged {
     }
 }
 
+/// How long between two of [`believe`]'s samples counts as a pause of the process.
+const PAUSE: Duration = Duration::from_millis(50);
+
+/// Asks `is_leader()` every millisecond from a thread of its own, as a service's thread would,
+/// and prints `believes` with the answer whenever it changes, and `resumed` with the first
+/// answer after a pause of the process (no sample for longer than [`PAUSE`]: a SIGSTOP, a
+/// frozen VM). Its own thread, so that it answers while the runtime the driver runs on is
+/// stalled ([`stall`]) and right as a paused process resumes, before the driver ran: what
+/// the service would have acted on. A measuring instrument of the harness, not a pattern for
+/// services (which await `subscribe`).
+pub(super) fn believe(elector: Elector, out: Arc<Out>) {
+    std::thread::spawn(move || {
+        let mut last: Option<(bool, std::time::Instant)> = None;
+        loop {
+            let leader = elector.is_leader();
+            let now = std::time::Instant::now();
+            if let Some((_, at)) = last
+                && now.duration_since(at) > PAUSE
+            {
+                let gap_ms = now.duration_since(at).as_millis() as u64;
+                out.emit("resumed", json!({ "leader": leader, "gap_ms": gap_ms }));
+            }
+            if last.is_none_or(|(was, _)| was != leader) {
+                out.emit("believes", json!({ "leader": leader }));
+            }
+            last = Some((leader, now));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+}
+
+/// Blocks the child's runtime (one thread) for `ms`: nothing of the election runs meanwhile,
+/// as in a runtime stalled by blocking work; prints `stalled` before and `unstalled` after.
+pub(super) fn stall(out: &Out, ms: u64) {
+    out.emit("stalled", json!({ "ms": ms }));
+    std::thread::sleep(Duration::from_millis(ms));
+    out.emit("unstalled", json!({ "ms": ms }));
+}
+
 /// One pass through `run_if_leader` that sleeps `ms` and ignores the term's cancellation.
 pub(super) async fn work(elector: Elector, out: Arc<Out>, ms: u64) {
     let parent = CancellationToken::new();
