@@ -56,6 +56,9 @@ pub enum Property {
     /// After every replica stopped, a lock, a session or a term was left, or a replica did not
     /// stop in time.
     CleanStop,
+    /// Fitness runs (`--unfit`): the replica whose fitness probe the server refuses began a
+    /// term, or never said that its probe was refused.
+    Fitness,
     /// Fencing: a term without an epoch (or with one though fencing is off), an epoch other
     /// than the one its lock session advanced to, or, ordered by the time the terms began,
     /// epochs that do not strictly increase.
@@ -86,6 +89,7 @@ impl Property {
             Self::SteadyState => "steady-state",
             Self::Balance => "balance",
             Self::CleanStop => "clean-stop",
+            Self::Fitness => "fitness",
             Self::EpochsRise => "epochs-rise",
             Self::FenceHolds => "fence-holds",
             Self::Determinism => "determinism",
@@ -262,6 +266,8 @@ pub(crate) struct Evidence<'a> {
     /// How the run's replicas hold leadership.
     pub(crate) mechanism: Mechanism,
     pub(crate) history: &'a History,
+    /// A fitness run's unfit replica ([`RunOptions::unfit_replica`](crate::RunOptions::unfit_replica)).
+    pub(crate) unfit: Option<usize>,
     /// Every unit of work on a lock of the space.
     pub(crate) work: &'a [Work],
     /// The fenced units of work, as the service saw them.
@@ -281,6 +287,7 @@ pub(crate) fn check(evidence: &Evidence<'_>) -> (Measurements, Vec<Violation>) {
     checker.lease_headroom();
     checker.graceful();
     checker.operator_controls();
+    checker.fitness();
     checker.orphans();
     checker.stranded();
     checker.liveness();
@@ -467,6 +474,27 @@ impl<'a> Checker<'a> {
     /// Resign and eligibility: no term begins while its incarnation is held out, and a
     /// resigning leader unlocks within the stop grace (one interval) plus round trips, unless a
     /// fault disturbed it or its server.
+    /// The unfit replica never leads, and its refused probe is what kept it out: it said so
+    /// (no term, yet no refusal, would be a replica that simply never got the lock).
+    fn fitness(&mut self) {
+        let Some(unfit) = self.e.unfit else {
+            return;
+        };
+        if let Some(term) = self.e.history.terms.iter().find(|t| t.replica == unfit) {
+            let at = term.span.start;
+            let detail = format!(
+                "r{unfit}, whose fitness probe the server refuses, began term {} at {}",
+                term.id,
+                secs(at)
+            );
+            self.violate(at, Property::Fitness, detail);
+        }
+        if self.e.history.unfit_refusals == 0 {
+            let detail = format!("r{unfit} never said that its fitness probe was refused");
+            self.violate(self.end, Property::Fitness, detail);
+        }
+    }
+
     fn operator_controls(&mut self) {
         let history = self.e.history;
         for held in &history.held_out {
@@ -569,7 +597,9 @@ impl<'a> Checker<'a> {
             .held_out
             .iter()
             .any(|held| held.replica == r && held.span.meets(from, to));
-        up && !leads && !held_out && !self.disturbed(r, from.saturating_sub(tail), to)
+        // A fitness run's unfit replica never takes the lock: no standby to wait for.
+        let unfit = self.e.unfit == Some(r);
+        up && !leads && !held_out && !unfit && !self.disturbed(r, from.saturating_sub(tail), to)
     }
 
     /// Whether a fault that disturbs replica `r`'s statements (a fault on one of its links,
@@ -728,7 +758,7 @@ impl<'a> Checker<'a> {
     }
 
     fn liveness(&mut self) {
-        let bound = self.p.gap_bound();
+        let bound = self.p.gap_bound_of(self.e.unfit.is_some());
         let margin = self.p.margin();
         let stop = self.e.history.stop_all.unwrap_or(self.end);
         for (server, free) in self.free_starts() {

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue]
-//!     [--fencing on|off] [--sabotage NAME] [--mechanism advisory|lease]
+//!     [--fencing on|off] [--sabotage NAME] [--mechanism advisory|lease] [--unfit]
 //! plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J]
 //!     [--sabotage NAME]
 //! ```
@@ -21,6 +21,11 @@
 //! `RunOptions::lease`): every replica holds a lease row (`Config::lease`, TTL three intervals)
 //! and polls; the seed picks the fault kind and whether the service's work is fenced writes;
 //! the summary is the lease one (its bounds, its cell table of `lease` and `lease+fencing`).
+//!
+//! `--unfit` runs fitness seeds: every replica probes its fitness (`Config::fitness_probe`),
+//! the server refuses the probe of one (the seed's `seed % replicas`), which must never lead
+//! (the `fitness` property); the seeds run what they run without it otherwise, with either
+//! mechanism.
 //!
 //! `--seed S` starts at seed S (default 0); given without `--seeds` it runs that one seed and
 //! prints its trace. `--jobs J` runs seeds on J threads. `--mode` and `--fencing` force the
@@ -56,6 +61,8 @@ struct Args {
     shards: Option<u32>,
     /// `--mechanism`: the advisory lock (default) or the lease.
     mechanism: Mechanism,
+    /// `--unfit`: fitness runs.
+    unfit: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -71,6 +78,7 @@ fn parse() -> Result<Args, String> {
         sharded: false,
         shards: None,
         mechanism: Mechanism::Advisory,
+        unfit: false,
     };
     let (mut seeds, mut seed) = (None, None);
     let mut it = std::env::args().skip(1);
@@ -83,6 +91,7 @@ fn parse() -> Result<Args, String> {
                 args.replicas = usize::try_from(number(&value()?)?).map_err(|e| e.to_string())?
             }
             "--sharded" => args.sharded = true,
+            "--unfit" => args.unfit = true,
             "--shards" => {
                 args.shards = Some(u32::try_from(number(&value()?)?).map_err(|e| e.to_string())?)
             }
@@ -147,6 +156,17 @@ fn parse() -> Result<Args, String> {
             ));
         }
     }
+    if args.unfit && args.sharded {
+        return Err("--unfit is for the single election, not --sharded".into());
+    }
+    if let Some(sabotage) = args.sabotage
+        && sabotage.is_fitness_only()
+        && !args.unfit
+    {
+        return Err(format!(
+            "--sabotage {sabotage} is a sabotage of fitness runs: add --unfit"
+        ));
+    }
     if !args.sharded && args.shards.is_some() {
         return Err("--shards needs --sharded".into());
     }
@@ -189,6 +209,7 @@ fn options(args: &Args, seed: u64) -> RunOptions {
         fencing: args.fencing.unwrap_or(seeded.fencing),
         mode: args.mode.unwrap_or(seeded.mode),
         sabotage: args.sabotage,
+        unfit: args.unfit,
         ..seeded
     }
 }
@@ -221,13 +242,15 @@ fn main() -> ExitCode {
         }
     };
     let started = Instant::now();
-    let mut report = if args.sharded {
+    let report = if args.sharded {
         Report::sharded(Params::default(), args.replicas)
     } else if args.mechanism == Mechanism::Lease {
         Report::lease(Params::default())
     } else {
         Report::new(Params::default())
     };
+    let report = if args.unfit { report.probing() } else { report };
+    let mut report = report;
     let next = AtomicU64::new(args.first);
     let end = args.first + args.seeds;
     let (send, receive) = mpsc::channel();

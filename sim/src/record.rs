@@ -268,6 +268,8 @@ pub(crate) struct History {
     /// Problems seen while observing (an ERROR event of the adapter, `is_leader()` disagreeing
     /// with `current_term()`): (time, what).
     pub(crate) errors: Vec<(Duration, String)>,
+    /// How many times a fitness run's unfit replica said that the server refused its probe.
+    pub(crate) unfit_refusals: usize,
     /// Replicas whose last incarnation did not stop within the stop budget.
     pub(crate) unstopped: Vec<usize>,
     /// A host's software failed (returned an error or panicked): (time, what).

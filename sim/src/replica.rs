@@ -95,6 +95,8 @@ pub(crate) struct ReplicaEnv {
     pub(crate) mechanism: Mechanism,
     /// The rate of the clock the election runs on ([`RunOptions::clock_rate`](crate::RunOptions::clock_rate)).
     pub(crate) clock: ClockRate,
+    /// The replica's fitness probe ([`RunOptions::fitness_probe`](crate::RunOptions::fitness_probe)).
+    pub(crate) fitness_probe: Option<&'static str>,
     pub(crate) slot: Rc<RefCell<Slot>>,
     pub(crate) recorder: SharedRecorder,
     /// Where the run's connections signal their ends to the electors (one per run).
@@ -152,6 +154,10 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
         Mechanism::Advisory => config,
         // The default TTL: three intervals.
         Mechanism::Lease => config.lease(Duration::ZERO),
+    };
+    let config = match env.fitness_probe {
+        Some(probe) => config.fitness_probe(probe),
+        None => config,
     };
     // Tokio's clock (the simulation's) unless the run gives this replica another rate.
     let config = if env.clock == ClockRate::EXACT {

@@ -68,6 +68,8 @@ pub struct Report {
     sharded: Option<usize>,
     /// How the single election's runs hold leadership.
     mechanism: Mechanism,
+    /// Fitness runs (`--unfit`): the standbys probe before they try.
+    probing: bool,
     rows: BTreeMap<RunKind, Row>,
     /// Runs and violations per kind and [`column`].
     cells: BTreeMap<(RunKind, u32), Count>,
@@ -84,6 +86,7 @@ impl Report {
             params,
             sharded: None,
             mechanism: Mechanism::Advisory,
+            probing: false,
             rows: BTreeMap::new(),
             cells: BTreeMap::new(),
             properties: BTreeMap::new(),
@@ -98,6 +101,14 @@ impl Report {
         Self {
             mechanism: Mechanism::Lease,
             ..Self::new(params)
+        }
+    }
+
+    /// The same report for fitness runs (`--unfit`): its gap bound has the probe's round trip.
+    pub fn probing(self) -> Self {
+        Self {
+            probing: true,
+            ..self
         }
     }
 
@@ -273,7 +284,7 @@ impl Report {
             "",
             "",
             format!("({})", p.overlap_bound_of(self.mechanism).as_millis()),
-            format!("({})", p.gap_bound().as_millis()),
+            format!("({})", p.gap_bound_of(self.probing).as_millis()),
             format!("({})", p.detection_bound_of(self.mechanism).as_millis()),
             match self.mechanism {
                 Mechanism::Advisory => format!("({})", p.orphan_bound().as_millis()),

@@ -106,6 +106,7 @@ fn simulate(options: &RunOptions) -> RunOutcome {
         fencing: options.fencing || options.mechanism == Mechanism::Lease,
         mechanism: options.mechanism,
         history: &world.history,
+        unfit: options.unfit_replica(),
         work: &work,
         fenced: &fenced,
         servers,

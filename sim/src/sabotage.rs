@@ -162,6 +162,11 @@ impl LockSession for SabotagedSession {
                         _ => Ok(vec![vec![Some("1".to_owned())]]),
                     }
                 }
+                // The server's refusal of the probe never reaches the elector: it passed.
+                DriverSabotage::IgnoreUnfit if statement == crate::setup::UNFIT_PROBE => {
+                    let _refused = self.pass(statement).await;
+                    Ok(Vec::new())
+                }
                 DriverSabotage::SkipIdleSessionTimeout
                     if statement.contains("'idle_session_timeout'") =>
                 {

@@ -118,7 +118,19 @@ pub struct RunOptions {
     /// How the single election's replicas hold leadership; lease runs
     /// ([`RunOptions::lease`]) always poll.
     pub mechanism: Mechanism,
+    /// A fitness run (`--unfit`, single election): every replica probes its fitness
+    /// ([`Config::fitness_probe`](plexsphere_leader::Config::fitness_probe)), and the server
+    /// refuses the probe of one of them ([`RunOptions::unfit_replica`]), which must never
+    /// lead. Off by default, so that every seed runs what it ran before.
+    pub unfit: bool,
 }
+
+/// The fitness probe of a fit replica in a fitness run.
+pub(crate) const FIT_PROBE: &str = "SELECT 1";
+
+/// The fitness probe of the unfit replica: a setting no session has, which the server refuses
+/// with 42704 (`unrecognized configuration parameter`), as PostgreSQL does.
+pub(crate) const UNFIT_PROBE: &str = "SELECT current_setting('plexsphere.unfit')";
 
 impl RunOptions {
     /// Within this many consecutive seeds every (kind, acquire mode, fencing) cell runs once:
@@ -142,6 +154,24 @@ impl RunOptions {
             kind: RunKind::for_seed(seed),
             sharding: None,
             mechanism: Mechanism::Advisory,
+            unfit: false,
+        }
+    }
+
+    /// In a fitness run ([`RunOptions::unfit`]), the replica whose probe the server refuses:
+    /// the seed's `seed % replicas`; `None` otherwise.
+    pub fn unfit_replica(&self) -> Option<usize> {
+        let replicas = self.replicas.max(1) as u64;
+        self.unfit
+            .then(|| usize::try_from(self.seed % replicas).unwrap_or(0))
+    }
+
+    /// Replica `replica`'s fitness probe: none outside a fitness run.
+    pub fn fitness_probe(&self, replica: usize) -> Option<&'static str> {
+        match self.unfit_replica() {
+            Some(unfit) if unfit == replica => Some(UNFIT_PROBE),
+            Some(_) => Some(FIT_PROBE),
+            None => None,
         }
     }
 
@@ -201,6 +231,7 @@ impl RunOptions {
             kind: RunKind::for_sharded_seed(seed),
             sharding: Some(Sharding::for_seed(seed)),
             mechanism: Mechanism::Advisory,
+            unfit: false,
         }
     }
 
@@ -257,6 +288,9 @@ impl RunOptions {
             let on = if self.fencing { "on" } else { "off" };
             command.push_str(&format!(" --fencing {on}"));
         }
+        if self.unfit {
+            command.push_str(" --unfit");
+        }
         if let Some(sabotage) = self.sabotage {
             command.push_str(&format!(" --sabotage {sabotage}"));
         }
@@ -276,10 +310,14 @@ impl RunOptions {
             Mechanism::Advisory => mode_name(self.mode),
             Mechanism::Lease => "lease",
         };
+        let unfit = match self.unfit_replica() {
+            Some(r) => format!(", r{r} unfit"),
+            None => String::new(),
+        };
         if self.fencing {
-            format!("{}, {mode}, fencing", self.kind)
+            format!("{}, {mode}, fencing{unfit}", self.kind)
         } else {
-            format!("{}, {mode}", self.kind)
+            format!("{}, {mode}{unfit}", self.kind)
         }
     }
 }

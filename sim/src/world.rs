@@ -61,6 +61,8 @@ pub(crate) struct World<'a> {
     sabotage: Option<Sabotage>,
     /// Whether the replicas run sharded electors.
     sharded: bool,
+    /// A fitness run's unfit replica ([`RunOptions::unfit_replica`]).
+    unfit: Option<usize>,
 }
 
 impl World<'_> {
@@ -122,6 +124,7 @@ impl World<'_> {
                 mode,
                 mechanism,
                 clock,
+                fitness_probe: options.fitness_probe(index),
                 slot: Rc::clone(&slot),
                 recorder: Rc::clone(&recorder),
                 session_ends: session_ends.clone(),
@@ -154,6 +157,7 @@ impl World<'_> {
             history,
             sabotage,
             sharded: sharding.is_some(),
+            unfit: options.unfit_replica(),
         }
     }
 
@@ -182,7 +186,14 @@ impl World<'_> {
                 .map_or_else(|| "?".to_owned(), |r| self.incarnation_name(r));
             let what = format!("{} {}", event.level, event.text);
             self.history.note(event.at, who, what);
-            if event.level == tracing::Level::ERROR {
+            // The unfit replica's refused probe is its one expected ERROR (a permanent
+            // failure, said once).
+            let expected =
+                event.replica.is_some() && event.replica == self.unfit && is_unfit(&event.text);
+            if expected {
+                self.history.unfit_refusals += 1;
+            }
+            if event.level == tracing::Level::ERROR && !expected {
                 let what = format!("ERROR event from the adapter: {}", event.text);
                 self.history.errors.push((event.at, what));
             }
@@ -803,4 +814,9 @@ fn oneway(replica: &str, s: usize, to_server: bool) -> (String, String) {
     } else {
         (SERVERS[s].to_owned(), replica.to_owned())
     }
+}
+
+/// Whether an adapter event's text is the refusal of a fitness probe.
+fn is_unfit(text: &str) -> bool {
+    text.contains(plexsphere_leader_core::LogKind::Unfit.message())
 }

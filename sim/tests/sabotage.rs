@@ -6,7 +6,9 @@
 //! does not hold its term, a survey answered from the last good rows) are caught within one
 //! cycle of sharded seeds. A lease leader that answers its own failed renewals trusts its
 //! lease past its window, and is caught within one cycle of lease seeds; so is a lease leader
-//! whose clock runs slower than the lease's margin.
+//! whose clock runs slower than the lease's margin. An unfit replica whose refused fitness
+//! probe is answered as a pass takes leadership, and is caught within one cycle of fitness
+//! seeds of either mechanism.
 #![allow(missing_docs)] // test functions
 
 use plexsphere_leader::config::AcquireMode;
@@ -233,4 +235,41 @@ fn keep_shards_on_failed_survey_is_caught_as_a_late_detection() {
         Property::Detection,
         "still owned the shard",
     );
+}
+
+/// The server refuses the unfit replica's fitness probe; answered as a pass, the replica that
+/// cannot do the work leads. Caught on both mechanisms.
+#[test]
+fn ignore_unfit_is_caught_by_the_fitness_property_on_both_mechanisms() {
+    let sabotage = Sabotage::Driver(DriverSabotage::IgnoreUnfit);
+    for lease in [false, true] {
+        let cycle = if lease {
+            RunOptions::LEASE_CYCLE
+        } else {
+            RunOptions::CYCLE
+        };
+        let caught = (0..cycle).find_map(|seed| {
+            let seeded = if lease {
+                RunOptions::lease(seed)
+            } else {
+                RunOptions::new(seed)
+            };
+            let options = RunOptions {
+                sabotage: Some(sabotage),
+                unfit: true,
+                ..seeded
+            };
+            run_once(&options)
+                .violations
+                .into_iter()
+                .find(|v| v.property == Property::Fitness)
+                .map(|v| (seed, v))
+        });
+        match caught {
+            Some((seed, violation)) => {
+                println!("{sabotage} (lease {lease}) caught at seed {seed}: {violation}")
+            }
+            None => panic!("{sabotage} (lease {lease}): no fitness violation within {cycle} seeds"),
+        }
+    }
 }

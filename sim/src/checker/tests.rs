@@ -321,6 +321,7 @@ impl Run {
             fencing: self.fencing,
             mechanism: self.mechanism,
             history: &self.history,
+            unfit: None,
             work: &self.work,
             fenced: &self.fenced,
             servers,

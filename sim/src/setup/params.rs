@@ -133,6 +133,17 @@ impl Params {
         self.interval + self.margin()
     }
 
+    /// [`Params::gap_bound`] of a run whose standbys probe their fitness before they try
+    /// (`probing`: a fitness run): one statement more, so one round trip more.
+    pub fn gap_bound_of(&self, probing: bool) -> Duration {
+        let probe = if probing {
+            self.round_trip()
+        } else {
+            Duration::ZERO
+        };
+        self.gap_bound() + probe
+    }
+
     /// How long after the faults stop a leader must exist: an orphaned lock ends within 4·I,
     /// a standby cleans up within 3·I (see [`Params::disturbance_tail`]) and then checks within
     /// one I: 6·I + margin, with one I to spare.

@@ -34,6 +34,9 @@ pub enum DriverSabotage {
     /// margin, so a leader cut off from the server trusts its lease 0.9·TTL/0.85 ≈ 1.06·TTL
     /// after sending its last renewal: past the server's expiry.
     SlowClock,
+    /// Fitness runs (`--unfit`): the server's refusal of the unfit replica's fitness probe is
+    /// answered as a pass, so the replica that cannot do the work takes the lock or the lease.
+    IgnoreUnfit,
 }
 
 /// One broken behaviour of a sharded replica's software (sharded runs only).
@@ -84,6 +87,9 @@ impl Sabotage {
         Self::Driver(DriverSabotage::SlowClock),
     ];
 
+    /// Every sabotage of a fitness run's own (`--unfit --sabotage NAME`).
+    pub const FITNESS: [Self; 1] = [Self::Driver(DriverSabotage::IgnoreUnfit)];
+
     /// Every sabotage of a sharded run (`--sharded --sabotage NAME`).
     pub const SHARDED: [Self; 2] = [
         Self::Shard(ShardSabotage::WorkOutlivesTerm),
@@ -105,6 +111,7 @@ impl Sabotage {
                 "keep-lease-on-failed-renewal"
             }
             Self::Driver(DriverSabotage::SlowClock) => "slow-clock",
+            Self::Driver(DriverSabotage::IgnoreUnfit) => "ignore-unfit",
             Self::FenceWithoutRowLock => "fence-without-row-lock",
         }
     }
@@ -115,6 +122,7 @@ impl Sabotage {
             .into_iter()
             .chain(Self::SHARDED)
             .chain(Self::LEASE)
+            .chain(Self::FITNESS)
             .find(|sabotage| sabotage.name() == name)
     }
 
@@ -131,6 +139,11 @@ impl Sabotage {
                     | DriverSabotage::LockTimeoutAsRefusal
             )
         )
+    }
+
+    /// Whether it breaks a fitness run only: one of [`Sabotage::FITNESS`].
+    pub fn is_fitness_only(self) -> bool {
+        Self::FITNESS.contains(&self)
     }
 
     /// Whether it breaks a lease run only: one of [`Sabotage::LEASE`].
@@ -176,6 +189,7 @@ mod tests {
             .into_iter()
             .chain(Sabotage::SHARDED)
             .chain(Sabotage::LEASE)
+            .chain(Sabotage::FITNESS)
         {
             assert_eq!(Sabotage::from_name(sabotage.name()), Some(sabotage));
         }
