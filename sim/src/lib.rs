@@ -37,6 +37,7 @@ mod clock;
 mod connect;
 mod fenced;
 mod nemesis;
+mod pause;
 mod record;
 mod replica;
 mod report;

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue]
-//!     [--fencing on|off] [--sabotage NAME] [--mechanism advisory|lease] [--unfit]
+//!     [--fencing on|off] [--sabotage NAME] [--mechanism advisory|lease] [--unfit] [--pause]
 //! plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J]
 //!     [--sabotage NAME]
 //! ```
@@ -26,6 +26,10 @@
 //! the server refuses the probe of one (the seed's `seed % replicas`), which must never lead
 //! (the `fitness` property); the seeds run what they run without it otherwise, with either
 //! mechanism.
+//!
+//! `--pause` (with `--mechanism lease`) runs pause seeds: the nemesis pauses a replica's
+//! process (its software stops, its links hold) for one to nine intervals instead of the
+//! seed's kind of faults; the checks hold the lease's bounds on what `is_leader()` answers.
 //!
 //! `--seed S` starts at seed S (default 0); given without `--seeds` it runs that one seed and
 //! prints its trace. `--jobs J` runs seeds on J threads. `--mode` and `--fencing` force the
@@ -63,6 +67,8 @@ struct Args {
     mechanism: Mechanism,
     /// `--unfit`: fitness runs.
     unfit: bool,
+    /// `--pause`: pause runs.
+    pause: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -79,6 +85,7 @@ fn parse() -> Result<Args, String> {
         shards: None,
         mechanism: Mechanism::Advisory,
         unfit: false,
+        pause: false,
     };
     let (mut seeds, mut seed) = (None, None);
     let mut it = std::env::args().skip(1);
@@ -92,6 +99,7 @@ fn parse() -> Result<Args, String> {
             }
             "--sharded" => args.sharded = true,
             "--unfit" => args.unfit = true,
+            "--pause" => args.pause = true,
             "--shards" => {
                 args.shards = Some(u32::try_from(number(&value()?)?).map_err(|e| e.to_string())?)
             }
@@ -156,6 +164,21 @@ fn parse() -> Result<Args, String> {
             ));
         }
     }
+    if args.pause && args.mechanism != Mechanism::Lease {
+        return Err(
+            "--pause runs lease seeds: add --mechanism lease (an advisory leader \
+                    has no trust window to end its belief in a pause)"
+                .into(),
+        );
+    }
+    if let Some(sabotage) = args.sabotage
+        && Sabotage::PAUSE.contains(&sabotage)
+        && !args.pause
+    {
+        return Err(format!(
+            "--sabotage {sabotage} is a sabotage of pause runs: add --pause"
+        ));
+    }
     if args.unfit && args.sharded {
         return Err("--unfit is for the single election, not --sharded".into());
     }
@@ -210,6 +233,11 @@ fn options(args: &Args, seed: u64) -> RunOptions {
         mode: args.mode.unwrap_or(seeded.mode),
         sabotage: args.sabotage,
         unfit: args.unfit,
+        kind: if args.pause {
+            plexsphere_leader_sim::RunKind::Only(plexsphere_leader_sim::FaultKind::Pause)
+        } else {
+            seeded.kind
+        },
         ..seeded
     }
 }

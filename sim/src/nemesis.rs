@@ -30,6 +30,7 @@ enum Active {
     FailedOver { old: usize, partitioned: bool },
     Latency { s: usize },
     Ineligible { r: usize },
+    Paused { r: usize },
 }
 
 #[derive(Debug)]
@@ -219,6 +220,18 @@ impl Nemesis {
             }
             FaultKind::Terminate => self.terminate(world, s),
             FaultKind::Resign => self.resign(world),
+            FaultKind::Pause => {
+                let Some(r) = self.pick_replica(world) else {
+                    return;
+                };
+                let active = Active::Paused { r };
+                if !self.free(&resources(active, world.replicas.len())) {
+                    return;
+                }
+                let heal_in = self.between(interval, 9 * interval);
+                apply(world, active);
+                self.add(world, active, heal_in);
+            }
             FaultKind::ServerRestart => {
                 if self.free(&BTreeSet::from([Resource::Server(s)])) {
                     world.server_crash(s);
@@ -302,7 +315,7 @@ fn resources(active: Active, replicas: usize) -> BTreeSet<Resource> {
         Active::Down { r } | Active::Stopped { r } | Active::Ineligible { r } => {
             BTreeSet::from([Resource::Replica(r)])
         }
-        Active::SilentDeath { r } => (0..SERVERS.len())
+        Active::SilentDeath { r } | Active::Paused { r } => (0..SERVERS.len())
             .map(|s| Resource::Link(r, s))
             .chain([Resource::Replica(r)])
             .collect(),
@@ -340,6 +353,7 @@ fn apply(world: &mut World<'_>, active: Active) {
         }
         Active::Latency { .. } => {}
         Active::Ineligible { r } => world.set_eligible(r, false),
+        Active::Paused { r } => world.pause(r),
     }
 }
 
@@ -367,5 +381,6 @@ fn heal(world: &mut World<'_>, active: Active) {
         }
         Active::Latency { s } => world.set_latency(s, Duration::ZERO),
         Active::Ineligible { r } => world.set_eligible(r, true),
+        Active::Paused { r } => world.resume(r),
     }
 }

@@ -255,6 +255,11 @@ pub(crate) struct History {
     /// When a replica may not take the lock: a resign's hold-off, counted from the request, or
     /// the time it was ineligible.
     pub(crate) held_out: Vec<HeldOut>,
+    /// The pauses of a replica's process ([`crate::pause`]): (replica, span).
+    pub(crate) pauses: Vec<(usize, Span)>,
+    /// What a paused replica's `is_leader()` answered first when it resumed: (when, replica,
+    /// the answer, whether it led when the pause began).
+    pub(crate) resumes: Vec<(Duration, usize, bool, bool)>,
     /// The number of faults injected.
     pub(crate) faults: usize,
     /// When the faults stopped (the liveness phase began).

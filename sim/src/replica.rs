@@ -43,6 +43,12 @@ pub(crate) struct Slot {
     pub(crate) finished: bool,
     /// The harness asked the current incarnation to stop, possibly before it started.
     pub(crate) stop_requested: bool,
+    /// Whether the host's process is paused ([`crate::pause`]): its software runs behind it.
+    pub(crate) gate: Rc<crate::pause::Gate>,
+    /// Pause runs: what the running incarnation's `is_leader()` answered at its last sample
+    /// (every tick, from a task the gate does not hold: a call made at that moment, as from
+    /// another thread of a stalled process); `None` outside pause runs or before a sample.
+    pub(crate) believes: Option<bool>,
 }
 
 /// The handles of a running incarnation.
@@ -97,6 +103,8 @@ pub(crate) struct ReplicaEnv {
     pub(crate) clock: ClockRate,
     /// The replica's fitness probe ([`RunOptions::fitness_probe`](crate::RunOptions::fitness_probe)).
     pub(crate) fitness_probe: Option<&'static str>,
+    /// Pause runs: sample `is_leader()` every tick into [`Slot::believes`].
+    pub(crate) sample_beliefs: bool,
     pub(crate) slot: Rc<RefCell<Slot>>,
     pub(crate) recorder: SharedRecorder,
     /// Where the run's connections signal their ends to the electors (one per run).
@@ -180,7 +188,11 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     if env.fencing || env.mechanism == Mechanism::Lease {
         fenced::set_up(&pool, &shutdown, &env.params, env.mechanism).await;
     }
-    let service = tokio::task::spawn_local(Tagged::new(
+    if env.sample_beliefs {
+        tokio::task::spawn_local(sample_beliefs(Rc::clone(&env), elector.clone()));
+    }
+    let gate = Rc::clone(&env.slot.borrow().gate);
+    let service = tokio::task::spawn_local(gate.gated(Tagged::new(
         env.index,
         service(
             Rc::clone(&env),
@@ -189,12 +201,33 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
             incarnation,
             pool.clone(),
         ),
-    ));
+    )));
     let result = Tagged::new(env.index, elector.run(shutdown.clone())).await;
     shutdown.cancel();
     let _ended = service.await;
     finish(&env, pool).await;
     Ok(result?)
+}
+
+/// Pause runs: `is_leader()` of `elector` every tick into the slot, until the incarnation's
+/// run is over. Not behind the gate: it is the harness's question, asked at that moment.
+async fn sample_beliefs(env: Rc<ReplicaEnv>, elector: Elector) {
+    let mut tick = tokio::time::interval(env.params.tick);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let mut slot = env.slot.borrow_mut();
+        let current = slot
+            .live
+            .as_ref()
+            .and_then(|live| live.elector.single())
+            .is_some_and(|live| live.identity() == elector.identity());
+        if !current || slot.finished {
+            slot.believes = None;
+            return;
+        }
+        slot.believes = Some(elector.is_leader());
+    }
 }
 
 /// After `run` returned: closes the pool, so that no session is left, and tells the harness.

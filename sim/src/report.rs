@@ -15,7 +15,7 @@ use plexsphere_leader::config::AcquireMode;
 
 use crate::checker::{Measurements, Property};
 use crate::run::RunOutcome;
-use crate::setup::{Mechanism, Params, RunKind, RunOptions, Sharding};
+use crate::setup::{FaultKind, Mechanism, Params, RunKind, RunOptions, Sharding};
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Row {
@@ -178,7 +178,7 @@ impl Report {
         let mut empty = Vec::new();
         match self.sharded {
             None => {
-                for kind in RunKind::all() {
+                for kind in self.kinds() {
                     for (column, name) in (0..).zip(self.columns().iter().copied()) {
                         if !self.cells.contains_key(&(kind, column)) {
                             empty.push(format!("{kind} × {name}"));
@@ -338,6 +338,17 @@ impl Report {
         self.write_cells(out);
     }
 
+    /// The run kinds of the cell table: every kind a seed draws, or for pause runs
+    /// (`--pause`, a kind no seed draws) that one alone.
+    fn kinds(&self) -> Vec<RunKind> {
+        let pause = RunKind::Only(FaultKind::Pause);
+        if self.cells.keys().any(|(kind, _)| *kind == pause) {
+            vec![pause]
+        } else {
+            RunKind::all()
+        }
+    }
+
     /// The cell table: per run kind (every one, run or not) and column, `runs/violations`;
     /// `EMPTY` where no run reached the cell; then how many cells ran and which did not.
     fn write_cells(&self, out: &mut String) {
@@ -352,7 +363,8 @@ impl Report {
         }
         let _ = writeln!(out);
         let mut all = vec![Count::default(); columns.len()];
-        for kind in RunKind::all() {
+        let kinds = self.kinds();
+        for &kind in &kinds {
             let counts: Vec<Count> = (0..columns.len())
                 .map(|column| self.count(kind, u32::try_from(column).unwrap_or(u32::MAX)))
                 .collect();
@@ -364,7 +376,7 @@ impl Report {
         }
         write_cells_row(out, "all", &all);
         let empty = self.empty_cells();
-        let cells = RunKind::COUNT * columns.len();
+        let cells = kinds.len() * columns.len();
         let _ = write!(out, "cells run: {} of {cells}", cells - empty.len());
         match empty.as_slice() {
             [] => {}

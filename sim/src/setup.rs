@@ -291,6 +291,9 @@ impl RunOptions {
         if self.unfit {
             command.push_str(" --unfit");
         }
+        if self.kind == RunKind::Only(FaultKind::Pause) {
+            command.push_str(" --pause");
+        }
         if let Some(sabotage) = self.sabotage {
             command.push_str(&format!(" --sabotage {sabotage}"));
         }

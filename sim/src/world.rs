@@ -20,7 +20,8 @@ use crate::record::{
 };
 use crate::replica::{self, Live, ReplicaEnv, Slot};
 use crate::setup::{
-    DriverSabotage, Params, RunOptions, SERVERS, Sabotage, application_name, parse_application_name,
+    DriverSabotage, FaultKind, Params, RunKind, RunOptions, SERVERS, Sabotage, application_name,
+    parse_application_name,
 };
 
 /// The terms an incarnation published as open: lock of the space → (term id, fencing epoch).
@@ -34,6 +35,8 @@ pub(crate) struct ReplicaHost {
     clock: ClockRate,
     /// The incarnation the harness saw last.
     seen_incarnation: u32,
+    /// Whether the replica led when its current pause began.
+    paused_leading: bool,
     seen_finished: bool,
     /// The terms open on this replica: lock of the space → index in `history.terms` (the
     /// single election's lock 0, or each shard it owns).
@@ -125,11 +128,16 @@ impl World<'_> {
                 mechanism,
                 clock,
                 fitness_probe: options.fitness_probe(index),
+                sample_beliefs: options.kind == RunKind::Only(FaultKind::Pause),
                 slot: Rc::clone(&slot),
                 recorder: Rc::clone(&recorder),
                 session_ends: session_ends.clone(),
             });
-            sim.host(name.as_str(), move || replica::software(Rc::clone(&env)));
+            // The whole software behind the host's gate (its service is gated on its own).
+            sim.host(name.as_str(), move || {
+                let gate = Rc::clone(&env.slot.borrow().gate);
+                gate.gated(replica::software(Rc::clone(&env)))
+            });
             history.up.push(UpSpan {
                 replica: index,
                 span: Span::open(Duration::ZERO),
@@ -138,6 +146,7 @@ impl World<'_> {
                 name,
                 slot,
                 clock,
+                paused_leading: false,
                 seen_incarnation: 0,
                 seen_finished: false,
                 open_terms: BTreeMap::new(),
@@ -243,14 +252,27 @@ impl World<'_> {
             }
             let published = self.published(index, incarnation, live.as_ref());
             let single = live.as_ref().and_then(|live| live.elector.single());
+            // What the replica believes is what `is_leader()` answers now: the published term
+            // while its trust lasts. A lease term whose trust ran out while the driver could
+            // not run (a paused process) is no belief any more, though still published; the
+            // sabotage `published-belief` reads the published flag instead, as `is_leader()`
+            // did before it compared the trust deadline with the clock.
+            let believes = match (self.sabotage, single) {
+                (Some(Sabotage::Driver(DriverSabotage::PublishedBelief)), _) | (_, None) => None,
+                (_, Some(_)) => self.replicas[index].slot.borrow().believes,
+            };
             if let (Some(leadership), Some(elector)) = (&published, single)
-                && leadership.is_leader() != elector.is_leader()
+                && !leadership.is_leader()
+                && elector.is_leader()
             {
-                let what = format!("r{index}: is_leader() disagrees with the published leadership");
+                let what = format!("r{index}: is_leader() says yes without a published term");
                 self.history.errors.push((now, what));
             }
             let (term, last_end) = match (&live, published) {
-                (Some(_), Some(leadership)) => (leadership.term(), leadership.last_end()),
+                (Some(_), Some(leadership)) => (
+                    leadership.term().filter(|_| believes != Some(false)),
+                    leadership.last_end(),
+                ),
                 // The incarnation no longer runs: whatever it published, its term is over.
                 (None, Some(leadership)) => (None, leadership.last_end()),
                 (_, None) => (None, None),
@@ -259,10 +281,22 @@ impl World<'_> {
                 .map(|term| (0, (term.id.get(), term.epoch)))
                 .into_iter()
                 .collect();
+            // A published term the replica no longer believes in (its lease's trust ran out,
+            // its driver has not run yet) is lost to the lease's expiry, as it will publish.
+            let distrusted = believes == Some(false)
+                && live.is_some()
+                && published
+                    .as_ref()
+                    .is_some_and(|leadership| leadership.term().is_some());
             let cause_of = |_, id| {
                 last_end
                     .filter(|end| end.id.get() == id)
                     .map(|end| end.cause)
+                    .or_else(|| {
+                        distrusted.then_some(TermEndCause::Lost(
+                            plexsphere_leader::LossReason::LeaseExpired,
+                        ))
+                    })
             };
             self.sync_terms(index, incarnation, &open, cause_of, now);
         }
@@ -714,6 +748,51 @@ impl World<'_> {
         self.note(name.clone(), format!("link to {} held", SERVERS[s]));
         self.sim.hold(name.as_str(), SERVERS[s]);
         self.link_fault(r, s, false);
+    }
+
+    /// Pauses replica `r`'s process ([`crate::pause`]): its software stops where it is, and
+    /// its links hold their messages.
+    pub(crate) fn pause(&mut self, r: usize) {
+        let leads = self.leaders().contains(&r);
+        for s in 0..SERVERS.len() {
+            self.hold(r, s);
+        }
+        self.replicas[r].slot.borrow().gate.pause();
+        let now = self.now();
+        self.history.pauses.push((r, Span::open(now)));
+        self.replicas[r].paused_leading = leads;
+        let name = self.incarnation_name(r);
+        self.note(
+            name,
+            format!(
+                "process paused{}",
+                if leads { " while leading" } else { "" }
+            ),
+        );
+    }
+
+    /// Resumes [`World::pause`]: first what its `is_leader()` answers, before any of its
+    /// software ran again (the first call after a resume), then its software runs on and its
+    /// links deliver.
+    pub(crate) fn resume(&mut self, r: usize) {
+        let now = self.now();
+        let answer = self.replicas[r].slot.borrow().believes.unwrap_or(false);
+        let leading = self.replicas[r].paused_leading;
+        self.history.resumes.push((now, r, answer, leading));
+        let name = self.incarnation_name(r);
+        self.note(
+            name,
+            format!("process resumed; is_leader() answers {answer}"),
+        );
+        for (replica, span) in &mut self.history.pauses {
+            if *replica == r && span.end.is_none() {
+                span.end = Some(now);
+            }
+        }
+        self.replicas[r].slot.borrow().gate.resume();
+        for s in 0..SERVERS.len() {
+            self.release(r, s);
+        }
     }
 
     /// Releases [`World::hold`]: held messages are delivered.

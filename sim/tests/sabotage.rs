@@ -8,7 +8,9 @@
 //! lease past its window, and is caught within one cycle of lease seeds; so is a lease leader
 //! whose clock runs slower than the lease's margin. An unfit replica whose refused fitness
 //! probe is answered as a pass takes leadership, and is caught within one cycle of fitness
-//! seeds of either mechanism.
+//! seeds of either mechanism. A harness that reads a paused leader's belief from its
+//! published leadership (what `is_leader()` answered before it compared the trust deadline
+//! with the clock) sees that leader outlive its lease, within one cycle of pause seeds.
 #![allow(missing_docs)] // test functions
 
 use plexsphere_leader::config::AcquireMode;
@@ -271,5 +273,29 @@ fn ignore_unfit_is_caught_by_the_fitness_property_on_both_mechanisms() {
             }
             None => panic!("{sabotage} (lease {lease}): no fitness violation within {cycle} seeds"),
         }
+    }
+}
+
+/// Pause runs: a belief read from the published leadership (as `is_leader()` answered before
+/// the trust deadline was compared at the call) outlives the lease of a leader paused past
+/// its trust: a term past its lease's end on the server, and an overlap.
+#[test]
+fn published_belief_is_caught_as_a_term_outliving_its_lease_in_a_pause() {
+    let sabotage = Sabotage::Driver(DriverSabotage::PublishedBelief);
+    let caught = (0..RunOptions::LEASE_CYCLE).find_map(|seed| {
+        let options = RunOptions {
+            sabotage: Some(sabotage),
+            kind: RunKind::Only(plexsphere_leader_sim::FaultKind::Pause),
+            ..RunOptions::lease(seed)
+        };
+        run_once(&options)
+            .violations
+            .into_iter()
+            .find(|v| v.property == Property::Detection)
+            .map(|v| (seed, v))
+    });
+    match caught {
+        Some((seed, violation)) => println!("{sabotage} caught at pause seed {seed}: {violation}"),
+        None => panic!("{sabotage}: no detection violation within a lease cycle of pause seeds"),
     }
 }

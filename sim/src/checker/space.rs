@@ -9,7 +9,7 @@ use std::time::Duration;
 use plexsphere_leader_pgsim::{EndReason, QueryRecord, ReleaseReason};
 
 use super::{Measurements, Owner, Property, Violation, max, ms};
-use crate::record::{History, TermRecord, Work};
+use crate::record::{History, Span, TermRecord, Work};
 use crate::setup::SERVERS;
 
 /// One tenure of a lock on one server: a session's first grant to the release of its last
@@ -233,7 +233,9 @@ impl Space<'_> {
     }
 
     /// Replica `replica`'s intervals of acting on `lock`: its terms and the units of work of
-    /// the lock, merged.
+    /// the lock, merged. A unit of work that a pause of the replica's process met acts until
+    /// the pause began: what runs on after the resume is work already in flight, which the
+    /// reference leaves to fencing (the fence-holds property judges its writes), not a belief.
     pub(crate) fn acting(&self, replica: usize, lock: u32) -> Vec<(Duration, Duration)> {
         let terms = self
             .history
@@ -245,12 +247,31 @@ impl Space<'_> {
             .work
             .iter()
             .filter(|w| w.replica == replica && w.lock == lock)
-            .map(|w| w.span);
+            .map(|w| self.until_paused(replica, w.span));
         merge(
             terms
                 .chain(work)
                 .map(|span| (span.start, span.end_or(self.end))),
         )
+    }
+
+    /// `span` of replica `replica`, up to the first pause of its process that began inside it.
+    fn until_paused(&self, replica: usize, span: Span) -> Span {
+        let end = span.end_or(self.end);
+        let paused = self
+            .history
+            .pauses
+            .iter()
+            .filter(|(r, pause)| *r == replica && pause.start > span.start && pause.start < end)
+            .map(|(_, pause)| pause.start)
+            .min();
+        match paused {
+            Some(at) => Span {
+                start: span.start,
+                end: Some(at),
+            },
+            None => span,
+        }
     }
 
     /// At most one replica acts on each lock, except for at most `bound` (2·I + T: within the

@@ -35,6 +35,11 @@ pub enum FaultKind {
     /// An operator asks a replica (usually the leader) to resign for a hold-off of up to three
     /// intervals, or makes it ineligible for a while.
     Resign,
+    /// A replica's process is paused (SIGSTOP, a frozen VM, a stalled runtime) for one to nine
+    /// intervals while the servers' clock runs on, then resumed: lease runs only (`--pause`),
+    /// and in none of the lists a seed draws from ([`FaultKind::ALL`]), so that every seed
+    /// runs what it ran before.
+    Pause,
 }
 
 impl FaultKind {
@@ -71,6 +76,7 @@ impl FaultKind {
             Self::Failover => "failover",
             Self::Latency => "latency",
             Self::Resign => "resign",
+            Self::Pause => "pause",
         }
     }
 }

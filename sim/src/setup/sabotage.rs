@@ -37,6 +37,11 @@ pub enum DriverSabotage {
     /// Fitness runs (`--unfit`): the server's refusal of the unfit replica's fitness probe is
     /// answered as a pass, so the replica that cannot do the work takes the lock or the lease.
     IgnoreUnfit,
+    /// Pause runs (`--pause`): the harness reads a replica's belief from its published
+    /// leadership, as `is_leader()` answered before it compared the term's trust deadline with
+    /// the clock at the moment of the call, so a leader paused past its trust still believes
+    /// until its driver runs again.
+    PublishedBelief,
 }
 
 /// One broken behaviour of a sharded replica's software (sharded runs only).
@@ -90,6 +95,9 @@ impl Sabotage {
     /// Every sabotage of a fitness run's own (`--unfit --sabotage NAME`).
     pub const FITNESS: [Self; 1] = [Self::Driver(DriverSabotage::IgnoreUnfit)];
 
+    /// Every sabotage of a pause run's own (`--pause --sabotage NAME`).
+    pub const PAUSE: [Self; 1] = [Self::Driver(DriverSabotage::PublishedBelief)];
+
     /// Every sabotage of a sharded run (`--sharded --sabotage NAME`).
     pub const SHARDED: [Self; 2] = [
         Self::Shard(ShardSabotage::WorkOutlivesTerm),
@@ -112,6 +120,7 @@ impl Sabotage {
             }
             Self::Driver(DriverSabotage::SlowClock) => "slow-clock",
             Self::Driver(DriverSabotage::IgnoreUnfit) => "ignore-unfit",
+            Self::Driver(DriverSabotage::PublishedBelief) => "published-belief",
             Self::FenceWithoutRowLock => "fence-without-row-lock",
         }
     }
@@ -123,6 +132,7 @@ impl Sabotage {
             .chain(Self::SHARDED)
             .chain(Self::LEASE)
             .chain(Self::FITNESS)
+            .chain(Self::PAUSE)
             .find(|sabotage| sabotage.name() == name)
     }
 
@@ -190,6 +200,7 @@ mod tests {
             .chain(Sabotage::SHARDED)
             .chain(Sabotage::LEASE)
             .chain(Sabotage::FITNESS)
+            .chain(Sabotage::PAUSE)
         {
             assert_eq!(Sabotage::from_name(sabotage.name()), Some(sabotage));
         }
