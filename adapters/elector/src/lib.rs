@@ -90,6 +90,7 @@ pub mod sql;
 mod sql;
 pub mod status;
 mod term;
+mod trust;
 
 pub use config::Config;
 pub use elector::Elector;

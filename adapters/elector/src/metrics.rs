@@ -253,6 +253,10 @@ trait Sink: Send + Sync {
     fn set_eligible(&self, eligible: bool);
     /// Work was found running past the work deadline; `aborted` when it was aborted.
     fn overdue_work(&self, aborted: bool);
+    /// The elector's trust deadline, which a sink that is read at scrape time compares with
+    /// the clock then (a lease term past it is no leadership, whether or not the driver ran
+    /// since). A sink whose values are pushed keeps the driver's.
+    fn watch_trust(&self, _trust: &std::sync::Arc<crate::trust::Trust>) {}
 }
 
 /// Where one elector's observations go: each configured sink, in order.
@@ -323,6 +327,11 @@ impl Sinks {
     /// A check answered.
     pub(crate) fn check_succeeded(&self) {
         self.0.iter().for_each(|sink| sink.check_succeeded());
+    }
+
+    /// The elector's trust deadline, for the sinks read at scrape time.
+    pub(crate) fn watch_trust(&self, trust: &std::sync::Arc<crate::trust::Trust>) {
+        self.0.iter().for_each(|sink| sink.watch_trust(trust));
     }
 
     /// The replica was made eligible to lead, or not.

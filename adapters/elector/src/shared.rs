@@ -8,7 +8,7 @@
 //! Module graph: `elector` (the handles) and `driver` (a run) both use this module; the driver
 //! does not use the elector, and this module uses neither.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,7 @@ use crate::metrics::Sinks;
 use crate::operator::OperatorQueue;
 use crate::session::SessionSource;
 use crate::term::TermShared;
+use crate::trust::Trust;
 
 /// How an election is named on the server: its lock key (the lease's row), its identity
 /// (`application_name`, the lease holder), the schema of the lease's tables, and the fitness
@@ -36,9 +37,6 @@ pub(crate) struct Naming {
     pub(crate) lease_schema: String,
     pub(crate) fitness_probe: Option<Arc<str>>,
 }
-
-/// [`Shared::trust`] without a deadline.
-const NO_DEADLINE: u64 = u64::MAX;
 
 /// The state an elector's handles and its running driver share (see the module docs).
 pub(crate) struct Shared {
@@ -52,10 +50,8 @@ pub(crate) struct Shared {
     /// The published leadership: the one source every consumer reads.
     leadership: watch::Sender<Leadership>,
     /// The core's trust deadline of the open term (a lease's: [`Election::trust_deadline`]),
-    /// as nanoseconds after `base` on the election's clock; [`NO_DEADLINE`] for none.
-    trust: AtomicU64,
-    /// The clock reading the trust deadline counts from.
-    base: Instant,
+    /// shared with the metrics, which read it at scrape time.
+    trust: Arc<Trust>,
     current: Mutex<Option<Arc<TermShared>>>,
     key: LockKey,
     identity: String,
@@ -88,14 +84,17 @@ impl Shared {
             lease_schema,
             fitness_probe,
         } = naming;
+        let trust = Arc::new(Trust::new(Arc::clone(&clock)));
+        if let Some(metrics) = &metrics {
+            metrics.watch_trust(&trust);
+        }
         Self {
             sessions,
             options,
             election: Mutex::new(Election::with_options(options)),
             leading: AtomicBool::new(false),
             leadership: watch::Sender::new(Leadership::default()),
-            trust: AtomicU64::new(NO_DEADLINE),
-            base: clock.now(),
+            trust,
             current: Mutex::new(None),
             key,
             identity,
@@ -118,22 +117,12 @@ impl Shared {
 
     /// Whether the open term's trust deadline, if any, lies ahead.
     fn trusted_now(&self) -> bool {
-        match self.trust.load(Ordering::Acquire) {
-            NO_DEADLINE => true,
-            nanos => {
-                let elapsed = self.clock.now().saturating_duration_since(self.base);
-                u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX) < nanos
-            }
-        }
+        self.trust.holds_now()
     }
 
     /// Records the core's trust deadline of the open term ([`Election::trust_deadline`]).
     pub(crate) fn set_trust(&self, deadline: Option<Instant>) {
-        let nanos = deadline.map_or(NO_DEADLINE, |at| {
-            let after = at.saturating_duration_since(self.base);
-            u64::try_from(after.as_nanos()).map_or(NO_DEADLINE - 1, |n| n.min(NO_DEADLINE - 1))
-        });
-        self.trust.store(nanos, Ordering::Release);
+        self.trust.set(deadline);
     }
 
     /// The published leadership.

@@ -6,6 +6,7 @@
 //! write the same series.
 
 use std::cell::RefCell;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
 use prometheus::core::{Collector, Desc};
@@ -21,12 +22,66 @@ use super::{
     TERM_EPOCH, TERM_START, TRANSITIONS, Transition, help, index_of, unix_seconds,
 };
 
+/// The trust deadlines of the electors that write a collector's series, by their `key` label:
+/// at scrape time a leader gauge of 1 whose every elector's trust has run out reads 0 (a lease
+/// leader paused past its trust, whose driver has not run since).
+#[derive(Clone, Default)]
+pub(crate) struct Trusts(Arc<Mutex<Vec<KeyedTrust>>>);
+
+/// An elector's `key` label and its trust deadline, which dies with the elector.
+type KeyedTrust = (String, Weak<crate::trust::Trust>);
+
+impl Trusts {
+    fn add(&self, key: &str, trust: &Arc<crate::trust::Trust>) {
+        let mut trusts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        trusts.retain(|(_, trust)| trust.strong_count() > 0);
+        trusts.push((key.to_owned(), Arc::downgrade(trust)));
+    }
+
+    /// Whether the electors of `key` (every elector: `None`) have a trust deadline, every one
+    /// of which has passed now.
+    fn ran_out(&self, key: Option<&str>) -> bool {
+        let trusts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut live = trusts
+            .iter()
+            .filter(|(of, _)| key.is_none_or(|key| of == key))
+            .filter_map(|(_, trust)| trust.upgrade())
+            .peekable();
+        live.peek().is_some() && live.all(|trust| !trust.holds_now())
+    }
+
+    /// `families` as a scrape now sees them: every series of `name` (labeled `key`, or not)
+    /// that reads 1 whose electors' trust ran out reads 0.
+    fn at_scrape(&self, name: &str, mut families: Vec<MetricFamily>) -> Vec<MetricFamily> {
+        for family in families.iter_mut().filter(|family| family.name() == name) {
+            for metric in family.mut_metric() {
+                let key = metric
+                    .get_label()
+                    .iter()
+                    .find(|label| label.name() == "key")
+                    .map(|label| label.value().to_owned());
+                if metric.get_gauge().get_value() > 0.0 && self.ran_out(key.as_deref()) {
+                    let mut gauge = prometheus::proto::Gauge::default();
+                    gauge.set_value(0.0);
+                    metric.set_gauge(gauge);
+                }
+            }
+        }
+        families
+    }
+}
+
 /// The Prometheus sink of one elector: the spec's gauge and the shared collectors' children for
 /// its `key`. Every observation is a few atomic operations.
 #[derive(Clone)]
 pub(crate) struct ElectorMetrics {
     /// The spec's unlabeled gauge, shared by every elector on the registry.
     gauge: IntGauge,
+    /// This elector's `key` label.
+    key: String,
+    /// The trust deadlines the spec's gauge and the per-key collectors read at scrape time.
+    gauge_trusts: Trusts,
+    trusts: Trusts,
     is_leader: IntGauge,
     term_start: Gauge,
     term_epoch: IntGauge,
@@ -50,7 +105,7 @@ impl ElectorMetrics {
     /// # Errors
     /// The registry refused them, or another kind of collector uses one of the names.
     pub(crate) fn register(registry: &Registry, key: &str) -> Result<Self, prometheus::Error> {
-        let gauge = leader_gauge(registry)?;
+        let (gauge, gauge_trusts) = leader_gauge(registry)?;
         let collectors = ElectorCollectors::new()?;
         let collectors = match registry.register(Box::new(collectors.clone())) {
             Ok(()) => collectors,
@@ -59,7 +114,7 @@ impl ElectorMetrics {
             }
             Err(error) => return Err(error),
         };
-        collectors.children(key, gauge)
+        collectors.children(key, gauge, gauge_trusts)
     }
 }
 
@@ -122,6 +177,12 @@ impl super::Sink for ElectorMetrics {
         self.eligible.set(i64::from(eligible));
     }
 
+    /// The elector's trust deadline: the gauges read it at scrape time.
+    fn watch_trust(&self, trust: &Arc<crate::trust::Trust>) {
+        self.gauge_trusts.add(&self.key, trust);
+        self.trusts.add(&self.key, trust);
+    }
+
     /// Work was found running past the work deadline; `aborted` when it was aborted.
     fn overdue_work(&self, aborted: bool) {
         if aborted {
@@ -145,6 +206,7 @@ struct ElectorCollectors {
     check_duration: HistogramVec,
     overdue: IntCounterVec,
     eligible: IntGaugeVec,
+    trusts: Trusts,
 }
 
 impl ElectorCollectors {
@@ -173,11 +235,17 @@ impl ElectorCollectors {
                 &["key", "action"],
             )?,
             eligible: IntGaugeVec::new(Opts::new(ELIGIBLE, help(ELIGIBLE)), &["key"])?,
+            trusts: Trusts::default(),
         })
     }
 
     /// The children of `key`, every series created.
-    fn children(&self, key: &str, gauge: IntGauge) -> Result<ElectorMetrics, prometheus::Error> {
+    fn children(
+        &self,
+        key: &str,
+        gauge: IntGauge,
+        gauge_trusts: Trusts,
+    ) -> Result<ElectorMetrics, prometheus::Error> {
         let transitions = Transition::ALL
             .iter()
             .map(|t| {
@@ -201,6 +269,9 @@ impl ElectorCollectors {
             .collect::<Result<_, _>>()?;
         Ok(ElectorMetrics {
             gauge,
+            key: key.to_owned(),
+            gauge_trusts,
+            trusts: self.trusts.clone(),
             is_leader: self.is_leader.get_metric_with_label_values(&[key])?,
             term_start: self.term_start.get_metric_with_label_values(&[key])?,
             term_epoch: self.term_epoch.get_metric_with_label_values(&[key])?,
@@ -247,16 +318,18 @@ impl Collector for ElectorCollectors {
                 found.push(Found::Elector(self.clone()));
             }
         });
-        self.collectors()
+        let families = self
+            .collectors()
             .into_iter()
             .flat_map(|collector| collector.collect())
-            .collect()
+            .collect();
+        self.trusts.at_scrape(IS_LEADER, families)
     }
 }
 
 /// What a `gather()` on this thread found of our collectors.
 enum Found {
-    Gauge(IntGauge),
+    Gauge(IntGauge, Trusts),
     Elector(ElectorCollectors),
 }
 
@@ -279,6 +352,7 @@ fn find_registered(registry: &Registry) -> Vec<Found> {
 /// through `gather()`.
 struct LeaderGauge {
     gauge: IntGauge,
+    trusts: Trusts,
 }
 
 impl Collector for LeaderGauge {
@@ -289,10 +363,11 @@ impl Collector for LeaderGauge {
     fn collect(&self) -> Vec<MetricFamily> {
         FOUND.with(|found| {
             if let Some(found) = found.borrow_mut().as_mut() {
-                found.push(Found::Gauge(self.gauge.clone()));
+                found.push(Found::Gauge(self.gauge.clone(), self.trusts.clone()));
             }
         });
-        self.gauge.collect()
+        self.trusts
+            .at_scrape(LEADER_GAUGE_NAME, self.gauge.collect())
     }
 }
 
@@ -301,12 +376,14 @@ impl Collector for LeaderGauge {
 ///
 /// # Errors
 /// The registry refused the gauge, or another kind of collector already uses the name.
-pub(crate) fn leader_gauge(registry: &Registry) -> Result<IntGauge, prometheus::Error> {
+pub(crate) fn leader_gauge(registry: &Registry) -> Result<(IntGauge, Trusts), prometheus::Error> {
     let gauge = IntGauge::new(LEADER_GAUGE_NAME, LEADER_GAUGE_HELP)?;
+    let trusts = Trusts::default();
     match registry.register(Box::new(LeaderGauge {
         gauge: gauge.clone(),
+        trusts: trusts.clone(),
     })) {
-        Ok(()) => Ok(gauge),
+        Ok(()) => Ok((gauge, trusts)),
         Err(prometheus::Error::AlreadyReg) => {
             registered_gauge(registry).ok_or(prometheus::Error::AlreadyReg)
         }
@@ -315,11 +392,11 @@ pub(crate) fn leader_gauge(registry: &Registry) -> Result<IntGauge, prometheus::
 }
 
 /// The gauge of the `LeaderGauge` registered on `registry`.
-fn registered_gauge(registry: &Registry) -> Option<IntGauge> {
+fn registered_gauge(registry: &Registry) -> Option<(IntGauge, Trusts)> {
     find_registered(registry)
         .into_iter()
         .find_map(|found| match found {
-            Found::Gauge(gauge) => Some(gauge),
+            Found::Gauge(gauge, trusts) => Some((gauge, trusts)),
             Found::Elector(_) => None,
         })
 }
@@ -330,7 +407,7 @@ fn registered_collectors(registry: &Registry) -> Option<ElectorCollectors> {
         .into_iter()
         .find_map(|found| match found {
             Found::Elector(collectors) => Some(collectors),
-            Found::Gauge(_) => None,
+            Found::Gauge(..) => None,
         })
 }
 
@@ -369,8 +446,8 @@ mod tests {
     #[test]
     fn a_second_elector_on_the_same_registry_writes_the_same_series() {
         let registry = Registry::new();
-        let first = leader_gauge(&registry).unwrap();
-        let second = leader_gauge(&registry).unwrap();
+        let first = leader_gauge(&registry).unwrap().0;
+        let second = leader_gauge(&registry).unwrap().0;
         first.set(1);
         assert_eq!(second.get(), 1);
         second.set(0);
@@ -381,7 +458,7 @@ mod tests {
     #[test]
     fn separate_registries_keep_separate_series() {
         let (a, b) = (Registry::new(), Registry::new());
-        leader_gauge(&a).unwrap().set(1);
+        leader_gauge(&a).unwrap().0.set(1);
         let _ = leader_gauge(&b).unwrap();
         assert_eq!(value(&a), Some(1));
         assert_eq!(value(&b), Some(0));
@@ -431,7 +508,7 @@ mod tests {
     #[test]
     fn electors_on_one_registry_share_the_collectors_and_write_their_own_keys() {
         let registry = Registry::new();
-        let gauge = leader_gauge(&registry).unwrap();
+        let gauge = leader_gauge(&registry).unwrap().0;
         let a = ElectorMetrics::register(&registry, "1:1").unwrap();
         let a_again = ElectorMetrics::register(&registry, "1:1").unwrap();
         let b = ElectorMetrics::register(&registry, "1:2").unwrap();
@@ -449,7 +526,7 @@ mod tests {
         let acquired = [("key", "1:1"), ("cause", "acquired")];
         assert_eq!(sample(&registry, TRANSITIONS, &acquired), Some(1.0));
         // The spec's gauge is still found apart from the per-key collectors.
-        assert_eq!(leader_gauge(&registry).unwrap().get(), gauge.get());
+        assert_eq!(leader_gauge(&registry).unwrap().0.get(), gauge.get());
         a.term_ended();
         assert_eq!(is_leader("1:1"), Some(0.0));
         assert_eq!(sample(&registry, TERM_START, &[("key", "1:1")]), Some(0.0));
@@ -472,5 +549,54 @@ mod tests {
         let leader = [("key", "1:1"), ("role", "leader")];
         assert_eq!(sample(&registry, CHECK_DURATION, &standby), Some(1.0));
         assert_eq!(sample(&registry, CHECK_DURATION, &leader), Some(0.0));
+    }
+
+    /// A clock the test moves by hand.
+    #[derive(Debug)]
+    struct Manual(std::sync::Mutex<std::time::Instant>);
+
+    impl crate::clock::Clock for Manual {
+        fn now(&self) -> std::time::Instant {
+            *self.0.lock().unwrap()
+        }
+
+        fn tokio_instant(&self, reading: std::time::Instant) -> tokio::time::Instant {
+            tokio::time::Instant::from_std(reading)
+        }
+    }
+
+    #[test]
+    fn a_scrape_past_the_leaders_trust_reads_no_leader_whether_or_not_the_driver_ran() {
+        let registry = Registry::new();
+        let key = key_label(LockKey::DEFAULT);
+        let metrics = ElectorMetrics::register(&registry, &key).unwrap();
+        let t0 = std::time::Instant::now();
+        let clock = Arc::new(Manual(std::sync::Mutex::new(t0)));
+        let trust = Arc::new(crate::trust::Trust::new(
+            Arc::clone(&clock) as Arc<dyn crate::clock::Clock>
+        ));
+        metrics.watch_trust(&trust);
+        // A lease term trusted for 2.7 s: the driver set both gauges to 1.
+        metrics.leading(true);
+        metrics.term_began(Some(3));
+        trust.set(Some(t0 + Duration::from_millis(2700)));
+        let is_leader = |registry: &Registry| sample(registry, IS_LEADER, &[("key", &key)]);
+        assert_eq!(value(&registry), Some(1));
+        assert_eq!(is_leader(&registry), Some(1.0));
+        // Past the trust, with the driver not run (a paused process): both read 0.
+        *clock.0.lock().unwrap() = t0 + Duration::from_secs(3);
+        assert_eq!(value(&registry), Some(0));
+        assert_eq!(is_leader(&registry), Some(0.0));
+        // A renewal extended it: 1 again; the advisory lock (no deadline) is never overridden.
+        trust.set(Some(t0 + Duration::from_secs(6)));
+        assert_eq!(value(&registry), Some(1));
+        trust.set(None);
+        *clock.0.lock().unwrap() = t0 + Duration::from_secs(60);
+        assert_eq!(is_leader(&registry), Some(1.0));
+        // A dropped elector's trust says nothing.
+        trust.set(Some(t0));
+        assert_eq!(value(&registry), Some(0));
+        drop(trust);
+        assert_eq!(value(&registry), Some(1));
     }
 }

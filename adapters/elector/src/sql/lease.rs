@@ -96,7 +96,7 @@ fn elsewhere(schema: &str, key: LockKey) -> String {
 ///
 /// One election per key whatever a replica's schema: the claim first takes [`claim_lock`]
 /// (until it commits), so that the claims of `key` in every schema run one after the other,
-/// then claims only when no other schema's lease table has a row of `key` ([`elsewhere`]):
+/// then claims only when no other schema's lease table has a row of `key` (read where the role may):
 /// the first schema to hold the key keeps it, and a replica configured with another one never
 /// claims. Its last result row is the new epoch and `NULL` (claimed), `NULL` and `NULL`
 /// (another holder's lease has not expired), or `NULL` and the other schemas.
