@@ -139,6 +139,22 @@ async fn killed_leader(backend: Backend, pooled: bool) {
     finish(fleet, db, I).await;
 }
 
+/// The one replica other than `leader` that leads, waited for at most `bound` from `since`.
+async fn successor_of(fleet: &Fleet, leader: usize, since: Instant, bound: Duration) -> usize {
+    loop {
+        let others: Vec<usize> = fleet
+            .leaders()
+            .into_iter()
+            .filter(|&r| r != leader)
+            .collect();
+        if let [successor] = others[..] {
+            return successor;
+        }
+        assert!(since.elapsed() < bound, "a successor within {bound:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 async fn stopped_leader(backend: Backend, pooled: bool) {
     let (db, target, _bouncer) =
         lease_target(&name("sigstop", backend, pooled), pooled, backend).await;
@@ -155,18 +171,7 @@ async fn stopped_leader(backend: Backend, pooled: bool) {
     let stopped = Instant::now();
     fleet.get(leader).signal(Signal::SIGSTOP).unwrap();
     let bound = ttl(I) + I + MARGIN;
-    let successor = loop {
-        let others: Vec<usize> = fleet
-            .leaders()
-            .into_iter()
-            .filter(|&r| r != leader)
-            .collect();
-        if let [successor] = others[..] {
-            break successor;
-        }
-        assert!(stopped.elapsed() < bound, "a successor within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let successor = successor_of(&fleet, leader, stopped, bound).await;
     let led = fleet.wait_lead_since(successor, stopped, bound).await;
     println!("{backend}: successor {:?} after the SIGSTOP", led - stopped);
     assert_within("successor after a SIGSTOP", led - stopped, bound);
@@ -253,18 +258,7 @@ async fn stalled_leader(backend: Backend) {
         .await
         .unwrap();
     let bound = ttl(I) + I + MARGIN;
-    let successor = loop {
-        let others: Vec<usize> = fleet
-            .leaders()
-            .into_iter()
-            .filter(|&r| r != leader)
-            .collect();
-        if let [successor] = others[..] {
-            break successor;
-        }
-        assert!(stalled.elapsed() < bound, "a successor within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let successor = successor_of(&fleet, leader, stalled, bound).await;
     let believed = |r: usize, leader: bool| -> Option<Instant> {
         fleet
             .get(r)

@@ -238,6 +238,33 @@ async fn the_tables_live_in_the_schema_the_election_names() {
     assert!(holder.starts_with(&format!("{identity} ")), "{holder}");
     let status = fleet[leader].elector.lease_holder().await.unwrap().unwrap();
     assert_eq!(status.identity, identity);
+    // A fenced write checks the lease's own fence, whatever the writer's search_path: the
+    // epoch is current in `leader`, and a writer without `leader` on its path that checked the
+    // unqualified name would find no fence table at all.
+    let epoch = fleet[leader]
+        .elector
+        .leadership()
+        .term()
+        .unwrap()
+        .epoch
+        .unwrap();
+    let schema = fleet[leader].elector.lease_schema().to_owned();
+    assert_eq!(schema, "leader");
+    let mut writer = db.connect("writer").await.unwrap();
+    let transaction = writer.transaction().await.unwrap();
+    plexsphere_leader::fencing::check_in(&transaction, &schema, fleet[leader].elector.key(), epoch)
+        .await
+        .expect("the current epoch, in the lease's schema");
+    let unqualified =
+        plexsphere_leader::fencing::check(&transaction, fleet[leader].elector.key(), epoch).await;
+    assert!(
+        matches!(
+            unqualified,
+            Err(plexsphere_leader::fencing::FenceError::MissingTable)
+        ),
+        "{unqualified:?}"
+    );
+    drop(transaction);
     for replica in fleet {
         replica.stop().await.unwrap();
     }

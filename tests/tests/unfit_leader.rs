@@ -98,32 +98,10 @@ impl Replica {
 
 async fn an_unfit_leader_gives_way(lease: bool) {
     let mechanism = if lease { "lease" } else { "advisory" };
-    let db = TestDb::create(&format!("unfit_{mechanism}")).await.unwrap();
-    let role = format!("plx_ro_{}", db.name());
+    // The unfit role may take part in the election (with a lease: write the lease's rows).
+    let (db, role) = db_with_role(&format!("unfit_{mechanism}"), lease, "").await;
     let admin = db.admin();
-    admin
-        .batch_execute(&format!(
-            "CREATE TABLE plx_work (touched int NOT NULL); INSERT INTO plx_work VALUES (0); \
-             DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN; \
-             GRANT CONNECT ON DATABASE \"{db}\" TO {role}; GRANT USAGE ON SCHEMA public TO {role}",
-            db = db.name()
-        ))
-        .await
-        .unwrap();
-    if lease {
-        plexsphere_leader::lease::setup(admin).await.unwrap();
-        // The unfit role may take part in the election: it may write the lease's rows.
-        admin
-            .batch_execute(&format!(
-                "GRANT SELECT, INSERT, UPDATE ON plexsphere_leader_lease, \
-                 plexsphere_leader_fence TO {role}"
-            ))
-            .await
-            .unwrap();
-    }
-    let mut unfit_config = db.config();
-    unfit_config.user(&role);
-    let unfit_pool = plexsphere_leader_tests::pool_for(unfit_config, 4).unwrap();
+    let unfit_pool = role_pool(&db, &role);
     // The unfit replica starts first and leads.
     let unfit = Replica::start(unfit_pool, lease, "unfit@test");
     wait_for(STARTUP, || unfit.elector.is_leader())

@@ -334,6 +334,12 @@ impl Elector {
         self.inner.key()
     }
 
+    /// The schema of the lease's tables ([`Config::lease_schema`], default `public`): where a
+    /// lease's fenced writes check its epoch (`fencing::check_in`).
+    pub fn lease_schema(&self) -> &str {
+        self.inner.lease_schema()
+    }
+
     /// The identity the lock session's `application_name` carries while this replica leads
     /// ([`Config::identity`], or the default `<service>@<host>`).
     pub fn identity(&self) -> &str {

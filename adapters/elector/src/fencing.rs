@@ -28,7 +28,9 @@
 //! ```
 //!
 //! With sqlx, `plexsphere_leader_sqlx::fencing::check(&mut transaction, key, epoch)` does the
-//! same.
+//! same. With a lease ([`Config::lease`](crate::Config::lease)) check in the lease's schema,
+//! whatever the writer's `search_path`: [`check_in`]`(&transaction, elector.lease_schema(),
+//! elector.key(), epoch)`.
 //!
 //! **The contract: no fenced write commits after a newer term began.** It is not "no write after
 //! my term ended": a pass that outlives its term (a graceful stop whose grace ran out, a leader
@@ -49,7 +51,7 @@ use crate::key::LockKey;
 use crate::sql;
 
 #[cfg(feature = "deadpool")]
-pub use self::postgres::{FenceClient, check, setup};
+pub use self::postgres::{FenceClient, check, check_in, setup};
 pub use crate::sql::{FENCE_SETUP, FENCE_TABLE};
 
 /// The statement [`setup`] runs ([`FENCE_SETUP`], without the NOTICE a table that exists
@@ -114,6 +116,12 @@ pub fn verdict(current: Option<i64>, epoch: u64) -> Result<(), FenceError> {
 /// The statement [`check`] runs for `key` ([`sql::fence_check`]), for backends of their own.
 pub fn check_statement(key: LockKey) -> String {
     sql::fence_check(key)
+}
+
+/// The statement `check_in` runs for the fence table in `schema` ([`sql::fence_check_in`]),
+/// for backends of their own.
+pub fn check_statement_in(schema: &str, key: LockKey) -> String {
+    sql::fence_check_in(schema, key)
 }
 
 /// The tokio-postgres and deadpool-postgres side.
@@ -234,6 +242,25 @@ mod postgres {
         epoch: u64,
     ) -> Result<(), FenceError> {
         let current = transaction.fence_epoch(&sql::fence_check(key)).await?;
+        verdict(current, epoch)
+    }
+
+    /// [`check`] of the fence table in `schema`, named with it: a lease's epochs live in its
+    /// schema's fence table ([`Elector::lease_schema`](crate::Elector::lease_schema)), which a
+    /// writer whose `search_path` resolves `plexsphere_leader_fence` elsewhere (another schema
+    /// first on its path) would miss with [`check`], and so check an epoch no leader advances.
+    ///
+    /// # Errors
+    /// As [`check`].
+    pub async fn check_in(
+        transaction: &impl FenceClient,
+        schema: &str,
+        key: LockKey,
+        epoch: u64,
+    ) -> Result<(), FenceError> {
+        let current = transaction
+            .fence_epoch(&sql::fence_check_in(schema, key))
+            .await?;
         verdict(current, epoch)
     }
 }

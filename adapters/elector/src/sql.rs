@@ -398,6 +398,12 @@ pub fn fence_check(key: LockKey) -> String {
     )
 }
 
+/// [`fence_check`] of the fence table in `schema`, named with it: the lease's fence, which
+/// every replica and every writer then reaches whatever its `search_path`.
+pub fn fence_check_in(schema: &str, key: LockKey) -> String {
+    fence_check(key).replacen(FENCE_TABLE, &format!("{schema}.{FENCE_TABLE}"), 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -65,8 +65,33 @@ pub async fn check<'c>(
     epoch: u64,
 ) -> Result<(), FenceError> {
     let statement = plexsphere_leader::fencing::check_statement(key);
+    fence_epoch_is(transaction, &statement, epoch).await
+}
+
+/// [`check`] of the fence table in `schema`, named with it (a lease's:
+/// `Elector::lease_schema`), whatever the writer's `search_path`
+/// (`plexsphere_leader::fencing::check_in`).
+///
+/// # Errors
+/// As [`check`].
+pub async fn check_in<'c>(
+    transaction: impl Acquire<'c, Database = Postgres>,
+    schema: &str,
+    key: LockKey,
+    epoch: u64,
+) -> Result<(), FenceError> {
+    let statement = plexsphere_leader::fencing::check_statement_in(schema, key);
+    fence_epoch_is(transaction, &statement, epoch).await
+}
+
+/// Runs the fence check `statement` in `transaction`: `epoch` is the current one.
+async fn fence_epoch_is<'c>(
+    transaction: impl Acquire<'c, Database = Postgres>,
+    statement: &str,
+    epoch: u64,
+) -> Result<(), FenceError> {
     let mut connection = transaction.acquire().await.map_err(query_error)?;
-    let current: Option<i64> = sqlx::query_scalar(&statement)
+    let current: Option<i64> = sqlx::query_scalar(statement)
         .fetch_optional(&mut *connection)
         .await
         .map_err(query_error)?;
