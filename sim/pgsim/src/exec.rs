@@ -28,13 +28,13 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::guc::{Guc, Gucs, unrecognized};
-use super::handle::TransactionStatus;
 use super::locks::{LockKey, LockMode};
 use super::log::Event;
+use super::reply::TransactionStatus;
 use super::reply::{self, PgType, Reply, SqlError, sqlstate};
 use super::rows::RowId;
 use super::sql::{self, Expr, Func, LockColumn, LockCond, SetValue, Statement};
-use super::state::{FenceCheck, LockWait, State};
+use super::state::{FenceCheck, LockWait, State, WaitEnd};
 use super::storage::TableKind;
 use super::timestamp::timestamp_text;
 
@@ -70,16 +70,6 @@ pub(crate) struct Blocked {
     before: Gucs,
     /// When the statement first blocked.
     since: Duration,
-}
-
-/// How a lock wait ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WaitEnd {
-    /// The advisory lock was handed over to the session, or the row it waits for is no
-    /// longer share-locked by another session.
-    Granted,
-    /// `lock_timeout` expired first: the statement fails with 55P03.
-    TimedOut,
 }
 
 /// Runs `query` for session `pid` at time `at`; `None` when the session is gone.

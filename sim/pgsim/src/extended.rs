@@ -13,29 +13,13 @@
 //! FunctionCall. An implicit transaction ends with each Execute rather than at the next
 //! Sync: tokio-postgres sends Sync right after every Execute, so no client can tell.
 
-use std::collections::BTreeMap;
-
 use super::exec;
 use super::frontend::Target;
-use super::handle::TransactionStatus;
+use super::prepared::{Portal, Prepared};
+use super::reply::TransactionStatus;
 use super::reply::{Reply, SqlError, sqlstate};
 use super::sql::{self, Statement};
 use super::state::State;
-
-/// A bound portal: its statement (`None` for an empty query) and the result formats.
-#[derive(Debug, Clone)]
-struct Portal {
-    statement: Option<Statement>,
-    formats: Vec<i16>,
-}
-
-/// The prepared statements and portals of one session; the unnamed ones are named `""`.
-#[derive(Debug, Default)]
-pub(crate) struct Prepared {
-    /// Statements by name; `None` is an empty query.
-    statements: BTreeMap<String, Option<Statement>>,
-    portals: BTreeMap<String, Portal>,
-}
 
 /// What an Execute runs.
 pub(crate) enum Execution {

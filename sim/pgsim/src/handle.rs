@@ -10,16 +10,7 @@ use super::rows::RowId;
 use super::state::{Control, QueryRecord, Shared};
 use super::storage::FENCE_TABLE;
 
-/// The transaction state of a session, as ReadyForQuery reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum TransactionStatus {
-    /// Not in a transaction block (`I`); the idle session timeout applies.
-    Idle,
-    /// In a transaction block (`T`).
-    InBlock,
-    /// In a failed transaction block (`E`), until `COMMIT` or `ROLLBACK`.
-    Failed,
-}
+pub use super::reply::TransactionStatus;
 
 /// A snapshot of one live session, as `pg_stat_activity` and `pg_locks` would show it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,6 +14,7 @@ use plexsphere_leader::LockKey;
 use plexsphere_leader::sql::lease;
 
 use super::reply::{SqlError, sqlstate};
+use super::text::{between, unquote};
 
 /// A statement of `plexsphere_leader::sql::lease` with its parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,29 +182,6 @@ fn key(text: &str, class: &str, objid: &str, after: Option<&str>) -> Option<(i32
         None => rest,
     };
     Some((class_id, obj_id.parse().ok()?))
-}
-
-/// The text between the first `before` and the next `after`.
-fn between<'a>(text: &'a str, before: &str, after: &str) -> Option<&'a str> {
-    let start = text.find(before)? + before.len();
-    let length = text[start..].find(after)?;
-    Some(&text[start..start + length])
-}
-
-/// The text of a string literal as `quote_literal` writes it: `'…'` with doubled quotes, or
-/// `E'…'` with doubled quotes and doubled backslashes.
-fn unquote(literal: &str) -> Option<String> {
-    let (escaped, body) = match literal.strip_prefix("E'") {
-        Some(rest) => (true, rest),
-        None => (false, literal.strip_prefix('\'')?),
-    };
-    let body = body.strip_suffix('\'')?;
-    let text = body.replace("''", "'");
-    Some(if escaped {
-        text.replace("\\\\", "\\")
-    } else {
-        text
-    })
 }
 
 #[cfg(test)]

@@ -60,6 +60,7 @@ mod handle;
 mod lease;
 mod locks;
 mod log;
+mod prepared;
 mod queues;
 mod reply;
 mod route;
@@ -69,6 +70,7 @@ mod shard;
 mod sql;
 mod state;
 mod storage;
+mod text;
 mod timestamp;
 
 use std::cell::RefCell;

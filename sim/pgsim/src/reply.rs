@@ -5,7 +5,16 @@
 
 use bytes::{BufMut, BytesMut};
 
-use super::handle::TransactionStatus;
+/// The transaction state of a session, as ReadyForQuery reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TransactionStatus {
+    /// Not in a transaction block (`I`); the idle session timeout applies.
+    Idle,
+    /// In a transaction block (`T`).
+    InBlock,
+    /// In a failed transaction block (`E`), until `COMMIT` or `ROLLBACK`.
+    Failed,
+}
 
 /// Severity of an ErrorResponse or NoticeResponse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,8 +28,8 @@ use turmoil::net::TcpStream;
 use super::exec::{self, Blocked, Run};
 use super::extended::{self, Execution};
 use super::frontend::{self, Frame, StartupPacket};
-use super::handle::TransactionStatus;
 use super::log::EndReason;
+use super::reply::TransactionStatus;
 use super::reply::{Reply, SqlError, sqlstate};
 use super::state::{IdleKind, Shared, Startup, State};
 

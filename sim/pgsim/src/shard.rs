@@ -15,6 +15,7 @@ use plexsphere_leader::shard_sql;
 use plexsphere_leader::sharded::Shard;
 
 use super::reply::{SqlError, sqlstate};
+use super::text::{between, unquote};
 
 /// A statement of `plexsphere_leader::shard_sql` with its parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,13 +101,6 @@ const LIST: &str = "SELECT t.s FROM unnest('{";
 const TAKE_CALL: &str = "pg_try_advisory_lock(";
 const UNLOCK_CALL: &str = "WHERE NOT pg_advisory_unlock(";
 
-/// The text between the first `before` and the next `after`.
-fn between<'a>(text: &'a str, before: &str, after: &str) -> Option<&'a str> {
-    let start = text.find(before)? + before.len();
-    let length = text[start..].find(after)?;
-    Some(&text[start..start + length])
-}
-
 fn register(text: &str) -> Option<ShardStatement> {
     let class = between(text, "pg_try_advisory_lock_shared(", ", -1)")?
         .parse()
@@ -148,22 +142,6 @@ fn list(text: &str, call: &str) -> Option<(i32, Vec<u32>)> {
     };
     let class = between(text, call, ", t.s)")?.parse().ok()?;
     Some((class, shards))
-}
-
-/// The text of a string literal as `quote_literal` writes it: `'…'` with doubled quotes, or
-/// `E'…'` with doubled quotes and doubled backslashes.
-fn unquote(literal: &str) -> Option<String> {
-    let (escaped, body) = match literal.strip_prefix("E'") {
-        Some(rest) => (true, rest),
-        None => (false, literal.strip_prefix('\'')?),
-    };
-    let body = body.strip_suffix('\'')?;
-    let text = body.replace("''", "'");
-    Some(if escaped {
-        text.replace("\\\\", "\\")
-    } else {
-        text
-    })
 }
 
 #[cfg(test)]

@@ -14,14 +14,23 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::config::ServerConfig;
-use super::exec::WaitEnd;
-use super::extended::Prepared;
 use super::guc::Gucs;
-use super::handle::TransactionStatus;
 use super::locks::{LockId, LockKey, LockMode, LockTable, TryLock, Unlock};
 use super::log::{EndReason, Event, LogEntry, ReleaseReason};
+use super::prepared::Prepared;
+use super::reply::TransactionStatus;
 use super::rows::{RowId, RowLocks};
 use super::storage::Storage;
+
+/// How a lock wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitEnd {
+    /// The advisory lock was handed over to the session, or the row it waits for is no
+    /// longer share-locked by another session.
+    Granted,
+    /// `lock_timeout` expired first: the statement fails with 55P03.
+    TimedOut,
+}
 
 /// The shared state of one instance.
 pub(crate) type Shared = Rc<RefCell<State>>;
