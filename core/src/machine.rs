@@ -1,6 +1,6 @@
-//! What every election machine of the engine is to its driver, whichever mechanism: the
-//! sans-IO interface (start, inputs, deadlines, queued actions) and the lifecycle inputs every
-//! machine takes. [`Election`](crate::Election) and
+//! What every election machine of the engine is to its driver, whichever mode (single or
+//! sharded): the sans-IO interface (start, inputs, deadlines, queued actions) and the lifecycle
+//! inputs every machine takes. [`Election`](crate::Election) and
 //! [`ShardedElection`](crate::shards::ShardedElection) implement it; one driver runs either.
 
 use std::time::{Duration, Instant};

@@ -1,10 +1,10 @@
-//! The one thin async driver of the core's elections, whichever mechanism: performs the actions
+//! The one thin async driver of the core's elections, whichever mode: performs the actions
 //! the core queues on the one lock session, reports what happened, and sleeps until the core's
 //! next deadline. It makes no decision of its own.
 //!
 //! The loop, the held session, the operation in flight, the drains of ended terms' work, the
 //! counting of failed checks and the `Drop` that reports a panic or a dropped run are written
-//! here once; a [`Mechanism`] says how its core machine is reached and how each of its actions
+//! here once; a [`Mode`] says how its core machine is reached and how each of its actions
 //! is performed ([`single`] for one election, [`crate::sharded`] for sharded leadership).
 
 use std::future::Future;
@@ -27,13 +27,13 @@ use crate::session::{LockSession, SessionSource};
 
 pub(crate) mod single;
 
-/// One mechanism of the engine, as the driver reaches it: its core [`Machine`] (locked for
+/// One mode of the engine, as the driver reaches it: its core [`Machine`] (locked for
 /// each call only, so that an action performed may call back into the elector), its operator
 /// queue, and how its actions are performed.
-pub(crate) trait Mechanism: Send + Sized + 'static {
+pub(crate) trait Mode: Send + Sized + 'static {
     /// The core machine.
     type Machine: Machine<Error = CheckError, Event: Send + 'static>;
-    /// What an answered operation carries beside its event, for [`Mechanism::arrived`].
+    /// What an answered operation carries beside its event, for [`Mode::arrived`].
     type Extra: Default + Send + 'static;
 
     /// The machine, locked.
@@ -61,17 +61,17 @@ pub(crate) trait Mechanism: Send + Sized + 'static {
     }
 }
 
-/// The events of mechanism `M`'s machine.
-pub(crate) type EventOf<M> = <<M as Mechanism>::Machine as Machine>::Event;
-/// The actions of mechanism `M`'s machine.
-pub(crate) type ActionOf<M> = <<M as Mechanism>::Machine as Machine>::Action;
+/// The events of mode `M`'s machine.
+pub(crate) type EventOf<M> = <<M as Mode>::Machine as Machine>::Event;
+/// The actions of mode `M`'s machine.
+pub(crate) type ActionOf<M> = <<M as Mode>::Machine as Machine>::Action;
 
-/// The operation type of mechanism `M`.
-pub(crate) type OperationOf<M> = Operation<EventOf<M>, <M as Mechanism>::Extra>;
+/// The operation type of mode `M`.
+pub(crate) type OperationOf<M> = Operation<EventOf<M>, <M as Mode>::Extra>;
 
-/// The driver's I/O, which a mechanism's [`Mechanism::perform`] works with: the held session,
+/// The driver's I/O, which a mode's [`Mode::perform`] works with: the held session,
 /// the operation in flight, the drains and the run of failed checks.
-pub(crate) struct Io<M: Mechanism> {
+pub(crate) struct Io<M: Mode> {
     held: Option<(ConnId, Held)>,
     in_flight: Option<OperationOf<M>>,
     drains: FuturesUnordered<OperationOf<M>>,
@@ -82,7 +82,7 @@ pub(crate) struct Io<M: Mechanism> {
     failures: CheckFailures,
 }
 
-impl<M: Mechanism> Io<M> {
+impl<M: Mode> Io<M> {
     /// Runs `operation` (an acquire or a wait that needs no session), replacing any operation
     /// in flight.
     pub(crate) fn run(&mut self, operation: OperationOf<M>) {
@@ -185,21 +185,20 @@ enum Wake<E, X> {
 /// One run of an election. Dropping it before the run finished (a panic unwinding through
 /// `run`, or the `run` future dropped) reports `Panicked` or `Dropped` to the core and performs
 /// what it asks: every term ends and the session closes without an unlock.
-pub(crate) struct Driver<M: Mechanism> {
-    mechanism: M,
+pub(crate) struct Driver<M: Mode> {
+    mode: M,
     io: Io<M>,
 }
 
-impl<M: Mechanism> Driver<M> {
+impl<M: Mode> Driver<M> {
     /// Starts a run: the first check begins at once.
-    pub(crate) fn start(mechanism: M) -> Result<Self, RunError> {
-        let now = mechanism.clock().now();
-        mechanism
-            .machine()
+    pub(crate) fn start(mode: M) -> Result<Self, RunError> {
+        let now = mode.clock().now();
+        mode.machine()
             .start(now)
             .map_err(|_| RunError::AlreadyRunning)?;
         let mut driver = Self {
-            mechanism,
+            mode,
             io: Io {
                 held: None,
                 in_flight: None,
@@ -221,12 +220,10 @@ impl<M: Mechanism> Driver<M> {
         tokio::pin!(sleep);
         let mut armed = None;
         while !self.io.finished {
-            let deadline = self.mechanism.machine().poll_timeout();
+            let deadline = self.mode.machine().poll_timeout();
             if deadline != armed {
                 if let Some(at) = deadline {
-                    sleep
-                        .as_mut()
-                        .reset(self.mechanism.clock().tokio_instant(at));
+                    sleep.as_mut().reset(self.mode.clock().tokio_instant(at));
                 }
                 armed = deadline;
             }
@@ -237,7 +234,7 @@ impl<M: Mechanism> Driver<M> {
                 completion = in_flight(&mut io.in_flight) => Wake::Completed(completion),
                 Some(drained) = io.drains.next(), if !io.drains.is_empty() => Wake::Drained(drained),
                 conn = watch_session(&io.held, io.watch_reported) => Wake::SessionEnded(conn),
-                () = self.mechanism.controls().queued() => Wake::Control,
+                () = self.mode.controls().queued() => Wake::Control,
                 () = &mut sleep, if armed.is_some() => Wake::Deadline,
             };
             match wake {
@@ -261,12 +258,12 @@ impl<M: Mechanism> Driver<M> {
         // Requests queued as the run finished: an eligibility setting still applies (the
         // election records it while not running); a resign finds nothing to do.
         self.apply_controls();
-        self.mechanism.outcome()
+        self.mode.outcome()
     }
 
     /// Hands the queued operator requests (resign, eligibility) to the election, in order.
     fn apply_controls(&mut self) {
-        for request in self.mechanism.controls().take() {
+        for request in self.mode.controls().take() {
             self.handle(request);
         }
     }
@@ -277,16 +274,16 @@ impl<M: Mechanism> Driver<M> {
             acquired,
             extra,
         } = completion;
-        self.mechanism.arrived(&event, extra);
+        self.mode.arrived(&event, extra);
         if let (Some(session), Some(conn)) = (acquired, M::Machine::conn(&event)) {
             self.io.held = Some((conn, Arc::new(session)));
         }
         // A deadline that passed while the answer was on its way fires first (it may give back
         // or close the connection the answer came on, which then makes the answer stale).
         self.fire_due_timers();
-        self.mechanism.answered(&event);
+        self.mode.answered(&event);
         if M::Machine::answers_check(&event) && self.io.failures.succeeded() {
-            self.mechanism.publish_check_failure(None);
+            self.mode.publish_check_failure(None);
         }
         self.feed(event);
     }
@@ -299,14 +296,14 @@ impl<M: Mechanism> Driver<M> {
     }
 
     fn fire_due_timers(&mut self) {
-        let now = self.mechanism.clock().now();
-        self.mechanism.machine().handle_timeout(now);
+        let now = self.mode.clock().now();
+        self.mode.machine().handle_timeout(now);
         self.perform_queued();
     }
 
     fn feed(&mut self, event: EventOf<M>) {
-        let now = self.mechanism.clock().now();
-        let _handled = self.mechanism.machine().handle_event(now, event);
+        let now = self.mode.clock().now();
+        let _handled = self.mode.machine().handle_event(now, event);
         self.perform_queued();
     }
 
@@ -314,15 +311,15 @@ impl<M: Mechanism> Driver<M> {
         loop {
             // The lock is released before the action runs: an action may call back into the
             // elector (a log subscriber, a term token's waiters).
-            let next = self.mechanism.machine().poll_action();
+            let next = self.mode.machine().poll_action();
             let Some(action) = next else { break };
-            self.mechanism.perform(action, &mut self.io);
+            self.mode.perform(action, &mut self.io);
         }
-        self.mechanism.performed();
+        self.mode.performed();
     }
 }
 
-impl<M: Mechanism> Drop for Driver<M> {
+impl<M: Mode> Drop for Driver<M> {
     fn drop(&mut self) {
         if !self.io.finished {
             let event = if std::thread::panicking() {

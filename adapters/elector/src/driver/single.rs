@@ -1,4 +1,4 @@
-//! The single election as a [`Mechanism`] of the driver: one advisory lock, its grant, check,
+//! The single election as a [`Mode`] of the driver: one advisory lock, its grant, check,
 //! fencing epoch and release statements, the published leadership and the check metrics.
 
 use std::collections::BTreeMap;
@@ -6,7 +6,7 @@ use std::sync::{Arc, MutexGuard};
 
 use plexsphere_leader_core::{Action, Election, Event, LogKind, LogRecord, TermEndCause, TermId};
 
-use super::{Io, Mechanism};
+use super::{Io, Mode};
 use crate::connection::{self, Completion};
 use crate::error::CheckError;
 use crate::leadership::CheckFailure;
@@ -90,7 +90,7 @@ impl Single {
     }
 }
 
-impl Mechanism for Single {
+impl Mode for Single {
     type Machine = Election<CheckError>;
     /// The database a grant statement ran in (`current_database()`), for the log lines.
     type Extra = Option<String>;

@@ -1,4 +1,4 @@
-//! Sharded leadership as a [`Mechanism`] of the driver: the one lock session's registration,
+//! Sharded leadership as a [`Mode`] of the driver: the one lock session's registration,
 //! survey, take, epochs and unlock statements, the published ownership and view, and the survey
 //! metric.
 
@@ -15,7 +15,7 @@ use super::shared::ShardShared;
 use super::view::{Holder, SpaceView};
 use crate::clock::now;
 use crate::connection::Held;
-use crate::driver::{Io, Mechanism};
+use crate::driver::{Io, Mode};
 use crate::error::{CheckError, RunError};
 use crate::leadership::CheckFailure;
 use crate::operation;
@@ -65,7 +65,7 @@ impl Sharded {
     }
 }
 
-impl Mechanism for Sharded {
+impl Mode for Sharded {
     type Machine = ShardedElection<CheckError>;
     type Extra = Surveyed;
 
