@@ -139,6 +139,25 @@ async fn killed_leader(backend: Backend, pooled: bool) {
     finish(fleet, db, I).await;
 }
 
+/// Replica `r`'s first sampler record `event` (`believes`, `resumed`) stamped at or after
+/// `since` whose answer is `leader` (any answer: `None`), waited for up to `MARGIN`: the
+/// sampler's records may arrive a little after the term records the test waited on.
+async fn believed_since(
+    fleet: &Fleet,
+    r: usize,
+    event: &str,
+    leader: Option<bool>,
+    since: Instant,
+) -> Option<plexsphere_leader_tests::replica_process::Record> {
+    fleet
+        .get(r)
+        .wait_for_since(since, MARGIN, |record| {
+            record.event == event
+                && leader.is_none_or(|leader| record.bool("leader") == Some(leader))
+        })
+        .await
+}
+
 /// The one replica other than `leader` that leads, waited for at most `bound` from `since`.
 async fn successor_of(fleet: &Fleet, leader: usize, since: Instant, bound: Duration) -> usize {
     loop {
@@ -182,34 +201,22 @@ async fn stopped_leader(backend: Backend, pooled: bool) {
     assert!(cause.contains("LeaseExpired"), "{cause}");
     // Its trust ran out during the pause: the first is_leader() after the resume said no,
     // whether or not the driver had run yet, so no belief of the two overlapped.
-    let resumed_sample = fleet
-        .get(leader)
-        .events("resumed")
-        .into_iter()
-        .find(|record| record.at >= resumed)
+    let resumed_sample = believed_since(&fleet, leader, "resumed", None, resumed)
+        .await
         .expect("the sampler saw the pause");
     assert_eq!(
         resumed_sample.bool("leader"),
         Some(false),
         "{backend}: is_leader() after the resume"
     );
-    let believed = |r: usize, leader: bool| -> Vec<Instant> {
-        fleet
-            .get(r)
-            .events("believes")
-            .into_iter()
-            .filter(|record| record.bool("leader") == Some(leader))
-            .map(|record| record.at)
-            .collect()
-    };
-    let old_ended = believed(leader, false)
-        .into_iter()
-        .find(|&at| at >= stopped)
-        .expect("the old leader stopped believing");
-    let new_began = believed(successor, true)
-        .into_iter()
-        .find(|&at| at >= stopped)
-        .expect("the successor believed");
+    let old_ended = believed_since(&fleet, leader, "believes", Some(false), stopped)
+        .await
+        .expect("the old leader stopped believing")
+        .at;
+    let new_began = believed_since(&fleet, successor, "believes", Some(true), stopped)
+        .await
+        .expect("the successor believed")
+        .at;
     // The old leader's last `true` was sampled before the SIGSTOP (its next sample, after the
     // resume, said no), the successor's first after it: the beliefs overlap by 0.
     assert!(
@@ -259,16 +266,14 @@ async fn stalled_leader(backend: Backend) {
         .unwrap();
     let bound = ttl(I) + I + MARGIN;
     let successor = successor_of(&fleet, leader, stalled, bound).await;
-    let believed = |r: usize, leader: bool| -> Option<Instant> {
-        fleet
-            .get(r)
-            .events("believes")
-            .into_iter()
-            .find(|record| record.bool("leader") == Some(leader) && record.at >= stalled)
-            .map(|record| record.at)
-    };
-    let new_began = believed(successor, true).expect("the successor believes");
-    let old_ended = believed(leader, false).expect("the stalled leader stopped believing");
+    let new_began = believed_since(&fleet, successor, "believes", Some(true), stalled)
+        .await
+        .expect("the successor believes")
+        .at;
+    let old_ended = believed_since(&fleet, leader, "believes", Some(false), stalled)
+        .await
+        .expect("the stalled leader stopped believing")
+        .at;
     println!(
         "{backend}: the stalled leader's is_leader() said no {:?} into the stall, the \
          successor's yes {:?} (stall {stall:?})",
