@@ -342,13 +342,15 @@ pub async fn lease_target(
     (db, config, bouncer)
 }
 
-/// The text of every column of the first row `statement` returns over the simple query
-/// protocol (as the elector sends its statements). Panics when the statement fails or returns
-/// no row.
+/// The text of every column of the last row `statement` returns over the simple query
+/// protocol (as the elector sends its statements): a query string of several statements
+/// answers with its last one's (a lease claim's transaction lock answers a row first).
+/// Panics when the statement fails or returns no row.
 pub async fn row(client: &tokio_postgres::Client, statement: &str) -> Vec<Option<String>> {
     let messages = client.simple_query(statement).await.expect(statement);
     let row = messages
         .iter()
+        .rev()
         .find_map(|m| match m {
             tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
             _ => None,
