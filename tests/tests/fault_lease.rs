@@ -158,6 +158,25 @@ async fn believed_since(
         .await
 }
 
+/// When, after `since`, the old leader's `is_leader()` first said no and the successor's first
+/// said yes.
+async fn handover_of_belief(
+    fleet: &Fleet,
+    old: usize,
+    new: usize,
+    since: Instant,
+) -> (Instant, Instant) {
+    let old_ended = believed_since(fleet, old, "believes", Some(false), since)
+        .await
+        .expect("the old leader stopped believing")
+        .at;
+    let new_began = believed_since(fleet, new, "believes", Some(true), since)
+        .await
+        .expect("the successor believed")
+        .at;
+    (old_ended, new_began)
+}
+
 /// The one replica other than `leader` that leads, waited for at most `bound` from `since`.
 async fn successor_of(fleet: &Fleet, leader: usize, since: Instant, bound: Duration) -> usize {
     loop {
@@ -209,14 +228,7 @@ async fn stopped_leader(backend: Backend, pooled: bool) {
         Some(false),
         "{backend}: is_leader() after the resume"
     );
-    let old_ended = believed_since(&fleet, leader, "believes", Some(false), stopped)
-        .await
-        .expect("the old leader stopped believing")
-        .at;
-    let new_began = believed_since(&fleet, successor, "believes", Some(true), stopped)
-        .await
-        .expect("the successor believed")
-        .at;
+    let (old_ended, new_began) = handover_of_belief(&fleet, leader, successor, stopped).await;
     // The old leader's last `true` was sampled before the SIGSTOP (its next sample, after the
     // resume, said no), the successor's first after it: the beliefs overlap by 0.
     assert!(
@@ -266,14 +278,7 @@ async fn stalled_leader(backend: Backend) {
         .unwrap();
     let bound = ttl(I) + I + MARGIN;
     let successor = successor_of(&fleet, leader, stalled, bound).await;
-    let new_began = believed_since(&fleet, successor, "believes", Some(true), stalled)
-        .await
-        .expect("the successor believes")
-        .at;
-    let old_ended = believed_since(&fleet, leader, "believes", Some(false), stalled)
-        .await
-        .expect("the stalled leader stopped believing")
-        .at;
+    let (old_ended, new_began) = handover_of_belief(&fleet, leader, successor, stalled).await;
     println!(
         "{backend}: the stalled leader's is_leader() said no {:?} into the stall, the \
          successor's yes {:?} (stall {stall:?})",

@@ -35,6 +35,25 @@ impl Drop for ClosedUnlessAnswered {
     }
 }
 
+/// Runs `statement` on a connection borrowed from `sessions` for it alone: the rows, or how
+/// the statement failed; the outer error is the borrow's. The connection goes back to its pool
+/// once the statement answered; a statement given up (the future dropped, at its deadline or
+/// by a stop) closes its connection instead, so that no later statement queues behind the
+/// unanswered one on it.
+async fn on_pooled(
+    sessions: &dyn crate::session::SessionSource,
+    statement: &str,
+) -> Result<Result<Vec<Row>, QueryError>, CheckError> {
+    let session = sessions.acquire().await?;
+    let mut borrowed = ClosedUnlessAnswered(Some(session));
+    let rows = match &borrowed.0 {
+        Some(session) => session.query(statement).await,
+        None => Ok(Vec::new()),
+    };
+    borrowed.answered();
+    Ok(rows)
+}
+
 /// The session an operation runs on, shared with the driver until the operation ends.
 pub(crate) type Held = Arc<Box<dyn LockSession>>;
 

@@ -100,13 +100,7 @@ impl<C> Election<C> {
                 self.after_leader_check(now);
                 self.log(LogKind::ProbeFailed, term, Some(cause));
             }
-            Role::Leader(_) => {
-                let reason = match cause {
-                    Cause::TimedOut(_) => LossReason::CheckTimedOut,
-                    _ => LossReason::CheckFailed,
-                };
-                self.demote(now, reason, cause);
-            }
+            Role::Leader(_) => self.lose_unproven(now, cause),
             Role::Standby(_) => {
                 if in_flight {
                     self.close_open_conn();

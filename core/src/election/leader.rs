@@ -65,14 +65,18 @@ impl<C> Election<C> {
                 let timed_out = matches!(cause, Cause::TimedOut(_));
                 self.retry_renewal(now, conn, timed_out, cause);
             }
-            _ => {
-                let reason = match cause {
-                    Cause::TimedOut(_) => LossReason::CheckTimedOut,
-                    _ => LossReason::CheckFailed,
-                };
-                self.demote(now, reason, cause);
-            }
+            _ => self.lose_unproven(now, cause),
         }
+    }
+
+    /// The advisory lock's check failed (`CheckFailed`) or did not answer (`CheckTimedOut`):
+    /// the lock is no longer proven, so the term is lost.
+    pub(super) fn lose_unproven(&mut self, now: Instant, cause: Cause<C>) {
+        let reason = match cause {
+            Cause::TimedOut(_) => LossReason::CheckTimedOut,
+            _ => LossReason::CheckFailed,
+        };
+        self.demote(now, reason, cause);
     }
 
     /// The leader's check failed: end the term, close the connection, log, become a standby.

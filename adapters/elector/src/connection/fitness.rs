@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use plexsphere_leader_core::{ConnId, Event};
 
-use super::{ClosedUnlessAnswered, Completion, Held, Operation};
+use super::{Completion, Held, Operation, on_pooled};
 use crate::error::CheckError;
 use crate::session::{QueryError, Row, SessionSource};
 
@@ -21,21 +21,14 @@ pub(crate) fn on_session(held: Held, conn: ConnId, probe: Arc<str>) -> Operation
     })
 }
 
-/// Runs `probe` on a connection of `sessions`, given back once it answered (closed if the
-/// operation is given up first).
+/// Runs `probe` on a connection of `sessions` ([`on_pooled`]); a failed borrow says nothing
+/// of fitness.
 pub(crate) fn pooled(sessions: Arc<dyn SessionSource>, conn: ConnId, probe: Arc<str>) -> Operation {
     Box::pin(async move {
-        let session = match sessions.acquire().await {
-            Ok(session) => session,
-            Err(cause) => return Completion::of(Event::ProbeFailed { conn, cause }),
-        };
-        let mut borrowed = ClosedUnlessAnswered(Some(session));
-        let answer = match &borrowed.0 {
-            Some(session) => session.query(&probe).await,
-            None => Ok(Vec::new()),
-        };
-        borrowed.answered();
-        Completion::of(verdict(conn, &probe, answer))
+        match on_pooled(&*sessions, &probe).await {
+            Ok(answer) => Completion::of(verdict(conn, &probe, answer)),
+            Err(cause) => Completion::of(Event::ProbeFailed { conn, cause }),
+        }
     })
 }
 

@@ -6,31 +6,20 @@ use std::sync::Arc;
 
 use plexsphere_leader_core::{ConnId, Event};
 
-use super::{ClosedUnlessAnswered, Completion, Operation, parse_int};
+use super::{Completion, Operation, on_pooled, parse_int};
 use crate::error::CheckError;
 use crate::session::{QueryError, Row, SessionSource};
 
 /// What a lease statement's rows mean, or its failure: the event to report.
 type Answer = Box<dyn FnOnce(Result<Vec<Row>, CheckError>) -> Event<CheckError> + Send>;
 
-/// Runs `statement` on a connection of `sessions`, and reports what `answer` makes of it. The
-/// connection goes back to its pool once the statement answered; a statement given up (the
-/// operation dropped, at its deadline or by a stop) closes its connection instead, so that no
-/// later statement queues behind the unanswered one on it.
+/// Runs `statement` on a connection of `sessions` ([`on_pooled`]), and reports what `answer`
+/// makes of it.
 fn statement(sessions: Arc<dyn SessionSource>, statement: String, answer: Answer) -> Operation {
     Box::pin(async move {
-        let rows = match sessions.acquire().await {
-            Ok(session) => {
-                let mut borrowed = ClosedUnlessAnswered(Some(session));
-                let rows = match &borrowed.0 {
-                    Some(session) => session.query(&statement).await,
-                    None => Ok(Vec::new()),
-                };
-                borrowed.answered();
-                rows.map_err(QueryError::into_cause)
-            }
-            Err(cause) => Err(cause),
-        };
+        let rows = on_pooled(&*sessions, &statement)
+            .await
+            .and_then(|rows| rows.map_err(QueryError::into_cause));
         Completion::of(answer(rows))
     })
 }
