@@ -42,9 +42,11 @@ use crate::overdue::{Overdue, OverdueBook};
 use crate::schedule::Schedule;
 use crate::verify::LockCheck;
 
+mod advisory;
 mod fitness;
 mod leader;
 mod lease;
+mod mechanism;
 mod operator;
 mod role;
 mod standby;
@@ -373,7 +375,7 @@ impl<C> Election<C> {
         });
         if self.eligible {
             // The first check, once the run's state exists (it may prove the pool first).
-            let role = self.begin_standby_check(now);
+            let role = self.begin_attempt(now);
             self.set_role(role);
         }
         Ok(())
@@ -452,10 +454,7 @@ impl<C> Election<C> {
             Event::UnlockDone {
                 released: false, ..
             } => {
-                let cause = match self.options.lease_of() {
-                    Some(_) => Cause::LeaseNotHeld,
-                    None => Cause::LockNotHeld,
-                };
+                let cause = self.not_held();
                 self.finish_release(now, Some(cause));
             }
             Event::UnlockFailed { cause, .. } => {
@@ -492,7 +491,7 @@ impl<C> Election<C> {
             Timer::ProbeDeadline => self.on_probe_failed(now, Cause::TimedOut(interval)),
             Timer::PingDeadline => self.on_check_failed(now, Cause::TimedOut(interval)),
             Timer::LeaseExpiry => {
-                let trusted_for = self.options.lease_of().map(|lease| lease.trusted_for());
+                let trusted_for = self.trusted_for();
                 let cause = Cause::LeaseNotRenewed {
                     trusted_for: trusted_for.unwrap_or(interval),
                 };
@@ -558,28 +557,9 @@ impl<C> Election<C> {
         }
     }
 
-    /// Closes the connection the election owns or is acquiring, if any; a lease's statement
-    /// in flight is given up instead (its connection is the pool's, and carries nothing).
-    fn close_open_conn(&mut self) {
-        let proving = matches!(
-            &self.state,
-            State::Running(Running {
-                role: Role::Standby(Standby::ProvingPool { .. }),
-                ..
-            })
-        );
-        match (self.open_conn(), self.options.lease_of()) {
-            // The pool proof's operation keeps no connection: it is given up.
-            (Some(conn), None) if proving => self.push(Action::ReturnToPool { conn }),
-            (Some(conn), None) => self.push(Action::CloseConnection { conn }),
-            (Some(conn), Some(_)) => self.push(Action::ReturnToPool { conn }),
-            (None, _) => {}
-        }
-    }
-
     /// The connection the election owns or is acquiring, if any: the lock session, or the
     /// operation in flight.
-    fn open_conn(&self) -> Option<ConnId> {
+    pub(super) fn open_conn(&self) -> Option<ConnId> {
         match &self.state {
             State::Running(running) => match &running.role {
                 Role::Standby(Standby::Waiting { .. }) => None,

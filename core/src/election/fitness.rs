@@ -44,11 +44,7 @@ impl<C> Election<C> {
         };
         match running.role {
             Role::Leader(_) => self.after_leader_check(now),
-            Role::Standby(_) if self.options.lease_of().is_some() => {
-                let role = self.claim(now);
-                self.set_role(role);
-            }
-            Role::Standby(_) => self.try_lock_on(now, conn, false),
+            Role::Standby(_) => self.attempt_after_probe(now, conn),
             Role::Draining(_) | Role::Releasing(_) => {}
         }
     }
@@ -71,9 +67,7 @@ impl<C> Election<C> {
                 self.give_up(now, term, TermEndCause::Unfit, AfterRelease::Standby);
             }
             Role::Standby(_) => {
-                if self.options.lease_of().is_none() {
-                    self.push(Action::ReturnToPool { conn });
-                }
+                self.give_back_answered(conn);
                 self.log(LogKind::Unfit, None, Some(Cause::Error(cause)));
                 self.wait_as_standby(now);
             }
@@ -90,7 +84,7 @@ impl<C> Election<C> {
             return;
         };
         // A lease's probe that answered left nothing in flight; one that did not is given up.
-        let in_flight = matches!(cause, Cause::TimedOut(_)) || self.options.lease_of().is_none();
+        let in_flight = matches!(cause, Cause::TimedOut(_)) || self.answered_leaves_conn();
         match running.role {
             Role::Leader(Leader { hold, .. }) if hold.session_conn().is_none() => {
                 if in_flight {

@@ -1,33 +1,9 @@
-//! The leader's check: the lock-verifying ping, its verdict, and the demotions (a disproving
-//! check, no answer within the interval, the lock session's end).
+//! The leader's check, whatever the mechanism: a check that proved the hold, one that failed
+//! or did not answer, and the demotions (a disproving check, the lock session's end).
 
 use super::*;
 
 impl<C> Election<C> {
-    /// The leader's check answered: the term goes on if what it found proves the lock, and is
-    /// lost with the finding's reason if not.
-    pub(super) fn on_ping_answered(&mut self, now: Instant, found: LockCheck) {
-        let Some(Hold::Session {
-            backend_pid: granted,
-            ..
-        }) = self.leader_mut().map(|leader| leader.hold)
-        else {
-            return;
-        };
-        match found.verdict(granted) {
-            Ok(()) => self.on_ping_ok(now),
-            Err(finding) => {
-                self.demote(now, finding.loss_reason(), Cause::LockNotVerified(finding));
-                if finding.proves_multiplexing() {
-                    // No check can succeed through this pool: say so once and stop, rather
-                    // than lead for an interval at a time.
-                    self.push(Action::Fail(finding));
-                    self.finish();
-                }
-            }
-        }
-    }
-
     /// The check proved the lock: the fitness probe follows within the check's deadline, when
     /// the election probes; else the next check is awaited.
     pub(super) fn on_ping_ok(&mut self, now: Instant) {
@@ -125,19 +101,15 @@ impl<C> Election<C> {
             }
             Role::Standby(Standby::Fencing { .. }) => self.on_fencing_failed(now, cause),
             Role::Draining(Draining {
-                term,
-                hold: Hold::Session { conn, .. },
-                then,
-                ..
+                term, hold, then, ..
             })
             | Role::Releasing(Releasing {
-                term,
-                hold: Hold::Session { conn, .. },
-                then,
-                ..
-            }) => {
-                let (term, conn, then) = (*term, *conn, *then);
-                self.push(Action::CloseConnection { conn });
+                term, hold, then, ..
+            }) if hold.session_conn().is_some() => {
+                let (term, conn, then) = (*term, hold.session_conn(), *then);
+                if let Some(conn) = conn {
+                    self.push(Action::CloseConnection { conn });
+                }
                 self.log(LogKind::SessionEndedWhileStopping, Some(term), Some(cause));
                 self.after_release(now, then);
             }

@@ -1,6 +1,7 @@
-//! The lease mechanism's own steps: a claim answered, a renewal answered or failed. The rest of
-//! a lease's life (the schedule, the stop protocol, the operator's controls, the work
-//! deadlines) is the advisory lock's, with a [`Hold::Lease`] in place of the lock session.
+//! The lease mechanism's own steps: a claim sent and answered, a renewal answered or failed.
+//! The rest of a lease's life (the schedule, the stop protocol, the operator's controls, the
+//! work deadlines) is every mechanism's, in the role modules, with the lease's choices in
+//! `mechanism.rs`.
 
 use super::*;
 
@@ -103,5 +104,20 @@ impl<C> Election<C> {
             self.push(Action::ReturnToPool { conn });
         }
         self.log(LogKind::LeaseRenewalFailed, Some(term), Some(cause));
+    }
+
+    /// A lease's claim, as an operation of its own.
+    pub(super) fn claim(&mut self, now: Instant) -> Role {
+        let conn = self.next_conn();
+        let ttl_ms = self
+            .options
+            .lease_of()
+            .map_or(0, |lease| lease.ttl_millis());
+        self.push(Action::ClaimLease { conn, ttl_ms });
+        Role::Standby(Standby::Claiming {
+            conn,
+            sent_at: now,
+            deadline: now + self.interval().get(),
+        })
     }
 }

@@ -115,17 +115,7 @@ impl<C> Election<C> {
         else {
             return;
         };
-        let conn = match hold {
-            Hold::Session { conn, .. } => {
-                self.push(Action::Unlock { conn });
-                conn
-            }
-            Hold::Lease { epoch, .. } => {
-                let conn = self.next_conn();
-                self.push(Action::ReleaseLease { conn, epoch });
-                conn
-            }
-        };
+        let conn = self.release_hold(hold);
         self.set_role(Role::Releasing(Releasing {
             term,
             hold,
@@ -145,16 +135,13 @@ impl<C> Election<C> {
         else {
             return;
         };
-        let (term, conn, then) = (releasing.term, releasing.conn, releasing.then);
-        match releasing.hold {
-            Hold::Session { .. } => self.push(Action::CloseConnection { conn }),
-            // A lease's release statement still in flight is given up; the lease then expires
-            // by its TTL.
-            Hold::Lease { .. } if matches!(failure, Some(Cause::TimedOut(_))) => {
-                self.push(Action::ReturnToPool { conn });
-            }
-            Hold::Lease { .. } => {}
-        }
+        let (term, hold, conn, then) = (
+            releasing.term,
+            releasing.hold,
+            releasing.conn,
+            releasing.then,
+        );
+        self.after_release_statement(hold, conn, failure.as_ref());
         match (failure, then) {
             (None, AfterRelease::Finish) => self.log(LogKind::LockReleased, Some(term), None),
             (None, AfterRelease::Standby) => self.log(LogKind::ResignReleased, Some(term), None),
