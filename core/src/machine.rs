@@ -10,6 +10,7 @@ use crate::election::Election;
 use crate::event::Event;
 use crate::handled::{AlreadyRunning, Handled};
 use crate::ids::ConnId;
+use crate::liveness::StuckLeader;
 use crate::shards::{ShardAction, ShardEvent, ShardedElection};
 
 /// An election machine: time enters with every input, effects leave as actions.
@@ -44,6 +45,14 @@ pub trait Machine {
     /// Whether a run is in progress: an operator's request is then queued for its driver;
     /// otherwise a resign has nothing to give up and an eligibility is kept for the next run.
     fn is_running(&self) -> bool;
+    /// Whether the replica may lead (or own shards): the last eligibility the machine applied.
+    fn is_eligible(&self) -> bool;
+    /// The liveness verdict at `now` ([`Election::stuck`], [`ShardedElection::stuck`]).
+    ///
+    /// # Errors
+    /// [`StuckLeader`] when the machine holds leadership its driver has not verified for
+    /// strictly more than two intervals.
+    fn stuck(&self, now: Instant) -> Result<(), StuckLeader>;
 
     /// The stop requested.
     fn cancelled() -> Self::Event;
@@ -91,6 +100,14 @@ impl<C> Machine for Election<C> {
 
     fn is_running(&self) -> bool {
         Election::is_running(self)
+    }
+
+    fn is_eligible(&self) -> bool {
+        Election::is_eligible(self)
+    }
+
+    fn stuck(&self, now: Instant) -> Result<(), StuckLeader> {
+        Election::stuck(self, now)
     }
 
     fn cancelled() -> Event<C> {
@@ -164,6 +181,14 @@ impl<C> Machine for ShardedElection<C> {
 
     fn is_running(&self) -> bool {
         ShardedElection::is_running(self)
+    }
+
+    fn is_eligible(&self) -> bool {
+        ShardedElection::is_eligible(self)
+    }
+
+    fn stuck(&self, now: Instant) -> Result<(), StuckLeader> {
+        ShardedElection::stuck(self, now)
     }
 
     fn cancelled() -> ShardEvent<C> {

@@ -483,6 +483,11 @@ async fn a_missing_database_is_one_error_and_a_typed_permanent_failure(backend: 
     let failure = member.elector.check_failure().expect("failing");
     assert_eq!(failure.class, FailureClass::Permanent, "{failure:?}");
     assert!(failure.advice.is_some(), "{failure:?}");
+    // The published ownership carries the run of failures, as the single election's
+    // leadership does.
+    let failing = member.elector.ownership().check_failing.expect("published");
+    assert_eq!(failing.class, FailureClass::Permanent);
+    assert_eq!(failing.since, failure.since);
     assert!(member.owned().is_empty());
     member.stop().await;
     let lines = logs.lines();

@@ -11,6 +11,11 @@ pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
+/// The wall-clock time, for instants shown to people (when a shard's term began or ended).
+pub(crate) fn wall_now() -> std::time::SystemTime {
+    std::time::SystemTime::now()
+}
+
 /// The monotonic clock an [`Elector`](crate::Elector)'s election runs on: every instant its
 /// core is given (answers, timers, [`liveness`](crate::Elector::liveness)) is a reading of it,
 /// and every deadline the core asks for is a reading the driver sleeps until.

@@ -16,7 +16,7 @@ use crate::error::{ConfigError, RunError};
 use crate::key::LockKey;
 use crate::leadership::{Leadership, Resignation, TermWaitError};
 use crate::metrics::Sinks;
-use crate::shared::Shared;
+use crate::shared::{OneLeader, Shared};
 use crate::term::Term;
 
 /// Elects one background leader among the replicas of a service through a PostgreSQL session
@@ -52,7 +52,7 @@ use crate::term::Term;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Elector {
-    inner: Arc<Shared>,
+    inner: Arc<Shared<OneLeader>>,
 }
 
 impl Elector {
@@ -85,7 +85,7 @@ impl Elector {
             lease_schema,
             fitness_probe,
         };
-        let inner = Shared::new(
+        let inner = Shared::<OneLeader>::new(
             config.sessions,
             options,
             naming,
@@ -297,9 +297,7 @@ impl Elector {
     /// release happens on the task running [`run`](Self::run). Ignored while a stop or an
     /// earlier resign is releasing the lock.
     pub fn resign_for(&self, hold_off: Duration) -> Resignation {
-        self.inner
-            .controls()
-            .resign(self.inner.election(), hold_off)
+        self.inner.resign(hold_off)
     }
 
     /// Makes this replica eligible to lead, or not (for example a canary). An ineligible
@@ -310,9 +308,7 @@ impl Elector {
         if let Some(metrics) = self.inner.metrics() {
             metrics.set_eligible(eligible && self.is_fit());
         }
-        self.inner
-            .controls()
-            .set_eligible(self.inner.election(), eligible);
+        self.inner.set_eligible(eligible);
     }
 
     /// Whether this replica may lead: the last [`set_eligible`](Self::set_eligible) once the
@@ -405,7 +401,7 @@ impl Elector {
     /// [`StuckLeader`] with the age of the last check and the bound.
     pub fn liveness(&self) -> Result<(), StuckLeader> {
         // The core's verdict (`Election::stuck`), on the driver's clock.
-        self.inner.election().stuck(self.inner.clock().now())
+        self.inner.liveness()
     }
 
     /// The longest a graceful stop of [`run`](Self::run) takes when this replica leads: the

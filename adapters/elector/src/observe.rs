@@ -9,11 +9,11 @@ use plexsphere_leader_core::{Action, Cause, ConnId, Event, LogKind, LogRecord};
 
 use crate::error::CheckError;
 use crate::metrics::{AttemptOutcome, CheckRole, Transition};
-use crate::shared::Shared;
+use crate::shared::{OneLeader, Shared};
 
 /// The observer of one run, owned by its driver.
 pub(crate) struct Observer {
-    inner: Arc<Shared>,
+    inner: Arc<Shared<OneLeader>>,
     /// The check statement in flight.
     check: Option<InFlight>,
 }
@@ -31,7 +31,7 @@ struct InFlight {
 }
 
 impl Observer {
-    pub(crate) fn new(inner: Arc<Shared>) -> Self {
+    pub(crate) fn new(inner: Arc<Shared<OneLeader>>) -> Self {
         Self { inner, check: None }
     }
 

@@ -61,9 +61,10 @@ use tracing::Instrument as _;
 
 use self::driver::Sharded;
 use self::metrics::ShardMetrics;
-use self::shared::ShardShared;
+use self::shared::ShardSpace;
 use crate::driver::Driver;
 use crate::error::{ConfigError, RunError};
+use crate::shared::Shared;
 use crate::term::Term;
 
 pub use self::config::{DEFAULT_SHARD_CLASS, ShardConfig};
@@ -75,7 +76,7 @@ pub use plexsphere_leader_core::shards::{
 /// One replica's part in a shard space. Cloning gives another handle on the same election.
 #[derive(Clone)]
 pub struct ShardedElector {
-    inner: Arc<ShardShared>,
+    inner: Arc<Shared<ShardSpace>>,
 }
 
 impl std::fmt::Debug for ShardedElector {
@@ -105,7 +106,7 @@ impl ShardedElector {
             config.class,
         )?;
         Ok(Self {
-            inner: Arc::new(ShardShared::new(
+            inner: Arc::new(Shared::<ShardSpace>::new(
                 config.sessions,
                 config.class,
                 identity,
@@ -169,7 +170,7 @@ impl ShardedElector {
     /// the bound.
     pub fn liveness(&self) -> Result<(), crate::leadership::StuckLeader> {
         // The core's verdict (`ShardedElection::stuck`), on the driver's clock.
-        self.inner.election().stuck(crate::clock::now())
+        self.inner.liveness()
     }
 
     /// Asks this replica to give up every shard for the default hold-off of two check intervals
@@ -186,18 +187,14 @@ impl ShardedElector {
     /// session and gets its share again. Returns at once; the release happens on the task
     /// running [`run`](Self::run). Ignored while a stop or an earlier resign is releasing.
     pub fn resign_for(&self, hold_off: Duration) -> crate::leadership::Resignation {
-        self.inner
-            .controls()
-            .resign(self.inner.election(), hold_off)
+        self.inner.resign(hold_off)
     }
 
     /// Makes this replica eligible to own shards, or not (for example a canary). An ineligible
     /// replica leaves the space as a resign does and does not rejoin until made eligible again
     /// (it holds no member lock, so the others' shares count it out). The setting outlives runs.
     pub fn set_eligible(&self, eligible: bool) {
-        self.inner
-            .controls()
-            .set_eligible(self.inner.election(), eligible);
+        self.inner.set_eligible(eligible);
     }
 
     /// Whether this replica may own shards: the last [`set_eligible`](Self::set_eligible) once

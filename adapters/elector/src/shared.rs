@@ -1,26 +1,28 @@
-//! What an [`Elector`](crate::Elector)'s handles and its running driver share: the core
-//! election behind a mutex, the published leadership (one `watch`, and the `is_leader` flag and
-//! the metrics derived from it), the open term, the queue of operator requests, and the
-//! validated configuration. The driver owns everything else of a run (the operation in flight,
-//! the held lock session, the ended terms whose work deadline may still pass); the handles own
-//! nothing.
+//! What an elector's handles and its running driver share, in either mode: the core machine
+//! behind a mutex, the queue of operator requests, the current run of failed checks, the
+//! metrics, and the mode's own publication ([`Mode`]): one election's leadership
+//! ([`OneLeader`]: one `watch`, the `is_leader` flag and the gauge derived from it, the open
+//! term), or a shard space's ownership (`ShardSpace`, in `sharded/shared.rs`). The driver owns
+//! everything else of a run (the operation in flight, the held lock session, the ended terms
+//! whose work deadline may still pass); the handles own nothing.
 //!
-//! Module graph: `elector` (the handles) and `driver` (a run) both use this module; the driver
-//! does not use the elector, and this module uses neither.
+//! Module graph: the handles (`elector`, `sharded`) and the drivers (`driver`, `sharded/driver`)
+//! use this module; the driver does not use the handles, and this module uses neither.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use plexsphere_leader_core::{
-    CheckInterval, Election, Event, Options, Release, TermEndCause, TermId,
+    CheckInterval, Election, Machine, Options, Release, StuckLeader, TermEndCause, TermId,
+    WorkDeadline,
 };
 use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::error::CheckError;
 use crate::key::LockKey;
-use crate::leadership::{CheckFailing, CheckFailure, Leadership};
+use crate::leadership::{CheckFailing, CheckFailure, Leadership, Resignation};
 use crate::metrics::Sinks;
 use crate::operator::OperatorQueue;
 use crate::session::SessionSource;
@@ -38,126 +40,88 @@ pub(crate) struct Naming {
     pub(crate) fitness_probe: Option<Arc<str>>,
 }
 
-/// The state an elector's handles and its running driver share (see the module docs).
-pub(crate) struct Shared {
-    /// Where lock sessions come from: the pool, through the [`SessionSource`] seam.
-    sessions: Arc<dyn SessionSource>,
-    options: Options,
-    election: Mutex<Election<CheckError>>,
-    /// [`Leadership::is_leader`] of the published value, for the spec's atomic `IsLeader`;
-    /// written only by [`Shared::publish`], together with the value.
-    leading: AtomicBool,
-    /// The published leadership: the one source every consumer reads.
-    leadership: watch::Sender<Leadership>,
-    /// The core's trust deadline of the open term (a lease's: [`Election::trust_deadline`]),
-    /// shared with the metrics, which read it at scrape time.
-    trust: Arc<Trust>,
-    current: Mutex<Option<Arc<TermShared>>>,
-    key: LockKey,
-    identity: String,
-    /// The clock the election runs on ([`Config::clock`](crate::Config::clock)).
-    clock: Arc<dyn Clock>,
-    metrics: Option<Sinks>,
-    hold_off: Duration,
-    /// Operator requests (resign, eligibility) for the running driver, in order.
-    controls: OperatorQueue<Event<CheckError>>,
-    /// The current run of failed checks, in full (the published value has its class).
-    failure: Mutex<Option<CheckFailure>>,
-    /// The schema of the lease's tables ([`Config::lease_schema`](crate::Config::lease_schema)).
-    lease_schema: String,
-    fitness_probe: Option<Arc<str>>,
+/// What one mode keeps in the shared state beside the common part: its machine and options,
+/// its metrics, and what it publishes.
+pub(crate) trait Mode: Sized + Send + Sync + 'static {
+    /// The core machine.
+    type Machine: Machine<Error = CheckError>;
+    /// The options the machine is built from.
+    type Options: Copy;
+    /// The mode's metrics.
+    type Metrics: CountsOverdue;
+
+    /// Publishes that a run of failed checks began or changed class (`Some`), or ended.
+    fn publish_failing(&self, failing: Option<CheckFailing>);
+    /// The machine's clock reading now.
+    fn now(&self) -> Instant {
+        crate::clock::now()
+    }
 }
 
-impl Shared {
-    /// The shared state of a new elector: standby, not running, nothing queued.
-    pub(crate) fn new(
+/// Metrics that count work found past its deadline.
+pub(crate) trait CountsOverdue: Send + Sync {
+    /// Work was found running past the work deadline; `aborted` when it was aborted.
+    fn overdue_work(&self, aborted: bool);
+}
+
+impl CountsOverdue for Sinks {
+    fn overdue_work(&self, aborted: bool) {
+        Sinks::overdue_work(self, aborted);
+    }
+}
+
+/// The state an elector's handles and its running driver share (see the module docs).
+pub(crate) struct Shared<M: Mode> {
+    /// Where lock sessions come from: the pool, through the [`SessionSource`] seam.
+    sessions: Arc<dyn SessionSource>,
+    identity: String,
+    options: M::Options,
+    /// The options' work deadline, if any.
+    work_deadline: Option<WorkDeadline>,
+    election: Mutex<M::Machine>,
+    /// Operator requests (resign, eligibility) for the running driver, in order.
+    controls: OperatorQueue<<M::Machine as Machine>::Event>,
+    /// The current run of failed checks, in full (the published value has its class).
+    failure: Mutex<Option<CheckFailure>>,
+    metrics: Option<M::Metrics>,
+    /// The mode's own state and publication.
+    mode: M,
+}
+
+/// Locks `mutex`, whether or not a panic poisoned it (the state stays consistent: every
+/// writer finishes its change before it can panic).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<M: Mode> Shared<M> {
+    /// The shared state of a new elector running `machine` (not running yet, nothing
+    /// queued), built from `options`, with `work_deadline` the options' own.
+    pub(crate) fn with_mode(
         sessions: Arc<dyn SessionSource>,
-        options: Options,
-        naming: Naming,
-        clock: Arc<dyn Clock>,
-        metrics: Option<Sinks>,
-        hold_off: Duration,
+        identity: String,
+        options: M::Options,
+        work_deadline: Option<WorkDeadline>,
+        machine: M::Machine,
+        metrics: Option<M::Metrics>,
+        mode: M,
     ) -> Self {
-        let Naming {
-            key,
-            identity,
-            lease_schema,
-            fitness_probe,
-        } = naming;
-        let trust = Arc::new(Trust::new(Arc::clone(&clock)));
-        if let Some(metrics) = &metrics {
-            metrics.watch_trust(&trust);
-        }
         Self {
             sessions,
-            options,
-            election: Mutex::new(Election::with_options(options)),
-            leading: AtomicBool::new(false),
-            leadership: watch::Sender::new(Leadership::default()),
-            trust,
-            current: Mutex::new(None),
-            key,
             identity,
-            clock,
-            metrics,
-            hold_off,
+            options,
+            work_deadline,
+            election: Mutex::new(machine),
             controls: OperatorQueue::new(),
             failure: Mutex::new(None),
-            lease_schema,
-            fitness_probe,
+            metrics,
+            mode,
         }
     }
 
-    /// Whether the published leadership is leading (the spec's atomic `IsLeader`) and, for a
-    /// lease, its trust has not run out on the election's clock at this moment, whether or
-    /// not the driver has run since (a process resumed after a pause answers no at once).
-    pub(crate) fn is_leader(&self) -> bool {
-        self.leading.load(Ordering::Acquire) && self.trusted_now()
-    }
-
-    /// Whether the open term's trust deadline, if any, lies ahead.
-    fn trusted_now(&self) -> bool {
-        self.trust.holds_now()
-    }
-
-    /// Records the core's trust deadline of the open term ([`Election::trust_deadline`]).
-    pub(crate) fn set_trust(&self, deadline: Option<Instant>) {
-        self.trust.set(deadline);
-    }
-
-    /// The published leadership.
-    pub(crate) fn leadership(&self) -> Leadership {
-        *self.leadership.borrow()
-    }
-
-    /// A receiver of every published leadership.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<Leadership> {
-        self.leadership.subscribe()
-    }
-
-    /// The open term, while leading and trusted ([`is_leader`](Self::is_leader)).
-    pub(crate) fn current_term(&self) -> Option<Arc<TermShared>> {
-        if !self.trusted_now() {
-            return None;
-        }
-        self.current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The longest a graceful stop of a leader takes (the core's arithmetic).
-    pub(crate) fn stop_budget(&self) -> Duration {
-        self.options.stop_budget()
-    }
-
-    /// The resign hold-off of [`Elector::resign`](crate::Elector::resign).
-    pub(crate) fn hold_off(&self) -> Duration {
-        self.hold_off
-    }
-
-    pub(crate) fn election(&self) -> MutexGuard<'_, Election<CheckError>> {
-        self.election.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The core machine, locked.
+    pub(crate) fn election(&self) -> MutexGuard<'_, M::Machine> {
+        lock(&self.election)
     }
 
     /// Where lock sessions come from.
@@ -166,36 +130,8 @@ impl Shared {
     }
 
     /// The operator's requests for the running driver.
-    pub(crate) fn controls(&self) -> &OperatorQueue<Event<CheckError>> {
+    pub(crate) fn controls(&self) -> &OperatorQueue<<M::Machine as Machine>::Event> {
         &self.controls
-    }
-
-    pub(crate) fn interval(&self) -> CheckInterval {
-        self.options.interval()
-    }
-
-    /// Whether the election holds a lease instead of the advisory lock.
-    pub(crate) fn holds_a_lease(&self) -> bool {
-        self.options.lease_of().is_some()
-    }
-
-    pub(crate) fn key(&self) -> LockKey {
-        self.key
-    }
-
-    /// The schema of the lease's tables.
-    pub(crate) fn lease_schema(&self) -> &str {
-        &self.lease_schema
-    }
-
-    /// The fitness probe ([`Config::fitness_probe`](crate::Config::fitness_probe)), if any.
-    pub(crate) fn fitness_probe(&self) -> Option<&Arc<str>> {
-        self.fitness_probe.as_ref()
-    }
-
-    /// The clock the election runs on.
-    pub(crate) fn clock(&self) -> &dyn Clock {
-        &*self.clock
     }
 
     /// This replica's identity.
@@ -203,60 +139,42 @@ impl Shared {
         &self.identity
     }
 
-    /// The metrics sinks, when any was configured.
-    pub(crate) fn metrics(&self) -> Option<&Sinks> {
+    /// The validated options.
+    pub(crate) fn options(&self) -> M::Options {
+        self.options
+    }
+
+    /// The metrics, when any were configured.
+    pub(crate) fn metrics(&self) -> Option<&M::Metrics> {
         self.metrics.as_ref()
     }
 
-    /// A term begins: its handles can be taken, then is-leader, the gauge and the published
-    /// leadership turn on.
-    pub(crate) fn begin_term(&self, id: TermId, epoch: Option<u64>) {
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(TermShared::new(id, epoch));
-        let now = crate::clock::now();
-        self.publish(|leadership| leadership.began(id, epoch, now));
+    /// The mode's own state.
+    pub(crate) fn mode(&self) -> &M {
+        &self.mode
     }
 
-    /// The term ends: is-leader, the gauge and the published leadership turn off, then every
-    /// handle's token is cancelled. Returns the ended term, whose work a graceful stop then
-    /// awaits.
-    pub(crate) fn end_term(&self, cause: TermEndCause) -> Option<Arc<TermShared>> {
-        let now = crate::clock::now();
-        self.publish(|leadership| leadership.ended(cause, now));
-        let current = self
-            .current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(term) = &current {
-            term.end(cause);
-        }
-        current
+    /// Asks the running election to resign for `hold_off` (the handles' `resign_for`).
+    pub(crate) fn resign(&self, hold_off: Duration) -> Resignation {
+        self.controls.resign(self.election(), hold_off)
     }
 
-    /// A term's hold on the lock ended as `release` says: published beside the leadership.
-    pub(crate) fn released(&self, release: Release) {
-        self.publish(|leadership| leadership.released(release));
+    /// Makes this replica eligible or not: queued for a running election, applied at once to
+    /// one that is not running.
+    pub(crate) fn set_eligible(&self, eligible: bool) {
+        self.controls.set_eligible(self.election(), eligible);
     }
 
-    /// A run began (`None`) or ended with `error`: published beside the leadership.
-    pub(crate) fn run_ended(&self, error: Option<crate::error::RunError>) {
-        self.leadership.send_if_modified(|leadership| {
-            let changed = leadership.run_failed() != error;
-            *leadership = leadership.run_ended(error);
-            changed
-        });
+    /// The liveness verdict of the machine at this moment.
+    pub(crate) fn liveness(&self) -> Result<(), StuckLeader> {
+        let now = self.mode.now();
+        self.election().stuck(now)
     }
 
-    /// Whether a work deadline is set ([`Config::work_deadline`]).
-    pub(crate) fn has_work_deadline(&self) -> bool {
-        self.options.work_deadline_of().is_some()
-    }
-
-    /// Performs the election's [`Action::ReportOverdueWork`](plexsphere_leader_core::Action):
-    /// reports (and, when `abort`, aborts) the work of `term` still running, and counts it.
+    /// Performs the machine's `ReportOverdueWork`: reports (and, when `abort`, aborts) the work
+    /// of the ended `term` still running, and counts it.
     pub(crate) fn report_overdue(&self, term: &TermShared, abort: bool, run_finished: bool) {
-        let deadline = self.options.work_deadline_of();
+        let deadline = self.work_deadline;
         if let (Some(aborted), Some(metrics)) = (
             crate::overdue::report(term, deadline, abort, run_finished),
             &self.metrics,
@@ -272,41 +190,216 @@ impl Shared {
             class: failure.class,
             since: failure.since,
         });
-        *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = failure;
+        *lock(&self.failure) = failure;
+        self.mode.publish_failing(failing);
+    }
+
+    /// The latest failed check of the current run of failures.
+    pub(crate) fn check_failure(&self) -> Option<CheckFailure> {
+        lock(&self.failure).clone()
+    }
+}
+
+/// One election's own shared state: its naming, the resign hold-off, and the published
+/// leadership with what is derived from it.
+pub(crate) struct OneLeader {
+    naming: Naming,
+    hold_off: Duration,
+    /// [`Leadership::is_leader`] of the published value, for the spec's atomic `IsLeader`;
+    /// written only by [`Shared::publish`], together with the value.
+    leading: AtomicBool,
+    /// The published leadership: the one source every consumer reads.
+    leadership: watch::Sender<Leadership>,
+    /// The core's trust deadline of the open term (a lease's: [`Election::trust_deadline`]),
+    /// shared with the metrics, which read it at scrape time.
+    trust: Arc<Trust>,
+    current: Mutex<Option<Arc<TermShared>>>,
+    /// The clock the election runs on ([`Config::clock`](crate::Config::clock)).
+    clock: Arc<dyn Clock>,
+}
+
+impl Mode for OneLeader {
+    type Machine = Election<CheckError>;
+    type Options = Options;
+    type Metrics = Sinks;
+
+    fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    fn publish_failing(&self, failing: Option<CheckFailing>) {
         self.leadership.send_if_modified(|leadership| {
             let changed = leadership.check_failing() != failing;
             *leadership = leadership.failing(failing);
             changed
         });
     }
+}
 
-    /// The latest failed check of the current run of failures.
-    pub(crate) fn check_failure(&self) -> Option<CheckFailure> {
-        self.failure
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+impl Shared<OneLeader> {
+    /// The shared state of a new elector: standby, not running, nothing queued.
+    pub(crate) fn new(
+        sessions: Arc<dyn SessionSource>,
+        options: Options,
+        naming: Naming,
+        clock: Arc<dyn Clock>,
+        metrics: Option<Sinks>,
+        hold_off: Duration,
+    ) -> Self {
+        let trust = Arc::new(Trust::new(Arc::clone(&clock)));
+        if let Some(metrics) = &metrics {
+            metrics.watch_trust(&trust);
+        }
+        let identity = naming.identity.clone();
+        let mode = OneLeader {
+            naming,
+            hold_off,
+            leading: AtomicBool::new(false),
+            leadership: watch::Sender::new(Leadership::default()),
+            trust,
+            current: Mutex::new(None),
+            clock,
+        };
+        let deadline = options.work_deadline_of();
+        let election = Election::with_options(options);
+        Self::with_mode(
+            sessions, identity, options, deadline, election, metrics, mode,
+        )
+    }
+
+    /// Whether the published leadership is leading (the spec's atomic `IsLeader`) and, for a
+    /// lease, its trust has not run out on the election's clock at this moment, whether or
+    /// not the driver has run since (a process resumed after a pause answers no at once).
+    pub(crate) fn is_leader(&self) -> bool {
+        self.mode.leading.load(Ordering::Acquire) && self.trusted_now()
+    }
+
+    /// Whether the open term's trust deadline, if any, lies ahead.
+    fn trusted_now(&self) -> bool {
+        self.mode.trust.holds_now()
+    }
+
+    /// Records the core's trust deadline of the open term ([`Election::trust_deadline`]).
+    pub(crate) fn set_trust(&self, deadline: Option<Instant>) {
+        self.mode.trust.set(deadline);
+    }
+
+    /// The published leadership.
+    pub(crate) fn leadership(&self) -> Leadership {
+        *self.mode.leadership.borrow()
+    }
+
+    /// A receiver of every published leadership.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Leadership> {
+        self.mode.leadership.subscribe()
+    }
+
+    /// The open term, while leading and trusted ([`is_leader`](Self::is_leader)).
+    pub(crate) fn current_term(&self) -> Option<Arc<TermShared>> {
+        if !self.trusted_now() {
+            return None;
+        }
+        lock(&self.mode.current).clone()
+    }
+
+    /// The longest a graceful stop of a leader takes (the core's arithmetic).
+    pub(crate) fn stop_budget(&self) -> Duration {
+        self.options.stop_budget()
+    }
+
+    /// The resign hold-off of [`Elector::resign`](crate::Elector::resign).
+    pub(crate) fn hold_off(&self) -> Duration {
+        self.mode.hold_off
+    }
+
+    pub(crate) fn interval(&self) -> CheckInterval {
+        self.options.interval()
+    }
+
+    /// Whether the election holds a lease instead of the advisory lock.
+    pub(crate) fn holds_a_lease(&self) -> bool {
+        self.options.lease_of().is_some()
+    }
+
+    pub(crate) fn key(&self) -> LockKey {
+        self.mode.naming.key
+    }
+
+    /// The schema of the lease's tables.
+    pub(crate) fn lease_schema(&self) -> &str {
+        &self.mode.naming.lease_schema
+    }
+
+    /// The fitness probe ([`Config::fitness_probe`](crate::Config::fitness_probe)), if any.
+    pub(crate) fn fitness_probe(&self) -> Option<&Arc<str>> {
+        self.mode.naming.fitness_probe.as_ref()
+    }
+
+    /// The clock the election runs on.
+    pub(crate) fn clock(&self) -> &dyn Clock {
+        &*self.mode.clock
+    }
+
+    /// A term begins: its handles can be taken, then is-leader, the gauge and the published
+    /// leadership turn on.
+    pub(crate) fn begin_term(&self, id: TermId, epoch: Option<u64>) {
+        *lock(&self.mode.current) = Some(TermShared::new(id, epoch));
+        let now = crate::clock::now();
+        self.publish(|leadership| leadership.began(id, epoch, now));
+    }
+
+    /// The term ends: is-leader, the gauge and the published leadership turn off, then every
+    /// handle's token is cancelled. Returns the ended term, whose work a graceful stop then
+    /// awaits.
+    pub(crate) fn end_term(&self, cause: TermEndCause) -> Option<Arc<TermShared>> {
+        let now = crate::clock::now();
+        self.publish(|leadership| leadership.ended(cause, now));
+        let current = lock(&self.mode.current).take();
+        if let Some(term) = &current {
+            term.end(cause);
+        }
+        current
+    }
+
+    /// A term's hold on the lock ended as `release` says: published beside the leadership.
+    pub(crate) fn released(&self, release: Release) {
+        self.publish(|leadership| leadership.released(release));
+    }
+
+    /// A run began (`None`) or ended with `error`: published beside the leadership.
+    pub(crate) fn run_ended(&self, error: Option<crate::error::RunError>) {
+        self.mode.leadership.send_if_modified(|leadership| {
+            let changed = leadership.run_failed() != error;
+            *leadership = leadership.run_ended(error);
+            changed
+        });
+    }
+
+    /// Whether a work deadline is set ([`Config::work_deadline`](crate::Config::work_deadline)).
+    pub(crate) fn has_work_deadline(&self) -> bool {
+        self.work_deadline.is_some()
     }
 
     /// Publishes a new leadership value, and the is-leader flag and gauge derived from it.
     fn publish(&self, change: impl FnOnce(Leadership) -> Leadership) {
-        self.leadership
+        self.mode
+            .leadership
             .send_modify(|leadership| *leadership = change(*leadership));
-        let leading = self.leadership.borrow().is_leader();
-        self.leading.store(leading, Ordering::Release);
+        let leading = self.mode.leadership.borrow().is_leader();
+        self.mode.leading.store(leading, Ordering::Release);
         if let Some(metrics) = &self.metrics {
             metrics.leading(leading);
         }
     }
 }
 
-impl std::fmt::Debug for Shared {
+impl std::fmt::Debug for Shared<OneLeader> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Elector")
             .field("options", &self.options)
-            .field("key", &self.key)
+            .field("key", &self.key())
             .field("identity", &self.identity)
-            .field("is_leader", &self.leading.load(Ordering::Relaxed))
+            .field("is_leader", &self.mode.leading.load(Ordering::Relaxed))
             .field("election", &*self.election())
             .finish()
     }
@@ -354,7 +447,7 @@ mod tests {
         let t0 = Instant::now();
         let clock = Arc::new(Manual(Mutex::new(t0)));
         let interval = CheckInterval::new(Duration::from_secs(1)).unwrap();
-        let shared = Shared::new(
+        let shared = Shared::<OneLeader>::new(
             Arc::new(NoSessions),
             Options::new(interval),
             Naming {

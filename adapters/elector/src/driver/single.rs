@@ -13,13 +13,13 @@ use crate::leadership::CheckFailure;
 use crate::log;
 use crate::observe::Observer;
 use crate::operator::OperatorQueue;
-use crate::shared::Shared;
+use crate::shared::{OneLeader, Shared};
 use crate::sql;
 use crate::term::TermShared;
 
 /// The single election's side of a run.
 pub(crate) struct Single {
-    inner: Arc<Shared>,
+    inner: Arc<Shared<OneLeader>>,
     /// The term a graceful stop ended, whose work it awaits.
     stopped_term: Option<Arc<TermShared>>,
     /// Ended terms whose work deadline the election may still report
@@ -36,7 +36,7 @@ pub(crate) struct Single {
 }
 
 impl Single {
-    pub(crate) fn new(inner: Arc<Shared>) -> Self {
+    pub(crate) fn new(inner: Arc<Shared<OneLeader>>) -> Self {
         let inner_identity = inner.identity().to_owned();
         Self {
             observer: Observer::new(Arc::clone(&inner)),

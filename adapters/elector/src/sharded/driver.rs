@@ -11,7 +11,7 @@ use plexsphere_leader_core::shards::{
 };
 use plexsphere_leader_core::{ConnId, Level, TermId};
 
-use super::shared::ShardShared;
+use super::shared::ShardSpace;
 use super::view::{Holder, SpaceView};
 use crate::clock::now;
 use crate::connection::Held;
@@ -22,6 +22,7 @@ use crate::operation;
 use crate::operator::OperatorQueue;
 use crate::session::{QueryError, Row};
 use crate::shard_sql::{self, ShardSqlError, SurveyRows};
+use crate::shared::Shared;
 use crate::term::TermShared;
 use plexsphere_leader_core::failures::FailureReport;
 
@@ -32,7 +33,7 @@ type Operation = operation::Operation<ShardEvent<CheckError>, Surveyed>;
 
 /// Sharded leadership's side of a run.
 pub(crate) struct Sharded {
-    inner: Arc<ShardShared>,
+    inner: Arc<Shared<ShardSpace>>,
     /// Ended terms whose work a handover or the stop awaits, or whose work deadline the
     /// election may still report; forgotten once their work drained.
     ended: BTreeMap<TermId, Arc<TermShared>>,
@@ -41,7 +42,7 @@ pub(crate) struct Sharded {
 }
 
 impl Sharded {
-    pub(crate) fn new(inner: Arc<ShardShared>) -> Self {
+    pub(crate) fn new(inner: Arc<Shared<ShardSpace>>) -> Self {
         Self {
             inner,
             ended: BTreeMap::new(),

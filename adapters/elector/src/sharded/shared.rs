@@ -1,45 +1,53 @@
-//! What a [`ShardedElector`](super::ShardedElector)'s handles and its running driver share: the
-//! core election behind a mutex, the open terms by shard, and the published ownership, view and
-//! transitions.
+//! A shard space's own part of the shared state ([`ShardSpace`]): the open terms by shard,
+//! and the published ownership, view and transitions. The common part (the machine, the
+//! operator's queue, the failed checks, the metrics) is every mode's, in `shared.rs`.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::SystemTime;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
 
-use plexsphere_leader_core::shards::{ShardEvent, ShardOptions, ShardedElection};
+use plexsphere_leader_core::shards::{ShardOptions, ShardedElection};
 use plexsphere_leader_core::{TermEndCause, TermId};
 use tokio::sync::watch;
 
 use super::metrics::ShardMetrics;
 use super::view::{OwnedShard, Ownership, SpaceView, TRANSITIONS_KEPT, Transition};
 use crate::error::CheckError;
-use crate::leadership::CheckFailure;
-use crate::operator::OperatorQueue;
+use crate::leadership::CheckFailing;
 use crate::session::SessionSource;
+use crate::shared::{CountsOverdue, Mode, Shared, lock};
 use crate::term::TermShared;
 
-pub(crate) struct ShardShared {
-    sessions: Arc<dyn SessionSource>,
+/// A shard space's own shared state (see the module docs).
+pub(crate) struct ShardSpace {
     class: i32,
-    identity: String,
-    options: ShardOptions,
-    election: Mutex<ShardedElection<CheckError>>,
     terms: Mutex<BTreeMap<u32, Arc<TermShared>>>,
     ownership: watch::Sender<Ownership>,
     view: watch::Sender<Option<SpaceView>>,
     transitions: Mutex<VecDeque<Transition>>,
-    metrics: Option<ShardMetrics>,
-    /// The current run of failed checks, in full.
-    check_failure: Mutex<Option<CheckFailure>>,
-    /// Operator requests (resign, eligibility) for the running driver, in order.
-    controls: OperatorQueue<ShardEvent<CheckError>>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+impl Mode for ShardSpace {
+    type Machine = ShardedElection<CheckError>;
+    type Options = ShardOptions;
+    type Metrics = ShardMetrics;
+
+    fn publish_failing(&self, failing: Option<CheckFailing>) {
+        self.ownership.send_if_modified(|ownership| {
+            let changed = ownership.check_failing != failing;
+            ownership.check_failing = failing;
+            changed
+        });
+    }
 }
 
-impl ShardShared {
+impl CountsOverdue for ShardMetrics {
+    fn overdue_work(&self, aborted: bool) {
+        ShardMetrics::overdue_work(self, aborted);
+    }
+}
+
+impl Shared<ShardSpace> {
+    /// The shared state of a new sharded elector: no shard owned, not running.
     pub(crate) fn new(
         sessions: Arc<dyn SessionSource>,
         class: i32,
@@ -47,103 +55,54 @@ impl ShardShared {
         options: ShardOptions,
         metrics: Option<ShardMetrics>,
     ) -> Self {
-        Self {
-            sessions,
+        let space = ShardSpace {
             class,
-            identity,
-            options,
-            election: Mutex::new(ShardedElection::new(options)),
             terms: Mutex::new(BTreeMap::new()),
             ownership: watch::Sender::new(Ownership::default()),
             view: watch::Sender::new(None),
             transitions: Mutex::new(VecDeque::new()),
-            metrics,
-            check_failure: Mutex::new(None),
-            controls: OperatorQueue::new(),
-        }
-    }
-
-    /// Performs the election's `ReportOverdueWork`: reports (and, when `abort`, aborts) the
-    /// work of the ended shard `term` still running, and counts it, as for one election.
-    pub(crate) fn report_overdue(&self, term: &TermShared, abort: bool, run_finished: bool) {
-        let deadline = self.options.work_deadline_of();
-        if let (Some(aborted), Some(metrics)) = (
-            crate::overdue::report(term, deadline, abort, run_finished),
-            &self.metrics,
-        ) {
-            metrics.overdue_work(aborted);
-        }
-    }
-
-    /// The operator's requests for the running driver.
-    pub(crate) fn controls(&self) -> &OperatorQueue<ShardEvent<CheckError>> {
-        &self.controls
-    }
-
-    /// Records the latest failed check; `None`: a check worked.
-    pub(crate) fn check_failed(&self, failure: Option<CheckFailure>) {
-        *lock(&self.check_failure) = failure;
-    }
-
-    /// The latest failed check of the current run of failures.
-    pub(crate) fn check_failure(&self) -> Option<CheckFailure> {
-        lock(&self.check_failure).clone()
-    }
-
-    pub(crate) fn election(&self) -> MutexGuard<'_, ShardedElection<CheckError>> {
-        lock(&self.election)
-    }
-
-    pub(crate) fn sessions(&self) -> Arc<dyn SessionSource> {
-        Arc::clone(&self.sessions)
+        };
+        let deadline = options.work_deadline_of();
+        let election = ShardedElection::new(options);
+        Self::with_mode(
+            sessions, identity, options, deadline, election, metrics, space,
+        )
     }
 
     pub(crate) fn class(&self) -> i32 {
-        self.class
-    }
-
-    pub(crate) fn identity(&self) -> &str {
-        &self.identity
-    }
-
-    pub(crate) fn options(&self) -> ShardOptions {
-        self.options
-    }
-
-    pub(crate) fn metrics(&self) -> Option<&ShardMetrics> {
-        self.metrics.as_ref()
+        self.mode().class
     }
 
     pub(crate) fn ownership(&self) -> Ownership {
-        self.ownership.borrow().clone()
+        self.mode().ownership.borrow().clone()
     }
 
     pub(crate) fn is_owner(&self, shard: u32) -> bool {
-        self.ownership.borrow().is_owner(shard)
+        self.mode().ownership.borrow().is_owner(shard)
     }
 
     pub(crate) fn subscribe(&self) -> watch::Receiver<Ownership> {
-        self.ownership.subscribe()
+        self.mode().ownership.subscribe()
     }
 
     pub(crate) fn view(&self) -> Option<SpaceView> {
-        self.view.borrow().clone()
+        self.mode().view.borrow().clone()
     }
 
     pub(crate) fn subscribe_view(&self) -> watch::Receiver<Option<SpaceView>> {
-        self.view.subscribe()
+        self.mode().view.subscribe()
     }
 
     pub(crate) fn transitions(&self) -> Vec<Transition> {
-        lock(&self.transitions).iter().copied().collect()
+        lock(&self.mode().transitions).iter().copied().collect()
     }
 
     pub(crate) fn term_of(&self, shard: u32) -> Option<Arc<TermShared>> {
-        lock(&self.terms).get(&shard).cloned()
+        lock(&self.mode().terms).get(&shard).cloned()
     }
 
     fn record(&self, transition: Transition) {
-        let mut transitions = lock(&self.transitions);
+        let mut transitions = lock(&self.mode().transitions);
         if transitions.len() == TRANSITIONS_KEPT {
             transitions.pop_front();
         }
@@ -152,9 +111,9 @@ impl ShardShared {
 
     /// A term of `shard` begins: its handles can be taken, then the ownership says so.
     pub(crate) fn begin(&self, shard: u32, term: TermId, epoch: Option<u64>) {
-        lock(&self.terms).insert(shard, TermShared::new(term, epoch));
-        let since = SystemTime::now();
-        self.ownership.send_modify(|o| {
+        lock(&self.mode().terms).insert(shard, TermShared::new(term, epoch));
+        let since = crate::clock::wall_now();
+        self.mode().ownership.send_modify(|o| {
             o.shards.insert(shard, OwnedShard { term, since, epoch });
         });
         self.record(Transition {
@@ -163,7 +122,7 @@ impl ShardShared {
             term,
             ended: None,
         });
-        if let Some(metrics) = &self.metrics {
+        if let Some(metrics) = self.metrics() {
             metrics.began();
         }
     }
@@ -177,23 +136,23 @@ impl ShardShared {
         cause: TermEndCause,
     ) -> Option<Arc<TermShared>> {
         let handover = cause == TermEndCause::HandedOver;
-        self.ownership.send_modify(|o| {
+        self.mode().ownership.send_modify(|o| {
             o.shards.remove(&shard);
             if handover {
                 o.handing_over.insert(shard);
             }
         });
-        let ended = lock(&self.terms).remove(&shard);
+        let ended = lock(&self.mode().terms).remove(&shard);
         if let Some(shared) = &ended {
             shared.end(cause);
         }
         self.record(Transition {
-            at: SystemTime::now(),
+            at: crate::clock::wall_now(),
             shard,
             term,
             ended: Some(cause),
         });
-        if let Some(metrics) = &self.metrics {
+        if let Some(metrics) = self.metrics() {
             metrics.ended(cause);
         }
         ended
@@ -207,21 +166,21 @@ impl ShardShared {
         handing_over: Vec<u32>,
         view: Option<SpaceView>,
     ) {
-        self.ownership.send_if_modified(|o| {
-            let handing: std::collections::BTreeSet<u32> = handing_over.into_iter().collect();
+        self.mode().ownership.send_if_modified(|o| {
+            let handing: BTreeSet<u32> = handing_over.into_iter().collect();
             let changed = o.member != member || o.handing_over != handing;
             o.member = member;
             o.handing_over = handing;
             changed
         });
         if let Some(view) = view {
-            if let Some(metrics) = &self.metrics {
+            if let Some(metrics) = self.metrics() {
                 metrics.surveyed(&view);
             }
-            self.view.send_replace(Some(view));
+            self.mode().view.send_replace(Some(view));
         }
-        if let Some(metrics) = &self.metrics {
-            metrics.owned(self.ownership.borrow().count());
+        if let Some(metrics) = self.metrics() {
+            metrics.owned(self.mode().ownership.borrow().count());
         }
     }
 }

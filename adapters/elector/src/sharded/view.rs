@@ -17,6 +17,10 @@ pub struct Ownership {
     pub shards: BTreeMap<u32, OwnedShard>,
     /// Shards whose term ended for a handover while their lock is kept until their work returns.
     pub handing_over: BTreeSet<u32>,
+    /// This replica's checks are failing: since when, and whether retrying alone can fix it
+    /// ([`ShardedElector::check_failure`](super::ShardedElector::check_failure) has the error
+    /// text); published when a run of failures begins, changes class or ends.
+    pub check_failing: Option<crate::leadership::CheckFailing>,
 }
 
 impl Ownership {

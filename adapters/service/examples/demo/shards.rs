@@ -237,6 +237,7 @@ fn snapshot(state: &PageState) -> Value {
         member,
         shards,
         handing_over,
+        ..
     } = sharded.ownership();
     let view = sharded.view();
     let members: Vec<Value> = view
