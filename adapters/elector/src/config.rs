@@ -18,6 +18,9 @@ pub use plexsphere_leader_core::{
     StopGraceTooLong, UNLOCK_BUDGET,
 };
 
+mod common;
+
+pub(crate) use self::common::Common;
 use crate::error::ConfigError;
 use crate::key::LockKey;
 use crate::session::SessionSource;
@@ -61,24 +64,15 @@ use crate::session::SessionSource;
 /// ```
 #[derive(Clone)]
 pub struct Config {
-    /// Where the lock sessions come from.
-    pub(crate) sessions: Arc<dyn SessionSource>,
-    pub(crate) check_interval: Duration,
-    #[cfg(feature = "prometheus")]
-    pub(crate) registry: Option<prometheus::Registry>,
-    #[cfg(feature = "metrics")]
-    pub(crate) metrics_facade: bool,
+    /// What both modes hold alike.
+    pub(crate) common: Common,
     pub(crate) acquire_mode: AcquireMode,
-    pub(crate) stop_grace: Option<Duration>,
-    pub(crate) fencing: bool,
     pub(crate) lease_ttl: Option<Duration>,
     pub(crate) lease_schema: String,
     pub(crate) eligible: bool,
     pub(crate) fitness_probe: Option<String>,
     pub(crate) resign_hold_off: Option<Duration>,
-    pub(crate) work_deadline: Option<(Duration, OnOverdue)>,
     pub(crate) key: LockKey,
-    pub(crate) identity: Option<String>,
     pub(crate) clock: Arc<dyn Clock>,
 }
 
@@ -104,23 +98,14 @@ impl Config {
     /// the sqlx backend), or a wrapper of one.
     pub fn with_sessions(sessions: impl SessionSource) -> Self {
         Self {
-            sessions: Arc::new(sessions),
-            check_interval: Duration::ZERO,
-            #[cfg(feature = "prometheus")]
-            registry: None,
-            #[cfg(feature = "metrics")]
-            metrics_facade: false,
+            common: Common::new(sessions, Duration::ZERO),
             acquire_mode: AcquireMode::Poll,
-            stop_grace: None,
-            fencing: false,
             lease_ttl: None,
             lease_schema: crate::sql::lease::DEFAULT_SCHEMA.to_owned(),
             eligible: true,
             fitness_probe: None,
             resign_hold_off: None,
-            work_deadline: None,
             key: LockKey::DEFAULT,
-            identity: None,
             clock: Arc::new(TokioClock),
         }
     }
@@ -170,7 +155,7 @@ impl Config {
     /// [`MAX_CHECK_INTERVAL`] (`i32::MAX / 4` ms).
     #[must_use]
     pub fn check_interval(mut self, interval: Duration) -> Self {
-        self.check_interval = interval;
+        self.common.interval = interval;
         self
     }
 
@@ -180,7 +165,7 @@ impl Config {
     #[cfg(feature = "prometheus")]
     #[must_use]
     pub fn registry(mut self, registry: &prometheus::Registry) -> Self {
-        self.registry = Some(registry.clone());
+        self.common.registry = Some(registry.clone());
         self
     }
 
@@ -191,7 +176,7 @@ impl Config {
     #[cfg(feature = "metrics")]
     #[must_use]
     pub fn metrics_facade(mut self, on: bool) -> Self {
-        self.metrics_facade = on;
+        self.common.metrics_facade = on;
         self
     }
 
@@ -216,7 +201,7 @@ impl Config {
     /// session is idle meanwhile and must stay within its `idle_session_timeout`.
     #[must_use]
     pub fn stop_grace(mut self, grace: Duration) -> Self {
-        self.stop_grace = Some(grace);
+        self.common.stop_grace = Some(grace);
         self
     }
 
@@ -227,7 +212,7 @@ impl Config {
     /// check logs the missing table.
     #[must_use]
     pub fn fencing(mut self, enabled: bool) -> Self {
-        self.fencing = enabled;
+        self.common.fencing = enabled;
         self
     }
 
@@ -290,7 +275,7 @@ impl Config {
     /// finishes. At most seven days; longer is shortened to it. Off by default.
     #[must_use]
     pub fn work_deadline(mut self, deadline: Duration, on_overdue: OnOverdue) -> Self {
-        self.work_deadline = Some((deadline, on_overdue));
+        self.common.work_deadline = Some((deadline, on_overdue));
         self
     }
 
@@ -326,7 +311,7 @@ impl Config {
     /// [`MAX_IDENTITY_LEN`] bytes.
     #[must_use]
     pub fn identity(mut self, identity: impl Into<String>) -> Self {
-        self.identity = Some(identity.into());
+        self.common.identity = Some(identity.into());
         self
     }
 
@@ -339,11 +324,6 @@ impl Config {
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self
-    }
-
-    /// The validated identity, or the default one.
-    pub(crate) fn resolved_identity(&self) -> Result<String, ConfigError> {
-        Ok(crate::identity::resolve(self.identity.as_deref())?)
     }
 
     /// The validated lease schema.
@@ -364,16 +344,16 @@ impl Config {
 
     /// The validated options of the core election.
     pub(crate) fn options(&self) -> Result<Options, ConfigError> {
-        let interval = CheckInterval::new(self.check_interval)?;
+        let interval = CheckInterval::new(self.common.interval)?;
         let mut options = Options::new(interval)
             .acquire(self.acquire_mode)
-            .fencing(self.fencing)
+            .fencing(self.common.fencing)
             .eligible(self.eligible)
             // Before its first grant a run proves that its pool's sessions are its own, so
             // that a transaction-mode pooler is refused before any term.
             .prove_pool(true)
             .probe_fitness(self.fitness_probe.is_some());
-        if let Some((after, on_overdue)) = self.work_deadline {
+        if let Some((after, on_overdue)) = self.common.work_deadline {
             options = options.work_deadline(after, on_overdue);
         }
         if let Some(ttl) = self.lease_ttl {
@@ -387,7 +367,7 @@ impl Config {
             };
             options = options.lease(lease);
         }
-        Ok(match self.stop_grace {
+        Ok(match self.common.stop_grace {
             Some(grace) => options.stop_grace(grace)?,
             None => options,
         })
@@ -397,19 +377,19 @@ impl Config {
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Config")
-            .field("sessions", &self.sessions)
-            .field("check_interval", &self.check_interval)
+            .field("sessions", &self.common.sessions)
+            .field("check_interval", &self.common.interval)
             .field("acquire_mode", &self.acquire_mode)
-            .field("stop_grace", &self.stop_grace)
-            .field("fencing", &self.fencing)
+            .field("stop_grace", &self.common.stop_grace)
+            .field("fencing", &self.common.fencing)
             .field("lease_ttl", &self.lease_ttl)
             .field("lease_schema", &self.lease_schema)
             .field("eligible", &self.eligible)
             .field("fitness_probe", &self.fitness_probe)
             .field("resign_hold_off", &self.resign_hold_off)
-            .field("work_deadline", &self.work_deadline)
+            .field("work_deadline", &self.common.work_deadline)
             .field("key", &self.key)
-            .field("identity", &self.identity)
+            .field("identity", &self.common.identity)
             .field("clock", &self.clock)
             .finish()
     }

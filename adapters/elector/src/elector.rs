@@ -72,7 +72,7 @@ impl Elector {
     pub fn new(config: Config) -> Result<Self, ConfigError> {
         let options = config.options()?;
         let hold_off = config.validated_hold_off(options.interval())?;
-        let identity = config.resolved_identity()?;
+        let identity = config.common.resolved_identity()?;
         let lease_schema = config.validated_lease_schema()?;
         let fitness_probe = config.validated_fitness_probe()?.map(Arc::from);
         let metrics = Sinks::for_config(&config)?;
@@ -86,7 +86,7 @@ impl Elector {
             fitness_probe,
         };
         let inner = Shared::<OneLeader>::new(
-            config.sessions,
+            config.common.sessions,
             options,
             naming,
             config.clock,

@@ -280,13 +280,13 @@ impl Sinks {
         #[allow(unused_variables, reason = "unused without a metrics feature")]
         let key = key_label(config.key);
         #[cfg(feature = "prometheus")]
-        if let Some(registry) = &config.registry {
+        if let Some(registry) = &config.common.registry {
             let sink = registry::ElectorMetrics::register(registry, &key)
                 .map_err(crate::ConfigError::Metrics)?;
             sinks.push(std::sync::Arc::new(sink));
         }
         #[cfg(feature = "metrics")]
-        if config.metrics_facade {
+        if config.common.metrics_facade {
             sinks.push(std::sync::Arc::new(facade::FacadeMetrics::register(&key)));
         }
         Ok((!sinks.is_empty()).then_some(Self(sinks)))

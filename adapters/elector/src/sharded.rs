@@ -98,16 +98,16 @@ impl ShardedElector {
     /// that cannot be registered.
     pub fn new(config: ShardConfig) -> Result<Self, ConfigError> {
         let options = config.options()?;
-        let identity = config.resolved_identity()?;
+        let identity = config.common.resolved_identity()?;
         let metrics = ShardMetrics::new(
             #[cfg(feature = "prometheus")]
-            config.registry.as_ref(),
-            config.metrics_facade,
+            config.common.registry.as_ref(),
+            config.common.metrics_facade,
             config.class,
         )?;
         Ok(Self {
             inner: Arc::new(Shared::<ShardSpace>::new(
-                config.sessions,
+                config.common.sessions,
                 config.class,
                 identity,
                 options,

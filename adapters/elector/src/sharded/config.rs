@@ -1,11 +1,11 @@
 //! The configuration of a sharded elector.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use plexsphere_leader_core::shards::ShardOptions;
 use plexsphere_leader_core::{CheckInterval, DEFAULT_CHECK_INTERVAL, OnOverdue};
 
+use crate::config::Common;
 use crate::error::ConfigError;
 use crate::session::SessionSource;
 
@@ -17,20 +17,13 @@ pub const DEFAULT_SHARD_CLASS: i32 = 0x706c_7368;
 /// from, the space (class id and shard count) and the timing.
 #[derive(Debug, Clone)]
 pub struct ShardConfig {
-    pub(crate) sessions: Arc<dyn SessionSource>,
+    /// What both modes hold alike.
+    pub(crate) common: Common,
     pub(crate) shards: u32,
     pub(crate) class: i32,
-    pub(crate) interval: Duration,
     pub(crate) rebalance_delay: Option<Duration>,
     pub(crate) max_moves: Option<u32>,
-    pub(crate) stop_grace: Option<Duration>,
     pub(crate) handover_grace: Option<Duration>,
-    pub(crate) identity: Option<String>,
-    pub(crate) fencing: bool,
-    pub(crate) work_deadline: Option<(Duration, OnOverdue)>,
-    #[cfg(feature = "prometheus")]
-    pub(crate) registry: Option<prometheus::Registry>,
-    pub(crate) metrics_facade: bool,
 }
 
 impl ShardConfig {
@@ -46,20 +39,12 @@ impl ShardConfig {
     /// The same, with sessions from any [`SessionSource`].
     pub fn with_sessions(sessions: impl SessionSource, shards: u32) -> Self {
         Self {
-            sessions: Arc::new(sessions),
+            common: Common::new(sessions, DEFAULT_CHECK_INTERVAL),
             shards,
             class: DEFAULT_SHARD_CLASS,
-            interval: DEFAULT_CHECK_INTERVAL,
             rebalance_delay: None,
             max_moves: None,
-            stop_grace: None,
             handover_grace: None,
-            identity: None,
-            fencing: false,
-            work_deadline: None,
-            #[cfg(feature = "prometheus")]
-            registry: None,
-            metrics_facade: false,
         }
     }
 
@@ -75,7 +60,7 @@ impl ShardConfig {
     /// The check interval (default 5 s): every replica surveys the space this often.
     #[must_use]
     pub fn check_interval(mut self, interval: Duration) -> Self {
-        self.interval = interval;
+        self.common.interval = interval;
         self
     }
 
@@ -99,7 +84,7 @@ impl ShardConfig {
     /// interval; at most two).
     #[must_use]
     pub fn stop_grace(mut self, grace: Duration) -> Self {
-        self.stop_grace = Some(grace);
+        self.common.stop_grace = Some(grace);
         self
     }
 
@@ -116,7 +101,7 @@ impl ShardConfig {
     /// [`Config::identity`](crate::Config::identity). The run's log span adds the process id.
     #[must_use]
     pub fn identity(mut self, identity: impl Into<String>) -> Self {
-        self.identity = Some(identity.into());
+        self.common.identity = Some(identity.into());
         self
     }
 
@@ -127,7 +112,7 @@ impl ShardConfig {
     /// ([`fencing::setup`](crate::fencing::setup)).
     #[must_use]
     pub fn fencing(mut self, enabled: bool) -> Self {
-        self.fencing = enabled;
+        self.common.fencing = enabled;
         self
     }
 
@@ -139,7 +124,7 @@ impl ShardConfig {
     /// first, as it finishes. At most seven days; longer is shortened to it. Off by default.
     #[must_use]
     pub fn work_deadline(mut self, deadline: Duration, on_overdue: OnOverdue) -> Self {
-        self.work_deadline = Some((deadline, on_overdue));
+        self.common.work_deadline = Some((deadline, on_overdue));
         self
     }
 
@@ -147,7 +132,7 @@ impl ShardConfig {
     #[cfg(feature = "prometheus")]
     #[must_use]
     pub fn registry(mut self, registry: &prometheus::Registry) -> Self {
-        self.registry = Some(registry.clone());
+        self.common.registry = Some(registry.clone());
         self
     }
 
@@ -158,32 +143,28 @@ impl ShardConfig {
     #[cfg(feature = "metrics")]
     #[must_use]
     pub fn metrics_facade(mut self, on: bool) -> Self {
-        self.metrics_facade = on;
+        self.common.metrics_facade = on;
         self
     }
 
     pub(crate) fn options(&self) -> Result<ShardOptions, ConfigError> {
-        let interval = CheckInterval::new(self.interval)?;
-        let mut options = ShardOptions::new(interval, self.shards)?.fencing(self.fencing);
+        let interval = CheckInterval::new(self.common.interval)?;
+        let mut options = ShardOptions::new(interval, self.shards)?.fencing(self.common.fencing);
         if let Some(delay) = self.rebalance_delay {
             options = options.rebalance_delay(delay);
         }
         if let Some(moves) = self.max_moves {
             options = options.max_moves(moves)?;
         }
-        if let Some(grace) = self.stop_grace {
+        if let Some(grace) = self.common.stop_grace {
             options = options.stop_grace(grace)?;
         }
         if let Some(grace) = self.handover_grace {
             options = options.handover_grace(grace);
         }
-        if let Some((after, on_overdue)) = self.work_deadline {
+        if let Some((after, on_overdue)) = self.common.work_deadline {
             options = options.work_deadline(after, on_overdue);
         }
         Ok(options)
-    }
-
-    pub(crate) fn resolved_identity(&self) -> Result<String, ConfigError> {
-        Ok(crate::identity::resolve(self.identity.as_deref())?)
     }
 }

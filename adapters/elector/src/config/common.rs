@@ -1,0 +1,51 @@
+//! What the configurations of both modes hold alike ([`Config`](crate::Config) and
+//! [`ShardConfig`](crate::sharded::ShardConfig)): where the lock sessions come from, the check
+//! interval, the stop grace, the identity, fencing, the work deadline and the metrics' sinks.
+//! Each mode's builder methods set these and document them for its own audience.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plexsphere_leader_core::OnOverdue;
+
+use crate::error::ConfigError;
+use crate::session::SessionSource;
+
+/// The settings every mode has (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct Common {
+    /// Where the lock sessions come from.
+    pub(crate) sessions: Arc<dyn SessionSource>,
+    /// The check interval as given (validated when the elector is built).
+    pub(crate) interval: Duration,
+    pub(crate) stop_grace: Option<Duration>,
+    pub(crate) identity: Option<String>,
+    pub(crate) fencing: bool,
+    pub(crate) work_deadline: Option<(Duration, OnOverdue)>,
+    #[cfg(feature = "prometheus")]
+    pub(crate) registry: Option<prometheus::Registry>,
+    pub(crate) metrics_facade: bool,
+}
+
+impl Common {
+    /// The defaults with sessions from `sessions` and the interval `interval`: no stop grace
+    /// (the mode's default), the default identity, no fencing, no work deadline, no metrics.
+    pub(crate) fn new(sessions: impl SessionSource, interval: Duration) -> Self {
+        Self {
+            sessions: Arc::new(sessions),
+            interval,
+            stop_grace: None,
+            identity: None,
+            fencing: false,
+            work_deadline: None,
+            #[cfg(feature = "prometheus")]
+            registry: None,
+            metrics_facade: false,
+        }
+    }
+
+    /// The validated identity, or the default one.
+    pub(crate) fn resolved_identity(&self) -> Result<String, ConfigError> {
+        Ok(crate::identity::resolve(self.identity.as_deref())?)
+    }
+}
