@@ -45,7 +45,6 @@ use std::time::Instant;
 
 use crate::action::Action;
 use crate::cause::{LossReason, TermEndCause};
-use crate::election::MAX_HOLD_OFF;
 use crate::event::Event;
 use crate::handled::Handled;
 use crate::ids::{ConnId, TermId};
@@ -193,8 +192,8 @@ impl Checker {
                 Event::Fit { .. } => self.unfit = false,
                 // (An applied resign means a running election; `Start` clears the hold.)
                 Event::Resign { hold_off } => {
-                    let until = now + (*hold_off).min(MAX_HOLD_OFF);
-                    self.hold_until = Some(self.hold_until.map_or(until, |held| held.max(until)));
+                    self.hold_until =
+                        Some(crate::hold_off::extended(self.hold_until, now, *hold_off));
                 }
                 _ => {}
             }

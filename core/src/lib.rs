@@ -25,6 +25,7 @@ mod election;
 mod event;
 pub mod failures;
 mod handled;
+mod hold_off;
 mod ids;
 mod interval;
 pub mod invariants;

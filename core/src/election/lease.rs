@@ -53,7 +53,7 @@ impl<C> Election<C> {
         }) = &mut self.state
         {
             let until = *sent_at + lease.ttl() + interval;
-            *hold_until = Some(hold_until.map_or(until, |held| held.max(until)));
+            *hold_until = Some(crate::hold_off::until_later(*hold_until, until));
         }
     }
 

@@ -6,9 +6,8 @@ impl<C> Election<C> {
     /// A resign request: no check begins before `hold_off` has passed, and the replica steps
     /// down.
     pub(super) fn resign(&mut self, now: Instant, hold_off: Duration) {
-        let until = now + hold_off.min(MAX_HOLD_OFF);
         if let State::Running(running) = &mut self.state {
-            running.hold_until = Some(running.hold_until.map_or(until, |held| held.max(until)));
+            running.hold_until = Some(crate::hold_off::extended(running.hold_until, now, hold_off));
         }
         self.step_down(now);
     }

@@ -2061,6 +2061,25 @@ fn a_resign_gives_up_every_shard_as_a_stop_does_then_rejoins_after_the_hold_off(
 }
 
 #[test]
+fn a_second_resign_with_a_shorter_hold_off_keeps_the_later_end_as_one_election_does() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 6..8, t0);
+    let hold_off = 10 * I;
+    m.handle_event(t0, ShardEvent::Resign { hold_off });
+    give_up_both(&mut m, t0, TermEndCause::Resigned, false);
+    assert_eq!(m.held_off_until(), Some(t0 + hold_off));
+    let later = t0 + I;
+    m.handle_event(later, ShardEvent::Resign { hold_off: I });
+    drain(&mut m);
+    assert_eq!(
+        m.held_off_until(),
+        Some(t0 + hold_off),
+        "the shorter hold-off does not shorten the one in progress"
+    );
+    assert_eq!(m.poll_timeout(), Some(t0 + hold_off));
+}
+
+#[test]
 fn a_hold_off_longer_than_the_maximum_is_shortened_to_it() {
     let t0 = Instant::now();
     let mut m = joined(8, t0);

@@ -140,7 +140,7 @@ impl<C> ShardedElection<C> {
         if run.stop.is_some() {
             return Handled::Ignored(Ignored::AlreadyStopping);
         }
-        run.held_off_until = Some(now + hold_off.min(crate::MAX_HOLD_OFF));
+        run.held_off_until = Some(crate::hold_off::extended(run.held_off_until, now, hold_off));
         self.leave_space(now);
         Handled::Applied
     }
