@@ -439,6 +439,10 @@ async fn the_metrics_facade_records_a_real_sharded_space() {
         facade_value(&owning, "plexsphere_shards_members", &[class]),
         Some(1.0)
     );
+    assert_eq!(
+        facade_value(&owning, "plexsphere_shards_eligible", &[class]),
+        Some(1.0)
+    );
     assert!(
         facade_value(&owning, "plexsphere_shards_survey_seconds", &[class]) >= Some(2.0),
         "a sample per survey"
@@ -477,6 +481,13 @@ async fn the_metrics_facade_records_a_real_sharded_space() {
             &[class, ("event", "ended"), ("cause", "stopped")]
         ),
         Some(4.0)
+    );
+    // Kept out by the operator (between runs too): the gauge says so.
+    elector.set_eligible(false);
+    let kept_out = snapshotter.snapshot().into_vec();
+    assert_eq!(
+        facade_value(&kept_out, "plexsphere_shards_eligible", &[class]),
+        Some(0.0)
     );
     db.cleanup().await.unwrap();
 }

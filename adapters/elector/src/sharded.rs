@@ -194,6 +194,9 @@ impl ShardedElector {
     /// replica leaves the space as a resign does and does not rejoin until made eligible again
     /// (it holds no member lock, so the others' shares count it out). The setting outlives runs.
     pub fn set_eligible(&self, eligible: bool) {
+        if let Some(metrics) = self.inner.metrics() {
+            metrics.eligible(eligible);
+        }
         self.inner.set_eligible(eligible);
     }
 

@@ -7,6 +7,7 @@
 //! | `plexsphere_shards_owned` | gauge: shards this replica owns | `class` |
 //! | `plexsphere_shards_members` | gauge: members the last survey saw | `class` |
 //! | `plexsphere_shards_unowned` | gauge: shards nobody held at the last survey | `class` |
+//! | `plexsphere_shards_eligible` | gauge: 1 while this replica may own shards, 0 while it is kept out ([`ShardedElector::set_eligible`](super::ShardedElector::set_eligible)) | `class` |
 //! | `plexsphere_shard_terms_total` | counter: shard terms begun and ended | `class`, `event` (`began`, `ended`), `cause` (the end cause's label, empty for `began`) |
 //! | `plexsphere_shards_survey_seconds` | histogram: time to answer the survey statement | `class` |
 //! | `plexsphere_shards_overdue_work_total` | counter: shard work found still running a work deadline after its term ended ([`ShardConfig::work_deadline`](super::ShardConfig::work_deadline)) | `class`, `action` (`reported`, `aborted`) |
@@ -31,6 +32,10 @@ const MEMBERS: (&str, &str) = (
 const UNOWNED: (&str, &str) = (
     "plexsphere_shards_unowned",
     "Shards nobody held at this replica's last survey.",
+);
+const ELIGIBLE: (&str, &str) = (
+    "plexsphere_shards_eligible",
+    "1 while this replica may own shards, 0 while the operator keeps it out.",
 );
 const TERMS: (&str, &str) = (
     "plexsphere_shard_terms_total",
@@ -96,6 +101,8 @@ impl ShardMetrics {
             #[cfg(feature = "metrics")]
             facade,
         };
+        // A new elector may own shards until the operator says otherwise.
+        metrics.eligible(true);
         Ok(metrics.any().then_some(metrics))
     }
 
@@ -152,6 +159,20 @@ impl ShardMetrics {
         let _ = count;
     }
 
+    /// The replica was made eligible to own shards, or not.
+    pub(crate) fn eligible(&self, eligible: bool) {
+        let value = i64::from(eligible);
+        #[cfg(feature = "prometheus")]
+        if let Some(prom) = &self.prom {
+            prom.eligible.set(value);
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(facade) = &self.facade {
+            facade.eligible.set(value as f64);
+        }
+        let _ = value;
+    }
+
     pub(crate) fn surveyed(&self, view: &SpaceView) {
         let members = i64::try_from(view.members.len()).unwrap_or(i64::MAX);
         let unowned = i64::try_from(view.unowned.len()).unwrap_or(i64::MAX);
@@ -201,7 +222,9 @@ mod facade {
     use ::metrics::{Counter, Gauge, Histogram};
     use plexsphere_leader_core::TermEndCause;
 
-    use super::{MEMBERS, OVERDUE, OWNED, SURVEY, TERMS, UNOWNED, end_causes, overdue_action};
+    use super::{
+        ELIGIBLE, MEMBERS, OVERDUE, OWNED, SURVEY, TERMS, UNOWNED, end_causes, overdue_action,
+    };
 
     /// The facade's handles of one space's series, taken from the recorder installed when the
     /// elector is built.
@@ -210,6 +233,7 @@ mod facade {
         /// One counter per end cause, by the cause.
         ended: Vec<(TermEndCause, Counter)>,
         pub(super) owned: Gauge,
+        pub(super) eligible: Gauge,
         pub(super) members: Gauge,
         pub(super) unowned: Gauge,
         pub(super) survey: Histogram,
@@ -220,7 +244,7 @@ mod facade {
     impl Inner {
         pub(super) fn register(class: i32) -> Self {
             let class = class.to_string();
-            for (name, help) in [OWNED, MEMBERS, UNOWNED] {
+            for (name, help) in [OWNED, ELIGIBLE, MEMBERS, UNOWNED] {
                 ::metrics::describe_gauge!(name, help);
             }
             ::metrics::describe_counter!(TERMS.0, TERMS.1);
@@ -242,6 +266,7 @@ mod facade {
                     .map(|cause| (cause, terms("ended", cause.label())))
                     .collect(),
                 owned: gauge(OWNED),
+                eligible: gauge(ELIGIBLE),
                 members: gauge(MEMBERS),
                 unowned: gauge(UNOWNED),
                 survey: ::metrics::histogram!(SURVEY.0, "class" => class.clone()),
@@ -282,10 +307,13 @@ mod facade {
 mod prom {
     use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
 
-    use super::{MEMBERS, OVERDUE, OWNED, SURVEY, TERMS, UNOWNED, end_causes, overdue_action};
+    use super::{
+        ELIGIBLE, MEMBERS, OVERDUE, OWNED, SURVEY, TERMS, UNOWNED, end_causes, overdue_action,
+    };
 
     pub(super) struct Inner {
         pub(super) owned: IntGauge,
+        pub(super) eligible: IntGauge,
         pub(super) members: IntGauge,
         pub(super) unowned: IntGauge,
         pub(super) terms: IntCounterVec,
@@ -301,6 +329,7 @@ mod prom {
             };
             let inner = Self {
                 owned: gauge(OWNED)?,
+                eligible: gauge(ELIGIBLE)?,
                 members: gauge(MEMBERS)?,
                 unowned: gauge(UNOWNED)?,
                 terms: IntCounterVec::new(
@@ -328,6 +357,7 @@ mod prom {
                 inner.overdue.with_label_values(&[overdue_action(aborted)]);
             }
             registry.register(Box::new(inner.owned.clone()))?;
+            registry.register(Box::new(inner.eligible.clone()))?;
             registry.register(Box::new(inner.members.clone()))?;
             registry.register(Box::new(inner.unowned.clone()))?;
             registry.register(Box::new(inner.terms.clone()))?;
