@@ -104,10 +104,97 @@ enum ConnState {
     Done,
 }
 
-/// Checks a trace step by step. See the module documentation for the properties.
+/// A machine's own rules over its trace, beside the ones every machine is held to (counted
+/// steps, time that never goes backwards, starts, ignored inputs, nothing after `Finish`, the
+/// next deadline): what a [`Checker`] of that machine checks. [`ElectionRules`] for the
+/// election, [`ShardRules`](shards::ShardRules) for a shard space.
+pub trait Rules: Default {
+    /// The machine's inputs.
+    type Event<C>;
+    /// The machine's outputs.
+    type Action<C>;
+    /// Whether a running machine has a deadline pending in every state.
+    const ALWAYS_A_DEADLINE: bool;
+
+    /// What the step's `input`, given at `now`, changes before its actions are checked.
+    ///
+    /// # Errors
+    /// What the input broke.
+    fn input<C>(&mut self, now: Instant, input: &Input<'_, Self::Event<C>>) -> Result<(), String>;
+
+    /// One of the step's actions, in order; `Ok(true)` when it finishes the run.
+    ///
+    /// # Errors
+    /// What the action broke.
+    fn action<C>(
+        &mut self,
+        input: &Input<'_, Self::Event<C>>,
+        action: &Self::Action<C>,
+    ) -> Result<bool, String>;
+
+    /// The step's `poll_timeout`, read after its actions, at `now`.
+    ///
+    /// # Errors
+    /// What the deadline broke.
+    fn deadline<C>(
+        &self,
+        now: Instant,
+        input: &Input<'_, Self::Event<C>>,
+        poll_timeout: Option<Instant>,
+    ) -> Result<(), String>;
+}
+
+/// Checks a trace of a machine step by step: the rules every machine is held to, then `R`, the
+/// machine's own. See the module documentation for the election's properties.
 #[derive(Debug, Default)]
-pub struct Checker {
+pub struct Checker<R = ElectionRules> {
     steps: Steps,
+    rules: R,
+}
+
+impl<R: Rules> Checker<R> {
+    /// Checks one step: the input given at `now`, the actions it queued, in order, and
+    /// `poll_timeout` read afterwards.
+    ///
+    /// # Errors
+    /// The first property the step breaks.
+    pub fn check<C>(
+        &mut self,
+        now: Instant,
+        input: Input<'_, R::Event<C>>,
+        actions: &[R::Action<C>],
+        poll_timeout: Option<Instant>,
+    ) -> Result<(), Violation> {
+        self.check_step(now, &input, actions, poll_timeout)
+            .map_err(|what| self.steps.violation(what))
+    }
+
+    fn check_step<C>(
+        &mut self,
+        now: Instant,
+        input: &Input<'_, R::Event<C>>,
+        actions: &[R::Action<C>],
+        poll_timeout: Option<Instant>,
+    ) -> Result<(), String> {
+        self.steps.input(now, input, actions.len())?;
+        self.rules.input(now, input)?;
+        for action in actions {
+            self.steps.action()?;
+            if self.rules.action(input, action)? {
+                self.steps.running = false;
+            }
+        }
+        self.rules.deadline(now, input, poll_timeout)?;
+        self.steps
+            .deadline(now, input, poll_timeout, R::ALWAYS_A_DEADLINE)
+    }
+}
+
+/// The election's own rules (see the module documentation).
+#[derive(Debug, Default)]
+pub struct ElectionRules {
+    /// The time of the step being checked.
+    now: Option<Instant>,
     open_term: Option<TermId>,
     last_term: Option<TermId>,
     last_epoch: Option<u64>,
@@ -138,46 +225,30 @@ impl Checker {
     /// ([`Options::eligible`](crate::Options::eligible)).
     #[must_use]
     pub fn starting_ineligible(mut self) -> Self {
-        self.ineligible = true;
+        self.rules.ineligible = true;
         self
     }
 
     /// A checker for a fresh election holding `lease` ([`Options::lease`](crate::Options::lease)).
     #[must_use]
     pub fn for_lease(mut self, lease: Lease) -> Self {
-        self.lease = Some(lease);
+        self.rules.lease = Some(lease);
         self
     }
 
     /// Whether a term is open in the trace seen so far (the gauge would read 1).
     pub fn term_open(&self) -> bool {
-        self.open_term.is_some()
+        self.rules.open_term.is_some()
     }
+}
 
-    /// Checks one step: the input given at `now`, the actions it queued, in order, and
-    /// `poll_timeout` read afterwards.
-    ///
-    /// # Errors
-    /// The first property the step breaks.
-    pub fn check<C>(
-        &mut self,
-        now: Instant,
-        input: Input<'_, Event<C>>,
-        actions: &[Action<C>],
-        poll_timeout: Option<Instant>,
-    ) -> Result<(), Violation> {
-        self.check_step(now, &input, actions, poll_timeout)
-            .map_err(|what| self.steps.violation(what))
-    }
+impl Rules for ElectionRules {
+    type Event<C> = Event<C>;
+    type Action<C> = Action<C>;
+    const ALWAYS_A_DEADLINE: bool = true;
 
-    fn check_step<C>(
-        &mut self,
-        now: Instant,
-        input: &Input<'_, Event<C>>,
-        actions: &[Action<C>],
-        poll_timeout: Option<Instant>,
-    ) -> Result<(), String> {
-        self.steps.input(now, input, actions.len())?;
+    fn input<C>(&mut self, now: Instant, input: &Input<'_, Event<C>>) -> Result<(), String> {
+        self.now = Some(now);
         if let Input::Start { accepted: true } = input {
             self.hold_until = None;
         }
@@ -215,14 +286,44 @@ impl Checker {
         {
             self.lease_answered(event);
         }
-        for action in actions {
-            self.steps.action()?;
-            self.check_action(input, action)?;
-        }
-        self.check_trust(now, input, poll_timeout)?;
-        self.steps.deadline(now, input, poll_timeout, true)
+        Ok(())
     }
 
+    fn action<C>(
+        &mut self,
+        input: &Input<'_, Event<C>>,
+        action: &Action<C>,
+    ) -> Result<bool, String> {
+        self.check_action(input, action)?;
+        Ok(matches!(action, Action::Finish))
+    }
+
+    /// No lease term outlives its trust.
+    fn deadline<C>(
+        &self,
+        now: Instant,
+        input: &Input<'_, Event<C>>,
+        poll_timeout: Option<Instant>,
+    ) -> Result<(), String> {
+        let (Some((epoch, until)), Some(_)) = (self.lease_term, self.open_term) else {
+            return Ok(());
+        };
+        if matches!(input, Input::Timeout) && now >= until {
+            return Err(format!(
+                "the term of epoch {epoch} is still open at a timeout past its lease's trust"
+            ));
+        }
+        match poll_timeout {
+            Some(at) if at <= until => Ok(()),
+            _ => Err(format!(
+                "the term of epoch {epoch} has no deadline by the end of its lease's trust \
+                 (next: {poll_timeout:?})"
+            )),
+        }
+    }
+}
+
+impl ElectionRules {
     /// A lease statement answered: it is done, and a renewal that succeeded extends the
     /// trust from the instant it was sent.
     fn lease_answered<C>(&mut self, event: &Event<C>) {
@@ -317,7 +418,7 @@ impl Checker {
         if self.ineligible {
             return Err(format!("{conn} asked for while the replica is ineligible"));
         }
-        if let (Some(until), Some(now)) = (self.hold_until, self.steps.now())
+        if let (Some(until), Some(now)) = (self.hold_until, self.now)
             && now < until
         {
             return Err(format!(
@@ -325,30 +426,6 @@ impl Checker {
             ));
         }
         Ok(())
-    }
-
-    /// No lease term outlives its trust.
-    fn check_trust<C>(
-        &self,
-        now: Instant,
-        input: &Input<'_, Event<C>>,
-        poll_timeout: Option<Instant>,
-    ) -> Result<(), String> {
-        let (Some((epoch, until)), Some(_)) = (self.lease_term, self.open_term) else {
-            return Ok(());
-        };
-        if matches!(input, Input::Timeout) && now >= until {
-            return Err(format!(
-                "the term of epoch {epoch} is still open at a timeout past its lease's trust"
-            ));
-        }
-        match poll_timeout {
-            Some(at) if at <= until => Ok(()),
-            _ => Err(format!(
-                "the term of epoch {epoch} has no deadline by the end of its lease's trust \
-                 (next: {poll_timeout:?})"
-            )),
-        }
     }
 
     fn check_action<C>(
@@ -427,7 +504,6 @@ impl Checker {
                 {
                     return Err(format!("finished with {conn} left {state:?}"));
                 }
-                self.steps.running = false;
             }
             _ => {}
         }
@@ -507,7 +583,7 @@ impl Checker {
         conn: ConnId,
     ) -> Result<(), String> {
         if self.check_lease_statement(event, action, conn)? {
-            let sent_at = self.steps.now().ok_or("a statement before any input")?;
+            let sent_at = self.now.ok_or("a statement before any input")?;
             self.newest = Some((conn, ConnState::Statement(sent_at)));
             return Ok(());
         }

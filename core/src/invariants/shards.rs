@@ -15,16 +15,20 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use super::steps::Steps;
-use super::{Input, Violation};
+#[cfg(test)]
+use super::Violation;
+use super::{Checker, Input, Rules};
 use crate::cause::{LossReason, TermEndCause};
 use crate::ids::TermId;
 use crate::shards::{Shard, ShardAction, ShardEvent};
 
-/// Checks a sharded election's trace step by step. See the module documentation.
+/// Checks a sharded election's trace step by step (a fresh one: `ShardChecker::default()`).
+/// See the module documentation.
+pub type ShardChecker = Checker<ShardRules>;
+
+/// The sharded election's own rules (see the module documentation).
 #[derive(Debug, Default)]
-pub struct ShardChecker {
-    steps: Steps,
+pub struct ShardRules {
     open: BTreeMap<Shard, TermId>,
     last_term: Option<TermId>,
     ended: BTreeSet<TermId>,
@@ -32,52 +36,46 @@ pub struct ShardChecker {
 }
 
 impl ShardChecker {
-    /// A checker for a fresh sharded election.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// The open terms of the trace seen so far, by shard (what
     /// [`ShardedElection::owned`](crate::shards::ShardedElection::owned) must say).
     pub fn open_terms(&self) -> Vec<(Shard, TermId)> {
-        self.open.iter().map(|(s, t)| (*s, *t)).collect()
+        self.rules.open.iter().map(|(s, t)| (*s, *t)).collect()
+    }
+}
+
+impl Rules for ShardRules {
+    type Event<C> = ShardEvent<C>;
+    type Action<C> = ShardAction<C>;
+    const ALWAYS_A_DEADLINE: bool = false;
+
+    fn input<C>(&mut self, _now: Instant, _input: &Input<'_, ShardEvent<C>>) -> Result<(), String> {
+        Ok(())
     }
 
-    /// Checks one step: the input given at `now`, the actions it queued, in order, and
-    /// `poll_timeout` read afterwards.
-    ///
-    /// # Errors
-    /// The first property the step breaks.
-    pub fn check<C>(
+    fn action<C>(
         &mut self,
-        now: Instant,
-        input: Input<'_, ShardEvent<C>>,
-        actions: &[ShardAction<C>],
-        poll_timeout: Option<Instant>,
-    ) -> Result<(), Violation> {
-        self.check_step(now, &input, actions, poll_timeout)
-            .map_err(|what| self.steps.violation(what))
-    }
-
-    fn check_step<C>(
-        &mut self,
-        now: Instant,
         input: &Input<'_, ShardEvent<C>>,
-        actions: &[ShardAction<C>],
-        poll_timeout: Option<Instant>,
-    ) -> Result<(), String> {
-        self.steps.input(now, input, actions.len())?;
+        action: &ShardAction<C>,
+    ) -> Result<bool, String> {
         let event = match input {
             Input::Event { event, .. } => Some(*event),
             _ => None,
         };
-        for action in actions {
-            self.steps.action()?;
-            self.check_action(event, action)?;
-        }
-        self.steps.deadline(now, input, poll_timeout, false)
+        self.check_action(event, action)?;
+        Ok(matches!(action, ShardAction::Finish))
     }
 
+    fn deadline<C>(
+        &self,
+        _now: Instant,
+        _input: &Input<'_, ShardEvent<C>>,
+        _poll_timeout: Option<Instant>,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl ShardRules {
     fn check_action<C>(
         &mut self,
         event: Option<&ShardEvent<C>>,
@@ -134,7 +132,6 @@ impl ShardChecker {
                 if let Some((shard, term)) = self.open.iter().next() {
                     return Err(format!("finished with term {term} of shard {shard} open"));
                 }
-                self.steps.running = false;
             }
             _ => {}
         }

@@ -25,11 +25,6 @@ impl Steps {
         }
     }
 
-    /// The time of the step being checked.
-    pub(super) fn now(&self) -> Option<Instant> {
-        self.now
-    }
-
     /// A step's input at `now`, which queued `queued` actions.
     pub(super) fn input<E>(
         &mut self,

@@ -147,7 +147,7 @@ impl World {
                     lose_next: false,
                     latency: Duration::from_millis(1),
                     failed: false,
-                    checker: ShardChecker::new(),
+                    checker: ShardChecker::default(),
                 })
                 .collect(),
             server: Server {
@@ -179,7 +179,7 @@ impl World {
         replica.incarnation += 1;
         replica.election = Some(election);
         replica.failed = false;
-        replica.checker = ShardChecker::new();
+        replica.checker = ShardChecker::default();
         self.perform(r, Input::Start { accepted: true });
     }
 

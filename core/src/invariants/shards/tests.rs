@@ -24,7 +24,7 @@ struct Trace {
 impl Trace {
     fn started() -> Self {
         let mut trace = Self {
-            checker: ShardChecker::new(),
+            checker: ShardChecker::default(),
             t0: Instant::now(),
         };
         let start = [A::AcquireSession { conn: C1 }];
