@@ -34,7 +34,7 @@ use crate::action::{Action, LogKind, LogRecord};
 use crate::cause::{Cause, LossReason, TermEndCause};
 use crate::event::Event;
 use crate::handled::{AlreadyRunning, Handled, Ignored};
-use crate::ids::{ConnId, TermId};
+use crate::ids::{ConnId, IdSource, TermId};
 use crate::interval::{CheckInterval, UNLOCK_BUDGET};
 use crate::liveness::StuckLeader;
 use crate::options::{AcquireMode, Options};
@@ -120,8 +120,7 @@ pub struct Election<C> {
     /// length after their term's end).
     overdue: OverdueBook,
     actions: VecDeque<Action<C>>,
-    last_conn: u64,
-    last_term: u64,
+    ids: IdSource,
     last_epoch: Option<u64>,
     eligible: bool,
 }
@@ -149,8 +148,7 @@ impl<C> Election<C> {
             state: State::Idle,
             overdue: OverdueBook::default(),
             actions: VecDeque::new(),
-            last_conn: 0,
-            last_term: 0,
+            ids: IdSource::default(),
             last_epoch: None,
             eligible: options.is_eligible(),
         }
@@ -585,8 +583,7 @@ impl<C> Election<C> {
 
     /// A fresh connection or operation id.
     fn next_conn(&mut self) -> ConnId {
-        self.last_conn += 1;
-        ConnId::new(self.last_conn)
+        self.ids.next_conn()
     }
 
     fn push(&mut self, action: Action<C>) {

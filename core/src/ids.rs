@@ -54,3 +54,25 @@ impl fmt::Display for TermId {
         write!(f, "{}", self.0)
     }
 }
+
+/// Where a machine's ids come from: every connection (or operation) and every term gets the
+/// next one, never reused for the machine's lifetime, across runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub(crate) struct IdSource {
+    last_conn: u64,
+    last_term: u64,
+}
+
+impl IdSource {
+    /// A fresh connection or operation id.
+    pub(crate) fn next_conn(&mut self) -> ConnId {
+        self.last_conn += 1;
+        ConnId::new(self.last_conn)
+    }
+
+    /// A fresh term id.
+    pub(crate) fn next_term(&mut self) -> TermId {
+        self.last_term += 1;
+        TermId::new(self.last_term)
+    }
+}

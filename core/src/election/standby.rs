@@ -47,8 +47,7 @@ impl<C> Election<C> {
     }
 
     pub(super) fn begin_term(&mut self, now: Instant, hold: Hold, epoch: Option<u64>) {
-        self.last_term += 1;
-        let term = TermId::new(self.last_term);
+        let term = self.ids.next_term();
         self.push(Action::BeginTerm { term, epoch });
         self.log(LogKind::LeadershipAcquired, Some(term), None);
         let next_check = self.next_check(now);

@@ -24,7 +24,7 @@ use super::{
 };
 use crate::cause::{Cause, LossReason, TermEndCause};
 use crate::handled::{AlreadyRunning, Handled, Ignored};
-use crate::ids::{ConnId, TermId};
+use crate::ids::{ConnId, IdSource, TermId};
 use crate::interval::UNLOCK_BUDGET;
 use crate::liveness::StuckLeader;
 use crate::overdue::{Overdue, OverdueBook};
@@ -46,8 +46,7 @@ pub struct ShardedElection<C> {
     options: ShardOptions,
     run: Option<Run>,
     actions: VecDeque<ShardAction<C>>,
-    last_conn: u64,
-    last_term: u64,
+    ids: IdSource,
     last_survey: Option<Survey>,
     /// Whether this replica may own shards (kept across runs).
     eligible: bool,
@@ -174,8 +173,7 @@ impl<C> ShardedElection<C> {
             options,
             run: None,
             actions: VecDeque::new(),
-            last_conn: 0,
-            last_term: 0,
+            ids: IdSource::default(),
             last_survey: None,
             eligible: true,
         }
@@ -450,13 +448,11 @@ impl<C> ShardedElection<C> {
     }
 
     fn next_conn(&mut self) -> ConnId {
-        self.last_conn += 1;
-        ConnId::new(self.last_conn)
+        self.ids.next_conn()
     }
 
     fn next_term(&mut self) -> TermId {
-        self.last_term += 1;
-        TermId::new(self.last_term)
+        self.ids.next_term()
     }
 
     fn log(&mut self, log: ShardLog<C>) {
