@@ -70,7 +70,7 @@ impl CheckInterval {
         u32::try_from(millis).unwrap_or(i32::MAX as u32)
     }
 
-    /// The hold-off of a resign when none is configured, for either mechanism: two intervals,
+    /// The hold-off of a resign when none is configured, for either mode: two intervals,
     /// time for another replica's check (the next survey, with shards) to take over.
     pub fn default_hold_off(self) -> Duration {
         self.0 * 2

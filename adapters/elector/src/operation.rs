@@ -1,6 +1,6 @@
 //! An operation in flight on the lock session, as the driver runs it: a boxed future that
 //! answers with the event to report to the core, the session an acquire borrowed, and the
-//! mechanism's extra. Every mechanism's statements are written as these; the driver awaits them.
+//! mode's extra. Every mode's statements are written as these; the driver awaits them.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,7 +10,7 @@ use crate::error::CheckError;
 use crate::session::{LockSession, SessionSource};
 
 /// What an operation in flight produces: the event to report, the session of an acquire, and
-/// the mechanism's extra.
+/// the mode's extra.
 pub(crate) struct Completion<E, X> {
     pub(crate) event: E,
     pub(crate) acquired: Option<Box<dyn LockSession>>,

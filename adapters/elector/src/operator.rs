@@ -1,5 +1,5 @@
 //! The operator's requests (resign, eligibility) on their way from an elector's handles to the
-//! task running it: one queue, whichever mechanism's events it carries, and one way to make
+//! task running it: one queue, whichever mode's events it carries, and one way to make
 //! each request, whichever machine it goes to (the machine says what the request is and
 //! whether a run takes it).
 

@@ -1,4 +1,4 @@
-//! The in-memory lock server both mechanisms' driver tests run against, behind the
+//! The in-memory lock server both modes' driver tests run against, behind the
 //! [`SessionSource`]/[`LockSession`] seam: the single election's advisory lock, the member lock
 //! and shard locks of one shard space, sessions with backend pids, and a fault per statement
 //! kind (delay, hang, or PostgreSQL's grant-at-timeout race).

@@ -1,5 +1,5 @@
 //! The driver running sharded leadership against the in-memory server, under paused time: the
-//! same loop as the single election's, with the sharded mechanism's statements.
+//! same loop as the single election's, with the sharded mode's statements.
 
 use std::time::Duration;
 
