@@ -1,9 +1,9 @@
 //! What the statements of the lease mechanism do (`plexsphere_leader::sql::lease`, recognised
 //! by `lease`): the answers PostgreSQL gives them, over the committed lease and fence tables.
 //!
-//! `now()` is the server's clock (`CLOCK_BASE` plus the simulated time) at the start of the
-//! statement's transaction: its arrival, and for a claim resumed after a wait, the moment it
-//! first ran. A claim takes the lease row when it is missing, expired (`expires_at <= now()`)
+//! `now()` is the server's clock (`timestamp::CLOCK_BASE` plus the simulated time) at the
+//! start of the statement's transaction: its arrival, and for a claim resumed after a wait,
+//! the moment it first ran. A claim takes the lease row when it is missing, expired (`expires_at <= now()`)
 //! or its own holder's, and then advances the fence row in the same statement: when another
 //! session share-locks that row (a fenced transaction's `FOR SHARE`), the claim waits as an
 //! epoch advance does, under its `SET LOCAL lock_timeout` (55P03), and writes nothing before
@@ -19,12 +19,14 @@
 
 use std::time::Duration;
 
-use super::{CLOCK_BASE, Ctx, Stop, Value, no_table};
+use super::value::Value;
+use super::{Ctx, Stop, no_table};
 use crate::lease::LeaseStatement;
 use crate::log::Event;
 use crate::reply::PgType;
 use crate::rows::RowId;
 use crate::storage::{FENCE_TABLE, LeaseRow};
+use crate::timestamp::server_micros as micros;
 
 /// The lease table's name.
 pub(crate) const LEASE_TABLE: &str = plexsphere_leader::sql::lease::LEASE_TABLE;
@@ -234,9 +236,4 @@ impl Ctx<'_> {
 
 fn ms(ms: u32) -> Duration {
     Duration::from_millis(u64::from(ms))
-}
-
-/// `at` on the simulated clock as the server's `timestamptz`: microseconds since the epoch.
-fn micros(at: Duration) -> i64 {
-    i64::try_from((CLOCK_BASE + at).as_micros()).unwrap_or(i64::MAX)
 }
