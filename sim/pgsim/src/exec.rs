@@ -125,28 +125,25 @@ pub(crate) fn execute(
 /// The result columns of `statement`, as a Describe reports them; `None` when it returns
 /// no rows (NoData).
 pub(crate) fn result_columns(statement: &Statement) -> Option<Vec<(String, PgType)>> {
-    match statement {
-        Statement::Select(columns) => Some(
-            describe(columns)
-                .into_iter()
-                .map(|(name, ty)| (name.to_owned(), ty))
-                .collect(),
-        ),
+    let columns = match statement {
+        Statement::Select(columns) => describe(columns),
         Statement::SelectEpoch { .. } | Statement::AdvanceEpoch { .. } => {
-            Some(vec![("epoch".to_owned(), PgType::Int8)])
+            fence::EPOCH_COLUMN.to_vec()
         }
         Statement::Show(name) => {
             let name = Guc::lookup(name).map_or_else(|_| name.clone(), |g| g.name().to_owned());
-            Some(vec![(name, PgType::Text)])
+            return Some(vec![(name, PgType::Text)]);
         }
-        Statement::Shard(statement) => Some(shards::columns(statement)),
-        Statement::Lease(statement) => Some(lease::columns(statement)),
+        Statement::Shard(statement) => shards::columns(statement).to_vec(),
+        Statement::Lease(statement) => lease::columns(statement).to_vec(),
         Statement::Set { .. }
         | Statement::Begin
         | Statement::Commit
         | Statement::Rollback
-        | Statement::CreateTable { .. } => None,
-    }
+        | Statement::CreateTable { .. } => return None,
+    };
+    let owned = columns.into_iter().map(|(name, ty)| (name.to_owned(), ty));
+    Some(owned.collect())
 }
 
 /// Continues a query whose lock wait ended with `end`; `None` when the session is gone.
@@ -398,6 +395,29 @@ impl<'a> Ctx<'a> {
         if self.protocol == Protocol::Simple {
             self.reply.row_description(columns);
         }
+    }
+
+    /// A whole result of `rows`: RowDescription, a DataRow each, and CommandComplete `tag`.
+    fn send_result<R: AsRef<[Option<String>]>>(
+        &mut self,
+        columns: &[(&str, PgType)],
+        rows: &[R],
+        tag: &str,
+    ) {
+        self.describe_row(columns);
+        for row in rows {
+            self.send_row(columns, row.as_ref());
+        }
+        self.reply.command_complete(tag);
+    }
+
+    /// A whole result of `rows` tagged `SELECT <rows>`.
+    fn send_selected<R: AsRef<[Option<String>]>>(
+        &mut self,
+        columns: &[(&str, PgType)],
+        rows: &[R],
+    ) {
+        self.send_result(columns, rows, &format!("SELECT {}", rows.len()));
     }
 
     /// A DataRow of `texts` (NULL as `None`): text in the simple protocol, each column in

@@ -48,9 +48,7 @@ impl Ctx<'_> {
             return Err(Stop::Blocked);
         }
         let epoch = self.write_epoch(row, initial)?;
-        self.describe_row(&EPOCH_COLUMN);
-        self.send_row(&EPOCH_COLUMN, &[Some(epoch.to_string())]);
-        self.reply.command_complete("INSERT 0 1");
+        self.send_result(&EPOCH_COLUMN, &[[Some(epoch.to_string())]], "INSERT 0 1");
         Ok(())
     }
 
@@ -113,14 +111,8 @@ impl Ctx<'_> {
                 self.lock_for_share(row, epoch);
             }
         }
-        self.describe_row(&EPOCH_COLUMN);
-        match epoch {
-            Some(epoch) => {
-                self.send_row(&EPOCH_COLUMN, &[Some(epoch.to_string())]);
-                self.reply.command_complete("SELECT 1");
-            }
-            None => self.reply.command_complete("SELECT 0"),
-        }
+        let row = epoch.map(|epoch| [Some(epoch.to_string())]);
+        self.send_selected(&EPOCH_COLUMN, row.as_slice());
         Ok(())
     }
 
@@ -148,7 +140,7 @@ impl Ctx<'_> {
 }
 
 /// The one column the fence statements return.
-const EPOCH_COLUMN: [(&str, PgType); 1] = [("epoch", PgType::Int8)];
+pub(super) const EPOCH_COLUMN: [(&str, PgType); 1] = [("epoch", PgType::Int8)];
 
 /// An `int4` key pair of the fence table; 22003 when a value does not fit.
 fn int4_key((classid, objid): (i64, i64)) -> Result<(i32, i32), SqlError> {

@@ -77,9 +77,7 @@ impl Ctx<'_> {
         let session = self.state.sessions.get(&self.pid).ok_or_else(gone)?;
         let text = session.gucs.show(&guc).ok_or_else(|| unrecognized(name))?;
         let columns = [(guc.name(), PgType::Text)];
-        self.describe_row(&columns);
-        self.send_row(&columns, &[Some(text)]);
-        self.reply.command_complete("SHOW");
+        self.send_result(&columns, &[[Some(text)]], "SHOW");
         Ok(())
     }
 

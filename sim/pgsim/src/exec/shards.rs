@@ -46,17 +46,13 @@ const OWNERS_COLUMNS: [(&str, PgType); 5] = [
 const SHARD_COLUMN: [(&str, PgType); 1] = [("s", PgType::Int4)];
 
 /// The result columns of `statement`, as a Describe reports them.
-pub(super) fn columns(statement: &ShardStatement) -> Vec<(String, PgType)> {
-    let columns: &[(&str, PgType)] = match statement {
+pub(super) fn columns(statement: &ShardStatement) -> &'static [(&'static str, PgType)] {
+    match statement {
         ShardStatement::Register { .. } => &REGISTER_COLUMNS,
         ShardStatement::Survey { .. } => &SURVEY_COLUMNS,
         ShardStatement::Owners { .. } => &OWNERS_COLUMNS,
         ShardStatement::Take { .. } | ShardStatement::Unlock { .. } => &SHARD_COLUMN,
-    };
-    columns
-        .iter()
-        .map(|(name, ty)| ((*name).to_owned(), *ty))
-        .collect()
+    }
 }
 
 /// One backend holding locks of a space: whether it is a member, and its shards ascending.
@@ -115,9 +111,7 @@ impl Ctx<'_> {
             Some(others.to_string()),
             Some(bool_text(in_recovery)),
         ];
-        self.describe_row(&REGISTER_COLUMNS);
-        self.send_row(&REGISTER_COLUMNS, &row);
-        self.reply.command_complete("SELECT 1");
+        self.send_selected(&REGISTER_COLUMNS, &[row]);
         Ok(())
     }
 
@@ -205,12 +199,7 @@ impl Ctx<'_> {
                 })
                 .collect()
         };
-        self.describe_row(&SURVEY_COLUMNS);
-        for row in &rows {
-            self.send_row(&SURVEY_COLUMNS, row);
-        }
-        self.reply
-            .command_complete(&format!("SELECT {}", rows.len()));
+        self.send_selected(&SURVEY_COLUMNS, &rows);
         Ok(())
     }
 
@@ -228,27 +217,20 @@ impl Ctx<'_> {
                 ]
             })
             .collect();
-        self.describe_row(&OWNERS_COLUMNS);
-        for row in &rows {
-            self.send_row(&OWNERS_COLUMNS, row);
-        }
-        self.reply
-            .command_complete(&format!("SELECT {}", rows.len()));
+        self.send_selected(&OWNERS_COLUMNS, &rows);
         Ok(())
     }
 
     /// `pg_try_advisory_lock(class, s)` for each shard in the list's order; a row per grant.
     fn take(&mut self, class: i32, shards: &[u32]) -> Result<(), Stop> {
         let keys = int4_list(class, shards)?;
-        self.describe_row(&SHARD_COLUMN);
-        let mut granted = 0;
+        let mut granted = Vec::new();
         for (shard, key) in shards.iter().zip(keys) {
             if self.state.try_lock(self.pid, key, self.at) {
-                self.send_row(&SHARD_COLUMN, &[Some(shard.to_string())]);
-                granted += 1;
+                granted.push([Some(shard.to_string())]);
             }
         }
-        self.reply.command_complete(&format!("SELECT {granted}"));
+        self.send_selected(&SHARD_COLUMN, &granted);
         Ok(())
     }
 
