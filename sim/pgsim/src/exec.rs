@@ -1,11 +1,8 @@
-//! The driver of the simulated server's executor: runs one simple Query against the shared
-//! state and builds the whole reply, up to and including ReadyForQuery; or one statement of
-//! an extended-protocol Execute, whose reply is its rows in the Bind's formats and its
-//! CommandComplete (see `extended`). It dispatches each statement to the module of its
-//! concept: `transaction` (blocks and implicit transactions), `settings` (GUCs, `SET`,
-//! `SHOW`), `fence` (the fence table and its row locks), `eval` with `functions` and
-//! `pg_locks` (expressions), `columns` (what a Describe reports), `shards` and `lease` (the
-//! statements recognised whole).
+//! The executor's driver: runs one simple Query against the shared state and builds the whole
+//! reply, up to and including ReadyForQuery; or one statement of an extended-protocol Execute,
+//! whose reply is its rows in the Bind's formats and its CommandComplete (see `extended`).
+//! Transactions and result columns are here; `settings`, `fence`, `eval`, `shards` and `lease`
+//! hold what their statements do.
 //!
 //! Synchronous and clock-free: the caller passes the simulated time `at`. A statement that
 //! must wait in `pg_advisory_lock` stops with [`Run::Blocked`]; the session waits (in
@@ -26,31 +23,27 @@
 //! `pg_advisory_lock`, and resumes, reading the committed epoch again, once no other session
 //! share-locks the row (see `rows`).
 
-mod columns;
 mod eval;
 mod fence;
-mod functions;
 mod lease;
-mod pg_locks;
 mod settings;
 mod shards;
 #[cfg(test)]
 mod tests;
-mod transaction;
-mod value;
 
+use std::cell::Ref;
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::guc::{Guc, Gucs};
 use super::locks::LockMode;
+use super::log::Event;
 use super::reply::TransactionStatus;
 use super::reply::{self, PgType, Reply, SqlError, sqlstate};
-use super::sql::{self, Expr, Statement};
+use super::sql::{self, Expr, Func, Statement};
 use super::state::{State, WaitEnd};
-use super::storage::TableKind;
-use columns::describe;
-use value::Value;
+use super::storage::{Storage, TableKind};
+use eval::Value;
 
 /// What running (or resuming) a query produced.
 pub(crate) enum Run {
@@ -155,29 +148,21 @@ pub(crate) fn resume(
     at: Duration,
 ) -> Option<Run> {
     state.sessions.get(&pid)?;
-    let Blocked {
-        protocol,
-        statements,
-        next,
-        journal,
-        notices,
-        reply,
-        before,
-        since,
-    } = *blocked;
+    let blocked = *blocked;
     let mut ctx = Ctx::new(state, pid, at);
-    ctx.protocol = protocol;
-    ctx.reply = reply;
-    ctx.notices = notices;
-    ctx.blocked_since = Some(since);
+    ctx.protocol = blocked.protocol;
+    ctx.reply = blocked.reply;
+    ctx.notices = blocked.notices;
+    ctx.blocked_since = Some(blocked.since);
+    let before = blocked.before;
     match end {
         WaitEnd::Granted => {
-            ctx.replay = journal.into();
+            ctx.replay = blocked.journal.into();
             ctx.replay.push_back(Value::Void);
-            ctx.drive(statements, next, before)
+            ctx.drive(blocked.statements, blocked.next, before)
         }
         WaitEnd::TimedOut => {
-            if let Some(Statement::Select(columns)) = statements.get(next) {
+            if let Some(Statement::Select(columns)) = blocked.statements.get(blocked.next) {
                 ctx.describe_row(&describe(columns));
             }
             ctx.flush_notices();
@@ -191,22 +176,14 @@ pub(crate) fn resume(
     }
 }
 
-/// The reply to an extended-protocol message: 0A000, and an open block becomes failed.
-pub(crate) fn reject_extended(state: &mut State, pid: i32, tag: u8) -> Reply {
-    if let Some(session) = state.sessions.get_mut(&pid)
-        && session.transaction == TransactionStatus::InBlock
-    {
-        session.transaction = TransactionStatus::Failed;
-    }
-    let mut reply = Reply::default();
-    reply.error(&SqlError::error(
-        sqlstate::FEATURE_NOT_SUPPORTED,
-        format!(
-            "the simulated server supports only the simple query protocol (got message '{}')",
-            char::from(tag)
-        ),
-    ));
-    reply
+/// The server's wall clock at simulated time zero, in unix seconds (2026-01-01T00:00:00Z):
+/// `clock_timestamp()` reads this plus the simulated time.
+const CLOCK_BASE: Duration = Duration::from_secs(1_767_225_600);
+
+/// Simulated time `at` on the server's clock as a `timestamptz`: microseconds since the
+/// unix epoch.
+fn server_micros(at: Duration) -> i64 {
+    i64::try_from((CLOCK_BASE + at).as_micros()).unwrap_or(i64::MAX)
 }
 
 /// Why an evaluation stopped.
@@ -299,6 +276,21 @@ impl<'a> Ctx<'a> {
         self.finish(&before)
     }
 
+    /// Ends an implicit transaction that succeeded: transaction-local values revert and its
+    /// row locks end.
+    fn commit_implicit(&mut self) {
+        let Some(session) = self.state.sessions.get_mut(&self.pid) else {
+            return;
+        };
+        if session.transaction != TransactionStatus::Idle {
+            return;
+        }
+        if let Some(base) = session.local_base.take() {
+            session.gucs = base;
+        }
+        self.state.end_row_locks(self.pid);
+    }
+
     /// Appends ParameterStatus for a changed `application_name` and ReadyForQuery (a simple
     /// Query; an Execute's reply ends with its statement's).
     fn finish(mut self, before: &Gucs) -> Option<Run> {
@@ -316,7 +308,36 @@ impl<'a> Ctx<'a> {
         Some(Run::Done(self.reply))
     }
 
-    /// The session's database; `gone` when the session ended.
+    /// Sends `error`; an open block becomes failed (keeping its row locks until it ends), an
+    /// implicit transaction is undone and its row locks end.
+    fn fail(&mut self, error: &SqlError, before: &Gucs) {
+        self.reply.error(error);
+        let Some(session) = self.state.sessions.get_mut(&self.pid) else {
+            return;
+        };
+        match session.transaction {
+            TransactionStatus::InBlock => session.transaction = TransactionStatus::Failed,
+            TransactionStatus::Idle => {
+                session.gucs = before.clone();
+                session.local_base = None;
+                self.state.end_row_locks(self.pid);
+            }
+            TransactionStatus::Failed => {}
+        }
+    }
+
+    fn transaction(&self) -> TransactionStatus {
+        self.state
+            .sessions
+            .get(&self.pid)
+            .map_or(TransactionStatus::Idle, |s| s.transaction)
+    }
+
+    /// The committed tables, for reading.
+    fn storage(&self) -> Ref<'_, Storage> {
+        self.state.storage.borrow()
+    }
+
     fn database(&self) -> Result<String, SqlError> {
         self.state
             .sessions
@@ -325,7 +346,6 @@ impl<'a> Ctx<'a> {
             .ok_or_else(gone)
     }
 
-    /// Runs one statement, dispatched to the module of its concept.
     fn execute(&mut self, statement: &Statement) -> Result<(), Stop> {
         match statement {
             Statement::Select(columns) => self.select(columns),
@@ -335,12 +355,8 @@ impl<'a> Ctx<'a> {
                 self.begin();
                 Ok(())
             }
-            Statement::Commit => {
-                self.end_block(true);
-                Ok(())
-            }
-            Statement::Rollback => {
-                self.end_block(false);
+            Statement::Commit | Statement::Rollback => {
+                self.end_block(*statement == Statement::Commit);
                 Ok(())
             }
             Statement::CreateTable {
@@ -397,27 +413,24 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// A whole result of `rows`: RowDescription, a DataRow each, and CommandComplete `tag`.
+    /// A whole result of `rows`: RowDescription, a DataRow each, and the CommandComplete of
+    /// `command` with the row count (`SELECT 2`, `UPDATE 0`, `INSERT 0 1`; `SHOW` has none).
     fn send_result<R: AsRef<[Option<String>]>>(
         &mut self,
         columns: &[(&str, PgType)],
         rows: &[R],
-        tag: &str,
+        command: &str,
     ) {
         self.describe_row(columns);
         for row in rows {
             self.send_row(columns, row.as_ref());
         }
-        self.reply.command_complete(tag);
-    }
-
-    /// A whole result of `rows` tagged `SELECT <rows>`.
-    fn send_selected<R: AsRef<[Option<String>]>>(
-        &mut self,
-        columns: &[(&str, PgType)],
-        rows: &[R],
-    ) {
-        self.send_result(columns, rows, &format!("SELECT {}", rows.len()));
+        let tag = match command {
+            "SHOW" => command.to_owned(),
+            "INSERT" => format!("INSERT 0 {}", rows.len()),
+            _ => format!("{command} {}", rows.len()),
+        };
+        self.reply.command_complete(&tag);
     }
 
     /// A DataRow of `texts` (NULL as `None`): text in the simple protocol, each column in
@@ -443,7 +456,6 @@ impl<'a> Ctx<'a> {
         self.reply.data_row_bytes(&row);
     }
 
-    /// Sends the current statement's pending notices.
     fn flush_notices(&mut self) {
         for notice in std::mem::take(&mut self.notices) {
             self.notify(&notice);
@@ -463,6 +475,72 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    fn begin(&mut self) {
+        let Some(session) = self.state.sessions.get_mut(&self.pid) else {
+            return;
+        };
+        if session.transaction == TransactionStatus::Idle {
+            session.transaction = TransactionStatus::InBlock;
+            session.saved_gucs = Some(session.gucs.clone());
+        } else {
+            self.notify(&SqlError::warning(
+                sqlstate::ACTIVE_SQL_TRANSACTION,
+                "there is already a transaction in progress",
+            ));
+        }
+        self.reply.command_complete("BEGIN");
+    }
+
+    /// `COMMIT` (`commit` true) or `ROLLBACK`; a failed block's COMMIT rolls back. The
+    /// block's row locks end; a committed block that checked a fence row is logged
+    /// ([`Event::FencedCommit`]).
+    fn end_block(&mut self, commit: bool) {
+        let Some(session) = self.state.sessions.get_mut(&self.pid) else {
+            return;
+        };
+        let committed = commit && session.transaction == TransactionStatus::InBlock;
+        let fence_check = session.fence_check.take();
+        let tag = match session.transaction {
+            TransactionStatus::Idle => {
+                if session.gucs.sends_notice(true) {
+                    self.reply.notice(&SqlError::warning(
+                        sqlstate::NO_ACTIVE_SQL_TRANSACTION,
+                        "there is no transaction in progress",
+                    ));
+                }
+                if commit { "COMMIT" } else { "ROLLBACK" }
+            }
+            TransactionStatus::InBlock if commit => {
+                session.saved_gucs = None;
+                if let Some(base) = session.local_base.take() {
+                    session.gucs = base;
+                }
+                "COMMIT"
+            }
+            TransactionStatus::InBlock | TransactionStatus::Failed => {
+                if let Some(saved) = session.saved_gucs.take() {
+                    session.gucs = saved;
+                }
+                session.local_base = None;
+                "ROLLBACK"
+            }
+        };
+        session.transaction = TransactionStatus::Idle;
+        self.reply.command_complete(tag);
+        if let Some(check) = fence_check.filter(|_| committed) {
+            let current = self.committed_epoch(&check.row);
+            let event = Event::FencedCommit {
+                pid: self.pid,
+                epoch: check.epoch,
+                checked_at: check.at,
+                current,
+                row: check.row,
+            };
+            self.state.record(self.at, event);
+        }
+        self.state.end_row_locks(self.pid);
+    }
+
     /// 25006 for `command` on a hot standby.
     fn read_only(&self, command: &str) -> Result<(), SqlError> {
         if self.state.in_recovery {
@@ -474,7 +552,6 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
-    /// `CREATE TABLE [IF NOT EXISTS]` of a fence or lease table.
     fn create_table(
         &mut self,
         name: &str,
@@ -511,15 +588,82 @@ fn not_owned(mode: LockMode) -> SqlError {
     )
 }
 
-/// The error of a statement whose session ended under it.
 fn gone() -> SqlError {
     SqlError::error(sqlstate::PROTOCOL_VIOLATION, "session is gone")
 }
 
-/// 42P01 for a missing `table`.
 fn no_table(table: &str) -> SqlError {
     SqlError::error(
         sqlstate::UNDEFINED_TABLE,
         format!("relation \"{table}\" does not exist"),
     )
+}
+
+/// The RowDescription columns of a `SELECT` list.
+fn describe(columns: &[Expr]) -> Vec<(&'static str, PgType)> {
+    columns
+        .iter()
+        .map(|expr| (column_name(expr).0, type_of(expr)))
+        .collect()
+}
+
+/// The result column's name and its strength, as PostgreSQL's `FigureColname` derives
+/// them: a function's or `EXISTS`'s name is strong (2); a type name (`bool`) is weak (1);
+/// a `CASE` takes its `ELSE`'s name when strong, else is `case`.
+fn column_name(expr: &Expr) -> (&'static str, u8) {
+    match expr {
+        Expr::Call(func, _) => (func.name(), 2),
+        Expr::Exists(_) => ("exists", 2),
+        Expr::Case { otherwise, .. } => match column_name(otherwise) {
+            (name, 2) => (name, 2),
+            _ => ("case", 1),
+        },
+        Expr::Bool(_) => ("bool", 1),
+        Expr::CastInt8(inner) => match column_name(inner) {
+            (name, 2) => (name, 2),
+            _ => ("int8", 1),
+        },
+        Expr::Text(_)
+        | Expr::Null
+        | Expr::Int(_)
+        | Expr::IsNull { .. }
+        | Expr::Not(_)
+        | Expr::Equals(..) => ("?column?", 0),
+    }
+}
+
+/// The result column's type, known before evaluation. An untyped literal (`unknown`) or
+/// NULL is text unless another branch of a `CASE` decides.
+fn type_of(expr: &Expr) -> PgType {
+    match expr {
+        Expr::Int(n) if i32::try_from(*n).is_ok() => PgType::Int4,
+        Expr::Int(_) | Expr::CastInt8(_) => PgType::Int8,
+        Expr::Bool(_) | Expr::IsNull { .. } | Expr::Not(_) | Expr::Exists(_) | Expr::Equals(..) => {
+            PgType::Bool
+        }
+        Expr::Text(_) | Expr::Null => PgType::Text,
+        Expr::Case { arms, otherwise } => arms
+            .iter()
+            .map(|(_, then)| then)
+            .chain(std::iter::once(otherwise.as_ref()))
+            .find(|e| !matches!(e, Expr::Text(_) | Expr::Null))
+            .map_or(PgType::Text, type_of),
+        Expr::Call(func, _) => match func {
+            Func::TryAdvisoryLock
+            | Func::AdvisoryUnlock
+            | Func::TryAdvisoryLockShared
+            | Func::AdvisoryUnlockShared
+            | Func::IsInRecovery
+            | Func::TerminateBackend => PgType::Bool,
+            Func::AdvisoryUnlockAll | Func::AdvisoryLock | Func::AdvisoryXactLock => PgType::Void,
+            Func::SetConfig
+            | Func::CurrentSetting
+            | Func::Concat
+            | Func::CurrentDatabase
+            | Func::NullIf => PgType::Text,
+            Func::BackendPid => PgType::Int4,
+            Func::DatePart | Func::Trunc => PgType::Float8,
+            Func::ClockTimestamp => PgType::Timestamptz,
+        },
+    }
 }

@@ -198,7 +198,7 @@ pub(crate) enum Func {
     IsInRecovery,
     /// `pg_terminate_backend(pid)` → bool: asks backend `pid` to end with FATAL 57P01.
     TerminateBackend,
-    /// `clock_timestamp()` → timestamptz: the server's clock (see `timestamp::CLOCK_BASE`).
+    /// `clock_timestamp()` → timestamptz: the server's clock (see `exec::CLOCK_BASE`).
     ClockTimestamp,
     /// `date_part('epoch', timestamptz)` → double precision.
     DatePart,

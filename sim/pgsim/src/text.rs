@@ -1,6 +1,5 @@
-//! Recognising a statement whole (`lease`, `shard`): reading its parameters out of its text
-//! as the adapter's builders write them, and accepting it only when the builder, given those
-//! parameters, writes the very same text.
+//! Recognising a statement whole (`lease`, `shard`): its parameters read out of its text, and
+//! the text accepted only when the adapter's builder writes it the same from those parameters.
 
 use super::reply::{SqlError, sqlstate};
 

@@ -1,17 +1,6 @@
-//! The server's clock as a `timestamptz`, and its text as PostgreSQL prints it with
-//! `DateStyle` ISO and `TimeZone` UTC.
+//! `timestamptz` text as PostgreSQL prints it with `DateStyle` ISO and `TimeZone` UTC.
 
 use std::time::{Duration, UNIX_EPOCH};
-
-/// The server's wall clock at simulated time zero, in unix seconds (2026-01-01T00:00:00Z):
-/// `clock_timestamp()` reads this plus the simulated time.
-pub(crate) const CLOCK_BASE: Duration = Duration::from_secs(1_767_225_600);
-
-/// Simulated time `at` on the server's clock as a `timestamptz`: microseconds since the
-/// unix epoch.
-pub(crate) fn server_micros(at: Duration) -> i64 {
-    i64::try_from((CLOCK_BASE + at).as_micros()).unwrap_or(i64::MAX)
-}
 
 /// A `timestamptz` of `micros` since the Unix epoch as PostgreSQL prints it with `DateStyle`
 /// ISO and `TimeZone` UTC: `2026-01-01 00:00:00.25+00` (the fraction only when not zero,

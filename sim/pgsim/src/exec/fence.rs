@@ -12,8 +12,7 @@ use crate::state::FenceCheck;
 impl Ctx<'_> {
     /// The committed epoch of a fence row, if the row exists.
     pub(super) fn committed_epoch(&self, row: &RowId) -> Option<i64> {
-        let storage = self.state.storage.borrow();
-        storage
+        self.storage()
             .fence(&row.database, &row.table)?
             .get(&row.key)
             .copied()
@@ -28,13 +27,7 @@ impl Ctx<'_> {
         initial: i64,
     ) -> Result<(), Stop> {
         let database = self.database()?;
-        if self
-            .state
-            .storage
-            .borrow()
-            .fence(&database, table)
-            .is_none()
-        {
+        if self.storage().fence(&database, table).is_none() {
             return Err(no_table(table).into());
         }
         self.read_only("INSERT")?;
@@ -48,7 +41,7 @@ impl Ctx<'_> {
             return Err(Stop::Blocked);
         }
         let epoch = self.write_epoch(row, initial)?;
-        self.send_result(&EPOCH_COLUMN, &[[Some(epoch.to_string())]], "INSERT 0 1");
+        self.send_result(&EPOCH_COLUMN, &[[Some(epoch.to_string())]], "INSERT");
         Ok(())
     }
 
@@ -94,7 +87,7 @@ impl Ctx<'_> {
     ) -> Result<(), SqlError> {
         let database = self.database()?;
         let epoch = {
-            let storage = self.state.storage.borrow();
+            let storage = self.storage();
             let rows = storage
                 .fence(&database, table)
                 .ok_or_else(|| no_table(table))?;
@@ -112,7 +105,7 @@ impl Ctx<'_> {
             }
         }
         let row = epoch.map(|epoch| [Some(epoch.to_string())]);
-        self.send_selected(&EPOCH_COLUMN, row.as_slice());
+        self.send_result(&EPOCH_COLUMN, row.as_slice(), "SELECT");
         Ok(())
     }
 

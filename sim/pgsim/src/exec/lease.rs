@@ -1,9 +1,9 @@
 //! What the statements of the lease mechanism do (`plexsphere_leader::sql::lease`, recognised
 //! by `lease`): the answers PostgreSQL gives them, over the committed lease and fence tables.
 //!
-//! `now()` is the server's clock (`timestamp::CLOCK_BASE` plus the simulated time) at the
-//! start of the statement's transaction: its arrival, and for a claim resumed after a wait,
-//! the moment it first ran. A claim takes the lease row when it is missing, expired (`expires_at <= now()`)
+//! `now()` is the server's clock (`CLOCK_BASE` plus the simulated time) at the start of the
+//! statement's transaction: its arrival, and for a claim resumed after a wait, the moment it
+//! first ran. A claim takes the lease row when it is missing, expired (`expires_at <= now()`)
 //! or its own holder's, and then advances the fence row in the same statement: when another
 //! session share-locks that row (a fenced transaction's `FOR SHARE`), the claim waits as an
 //! epoch advance does, under its `SET LOCAL lock_timeout` (55P03), and writes nothing before
@@ -19,14 +19,13 @@
 
 use std::time::Duration;
 
-use super::value::Value;
-use super::{Ctx, Stop, no_table};
+use super::eval::Value;
+use super::{Ctx, Stop, no_table, server_micros};
 use crate::lease::LeaseStatement;
 use crate::log::Event;
 use crate::reply::PgType;
 use crate::rows::RowId;
 use crate::storage::{FENCE_TABLE, LeaseRow};
-use crate::timestamp::server_micros as micros;
 
 /// The lease table's name.
 pub(crate) const LEASE_TABLE: &str = plexsphere_leader::sql::lease::LEASE_TABLE;
@@ -64,11 +63,9 @@ impl Ctx<'_> {
             LeaseStatement::Claim { holder, ttl_ms, .. } => {
                 self.claim(lease, fence, holder, ms(*ttl_ms))
             }
-            LeaseStatement::Renew { holder, ttl_ms, .. } => {
-                Ok(self.renew(lease, holder, ms(*ttl_ms))?)
-            }
-            LeaseStatement::Release { holder, .. } => Ok(self.release_lease(lease, holder)?),
-            LeaseStatement::WhoHolds { .. } => Ok(self.who_holds(&lease, &fence)?),
+            LeaseStatement::Renew { holder, ttl_ms, .. } => self.renew(lease, holder, ms(*ttl_ms)),
+            LeaseStatement::Release { holder, .. } => self.release_lease(lease, holder),
+            LeaseStatement::WhoHolds { .. } => self.who_holds(&lease, &fence),
         }
     }
 
@@ -80,7 +77,7 @@ impl Ctx<'_> {
     /// Fails with 42P01 unless both tables exist (the lease table first, as PostgreSQL
     /// resolves the statement's relations in order).
     fn lease_tables(&self, lease: &RowId, fence: Option<&RowId>) -> Result<(), Stop> {
-        let storage = self.state.storage.borrow();
+        let storage = self.storage();
         if storage.lease(&lease.database, &lease.table).is_none() {
             return Err(no_table(&lease.table).into());
         }
@@ -94,8 +91,7 @@ impl Ctx<'_> {
 
     /// The committed lease row `row`, if any.
     fn lease_row(&self, row: &RowId) -> Option<LeaseRow> {
-        let storage = self.state.storage.borrow();
-        storage
+        self.storage()
             .lease(&row.database, &row.table)?
             .get(&row.key)
             .cloned()
@@ -105,7 +101,7 @@ impl Ctx<'_> {
     fn write_lease(&mut self, row: &RowId, holder: &str, expires: Duration) {
         let mut storage = self.state.storage.borrow_mut();
         if let Some(rows) = storage.lease_mut(&row.database, &row.table) {
-            let expires_at = micros(expires);
+            let expires_at = server_micros(expires);
             let holder = holder.to_owned();
             rows.insert(row.key, LeaseRow { holder, expires_at });
         }
@@ -125,9 +121,9 @@ impl Ctx<'_> {
         let now = self.statement_start();
         let takes = self
             .lease_row(&lease)
-            .is_none_or(|row| row.expires_at <= micros(now) || row.holder == holder);
+            .is_none_or(|row| row.expires_at <= server_micros(now) || row.holder == holder);
         if !takes {
-            self.send_selected(&CLAIM_COLUMNS, &[[None, None]]);
+            self.send_result(&CLAIM_COLUMNS, &[[None, None]], "SELECT");
             return Ok(());
         }
         if self.committed_epoch(&fence).is_some() && !self.state.update_or_wait(self.pid, &fence) {
@@ -143,7 +139,7 @@ impl Ctx<'_> {
         };
         self.state.record(self.at, event);
         let epoch = self.write_epoch(fence, 1)?;
-        self.send_selected(&CLAIM_COLUMNS, &[[Some(epoch.to_string()), None]]);
+        self.send_result(&CLAIM_COLUMNS, &[[Some(epoch.to_string()), None]], "SELECT");
         Ok(())
     }
 
@@ -179,7 +175,7 @@ impl Ctx<'_> {
     ) -> Result<(), Stop> {
         self.lease_tables(&lease, None)?;
         self.read_only("UPDATE")?;
-        let now = micros(self.statement_start());
+        let now = server_micros(self.statement_start());
         let matched = self
             .lease_row(&lease)
             .is_some_and(|row| row.holder == holder && row.expires_at > now);
@@ -189,8 +185,7 @@ impl Ctx<'_> {
             self.state.record(self.at, event);
         }
         let row = matched.then(|| [Some("1".to_owned())]);
-        let tag = format!("UPDATE {}", u8::from(matched));
-        self.send_result(&RETURNING_ONE, row.as_slice(), &tag);
+        self.send_result(&RETURNING_ONE, row.as_slice(), "UPDATE");
         Ok(())
     }
 
@@ -198,7 +193,7 @@ impl Ctx<'_> {
     /// seconds, and whether it is unexpired; no row when the key was never claimed.
     fn who_holds(&mut self, lease: &RowId, fence: &RowId) -> Result<(), Stop> {
         self.lease_tables(lease, Some(fence))?;
-        let now = micros(self.statement_start());
+        let now = server_micros(self.statement_start());
         let row = self.lease_row(lease);
         let epoch = self.committed_epoch(fence);
         let texts = row.map(|row| {
@@ -209,7 +204,7 @@ impl Ctx<'_> {
                 Value::Bool(row.expires_at > now).text(),
             ]
         });
-        self.send_selected(&WHO_HOLDS_COLUMNS, texts.as_slice());
+        self.send_result(&WHO_HOLDS_COLUMNS, texts.as_slice(), "SELECT");
         Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! Settings (GUCs) as statements and functions see them: `SET`, `SET LOCAL`, `SHOW`, and the
 //! session and transaction-local values behind `set_config` and `current_setting`.
 
-use super::value::Value;
+use super::eval::Value;
 use super::{Ctx, gone};
 use crate::guc::{Guc, Gucs, unrecognized};
 use crate::reply::{PgType, SqlError, TransactionStatus, sqlstate};
@@ -71,7 +71,6 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// `SHOW name`: one text row named as the setting.
     pub(super) fn show(&mut self, name: &str) -> Result<(), SqlError> {
         let guc = Guc::lookup(name)?;
         let session = self.state.sessions.get(&self.pid).ok_or_else(gone)?;

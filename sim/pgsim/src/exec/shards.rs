@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use super::eval::Value;
 use super::{Ctx, Stop};
 use crate::guc::Guc;
 use crate::locks::{LockKey, LockMode};
@@ -56,6 +57,7 @@ pub(super) fn columns(statement: &ShardStatement) -> &'static [(&'static str, Pg
 }
 
 /// One backend holding locks of a space: whether it is a member, and its shards ascending.
+#[derive(Default)]
 struct Holding {
     member: bool,
     shards: Vec<u32>,
@@ -106,12 +108,12 @@ impl Ctx<'_> {
             .count();
         let row = [
             Some(self.pid.to_string()),
-            Some(bool_text(granted)),
+            Value::Bool(granted).text(),
             Some(capacity.to_string()),
             Some(others.to_string()),
-            Some(bool_text(in_recovery)),
+            Value::Bool(in_recovery).text(),
         ];
-        self.send_selected(&REGISTER_COLUMNS, &[row]);
+        self.send_result(&REGISTER_COLUMNS, &[row], "SELECT");
         Ok(())
     }
 
@@ -157,10 +159,7 @@ impl Ctx<'_> {
             if !member && !shard {
                 continue;
             }
-            let holding = holders.entry(lock.pid).or_insert(Holding {
-                member: false,
-                shards: Vec::new(),
-            });
+            let holding = holders.entry(lock.pid).or_default();
             holding.member |= member;
             if shard {
                 holding.shards.push(as_oid);
@@ -191,7 +190,7 @@ impl Ctx<'_> {
                 .map(|(&pid, holding)| {
                     [
                         Some(pid.to_string()),
-                        Some(bool_text(holding.member)),
+                        Value::Bool(holding.member).text(),
                         shard_list(&holding.shards),
                         self.name_of(pid),
                         backend.clone(),
@@ -199,7 +198,7 @@ impl Ctx<'_> {
                 })
                 .collect()
         };
-        self.send_selected(&SURVEY_COLUMNS, &rows);
+        self.send_result(&SURVEY_COLUMNS, &rows, "SELECT");
         Ok(())
     }
 
@@ -211,13 +210,13 @@ impl Ctx<'_> {
                 [
                     Some(pid.to_string()),
                     self.name_of(pid),
-                    Some(bool_text(holding.member)),
+                    Value::Bool(holding.member).text(),
                     Some(holding.shards.len().to_string()),
                     shard_list(&holding.shards),
                 ]
             })
             .collect();
-        self.send_selected(&OWNERS_COLUMNS, &rows);
+        self.send_result(&OWNERS_COLUMNS, &rows, "SELECT");
         Ok(())
     }
 
@@ -230,7 +229,7 @@ impl Ctx<'_> {
                 granted.push([Some(shard.to_string())]);
             }
         }
-        self.send_selected(&SHARD_COLUMN, &granted);
+        self.send_result(&SHARD_COLUMN, &granted, "SELECT");
         Ok(())
     }
 
@@ -279,8 +278,4 @@ fn shard_list(shards: &[u32]) -> Option<String> {
             .collect::<Vec<_>>()
             .join(",")
     })
-}
-
-fn bool_text(value: bool) -> String {
-    if value { "t" } else { "f" }.to_owned()
 }

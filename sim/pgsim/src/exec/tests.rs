@@ -253,7 +253,7 @@ fn bad_timeout_value_is_22023_and_changes_nothing() {
 fn extended_message_fails_open_block() {
     let (mut state, a, _) = server();
     run(&mut state, a, "BEGIN");
-    reject_extended(&mut state, a, b'P');
+    crate::extended::reject(&mut state, a, b'P');
     assert_eq!(state.sessions[&a].transaction, TransactionStatus::Failed);
 }
 
