@@ -198,6 +198,17 @@ fn allowed(
     Ok(statement)
 }
 
+/// The reply to an extended-protocol message the simulated server does not model (`F`
+/// FunctionCall): 0A000, and an open block becomes failed.
+pub(crate) fn reject(state: &mut State, pid: i32, tag: u8) -> Reply {
+    let tag = char::from(tag);
+    let message = format!(
+        "the simulated server supports only the simple query protocol (got message '{tag}')"
+    );
+    let error = SqlError::error(sqlstate::FEATURE_NOT_SUPPORTED, message);
+    failure(state, pid, &error)
+}
+
 /// An ErrorResponse; an open block becomes failed.
 fn failure(state: &mut State, pid: i32, error: &SqlError) -> Reply {
     if let Some(session) = state.sessions.get_mut(&pid)

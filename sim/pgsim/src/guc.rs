@@ -254,12 +254,7 @@ impl Gucs {
 /// Parses a timeout parameter's value: an integer with an optional unit among `us`,
 /// `ms` (the default), `s`, `min`, `h`, `d`, within 0 to `INT_MAX` milliseconds.
 pub(crate) fn parse_timeout(name: &str, value: &str) -> Result<Duration, SqlError> {
-    let invalid = || {
-        SqlError::error(
-            sqlstate::INVALID_PARAMETER_VALUE,
-            format!("invalid value for parameter \"{name}\": \"{value}\""),
-        )
-    };
+    let invalid = || invalid_value(name, value);
     let text = value.trim();
     let digits_end = text
         .char_indices()
@@ -287,9 +282,14 @@ pub(crate) fn parse_timeout(name: &str, value: &str) -> Result<Duration, SqlErro
     }
 }
 
-/// Parses `synchronous_commit` as PostgreSQL does: a level, case-insensitively, or one of the
-/// hidden boolean spellings (`true`, `yes`, `1` are `on`; `false`, `no`, `0` are `off`);
-/// returns the level `SHOW` then shows.
+/// 22023 `invalid value for parameter "name": "value"`.
+fn invalid_value(name: &str, value: &str) -> SqlError {
+    SqlError::error(
+        sqlstate::INVALID_PARAMETER_VALUE,
+        format!("invalid value for parameter \"{name}\": \"{value}\""),
+    )
+}
+
 /// A boolean parameter's value, as PostgreSQL reads one.
 fn parse_bool(name: &str, value: &str) -> Result<bool, SqlError> {
     match value.trim().to_ascii_lowercase().as_str() {
@@ -302,6 +302,9 @@ fn parse_bool(name: &str, value: &str) -> Result<bool, SqlError> {
     }
 }
 
+/// Parses `synchronous_commit` as PostgreSQL does: a level, case-insensitively, or one of the
+/// hidden boolean spellings (`true`, `yes`, `1` are `on`; `false`, `no`, `0` are `off`);
+/// returns the level `SHOW` then shows.
 fn parse_synchronous_commit(value: &str) -> Result<&'static str, SqlError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "local" => Ok("local"),
@@ -309,10 +312,7 @@ fn parse_synchronous_commit(value: &str) -> Result<&'static str, SqlError> {
         "remote_apply" => Ok("remote_apply"),
         "on" | "true" | "yes" | "1" => Ok("on"),
         "off" | "false" | "no" | "0" => Ok("off"),
-        _ => Err(SqlError::error(
-            sqlstate::INVALID_PARAMETER_VALUE,
-            format!("invalid value for parameter \"synchronous_commit\": \"{value}\""),
-        )),
+        _ => Err(invalid_value("synchronous_commit", value)),
     }
 }
 
@@ -329,10 +329,7 @@ fn parse_client_min_messages(value: &str) -> Result<&'static str, SqlError> {
         "notice" => Ok("notice"),
         "warning" => Ok("warning"),
         "error" => Ok("error"),
-        _ => Err(SqlError::error(
-            sqlstate::INVALID_PARAMETER_VALUE,
-            format!("invalid value for parameter \"client_min_messages\": \"{value}\""),
-        )),
+        _ => Err(invalid_value("client_min_messages", value)),
     }
 }
 

@@ -13,8 +13,8 @@
 use plexsphere_leader::LockKey;
 use plexsphere_leader::sql::lease;
 
-use super::reply::{SqlError, sqlstate};
-use super::text::{between, unquote};
+use super::reply::SqlError;
+use super::text::{between, rebuilt, unquote};
 
 /// A statement of `plexsphere_leader::sql::lease` with its parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,15 +72,8 @@ pub(crate) fn recognise(query: &str) -> Option<Result<LeaseStatement, SqlError>>
     } else {
         return None;
     };
-    let built = statement.filter(|statement| build(statement) == text);
-    Some(built.ok_or_else(|| {
-        SqlError::error(
-            sqlstate::FEATURE_NOT_SUPPORTED,
-            format!(
-                "the simulated server knows this statement only as plexsphere_leader::sql::lease::{name} builds it"
-            ),
-        )
-    }))
+    let builder = format!("plexsphere_leader::sql::lease::{name}");
+    Some(rebuilt(text, statement, build, &builder))
 }
 
 /// `query` with the tables of the default schema named without it: the simulated server has
@@ -148,28 +141,28 @@ fn claim(text: &str) -> Option<LeaseStatement> {
 }
 
 fn renew(text: &str) -> Option<LeaseStatement> {
+    let (key, holder) = holders_row(text)?;
+    let ttl_ms = between(text, RENEW, TTL_UNIT)?.parse().ok()?;
     Some(LeaseStatement::Renew {
-        key: key(
-            text,
-            "WHERE classid = ",
-            " AND objid = ",
-            Some(" AND holder = "),
-        )?,
-        holder: unquote(between(text, " AND holder = ", " AND expires_at > now()")?)?,
-        ttl_ms: between(text, RENEW, TTL_UNIT)?.parse().ok()?,
+        key,
+        holder,
+        ttl_ms,
     })
 }
 
 fn release(text: &str) -> Option<LeaseStatement> {
-    Some(LeaseStatement::Release {
-        key: key(
-            text,
-            "WHERE classid = ",
-            " AND objid = ",
-            Some(" AND holder = "),
-        )?,
-        holder: unquote(between(text, " AND holder = ", " AND expires_at > now()")?)?,
-    })
+    let (key, holder) = holders_row(text)?;
+    Some(LeaseStatement::Release { key, holder })
+}
+
+/// The key and holder of a renewal's or release's `WHERE`: the holder's unexpired row.
+fn holders_row(text: &str) -> Option<((i32, i32), String)> {
+    const HOLDER: &str = " AND holder = ";
+    let key = key(text, "WHERE classid = ", " AND objid = ", Some(HOLDER))?;
+    Some((
+        key,
+        unquote(between(text, HOLDER, " AND expires_at > now()")?)?,
+    ))
 }
 
 /// The key written `<class><objid><after>` (to the end of the text without `after`).
@@ -187,6 +180,7 @@ fn key(text: &str, class: &str, objid: &str, after: Option<&str>) -> Option<(i32
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::checks;
 
     #[test]
     fn every_statement_is_recognised_with_its_parameters() {
@@ -214,14 +208,7 @@ mod tests {
             },
             LeaseStatement::WhoHolds { key: (i32::MAX, 0) },
         ];
-        for statement in cases {
-            let text = build(&statement);
-            assert_eq!(recognise(&text), Some(Ok(statement)), "{text}");
-            assert_eq!(
-                recognise(&format!("  {text}\n")).map(|r| r.is_ok()),
-                Some(true)
-            );
-        }
+        checks::recognised_as_built(cases, build, recognise);
     }
 
     #[test]
@@ -241,16 +228,9 @@ mod tests {
         );
         let release = lease::release(plexsphere_leader::sql::lease::DEFAULT_SCHEMA, key, "a")
             .replace("> now()", ">= now()");
-        for text in [claim, renew, release] {
-            // As the parser hands it over: in the one schema, unqualified.
-            let text = unqualified(&text);
-            let error = recognise(&text).and_then(Result::err);
-            assert_eq!(
-                error.map(|e| e.code),
-                Some(sqlstate::FEATURE_NOT_SUPPORTED),
-                "{text}"
-            );
-        }
+        // As the parser hands them over: in the one schema, unqualified.
+        let texts = [claim, renew, release].map(|text| unqualified(&text));
+        checks::refused(texts, recognise);
         assert_eq!(recognise("SELECT 1"), None);
         assert_eq!(
             recognise(&lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA)),

@@ -388,7 +388,7 @@ fn extended_message(state: &mut State, pid: i32, frame: Frame) -> Reply {
         } => extended::bind(state, pid, &portal, &statement, params, result_formats),
         Frame::Describe { target, name } => extended::describe(state, pid, target, &name),
         Frame::Close { target, name } => extended::close(state, pid, target, &name),
-        Frame::Extended(tag) => exec::reject_extended(state, pid, tag),
+        Frame::Extended(tag) => extended::reject(state, pid, tag),
         _ => Reply::default(),
     }
 }

@@ -14,8 +14,8 @@
 use plexsphere_leader::shard_sql;
 use plexsphere_leader::sharded::Shard;
 
-use super::reply::{SqlError, sqlstate};
-use super::text::{between, unquote};
+use super::reply::SqlError;
+use super::text::{between, rebuilt, unquote};
 
 /// A statement of `plexsphere_leader::shard_sql` with its parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,15 +67,8 @@ pub(crate) fn recognise(query: &str) -> Option<Result<ShardStatement, SqlError>>
     } else {
         return None;
     };
-    let built = statement.filter(|statement| build(statement) == text);
-    Some(built.ok_or_else(|| {
-        SqlError::error(
-            sqlstate::FEATURE_NOT_SUPPORTED,
-            format!(
-                "the simulated server knows this statement only as plexsphere_leader::shard_sql::{name} builds it"
-            ),
-        )
-    }))
+    let builder = format!("plexsphere_leader::shard_sql::{name}");
+    Some(rebuilt(text, statement, build, &builder))
 }
 
 /// The text `shard_sql` builds for `statement`.
@@ -147,6 +140,7 @@ fn list(text: &str, call: &str) -> Option<(i32, Vec<u32>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::checks;
 
     fn shards(numbers: &[u32]) -> Vec<Shard> {
         numbers.iter().copied().map(Shard::new).collect()
@@ -186,14 +180,7 @@ mod tests {
                 shards: vec![5],
             },
         ];
-        for statement in cases {
-            let text = build(&statement);
-            assert_eq!(recognise(&text), Some(Ok(statement)), "{text}");
-            assert_eq!(
-                recognise(&format!("  {text}\n")).map(|r| r.is_ok()),
-                Some(true)
-            );
-        }
+        checks::recognised_as_built(cases, build, recognise);
     }
 
     #[test]
@@ -201,14 +188,7 @@ mod tests {
         let take = shard_sql::take(3, &shards(&[1, 2]));
         let unsorted = take.replace("{1,2}", "{2,1}");
         let lower = shard_sql::survey(3, 8).replace("ORDER BY", "order by");
-        for text in [unsorted, lower, format!("{take} AND true")] {
-            let error = recognise(&text).and_then(Result::err);
-            assert_eq!(
-                error.map(|e| e.code),
-                Some(sqlstate::FEATURE_NOT_SUPPORTED),
-                "{text}"
-            );
-        }
+        checks::refused([unsorted, lower, format!("{take} AND true")], recognise);
         assert_eq!(recognise("SELECT 1"), None);
         assert_eq!(
             recognise(&shard_sql::unlock_all()),

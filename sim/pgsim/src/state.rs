@@ -246,19 +246,7 @@ impl State {
             return;
         };
         self.end_row_locks(pid);
-        let released = self.locks.release_session(pid);
-        for (lock, mode, _count) in &released {
-            self.record(
-                at,
-                Event::LockReleased {
-                    pid,
-                    lock: lock.clone(),
-                    remaining: 0,
-                    reason: ReleaseReason::SessionEnd(reason),
-                    mode: *mode,
-                },
-            );
-        }
+        let released = self.release_all(pid, ReleaseReason::SessionEnd(reason), at);
         self.record(
             at,
             Event::SessionEnded {
@@ -267,9 +255,31 @@ impl State {
                 reason,
             },
         );
-        for (lock, _mode, _count) in released {
+        for lock in released {
             self.hand_over(&lock, at);
         }
+    }
+
+    /// Releases every lock of session `pid`, in either mode, logged with `reason`; the locks,
+    /// to [`Self::hand_over`].
+    fn release_all(&mut self, pid: i32, reason: ReleaseReason, at: Duration) -> Vec<LockId> {
+        let released = self.locks.release_session(pid);
+        for (lock, mode, _count) in &released {
+            self.record(
+                at,
+                Event::LockReleased {
+                    pid,
+                    lock: lock.clone(),
+                    remaining: 0,
+                    reason,
+                    mode: *mode,
+                },
+            );
+        }
+        released
+            .into_iter()
+            .map(|(lock, _mode, _count)| lock)
+            .collect()
     }
 
     /// Grants the lock `lock`, if nobody holds it, to its first waiter, if any, and wakes that
@@ -489,20 +499,7 @@ impl State {
 
     /// `pg_advisory_unlock_all` for session `pid`: every lock, in either mode.
     pub(crate) fn unlock_all(&mut self, pid: i32, at: Duration) {
-        let released = self.locks.release_session(pid);
-        for (lock, mode, _count) in &released {
-            self.record(
-                at,
-                Event::LockReleased {
-                    pid,
-                    lock: lock.clone(),
-                    remaining: 0,
-                    reason: ReleaseReason::UnlockAll,
-                    mode: *mode,
-                },
-            );
-        }
-        for (lock, _mode, _count) in released {
+        for lock in self.release_all(pid, ReleaseReason::UnlockAll, at) {
             self.hand_over(&lock, at);
         }
     }

@@ -1,5 +1,25 @@
-//! Reading the parameters of a statement recognised whole (`lease`, `shard`) out of its
-//! text, as the adapter's builders write them.
+//! Recognising a statement whole (`lease`, `shard`): its parameters read out of its text, and
+//! the text accepted only when the adapter's builder writes it the same from those parameters.
+
+use super::reply::{SqlError, sqlstate};
+
+/// `parsed` when `build` writes it as exactly `text`; else 0A000 naming `builder`, the
+/// adapter's function that writes the statement (`plexsphere_leader::shard_sql::take`).
+pub(crate) fn rebuilt<S>(
+    text: &str,
+    parsed: Option<S>,
+    build: impl Fn(&S) -> String,
+    builder: &str,
+) -> Result<S, SqlError> {
+    parsed
+        .filter(|statement| build(statement) == text)
+        .ok_or_else(|| {
+            SqlError::error(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                format!("the simulated server knows this statement only as {builder} builds it"),
+            )
+        })
+}
 
 /// The text between the first `before` and the next `after`.
 pub(crate) fn between<'a>(text: &'a str, before: &str, after: &str) -> Option<&'a str> {
@@ -22,4 +42,44 @@ pub(crate) fn unquote(literal: &str) -> Option<String> {
     } else {
         text
     })
+}
+
+/// Checks shared by the recognisers' tests.
+#[cfg(test)]
+pub(crate) mod checks {
+    use std::fmt::Debug;
+
+    use crate::reply::{SqlError, sqlstate};
+
+    /// Each of `cases`, as `build` writes it (and padded with whitespace), is recognised as
+    /// itself.
+    pub(crate) fn recognised_as_built<S: Debug + PartialEq>(
+        cases: impl IntoIterator<Item = S>,
+        build: impl Fn(&S) -> String,
+        recognise: impl Fn(&str) -> Option<Result<S, SqlError>>,
+    ) {
+        for statement in cases {
+            let text = build(&statement);
+            assert_eq!(recognise(&text), Some(Ok(statement)), "{text}");
+            assert_eq!(
+                recognise(&format!("  {text}\n")).map(|r| r.is_ok()),
+                Some(true)
+            );
+        }
+    }
+
+    /// Each of `texts` begins like a statement but differs from what its builder writes: 0A000.
+    pub(crate) fn refused<S: Debug>(
+        texts: impl IntoIterator<Item = String>,
+        recognise: impl Fn(&str) -> Option<Result<S, SqlError>>,
+    ) {
+        for text in texts {
+            let error = recognise(&text).and_then(Result::err);
+            assert_eq!(
+                error.map(|e| e.code),
+                Some(sqlstate::FEATURE_NOT_SUPPORTED),
+                "{text}"
+            );
+        }
+    }
 }

@@ -19,7 +19,8 @@
 
 use std::time::Duration;
 
-use super::{CLOCK_BASE, Ctx, Stop, Value, no_table};
+use super::eval::Value;
+use super::{Ctx, Stop, no_table, server_micros};
 use crate::lease::LeaseStatement;
 use crate::log::Event;
 use crate::reply::PgType;
@@ -41,16 +42,12 @@ const WHO_HOLDS_COLUMNS: [(&str, PgType); 4] = [
 ];
 
 /// The result columns of `statement`, as a Describe reports them.
-pub(super) fn columns(statement: &LeaseStatement) -> Vec<(String, PgType)> {
-    let columns: &[(&str, PgType)] = match statement {
+pub(super) fn columns(statement: &LeaseStatement) -> &'static [(&'static str, PgType)] {
+    match statement {
         LeaseStatement::Claim { .. } => &CLAIM_COLUMNS,
         LeaseStatement::Renew { .. } | LeaseStatement::Release { .. } => &RETURNING_ONE,
         LeaseStatement::WhoHolds { .. } => &WHO_HOLDS_COLUMNS,
-    };
-    columns
-        .iter()
-        .map(|(name, ty)| ((*name).to_owned(), *ty))
-        .collect()
+    }
 }
 
 impl Ctx<'_> {
@@ -66,11 +63,9 @@ impl Ctx<'_> {
             LeaseStatement::Claim { holder, ttl_ms, .. } => {
                 self.claim(lease, fence, holder, ms(*ttl_ms))
             }
-            LeaseStatement::Renew { holder, ttl_ms, .. } => {
-                Ok(self.renew(lease, holder, ms(*ttl_ms))?)
-            }
-            LeaseStatement::Release { holder, .. } => Ok(self.release_lease(lease, holder)?),
-            LeaseStatement::WhoHolds { .. } => Ok(self.who_holds(&lease, &fence)?),
+            LeaseStatement::Renew { holder, ttl_ms, .. } => self.renew(lease, holder, ms(*ttl_ms)),
+            LeaseStatement::Release { holder, .. } => self.release_lease(lease, holder),
+            LeaseStatement::WhoHolds { .. } => self.who_holds(&lease, &fence),
         }
     }
 
@@ -82,7 +77,7 @@ impl Ctx<'_> {
     /// Fails with 42P01 unless both tables exist (the lease table first, as PostgreSQL
     /// resolves the statement's relations in order).
     fn lease_tables(&self, lease: &RowId, fence: Option<&RowId>) -> Result<(), Stop> {
-        let storage = self.state.storage.borrow();
+        let storage = self.storage();
         if storage.lease(&lease.database, &lease.table).is_none() {
             return Err(no_table(&lease.table).into());
         }
@@ -96,8 +91,7 @@ impl Ctx<'_> {
 
     /// The committed lease row `row`, if any.
     fn lease_row(&self, row: &RowId) -> Option<LeaseRow> {
-        let storage = self.state.storage.borrow();
-        storage
+        self.storage()
             .lease(&row.database, &row.table)?
             .get(&row.key)
             .cloned()
@@ -107,7 +101,7 @@ impl Ctx<'_> {
     fn write_lease(&mut self, row: &RowId, holder: &str, expires: Duration) {
         let mut storage = self.state.storage.borrow_mut();
         if let Some(rows) = storage.lease_mut(&row.database, &row.table) {
-            let expires_at = micros(expires);
+            let expires_at = server_micros(expires);
             let holder = holder.to_owned();
             rows.insert(row.key, LeaseRow { holder, expires_at });
         }
@@ -127,11 +121,9 @@ impl Ctx<'_> {
         let now = self.statement_start();
         let takes = self
             .lease_row(&lease)
-            .is_none_or(|row| row.expires_at <= micros(now) || row.holder == holder);
+            .is_none_or(|row| row.expires_at <= server_micros(now) || row.holder == holder);
         if !takes {
-            self.describe_row(&CLAIM_COLUMNS);
-            self.send_row(&CLAIM_COLUMNS, &[None, None]);
-            self.reply.command_complete("SELECT 1");
+            self.send_result(&CLAIM_COLUMNS, &[[None, None]], "SELECT");
             return Ok(());
         }
         if self.committed_epoch(&fence).is_some() && !self.state.update_or_wait(self.pid, &fence) {
@@ -147,96 +139,76 @@ impl Ctx<'_> {
         };
         self.state.record(self.at, event);
         let epoch = self.write_epoch(fence, 1)?;
-        self.describe_row(&CLAIM_COLUMNS);
-        self.send_row(&CLAIM_COLUMNS, &[Some(epoch.to_string()), None]);
-        self.reply.command_complete("SELECT 1");
+        self.send_result(&CLAIM_COLUMNS, &[[Some(epoch.to_string()), None]], "SELECT");
         Ok(())
     }
 
-    /// The renewal: `holder`'s row, expired or not, now expires `ttl` from now.
+    /// The renewal: `holder`'s unexpired row now expires `ttl` from now.
     fn renew(&mut self, lease: RowId, holder: &str, ttl: Duration) -> Result<(), Stop> {
-        self.lease_tables(&lease, None)?;
-        self.read_only("UPDATE")?;
-        let now = self.statement_start();
-        let expires = now + ttl;
-        let renewed = self
-            .lease_row(&lease)
-            .is_some_and(|row| row.holder == holder && row.expires_at > micros(now));
-        if renewed {
-            self.write_lease(&lease, holder, expires);
-            let event = Event::LeaseRenewed {
-                pid: self.pid,
-                row: lease,
-                holder: holder.to_owned(),
+        let expires = self.statement_start() + ttl;
+        self.update_lease(lease, holder, expires, |pid, row, holder| {
+            Event::LeaseRenewed {
+                pid,
+                row,
+                holder,
                 expires,
-            };
-            self.state.record(self.at, event);
-        }
-        self.returning_one(renewed, "UPDATE");
-        Ok(())
+            }
+        })
     }
 
     /// The release: `holder`'s unexpired row now expires now.
     fn release_lease(&mut self, lease: RowId, holder: &str) -> Result<(), Stop> {
-        self.lease_tables(&lease, None)?;
-        self.read_only("UPDATE")?;
         let now = self.statement_start();
-        let released = self
-            .lease_row(&lease)
-            .is_some_and(|row| row.holder == holder && row.expires_at > micros(now));
-        if released {
-            self.write_lease(&lease, holder, now);
-            let event = Event::LeaseReleased {
-                pid: self.pid,
-                row: lease,
-                holder: holder.to_owned(),
-            };
-            self.state.record(self.at, event);
-        }
-        self.returning_one(released, "UPDATE");
-        Ok(())
+        self.update_lease(lease, holder, now, |pid, row, holder| {
+            Event::LeaseReleased { pid, row, holder }
+        })
     }
 
-    /// The row `RETURNING 1` gives when `matched`, and the command tag.
-    fn returning_one(&mut self, matched: bool, command: &str) {
-        self.describe_row(&RETURNING_ONE);
+    /// `UPDATE … RETURNING 1` of `holder`'s unexpired row to expire at `expires`, logged as
+    /// `event` (of the pid, the row and the holder) when the row matched.
+    fn update_lease(
+        &mut self,
+        lease: RowId,
+        holder: &str,
+        expires: Duration,
+        event: impl FnOnce(i32, RowId, String) -> Event,
+    ) -> Result<(), Stop> {
+        self.lease_tables(&lease, None)?;
+        self.read_only("UPDATE")?;
+        let now = server_micros(self.statement_start());
+        let matched = self
+            .lease_row(&lease)
+            .is_some_and(|row| row.holder == holder && row.expires_at > now);
         if matched {
-            self.send_row(&RETURNING_ONE, &[Some("1".to_owned())]);
+            self.write_lease(&lease, holder, expires);
+            let event = event(self.pid, lease, holder.to_owned());
+            self.state.record(self.at, event);
         }
-        self.reply
-            .command_complete(&format!("{command} {}", u8::from(matched)));
+        let row = matched.then(|| [Some("1".to_owned())]);
+        self.send_result(&RETURNING_ONE, row.as_slice(), "UPDATE");
+        Ok(())
     }
 
     /// The lease row with its fence epoch (NULL without a fence row), its expiry as unix
     /// seconds, and whether it is unexpired; no row when the key was never claimed.
     fn who_holds(&mut self, lease: &RowId, fence: &RowId) -> Result<(), Stop> {
         self.lease_tables(lease, Some(fence))?;
-        let now = micros(self.statement_start());
+        let now = server_micros(self.statement_start());
         let row = self.lease_row(lease);
         let epoch = self.committed_epoch(fence);
-        self.describe_row(&WHO_HOLDS_COLUMNS);
-        let Some(row) = row else {
-            self.reply.command_complete("SELECT 0");
-            return Ok(());
-        };
-        let seconds = Value::Float(row.expires_at as f64 / 1e6).text();
-        let texts = [
-            Some(row.holder),
-            epoch.map(|epoch| epoch.to_string()),
-            seconds,
-            Value::Bool(row.expires_at > now).text(),
-        ];
-        self.send_row(&WHO_HOLDS_COLUMNS, &texts);
-        self.reply.command_complete("SELECT 1");
+        let texts = row.map(|row| {
+            [
+                Some(row.holder),
+                epoch.map(|epoch| epoch.to_string()),
+                Value::Float(row.expires_at as f64 / 1e6).text(),
+                Value::Bool(row.expires_at > now).text(),
+            ]
+        });
+        self.send_result(&WHO_HOLDS_COLUMNS, texts.as_slice(), "SELECT");
         Ok(())
     }
 }
 
 fn ms(ms: u32) -> Duration {
     Duration::from_millis(u64::from(ms))
-}
-
-/// `at` on the simulated clock as the server's `timestamptz`: microseconds since the epoch.
-fn micros(at: Duration) -> i64 {
-    i64::try_from((CLOCK_BASE + at).as_micros()).unwrap_or(i64::MAX)
 }

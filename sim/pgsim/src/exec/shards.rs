@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use super::eval::Value;
 use super::{Ctx, Stop};
 use crate::guc::Guc;
 use crate::locks::{LockKey, LockMode};
@@ -46,20 +47,17 @@ const OWNERS_COLUMNS: [(&str, PgType); 5] = [
 const SHARD_COLUMN: [(&str, PgType); 1] = [("s", PgType::Int4)];
 
 /// The result columns of `statement`, as a Describe reports them.
-pub(super) fn columns(statement: &ShardStatement) -> Vec<(String, PgType)> {
-    let columns: &[(&str, PgType)] = match statement {
+pub(super) fn columns(statement: &ShardStatement) -> &'static [(&'static str, PgType)] {
+    match statement {
         ShardStatement::Register { .. } => &REGISTER_COLUMNS,
         ShardStatement::Survey { .. } => &SURVEY_COLUMNS,
         ShardStatement::Owners { .. } => &OWNERS_COLUMNS,
         ShardStatement::Take { .. } | ShardStatement::Unlock { .. } => &SHARD_COLUMN,
-    };
-    columns
-        .iter()
-        .map(|(name, ty)| ((*name).to_owned(), *ty))
-        .collect()
+    }
 }
 
 /// One backend holding locks of a space: whether it is a member, and its shards ascending.
+#[derive(Default)]
 struct Holding {
     member: bool,
     shards: Vec<u32>,
@@ -110,14 +108,12 @@ impl Ctx<'_> {
             .count();
         let row = [
             Some(self.pid.to_string()),
-            Some(bool_text(granted)),
+            Value::Bool(granted).text(),
             Some(capacity.to_string()),
             Some(others.to_string()),
-            Some(bool_text(in_recovery)),
+            Value::Bool(in_recovery).text(),
         ];
-        self.describe_row(&REGISTER_COLUMNS);
-        self.send_row(&REGISTER_COLUMNS, &row);
-        self.reply.command_complete("SELECT 1");
+        self.send_result(&REGISTER_COLUMNS, &[row], "SELECT");
         Ok(())
     }
 
@@ -163,10 +159,7 @@ impl Ctx<'_> {
             if !member && !shard {
                 continue;
             }
-            let holding = holders.entry(lock.pid).or_insert(Holding {
-                member: false,
-                shards: Vec::new(),
-            });
+            let holding = holders.entry(lock.pid).or_default();
             holding.member |= member;
             if shard {
                 holding.shards.push(as_oid);
@@ -197,7 +190,7 @@ impl Ctx<'_> {
                 .map(|(&pid, holding)| {
                     [
                         Some(pid.to_string()),
-                        Some(bool_text(holding.member)),
+                        Value::Bool(holding.member).text(),
                         shard_list(&holding.shards),
                         self.name_of(pid),
                         backend.clone(),
@@ -205,12 +198,7 @@ impl Ctx<'_> {
                 })
                 .collect()
         };
-        self.describe_row(&SURVEY_COLUMNS);
-        for row in &rows {
-            self.send_row(&SURVEY_COLUMNS, row);
-        }
-        self.reply
-            .command_complete(&format!("SELECT {}", rows.len()));
+        self.send_result(&SURVEY_COLUMNS, &rows, "SELECT");
         Ok(())
     }
 
@@ -222,33 +210,26 @@ impl Ctx<'_> {
                 [
                     Some(pid.to_string()),
                     self.name_of(pid),
-                    Some(bool_text(holding.member)),
+                    Value::Bool(holding.member).text(),
                     Some(holding.shards.len().to_string()),
                     shard_list(&holding.shards),
                 ]
             })
             .collect();
-        self.describe_row(&OWNERS_COLUMNS);
-        for row in &rows {
-            self.send_row(&OWNERS_COLUMNS, row);
-        }
-        self.reply
-            .command_complete(&format!("SELECT {}", rows.len()));
+        self.send_result(&OWNERS_COLUMNS, &rows, "SELECT");
         Ok(())
     }
 
     /// `pg_try_advisory_lock(class, s)` for each shard in the list's order; a row per grant.
     fn take(&mut self, class: i32, shards: &[u32]) -> Result<(), Stop> {
         let keys = int4_list(class, shards)?;
-        self.describe_row(&SHARD_COLUMN);
-        let mut granted = 0;
+        let mut granted = Vec::new();
         for (shard, key) in shards.iter().zip(keys) {
             if self.state.try_lock(self.pid, key, self.at) {
-                self.send_row(&SHARD_COLUMN, &[Some(shard.to_string())]);
-                granted += 1;
+                granted.push([Some(shard.to_string())]);
             }
         }
-        self.reply.command_complete(&format!("SELECT {granted}"));
+        self.send_result(&SHARD_COLUMN, &granted, "SELECT");
         Ok(())
     }
 
@@ -297,8 +278,4 @@ fn shard_list(shards: &[u32]) -> Option<String> {
             .collect::<Vec<_>>()
             .join(",")
     })
-}
-
-fn bool_text(value: bool) -> String {
-    if value { "t" } else { "f" }.to_owned()
 }
