@@ -20,7 +20,7 @@ pub use plexsphere_leader_core::{
 
 mod common;
 
-pub(crate) use self::common::Common;
+pub(crate) use self::common::{Common, common_setters};
 use crate::error::ConfigError;
 use crate::key::LockKey;
 use crate::session::SessionSource;
@@ -150,36 +150,6 @@ impl Config {
         self
     }
 
-    /// Sets the check interval; `Duration::ZERO` means the default of 5 s. Validated by
-    /// [`Elector::new`](crate::Elector::new): from [`MIN_CHECK_INTERVAL`] (50 ms) to
-    /// [`MAX_CHECK_INTERVAL`] (`i32::MAX / 4` ms).
-    #[must_use]
-    pub fn check_interval(mut self, interval: Duration) -> Self {
-        self.common.interval = interval;
-        self
-    }
-
-    /// Registers the `plexsphere_background_leader` gauge and the per-key metrics on `registry`
-    /// (feature `prometheus`, on by default). An elector built on a registry that already has
-    /// them from another elector writes the same collectors, its own `key` series.
-    #[cfg(feature = "prometheus")]
-    #[must_use]
-    pub fn registry(mut self, registry: &prometheus::Registry) -> Self {
-        self.common.registry = Some(registry.clone());
-        self
-    }
-
-    /// Also records the same metrics (names, labels, help) through the `metrics` crate's facade,
-    /// on the recorder installed when the elector is built (feature `metrics`): for services
-    /// that export with `metrics-exporter-prometheus`, OpenTelemetry or another recorder and
-    /// keep no Prometheus registry. Install the recorder before [`Elector::new`](crate::Elector::new).
-    #[cfg(feature = "metrics")]
-    #[must_use]
-    pub fn metrics_facade(mut self, on: bool) -> Self {
-        self.common.metrics_facade = on;
-        self
-    }
-
     /// How a standby asks for the lock. [`AcquireMode::Queue`] waits in the server's lock queue
     /// (`pg_advisory_lock` under a transaction-local `lock_timeout` of one interval, repeated),
     /// so a standby leads about a millisecond after the lock is released instead of at its next
@@ -190,29 +160,6 @@ impl Config {
     #[must_use]
     pub fn acquire_mode(mut self, mode: AcquireMode) -> Self {
         self.acquire_mode = mode;
-        self
-    }
-
-    /// How long a graceful stop waits, after the term ended (every term token cancelled), for
-    /// leader work still holding a [`Term`](crate::Term) to return before it unlocks: the
-    /// standby that takes over never overlaps with work that honours cancellation. Default one
-    /// check interval; zero unlocks at once (the spec's behaviour). Validated by
-    /// [`Elector::new`](crate::Elector::new): at most two check intervals, since the lock
-    /// session is idle meanwhile and must stay within its `idle_session_timeout`.
-    #[must_use]
-    pub fn stop_grace(mut self, grace: Duration) -> Self {
-        self.common.stop_grace = Some(grace);
-        self
-    }
-
-    /// Fencing: the new leader advances a per-key epoch in the table `plexsphere_leader_fence`
-    /// on its lock session before its term begins, and [`Term::epoch`](crate::Term::epoch)
-    /// returns it. The table must exist: run [`fencing::setup`](crate::fencing::setup) (or
-    /// [`FENCE_SETUP`](crate::sql::FENCE_SETUP)) once; without it no replica leads and each
-    /// check logs the missing table.
-    #[must_use]
-    pub fn fencing(mut self, enabled: bool) -> Self {
-        self.common.fencing = enabled;
         self
     }
 
@@ -266,19 +213,6 @@ impl Config {
         self
     }
 
-    /// A hard deadline for leader work after its term ended (any cause: lost, stopped,
-    /// resigned). Work still holding a [`Term`](crate::Term) `deadline` after the end is logged
-    /// at WARN (`leader: background work still running after the work deadline: <names>`) and
-    /// counted, and with [`OnOverdue::Abort`] aborted. The deadline is a timer of the election
-    /// itself: when [`run`](crate::Elector::run) finishes first (a graceful stop whose work
-    /// outlived the stop grace), the work still running is reported, and aborted, as the run
-    /// finishes. At most seven days; longer is shortened to it. Off by default.
-    #[must_use]
-    pub fn work_deadline(mut self, deadline: Duration, on_overdue: OnOverdue) -> Self {
-        self.common.work_deadline = Some((deadline, on_overdue));
-        self
-    }
-
     /// The resign hold-off, validated.
     pub(crate) fn validated_hold_off(
         &self,
@@ -304,17 +238,6 @@ impl Config {
         self
     }
 
-    /// What this replica is called in the lock session's `application_name` while it leads:
-    /// `<identity> since <unix seconds of the grant, server clock>`. Default `<service>@<host>`
-    /// (the executable's file stem and the hostname, made to fit). Validated by
-    /// [`Elector::new`](crate::Elector::new): printable ASCII, 1 to
-    /// [`MAX_IDENTITY_LEN`] bytes.
-    #[must_use]
-    pub fn identity(mut self, identity: impl Into<String>) -> Self {
-        self.common.identity = Some(identity.into());
-        self
-    }
-
     /// Runs the election on `clock` instead of tokio's ([`TokioClock`]): every instant the core
     /// is given and every deadline it sleeps until. A seam for tests (the simulation runs lease
     /// holders whose clocks run fast or slow); a service has no reason to set it. What the
@@ -324,6 +247,51 @@ impl Config {
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self
+    }
+
+    crate::config::common_setters! {
+        /// Sets the check interval; `Duration::ZERO` means the default of 5 s. Validated by
+        /// [`Elector::new`](crate::Elector::new): from [`MIN_CHECK_INTERVAL`] (50 ms) to
+        /// [`MAX_CHECK_INTERVAL`] (`i32::MAX / 4` ms).
+        check_interval(interval: Duration) => interval = interval;
+        /// Registers the `plexsphere_background_leader` gauge and the per-key metrics on `registry`
+        /// (feature `prometheus`, on by default). An elector built on a registry that already has
+        /// them from another elector writes the same collectors, its own `key` series.
+        #[cfg(feature = "prometheus")]
+        registry(registry: &prometheus::Registry) => registry = Some(registry.clone());
+        /// Also records the same metrics (names, labels, help) through the `metrics` crate's
+        /// facade, on the recorder installed when the elector is built (feature `metrics`): for
+        /// services that export with `metrics-exporter-prometheus`, OpenTelemetry or another
+        /// recorder and keep no Prometheus registry. Install the recorder before
+        /// [`Elector::new`](crate::Elector::new).
+        #[cfg(feature = "metrics")]
+        metrics_facade(on: bool) => metrics_facade = on;
+        /// How long a graceful stop waits, after the term ended (every term token cancelled), for
+        /// leader work still holding a [`Term`](crate::Term) to return before it unlocks: the
+        /// standby that takes over never overlaps with work that honours cancellation. Default one
+        /// check interval; zero unlocks at once (the spec's behaviour). Validated by
+        /// [`Elector::new`](crate::Elector::new): at most two check intervals, since the lock
+        /// session is idle meanwhile and must stay within its `idle_session_timeout`.
+        stop_grace(grace: Duration) => stop_grace = Some(grace);
+        /// Fencing: the new leader advances a per-key epoch in the table `plexsphere_leader_fence`
+        /// on its lock session before its term begins, and [`Term::epoch`](crate::Term::epoch)
+        /// returns it. The table must exist: run [`fencing::setup`](crate::fencing::setup) (or
+        /// [`FENCE_SETUP`](crate::sql::FENCE_SETUP)) once; without it no replica leads and each
+        /// check logs the missing table.
+        fencing(enabled: bool) => fencing = enabled;
+        /// A hard deadline for leader work after its term ended (any cause: lost, stopped,
+        /// resigned). Work still holding a [`Term`](crate::Term) `deadline` after the end is logged
+        /// at WARN (`leader: background work still running after the work deadline: <names>`) and
+        /// counted, and with [`OnOverdue::Abort`] aborted. The deadline is a timer of the election
+        /// itself: when [`run`](crate::Elector::run) finishes first (a graceful stop whose work
+        /// outlived the stop grace), the work still running is reported, and aborted, as the run
+        /// finishes. At most seven days; longer is shortened to it. Off by default.
+        work_deadline(deadline: Duration, on_overdue: OnOverdue) => work_deadline = Some((deadline, on_overdue));
+        /// What this replica is called in the lock session's `application_name` while it leads:
+        /// `<identity> since <unix seconds of the grant, server clock>`. Default `<service>@<host>`
+        /// (the executable's file stem and the hostname, made to fit). Validated by
+        /// [`Elector::new`](crate::Elector::new): printable ASCII, 1 to [`MAX_IDENTITY_LEN`] bytes.
+        identity(identity: impl Into<String>) => identity = Some(identity.into());
     }
 
     /// The validated lease schema.

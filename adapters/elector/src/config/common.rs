@@ -11,6 +11,23 @@ use plexsphere_leader_core::OnOverdue;
 use crate::error::ConfigError;
 use crate::session::SessionSource;
 
+/// The builder methods of the settings in [`Common`], for a configuration with a `common` field:
+/// each entry is `name(args) => field = value;` under the docs (and `cfg`) its configuration
+/// gives it, and becomes `#[must_use] pub fn name(mut self, args) -> Self`.
+macro_rules! common_setters {
+    ($($(#[$attr:meta])* $name:ident($($arg:ident: $ty:ty),*) => $field:ident = $value:expr;)*) => {
+        $(
+            $(#[$attr])*
+            #[must_use]
+            pub fn $name(mut self, $($arg: $ty),*) -> Self {
+                self.common.$field = $value;
+                self
+            }
+        )*
+    };
+}
+pub(crate) use common_setters;
+
 /// The settings every mode has (see the module docs).
 #[derive(Debug, Clone)]
 pub(crate) struct Common {

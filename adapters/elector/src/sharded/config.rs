@@ -57,13 +57,6 @@ impl ShardConfig {
         self
     }
 
-    /// The check interval (default 5 s): every replica surveys the space this often.
-    #[must_use]
-    pub fn check_interval(mut self, interval: Duration) -> Self {
-        self.common.interval = interval;
-        self
-    }
-
     /// How long the set of members must stay unchanged before shards move for balance, and how
     /// long a cold start waits before its first take (default: one interval).
     #[must_use]
@@ -80,14 +73,6 @@ impl ShardConfig {
         self
     }
 
-    /// How long a graceful stop waits for shard work before releasing anyway (default: one
-    /// interval; at most two).
-    #[must_use]
-    pub fn stop_grace(mut self, grace: Duration) -> Self {
-        self.common.stop_grace = Some(grace);
-        self
-    }
-
     /// After how long a handed-over shard whose work still runs is reported at WARN (default:
     /// one interval). The lock is kept until the work returns.
     #[must_use]
@@ -96,55 +81,39 @@ impl ShardConfig {
         self
     }
 
-    /// The name this replica shows as (`application_name` of its lock session, and the status
-    /// views); default `<service>@<host>` (the executable's file stem and the hostname), as for
-    /// [`Config::identity`](crate::Config::identity). The run's log span adds the process id.
-    #[must_use]
-    pub fn identity(mut self, identity: impl Into<String>) -> Self {
-        self.common.identity = Some(identity.into());
-        self
-    }
-
-    /// Give every shard term a fencing epoch ([`Term::epoch`](crate::Term::epoch)): right after
-    /// a take, the granted shards' rows of `plexsphere_leader_fence` are advanced in one
-    /// statement, before their terms begin. A fenced write checks
-    /// `fencing::check(&tx, LockKey::new(class, shard), epoch)`. Create the table first
-    /// ([`fencing::setup`](crate::fencing::setup)).
-    #[must_use]
-    pub fn fencing(mut self, enabled: bool) -> Self {
-        self.common.fencing = enabled;
-        self
-    }
-
-    /// A hard deadline for shard work after its term ended (any cause: lost, handed over,
-    /// stopped, resigned), as [`Config::work_deadline`](crate::Config::work_deadline): work
-    /// still holding a [`Term`](crate::Term) of that shard term `deadline` after the end is
-    /// logged at WARN (`leader: background work still running after the work deadline: <names>`)
-    /// and with [`OnOverdue::Abort`] aborted; when [`run`](super::ShardedElector::run) finishes
-    /// first, as it finishes. At most seven days; longer is shortened to it. Off by default.
-    #[must_use]
-    pub fn work_deadline(mut self, deadline: Duration, on_overdue: OnOverdue) -> Self {
-        self.common.work_deadline = Some((deadline, on_overdue));
-        self
-    }
-
-    /// Registers the sharded metrics (`plexsphere_shards_*`) on `registry`.
-    #[cfg(feature = "prometheus")]
-    #[must_use]
-    pub fn registry(mut self, registry: &prometheus::Registry) -> Self {
-        self.common.registry = Some(registry.clone());
-        self
-    }
-
-    /// Also records the sharded metrics (same names and labels) through the `metrics` crate's
-    /// facade, on the recorder installed when the elector is built (feature `metrics`), as
-    /// [`Config::metrics_facade`](crate::Config::metrics_facade). Install the recorder before
-    /// [`ShardedElector::new`](super::ShardedElector::new).
-    #[cfg(feature = "metrics")]
-    #[must_use]
-    pub fn metrics_facade(mut self, on: bool) -> Self {
-        self.common.metrics_facade = on;
-        self
+    crate::config::common_setters! {
+        /// The check interval (default 5 s): every replica surveys the space this often.
+        check_interval(interval: Duration) => interval = interval;
+        /// How long a graceful stop waits for shard work before releasing anyway (default: one
+        /// interval; at most two).
+        stop_grace(grace: Duration) => stop_grace = Some(grace);
+        /// The name this replica shows as (`application_name` of its lock session, and the status
+        /// views); default `<service>@<host>` (the executable's file stem and the hostname), as for
+        /// [`Config::identity`](crate::Config::identity). The run's log span adds the process id.
+        identity(identity: impl Into<String>) => identity = Some(identity.into());
+        /// Give every shard term a fencing epoch ([`Term::epoch`](crate::Term::epoch)): right after
+        /// a take, the granted shards' rows of `plexsphere_leader_fence` are advanced in one
+        /// statement, before their terms begin. A fenced write checks `fencing::check(&tx,
+        /// LockKey::new(class, shard), epoch)`. Create the table first
+        /// ([`fencing::setup`](crate::fencing::setup)).
+        fencing(enabled: bool) => fencing = enabled;
+        /// A hard deadline for shard work after its term ended (any cause: lost, handed over,
+        /// stopped, resigned), as [`Config::work_deadline`](crate::Config::work_deadline): work
+        /// still holding a [`Term`](crate::Term) of that shard term `deadline` after the end is
+        /// logged at WARN (`leader: background work still running after the work deadline:
+        /// <names>`) and with [`OnOverdue::Abort`] aborted; when
+        /// [`run`](super::ShardedElector::run) finishes first, as it finishes. At most seven days;
+        /// longer is shortened to it. Off by default.
+        work_deadline(deadline: Duration, on_overdue: OnOverdue) => work_deadline = Some((deadline, on_overdue));
+        /// Registers the sharded metrics (`plexsphere_shards_*`) on `registry`.
+        #[cfg(feature = "prometheus")]
+        registry(registry: &prometheus::Registry) => registry = Some(registry.clone());
+        /// Also records the sharded metrics (same names and labels) through the `metrics` crate's
+        /// facade, on the recorder installed when the elector is built (feature `metrics`), as
+        /// [`Config::metrics_facade`](crate::Config::metrics_facade). Install the recorder before
+        /// [`ShardedElector::new`](super::ShardedElector::new).
+        #[cfg(feature = "metrics")]
+        metrics_facade(on: bool) => metrics_facade = on;
     }
 
     pub(crate) fn options(&self) -> Result<ShardOptions, ConfigError> {
