@@ -1,5 +1,5 @@
 //! A checker of the sharded election's safety properties over a trace, beside the election's
-//! [`Checker`](super::Checker): the shard property world and the `shards` fuzz target share
+//! [`Checker`]: the shard property world and the `shards` fuzz target share
 //! it. The rules every machine is held to (steps, starts, ignored inputs, nothing after
 //! `Finish`, the next deadline) are the election checker's own, written once for both.
 //!
