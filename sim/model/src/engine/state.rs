@@ -1,49 +1,43 @@
-//! The state of the single-lock models (advisory lock, lease): three real elections and their
-//! environment.
+//! A model's state: the real core machines of the replicas, what their drivers know, the
+//! server, the operations in flight, and what the properties remember along the path.
 
 use std::hash::{Hash, Hasher};
 
-use plexsphere_leader_core::{Action, ConnId, Election, Event};
+use plexsphere_leader_core::ConnId;
 
-use crate::clock::{Micros, Ppm};
+use super::Parts;
+use crate::clock::Micros;
 use crate::flight::Flight;
 use crate::server::{Server, Sess};
 
 /// The driver's error type the model feeds the core.
 pub type Cause = &'static str;
 
-/// An operation of a single-lock election in flight.
-pub type SingleFlight = Flight<Action<Cause>, Event<Cause>>;
-
-/// One replica: its real election and what its driver knows.
+/// One replica: its real machine and what its driver knows.
 #[derive(Debug, Clone)]
-pub struct Replica {
+pub struct Replica<M: Parts> {
     /// A name that follows the replica through the symmetry reduction's reorderings (for traces
     /// only: not part of the state's identity).
     pub name: u8,
     /// The core machine.
-    pub machine: Election<Cause>,
+    pub machine: M::Machine,
     /// Its clock.
     pub local: Micros,
     /// Its clock's rate.
-    pub rate: Ppm,
+    pub rate: M::Rate,
     /// Paused: it takes no input.
     pub paused: bool,
     /// Cut off from the server: what it sends is lost, and nothing reaches it.
     pub partitioned: bool,
     /// Its process incarnation: a crash starts the next.
     pub run: u32,
-    /// The hijacked lock session.
+    /// The session its locks are taken on.
     pub lock_conn: Option<ConnId>,
-    /// The open term's epoch.
-    pub epoch: Option<u64>,
-    /// The lock session the server took the lock from (the session ended under it).
-    pub lost: Option<ConnId>,
-    /// How long, unpaused, it has led on a lost lock.
-    pub stale: Micros,
+    /// What the driver knows of its open terms.
+    pub terms: M::Terms,
 }
 
-impl Replica {
+impl<M: Parts> Replica<M> {
     /// The session `conn` of its current run.
     pub fn sess(&self, index: usize, conn: ConnId) -> Sess {
         Sess {
@@ -53,21 +47,24 @@ impl Replica {
         }
     }
 
+    /// Its lock session, as the server knows it.
+    pub fn lock_sess(&self, index: usize) -> Option<Sess> {
+        self.lock_conn.map(|conn| self.sess(index, conn))
+    }
+
     /// The identity fields (all but the name).
     #[allow(clippy::type_complexity)] // reason: a tuple of borrowed fields, used only here
     fn key(
         &self,
     ) -> (
-        &Election<Cause>,
+        &M::Machine,
         Micros,
-        Ppm,
+        M::Rate,
         bool,
         bool,
         u32,
         Option<ConnId>,
-        Option<u64>,
-        Option<ConnId>,
-        Micros,
+        &M::Terms,
     ) {
         (
             &self.machine,
@@ -77,22 +74,20 @@ impl Replica {
             self.partitioned,
             self.run,
             self.lock_conn,
-            self.epoch,
-            self.lost,
-            self.stale,
+            &self.terms,
         )
     }
 }
 
-impl PartialEq for Replica {
+impl<M: Parts> PartialEq for Replica<M> {
     fn eq(&self, other: &Self) -> bool {
         self.key() == other.key()
     }
 }
 
-impl Eq for Replica {}
+impl<M: Parts> Eq for Replica<M> {}
 
-impl Hash for Replica {
+impl<M: Parts> Hash for Replica<M> {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.key().hash(state);
     }
@@ -105,7 +100,7 @@ pub enum Broken {
     EpochNotIncreasing,
     /// A fenced write with an epoch older than the newest grant was accepted.
     StaleWriteAccepted,
-    /// The lock or lease was released while its holder still led.
+    /// A lock, a lease or a shard was released while its holder's term was open.
     ReleasedWhileLeading,
 }
 
@@ -113,25 +108,29 @@ pub enum Broken {
 pub mod seen {
     /// A term began.
     pub const ELECTED: u8 = 1;
-    /// A term began on a lock granted from the queue on its release.
-    pub const QUEUED_HANDOVER: u8 = 2;
-    /// A term began on a lease claimed after another holder's expired.
-    pub const EXPIRY_TAKEOVER: u8 = 4;
     /// A term began on another replica after a resign.
-    pub const RESIGN_HANDOVER: u8 = 8;
+    pub const RESIGN_HANDOVER: u8 = 2;
+    /// A term began on a lock granted from the queue on its release.
+    pub const QUEUED_HANDOVER: u8 = 4;
+    /// A term began on a lease claimed after another holder's expired.
+    pub const EXPIRY_TAKEOVER: u8 = 8;
+    /// A shard handed over began a term on another replica.
+    pub const HANDOVER: u8 = 16;
+    /// Every shard was owned at once.
+    pub const ALL_OWNED: u8 = 32;
 }
 
 /// The model's state.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct State {
+pub struct State<M: Parts> {
     /// The server's clock.
     pub now: Micros,
     /// The replicas.
-    pub replicas: Vec<Replica>,
+    pub replicas: Vec<Replica<M>>,
     /// The server.
-    pub server: Server,
+    pub server: Server<M::Locks>,
     /// Operations in flight, ordered by owner.
-    pub flights: Vec<SingleFlight>,
+    pub flights: Vec<Flight<M::Action, M::Event>>,
     /// Faults the path may still inject.
     pub faults_left: u8,
     /// When the last fault or operator action happened.
@@ -140,10 +139,6 @@ pub struct State {
     pub seen: u8,
     /// A property broken inside a step.
     pub broken: Option<Broken>,
-    /// The highest epoch a term began with.
-    pub max_epoch: u64,
-    /// The highest epoch the server ever handed out (a rollback does not lower it).
-    pub granted: u64,
-    /// The replica whose term last ended by a resign, until another begins a term.
-    pub resigned: Option<u8>,
+    /// What the mode's properties remember along the path.
+    pub history: M::History,
 }
