@@ -4,18 +4,13 @@
 use std::time::Duration;
 
 use plexsphere_leader_core::AcquireMode;
-use plexsphere_leader_model::check::{self, Checked, Outcome, Settings};
-use plexsphere_leader_model::engine::ElectionModel;
+use plexsphere_leader_model::check::{self, Outcome, Settings};
+use plexsphere_leader_model::engine::{ElectionModel, Mode};
 use plexsphere_leader_model::single::Mechanism;
 
 const DEPTH: usize = 8;
 
-fn check<M>(name: &'static str, model: M) -> Outcome
-where
-    M: Checked,
-    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync,
-    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync,
-{
+fn check<M: Mode>(name: &'static str, model: ElectionModel<M>) -> Outcome {
     let settings = Settings {
         timeout: Duration::from_secs(300),
         ..Settings::new(DEPTH)

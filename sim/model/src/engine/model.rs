@@ -11,7 +11,6 @@ use stateright::{Model, Path, Property};
 use super::state::{Replica, State};
 use super::world::World;
 use super::{Mode, canon, props, steps};
-use crate::check::Checked;
 use crate::clock::{EXACT, Micros, Ppm, Rate, us};
 use crate::sabotage::Sabotage;
 use crate::server::Server;
@@ -197,12 +196,10 @@ impl<M: Mode> Model for ElectionModel<M> {
     }
 }
 
-impl<M: Mode> Checked for ElectionModel<M> {
-    fn explored(&self) -> &Arc<AtomicUsize> {
-        &self.explored
-    }
-
-    fn explain(&self, path: &Path<State<M>, Step>) -> Vec<String> {
+impl<M: Mode> ElectionModel<M> {
+    /// The lines of `path` replayed with every input given to a core machine, and its last
+    /// state in one line.
+    pub fn explain(&self, path: &Path<State<M>, Step>) -> Vec<String> {
         let recorder = self.record(path);
         let state = path.last_state();
         let mut lines: Vec<String> = recorder.lines().iter().map(ToString::to_string).collect();

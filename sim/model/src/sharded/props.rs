@@ -12,11 +12,11 @@ use crate::engine::{Bounds, ElectionModel, State, seen};
 type ShardedModel = ElectionModel<Sharded>;
 
 impl Bounds for Sharded {
-    const OVERLAP: &'static str = "no shard overlap beyond the bound";
-    const RECOVERY: &'static str = "every shard owned within the bound after faults stop";
     /// The orphan bound (five intervals), the rebalance delay and a survey's round (one
     /// each), and one for the schedule's grid.
     const RECOVERY_INTERVALS: u64 = 8;
+    const RECOVERY: &'static str = "every shard owned within the bound after faults stop";
+    const OVERLAP: &'static str = "no shard overlap beyond the bound";
 
     /// Every unpaused owner has believed each shard its lock session does not hold `delta`
     /// longer.
