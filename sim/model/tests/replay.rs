@@ -28,7 +28,7 @@ fn a_counterexample_replays_on_the_core_as_the_same_leaders() {
         .replicas
         .iter()
         .filter(|r| r.machine.is_leader())
-        .map(|r| (r.name, r.run))
+        .map(|r| (r.name.0, r.run))
         .collect();
     // The standby that skipped the queue leads on a lock another session holds.
     assert!(!leaders.is_empty(), "a replica leads at the end");

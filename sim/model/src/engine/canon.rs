@@ -155,7 +155,7 @@ mod tests {
     fn the_representative_keeps_each_replica_with_its_sessions() {
         let state = distinct_state(Mechanism::Advisory);
         let canonical = representative(&state);
-        let mut names: Vec<u8> = canonical.replicas.iter().map(|r| r.name).collect();
+        let mut names: Vec<u8> = canonical.replicas.iter().map(|r| r.name.0).collect();
         names.sort_unstable();
         assert_eq!(names, vec![0, 1, 2]);
         for session in &canonical.server.sessions {
@@ -165,10 +165,10 @@ mod tests {
                 .sessions
                 .iter()
                 .find(|s| s.pid == session.pid)
-                .map(|s| state.replicas[usize::from(s.owner.replica)].name);
+                .map(|s| state.replicas[usize::from(s.owner.replica)].name.0);
             assert_eq!(
                 before,
-                Some(owner.name),
+                Some(owner.name.0),
                 "session {} follows its replica",
                 session.pid
             );

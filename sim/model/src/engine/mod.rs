@@ -34,7 +34,7 @@ pub mod world;
 
 pub use self::canon::Renamed;
 pub use self::model::{ElectionModel, INTERVAL, PauseClock};
-pub use self::state::{Broken, Cause, Replica, State, seen};
+pub use self::state::{Broken, Cause, Name, Replica, State, seen};
 pub use self::world::World;
 
 /// A mode's parts: its machine, what its driver knows, the server's lock table, its history.

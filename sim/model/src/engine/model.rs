@@ -8,7 +8,7 @@ use std::time::Duration;
 use plexsphere_leader_core::IDLE_SESSION_TIMEOUT_INTERVALS;
 use stateright::{Model, Path, Property};
 
-use super::state::{Replica, State};
+use super::state::{Name, Replica, State};
 use super::world::World;
 use super::{Mode, canon, props, steps};
 use crate::clock::{EXACT, Micros, Ppm, Rate, us};
@@ -128,7 +128,7 @@ impl<M: Mode> ElectionModel<M> {
     fn initial(&self, trace: Option<&mut Recorder<M::Event>>) -> State<M> {
         let replicas = (0..self.replicas)
             .map(|r| Replica {
-                name: u8::try_from(r).unwrap_or(u8::MAX),
+                name: Name(u8::try_from(r).unwrap_or(u8::MAX)),
                 machine: self.mode.machine(),
                 local: 0,
                 rate: M::Rate::held(

@@ -1,6 +1,7 @@
 //! A model's state: the real core machines of the replicas, what their drivers know, the
 //! server, the operations in flight, and what the properties remember along the path.
 
+use std::fmt;
 use std::hash::{Hash, Hasher};
 
 use plexsphere_leader_core::ConnId;
@@ -13,12 +14,35 @@ use crate::server::{Server, Sess};
 /// The driver's error type the model feeds the core.
 pub type Cause = &'static str;
 
+/// A replica's name: it follows the replica through the symmetry reduction's reorderings, for
+/// the traces only. It is no part of the state's identity: every name equals every other, and
+/// hashes to nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Name(pub u8);
+
+impl PartialEq for Name {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Name {}
+
+impl Hash for Name {
+    fn hash<H: Hasher>(&self, _: &mut H) {}
+}
+
+impl fmt::Display for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// One replica: its real machine and what its driver knows.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Replica<M: Parts> {
-    /// A name that follows the replica through the symmetry reduction's reorderings (for traces
-    /// only: not part of the state's identity).
-    pub name: u8,
+    /// Its name in the traces.
+    pub name: Name,
     /// The core machine.
     pub machine: M::Machine,
     /// Its clock.
@@ -50,46 +74,6 @@ impl<M: Parts> Replica<M> {
     /// Its lock session, as the server knows it.
     pub fn lock_sess(&self, index: usize) -> Option<Sess> {
         self.lock_conn.map(|conn| self.sess(index, conn))
-    }
-
-    /// The identity fields (all but the name).
-    #[allow(clippy::type_complexity)] // reason: a tuple of borrowed fields, used only here
-    fn key(
-        &self,
-    ) -> (
-        &M::Machine,
-        Micros,
-        M::Rate,
-        bool,
-        bool,
-        u32,
-        Option<ConnId>,
-        &M::Terms,
-    ) {
-        (
-            &self.machine,
-            self.local,
-            self.rate,
-            self.paused,
-            self.partitioned,
-            self.run,
-            self.lock_conn,
-            &self.terms,
-        )
-    }
-}
-
-impl<M: Parts> PartialEq for Replica<M> {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-
-impl<M: Parts> Eq for Replica<M> {}
-
-impl<M: Parts> Hash for Replica<M> {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.key().hash(state);
     }
 }
 

@@ -136,7 +136,7 @@ impl<M: Mode> World<'_, M> {
             self.s
                 .replicas
                 .get(usize::from(r))
-                .map_or(u8::MAX, |replica| replica.name)
+                .map_or(u8::MAX, |replica| replica.name.0)
         };
         let flight = |i: u8| {
             self.s
@@ -158,7 +158,7 @@ impl<M: Mode> World<'_, M> {
     /// Feeds `input` to replica `r` at its clock's now, then performs what it queued.
     pub fn feed(&mut self, r: usize, input: Input<M::Event>) {
         let replica = &self.s.replicas[r];
-        let (name, run, at) = (replica.name, replica.run, replica.local);
+        let (name, run, at) = (replica.name.0, replica.run, replica.local);
         if let Some(trace) = self.trace.as_deref_mut() {
             trace.push(Line::Input {
                 replica: name,

@@ -167,7 +167,7 @@ pub(super) fn summary(state: &State<Single>) -> String {
         state
             .replicas
             .get(usize::from(index))
-            .map_or(u8::MAX, |r| r.name)
+            .map_or(u8::MAX, |r| r.name.0)
     };
     let locks = &state.server.locks;
     let holder = locks.holder.map_or_else(
