@@ -8,11 +8,12 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use plexsphere_leader_model::single::{Mechanism, SingleModel};
+use plexsphere_leader_model::engine::ElectionModel;
+use plexsphere_leader_model::single::Mechanism;
 use stateright::Model;
 
 fn main() {
-    let model = SingleModel::new(Mechanism::Advisory).with_faults(0);
+    let model = ElectionModel::single(Mechanism::Advisory).with_faults(0);
     let mut state = model.init_states().remove(0);
     let mut path = Vec::new();
     for _ in 0..400 {

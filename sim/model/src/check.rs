@@ -1,25 +1,13 @@
 //! Running a model breadth-first to a depth, and the report: one summary line per model, and
 //! each discovery as the trace that a core unit test replays.
 
-use std::fmt::Debug;
-use std::hash::Hash;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use stateright::{Checker, Expectation, HasDiscoveries, Model, Path};
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
-/// A model the command line checks: its state counter and how it explains a path.
-pub trait Checked: Model + Clone + Send + Sync + 'static
-where
-    Self::State: Clone + Debug + Hash + Eq + Send + Sync,
-    Self::Action: Clone + Debug + PartialEq + Send + Sync,
-{
-    /// Counts the states whose properties were evaluated (incremented by the first property).
-    fn explored(&self) -> &Arc<AtomicUsize>;
-    /// The lines of `path` replayed with every input given to a core machine.
-    fn explain(&self, path: &Path<Self::State, Self::Action>) -> Vec<String>;
-}
+use crate::engine::{ElectionModel, Mode};
 
 /// The figures of one check.
 #[derive(Debug, Clone)]
@@ -124,13 +112,8 @@ impl Settings {
 
 /// Checks `model` breadth-first as `settings` say; explains the counterexamples (and, when
 /// asked, the examples too).
-pub fn run<M>(name: &'static str, model: M, settings: Settings) -> Outcome
-where
-    M: Checked,
-    M::State: Clone + Debug + Hash + Eq + Send + Sync,
-    M::Action: Clone + Debug + PartialEq + Send + Sync,
-{
-    let explored = Arc::clone(model.explored());
+pub fn run<M: Mode>(name: &'static str, model: ElectionModel<M>, settings: Settings) -> Outcome {
+    let explored = Arc::clone(&model.explored);
     explored.store(0, Ordering::Relaxed);
     let properties = model.properties();
     let started = Instant::now();

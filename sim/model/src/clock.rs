@@ -2,6 +2,8 @@
 //! microseconds since one fixed base [`Instant`], so that equal model states hold equal (and
 //! equally hashed) instants inside the core machines.
 
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -13,6 +15,33 @@ pub type Ppm = u64;
 
 /// The rate of a clock that keeps the server's time.
 pub const EXACT: Ppm = 1_000_000;
+
+/// A replica's clock rate as its state holds it: a [`Ppm`] where the clocks drift, nothing
+/// (`()`) where every clock keeps the server's time (the state then has no rate to compare).
+pub trait Rate: Copy + Debug + Eq + Hash + Send + Sync {
+    /// The rate `ppm`, as held.
+    fn held(ppm: Ppm) -> Self;
+    /// The rate, in parts per million.
+    fn ppm(self) -> Ppm;
+}
+
+impl Rate for Ppm {
+    fn held(ppm: Ppm) -> Self {
+        ppm
+    }
+
+    fn ppm(self) -> Ppm {
+        self
+    }
+}
+
+impl Rate for () {
+    fn held(_: Ppm) -> Self {}
+
+    fn ppm(self) -> Ppm {
+        EXACT
+    }
+}
 
 /// The one base instant of the process: every state maps its clocks onto it.
 fn base() -> Instant {

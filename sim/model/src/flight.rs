@@ -24,9 +24,15 @@ pub struct Flight<A, E> {
     pub abandoned: bool,
 }
 
-/// Inserts `flight` into `flights`, kept ordered by owner (a canonical order: equal sets of
-/// flights make equal states); among one owner's, in the order they were sent.
-pub fn insert<A, E>(flights: &mut Vec<Flight<A, E>>, flight: Flight<A, E>) {
-    let at = flights.partition_point(|f| f.owner <= flight.owner);
+/// Puts an operation of `owner` at `stage` on the wire: into `flights`, kept ordered by owner
+/// (a canonical order: equal sets of flights make equal states); among one owner's, in the
+/// order they were sent.
+pub fn insert<A, E>(flights: &mut Vec<Flight<A, E>>, owner: Sess, stage: Stage<A, E>) {
+    let at = flights.partition_point(|f| f.owner <= owner);
+    let flight = Flight {
+        owner,
+        stage,
+        abandoned: false,
+    };
     flights.insert(at, flight);
 }

@@ -7,8 +7,9 @@
 //! epoch, operations in flight, the replicas' clocks, and faults as steps. The election's rules
 //! are never written twice.
 //!
-//! - [`single`]: the advisory lock and the lease (one lock).
-//! - [`sharded`]: the sharded election over a space of four shards.
+//! - [`engine`]: the model engine, written once for every mode.
+//! - [`single`]: the single-lock mode, the advisory lock and the lease.
+//! - [`sharded`]: the sharded mode, over a space of four shards.
 //! - [`check`]: running a check breadth-first and reporting it.
 //! - [`sabotage`]: planted bugs, to prove the properties can fail.
 //! - [`trace`]: a counterexample as the inputs a core unit test replays.
@@ -17,6 +18,7 @@
 
 pub mod check;
 pub mod clock;
+pub mod engine;
 pub mod flight;
 pub mod sabotage;
 pub mod server;

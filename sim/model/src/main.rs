@@ -7,9 +7,9 @@ use std::time::Duration;
 use clap::Parser;
 use plexsphere_leader_core::AcquireMode;
 use plexsphere_leader_model::check::{self, Outcome, Settings};
+use plexsphere_leader_model::engine::{ElectionModel, Mode};
 use plexsphere_leader_model::sabotage::Sabotage;
-use plexsphere_leader_model::sharded::ShardedModel;
-use plexsphere_leader_model::single::{Mechanism, SingleModel};
+use plexsphere_leader_model::single::Mechanism;
 
 /// Exhaustive, bounded model check of the core's election machines.
 #[derive(Debug, Parser)]
@@ -40,40 +40,7 @@ struct Args {
     /// Plant a bug, to see a counterexample (exits non-zero): `stale-survey` in the sharded
     /// model, the others in the advisory and lease models.
     #[arg(long, value_enum)]
-    sabotage: Option<Planted>,
-}
-
-/// A planted bug on the command line ([`Sabotage`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum Planted {
-    /// [`Sabotage::UnboundedTrust`].
-    UnboundedTrust,
-    /// [`Sabotage::RenewIgnoresTerm`].
-    RenewIgnoresTerm,
-    /// [`Sabotage::RenewTakesBack`].
-    RenewTakesBack,
-    /// [`Sabotage::NonDurableLeaseWrite`].
-    NonDurableLeaseWrite,
-    /// [`Sabotage::SkipQueue`].
-    SkipQueue,
-    /// [`Sabotage::SkipIdleSessionTimeout`].
-    SkipIdleSessionTimeout,
-    /// [`Sabotage::StaleSurvey`] (the sharded model).
-    StaleSurvey,
-}
-
-impl From<Planted> for Sabotage {
-    fn from(planted: Planted) -> Self {
-        match planted {
-            Planted::UnboundedTrust => Self::UnboundedTrust,
-            Planted::RenewIgnoresTerm => Self::RenewIgnoresTerm,
-            Planted::RenewTakesBack => Self::RenewTakesBack,
-            Planted::NonDurableLeaseWrite => Self::NonDurableLeaseWrite,
-            Planted::SkipQueue => Self::SkipQueue,
-            Planted::SkipIdleSessionTimeout => Self::SkipIdleSessionTimeout,
-            Planted::StaleSurvey => Self::StaleSurvey,
-        }
-    }
+    sabotage: Option<Sabotage>,
 }
 
 /// The advisory model's acquire mode on the command line.
@@ -93,45 +60,21 @@ const SHARDED: (usize, u8) = (50, 1);
 fn main() -> ExitCode {
     let args = Args::parse();
     let wanted = |name: &str| args.models.is_empty() || args.models.iter().any(|m| m == name);
-    let timeout = Duration::from_secs(args.timeout);
     let mut outcomes = Vec::new();
     for (name, mechanism, size) in [
         ("advisory", Mechanism::Advisory, ADVISORY),
         ("lease", Mechanism::Lease, LEASE),
     ] {
-        if !wanted(name) {
-            continue;
-        }
-        let mut model = SingleModel::new(mechanism)
-            .with_faults(args.faults.unwrap_or(size.1))
-            .with_sabotage(args.sabotage.map_or(Sabotage::None, Sabotage::from));
+        let mut model = ElectionModel::single(mechanism);
         if mechanism == Mechanism::Advisory && args.acquire == Acquire::Poll {
             model = model.with_acquire(AcquireMode::Poll);
         }
-        let depth = args.depth.unwrap_or(size.0);
-        let settings = Settings {
-            threads: args.threads,
-            timeout,
-            examples: args.examples,
-            ..Settings::new(depth)
-        };
-        let outcome = check::run(name, model, settings);
-        report(&outcome);
-        outcomes.push(outcome);
+        if wanted(name) {
+            outcomes.push(check(name, model, size, &args));
+        }
     }
     if wanted("sharded") {
-        let model = ShardedModel::new()
-            .with_faults(args.faults.unwrap_or(SHARDED.1))
-            .with_sabotage(args.sabotage.map_or(Sabotage::None, Sabotage::from));
-        let settings = Settings {
-            threads: args.threads,
-            timeout,
-            examples: args.examples,
-            ..Settings::new(args.depth.unwrap_or(SHARDED.0))
-        };
-        let outcome = check::run("sharded", model, settings);
-        report(&outcome);
-        outcomes.push(outcome);
+        outcomes.push(check("sharded", ElectionModel::sharded(), SHARDED, &args));
     }
     for outcome in &outcomes {
         println!("{}", outcome.figures.line());
@@ -141,6 +84,27 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Checks `model` at its CI `size` (or the command line's), and reports the details.
+fn check<M: Mode>(
+    name: &'static str,
+    model: ElectionModel<M>,
+    size: (usize, u8),
+    args: &Args,
+) -> Outcome {
+    let model = model
+        .with_faults(args.faults.unwrap_or(size.1))
+        .with_sabotage(args.sabotage.unwrap_or_default());
+    let settings = Settings {
+        threads: args.threads,
+        timeout: Duration::from_secs(args.timeout),
+        examples: args.examples,
+        ..Settings::new(args.depth.unwrap_or(size.0))
+    };
+    let outcome = check::run(name, model, settings);
+    report(&outcome);
+    outcome
 }
 
 /// The details of one check, before the summary lines.

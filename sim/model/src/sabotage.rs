@@ -2,11 +2,13 @@
 //! what the environment does or what the driver feeds the core and reads back; the core's
 //! production code has no switch for any of them.
 
-/// A deliberately broken behaviour of the environment or of the driver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// A deliberately broken behaviour of the environment or of the driver; the command line's
+/// `--sabotage` names one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, clap::ValueEnum)]
 pub enum Sabotage {
     /// Nothing broken: the model as CI checks it.
     #[default]
+    #[value(skip)]
     None,
     /// The driver never fires a lease leader's [`LeaseExpiry`](plexsphere_leader_core::Timer)
     /// deadline: its trust in the lease has no end.
@@ -32,17 +34,4 @@ pub enum Sabotage {
     /// `keep-shards-on-failed-survey`): a replica whose session ended keeps believing it owns
     /// its shards.
     StaleSurvey,
-}
-
-impl Sabotage {
-    /// Every sabotage, for the CLI and the tests.
-    pub const ALL: [Self; 7] = [
-        Self::UnboundedTrust,
-        Self::RenewIgnoresTerm,
-        Self::RenewTakesBack,
-        Self::NonDurableLeaseWrite,
-        Self::SkipQueue,
-        Self::SkipIdleSessionTimeout,
-        Self::StaleSurvey,
-    ];
 }

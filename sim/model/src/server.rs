@@ -1,9 +1,13 @@
-//! The server: sessions, the advisory lock with its FIFO queue of waiters, the fence table's
-//! epoch and the lease row, each row with what is committed and what is durable.
+//! The server's sessions, shared by every mode, around the mode's own lock table
+//! ([`Locks`]): the advisory lock with its queue, the fence and the lease row, or the shards.
+
+use std::fmt::Debug;
+use std::hash::Hash;
 
 use plexsphere_leader_core::ConnId;
 
 use crate::clock::Micros;
+use crate::engine::Renamed;
 
 /// A session of one run of one replica: the run keeps the sessions of a crashed process apart
 /// from its successor's, whose connection ids start again at one.
@@ -17,92 +21,66 @@ pub struct Sess {
     pub conn: ConnId,
 }
 
-/// One open server session.
+/// One open server session; `K` is what the lock table marks on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Session {
+pub struct Session<K> {
     /// Whose session it is.
     pub owner: Sess,
     /// Its backend's pid (given at open: a renaming of the replicas leaves it alone).
     pub pid: i32,
-    /// Whether the grant set `idle_session_timeout` on it.
+    /// Whether the grant (or the registration) set `idle_session_timeout` on it.
     pub idle_limit: bool,
     /// When it last ran a statement.
     pub last_active: Micros,
+    /// What the lock table marks on it (the sharded space's member lock).
+    pub member: K,
 }
 
-/// A session waiting in the lock's queue (`pg_advisory_lock` under `lock_timeout`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Waiter {
-    /// The waiting session.
-    pub owner: Sess,
-    /// When its `lock_timeout` ends the wait.
-    pub timeout_at: Micros,
-}
+/// A mode's lock table on the server.
+pub trait Locks: Renamed + Clone + Debug + Eq + Hash + Send + Sync {
+    /// What the table marks on a session (nothing, or its membership).
+    type Membership: Copy + Debug + Default + Eq + Hash + Send + Sync;
 
-/// A value with what the server answered (committed) and what survives a crash (durable).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Durable<T> {
-    /// What the server reads and answered.
-    pub committed: T,
-    /// What a restart comes back with.
-    pub durable: T,
-}
-
-impl<T: Copy> Durable<T> {
-    /// Writes `value`, flushed at once when `durable`.
-    pub fn write(&mut self, value: T, durable: bool) {
-        self.committed = value;
-        if durable {
-            self.durable = value;
-        }
+    /// Whether `sess` waits in a lock's queue (its idle timeout does not run meanwhile).
+    fn is_waiting(&self, _sess: Sess) -> bool {
+        false
     }
 
-    /// The WAL writer flushed.
-    pub fn flush(&mut self) {
-        self.durable = self.committed;
+    /// When the next queued wait times out, and whose.
+    fn next_wait_timeout(&self) -> Option<(Micros, Sess)> {
+        None
     }
 
-    /// A restart: back to the durable value.
-    pub fn recover(&mut self) {
-        self.committed = self.durable;
-    }
-}
-
-/// The lease row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Row {
-    /// The holder: a replica's index and its run.
-    pub holder: (u8, u32),
-    /// The epoch of the holder's term.
-    pub epoch: u64,
-    /// When the row expires, by the server's clock.
-    pub expires: Micros,
-    /// Whether this claim took the row over from another holder after it expired.
-    pub took_over: bool,
+    /// A restart or failover: what the table loses beyond the sessions' locks.
+    fn restart(&mut self) {}
 }
 
 /// The server's state.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct Server {
-    /// Restarts and failovers so far.
-    pub generation: u32,
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Server<L: Locks> {
     /// Backends started so far: the next one's pid.
     pub backends: i32,
     /// Open sessions, ordered by owner.
-    pub sessions: Vec<Session>,
-    /// The session holding the advisory lock.
-    pub holder: Option<Sess>,
-    /// The lock's queue, first first.
-    pub waiters: Vec<Waiter>,
-    /// The last grant that went to a waiter of the queue.
-    pub queued_grant: Option<Sess>,
-    /// The fence table's epoch (advisory mechanism).
-    pub fence: Durable<u64>,
-    /// The lease row (lease mechanism).
-    pub lease: Durable<Option<Row>>,
+    pub sessions: Vec<Session<L::Membership>>,
+    /// The mode's lock table.
+    pub locks: L,
 }
 
-impl Server {
+impl<L: Locks> Server<L> {
+    /// A server with no session yet.
+    pub fn new(locks: L) -> Self {
+        Self {
+            backends: 0,
+            sessions: Vec::new(),
+            locks,
+        }
+    }
+
+    /// The session of `sess`, if open.
+    pub fn session_mut(&mut self, sess: Sess) -> Option<&mut Session<L::Membership>> {
+        self.sessions.iter_mut().find(|s| s.owner == sess)
+    }
+
     /// The backend pid of `sess` (0 when it is not open).
     pub fn backend_pid(&self, sess: Sess) -> i32 {
         self.sessions
@@ -124,6 +102,7 @@ impl Server {
             owner: sess,
             idle_limit: false,
             last_active: now,
+            member: L::Membership::default(),
         };
         let at = self.sessions.partition_point(|s| s.owner < sess);
         self.sessions.insert(at, session);
@@ -131,35 +110,25 @@ impl Server {
 
     /// `sess` ran a statement at `now`.
     pub fn touch(&mut self, sess: Sess, now: Micros) {
-        if let Some(session) = self.sessions.iter_mut().find(|s| s.owner == sess) {
+        if let Some(session) = self.session_mut(sess) {
             session.last_active = now;
         }
     }
 
     /// The grant set `idle_session_timeout` on `sess`.
     pub fn limit_idle(&mut self, sess: Sess) {
-        if let Some(session) = self.sessions.iter_mut().find(|s| s.owner == sess) {
+        if let Some(session) = self.session_mut(sess) {
             session.idle_limit = true;
         }
-    }
-
-    /// Whether `sess` waits in the lock's queue.
-    pub fn is_waiting(&self, sess: Sess) -> bool {
-        self.waiters.iter().any(|w| w.owner == sess)
     }
 
     /// When the server next ends an idle session, and which.
     pub fn next_idle_end(&self, idle_timeout: Micros) -> Option<(Micros, Sess)> {
         self.sessions
             .iter()
-            .filter(|s| s.idle_limit && !self.is_waiting(s.owner))
+            .filter(|s| s.idle_limit && !self.locks.is_waiting(s.owner))
             .map(|s| (s.last_active + idle_timeout, s.owner))
             .min()
-    }
-
-    /// When the next queued wait times out, and whose.
-    pub fn next_wait_timeout(&self) -> Option<(Micros, Sess)> {
-        self.waiters.iter().map(|w| (w.timeout_at, w.owner)).min()
     }
 }
 
@@ -167,23 +136,21 @@ impl Server {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_write_not_flushed_is_lost_by_a_restart_and_a_durable_one_is_kept() {
-        let mut value = Durable::<u64>::default();
-        value.write(1, true);
-        value.write(2, false);
-        assert_eq!(value.committed, 2);
-        value.recover();
-        assert_eq!(value.committed, 1);
-        value.write(3, false);
-        value.flush();
-        value.recover();
-        assert_eq!(value.committed, 3);
+    #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+    struct NoLocks;
+
+    impl Renamed for NoLocks {
+        fn fingerprint(&self, _: &dyn Fn(u8) -> bool, _: &mut std::hash::DefaultHasher) {}
+        fn rename(&mut self, _: &dyn Fn(u8) -> u8) {}
+    }
+
+    impl Locks for NoLocks {
+        type Membership = ();
     }
 
     #[test]
     fn sessions_stay_ordered_by_owner_with_a_pid_each() {
-        let mut server = Server::default();
+        let mut server = Server::new(NoLocks);
         let sess = |replica, conn| Sess {
             replica,
             run: 0,

@@ -19,6 +19,25 @@ pub enum Input<E> {
     Event(E),
 }
 
+impl<E> Input<E> {
+    /// Gives the input to `machine` at `now`, the deadlines due fired first when `fire`.
+    pub fn give<M: Machine<Event = E>>(self, machine: &mut M, now: Instant, fire: bool) {
+        match self {
+            Self::Start => {
+                let _started = machine.start(now);
+            }
+            Self::Timeout if fire => machine.handle_timeout(now),
+            Self::Timeout => {}
+            Self::Event(event) => {
+                if fire {
+                    machine.handle_timeout(now);
+                }
+                let _handled = machine.handle_event(now, event);
+            }
+        }
+    }
+}
+
 /// One line of a trace: an input at an instant of the replica's own clock, or a step of the
 /// environment (what the model checker chose).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,17 +150,7 @@ where
     inputs
         .iter()
         .map(|(at, input)| {
-            let now: Instant = instant(*at);
-            match input {
-                Input::Start => {
-                    let _started = machine.start(now);
-                }
-                Input::Timeout => machine.handle_timeout(now),
-                Input::Event(event) => {
-                    machine.handle_timeout(now);
-                    let _handled = machine.handle_event(now, event.clone());
-                }
-            }
+            input.clone().give(machine, instant(*at), true);
             std::iter::from_fn(|| machine.poll_action()).collect()
         })
         .collect()

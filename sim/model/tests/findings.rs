@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use plexsphere_leader_model::check::{self, Settings};
-use plexsphere_leader_model::single::{Mechanism, PauseClock, SingleModel};
+use plexsphere_leader_model::engine::{ElectionModel, PauseClock};
+use plexsphere_leader_model::single::Mechanism;
 
 /// A lease leader whose clock stops while it is paused (a suspended host: Linux's
 /// `CLOCK_MONOTONIC`, which `std::time::Instant` reads, does not count a suspension) resumes
@@ -13,7 +14,7 @@ use plexsphere_leader_model::single::{Mechanism, PauseClock, SingleModel};
 /// (SIGSTOP, a GC pause) keeps its clock running and is covered by the CI check.
 #[test]
 fn a_lease_leader_whose_clock_stops_while_paused_outlives_its_row() {
-    let mut model = SingleModel::new(Mechanism::Lease);
+    let mut model = ElectionModel::single(Mechanism::Lease);
     model.pause_clock = PauseClock::Stops;
     let settings = Settings {
         threads: 1,

@@ -4,18 +4,13 @@
 use std::time::Duration;
 
 use plexsphere_leader_core::AcquireMode;
-use plexsphere_leader_model::check::{self, Checked, Outcome, Settings};
-use plexsphere_leader_model::sharded::ShardedModel;
-use plexsphere_leader_model::single::{Mechanism, SingleModel};
+use plexsphere_leader_model::check::{self, Outcome, Settings};
+use plexsphere_leader_model::engine::{ElectionModel, Mode};
+use plexsphere_leader_model::single::Mechanism;
 
 const DEPTH: usize = 8;
 
-fn check<M>(name: &'static str, model: M) -> Outcome
-where
-    M: Checked,
-    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync,
-    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync,
-{
+fn check<M: Mode>(name: &'static str, model: ElectionModel<M>) -> Outcome {
     let settings = Settings {
         timeout: Duration::from_secs(300),
         ..Settings::new(DEPTH)
@@ -42,22 +37,22 @@ where
 
 #[test]
 fn the_advisory_model_keeps_its_properties() {
-    let outcome = check("advisory", SingleModel::new(Mechanism::Advisory));
+    let outcome = check("advisory", ElectionModel::single(Mechanism::Advisory));
     assert!(outcome.figures.undiscovered.iter().all(|p| *p != "elected"));
 }
 
 #[test]
 fn the_advisory_model_in_poll_mode_keeps_its_properties() {
-    let model = SingleModel::new(Mechanism::Advisory).with_acquire(AcquireMode::Poll);
+    let model = ElectionModel::single(Mechanism::Advisory).with_acquire(AcquireMode::Poll);
     check("advisory-poll", model);
 }
 
 #[test]
 fn the_lease_model_keeps_its_properties() {
-    check("lease", SingleModel::new(Mechanism::Lease));
+    check("lease", ElectionModel::single(Mechanism::Lease));
 }
 
 #[test]
 fn the_sharded_model_keeps_its_properties() {
-    check("sharded", ShardedModel::new());
+    check("sharded", ElectionModel::sharded());
 }

@@ -3,14 +3,15 @@
 //! skipped the queue leading on a lock it does not hold).
 
 use plexsphere_leader_core::{Action, Election};
+use plexsphere_leader_model::engine::ElectionModel;
 use plexsphere_leader_model::sabotage::Sabotage;
-use plexsphere_leader_model::single::{Mechanism, SingleModel};
+use plexsphere_leader_model::single::Mechanism;
 use plexsphere_leader_model::trace::replay;
 use stateright::{Checker, HasDiscoveries, Model};
 
 #[test]
 fn a_counterexample_replays_on_the_core_as_the_same_leaders() {
-    let model = SingleModel::new(Mechanism::Advisory).with_sabotage(Sabotage::SkipQueue);
+    let model = ElectionModel::single(Mechanism::Advisory).with_sabotage(Sabotage::SkipQueue);
     let checker = model
         .clone()
         .checker()
@@ -27,13 +28,13 @@ fn a_counterexample_replays_on_the_core_as_the_same_leaders() {
         .replicas
         .iter()
         .filter(|r| r.machine.is_leader())
-        .map(|r| (r.name, r.run))
+        .map(|r| (r.name.0, r.run))
         .collect();
     // The standby that skipped the queue leads on a lock another session holds.
     assert!(!leaders.is_empty(), "a replica leads at the end");
     for (name, run) in leaders {
         let inputs = recorder.inputs_of(name, run);
-        let mut election = Election::with_options(model.options);
+        let mut election = Election::with_options(model.mode.options);
         let actions = replay(&mut election, &inputs);
         assert!(election.is_leader(), "r{name}.{run} leads after its replay");
         let begun = actions

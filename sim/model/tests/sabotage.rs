@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use plexsphere_leader_model::check::{self, Outcome, Settings};
+use plexsphere_leader_model::engine::ElectionModel;
 use plexsphere_leader_model::sabotage::Sabotage;
-use plexsphere_leader_model::sharded::ShardedModel;
-use plexsphere_leader_model::single::{Mechanism, SingleModel};
+use plexsphere_leader_model::single::{Mechanism, Single};
 
 /// The longest counterexample a planted bug may take.
 const MAX_STEPS: usize = 12;
@@ -16,13 +16,13 @@ const OVERLAP: &str = "no overlap beyond the bound";
 
 /// Checks `model` with `sabotage` planted, breadth-first on one thread until the first
 /// counterexample (so the shortest), to `MAX_STEPS`; it must break one of `properties`.
-fn found(model: SingleModel, sabotage: Sabotage, properties: &[&str]) -> Outcome {
+fn found(model: ElectionModel<Single>, sabotage: Sabotage, properties: &[&str]) -> Outcome {
     found_within(model, sabotage, properties, MAX_STEPS)
 }
 
 /// As [`found`], within `max_steps`.
 fn found_within(
-    model: SingleModel,
+    model: ElectionModel<Single>,
     sabotage: Sabotage,
     properties: &[&str],
     max_steps: usize,
@@ -54,13 +54,13 @@ fn found_within(
 }
 
 /// The lease model as CI checks it.
-fn lease() -> SingleModel {
-    SingleModel::new(Mechanism::Lease)
+fn lease() -> ElectionModel<Single> {
+    ElectionModel::single(Mechanism::Lease)
 }
 
 #[test]
 fn a_standby_that_skips_the_queue_overlaps_the_leader() {
-    let model = SingleModel::new(Mechanism::Advisory);
+    let model = ElectionModel::single(Mechanism::Advisory);
     found(model, Sabotage::SkipQueue, &["no overlap beyond the bound"]);
 }
 
@@ -76,13 +76,13 @@ fn a_renewal_that_does_not_check_the_term_keeps_a_deposed_leader() {
 
 #[test]
 fn a_renewal_that_takes_the_lease_back_overlaps_its_new_holder() {
-    let model = SingleModel::new(Mechanism::Lease);
+    let model = ElectionModel::single(Mechanism::Lease);
     found(model, Sabotage::RenewTakesBack, &[TRUST, OVERLAP]);
 }
 
 #[test]
 fn a_lease_write_that_is_not_durable_hands_out_an_epoch_twice() {
-    let model = SingleModel::new(Mechanism::Lease);
+    let model = ElectionModel::single(Mechanism::Lease);
     found(
         model,
         Sabotage::NonDurableLeaseWrite,
@@ -94,7 +94,7 @@ fn a_lease_write_that_is_not_durable_hands_out_an_epoch_twice() {
 /// intervals of time to pass, so more than 12 steps.
 #[test]
 fn a_grant_without_idle_session_timeout_leaves_nobody_leading() {
-    let model = SingleModel::new(Mechanism::Advisory).with_faults(1);
+    let model = ElectionModel::single(Mechanism::Advisory).with_faults(1);
     found_within(
         model,
         Sabotage::SkipIdleSessionTimeout,
@@ -108,7 +108,7 @@ fn a_grant_without_idle_session_timeout_leaves_nobody_leading() {
 /// rounds take more steps) fits a short check in a debug build.
 #[test]
 fn a_stale_survey_keeps_shards_its_session_lost() {
-    let model = ShardedModel::new()
+    let model = ElectionModel::sharded()
         .with_replicas(2)
         .with_sabotage(Sabotage::StaleSurvey);
     let settings = Settings {

@@ -3,15 +3,17 @@
 
 use plexsphere_leader_core::{Action, Event, LockCheck};
 
-use super::state::{Broken, Cause};
-use super::world::World;
+use super::Single;
+use super::locks::{Row, Waiter};
+use super::perform::grant_next;
 use crate::clock::Micros;
+use crate::engine::{Broken, Cause, World};
 use crate::sabotage::Sabotage;
-use crate::server::{Row, Sess, Waiter};
+use crate::server::Sess;
 
-impl World<'_> {
+impl World<'_, Single> {
     /// The server runs `action` of `owner` now; `None` when it answers later (a queued wait).
-    pub(crate) fn execute(&mut self, owner: Sess, action: &Action<Cause>) -> Option<Event<Cause>> {
+    pub(super) fn execute(&mut self, owner: Sess, action: &Action<Cause>) -> Option<Event<Cause>> {
         let conn = owner.conn;
         let needs_session = !matches!(
             action,
@@ -28,28 +30,28 @@ impl World<'_> {
                 lock_timeout_ms, ..
             } => self.wait_for_lock(owner, lock_timeout_ms),
             Action::ReleaseIfHeld { .. } => {
-                let released = self.s.server.holder == Some(owner);
+                let released = self.s.server.locks.holder == Some(owner);
                 if released {
                     self.release_lock(owner);
                 }
                 Some(Event::ReleasedIfHeld { conn, released })
             }
             Action::AdvanceEpoch { .. } => {
-                let epoch = self.s.server.fence.committed + 1;
+                let epoch = self.s.server.locks.fence.committed + 1;
                 let durable = self.model.sabotage != Sabotage::NonDurableLeaseWrite;
-                self.s.server.fence.write(epoch, durable);
+                self.s.server.locks.fence.write(epoch, durable);
                 self.hand_out(epoch);
                 Some(Event::EpochAdvanced { conn, epoch })
             }
             Action::Ping { .. } => {
                 let found = LockCheck {
-                    holds_lock: self.s.server.holder == Some(owner),
+                    holds_lock: self.s.server.locks.holder == Some(owner),
                     ..LockCheck::holding(self.s.server.backend_pid(owner))
                 };
                 Some(Event::PingAnswered { conn, found })
             }
             Action::Unlock { .. } => {
-                let released = self.s.server.holder == Some(owner);
+                let released = self.s.server.locks.holder == Some(owner);
                 if released {
                     self.release_lock(owner);
                 }
@@ -59,7 +61,7 @@ impl World<'_> {
             Action::RenewLease { epoch, ttl_ms, .. } => Some(self.renew(owner, epoch, ttl_ms)),
             Action::ReleaseLease { epoch, .. } => {
                 let holder = (owner.replica, owner.run);
-                let mut row = self.s.server.lease.committed;
+                let mut row = self.s.server.locks.lease.committed;
                 let released = match &mut row {
                     Some(row) if row.holder == holder && row.epoch == epoch => {
                         row.expires = now;
@@ -79,7 +81,7 @@ impl World<'_> {
 
     fn try_lock(&mut self, owner: Sess) -> Event<Cause> {
         let conn = owner.conn;
-        match self.s.server.holder {
+        match self.s.server.locks.holder {
             Some(holder) if holder != owner => Event::LockRefused { conn },
             _ => self.grant(owner),
         }
@@ -88,7 +90,7 @@ impl World<'_> {
     fn grant(&mut self, owner: Sess) -> Event<Cause> {
         let keeps_limit = self.model.sabotage != Sabotage::SkipIdleSessionTimeout;
         let server = &mut self.s.server;
-        server.holder = Some(owner);
+        server.locks.holder = Some(owner);
         if keeps_limit {
             server.limit_idle(owner);
         }
@@ -100,7 +102,7 @@ impl World<'_> {
     }
 
     fn wait_for_lock(&mut self, owner: Sess, lock_timeout_ms: u32) -> Option<Event<Cause>> {
-        match self.s.server.holder {
+        match self.s.server.locks.holder {
             None => Some(self.grant(owner)),
             Some(holder) if holder == owner => Some(self.grant(owner)),
             Some(_) if self.model.sabotage == Sabotage::SkipQueue => {
@@ -112,7 +114,11 @@ impl World<'_> {
             }
             Some(_) => {
                 let timeout_at = self.s.now + u64::from(lock_timeout_ms) * 1_000;
-                self.s.server.waiters.push(Waiter { owner, timeout_at });
+                self.s
+                    .server
+                    .locks
+                    .waiters
+                    .push(Waiter { owner, timeout_at });
                 None
             }
         }
@@ -121,8 +127,8 @@ impl World<'_> {
     /// `owner` released the lock it held.
     fn release_lock(&mut self, owner: Sess) {
         self.note_release(owner);
-        self.s.server.holder = None;
-        self.grant_next();
+        self.s.server.locks.holder = None;
+        grant_next(self);
     }
 
     /// A release on purpose must come after its holder's term ended (the ordered stop's zero
@@ -142,7 +148,7 @@ impl World<'_> {
         let conn = owner.conn;
         let now = self.s.now;
         let holder = (owner.replica, owner.run);
-        match self.s.server.lease.committed {
+        match self.s.server.locks.lease.committed {
             Some(row) if row.holder != holder && row.expires > now => Event::LockRefused { conn },
             row => {
                 let epoch = row.map_or(1, |row| row.epoch + 1);
@@ -163,7 +169,7 @@ impl World<'_> {
         let conn = owner.conn;
         let expires = self.s.now + ttl(ttl_ms);
         let holder = (owner.replica, owner.run);
-        let row = self.s.server.lease.committed;
+        let row = self.s.server.locks.lease.committed;
         let renewed = match (row, self.model.sabotage) {
             (Some(row), _) if row.holder == holder && row.epoch == epoch => {
                 Some(Row { expires, ..row })
@@ -186,9 +192,18 @@ impl World<'_> {
         }
     }
 
+    /// The server hands out `epoch` (a fence advanced, a lease claimed): it must exceed every
+    /// epoch handed out before, whatever a restart rolled back.
+    fn hand_out(&mut self, epoch: u64) {
+        if epoch <= self.s.history.granted {
+            self.s.broken = Some(Broken::EpochNotIncreasing);
+        }
+        self.s.history.granted = self.s.history.granted.max(epoch);
+    }
+
     fn write_lease(&mut self, row: Option<Row>) {
         let durable = self.model.sabotage != Sabotage::NonDurableLeaseWrite;
-        self.s.server.lease.write(row, durable);
+        self.s.server.locks.lease.write(row, durable);
     }
 }
 
@@ -197,7 +212,7 @@ fn ttl(ttl_ms: u32) -> Micros {
 }
 
 /// The answer of `action` failing with `cause`.
-pub(crate) fn failure(action: &Action<Cause>, cause: Cause) -> Event<Cause> {
+fn failure(action: &Action<Cause>, cause: Cause) -> Event<Cause> {
     match *action {
         Action::AdvanceEpoch { conn, .. } => Event::EpochFailed { conn, cause },
         Action::Ping { conn, .. } | Action::RenewLease { conn, .. } => {

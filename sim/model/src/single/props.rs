@@ -1,122 +1,142 @@
-//! The properties of the single-lock models. Safety is checked in every state; the bounded
-//! liveness ("a leader within the bound after the faults stop") is a safety property over the
-//! model's clock, as TLA+ writes a bounded "eventually".
+//! The bounds a single-lock belief is held to (how long a leader has led on a lost lock, the
+//! instants its bounds pass, the fence its work writes through), the mode's own properties,
+//! and its last state in one line.
 
+use plexsphere_leader_core::AcquireMode;
 use stateright::Property;
 
-use super::state::{Broken, State, seen};
-use super::{Mechanism, SingleModel};
+use super::{Mechanism, Single};
 use crate::clock::Micros;
+use crate::engine::props::{DETECTION_INTERVALS, detection_instant};
+use crate::engine::{Bounds, ElectionModel, State, seen};
+use crate::trace::ms;
 
-/// A leader's detection bound after its lock session ended under it: one check plus an
-/// unanswered check (design.md section 6), in check intervals.
-pub const DETECTION_INTERVALS: u64 = 2;
+/// The single-lock model.
+type SingleModel = ElectionModel<Single>;
 
-/// How long after the last fault a leader must exist, in check intervals: the orphan bound (the
-/// server ends a silent session within four intervals of its last query, a standby leads within
-/// one more), plus one interval for the round trips and the schedule's grid.
-pub const RECOVERY_INTERVALS: u64 = 6;
+impl Bounds for Single {
+    const OVERLAP: &'static str = "no overlap beyond the bound";
+    const RECOVERY: &'static str = "a leader within the bound after faults stop";
+    /// The orphan bound (the server ends a silent session within four intervals of its last
+    /// query, a standby leads within one more), plus one interval for the round trips and the
+    /// schedule's grid.
+    const RECOVERY_INTERVALS: u64 = 6;
 
-/// The properties of `mechanism`'s model.
-pub(super) fn properties(mechanism: Mechanism, queued: bool) -> Vec<Property<SingleModel>> {
-    let mut properties = vec![
-        Property::always("no overlap beyond the bound", no_overlap_beyond_bound),
-        Property::always(
-            "epochs strictly increase per grant",
-            |_: &SingleModel, s: &State| s.broken != Some(Broken::EpochNotIncreasing),
-        ),
-        Property::always(
-            "a stale fenced write is refused",
-            |_: &SingleModel, s: &State| s.broken != Some(Broken::StaleWriteAccepted),
-        ),
-        Property::always(
-            "an ordered release follows the term's end",
-            |_: &SingleModel, s: &State| s.broken != Some(Broken::ReleasedWhileLeading),
-        ),
-        Property::always(
-            "a leader within the bound after faults stop",
-            leader_after_faults,
-        ),
-        Property::sometimes("elected", |_: &SingleModel, s: &State| {
-            s.seen & seen::ELECTED != 0
-        }),
-        Property::sometimes("handover after resign", |_: &SingleModel, s: &State| {
-            s.seen & seen::RESIGN_HANDOVER != 0
-        }),
-        Property::sometimes(
-            "quiet past the recovery bound after a fault",
-            quiet_after_fault,
-        ),
-    ];
-    match mechanism {
-        Mechanism::Advisory if queued => properties.push(Property::sometimes(
-            "queued handover",
-            |_: &SingleModel, s: &State| s.seen & seen::QUEUED_HANDOVER != 0,
-        )),
-        Mechanism::Advisory => {}
-        Mechanism::Lease => {
-            properties.push(Property::always(
-                "a lease believer trusts inside the row's expiry",
-                trust_inside_expiry,
-            ));
-            properties.push(Property::sometimes(
-                "takeover after a lease expiry",
-                |_: &SingleModel, s: &State| s.seen & seen::EXPIRY_TAKEOVER != 0,
-            ));
+    /// Every unpaused leader on a lost lock has led on it `delta` longer.
+    fn age(s: &mut State<Single>, delta: Micros) {
+        for replica in &mut s.replicas {
+            if !replica.paused && replica.terms.lost.is_some() && replica.machine.is_leader() {
+                replica.terms.stale += delta;
+            }
         }
     }
-    properties
-}
 
-/// Whether every "always" property holds in `s` (successors of a violation are not explored).
-pub(super) fn safe(model: &SingleModel, s: &State) -> bool {
-    overlap_within_bound(model, s)
-        && (model.mechanism == Mechanism::Advisory || trust_inside_expiry(model, s))
-        && leader_after_faults(model, s)
-}
+    /// The fence is the fence table's epoch, or the lease row's.
+    fn stale_write_accepted(model: &SingleModel, s: &State<Single>) -> bool {
+        let locks = &s.server.locks;
+        let fence = match model.mode.mechanism {
+            Mechanism::Advisory => locks.fence.committed,
+            Mechanism::Lease => locks.lease.committed.map_or(0, |row| row.epoch),
+        };
+        s.replicas.iter().any(|replica| {
+            !replica.paused
+                && replica.machine.is_leader()
+                && replica
+                    .terms
+                    .epoch
+                    .is_some_and(|epoch| epoch >= fence && epoch < s.history.max_epoch)
+        })
+    }
 
-/// No two replicas believe they lead beyond the mechanism's bound: with the advisory lock, a
-/// leader's session holds the lock, or lost it at most the detection bound ago (counted while
-/// the replica runs); with the lease, at most one replica leads.
-fn no_overlap_beyond_bound(model: &SingleModel, s: &State) -> bool {
-    // The first property: it counts the states checked.
-    model
-        .explored
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    overlap_within_bound(model, s)
-}
+    /// A leader on a lost lock reaching its detection bound, a leader's lease row expiring.
+    fn bound_instant(model: &SingleModel, s: &State<Single>) -> Option<Micros> {
+        let leaders = || {
+            s.replicas
+                .iter()
+                .filter(|r| !r.paused && r.machine.is_leader())
+        };
+        let detection = leaders()
+            .filter(|r| r.terms.lost.is_some())
+            .map(|r| detection_instant(model, s.now, r.terms.stale));
+        let expiry = s
+            .server
+            .locks
+            .lease
+            .committed
+            .map(|row| row.expires)
+            .filter(|at| *at > s.now && leaders().next().is_some());
+        detection.chain(expiry).min()
+    }
 
-fn overlap_within_bound(model: &SingleModel, s: &State) -> bool {
-    let leaders = || {
+    /// With the advisory lock, a leader's session holds the lock, or lost it at most the
+    /// detection bound ago (counted while the replica runs); with the lease, at most one
+    /// replica leads.
+    fn overlap_within_bound(model: &SingleModel, s: &State<Single>) -> bool {
+        let leaders = || {
+            s.replicas
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| !r.paused && r.machine.is_leader())
+        };
+        match model.mode.mechanism {
+            Mechanism::Advisory => {
+                let bound = DETECTION_INTERVALS * model.interval();
+                leaders().all(|(index, replica)| {
+                    let holds = replica
+                        .lock_sess(index)
+                        .is_some_and(|sess| s.server.locks.holder == Some(sess));
+                    holds || (replica.terms.lost.is_some() && replica.terms.stale <= bound)
+                })
+            }
+            Mechanism::Lease => leaders().count() <= 1,
+        }
+    }
+
+    fn within_bounds(model: &SingleModel, s: &State<Single>) -> bool {
+        Self::overlap_within_bound(model, s)
+            && (model.mode.mechanism == Mechanism::Advisory || trust_inside_expiry(model, s))
+    }
+
+    /// A replica leads.
+    fn recovered(_: &SingleModel, s: &State<Single>) -> bool {
         s.replicas
             .iter()
-            .enumerate()
-            .filter(|(_, r)| !r.paused && r.machine.is_leader())
-    };
-    match model.mechanism {
-        Mechanism::Advisory => {
-            let bound = DETECTION_INTERVALS * model.interval();
-            leaders().all(|(index, replica)| {
-                let holds = replica
-                    .lock_conn
-                    .is_some_and(|conn| s.server.holder == Some(replica.sess(index, conn)));
-                holds || (replica.lost.is_some() && replica.stale <= bound)
-            })
+            .any(|r| !r.paused && r.machine.is_leader())
+    }
+
+    /// The mechanism's own.
+    fn properties(model: &SingleModel) -> Vec<Property<SingleModel>> {
+        let queued = model.mode.options.acquire_mode() == AcquireMode::Queue;
+        match model.mode.mechanism {
+            Mechanism::Advisory if queued => vec![Property::sometimes(
+                "queued handover",
+                |_: &SingleModel, s: &State<Single>| s.seen & seen::QUEUED_HANDOVER != 0,
+            )],
+            Mechanism::Advisory => Vec::new(),
+            Mechanism::Lease => vec![
+                Property::always(
+                    "a lease believer trusts inside the row's expiry",
+                    trust_inside_expiry,
+                ),
+                Property::sometimes(
+                    "takeover after a lease expiry",
+                    |_: &SingleModel, s: &State<Single>| s.seen & seen::EXPIRY_TAKEOVER != 0,
+                ),
+            ],
         }
-        Mechanism::Lease => leaders().count() <= 1,
     }
 }
 
 /// A lease leader's row names it (its replica and run) and has not expired by the server's
 /// clock. The row's epoch may be newer than the term's: a claim of the same run given up and
 /// landing late takes the row again, and the term then ends at its next renewal (`LeaseLost`).
-fn trust_inside_expiry(_: &SingleModel, s: &State) -> bool {
+fn trust_inside_expiry(_: &SingleModel, s: &State<Single>) -> bool {
     s.replicas
         .iter()
         .enumerate()
         .filter(|(_, r)| !r.paused && r.machine.is_leader())
         .all(|(index, replica)| {
-            s.server.lease.committed.is_some_and(|row| {
+            s.server.locks.lease.committed.is_some_and(|row| {
                 usize::from(row.holder.0) == index
                     && row.holder.1 == replica.run
                     && row.expires > s.now
@@ -124,25 +144,43 @@ fn trust_inside_expiry(_: &SingleModel, s: &State) -> bool {
         })
 }
 
-/// A fault happened, and the faults have stopped for longer than [`RECOVERY_INTERVALS`]: the
-/// bounded liveness is judged in such a state, so its discovery shows that the depth reaches it.
-fn quiet_after_fault(model: &SingleModel, s: &State) -> bool {
-    s.quiet_since > 0 && s.now - s.quiet_since > RECOVERY_INTERVALS * model.interval()
-}
-
-/// Once the faults stopped for [`RECOVERY_INTERVALS`], a replica leads, if any could (running,
-/// eligible, neither paused nor cut off).
-fn leader_after_faults(model: &SingleModel, s: &State) -> bool {
-    let bound: Micros = RECOVERY_INTERVALS * model.interval();
-    if s.now.saturating_sub(s.quiet_since) <= bound {
-        return true;
-    }
-    let candidate = s
+/// Who leads in `state`, and the environment's view of the lock and the lease.
+pub(super) fn summary(state: &State<Single>) -> String {
+    let replicas: Vec<String> = state
         .replicas
         .iter()
-        .any(|r| !r.paused && !r.partitioned && r.machine.is_running() && r.machine.is_eligible());
-    !candidate
-        || s.replicas
-            .iter()
-            .any(|r| !r.paused && r.machine.is_leader())
+        .map(|r| {
+            let mut text = format!("r{}.{} {:?}", r.name, r.run, r.machine.phase());
+            if r.machine.is_leader() {
+                text.push_str(&format!(" leads (epoch {:?})", r.terms.epoch));
+            }
+            if r.paused {
+                text.push_str(" paused");
+            }
+            if r.terms.lost.is_some() {
+                text.push_str(&format!(" lost its lock {} ago", ms(r.terms.stale)));
+            }
+            text
+        })
+        .collect();
+    let name = |index: u8| {
+        state
+            .replicas
+            .get(usize::from(index))
+            .map_or(u8::MAX, |r| r.name.0)
+    };
+    let locks = &state.server.locks;
+    let holder = locks.holder.map_or_else(
+        || "free".to_owned(),
+        |h| format!("r{}.{} {:?}", name(h.replica), h.run, h.conn),
+    );
+    let lease = locks.lease.committed.map_or_else(
+        || "none".to_owned(),
+        |row| {
+            let (replica, run) = (name(row.holder.0), row.holder.1);
+            let expires = ms(row.expires);
+            format!("r{replica}.{run} epoch {} expires {expires}", row.epoch)
+        },
+    );
+    format!("{}; lock {holder}; lease {lease}", replicas.join(", "))
 }

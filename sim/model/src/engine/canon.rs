@@ -10,22 +10,30 @@
 //! order, which can leave two representatives of one class (less reduction, never a missed
 //! state).
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::hash::{DefaultHasher, Hash, Hasher};
 
+use super::Parts;
 use super::state::State;
 use crate::server::Sess;
 
+/// A part of the environment that names replicas by index: the mode's lock table and history.
+pub trait Renamed {
+    /// Hashes what in it is the replica's for which `mine` holds, free of replica indices.
+    fn fingerprint(&self, mine: &dyn Fn(u8) -> bool, hasher: &mut DefaultHasher);
+    /// Renames every replica index in it by `rename`.
+    fn rename(&mut self, rename: &dyn Fn(u8) -> u8);
+}
+
 /// stateright's own hook, for its depth-first and simulation checkers
 /// (`CheckerBuilder::symmetry`); the breadth-first check gets representatives from the model.
-impl stateright::Representative for State {
+impl<M: Parts> stateright::Representative for State<M> {
     fn representative(&self) -> Self {
         representative(self)
     }
 }
 
 /// The representative of `state`'s class.
-pub(super) fn representative(state: &State) -> State {
+pub(crate) fn representative<M: Parts>(state: &State<M>) -> State<M> {
     let keys: Vec<u64> = (0..state.replicas.len()).map(|r| key(state, r)).collect();
     let mut order: Vec<usize> = (0..state.replicas.len()).collect();
     order.sort_by_key(|&r| keys[r]);
@@ -40,77 +48,61 @@ pub(super) fn representative(state: &State) -> State {
 }
 
 /// A fingerprint of replica `r` and of everything in the environment that is its own (its
-/// sessions, its place in the lock's table and queue, its lease rows, its operations in
-/// flight), free of every replica index: equal keys mean the replicas can be swapped.
-fn key(state: &State, r: usize) -> u64 {
+/// sessions, its part of the lock table, its operations in flight, its part of the history),
+/// free of every replica index: equal keys mean the replicas can be swapped.
+fn key<M: Parts>(state: &State<M>, r: usize) -> u64 {
     let mine = |replica: u8| usize::from(replica) == r;
     let mut hasher = DefaultHasher::new();
     state.replicas[r].hash(&mut hasher);
     let server = &state.server;
     for session in server.sessions.iter().filter(|s| mine(s.owner.replica)) {
         (session.owner.run, session.owner.conn, session.pid).hash(&mut hasher);
-        (session.idle_limit, session.last_active).hash(&mut hasher);
+        (session.idle_limit, session.last_active, session.member).hash(&mut hasher);
     }
-    let own = |sess: Option<Sess>| sess.filter(|s| mine(s.replica)).map(|s| (s.run, s.conn));
-    (own(server.holder), own(server.queued_grant)).hash(&mut hasher);
-    for (place, waiter) in server.waiters.iter().enumerate() {
-        if mine(waiter.owner.replica) {
-            (
-                place,
-                waiter.owner.run,
-                waiter.owner.conn,
-                waiter.timeout_at,
-            )
-                .hash(&mut hasher);
-        }
-    }
-    for row in [server.lease.committed, server.lease.durable] {
-        row.filter(|row| mine(row.holder.0))
-            .map(|row| (row.holder.1, row.epoch, row.expires, row.took_over))
-            .hash(&mut hasher);
-    }
+    server.locks.fingerprint(&mine, &mut hasher);
     for flight in state.flights.iter().filter(|f| mine(f.owner.replica)) {
         (flight.owner.run, flight.owner.conn).hash(&mut hasher);
         (&flight.stage, flight.abandoned).hash(&mut hasher);
     }
-    state.resigned.is_some_and(mine).hash(&mut hasher);
+    state.history.fingerprint(&mine, &mut hasher);
     hasher.finish()
 }
 
 /// `state` with replica `order[i]` at position `i`; `renamed[old]` is the new index of `old`.
-fn permute(state: &State, order: &[usize], renamed: &[u8]) -> State {
+fn permute<M: Parts>(state: &State<M>, order: &[usize], renamed: &[u8]) -> State<M> {
     let rename = |index: u8| renamed.get(usize::from(index)).copied().unwrap_or(index);
-    let sess = |s: Sess| Sess {
-        replica: rename(s.replica),
-        ..s
-    };
     let mut next = state.clone();
     next.replicas = order
         .iter()
         .map(|&old| state.replicas[old].clone())
         .collect();
-    let server = &mut next.server;
-    for session in &mut server.sessions {
-        session.owner = sess(session.owner);
+    for session in &mut next.server.sessions {
+        session.owner = sess(session.owner, &rename);
     }
-    server.sessions.sort_by_key(|s| s.owner);
-    server.holder = server.holder.map(sess);
-    server.queued_grant = server.queued_grant.map(sess);
-    for waiter in &mut server.waiters {
-        waiter.owner = sess(waiter.owner);
-    }
-    for row in [&mut server.lease.committed, &mut server.lease.durable]
-        .into_iter()
-        .flatten()
-    {
-        row.holder.0 = rename(row.holder.0);
-    }
+    next.server.sessions.sort_by_key(|s| s.owner);
+    next.server.locks.rename(&rename);
     for flight in &mut next.flights {
-        flight.owner = sess(flight.owner);
+        flight.owner = sess(flight.owner, &rename);
     }
     next.flights.sort_by_key(|f| f.owner);
-    next.resigned = next.resigned.map(rename);
+    next.history.rename(&rename);
     next
+}
+
+/// `s` with its replica renamed by `rename`.
+pub fn sess(s: Sess, rename: &dyn Fn(u8) -> u8) -> Sess {
+    Sess {
+        replica: rename(s.replica),
+        ..s
+    }
+}
+
+/// The run and connection of `s`, when it is a session of a replica `mine` names.
+pub fn own(
+    s: Option<Sess>,
+    mine: &dyn Fn(u8) -> bool,
+) -> Option<(u32, plexsphere_leader_core::ConnId)> {
+    s.filter(|s| mine(s.replica)).map(|s| (s.run, s.conn))
 }
 
 #[cfg(test)]
@@ -118,12 +110,13 @@ mod tests {
     use stateright::Model;
 
     use super::*;
-    use crate::single::{Mechanism, SingleModel};
+    use crate::engine::ElectionModel;
+    use crate::single::{Mechanism, Single};
 
     /// A state whose replicas differ: the first operations delivered, time advanced, without
     /// the reduction.
-    fn distinct_state(mechanism: Mechanism) -> State {
-        let mut model = SingleModel::new(mechanism);
+    fn distinct_state(mechanism: Mechanism) -> State<Single> {
+        let mut model = ElectionModel::single(mechanism);
         model.symmetry = false;
         let mut state = model.init_states().remove(0);
         for _ in 0..6 {
@@ -162,7 +155,7 @@ mod tests {
     fn the_representative_keeps_each_replica_with_its_sessions() {
         let state = distinct_state(Mechanism::Advisory);
         let canonical = representative(&state);
-        let mut names: Vec<u8> = canonical.replicas.iter().map(|r| r.name).collect();
+        let mut names: Vec<u8> = canonical.replicas.iter().map(|r| r.name.0).collect();
         names.sort_unstable();
         assert_eq!(names, vec![0, 1, 2]);
         for session in &canonical.server.sessions {
@@ -172,10 +165,10 @@ mod tests {
                 .sessions
                 .iter()
                 .find(|s| s.pid == session.pid)
-                .map(|s| state.replicas[usize::from(s.owner.replica)].name);
+                .map(|s| state.replicas[usize::from(s.owner.replica)].name.0);
             assert_eq!(
                 before,
-                Some(owner.name),
+                Some(owner.name.0),
                 "session {} follows its replica",
                 session.pid
             );
