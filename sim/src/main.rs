@@ -27,13 +27,18 @@
 //! (the `fitness` property); the seeds run what they run without it otherwise, with either
 //! mechanism.
 //!
-//! `--pause` (with `--mechanism lease`) runs pause seeds: the nemesis pauses a replica's
-//! process (its software stops, its links hold) for one to nine intervals instead of the
-//! seed's kind of faults; the checks hold the lease's bounds on what `is_leader()` answers.
+//! `--pause` (with `--mechanism lease`) runs pause seeds (the kind `pause`, code 14, of no other
+//! space): the nemesis pauses a replica's process (its software stops, its links hold) for one
+//! to nine intervals; the checks hold the lease's bounds on what `is_leader()` answers.
 //!
-//! `--seed S` starts at seed S (default 0); given without `--seeds` it runs that one seed and
-//! prints its trace. `--jobs J` runs seeds on J threads. `--mode` and `--fencing` force the
-//! acquire mode and fencing for every seed (by default each seed's, see `RunOptions`).
+//! A seed names its run kind: seed = code · 10,000 + n, with the kind's fixed code (the
+//! error for an unknown seed lists them) and its run number n, which picks the variant.
+//! `--seeds N` runs the first N seeds of the selected space, round-robin over the kinds that
+//! apply to it (`Space::seed_at`): `--seeds 56` runs each of the 14 advisory kinds in its four
+//! variants. `--seed S` starts that order at seed S (default 0); given without `--seeds` it
+//! runs that one seed and prints its trace. `--jobs J` runs seeds on J threads. `--mode` and
+//! `--fencing` force the acquire mode and fencing for every seed (by default each seed's, see
+//! `RunOptions`).
 //! `--sabotage` switches on a deliberately broken behaviour (`Sabotage::ALL`: of the replica's
 //! software, or fence-without-row-lock of the simulated server), to see the checker fail.
 
@@ -45,7 +50,8 @@ use std::time::Instant;
 
 use plexsphere_leader::config::AcquireMode;
 use plexsphere_leader_sim::{
-    Mechanism, Params, Report, RunOptions, RunOutcome, Sabotage, Sharding, mode_from_name, run,
+    Mechanism, Params, Report, RunOptions, RunOutcome, SEED_STRIDE, Sabotage, Sharding, Space,
+    mode_from_name, run,
 };
 
 struct Args {
@@ -69,6 +75,22 @@ struct Args {
     unfit: bool,
     /// `--pause`: pause runs.
     pause: bool,
+}
+
+impl Args {
+    /// The seed space the flags select.
+    fn space(&self) -> Space {
+        if self.sharded {
+            Space::Sharded
+        } else if self.pause {
+            Space::Pause
+        } else {
+            match self.mechanism {
+                Mechanism::Advisory => Space::Advisory,
+                Mechanism::Lease => Space::Lease,
+            }
+        }
+    }
 }
 
 fn parse() -> Result<Args, String> {
@@ -190,6 +212,20 @@ fn parse() -> Result<Args, String> {
             "--sabotage {sabotage} is a sabotage of fitness runs: add --unfit"
         ));
     }
+    let space = args.space();
+    let Some(first) = space.position(args.first) else {
+        return Err(format!(
+            "seed {} runs no {space:?} kind (a seed is code · {SEED_STRIDE} + n; the codes: {})",
+            args.first,
+            codes(space)
+        ));
+    };
+    if first.saturating_add(args.seeds) > space.seed_count() {
+        return Err(format!(
+            "{} seeds from seed {} run past the {} run numbers of a kind",
+            args.seeds, args.first, SEED_STRIDE
+        ));
+    }
     if !args.sharded && args.shards.is_some() {
         return Err("--shards needs --sharded".into());
     }
@@ -209,13 +245,23 @@ fn parse() -> Result<Args, String> {
     Ok(args)
 }
 
+/// The codes of the kinds of `space`, `name=code`.
+fn codes(space: Space) -> String {
+    let codes: Vec<String> = space
+        .kinds()
+        .iter()
+        .map(|kind| format!("{kind}={}", kind.code()))
+        .collect();
+    codes.join(", ")
+}
+
 fn number(text: &str) -> Result<u64, String> {
     text.parse().map_err(|_| format!("not a number: {text}"))
 }
 
 fn options(args: &Args, seed: u64) -> RunOptions {
+    let seeded = RunOptions::in_space(args.space(), seed);
     if args.sharded {
-        let seeded = RunOptions::sharded(seed);
         let sharding = seeded.sharding.map(|sharding| Sharding {
             shards: args.shards.unwrap_or(sharding.shards),
         });
@@ -226,18 +272,12 @@ fn options(args: &Args, seed: u64) -> RunOptions {
             ..seeded
         };
     }
-    let seeded = RunOptions::for_mechanism(seed, args.mechanism);
     RunOptions {
         replicas: args.replicas,
         fencing: args.fencing.unwrap_or(seeded.fencing),
         mode: args.mode.unwrap_or(seeded.mode),
         sabotage: args.sabotage,
         unfit: args.unfit,
-        kind: if args.pause {
-            plexsphere_leader_sim::RunKind::Only(plexsphere_leader_sim::FaultKind::Pause)
-        } else {
-            seeded.kind
-        },
         ..seeded
     }
 }
@@ -270,25 +310,26 @@ fn main() -> ExitCode {
         }
     };
     let started = Instant::now();
-    let report = if args.sharded {
-        Report::sharded(Params::default(), args.replicas)
-    } else if args.mechanism == Mechanism::Lease {
-        Report::lease(Params::default())
-    } else {
-        Report::new(Params::default())
-    };
+    let space = args.space();
+    let report = Report::of_space(space, Params::default(), args.replicas);
     let report = if args.unfit { report.probing() } else { report };
     let mut report = report;
-    let next = AtomicU64::new(args.first);
-    let end = args.first + args.seeds;
+    // Positions in the space's order of seeds (`Space::seed_at`); `parse` checked both ends.
+    let first = space.position(args.first).unwrap_or(0);
+    let next = AtomicU64::new(first);
+    let end = first + args.seeds;
     let (send, receive) = mpsc::channel();
     std::thread::scope(|scope| {
         for _ in 0..args.jobs {
             let (send, next, args) = (send.clone(), &next, &args);
             scope.spawn(move || {
                 loop {
-                    let seed = next.fetch_add(1, Ordering::Relaxed);
-                    if seed >= end || send.send((seed, run_seed(args, seed))).is_err() {
+                    let position = next.fetch_add(1, Ordering::Relaxed);
+                    if position >= end {
+                        return;
+                    }
+                    let seed = space.seed_at(position);
+                    if send.send((seed, run_seed(args, seed))).is_err() {
                         return;
                     }
                 }
@@ -320,13 +361,7 @@ fn main() -> ExitCode {
     let empty = report.empty_cells();
     // A whole cycle of seeds following the seeds' own modes and fencing (or shard counts) runs
     // every cell: an empty one means the derivation in RunOptions lost a combination.
-    let cycle = if args.sharded {
-        Sharding::CYCLE
-    } else if args.mechanism == Mechanism::Lease {
-        RunOptions::LEASE_CYCLE
-    } else {
-        RunOptions::CYCLE
-    };
+    let cycle = space.cycle();
     let uncovered = args.seeds >= cycle
         && args.mode.is_none()
         && args.fencing.is_none()

@@ -15,7 +15,7 @@ use plexsphere_leader::config::AcquireMode;
 
 use crate::checker::{Measurements, Property};
 use crate::run::RunOutcome;
-use crate::setup::{FaultKind, Mechanism, Params, RunKind, RunOptions, Sharding};
+use crate::setup::{Mechanism, Params, RunKind, RunOptions, Sharding, Space};
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Row {
@@ -66,8 +66,8 @@ pub struct Report {
     params: Params,
     /// Sharded runs: how many replicas each run has.
     sharded: Option<usize>,
-    /// How the single election's runs hold leadership.
-    mechanism: Mechanism,
+    /// The seed space of the runs: their kinds, and how they hold leadership.
+    space: Space,
     /// Fitness runs (`--unfit`): the standbys probe before they try.
     probing: bool,
     rows: BTreeMap<RunKind, Row>,
@@ -85,7 +85,7 @@ impl Report {
         Self {
             params,
             sharded: None,
-            mechanism: Mechanism::Advisory,
+            space: Space::Advisory,
             probing: false,
             rows: BTreeMap::new(),
             cells: BTreeMap::new(),
@@ -99,8 +99,20 @@ impl Report {
     /// [`LEASE_COLUMNS`].
     pub fn lease(params: Params) -> Self {
         Self {
-            mechanism: Mechanism::Lease,
+            space: Space::Lease,
             ..Self::new(params)
+        }
+    }
+
+    /// An empty report for the runs of `space` with `params` (`replicas` replicas in sharded
+    /// runs).
+    pub fn of_space(space: Space, params: Params, replicas: usize) -> Self {
+        match space {
+            Space::Sharded => Self::sharded(params, replicas),
+            _ => Self {
+                space,
+                ..Self::new(params)
+            },
         }
     }
 
@@ -114,7 +126,7 @@ impl Report {
 
     /// The cell table's columns of the single election's runs.
     fn columns(&self) -> &'static [&'static str] {
-        match self.mechanism {
+        match self.space.mechanism() {
             Mechanism::Advisory => &COLUMNS,
             Mechanism::Lease => &LEASE_COLUMNS,
         }
@@ -124,6 +136,7 @@ impl Report {
     pub fn sharded(params: Params, replicas: usize) -> Self {
         Self {
             sharded: Some(replicas),
+            space: Space::Sharded,
             ..Self::new(params)
         }
     }
@@ -187,7 +200,7 @@ impl Report {
                 }
             }
             Some(_) => {
-                for kind in RunKind::sharded_all() {
+                for kind in self.space.kinds() {
                     for shards in Sharding::SHARD_COUNTS {
                         if !self.cells.contains_key(&(kind, shards)) {
                             empty.push(format!("{kind} × K={shards}"));
@@ -283,17 +296,23 @@ impl Report {
             "(bound)",
             "",
             "",
-            format!("({})", p.overlap_bound_of(self.mechanism).as_millis()),
+            format!(
+                "({})",
+                p.overlap_bound_of(self.space.mechanism()).as_millis()
+            ),
             format!("({})", p.gap_bound_of(self.probing).as_millis()),
-            format!("({})", p.detection_bound_of(self.mechanism).as_millis()),
-            match self.mechanism {
+            format!(
+                "({})",
+                p.detection_bound_of(self.space.mechanism()).as_millis()
+            ),
+            match self.space.mechanism() {
                 Mechanism::Advisory => format!("({})", p.orphan_bound().as_millis()),
                 Mechanism::Lease => "(-)".to_owned(),
             },
             "(-)",
             ""
         );
-        if self.mechanism == Mechanism::Lease {
+        if self.space.mechanism() == Mechanism::Lease {
             let _ = writeln!(
                 out,
                 "lease: TTL {} ms (trusted for 0.9 TTL after sending a renewal); handover after a lost leader <= TTL + gap = {} ms from its last renewal; detection: a term past its lease's end on the server",
@@ -338,15 +357,9 @@ impl Report {
         self.write_cells(out);
     }
 
-    /// The run kinds of the cell table: every kind a seed draws, or for pause runs
-    /// (`--pause`, a kind no seed draws) that one alone.
+    /// The run kinds of the cell table: every kind of the space.
     fn kinds(&self) -> Vec<RunKind> {
-        let pause = RunKind::Only(FaultKind::Pause);
-        if self.cells.keys().any(|(kind, _)| *kind == pause) {
-            vec![pause]
-        } else {
-            RunKind::all()
-        }
+        self.space.kinds()
     }
 
     /// The cell table: per run kind (every one, run or not) and column, `runs/violations`;
@@ -451,8 +464,8 @@ mod tests {
     #[test]
     fn the_report_ends_with_the_summary_line() {
         let mut report = Report::new(Params::default());
-        report.add(&clean(RunOptions::new(13)));
-        report.add_panic(&RunOptions::new(3));
+        report.add(&clean(RunOptions::new(130_000)));
+        report.add_panic(&RunOptions::new(30_000));
         let text = report.to_string();
         assert_eq!(text.lines().last(), Some("seeds: 2, violations: 1"));
         assert!(text.contains("\nmixed "), "{text}");
@@ -464,11 +477,11 @@ mod tests {
     #[test]
     fn an_empty_cell_reads_empty_and_is_named_under_the_table() {
         let mut report = Report::new(Params::default());
-        // Seed 0 polls (partition), 14 queues, 28 polls and fences; queue+fencing (42) missing.
-        for seed in [0, 14, 28] {
+        // Partition seed 0 polls, 1 queues, 2 polls and fences; queue+fencing (3) missing.
+        for seed in [0, 1, 2] {
             report.add(&clean(RunOptions::new(seed)));
         }
-        report.add_panic(&RunOptions::new(56));
+        report.add_panic(&RunOptions::new(4));
         let text = report.to_string();
         assert_eq!(
             cells_row(&text, "partition"),
@@ -491,13 +504,13 @@ mod tests {
     #[test]
     fn one_cycle_of_seeds_fills_every_cell() {
         let mut report = Report::new(Params::default());
-        for seed in 1000..1000 + RunOptions::CYCLE {
-            report.add(&clean(RunOptions::new(seed)));
+        for position in 1000..1000 + RunOptions::CYCLE {
+            report.add(&clean(RunOptions::new(Space::Advisory.seed_at(position))));
         }
         let text = report.to_string();
         assert_eq!(report.empty_cells(), Vec::<String>::new());
         assert!(text.contains("\ncells run: 56 of 56\n"), "{text}");
-        for kind in RunKind::all() {
+        for kind in Space::Advisory.kinds() {
             assert_eq!(cells_row(&text, kind.name()), ["1/0"; 4], "{text}");
         }
     }
@@ -505,7 +518,7 @@ mod tests {
     #[test]
     fn a_few_empty_cells_are_all_named() {
         let mut report = Report::new(Params::default());
-        for seed in 0..RunOptions::CYCLE - 2 {
+        for seed in Space::Advisory.seeds(RunOptions::CYCLE - 2) {
             report.add(&clean(RunOptions::new(seed)));
         }
         assert!(
@@ -519,7 +532,7 @@ mod tests {
     #[test]
     fn a_lease_report_has_the_lease_bounds_and_two_columns_that_one_lease_cycle_fills() {
         let mut report = Report::lease(Params::default());
-        for seed in 0..RunOptions::LEASE_CYCLE {
+        for seed in Space::Lease.seeds(RunOptions::LEASE_CYCLE) {
             report.add(&clean(RunOptions::lease(seed)));
         }
         let text = report.to_string();

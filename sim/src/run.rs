@@ -80,8 +80,7 @@ pub fn run_once(options: &RunOptions) -> RunOutcome {
 fn simulate(options: &RunOptions) -> RunOutcome {
     let params = options.params;
     let mut world = World::new(options);
-    let sharded = options.sharding.is_some();
-    let mut nemesis = Nemesis::new(options.seed, options.kind, params.interval, sharded);
+    let mut nemesis = Nemesis::new(options.seed, options.kind, params.interval, options.space());
     let _completed = phases(&mut world, &mut nemesis, settle_bound(options));
     world.history.end = world.now();
     let work = world.recorder.borrow().work.clone();

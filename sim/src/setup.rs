@@ -11,7 +11,7 @@ mod params;
 mod sabotage;
 mod sharding;
 
-pub use kinds::{FaultKind, RunKind};
+pub use kinds::{FaultKind, RunKind, SEED_STRIDE, Space, run_number};
 pub use params::Params;
 pub use sabotage::{DriverSabotage, Sabotage, ShardSabotage};
 pub use sharding::Sharding;
@@ -49,6 +49,16 @@ impl Mechanism {
     }
 }
 
+impl Space {
+    /// How the space's runs hold leadership (a sharded run holds advisory locks).
+    pub const fn mechanism(self) -> Mechanism {
+        match self {
+            Self::Lease | Self::Pause => Mechanism::Lease,
+            Self::Advisory | Self::Sharded => Mechanism::Advisory,
+        }
+    }
+}
+
 impl fmt::Display for Mechanism {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -74,24 +84,25 @@ pub(crate) fn parse_application_name(name: &str) -> Option<(usize, u32)> {
 ///
 /// # What a seed runs
 ///
-/// Every run's configuration derives from its seed, here and nowhere else: its fault kind
-/// ([`RunKind::for_seed`]) is `seed % K`, with K = [`RunKind::COUNT`] (14: thirteen fault kinds
-/// and the mixed one), and its variant `(seed / K) % 4` chooses the acquire mode and fencing
-/// ([`RunOptions::mode_for_seed`], [`RunOptions::fencing_for_seed`]):
+/// Every run's configuration derives from its seed, here and nowhere else. A seed names its
+/// run kind by the kind's fixed code, `seed = code · SEED_STRIDE + n` ([`RunKind::of_seed`],
+/// [`SEED_STRIDE`] = 10,000; the codes are written beside the kinds, [`RunKind::code`]), and
+/// its run number n ([`run_number`]) chooses the variant, `n % 4`, the acquire mode and
+/// fencing ([`RunOptions::mode_for_seed`], [`RunOptions::fencing_for_seed`]):
 ///
-/// | variant | seeds (K = 14) | acquire mode | fencing |
-/// |---|---|---|---|
-/// | 0 | 0–13, 56–69, … | poll (the spec's) | off |
-/// | 1 | 14–27, 70–83, … | queue | off |
-/// | 2 | 28–41, 84–97, … | poll | on |
-/// | 3 | 42–55, 98–111, … | queue | on |
+/// | n % 4 | acquire mode | fencing |
+/// |---|---|---|
+/// | 0 | poll (the spec's) | off |
+/// | 1 | queue | off |
+/// | 2 | poll | on |
+/// | 3 | queue | on |
 ///
-/// So any K consecutive seeds run every kind, and any [`RunOptions::CYCLE`] = 4·K consecutive
-/// seeds (56) run every (kind, mode, fencing) cell exactly once, whatever K is: a kind added
-/// to [`FaultKind`] meets every mode and fencing setting within a cycle.
-/// (Before, the mode was `seed % 2` and the kind `seed % 14`: with an even number of kinds
-/// each kind only ever met one mode.) The summary's cell table shows the coverage of every
-/// run of many seeds. `--mode` and `--fencing` override the seed's choice.
+/// A seed's meaning never changes when kinds are added (a new kind gets a new code). The
+/// CLI's `--seeds N` runs the space's seeds in order ([`Space::seed_at`]): round-robin over
+/// the kinds that apply ([`RunKind::applies_to`]), run number by run number, so any
+/// [`RunOptions::CYCLE`] = 4·K consecutive ones (56 for K = 14 kinds) run every (kind, mode,
+/// fencing) cell exactly once. The summary's cell table shows the coverage of every run of
+/// many seeds. `--mode` and `--fencing` override the seed's choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunOptions {
     /// The seed: turmoil's network, the nemesis and the simulated work all derive from it.
@@ -133,16 +144,20 @@ pub(crate) const FIT_PROBE: &str = "SELECT 1";
 pub(crate) const UNFIT_PROBE: &str = "SELECT current_setting('plexsphere.unfit')";
 
 impl RunOptions {
-    /// Within this many consecutive seeds every (kind, acquire mode, fencing) cell runs once:
-    /// 4·[`RunKind::COUNT`] (see [What a seed runs](RunOptions#what-a-seed-runs)).
-    pub const CYCLE: u64 = VARIANTS * RunKind::COUNT as u64;
+    /// Within this many consecutive seeds of [`Space::Advisory`] every (kind, acquire mode,
+    /// fencing) cell runs once (see [What a seed runs](RunOptions#what-a-seed-runs)).
+    pub const CYCLE: u64 = Space::Advisory.cycle();
 
-    /// Within this many consecutive lease seeds every (kind, fencing) cell runs once:
-    /// 2·[`RunKind::COUNT`] (see [`RunOptions::lease`]).
-    pub const LEASE_CYCLE: u64 = LEASE_VARIANTS * RunKind::COUNT as u64;
+    /// Within this many consecutive lease seeds every (kind, fencing) cell runs once (see
+    /// [`RunOptions::lease`]).
+    pub const LEASE_CYCLE: u64 = Space::Lease.cycle();
 
     /// Seed `seed` with three replicas, the default timing, no sabotage, and the seed's kind
     /// of faults, acquire mode and fencing (see [What a seed runs](RunOptions#what-a-seed-runs)).
+    ///
+    /// # Panics
+    /// When no kind has the seed's code ([`RunKind::of_seed`]); the CLI refuses such a seed
+    /// first ([`Space::position`]).
     pub fn new(seed: u64) -> Self {
         Self {
             seed,
@@ -151,7 +166,7 @@ impl RunOptions {
             fencing: Self::fencing_for_seed(seed),
             mode: Self::mode_for_seed(seed),
             sabotage: None,
-            kind: RunKind::for_seed(seed),
+            kind: kind_of(seed),
             sharding: None,
             mechanism: Mechanism::Advisory,
             unfit: false,
@@ -175,12 +190,16 @@ impl RunOptions {
         }
     }
 
-    /// Lease seed `seed` (a seed space of its own) with three replicas, the default timing, no
-    /// sabotage, polling (a lease has no server-side queue), the seed's kind of faults
-    /// ([`RunKind::for_seed`], `seed % K`) and whether the service's work is fenced writes: in
-    /// variant 1, `(seed / K) % 2 == 1` ([`RunOptions::lease_fencing_for_seed`]). Every term has
-    /// the lease's epoch either way. Any [`RunOptions::LEASE_CYCLE`] consecutive seeds run
-    /// every (kind, fencing) cell once.
+    /// Lease seed `seed` (of [`Space::Lease`], or [`Space::Pause`] for the pause kind's seeds)
+    /// with three replicas, the default timing, no sabotage, polling (a lease has no
+    /// server-side queue), the seed's kind of faults ([`RunKind::of_seed`]) and whether the
+    /// service's work is fenced writes: for odd run numbers
+    /// ([`RunOptions::lease_fencing_for_seed`]). Every term has the lease's epoch either way.
+    /// Any [`RunOptions::LEASE_CYCLE`] consecutive lease seeds run every (kind, fencing) cell
+    /// once.
+    ///
+    /// # Panics
+    /// As [`RunOptions::new`].
     pub fn lease(seed: u64) -> Self {
         Self {
             fencing: Self::lease_fencing_for_seed(seed),
@@ -190,9 +209,9 @@ impl RunOptions {
         }
     }
 
-    /// Whether lease seed `seed`'s service does fenced writes: `(seed / K) % 2 == 1`.
+    /// Whether lease seed `seed`'s service does fenced writes: an odd run number.
     pub const fn lease_fencing_for_seed(seed: u64) -> bool {
-        (seed / RunKind::COUNT as u64) % LEASE_VARIANTS == 1
+        run_number(seed) % Space::Lease.variants() == 1
     }
 
     /// The rate of replica `replica`'s clock: the simulation's own in advisory and sharded
@@ -209,17 +228,34 @@ impl RunOptions {
         }
     }
 
-    /// The options seed `seed` runs with by default under `mechanism`.
-    pub fn for_mechanism(seed: u64, mechanism: Mechanism) -> Self {
-        match mechanism {
-            Mechanism::Advisory => Self::new(seed),
-            Mechanism::Lease => Self::lease(seed),
+    /// The options seed `seed` of `space` runs with by default.
+    ///
+    /// # Panics
+    /// As [`RunOptions::new`].
+    pub fn in_space(space: Space, seed: u64) -> Self {
+        match space {
+            Space::Advisory => Self::new(seed),
+            Space::Lease | Space::Pause => Self::lease(seed),
+            Space::Sharded => Self::sharded(seed),
+        }
+    }
+
+    /// The seed space this run is of.
+    pub fn space(&self) -> Space {
+        match (self.sharding, self.mechanism, self.kind) {
+            (Some(_), ..) => Space::Sharded,
+            (None, _, RunKind::Only(FaultKind::Pause)) => Space::Pause,
+            (None, Mechanism::Lease, _) => Space::Lease,
+            (None, Mechanism::Advisory, _) => Space::Advisory,
         }
     }
 
     /// Sharded seed `seed` (a seed space of its own) with three replicas, the default timing,
     /// no sabotage, and the seed's kind of faults and number of shards (see
     /// [What a sharded seed runs](Sharding#what-a-sharded-seed-runs)).
+    ///
+    /// # Panics
+    /// As [`RunOptions::new`].
     pub fn sharded(seed: u64) -> Self {
         Self {
             seed,
@@ -228,26 +264,26 @@ impl RunOptions {
             fencing: false,
             mode: AcquireMode::Poll,
             sabotage: None,
-            kind: RunKind::for_sharded_seed(seed),
+            kind: kind_of(seed),
             sharding: Some(Sharding::for_seed(seed)),
             mechanism: Mechanism::Advisory,
             unfit: false,
         }
     }
 
-    /// Whether seed `seed` fences by default: in variants 2 and 3, `(seed / K) % 4 >= 2`
-    /// (seeds 28–55 of every 56; see [What a seed runs](RunOptions#what-a-seed-runs)). Half
-    /// the seeds, as many of them polling as queued, and every kind meets each of the four
-    /// (mode, fencing) combinations once in any [`RunOptions::CYCLE`] consecutive seeds.
+    /// Whether seed `seed` fences by default: in variants 2 and 3 (`n % 4 >= 2` of its run
+    /// number n; see [What a seed runs](RunOptions#what-a-seed-runs)). Half the seeds, as many
+    /// of them polling as queued, and every kind meets each of the four (mode, fencing)
+    /// combinations once in any [`RunOptions::CYCLE`] consecutive seeds.
     pub const fn fencing_for_seed(seed: u64) -> bool {
-        variant(seed, RunKind::COUNT as u64) >= 2
+        variant(seed) >= 2
     }
 
-    /// The acquire mode of seed `seed`: [`AcquireMode::Queue`] in variants 1 and 3,
-    /// `(seed / K) % 2 == 1` (seeds 14–27 and 42–55 of every 56), else the spec's
-    /// [`AcquireMode::Poll`] (see [What a seed runs](RunOptions#what-a-seed-runs)).
+    /// The acquire mode of seed `seed`: [`AcquireMode::Queue`] in variants 1 and 3 (an odd
+    /// run number), else the spec's [`AcquireMode::Poll`] (see
+    /// [What a seed runs](RunOptions#what-a-seed-runs)).
     pub const fn mode_for_seed(seed: u64) -> AcquireMode {
-        if variant(seed, RunKind::COUNT as u64) % 2 == 1 {
+        if variant(seed) % 2 == 1 {
             AcquireMode::Queue
         } else {
             AcquireMode::Poll
@@ -277,7 +313,7 @@ impl RunOptions {
             }
             return command;
         }
-        let seeded = Self::for_mechanism(self.seed, self.mechanism);
+        let seeded = Self::in_space(self.space(), self.seed);
         if self.mechanism != Mechanism::Advisory {
             command.push_str(&format!(" --mechanism {}", self.mechanism));
         }
@@ -291,7 +327,7 @@ impl RunOptions {
         if self.unfit {
             command.push_str(" --unfit");
         }
-        if self.kind == RunKind::Only(FaultKind::Pause) {
+        if self.space() == Space::Pause {
             command.push_str(" --pause");
         }
         if let Some(sabotage) = self.sabotage {
@@ -325,16 +361,23 @@ impl RunOptions {
     }
 }
 
-/// How many (acquire mode, fencing) variants a kind runs in.
-const VARIANTS: u64 = 4;
+/// The (mode, fencing) variant of advisory seed `seed`: its run number's `n % 4`.
+const fn variant(seed: u64) -> u64 {
+    run_number(seed) % Space::Advisory.variants()
+}
 
-/// How many fencing variants a kind runs in on lease runs.
-const LEASE_VARIANTS: u64 = 2;
-
-/// The (mode, fencing) variant of seed `seed` with `kinds` run kinds: the kind is
-/// `seed % kinds`, the variant the next digit, `(seed / kinds) % 4`.
-const fn variant(seed: u64, kinds: u64) -> u64 {
-    (seed / kinds) % VARIANTS
+/// The kind seed `seed` names.
+///
+/// # Panics
+/// When no kind has the seed's code.
+fn kind_of(seed: u64) -> RunKind {
+    match RunKind::of_seed(seed) {
+        Some(kind) => kind,
+        None => panic!(
+            "seed {seed} names no run kind (code {})",
+            seed / SEED_STRIDE
+        ),
+    }
 }
 
 /// The CLI's name of an acquire mode (`--mode poll|queue`).
@@ -360,29 +403,10 @@ mod tests {
 
     use super::*;
 
-    /// Every (kind, variant) pair of `kinds` kinds in the window of `CYCLE` seeds from `start`.
-    fn cells(start: u64, kinds: u64) -> BTreeSet<(u64, u64)> {
-        (start..start + VARIANTS * kinds)
-            .map(|seed| (seed % kinds, variant(seed, kinds)))
-            .collect()
-    }
-
-    #[test]
-    fn any_window_of_four_k_seeds_runs_every_kind_in_every_variant_whatever_k() {
-        for kinds in 1..=20 {
-            for start in (0..3 * VARIANTS * kinds).chain([u64::MAX / 2, 1_000_003]) {
-                assert_eq!(
-                    cells(start, kinds).len() as u64,
-                    VARIANTS * kinds,
-                    "K = {kinds}, seeds from {start}"
-                );
-            }
-        }
-    }
-
     #[test]
     fn any_cycle_of_seeds_runs_every_kind_mode_and_fencing_cell_once() {
-        let every: BTreeSet<(RunKind, bool, bool)> = RunKind::all()
+        let every: BTreeSet<(RunKind, bool, bool)> = Space::Advisory
+            .kinds()
             .into_iter()
             .flat_map(|kind| {
                 [(false, false), (true, false), (false, true), (true, true)]
@@ -392,7 +416,7 @@ mod tests {
         assert_eq!(every.len() as u64, RunOptions::CYCLE);
         for start in (0..2 * RunOptions::CYCLE).chain([20_000, 99_999]) {
             let seen: BTreeSet<(RunKind, bool, bool)> = (start..start + RunOptions::CYCLE)
-                .map(RunOptions::new)
+                .map(|position| RunOptions::new(Space::Advisory.seed_at(position)))
                 .map(|o| (o.kind, o.mode == AcquireMode::Queue, o.fencing))
                 .collect();
             assert_eq!(seen, every, "seeds from {start}");
@@ -401,7 +425,7 @@ mod tests {
 
     #[test]
     fn the_first_cycle_polls_then_queues_then_fences_both_ways() {
-        let variants: Vec<(&str, bool)> = [0, 13, 14, 27, 28, 41, 42, 55, 56]
+        let variants: Vec<(&str, bool)> = [0, 130_000, 1, 130_001, 2, 130_002, 3, 130_003, 4]
             .map(|seed| {
                 let o = RunOptions::new(seed);
                 (mode_name(o.mode), o.fencing)
@@ -442,7 +466,7 @@ mod tests {
     fn any_lease_cycle_runs_every_kind_with_and_without_fenced_writes_polling() {
         for start in (0..2 * RunOptions::LEASE_CYCLE).chain([20_000, 99_999]) {
             let seen: BTreeSet<(RunKind, bool)> = (start..start + RunOptions::LEASE_CYCLE)
-                .map(RunOptions::lease)
+                .map(|position| RunOptions::lease(Space::Lease.seed_at(position)))
                 .inspect(|o| assert_eq!(o.mode, AcquireMode::Poll))
                 .map(|o| (o.kind, o.fencing))
                 .collect();
@@ -459,24 +483,24 @@ mod tests {
         let options = RunOptions {
             mode: AcquireMode::Queue,
             fencing: true,
-            ..RunOptions::new(3)
+            ..RunOptions::new(30_000)
         };
         assert_eq!(options.describe(), "crash, queue, fencing");
         assert_eq!(
             options.replay_command(),
-            "cargo run --release -p plexsphere-leader-sim -- --seed 3 --mode queue --fencing on"
+            "cargo run --release -p plexsphere-leader-sim -- --seed 30000 --mode queue --fencing on"
         );
         assert_eq!(
-            RunOptions::new(45).replay_command(),
-            "cargo run --release -p plexsphere-leader-sim -- --seed 45"
+            RunOptions::new(70_003).replay_command(),
+            "cargo run --release -p plexsphere-leader-sim -- --seed 70003"
         );
         assert_eq!(mode_from_name("queue"), Some(AcquireMode::Queue));
-        let lease = RunOptions::lease(17);
+        let lease = RunOptions::lease(30_001);
         assert_eq!(
             (lease.describe(), lease.replay_command()),
             (
                 "crash, lease, fencing".to_owned(),
-                "cargo run --release -p plexsphere-leader-sim -- --seed 17 --mechanism lease"
+                "cargo run --release -p plexsphere-leader-sim -- --seed 30001 --mechanism lease"
                     .to_owned()
             )
         );
@@ -486,7 +510,7 @@ mod tests {
                 ..lease
             }
             .replay_command(),
-            "cargo run --release -p plexsphere-leader-sim -- --seed 17 --mechanism lease --fencing off"
+            "cargo run --release -p plexsphere-leader-sim -- --seed 30001 --mechanism lease --fencing off"
         );
         assert_eq!(Mechanism::from_name("lease"), Some(Mechanism::Lease));
         assert_eq!(Mechanism::from_name("nope"), None);

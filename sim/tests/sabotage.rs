@@ -15,7 +15,7 @@
 
 use plexsphere_leader::config::AcquireMode;
 use plexsphere_leader_sim::{
-    DriverSabotage, Property, RunKind, RunOptions, Sabotage, ShardSabotage, Sharding, Violation,
+    DriverSabotage, Property, RunOptions, Sabotage, ShardSabotage, Sharding, Space, Violation,
     run_once,
 };
 
@@ -30,8 +30,10 @@ fn first_catch(
     property: Property,
     runs: impl Fn(&RunOptions) -> bool,
 ) -> Option<(u64, Violation)> {
-    assert_eq!(4 * RunKind::all().len() as u64, SEEDS);
-    let seeds = (0..SEEDS).filter(|&seed| runs(&RunOptions::new(seed)));
+    assert_eq!(4 * Space::Advisory.kinds().len() as u64, SEEDS);
+    let seeds = Space::Advisory
+        .seeds(SEEDS)
+        .filter(|&seed| runs(&RunOptions::new(seed)));
     seeds.into_iter().find_map(|seed| {
         let options = RunOptions {
             sabotage: Some(sabotage),
@@ -136,7 +138,8 @@ fn fence_without_row_lock_is_caught_as_a_broken_fence() {
 #[test]
 fn keep_lease_on_failed_renewal_is_caught_as_a_term_outliving_its_lease_and_an_overlap() {
     let sabotage = Sabotage::Driver(DriverSabotage::KeepLeaseOnFailedRenewal);
-    let caught: Vec<(u64, Violation)> = (0..RunOptions::LEASE_CYCLE)
+    let caught: Vec<(u64, Violation)> = Space::Lease
+        .seeds(RunOptions::LEASE_CYCLE)
         .find_map(|seed| {
             let options = RunOptions {
                 sabotage: Some(sabotage),
@@ -167,17 +170,19 @@ fn keep_lease_on_failed_renewal_is_caught_as_a_term_outliving_its_lease_and_an_o
 #[test]
 fn a_clock_slower_than_the_margin_is_caught_as_a_term_outliving_its_lease() {
     let sabotage = Sabotage::Driver(DriverSabotage::SlowClock);
-    let caught = (0..RunOptions::LEASE_CYCLE).find_map(|seed| {
-        let options = RunOptions {
-            sabotage: Some(sabotage),
-            ..RunOptions::lease(seed)
-        };
-        run_once(&options)
-            .violations
-            .into_iter()
-            .find(|v| v.property == Property::Detection && v.detail.contains("after its lease"))
-            .map(|violation| (seed, violation))
-    });
+    let caught = Space::Lease
+        .seeds(RunOptions::LEASE_CYCLE)
+        .find_map(|seed| {
+            let options = RunOptions {
+                sabotage: Some(sabotage),
+                ..RunOptions::lease(seed)
+            };
+            run_once(&options)
+                .violations
+                .into_iter()
+                .find(|v| v.property == Property::Detection && v.detail.contains("after its lease"))
+                .map(|violation| (seed, violation))
+        });
     match caught {
         Some((seed, violation)) => println!("{sabotage} caught at lease seed {seed}: {violation}"),
         None => panic!("{sabotage}: no detection violation within one lease cycle"),
@@ -192,7 +197,7 @@ fn first_sharded_catch(
     property: Property,
     marks: &str,
 ) -> Option<(u64, Violation)> {
-    (0..Sharding::CYCLE).find_map(|seed| {
+    Space::Sharded.seeds(Sharding::CYCLE).find_map(|seed| {
         let options = RunOptions {
             sabotage: Some(Sabotage::Shard(sabotage)),
             ..RunOptions::sharded(seed)
@@ -245,12 +250,9 @@ fn keep_shards_on_failed_survey_is_caught_as_a_late_detection() {
 fn ignore_unfit_is_caught_by_the_fitness_property_on_both_mechanisms() {
     let sabotage = Sabotage::Driver(DriverSabotage::IgnoreUnfit);
     for lease in [false, true] {
-        let cycle = if lease {
-            RunOptions::LEASE_CYCLE
-        } else {
-            RunOptions::CYCLE
-        };
-        let caught = (0..cycle).find_map(|seed| {
+        let space = if lease { Space::Lease } else { Space::Advisory };
+        let cycle = space.cycle();
+        let caught = space.seeds(cycle).find_map(|seed| {
             let seeded = if lease {
                 RunOptions::lease(seed)
             } else {
@@ -282,18 +284,19 @@ fn ignore_unfit_is_caught_by_the_fitness_property_on_both_mechanisms() {
 #[test]
 fn published_belief_is_caught_as_a_term_outliving_its_lease_in_a_pause() {
     let sabotage = Sabotage::Driver(DriverSabotage::PublishedBelief);
-    let caught = (0..RunOptions::LEASE_CYCLE).find_map(|seed| {
-        let options = RunOptions {
-            sabotage: Some(sabotage),
-            kind: RunKind::Only(plexsphere_leader_sim::FaultKind::Pause),
-            ..RunOptions::lease(seed)
-        };
-        run_once(&options)
-            .violations
-            .into_iter()
-            .find(|v| v.property == Property::Detection)
-            .map(|v| (seed, v))
-    });
+    let caught = Space::Pause
+        .seeds(RunOptions::LEASE_CYCLE)
+        .find_map(|seed| {
+            let options = RunOptions {
+                sabotage: Some(sabotage),
+                ..RunOptions::lease(seed)
+            };
+            run_once(&options)
+                .violations
+                .into_iter()
+                .find(|v| v.property == Property::Detection)
+                .map(|v| (seed, v))
+        });
     match caught {
         Some((seed, violation)) => println!("{sabotage} caught at pause seed {seed}: {violation}"),
         None => panic!("{sabotage}: no detection violation within a lease cycle of pause seeds"),

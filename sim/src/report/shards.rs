@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::{Report, Row, cell};
-use crate::setup::{RunKind, Sharding};
+use crate::setup::Sharding;
 
 const HEADER: [&str; 11] = [
     "fault kind",
@@ -153,7 +153,7 @@ impl Report {
         }
         let _ = writeln!(out);
         let mut all = vec![(0, 0); counts.len()];
-        for kind in RunKind::sharded_all() {
+        for kind in self.space.kinds() {
             let _ = write!(out, "{:<17}", kind.name());
             for (index, shards) in counts.iter().enumerate() {
                 let text = match self.cells.get(&(kind, *shards)) {
@@ -174,7 +174,7 @@ impl Report {
         }
         let _ = writeln!(out);
         let empty = self.empty_cells();
-        let cells = RunKind::SHARDED_COUNT * Sharding::SHARD_COUNTS.len();
+        let cells = Sharding::CYCLE as usize;
         let _ = writeln!(out, "cells run: {} of {cells}", cells - empty.len());
     }
 }
@@ -183,7 +183,7 @@ impl Report {
 mod tests {
     use super::*;
     use crate::run::RunOutcome;
-    use crate::setup::{Params, RunOptions};
+    use crate::setup::{Params, RunOptions, Space};
 
     fn clean(options: RunOptions) -> RunOutcome {
         RunOutcome {
@@ -197,10 +197,12 @@ mod tests {
     #[test]
     fn one_cycle_of_sharded_seeds_fills_every_cell_and_the_report_ends_with_the_summary() {
         let mut report = Report::sharded(Params::default(), 3);
-        for seed in 500..500 + Sharding::CYCLE {
-            report.add(&clean(RunOptions::sharded(seed)));
+        for position in 500..500 + Sharding::CYCLE {
+            report.add(&clean(RunOptions::sharded(
+                Space::Sharded.seed_at(position),
+            )));
         }
-        report.add_panic(&RunOptions::sharded(7));
+        report.add_panic(&RunOptions::sharded(70_000));
         assert_eq!(report.empty_cells(), Vec::<String>::new());
         let text = report.to_string();
         assert!(text.contains("\ncells run: 39 of 39\n"), "{text}");
