@@ -336,7 +336,7 @@ impl<'a> Checker<'a> {
             replicas: e.replicas,
             holds: BTreeMap::from([(0, holds.clone())]),
             work: e.work,
-            replicated: e.mechanism == Mechanism::Lease,
+            replicated: !e.mechanism.holds_session(),
         };
         let mut measured = Measurements::default();
         measured.cases.timeout_grants = holds.iter().filter(|h| h.at_timeout).count();
@@ -407,8 +407,8 @@ impl<'a> Checker<'a> {
     fn shared_rules(&mut self) {
         let mechanism = self.e.mechanism;
         let violations = self.space.shared_rules(
-            self.p.detection_bound_of(mechanism),
-            self.p.overlap_bound_of(mechanism),
+            mechanism.detection_bound(&self.p),
+            mechanism.overlap_bound(&self.p),
             &mut self.measured,
         );
         self.violations.extend(violations);
@@ -417,7 +417,7 @@ impl<'a> Checker<'a> {
     /// Lease runs: the least headroom between a term's end and the server-side end of its
     /// lease, over the terms whose lease expired on them ([`Measurements::lease_headroom`]).
     fn lease_headroom(&mut self) {
-        if self.e.mechanism != Mechanism::Lease {
+        if self.e.mechanism.holds_session() {
             return;
         }
         self.measured.lease_headroom = self
@@ -563,7 +563,7 @@ impl<'a> Checker<'a> {
 
     /// The orphan bound of lock sessions; a lease has none (its server-side end is its TTL).
     fn orphans(&mut self) {
-        if self.e.mechanism == Mechanism::Lease {
+        if !self.e.mechanism.holds_session() {
             return;
         }
         let servers = &self.e.servers;
@@ -641,7 +641,7 @@ impl<'a> Checker<'a> {
             starts.push((server, since));
         }
         // A lease becomes free when it ends (released or expired) on the server of the moment.
-        if self.e.mechanism == Mechanism::Lease {
+        if !self.e.mechanism.holds_session() {
             for released in self.holds.iter().filter_map(|h| h.released) {
                 starts.push((history.primary_at(released), released));
             }
@@ -671,16 +671,13 @@ impl<'a> Checker<'a> {
 
     /// What the replicas hold, in a violation: `the lock`, or `the lease`.
     fn held_thing(&self) -> &'static str {
-        match self.e.mechanism {
-            Mechanism::Advisory => "the lock",
-            Mechanism::Lease => "the lease",
-        }
+        self.e.mechanism.held_thing()
     }
 
     /// Whether some session holds the lock on server `s` at `at` (a lease, on whichever server
     /// it was claimed: it follows a failover).
     fn held(&self, s: usize, at: Duration) -> bool {
-        let lease = self.e.mechanism == Mechanism::Lease;
+        let lease = !self.e.mechanism.holds_session();
         self.holds.iter().any(|h| {
             (lease || h.server == s) && h.granted <= at && h.released.is_none_or(|r| r > at)
         })
@@ -956,7 +953,7 @@ impl<'a> Checker<'a> {
         // ended was not released, unless a fault dropped messages on the leader's link while it
         // held the lease (its release may be stuck on a wedged connection; the TTL ends it).
         // A claim whose answer was lost leaves a lease no term rested on: the TTL ends it too.
-        if self.e.mechanism == Mechanism::Lease {
+        if !self.e.mechanism.holds_session() {
             let history = self.e.history;
             let held: Vec<Tenure> = self
                 .holds

@@ -85,10 +85,7 @@ impl Args {
         } else if self.pause {
             Space::Pause
         } else {
-            match self.mechanism {
-                Mechanism::Advisory => Space::Advisory,
-                Mechanism::Lease => Space::Lease,
-            }
+            self.mechanism.space()
         }
     }
 }
@@ -105,7 +102,7 @@ fn parse() -> Result<Args, String> {
         trace: false,
         sharded: false,
         shards: None,
-        mechanism: Mechanism::Advisory,
+        mechanism: Mechanism::default(),
         unfit: false,
         pause: false,
     };
@@ -165,16 +162,20 @@ fn parse() -> Result<Args, String> {
     if args.sharded && (args.mode.is_some() || args.fencing.is_some()) {
         return Err("--mode and --fencing are for the single election, not --sharded".into());
     }
-    if args.mechanism == Mechanism::Lease {
-        if args.sharded {
-            return Err("--mechanism lease is for the single election, not --sharded".into());
-        }
-        if args.mode == Some(AcquireMode::Queue) {
-            return Err("--mechanism lease always polls: a lease has no queue".into());
-        }
+    if args.mechanism != Mechanism::default() && args.sharded {
+        return Err(format!(
+            "--mechanism {} is for the single election, not --sharded",
+            args.mechanism
+        ));
+    }
+    if !args.mechanism.queues() && args.mode == Some(AcquireMode::Queue) {
+        return Err(format!(
+            "--mechanism {} always polls: it has no queue",
+            args.mechanism
+        ));
     }
     if let Some(sabotage) = args.sabotage {
-        let lease = args.mechanism == Mechanism::Lease;
+        let lease = !args.mechanism.holds_session();
         if sabotage.is_lease_only() && !lease {
             return Err(format!(
                 "--sabotage {sabotage} is a sabotage of lease runs: add --mechanism lease"
@@ -186,7 +187,7 @@ fn parse() -> Result<Args, String> {
             ));
         }
     }
-    if args.pause && args.mechanism != Mechanism::Lease {
+    if args.pause && args.mechanism.holds_session() {
         return Err(
             "--pause runs lease seeds: add --mechanism lease (an advisory leader \
                     has no trust window to end its belief in a pause)"

@@ -158,11 +158,7 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     .fencing(env.fencing)
     .key(key)
     .identity(application_name(env.index, incarnation));
-    let config = match env.mechanism {
-        Mechanism::Advisory => config,
-        // The default TTL: three intervals.
-        Mechanism::Lease => config.lease(Duration::ZERO),
-    };
+    let config = env.mechanism.configure(config);
     let config = match env.fitness_probe {
         Some(probe) => config.fitness_probe(probe),
         None => config,
@@ -185,7 +181,7 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
             shutdown: shutdown.clone(),
         });
     }
-    if env.fencing || env.mechanism == Mechanism::Lease {
+    if env.mechanism.has_epochs(env.fencing) {
         fenced::set_up(&pool, &shutdown, &env.params, env.mechanism).await;
     }
     if env.sample_beliefs {

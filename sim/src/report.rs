@@ -15,7 +15,7 @@ use plexsphere_leader::config::AcquireMode;
 
 use crate::checker::{Measurements, Property};
 use crate::run::RunOutcome;
-use crate::setup::{Mechanism, Params, RunKind, RunOptions, Sharding, Space};
+use crate::setup::{Params, RunKind, RunOptions, Sharding, Space};
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Row {
@@ -126,9 +126,10 @@ impl Report {
 
     /// The cell table's columns of the single election's runs.
     fn columns(&self) -> &'static [&'static str] {
-        match self.space.mechanism() {
-            Mechanism::Advisory => &COLUMNS,
-            Mechanism::Lease => &LEASE_COLUMNS,
+        if self.space.mechanism().queues() {
+            &COLUMNS
+        } else {
+            &LEASE_COLUMNS
         }
     }
 
@@ -296,23 +297,21 @@ impl Report {
             "(bound)",
             "",
             "",
-            format!(
-                "({})",
-                p.overlap_bound_of(self.space.mechanism()).as_millis()
-            ),
+            format!("({})", self.space.mechanism().overlap_bound(p).as_millis()),
             format!("({})", p.gap_bound_of(self.probing).as_millis()),
             format!(
                 "({})",
-                p.detection_bound_of(self.space.mechanism()).as_millis()
+                self.space.mechanism().detection_bound(p).as_millis()
             ),
-            match self.space.mechanism() {
-                Mechanism::Advisory => format!("({})", p.orphan_bound().as_millis()),
-                Mechanism::Lease => "(-)".to_owned(),
+            if self.space.mechanism().holds_session() {
+                format!("({})", p.orphan_bound().as_millis())
+            } else {
+                "(-)".to_owned()
             },
             "(-)",
             ""
         );
-        if self.space.mechanism() == Mechanism::Lease {
+        if !self.space.mechanism().holds_session() {
             let _ = writeln!(
                 out,
                 "lease: TTL {} ms (trusted for 0.9 TTL after sending a renewal); handover after a lost leader <= TTL + gap = {} ms from its last renewal; detection: a term past its lease's end on the server",

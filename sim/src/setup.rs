@@ -7,63 +7,19 @@
 //! functions of the recorded evidence) may import it without a cycle.
 
 mod kinds;
+mod mechanism;
 mod params;
 mod sabotage;
 mod sharding;
 
 pub use kinds::{FaultKind, RunKind, SEED_STRIDE, Space, run_number};
+pub use mechanism::Mechanism;
 pub use params::Params;
 pub use sabotage::{DriverSabotage, Sabotage, ShardSabotage};
 pub use sharding::Sharding;
 
-use std::fmt;
-
 use crate::clock::ClockRate;
 use plexsphere_leader::config::AcquireMode;
-
-/// How the replicas of a single election hold leadership (`--mechanism`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum Mechanism {
-    /// The session advisory lock (the spec's): a lock session per leader.
-    #[default]
-    Advisory,
-    /// The lease row of `Config::lease(Duration::ZERO)` (TTL three intervals), one autocommit
-    /// statement per check on any pooled connection; always polls.
-    Lease,
-}
-
-impl Mechanism {
-    /// The CLI name (`--mechanism advisory|lease`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Advisory => "advisory",
-            Self::Lease => "lease",
-        }
-    }
-
-    /// The mechanism the CLI names `name`.
-    pub fn from_name(name: &str) -> Option<Self> {
-        [Self::Advisory, Self::Lease]
-            .into_iter()
-            .find(|mechanism| mechanism.name() == name)
-    }
-}
-
-impl Space {
-    /// How the space's runs hold leadership (a sharded run holds advisory locks).
-    pub const fn mechanism(self) -> Mechanism {
-        match self {
-            Self::Lease | Self::Pause => Mechanism::Lease,
-            Self::Advisory | Self::Sharded => Mechanism::Advisory,
-        }
-    }
-}
-
-impl fmt::Display for Mechanism {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// The server host names; index 0 is the first primary.
 pub(crate) const SERVERS: [&str; 2] = ["pg1", "pg2"];
@@ -168,7 +124,7 @@ impl RunOptions {
             sabotage: None,
             kind: kind_of(seed),
             sharding: None,
-            mechanism: Mechanism::Advisory,
+            mechanism: Mechanism::default(),
             unfit: false,
         }
     }
@@ -219,9 +175,9 @@ impl RunOptions {
     /// ([`ClockRate::of_lease_replica`]), within the lease's 10 % margin; every replica 15 %
     /// slow with the sabotage [`DriverSabotage::SlowClock`].
     pub fn clock_rate(&self, replica: usize) -> ClockRate {
-        match (self.mechanism, self.sabotage) {
-            (_, Some(Sabotage::Driver(DriverSabotage::SlowClock))) => ClockRate::OUTSIDE_MARGIN,
-            (Mechanism::Lease, _) if self.sharding.is_none() => {
+        match self.sabotage {
+            Some(Sabotage::Driver(DriverSabotage::SlowClock)) => ClockRate::OUTSIDE_MARGIN,
+            _ if self.space().mechanism() == Mechanism::Lease => {
                 ClockRate::of_lease_replica(self.seed, replica, self.replicas)
             }
             _ => ClockRate::EXACT,
@@ -242,11 +198,10 @@ impl RunOptions {
 
     /// The seed space this run is of.
     pub fn space(&self) -> Space {
-        match (self.sharding, self.mechanism, self.kind) {
-            (Some(_), ..) => Space::Sharded,
-            (None, _, RunKind::Only(FaultKind::Pause)) => Space::Pause,
-            (None, Mechanism::Lease, _) => Space::Lease,
-            (None, Mechanism::Advisory, _) => Space::Advisory,
+        match (self.sharding, self.kind) {
+            (Some(_), _) => Space::Sharded,
+            (None, RunKind::Only(FaultKind::Pause)) => Space::Pause,
+            (None, _) => self.mechanism.space(),
         }
     }
 
@@ -266,7 +221,7 @@ impl RunOptions {
             sabotage: None,
             kind: kind_of(seed),
             sharding: Some(Sharding::for_seed(seed)),
-            mechanism: Mechanism::Advisory,
+            mechanism: Mechanism::default(),
             unfit: false,
         }
     }
@@ -314,7 +269,7 @@ impl RunOptions {
             return command;
         }
         let seeded = Self::in_space(self.space(), self.seed);
-        if self.mechanism != Mechanism::Advisory {
+        if self.mechanism != Mechanism::default() {
             command.push_str(&format!(" --mechanism {}", self.mechanism));
         }
         if self.mode != seeded.mode {
@@ -345,10 +300,7 @@ impl RunOptions {
                 self.kind, sharding.shards, self.replicas
             );
         }
-        let mode = match self.mechanism {
-            Mechanism::Advisory => mode_name(self.mode),
-            Mechanism::Lease => "lease",
-        };
+        let mode = self.mechanism.mode_column(mode_name(self.mode));
         let unfit = match self.unfit_replica() {
             Some(r) => format!(", r{r} unfit"),
             None => String::new(),
