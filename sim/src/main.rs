@@ -50,8 +50,8 @@ use std::time::Instant;
 
 use plexsphere_leader::config::AcquireMode;
 use plexsphere_leader_sim::{
-    Mechanism, Params, Report, RunOptions, RunOutcome, SEED_STRIDE, Sabotage, Sharding, Space,
-    mode_from_name, run,
+    DriverSabotage, Mechanism, Params, Report, RunOptions, RunOutcome, SEED_STRIDE, Sabotage,
+    Sharding, Space, mode_from_name, run,
 };
 
 struct Args {
@@ -233,8 +233,10 @@ fn parse() -> Result<Args, String> {
     if args.shards == Some(0) {
         return Err("--shards must be at least 1".into());
     }
+    // The operator's sabotage applies to sharded runs too.
     if let Some(sabotage) = args.sabotage
         && sabotage.is_sharded() != args.sharded
+        && sabotage != Sabotage::Driver(DriverSabotage::ResignWithoutHoldOff)
     {
         let fix = if sabotage.is_sharded() {
             "a sabotage of sharded runs: add --sharded"

@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use std::rc::Rc;
 use std::time::Duration;
 
+use plexsphere_leader::leadership::Resignation;
 use plexsphere_leader::sharded::{ShardConfig, ShardedElector};
 use plexsphere_leader::{Config, Elector, LockKey};
 use plexsphere_leader_pgsim::Primary;
@@ -66,6 +67,22 @@ pub(crate) enum Elected {
 }
 
 impl Elected {
+    /// An operator's resign with `hold_off`: the single election's term, or every shard.
+    pub(crate) fn resign_for(&self, hold_off: Duration) -> Resignation {
+        match self {
+            Self::Single(elector) => elector.resign_for(hold_off),
+            Self::Sharded(elector) => elector.resign_for(hold_off),
+        }
+    }
+
+    /// An operator makes the replica eligible to lead (own shards), or not.
+    pub(crate) fn set_eligible(&self, eligible: bool) {
+        match self {
+            Self::Single(elector) => elector.set_eligible(eligible),
+            Self::Sharded(elector) => elector.set_eligible(eligible),
+        }
+    }
+
     pub(crate) fn single(&self) -> Option<&Elector> {
         match self {
             Self::Single(elector) => Some(elector),

@@ -244,6 +244,30 @@ fn keep_shards_on_failed_survey_is_caught_as_a_late_detection() {
     );
 }
 
+/// A sharded replica asked to resign that rejoins at once (its hold-off dropped) takes shards
+/// during the hold-off the operator asked for: the operator controls of sharded runs.
+#[test]
+fn resign_without_hold_off_is_caught_in_sharded_runs() {
+    let sabotage = Sabotage::Driver(DriverSabotage::ResignWithoutHoldOff);
+    let caught = Space::Sharded.seeds(Sharding::CYCLE).find_map(|seed| {
+        let options = RunOptions {
+            sabotage: Some(sabotage),
+            ..RunOptions::sharded(seed)
+        };
+        run_once(&options)
+            .violations
+            .into_iter()
+            .find(|v| v.property == Property::OperatorControls)
+            .map(|v| (seed, v))
+    });
+    match caught {
+        Some((seed, violation)) => {
+            println!("{sabotage} caught at sharded seed {seed}: {violation}")
+        }
+        None => panic!("{sabotage}: no operator-controls violation within a sharded cycle"),
+    }
+}
+
 /// The server refuses the unfit replica's fitness probe; answered as a pass, the replica that
 /// cannot do the work leads. Caught on both mechanisms.
 #[test]

@@ -224,6 +224,21 @@ fn a_sharded_graceful_stop_seed_with_twelve_shards_runs_clean() {
     );
 }
 
+/// An operator resigns sharded replicas (every shard, with a hold-off) and makes them
+/// ineligible: no shard term begins while a replica is held out, every resigned shard's work
+/// ends before its unlock, and the others re-own the shards.
+#[test]
+fn a_sharded_resign_seed_runs_clean() {
+    let outcome = assert_sharded_clean(120_000, FaultKind::Resign, 8);
+    assert!(
+        outcome
+            .trace
+            .iter()
+            .any(|line| line.contains("ends: resigned")),
+        "a shard term ended by a resign"
+    );
+}
+
 /// The replay command of a sharded run names the mode and what the seed does not choose.
 #[test]
 fn a_sharded_failure_report_names_the_seed_and_the_replay_command() {

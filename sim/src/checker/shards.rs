@@ -6,7 +6,8 @@
 //! |---|---|
 //! | mutual exclusion | the servers' logs: no lock held by two sessions in conflicting modes |
 //! | overlap | per shard and pair of replicas, acting as owner (term open, or a unit of its work running) at once for at most 2·I + T |
-//! | graceful overlap | a shard term ended by a handover or a stop, whose lock its own session released (unlock, unlock-all): the term and every unit of its work ended before the release |
+//! | graceful overlap | a shard term ended by a handover, a stop or a resign (or being made ineligible), whose lock its own session released (unlock, unlock-all): the term and every unit of its work ended before the release |
+//! | operator controls | the base checker's: no shard term of an incarnation begins during its resign's hold-off or while it is ineligible (its shards are re-owned by the liveness rule) |
 //! | detection | a shard term ends within 2·I of its lock's loss (release, or its server deposed) |
 //! | orphan bound | a member session (and so its shards) is never idle longer than 4·I |
 //! | stranded lock | a shard lock held by a healthy replica's session that believes neither the term nor a handover of it, for longer than I + margin; and when every replica is asked to stop, every lock of the space is held by a current incarnation on the primary, each shard by the one that owns it |
@@ -87,6 +88,7 @@ pub(crate) fn check(
     let mut base = Checker::new(evidence);
     base.harness();
     base.mutual_exclusion();
+    base.operator_controls();
     base.clean_stop();
     let mut checker = ShardChecker::new(base, sharding, class);
     checker.shared_rules();
@@ -209,7 +211,10 @@ impl<'a> ShardChecker<'a> {
     /// crash ends the host's work with it).
     fn graceful(&mut self) {
         for term in self.terms() {
-            if !matches!(term.end, TermEnd::HandedOver | TermEnd::Stopped) {
+            if !matches!(
+                term.end,
+                TermEnd::HandedOver | TermEnd::Stopped | TermEnd::Resigned
+            ) {
                 continue;
             }
             let Some(hold) = self.hold_of(term) else {
@@ -237,10 +242,10 @@ impl<'a> ShardChecker<'a> {
                 })
                 .map(|w| w.span.end_or(self.end()))
                 .max();
-            let how = if term.end == TermEnd::HandedOver {
-                "handed over"
-            } else {
-                "stopped"
+            let how = match term.end {
+                TermEnd::HandedOver => "handed over",
+                TermEnd::Resigned => "resigned",
+                _ => "stopped",
             };
             if ended > released {
                 self.violate(

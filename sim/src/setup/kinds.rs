@@ -46,7 +46,7 @@ pub enum FaultKind {
     /// The primary delays every query by 0.5 to 1.5 check intervals for a while.
     Latency,
     /// An operator asks a replica (usually the leader) to resign for a hold-off of up to three
-    /// intervals, or makes it ineligible for a while.
+    /// intervals, or makes it ineligible for a while (in a sharded run: every shard it owns).
     Resign,
     /// A replica's process is paused (SIGSTOP, a frozen VM, a stalled runtime) for one to nine
     /// intervals while the servers' clock runs on, then resumed: the pause runs only
@@ -145,13 +145,9 @@ impl RunKind {
     }
 
     /// Whether seeds of `space` run this kind: the pause only in pause runs, which run nothing
-    /// else; the operator's controls not in sharded runs (whose nemesis does not drive them).
+    /// else; every other kind in every other space.
     pub const fn applies_to(self, space: Space) -> bool {
-        match self {
-            Self::Only(FaultKind::Pause) => matches!(space, Space::Pause),
-            Self::Only(FaultKind::Resign) => matches!(space, Space::Advisory | Space::Lease),
-            _ => !matches!(space, Space::Pause),
-        }
+        matches!(self, Self::Only(FaultKind::Pause)) == matches!(space, Space::Pause)
     }
 
     /// The kind seed `seed` names (by its code, `seed / SEED_STRIDE`); `None` for a code no
