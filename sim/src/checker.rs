@@ -323,7 +323,10 @@ impl<'a> Checker<'a> {
                     .servers
                     .iter()
                     .enumerate()
-                    .flat_map(|(index, server)| holds(index, &server.log, &owners[index]))
+                    .flat_map(|(index, server)| {
+                        space::tenures(index, &server.log, &owners[index], |_, _| Some(0))
+                    })
+                    .map(|(_, tenure)| tenure)
                     .collect::<Vec<Tenure>>();
                 (holds, Vec::new())
             }
@@ -563,17 +566,16 @@ impl<'a> Checker<'a> {
 
     /// The orphan bound of lock sessions; a lease has none (its server-side end is its TTL).
     fn orphans(&mut self) {
-        if !self.e.mechanism.holds_session() {
-            return;
+        if self.e.mechanism.holds_session() {
+            self.orphans_of(&self.holds.clone(), "the lock");
         }
+    }
+
+    /// The orphan bound over the sessions of `tenures`, which hold `what`.
+    fn orphans_of(&mut self, tenures: &[Tenure], what: &str) {
         let servers = &self.e.servers;
-        let found = space::orphans(
-            |server| &servers[server].queries,
-            &self.holds,
-            self.end,
-            self.p.orphan_bound(),
-            "the lock",
-        );
+        let bound = self.p.orphan_bound();
+        let found = space::orphans(|s| &servers[s].queries, tenures, self.end, bound, what);
         self.measured.idled(&found);
         self.record(found);
     }
@@ -667,11 +669,6 @@ impl<'a> Checker<'a> {
             })
             .last()
             .unwrap_or(false)
-    }
-
-    /// What the replicas hold, in a violation: `the lock`, or `the lease`.
-    fn held_thing(&self) -> &'static str {
-        self.e.mechanism.held_thing()
     }
 
     /// Whether some session holds the lock on server `s` at `at` (a lease, on whichever server
@@ -779,7 +776,7 @@ impl<'a> Checker<'a> {
                     Property::Liveness,
                     format!(
                         "{} on {} stayed free for more than {} while r{standby} was a healthy standby",
-                        self.held_thing(),
+                        self.e.mechanism.held_thing(),
                         SERVERS[server],
                         ms(bound)
                     ),
@@ -866,7 +863,7 @@ impl<'a> Checker<'a> {
                     format!(
                         "no leader for {} after {} on {} became free, though r{replica} was granted it{} (bound {}{})",
                         ms(gap),
-                        self.held_thing(),
+                        self.e.mechanism.held_thing(),
                         SERVERS[server],
                         if lost_at_once {
                             " and lost it in the same tick"
@@ -1039,37 +1036,6 @@ fn owners(log: &[LogEntry]) -> BTreeMap<i32, Owner> {
 
 fn parse_owner(name: &str) -> Option<Owner> {
     parse_application_name(name)
-}
-
-/// The tenures of the lock in a server log.
-fn holds(server: usize, log: &[LogEntry], owners: &BTreeMap<i32, Owner>) -> Vec<Tenure> {
-    let mut holds: Vec<Tenure> = Vec::new();
-    for entry in log {
-        let (pid, released) = match &entry.event {
-            Event::LockGranted { pid, count: 1, .. } => {
-                holds.push(Tenure::granted(server, *pid, owners, entry.at));
-                continue;
-            }
-            Event::GrantedAtLockTimeout { pid, .. } => (pid, None),
-            Event::LockReleased {
-                pid,
-                remaining: 0,
-                reason,
-                ..
-            } => (pid, Some(*reason)),
-            _ => continue,
-        };
-        let open = holds
-            .iter_mut()
-            .rev()
-            .find(|h| h.pid == *pid && h.released.is_none());
-        match (open, released) {
-            (Some(hold), Some(reason)) => hold.release(entry.at, reason),
-            (Some(hold), None) => hold.at_timeout = true,
-            (None, _) => {}
-        }
-    }
-    holds
 }
 
 /// `123ms`.

@@ -19,7 +19,7 @@
 //! nemesis; the checker holds every shard to the single election's bounds (one believed owner
 //! but within the detection delay of a lost session, none across a graceful handover,
 //! demotion within 2·I, re-owned within I, the orphan bound) and the space to its balance
-//! after the faults ([`ShardMeasurements`], [`Report::sharded`]).
+//! after the faults ([`ShardMeasurements`], [`Report::new`]).
 //!
 //! ```no_run
 //! use plexsphere_leader_sim::{RunOptions, run};

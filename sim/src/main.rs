@@ -80,12 +80,10 @@ struct Args {
 impl Args {
     /// The seed space the flags select.
     fn space(&self) -> Space {
-        if self.sharded {
-            Space::Sharded
-        } else if self.pause {
-            Space::Pause
-        } else {
-            self.mechanism.space()
+        match (self.sharded, self.pause) {
+            (true, _) => Space::Sharded,
+            (false, true) => Space::Pause,
+            (false, false) => self.mechanism.space(),
         }
     }
 }
@@ -168,7 +166,7 @@ fn parse() -> Result<Args, String> {
             args.mechanism
         ));
     }
-    if !args.mechanism.queues() && args.mode == Some(AcquireMode::Queue) {
+    if !args.mechanism.holds_session() && args.mode == Some(AcquireMode::Queue) {
         return Err(format!(
             "--mechanism {} always polls: it has no queue",
             args.mechanism
@@ -214,17 +212,12 @@ fn parse() -> Result<Args, String> {
         ));
     }
     let space = args.space();
-    let Some(first) = space.position(args.first) else {
-        return Err(format!(
-            "seed {} runs no {space:?} kind (a seed is code · {SEED_STRIDE} + n; the codes: {})",
-            args.first,
-            codes(space)
-        ));
-    };
+    let first = space.position(args.first).unwrap_or(u64::MAX);
     if first.saturating_add(args.seeds) > space.seed_count() {
         return Err(format!(
-            "{} seeds from seed {} run past the {} run numbers of a kind",
-            args.seeds, args.first, SEED_STRIDE
+            "no {} seeds of {space:?} from seed {}: a seed is code · {SEED_STRIDE} + n, \
+             the code a kind of {space:?} (RunKind::code), n below {SEED_STRIDE}",
+            args.seeds, args.first
         ));
     }
     if !args.sharded && args.shards.is_some() {
@@ -246,16 +239,6 @@ fn parse() -> Result<Args, String> {
         return Err(format!("--sabotage {sabotage} is {fix}"));
     }
     Ok(args)
-}
-
-/// The codes of the kinds of `space`, `name=code`.
-fn codes(space: Space) -> String {
-    let codes: Vec<String> = space
-        .kinds()
-        .iter()
-        .map(|kind| format!("{kind}={}", kind.code()))
-        .collect();
-    codes.join(", ")
 }
 
 fn number(text: &str) -> Result<u64, String> {
@@ -314,7 +297,7 @@ fn main() -> ExitCode {
     };
     let started = Instant::now();
     let space = args.space();
-    let report = Report::of_space(space, Params::default(), args.replicas);
+    let report = Report::new(space, Params::default(), args.replicas);
     let report = if args.unfit { report.probing() } else { report };
     let mut report = report;
     // Positions in the space's order of seeds (`Space::seed_at`); `parse` checked both ends.

@@ -300,7 +300,11 @@ impl RunOptions {
                 self.kind, sharding.shards, self.replicas
             );
         }
-        let mode = self.mechanism.mode_column(mode_name(self.mode));
+        let mode = if self.mechanism.holds_session() {
+            mode_name(self.mode)
+        } else {
+            self.mechanism.name()
+        };
         let unfit = match self.unfit_replica() {
             Some(r) => format!(", r{r} unfit"),
             None => String::new(),

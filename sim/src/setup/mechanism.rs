@@ -1,6 +1,5 @@
-//! How the replicas of a single election hold leadership, and every choice of the harness that
-//! depends on it: the checks, the bounds, the setup, the elector's config and the report ask
-//! the mechanism, so that no other module matches on it but where a rule really differs.
+//! How the replicas of a single election hold leadership; the harness asks the mechanism for
+//! every choice that depends on it instead of matching on it.
 
 use std::fmt;
 use std::time::Duration;
@@ -45,22 +44,17 @@ impl Mechanism {
         }
     }
 
-    /// Whether what a leader holds lives on its lock session, which the server ends with the
-    /// session (the advisory lock: the orphan bound and the stranded lock apply, and a deposed
-    /// server's locks are gone), rather than in a row that expires on the server's clock and
-    /// follows a failover to the standby (the lease: its end is a free moment, its headroom
-    /// is measured, a stopped leader must have released it).
+    /// Whether a leader's hold lives on its lock session, which the server ends with the
+    /// session and which can queue (the advisory lock: the orphan bound and the stranded lock
+    /// apply), rather than in a row that expires on the server's clock and follows a failover
+    /// (the lease: its end is a free moment, its headroom is measured, a stopped leader must
+    /// have released it, it always polls).
     pub const fn holds_session(self) -> bool {
         matches!(self, Self::Advisory)
     }
 
-    /// Whether it queues standbys on the server (`--mode queue`); a lease always polls.
-    pub const fn queues(self) -> bool {
-        self.holds_session()
-    }
-
-    /// Whether every term of a run has an epoch: with fencing, or always for a lease (its
-    /// claim advances the fence row), so the setup runs and the fence checks apply.
+    /// Whether every term has an epoch: with fencing, or always for a lease (its claim
+    /// advances the fence row); the setup runs and the fence checks apply then.
     pub const fn has_epochs(self, fencing: bool) -> bool {
         fencing || !self.holds_session()
     }
@@ -73,18 +67,9 @@ impl Mechanism {
         }
     }
 
-    /// The acquire-mode column of a run in reports (`poll`, `queue`, or `lease`).
-    pub const fn mode_column(self, mode: &'static str) -> &'static str {
-        match self {
-            Self::Advisory => mode,
-            Self::Lease => "lease",
-        }
-    }
-
-    /// Largest overlap of two replicas acting as leader: 2·I + T (+ slack) for the advisory
-    /// lock; none for the lease, whose leader ends its term 0.1·TTL before the lease can
-    /// expire (0.9·TTL after sending its last renewal), more than the longest unit of work,
-    /// and whose successor's claim waits for fenced transactions.
+    /// Largest overlap of two replicas acting as leader: 2·I + T (+ slack) for the lock; none
+    /// for the lease, whose leader ends its term 0.1·TTL (more than T) before the lease can
+    /// expire, and whose successor's claim waits for fenced transactions.
     pub fn overlap_bound(self, params: &Params) -> Duration {
         match self {
             Self::Advisory => params.overlap_bound(),
@@ -92,9 +77,8 @@ impl Mechanism {
         }
     }
 
-    /// Largest delay between the loss of what a term rests on and the term's end: 2·I
-    /// (+ slack) after the advisory lock's session is lost; none after the lease ended on the
-    /// server (expired, released or claimed): no term outlives its lease.
+    /// Largest delay from the loss of what a term rests on to the term's end: 2·I (+ slack)
+    /// after the lock's session is lost; none after the lease ended on the server.
     pub fn detection_bound(self, params: &Params) -> Duration {
         match self {
             Self::Advisory => params.detection_bound(),
@@ -102,8 +86,7 @@ impl Mechanism {
         }
     }
 
-    /// The elector's config under this mechanism (a lease with the default TTL, three
-    /// intervals).
+    /// The elector's config under it (the lease with the default TTL, three intervals).
     pub fn configure(self, config: Config) -> Config {
         match self {
             Self::Advisory => config,
@@ -111,8 +94,7 @@ impl Mechanism {
         }
     }
 
-    /// The setup every incarnation of a run with epochs runs first: the fence table, or the
-    /// lease table and the fence table.
+    /// The setup of a run with epochs: the fence table, or the lease and fence tables.
     ///
     /// # Errors
     /// The setup's own.
