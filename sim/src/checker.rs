@@ -389,11 +389,6 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// When `hold` stopped counting: released, or its server stopped being the primary.
-    fn loss(&self, hold: &Tenure) -> Duration {
-        self.space.loss(hold)
-    }
-
     /// The hold a term leads on: the owner's latest grant at or before the term began.
     fn hold_of(&self, term: &TermRecord) -> Option<Tenure> {
         self.space.hold_of(term)

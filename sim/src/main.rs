@@ -157,59 +157,50 @@ fn parse() -> Result<Args, String> {
     if args.replicas == 0 || args.jobs == 0 {
         return Err("--replicas and --jobs must be at least 1".into());
     }
-    if args.sharded && (args.mode.is_some() || args.fencing.is_some()) {
-        return Err("--mode and --fencing are for the single election, not --sharded".into());
-    }
-    if args.mechanism != Mechanism::default() && args.sharded {
-        return Err(format!(
-            "--mechanism {} is for the single election, not --sharded",
-            args.mechanism
-        ));
-    }
-    if !args.mechanism.holds_session() && args.mode == Some(AcquireMode::Queue) {
-        return Err(format!(
-            "--mechanism {} always polls: it has no queue",
-            args.mechanism
-        ));
-    }
-    if let Some(sabotage) = args.sabotage {
-        let lease = !args.mechanism.holds_session();
-        if sabotage.is_lease_only() && !lease {
-            return Err(format!(
-                "--sabotage {sabotage} is a sabotage of lease runs: add --mechanism lease"
-            ));
-        }
-        if sabotage.is_advisory_only() && lease {
-            return Err(format!(
-                "--sabotage {sabotage} breaks the advisory lock's sessions: drop --mechanism lease"
-            ));
-        }
-    }
-    if args.pause && args.mechanism.holds_session() {
-        return Err(
-            "--pause runs lease seeds: add --mechanism lease (an advisory leader \
-                    has no trust window to end its belief in a pause)"
-                .into(),
-        );
-    }
-    if let Some(sabotage) = args.sabotage
-        && Sabotage::PAUSE.contains(&sabotage)
-        && !args.pause
+    let name = args.sabotage.map(|s| s.to_string()).unwrap_or_default();
+    let sabotage = |test: fn(Sabotage) -> bool| args.sabotage.is_some_and(test);
+    let (lease, mechanism) = (!args.mechanism.holds_session(), args.mechanism);
+    let single = |flag: &str| format!("{flag}: for the single election, not --sharded");
+    // The operator's sabotage applies to sharded runs too.
+    const OPERATOR: Sabotage = Sabotage::Driver(DriverSabotage::ResignWithoutHoldOff);
+    let refusals = [
+        (args.mode.is_some() || args.fencing.is_some()) && args.sharded,
+        mechanism != Mechanism::default() && args.sharded,
+        lease && args.mode == Some(AcquireMode::Queue),
+        !lease && sabotage(Sabotage::is_lease_only),
+        lease && sabotage(Sabotage::is_advisory_only),
+        args.pause && !lease,
+        !args.pause && sabotage(|s| Sabotage::PAUSE.contains(&s)),
+        args.unfit && args.sharded,
+        !args.unfit && sabotage(Sabotage::is_fitness_only),
+        !args.sharded && args.shards.is_some(),
+        args.shards == Some(0),
+        !args.sharded && sabotage(Sabotage::is_sharded),
+        args.sharded && sabotage(|s| !s.is_sharded() && s != OPERATOR),
+    ];
+    let texts = [
+        single("--mode and --fencing"),
+        single(&format!("--mechanism {mechanism}")),
+        format!("--mechanism {mechanism} always polls: it has no queue"),
+        format!("--sabotage {name} is a sabotage of lease runs: add --mechanism lease"),
+        format!("--sabotage {name} breaks the advisory lock's sessions: drop --mechanism lease"),
+        "--pause runs lease seeds: add --mechanism lease (an advisory leader has no trust \
+         window to end its belief in a pause)"
+            .to_owned(),
+        format!("--sabotage {name} is a sabotage of pause runs: add --pause"),
+        single("--unfit"),
+        format!("--sabotage {name} is a sabotage of fitness runs: add --unfit"),
+        "--shards needs --sharded".to_owned(),
+        "--shards must be at least 1".to_owned(),
+        format!("--sabotage {name} is a sabotage of sharded runs: add --sharded"),
+        format!("--sabotage {name} is a sabotage of the single election: drop --sharded"),
+    ];
+    if let Some((_, text)) = refusals
+        .into_iter()
+        .zip(texts)
+        .find(|(refused, _)| *refused)
     {
-        return Err(format!(
-            "--sabotage {sabotage} is a sabotage of pause runs: add --pause"
-        ));
-    }
-    if args.unfit && args.sharded {
-        return Err("--unfit is for the single election, not --sharded".into());
-    }
-    if let Some(sabotage) = args.sabotage
-        && sabotage.is_fitness_only()
-        && !args.unfit
-    {
-        return Err(format!(
-            "--sabotage {sabotage} is a sabotage of fitness runs: add --unfit"
-        ));
+        return Err(text);
     }
     let space = args.space();
     let first = space.position(args.first).unwrap_or(u64::MAX);
@@ -219,24 +210,6 @@ fn parse() -> Result<Args, String> {
              the code a kind of {space:?} (RunKind::code), n below {SEED_STRIDE}",
             args.seeds, args.first
         ));
-    }
-    if !args.sharded && args.shards.is_some() {
-        return Err("--shards needs --sharded".into());
-    }
-    if args.shards == Some(0) {
-        return Err("--shards must be at least 1".into());
-    }
-    // The operator's sabotage applies to sharded runs too.
-    if let Some(sabotage) = args.sabotage
-        && sabotage.is_sharded() != args.sharded
-        && sabotage != Sabotage::Driver(DriverSabotage::ResignWithoutHoldOff)
-    {
-        let fix = if sabotage.is_sharded() {
-            "a sabotage of sharded runs: add --sharded"
-        } else {
-            "a sabotage of the single election: drop --sharded"
-        };
-        return Err(format!("--sabotage {sabotage} is {fix}"));
     }
     Ok(args)
 }

@@ -170,6 +170,7 @@ impl Report {
     pub fn empty_cells(&self) -> Vec<String> {
         let columns = self.columns();
         let cells = self
+            .space
             .kinds()
             .into_iter()
             .flat_map(|kind| columns.iter().map(move |(key, name)| (kind, *key, name)));
@@ -322,11 +323,6 @@ impl Report {
         self.write_cells(out);
     }
 
-    /// The run kinds of the cell table: every kind of the space.
-    fn kinds(&self) -> Vec<RunKind> {
-        self.space.kinds()
-    }
-
     /// The cell table: per run kind (every one, run or not) and column, `runs/violations`;
     /// `EMPTY` where no run reached the cell; then how many cells ran and which did not.
     fn write_cells(&self, out: &mut String) {
@@ -343,7 +339,7 @@ impl Report {
         }
         let _ = writeln!(out);
         let mut all = vec![Count::default(); columns.len()];
-        let kinds = self.kinds();
+        let kinds = self.space.kinds();
         for &kind in &kinds {
             let counts: Vec<Count> = columns.iter().map(|(k, _)| self.count(kind, *k)).collect();
             for (sum, count) in all.iter_mut().zip(&counts) {

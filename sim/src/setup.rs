@@ -146,13 +146,9 @@ impl RunOptions {
         }
     }
 
-    /// Lease seed `seed` (of [`Space::Lease`], or [`Space::Pause`] for the pause kind's seeds)
-    /// with three replicas, the default timing, no sabotage, polling (a lease has no
-    /// server-side queue), the seed's kind of faults ([`RunKind::of_seed`]) and whether the
-    /// service's work is fenced writes: for odd run numbers
-    /// ([`RunOptions::lease_fencing_for_seed`]). Every term has the lease's epoch either way.
-    /// Any [`RunOptions::LEASE_CYCLE`] consecutive lease seeds run every (kind, fencing) cell
-    /// once.
+    /// Lease seed `seed` (of [`Space::Lease`] or [`Space::Pause`]) as [`RunOptions::new`], but
+    /// polling (a lease has no queue) and with fenced writes for odd run numbers
+    /// ([`RunOptions::lease_fencing_for_seed`]); every term has the lease's epoch either way.
     ///
     /// # Panics
     /// As [`RunOptions::new`].
@@ -213,16 +209,10 @@ impl RunOptions {
     /// As [`RunOptions::new`].
     pub fn sharded(seed: u64) -> Self {
         Self {
-            seed,
-            replicas: 3,
-            params: Params::default(),
             fencing: false,
             mode: AcquireMode::Poll,
-            sabotage: None,
-            kind: kind_of(seed),
             sharding: Some(Sharding::for_seed(seed)),
-            mechanism: Mechanism::default(),
-            unfit: false,
+            ..Self::new(seed)
         }
     }
 

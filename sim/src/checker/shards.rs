@@ -12,7 +12,7 @@
 //! | orphan bound | a member session (and so its shards) is never idle longer than 4·I |
 //! | stranded lock | a shard lock held by a healthy replica's session that believes neither the term nor a handover of it, for longer than I + margin; and when every replica is asked to stop, every lock of the space is held by a current incarnation on the primary, each shard by the one that owns it |
 //! | liveness | a shard free on the primary is taken within I + margin by a replica that begins its term (see [`ShardChecker::liveness`] for the window) |
-//! | balance | from every replica up + [`Params::balance_bound`] to the stop, every replica owns ⌊K/R⌋ or ⌈K/R⌉ shards and every shard has one owner |
+//! | balance | from every replica up + [`Params::balance_bound`](crate::setup::Params::balance_bound) to the stop, every replica owns ⌊K/R⌋ or ⌈K/R⌉ shards and every shard has one owner |
 //! | clean stop | the base checker's, and no shard term left open |
 
 use std::collections::BTreeMap;
@@ -24,7 +24,7 @@ use plexsphere_leader_pgsim::{Event, LockKey, LockMode};
 use super::space::{self, Noun, Space, Tenure, merge};
 use super::{Checker, Evidence, Measurements, Property, Violation, max, ms};
 use crate::record::{TermEnd, TermRecord};
-use crate::setup::{Params, SERVERS, Sharding};
+use crate::setup::{SERVERS, Sharding};
 
 /// The second half of the member lock.
 const MEMBER: i32 = plexsphere_leader::shard_sql::MEMBER_OBJ_ID;
@@ -118,9 +118,7 @@ pub(crate) fn check(
 
 struct ShardChecker<'a> {
     base: Checker<'a>,
-    p: Params,
     shards: u32,
-    replicas: usize,
     /// Every tenure of the member lock, in grant order.
     members: Vec<Tenure>,
     measured: ShardMeasurements,
@@ -165,8 +163,6 @@ impl<'a> ShardChecker<'a> {
             replicated: false,
         };
         Self {
-            p: base.p,
-            replicas: base.e.replicas,
             base,
             shards: sharding.shards,
             members,
@@ -176,12 +172,6 @@ impl<'a> ShardChecker<'a> {
 
     fn terms(&self) -> &'a [TermRecord] {
         &self.base.e.history.terms
-    }
-
-    /// The lock tenure a shard term rests on: its incarnation's latest grant of the shard at
-    /// or before the term began.
-    fn hold_of(&self, term: &TermRecord) -> Option<Tenure> {
-        self.base.space.hold_of(term)
     }
 
     /// A graceful handover or stop: the term, and every unit of its work, ended before the
@@ -195,7 +185,7 @@ impl<'a> ShardChecker<'a> {
             ) {
                 continue;
             }
-            let Some(hold) = self.hold_of(term) else {
+            let Some(hold) = self.base.hold_of(term) else {
                 continue;
             };
             let (Some(released), true) = (hold.released, hold.unlocked) else {
@@ -303,8 +293,8 @@ impl<'a> ShardChecker<'a> {
     /// handover, for longer than I + margin (a take whose answer it ignored, a lock kept
     /// after a term it ended, …).
     fn stranded(&mut self) {
-        let bound = self.p.interval + self.p.margin();
-        let tail = self.p.disturbance_tail();
+        let bound = self.base.p.interval + self.base.p.margin();
+        let tail = self.base.p.disturbance_tail();
         let mut found = Vec::new();
         for (&shard, tenures) in &self.base.space.holds {
             for tenure in tenures {
@@ -396,7 +386,7 @@ impl<'a> ShardChecker<'a> {
                     tenures.iter().any(|t| {
                         t.pid == lock.pid
                             && t.held_at(stop)
-                            && stop - t.granted <= self.p.round_trip()
+                            && stop - t.granted <= self.base.p.round_trip()
                     })
                 });
                 if !believes && !taking {
@@ -432,7 +422,7 @@ impl<'a> ShardChecker<'a> {
         };
         let since = from.max(tenure.granted);
         let until = to.min(tenure.released.unwrap_or(to));
-        let tail = self.p.disturbance_tail();
+        let tail = self.base.p.disturbance_tail();
         let current = history.is_current(replica, incarnation, since);
         let up = history.up.iter().any(|u| {
             u.replica == replica
@@ -518,7 +508,7 @@ impl<'a> ShardChecker<'a> {
     fn liveness(&mut self) {
         let history = self.base.e.history;
         let stop = history.stop_all.unwrap_or(self.base.end);
-        let step = self.p.interval + self.p.margin();
+        let step = self.base.p.interval + self.base.p.margin();
         let mut found = Vec::new();
         let frees: Vec<(u32, usize, Duration)> = (0..self.shards)
             .flat_map(|shard| {
@@ -547,7 +537,7 @@ impl<'a> ShardChecker<'a> {
                 let plain = start
                     + step
                     + if cold {
-                        self.p.interval
+                        self.base.p.interval
                     } else {
                         Duration::ZERO
                     };
@@ -639,7 +629,7 @@ impl<'a> ShardChecker<'a> {
                     m.server == server
                         && m.owner == grant.owner
                         && m.held_at(grant.granted)
-                        && self.able(m, grant.granted, grant.granted + self.p.margin())
+                        && self.able(m, grant.granted, grant.granted + self.base.p.margin())
                 });
                 // A taker cut off, stopping or lost as it took makes no owner; the lock's
                 // release is then a free moment of its own.
@@ -699,8 +689,11 @@ impl<'a> ShardChecker<'a> {
         let moves = Sharding {
             shards: self.shards,
         }
-        .moves(self.p);
-        let bound = self.p.balance_bound(self.shards, self.replicas, moves);
+        .moves(self.base.p);
+        let bound = self
+            .base
+            .p
+            .balance_bound(self.shards, self.base.e.replicas, moves);
         let mut points: Vec<Duration> = vec![all_up];
         for term in self.terms() {
             for at in [Some(term.span.start), term.span.end].into_iter().flatten() {
@@ -746,12 +739,14 @@ impl<'a> ShardChecker<'a> {
     fn imbalance(&self, at: Duration) -> Option<String> {
         let open = |t: &&TermRecord| t.span.start <= at && t.span.end.is_none_or(|e| e > at);
         let mut owners: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        let mut counts = vec![0_u32; self.replicas];
+        let mut counts = vec![0_u32; self.base.e.replicas];
         for term in self.terms().iter().filter(open) {
             owners.entry(term.lock).or_default().push(term.replica);
             counts[term.replica] += 1;
         }
-        let replicas = u32::try_from(self.replicas).unwrap_or(u32::MAX).max(1);
+        let replicas = u32::try_from(self.base.e.replicas)
+            .unwrap_or(u32::MAX)
+            .max(1);
         let (low, high) = (self.shards / replicas, self.shards.div_ceil(replicas));
         let mut what = String::new();
         for (replica, count) in counts.iter().enumerate() {

@@ -1,17 +1,10 @@
 //! The fault kinds the nemesis injects, the run kinds that choose among them, and the seed
 //! spaces that say which run a seed is.
 //!
-//! # Seeds
-//!
-//! A seed names its run kind: seed = code · [`SEED_STRIDE`] + n, where code is the kind's
-//! fixed [`RunKind::code`] and n its *run number* ([`run_number`]), which picks the variant
-//! (acquire mode and fencing, fenced writes, or the number of shards) and, with the whole
-//! seed, every draw. A code is never changed nor reused, so a seed runs the same kind and
-//! variant whatever kinds are added later. [`RunKind::ALL`] is the one list of kinds; each
-//! says which seed spaces ([`Space`]: advisory, lease, pause, sharded) it applies to, and a
-//! space's seeds, in order ([`Space::seed_at`]), go round-robin over its kinds, run number
-//! by run number, so that any [`Space::cycle`] consecutive ones run every (kind, variant)
-//! cell once.
+//! A seed names its run kind: seed = code · [`SEED_STRIDE`] + n, with the kind's code from
+//! [`RunKind::ALL`], the one list of kinds, and n its run number ([`run_number`]), which picks
+//! the variant. A space ([`Space`]) runs the kinds that apply to it, round-robin
+//! ([`Space::seed_at`]), so any [`Space::cycle`] consecutive seeds fill every cell once.
 
 use std::fmt;
 
@@ -102,46 +95,33 @@ pub const fn run_number(seed: u64) -> u64 {
 }
 
 impl RunKind {
-    /// Every run kind, once, in report order. Each has its fixed [`code`](Self::code) and the
-    /// spaces it [applies to](Self::applies_to); a new kind is added here with a new code.
-    pub const ALL: [Self; 15] = [
-        Self::Only(FaultKind::Partition),
-        Self::Only(FaultKind::PartitionOneWay),
-        Self::Only(FaultKind::Hold),
-        Self::Only(FaultKind::Crash),
-        Self::Only(FaultKind::SilentDeath),
-        Self::Only(FaultKind::Restart),
-        Self::Only(FaultKind::GracefulStop),
-        Self::Only(FaultKind::Terminate),
-        Self::Only(FaultKind::ServerCrash),
-        Self::Only(FaultKind::ServerRestart),
-        Self::Only(FaultKind::Failover),
-        Self::Only(FaultKind::Latency),
-        Self::Only(FaultKind::Resign),
-        Self::Only(FaultKind::Pause),
-        Self::Mixed,
+    /// Every run kind, once, in report order, each with its code beside it: the leading
+    /// digits of its seeds (`code · SEED_STRIDE + n`), fixed for good and never reused. A new
+    /// kind is added here with a new code and says where it [applies](Self::applies_to).
+    pub const ALL: [(Self, u64); 15] = [
+        (Self::Only(FaultKind::Partition), 0),
+        (Self::Only(FaultKind::PartitionOneWay), 1),
+        (Self::Only(FaultKind::Hold), 2),
+        (Self::Only(FaultKind::Crash), 3),
+        (Self::Only(FaultKind::SilentDeath), 4),
+        (Self::Only(FaultKind::Restart), 5),
+        (Self::Only(FaultKind::GracefulStop), 6),
+        (Self::Only(FaultKind::Terminate), 7),
+        (Self::Only(FaultKind::ServerCrash), 8),
+        (Self::Only(FaultKind::ServerRestart), 9),
+        (Self::Only(FaultKind::Failover), 10),
+        (Self::Only(FaultKind::Latency), 11),
+        (Self::Only(FaultKind::Resign), 12),
+        (Self::Only(FaultKind::Pause), 14),
+        (Self::Mixed, 13),
     ];
 
-    /// The kind's code, the leading digits of its seeds (`code · SEED_STRIDE + n`): fixed for
-    /// good, never reused.
-    pub const fn code(self) -> u64 {
-        match self {
-            Self::Only(FaultKind::Partition) => 0,
-            Self::Only(FaultKind::PartitionOneWay) => 1,
-            Self::Only(FaultKind::Hold) => 2,
-            Self::Only(FaultKind::Crash) => 3,
-            Self::Only(FaultKind::SilentDeath) => 4,
-            Self::Only(FaultKind::Restart) => 5,
-            Self::Only(FaultKind::GracefulStop) => 6,
-            Self::Only(FaultKind::Terminate) => 7,
-            Self::Only(FaultKind::ServerCrash) => 8,
-            Self::Only(FaultKind::ServerRestart) => 9,
-            Self::Only(FaultKind::Failover) => 10,
-            Self::Only(FaultKind::Latency) => 11,
-            Self::Only(FaultKind::Resign) => 12,
-            Self::Mixed => 13,
-            Self::Only(FaultKind::Pause) => 14,
-        }
+    /// The kind's code (see [`RunKind::ALL`]).
+    pub fn code(self) -> u64 {
+        Self::ALL
+            .iter()
+            .find(|(kind, _)| *kind == self)
+            .map_or(u64::MAX, |(_, code)| *code)
     }
 
     /// Whether seeds of `space` run this kind: the pause only in pause runs, which run nothing
@@ -153,13 +133,15 @@ impl RunKind {
     /// The kind seed `seed` names (by its code, `seed / SEED_STRIDE`); `None` for a code no
     /// kind has.
     pub fn of_seed(seed: u64) -> Option<Self> {
+        let code = seed / SEED_STRIDE;
         Self::ALL
-            .into_iter()
-            .find(|kind| kind.code() == seed / SEED_STRIDE)
+            .iter()
+            .find(|(_, c)| *c == code)
+            .map(|(kind, _)| *kind)
     }
 
     /// The seed of this kind with run number `run` (below [`SEED_STRIDE`]).
-    pub const fn seed(self, run: u64) -> u64 {
+    pub fn seed(self, run: u64) -> u64 {
         self.code() * SEED_STRIDE + run
     }
 
@@ -172,16 +154,14 @@ impl RunKind {
     }
 }
 
-/// A seed space: which runs the CLI's seeds are (`--sharded`, `--mechanism lease`, `--pause`),
-/// and so which kinds its seeds run and how many variants a run number picks from.
+/// A seed space (`--sharded`, `--mechanism lease`, `--pause`): its kinds and variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Space {
-    /// The single election on the advisory lock: variants poll, queue, poll with fencing,
-    /// queue with fencing.
+    /// The advisory lock: variants poll, queue, poll with fencing, queue with fencing.
     Advisory,
-    /// The single election on the lease: variants plain work, fenced writes.
+    /// The lease: variants plain work, fenced writes.
     Lease,
-    /// Lease runs whose nemesis pauses a replica's process (`--pause`): the same two variants.
+    /// Lease runs whose nemesis pauses a replica's process: the same two variants.
     Pause,
     /// Sharded leadership: variants 8, 2 and 12 shards.
     Sharded,
@@ -190,10 +170,8 @@ pub enum Space {
 impl Space {
     /// The kinds its seeds run, in report order.
     pub fn kinds(self) -> Vec<RunKind> {
-        RunKind::ALL
-            .into_iter()
-            .filter(|kind| kind.applies_to(self))
-            .collect()
+        let kinds = RunKind::ALL.iter().map(|(kind, _)| *kind);
+        kinds.filter(|kind| kind.applies_to(self)).collect()
     }
 
     /// The fault kinds a mixed run of the space draws from: every single kind of it.
@@ -212,7 +190,7 @@ impl Space {
         let mut count = 0;
         let mut index = 0;
         while index < RunKind::ALL.len() {
-            if RunKind::ALL[index].applies_to(self) {
+            if RunKind::ALL[index].0.applies_to(self) {
                 count += 1;
             }
             index += 1;
@@ -277,9 +255,9 @@ mod tests {
 
     #[test]
     fn every_kind_has_a_code_of_its_own_and_a_seed_names_its_kind() {
-        let codes: BTreeSet<u64> = RunKind::ALL.iter().map(|kind| kind.code()).collect();
+        let codes: BTreeSet<u64> = RunKind::ALL.iter().map(|(kind, _)| kind.code()).collect();
         assert_eq!(codes.len(), RunKind::ALL.len());
-        for kind in RunKind::ALL {
+        for (kind, _) in RunKind::ALL {
             for run in [0, 1, 17, SEED_STRIDE - 1] {
                 assert_eq!(RunKind::of_seed(kind.seed(run)), Some(kind));
                 assert_eq!(run_number(kind.seed(run)), run);
@@ -293,7 +271,7 @@ mod tests {
     fn the_codes_stay_what_they_are() {
         let names: Vec<(u64, &str)> = RunKind::ALL
             .iter()
-            .map(|kind| (kind.code(), kind.name()))
+            .map(|(kind, code)| (*code, kind.name()))
             .collect();
         assert_eq!(
             names,
