@@ -31,14 +31,13 @@
 //! space): the nemesis pauses a replica's process (its software stops, its links hold) for one
 //! to nine intervals; the checks hold the lease's bounds on what `is_leader()` answers.
 //!
-//! A seed names its run kind: seed = code · 10,000 + n, with the kind's fixed code (the
-//! error for an unknown seed lists them) and its run number n, which picks the variant.
-//! `--seeds N` runs the first N seeds of the selected space, round-robin over the kinds that
-//! apply to it (`Space::seed_at`): `--seeds 56` runs each of the 14 advisory kinds in its four
-//! variants. `--seed S` starts that order at seed S (default 0); given without `--seeds` it
-//! runs that one seed and prints its trace. `--jobs J` runs seeds on J threads. `--mode` and
-//! `--fencing` force the acquire mode and fencing for every seed (by default each seed's, see
-//! `RunOptions`).
+//! A seed names its run kind: seed = code · 10,000 + n, with the kind's fixed code
+//! (`RunKind::ALL`) and its run number n, which picks the variant.
+//! `--seeds N` runs the first N seeds of the selected space, round-robin over its kinds
+//! (`Space::seed_at`): `--seeds 56` runs each of the 14 advisory kinds in its four variants.
+//! `--seed S` starts there (default: the space's first seed); alone it runs seed S and prints
+//! its trace. `--jobs J` runs seeds on J threads. `--mode` and `--fencing` force the acquire
+//! mode and fencing for every seed (by default each seed's, see `RunOptions`).
 //! `--sabotage` switches on a deliberately broken behaviour (`Sabotage::ALL`: of the replica's
 //! software, or fence-without-row-lock of the simulated server), to see the checker fail.
 
@@ -151,7 +150,6 @@ fn parse() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    args.first = seed.unwrap_or(0);
     args.seeds = seeds.unwrap_or(1);
     args.trace = seed.is_some() && seeds.is_none();
     if args.replicas == 0 || args.jobs == 0 {
@@ -203,6 +201,7 @@ fn parse() -> Result<Args, String> {
         return Err(text);
     }
     let space = args.space();
+    args.first = seed.unwrap_or_else(|| space.seed_at(0));
     let first = space.position(args.first).unwrap_or(u64::MAX);
     if first.saturating_add(args.seeds) > space.seed_count() {
         return Err(format!(
