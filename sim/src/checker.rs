@@ -323,7 +323,10 @@ impl<'a> Checker<'a> {
                     .servers
                     .iter()
                     .enumerate()
-                    .flat_map(|(index, server)| holds(index, &server.log, &owners[index]))
+                    .flat_map(|(index, server)| {
+                        space::tenures(index, &server.log, &owners[index], |_, _| Some(0))
+                    })
+                    .map(|(_, tenure)| tenure)
                     .collect::<Vec<Tenure>>();
                 (holds, Vec::new())
             }
@@ -336,7 +339,7 @@ impl<'a> Checker<'a> {
             replicas: e.replicas,
             holds: BTreeMap::from([(0, holds.clone())]),
             work: e.work,
-            replicated: e.mechanism == Mechanism::Lease,
+            replicated: !e.mechanism.holds_session(),
         };
         let mut measured = Measurements::default();
         measured.cases.timeout_grants = holds.iter().filter(|h| h.at_timeout).count();
@@ -386,11 +389,6 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// When `hold` stopped counting: released, or its server stopped being the primary.
-    fn loss(&self, hold: &Tenure) -> Duration {
-        self.space.loss(hold)
-    }
-
     /// The hold a term leads on: the owner's latest grant at or before the term began.
     fn hold_of(&self, term: &TermRecord) -> Option<Tenure> {
         self.space.hold_of(term)
@@ -407,8 +405,8 @@ impl<'a> Checker<'a> {
     fn shared_rules(&mut self) {
         let mechanism = self.e.mechanism;
         let violations = self.space.shared_rules(
-            self.p.detection_bound_of(mechanism),
-            self.p.overlap_bound_of(mechanism),
+            mechanism.detection_bound(&self.p),
+            mechanism.overlap_bound(&self.p),
             &mut self.measured,
         );
         self.violations.extend(violations);
@@ -417,7 +415,7 @@ impl<'a> Checker<'a> {
     /// Lease runs: the least headroom between a term's end and the server-side end of its
     /// lease, over the terms whose lease expired on them ([`Measurements::lease_headroom`]).
     fn lease_headroom(&mut self) {
-        if self.e.mechanism != Mechanism::Lease {
+        if self.e.mechanism.holds_session() {
             return;
         }
         self.measured.lease_headroom = self
@@ -563,17 +561,16 @@ impl<'a> Checker<'a> {
 
     /// The orphan bound of lock sessions; a lease has none (its server-side end is its TTL).
     fn orphans(&mut self) {
-        if self.e.mechanism == Mechanism::Lease {
-            return;
+        if self.e.mechanism.holds_session() {
+            self.orphans_of(&self.holds.clone(), "the lock");
         }
+    }
+
+    /// The orphan bound over the sessions of `tenures`, which hold `what`.
+    fn orphans_of(&mut self, tenures: &[Tenure], what: &str) {
         let servers = &self.e.servers;
-        let found = space::orphans(
-            |server| &servers[server].queries,
-            &self.holds,
-            self.end,
-            self.p.orphan_bound(),
-            "the lock",
-        );
+        let bound = self.p.orphan_bound();
+        let found = space::orphans(|s| &servers[s].queries, tenures, self.end, bound, what);
         self.measured.idled(&found);
         self.record(found);
     }
@@ -641,7 +638,7 @@ impl<'a> Checker<'a> {
             starts.push((server, since));
         }
         // A lease becomes free when it ends (released or expired) on the server of the moment.
-        if self.e.mechanism == Mechanism::Lease {
+        if !self.e.mechanism.holds_session() {
             for released in self.holds.iter().filter_map(|h| h.released) {
                 starts.push((history.primary_at(released), released));
             }
@@ -669,18 +666,10 @@ impl<'a> Checker<'a> {
             .unwrap_or(false)
     }
 
-    /// What the replicas hold, in a violation: `the lock`, or `the lease`.
-    fn held_thing(&self) -> &'static str {
-        match self.e.mechanism {
-            Mechanism::Advisory => "the lock",
-            Mechanism::Lease => "the lease",
-        }
-    }
-
     /// Whether some session holds the lock on server `s` at `at` (a lease, on whichever server
     /// it was claimed: it follows a failover).
     fn held(&self, s: usize, at: Duration) -> bool {
-        let lease = self.e.mechanism == Mechanism::Lease;
+        let lease = !self.e.mechanism.holds_session();
         self.holds.iter().any(|h| {
             (lease || h.server == s) && h.granted <= at && h.released.is_none_or(|r| r > at)
         })
@@ -782,7 +771,7 @@ impl<'a> Checker<'a> {
                     Property::Liveness,
                     format!(
                         "{} on {} stayed free for more than {} while r{standby} was a healthy standby",
-                        self.held_thing(),
+                        self.e.mechanism.held_thing(),
                         SERVERS[server],
                         ms(bound)
                     ),
@@ -869,7 +858,7 @@ impl<'a> Checker<'a> {
                     format!(
                         "no leader for {} after {} on {} became free, though r{replica} was granted it{} (bound {}{})",
                         ms(gap),
-                        self.held_thing(),
+                        self.e.mechanism.held_thing(),
                         SERVERS[server],
                         if lost_at_once {
                             " and lost it in the same tick"
@@ -956,7 +945,7 @@ impl<'a> Checker<'a> {
         // ended was not released, unless a fault dropped messages on the leader's link while it
         // held the lease (its release may be stuck on a wedged connection; the TTL ends it).
         // A claim whose answer was lost leaves a lease no term rested on: the TTL ends it too.
-        if self.e.mechanism == Mechanism::Lease {
+        if !self.e.mechanism.holds_session() {
             let history = self.e.history;
             let held: Vec<Tenure> = self
                 .holds
@@ -1042,37 +1031,6 @@ fn owners(log: &[LogEntry]) -> BTreeMap<i32, Owner> {
 
 fn parse_owner(name: &str) -> Option<Owner> {
     parse_application_name(name)
-}
-
-/// The tenures of the lock in a server log.
-fn holds(server: usize, log: &[LogEntry], owners: &BTreeMap<i32, Owner>) -> Vec<Tenure> {
-    let mut holds: Vec<Tenure> = Vec::new();
-    for entry in log {
-        let (pid, released) = match &entry.event {
-            Event::LockGranted { pid, count: 1, .. } => {
-                holds.push(Tenure::granted(server, *pid, owners, entry.at));
-                continue;
-            }
-            Event::GrantedAtLockTimeout { pid, .. } => (pid, None),
-            Event::LockReleased {
-                pid,
-                remaining: 0,
-                reason,
-                ..
-            } => (pid, Some(*reason)),
-            _ => continue,
-        };
-        let open = holds
-            .iter_mut()
-            .rev()
-            .find(|h| h.pid == *pid && h.released.is_none());
-        match (open, released) {
-            (Some(hold), Some(reason)) => hold.release(entry.at, reason),
-            (Some(hold), None) => hold.at_timeout = true,
-            (None, _) => {}
-        }
-    }
-    holds
 }
 
 /// `123ms`.

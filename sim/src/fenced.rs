@@ -34,13 +34,7 @@ pub(crate) async fn set_up(
         // leaves its connection with a request in flight: it is discarded, never given back
         // to the pool, where the next attempt would queue behind the lost answer for good.
         if let Ok(Ok(object)) = timeout(params.interval, pool.get()).await {
-            let setup = async {
-                match mechanism {
-                    Mechanism::Advisory => fencing::setup(client(&object)).await,
-                    Mechanism::Lease => plexsphere_leader::lease::setup(client(&object)).await,
-                }
-            };
-            match timeout(params.interval, setup).await {
+            match timeout(params.interval, mechanism.set_up(client(&object))).await {
                 Ok(Ok(())) => return,
                 Ok(Err(_)) | Err(_) => discard(object),
             }

@@ -8,7 +8,8 @@
 //! every replica is stopped gracefully; the checker then holds the run against the bounds of
 //! design.md section 6 ([`Property`]). Each seed picks its fault kind, its acquire mode (the spec's
 //! polling or the server's lock queue) and whether it fences, so that every combination runs within
-//! [`RunOptions::CYCLE`] consecutive seeds ([`RunOptions`](RunOptions#what-a-seed-runs)). In
+//! [`RunOptions::CYCLE`] consecutive seeds of the space ([`Space::seed_at`]); a seed names its
+//! kind by the kind's fixed code ([`RunOptions`](RunOptions#what-a-seed-runs)). In
 //! fencing runs every term gets an epoch and the simulated service's work is fenced writes, checked
 //! for rising epochs and a fence that holds.
 //!
@@ -18,12 +19,13 @@
 //! nemesis; the checker holds every shard to the single election's bounds (one believed owner
 //! but within the detection delay of a lost session, none across a graceful handover,
 //! demotion within 2·I, re-owned within I, the orphan bound) and the space to its balance
-//! after the faults ([`ShardMeasurements`], [`Report::sharded`]).
+//! after the faults ([`ShardMeasurements`], [`Report::new`]).
 //!
 //! ```no_run
 //! use plexsphere_leader_sim::{RunOptions, run};
 //!
-//! let outcome = run(&RunOptions::new(7)); // twice, and the traces must be identical
+//! // A terminate seed (kind code 7, run 0), run twice: the traces must be identical.
+//! let outcome = run(&RunOptions::new(70_000));
 //! assert!(outcome.violations.is_empty(), "{}", outcome.failure_report());
 //! ```
 //!
@@ -52,6 +54,6 @@ pub use connect::TurmoilConnect;
 pub use report::Report;
 pub use run::{RunOutcome, run, run_once};
 pub use setup::{
-    DriverSabotage, FaultKind, Mechanism, Params, RunKind, RunOptions, Sabotage, ShardSabotage,
-    Sharding, mode_from_name, mode_name,
+    DriverSabotage, FaultKind, Mechanism, Params, RunKind, RunOptions, SEED_STRIDE, Sabotage,
+    ShardSabotage, Sharding, Space, mode_from_name, mode_name, run_number,
 };

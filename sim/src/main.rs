@@ -27,13 +27,17 @@
 //! (the `fitness` property); the seeds run what they run without it otherwise, with either
 //! mechanism.
 //!
-//! `--pause` (with `--mechanism lease`) runs pause seeds: the nemesis pauses a replica's
-//! process (its software stops, its links hold) for one to nine intervals instead of the
-//! seed's kind of faults; the checks hold the lease's bounds on what `is_leader()` answers.
+//! `--pause` (with `--mechanism lease`) runs pause seeds (the kind `pause`, code 14, of no other
+//! space): the nemesis pauses a replica's process (its software stops, its links hold) for one
+//! to nine intervals; the checks hold the lease's bounds on what `is_leader()` answers.
 //!
-//! `--seed S` starts at seed S (default 0); given without `--seeds` it runs that one seed and
-//! prints its trace. `--jobs J` runs seeds on J threads. `--mode` and `--fencing` force the
-//! acquire mode and fencing for every seed (by default each seed's, see `RunOptions`).
+//! A seed names its run kind: seed = code · 10,000 + n, with the kind's fixed code
+//! (`RunKind::ALL`) and its run number n, which picks the variant.
+//! `--seeds N` runs the first N seeds of the selected space, round-robin over its kinds
+//! (`Space::seed_at`): `--seeds 56` runs each of the 14 advisory kinds in its four variants.
+//! `--seed S` starts there (default: the space's first seed); alone it runs seed S and prints
+//! its trace. `--jobs J` runs seeds on J threads. `--mode` and `--fencing` force the acquire
+//! mode and fencing for every seed (by default each seed's, see `RunOptions`).
 //! `--sabotage` switches on a deliberately broken behaviour (`Sabotage::ALL`: of the replica's
 //! software, or fence-without-row-lock of the simulated server), to see the checker fail.
 
@@ -45,7 +49,8 @@ use std::time::Instant;
 
 use plexsphere_leader::config::AcquireMode;
 use plexsphere_leader_sim::{
-    Mechanism, Params, Report, RunOptions, RunOutcome, Sabotage, Sharding, mode_from_name, run,
+    DriverSabotage, Mechanism, Params, Report, RunOptions, RunOutcome, SEED_STRIDE, Sabotage,
+    Sharding, Space, mode_from_name, run,
 };
 
 struct Args {
@@ -71,6 +76,17 @@ struct Args {
     pause: bool,
 }
 
+impl Args {
+    /// The seed space the flags select.
+    fn space(&self) -> Space {
+        match (self.sharded, self.pause) {
+            (true, _) => Space::Sharded,
+            (false, true) => Space::Pause,
+            (false, false) => self.mechanism.space(),
+        }
+    }
+}
+
 fn parse() -> Result<Args, String> {
     let mut args = Args {
         first: 0,
@@ -83,7 +99,7 @@ fn parse() -> Result<Args, String> {
         trace: false,
         sharded: false,
         shards: None,
-        mechanism: Mechanism::Advisory,
+        mechanism: Mechanism::default(),
         unfit: false,
         pause: false,
     };
@@ -134,77 +150,65 @@ fn parse() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
-    args.first = seed.unwrap_or(0);
     args.seeds = seeds.unwrap_or(1);
     args.trace = seed.is_some() && seeds.is_none();
     if args.replicas == 0 || args.jobs == 0 {
         return Err("--replicas and --jobs must be at least 1".into());
     }
-    if args.sharded && (args.mode.is_some() || args.fencing.is_some()) {
-        return Err("--mode and --fencing are for the single election, not --sharded".into());
-    }
-    if args.mechanism == Mechanism::Lease {
-        if args.sharded {
-            return Err("--mechanism lease is for the single election, not --sharded".into());
-        }
-        if args.mode == Some(AcquireMode::Queue) {
-            return Err("--mechanism lease always polls: a lease has no queue".into());
-        }
-    }
-    if let Some(sabotage) = args.sabotage {
-        let lease = args.mechanism == Mechanism::Lease;
-        if sabotage.is_lease_only() && !lease {
-            return Err(format!(
-                "--sabotage {sabotage} is a sabotage of lease runs: add --mechanism lease"
-            ));
-        }
-        if sabotage.is_advisory_only() && lease {
-            return Err(format!(
-                "--sabotage {sabotage} breaks the advisory lock's sessions: drop --mechanism lease"
-            ));
-        }
-    }
-    if args.pause && args.mechanism != Mechanism::Lease {
-        return Err(
-            "--pause runs lease seeds: add --mechanism lease (an advisory leader \
-                    has no trust window to end its belief in a pause)"
-                .into(),
-        );
-    }
-    if let Some(sabotage) = args.sabotage
-        && Sabotage::PAUSE.contains(&sabotage)
-        && !args.pause
+    let name = args.sabotage.map(|s| s.to_string()).unwrap_or_default();
+    let sabotage = |test: fn(Sabotage) -> bool| args.sabotage.is_some_and(test);
+    let (lease, mechanism) = (!args.mechanism.holds_session(), args.mechanism);
+    let single = |flag: &str| format!("{flag}: for the single election, not --sharded");
+    // The operator's sabotage applies to sharded runs too.
+    const OPERATOR: Sabotage = Sabotage::Driver(DriverSabotage::ResignWithoutHoldOff);
+    let refusals = [
+        (args.mode.is_some() || args.fencing.is_some()) && args.sharded,
+        mechanism != Mechanism::default() && args.sharded,
+        lease && args.mode == Some(AcquireMode::Queue),
+        !lease && sabotage(Sabotage::is_lease_only),
+        lease && sabotage(Sabotage::is_advisory_only),
+        args.pause && !lease,
+        !args.pause && sabotage(|s| Sabotage::PAUSE.contains(&s)),
+        args.unfit && args.sharded,
+        !args.unfit && sabotage(Sabotage::is_fitness_only),
+        !args.sharded && args.shards.is_some(),
+        args.shards == Some(0),
+        !args.sharded && sabotage(Sabotage::is_sharded),
+        args.sharded && sabotage(|s| !s.is_sharded() && s != OPERATOR),
+    ];
+    let texts = [
+        single("--mode and --fencing"),
+        single(&format!("--mechanism {mechanism}")),
+        format!("--mechanism {mechanism} always polls: it has no queue"),
+        format!("--sabotage {name} is a sabotage of lease runs: add --mechanism lease"),
+        format!("--sabotage {name} breaks the advisory lock's sessions: drop --mechanism lease"),
+        "--pause runs lease seeds: add --mechanism lease (an advisory leader has no trust \
+         window to end its belief in a pause)"
+            .to_owned(),
+        format!("--sabotage {name} is a sabotage of pause runs: add --pause"),
+        single("--unfit"),
+        format!("--sabotage {name} is a sabotage of fitness runs: add --unfit"),
+        "--shards needs --sharded".to_owned(),
+        "--shards must be at least 1".to_owned(),
+        format!("--sabotage {name} is a sabotage of sharded runs: add --sharded"),
+        format!("--sabotage {name} is a sabotage of the single election: drop --sharded"),
+    ];
+    if let Some((_, text)) = refusals
+        .into_iter()
+        .zip(texts)
+        .find(|(refused, _)| *refused)
     {
+        return Err(text);
+    }
+    let space = args.space();
+    args.first = seed.unwrap_or_else(|| space.seed_at(0));
+    let first = space.position(args.first).unwrap_or(u64::MAX);
+    if first.saturating_add(args.seeds) > space.seed_count() {
         return Err(format!(
-            "--sabotage {sabotage} is a sabotage of pause runs: add --pause"
+            "no {} seeds of {space:?} from seed {}: a seed is code · {SEED_STRIDE} + n, \
+             the code a kind of {space:?} (RunKind::code), n below {SEED_STRIDE}",
+            args.seeds, args.first
         ));
-    }
-    if args.unfit && args.sharded {
-        return Err("--unfit is for the single election, not --sharded".into());
-    }
-    if let Some(sabotage) = args.sabotage
-        && sabotage.is_fitness_only()
-        && !args.unfit
-    {
-        return Err(format!(
-            "--sabotage {sabotage} is a sabotage of fitness runs: add --unfit"
-        ));
-    }
-    if !args.sharded && args.shards.is_some() {
-        return Err("--shards needs --sharded".into());
-    }
-    if args.shards == Some(0) {
-        return Err("--shards must be at least 1".into());
-    }
-    if let Some(sabotage) = args.sabotage
-        && sabotage.is_sharded() != args.sharded
-    {
-        let fix = if sabotage.is_sharded() {
-            "a sabotage of sharded runs: add --sharded"
-        } else {
-            "a sabotage of the single election: drop --sharded"
-        };
-        return Err(format!("--sabotage {sabotage} is {fix}"));
     }
     Ok(args)
 }
@@ -214,8 +218,8 @@ fn number(text: &str) -> Result<u64, String> {
 }
 
 fn options(args: &Args, seed: u64) -> RunOptions {
+    let seeded = RunOptions::in_space(args.space(), seed);
     if args.sharded {
-        let seeded = RunOptions::sharded(seed);
         let sharding = seeded.sharding.map(|sharding| Sharding {
             shards: args.shards.unwrap_or(sharding.shards),
         });
@@ -226,18 +230,12 @@ fn options(args: &Args, seed: u64) -> RunOptions {
             ..seeded
         };
     }
-    let seeded = RunOptions::for_mechanism(seed, args.mechanism);
     RunOptions {
         replicas: args.replicas,
         fencing: args.fencing.unwrap_or(seeded.fencing),
         mode: args.mode.unwrap_or(seeded.mode),
         sabotage: args.sabotage,
         unfit: args.unfit,
-        kind: if args.pause {
-            plexsphere_leader_sim::RunKind::Only(plexsphere_leader_sim::FaultKind::Pause)
-        } else {
-            seeded.kind
-        },
         ..seeded
     }
 }
@@ -270,25 +268,26 @@ fn main() -> ExitCode {
         }
     };
     let started = Instant::now();
-    let report = if args.sharded {
-        Report::sharded(Params::default(), args.replicas)
-    } else if args.mechanism == Mechanism::Lease {
-        Report::lease(Params::default())
-    } else {
-        Report::new(Params::default())
-    };
+    let space = args.space();
+    let report = Report::new(space, Params::default(), args.replicas);
     let report = if args.unfit { report.probing() } else { report };
     let mut report = report;
-    let next = AtomicU64::new(args.first);
-    let end = args.first + args.seeds;
+    // Positions in the space's order of seeds (`Space::seed_at`); `parse` checked both ends.
+    let first = space.position(args.first).unwrap_or(0);
+    let next = AtomicU64::new(first);
+    let end = first + args.seeds;
     let (send, receive) = mpsc::channel();
     std::thread::scope(|scope| {
         for _ in 0..args.jobs {
             let (send, next, args) = (send.clone(), &next, &args);
             scope.spawn(move || {
                 loop {
-                    let seed = next.fetch_add(1, Ordering::Relaxed);
-                    if seed >= end || send.send((seed, run_seed(args, seed))).is_err() {
+                    let position = next.fetch_add(1, Ordering::Relaxed);
+                    if position >= end {
+                        return;
+                    }
+                    let seed = space.seed_at(position);
+                    if send.send((seed, run_seed(args, seed))).is_err() {
                         return;
                     }
                 }
@@ -320,13 +319,7 @@ fn main() -> ExitCode {
     let empty = report.empty_cells();
     // A whole cycle of seeds following the seeds' own modes and fencing (or shard counts) runs
     // every cell: an empty one means the derivation in RunOptions lost a combination.
-    let cycle = if args.sharded {
-        Sharding::CYCLE
-    } else if args.mechanism == Mechanism::Lease {
-        RunOptions::LEASE_CYCLE
-    } else {
-        RunOptions::CYCLE
-    };
+    let cycle = space.cycle();
     let uncovered = args.seeds >= cycle
         && args.mode.is_none()
         && args.fencing.is_none()

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::setup::{FaultKind, RunKind, SERVERS};
+use crate::setup::{FaultKind, RunKind, SERVERS, Space};
 use crate::world::World;
 
 /// What a fault occupies; two faults that share a resource never run at once.
@@ -45,7 +45,7 @@ pub(crate) struct Nemesis {
     rng: StdRng,
     kind: RunKind,
     /// The kinds a mixed run draws from.
-    mixed: &'static [FaultKind],
+    mixed: Vec<FaultKind>,
     next_at: Duration,
     pending: Vec<Pending>,
 }
@@ -54,17 +54,13 @@ pub(crate) struct Nemesis {
 const MAX_ACTIVE: usize = 2;
 
 impl Nemesis {
-    /// The nemesis of the run of `seed`; a mixed run draws from every kind, or in a sharded
-    /// run (`sharded`) from [`FaultKind::SHARDED`].
-    pub(crate) fn new(seed: u64, kind: RunKind, interval: Duration, sharded: bool) -> Self {
+    /// The nemesis of the run of `seed` in `space`; a mixed run draws from every fault kind
+    /// of the space ([`Space::faults`]).
+    pub(crate) fn new(seed: u64, kind: RunKind, interval: Duration, space: Space) -> Self {
         Self {
             rng: StdRng::seed_from_u64(seed ^ 0x6e65_6d65_7369_7300),
             kind,
-            mixed: if sharded {
-                &FaultKind::SHARDED
-            } else {
-                &FaultKind::ALL
-            },
+            mixed: space.faults(),
             next_at: 2 * interval,
             pending: Vec::new(),
         }

@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use std::rc::Rc;
 use std::time::Duration;
 
+use plexsphere_leader::leadership::Resignation;
 use plexsphere_leader::sharded::{ShardConfig, ShardedElector};
 use plexsphere_leader::{Config, Elector, LockKey};
 use plexsphere_leader_pgsim::Primary;
@@ -66,6 +67,22 @@ pub(crate) enum Elected {
 }
 
 impl Elected {
+    /// An operator's resign with `hold_off`: the single election's term, or every shard.
+    pub(crate) fn resign_for(&self, hold_off: Duration) -> Resignation {
+        match self {
+            Self::Single(elector) => elector.resign_for(hold_off),
+            Self::Sharded(elector) => elector.resign_for(hold_off),
+        }
+    }
+
+    /// An operator makes the replica eligible to lead (own shards), or not.
+    pub(crate) fn set_eligible(&self, eligible: bool) {
+        match self {
+            Self::Single(elector) => elector.set_eligible(eligible),
+            Self::Sharded(elector) => elector.set_eligible(eligible),
+        }
+    }
+
     pub(crate) fn single(&self) -> Option<&Elector> {
         match self {
             Self::Single(elector) => Some(elector),
@@ -158,11 +175,7 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     .fencing(env.fencing)
     .key(key)
     .identity(application_name(env.index, incarnation));
-    let config = match env.mechanism {
-        Mechanism::Advisory => config,
-        // The default TTL: three intervals.
-        Mechanism::Lease => config.lease(Duration::ZERO),
-    };
+    let config = env.mechanism.configure(config);
     let config = match env.fitness_probe {
         Some(probe) => config.fitness_probe(probe),
         None => config,
@@ -185,7 +198,7 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
             shutdown: shutdown.clone(),
         });
     }
-    if env.fencing || env.mechanism == Mechanism::Lease {
+    if env.mechanism.has_epochs(env.fencing) {
         fenced::set_up(&pool, &shutdown, &env.params, env.mechanism).await;
     }
     if env.sample_beliefs {

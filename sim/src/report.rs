@@ -15,7 +15,7 @@ use plexsphere_leader::config::AcquireMode;
 
 use crate::checker::{Measurements, Property};
 use crate::run::RunOutcome;
-use crate::setup::{FaultKind, Mechanism, Params, RunKind, RunOptions, Sharding};
+use crate::setup::{Params, RunKind, RunOptions, Sharding, Space};
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Row {
@@ -45,9 +45,6 @@ const COLUMNS: [&str; 4] = ["poll", "poll+fencing", "queue", "queue+fencing"];
 /// The cell table's columns of lease runs (which always poll): fenced writes off and on.
 const LEASE_COLUMNS: [&str; 2] = ["lease", "lease+fencing"];
 
-/// The widths of the cell table's columns.
-const COLUMN_WIDTHS: [usize; 4] = [9, 14, 9, 15];
-
 /// The column of a run: single-election runs, its acquire mode, then whether it fences
 /// ([`COLUMNS`]); sharded runs, its number of shards.
 fn column(options: &RunOptions) -> u32 {
@@ -64,10 +61,10 @@ fn column(options: &RunOptions) -> u32 {
 #[derive(Debug, Clone)]
 pub struct Report {
     params: Params,
-    /// Sharded runs: how many replicas each run has.
-    sharded: Option<usize>,
-    /// How the single election's runs hold leadership.
-    mechanism: Mechanism,
+    /// How many replicas each run has (in the sharded tables' title).
+    replicas: usize,
+    /// The seed space of the runs: their kinds, and how they hold leadership.
+    space: Space,
     /// Fitness runs (`--unfit`): the standbys probe before they try.
     probing: bool,
     rows: BTreeMap<RunKind, Row>,
@@ -80,27 +77,19 @@ pub struct Report {
 }
 
 impl Report {
-    /// An empty report for single-election runs with `params`.
-    pub fn new(params: Params) -> Self {
+    /// An empty report for the runs of `space` with `params` and `replicas` replicas each: the
+    /// space's bounds and tables, a row and cells for each of its kinds.
+    pub fn new(space: Space, params: Params, replicas: usize) -> Self {
         Self {
             params,
-            sharded: None,
-            mechanism: Mechanism::Advisory,
+            replicas,
+            space,
             probing: false,
             rows: BTreeMap::new(),
             cells: BTreeMap::new(),
             properties: BTreeMap::new(),
             seeds: 0,
             violations: 0,
-        }
-    }
-
-    /// An empty report for lease runs with `params`: the lease's bounds, and a cell table of
-    /// [`LEASE_COLUMNS`].
-    pub fn lease(params: Params) -> Self {
-        Self {
-            mechanism: Mechanism::Lease,
-            ..Self::new(params)
         }
     }
 
@@ -112,20 +101,25 @@ impl Report {
         }
     }
 
-    /// The cell table's columns of the single election's runs.
-    fn columns(&self) -> &'static [&'static str] {
-        match self.mechanism {
-            Mechanism::Advisory => &COLUMNS,
-            Mechanism::Lease => &LEASE_COLUMNS,
+    /// The cell table's columns, (the key [`column`] gives a run, name): acquire mode and
+    /// fencing, fenced writes for a lease, or the number of shards (the seeds' three, then
+    /// any a run forced).
+    fn columns(&self) -> Vec<(u32, String)> {
+        if self.space != Space::Sharded {
+            let names: &[&str] = if self.space.mechanism().holds_session() {
+                &COLUMNS
+            } else {
+                &LEASE_COLUMNS
+            };
+            return (0..).zip(names.iter().map(|n| (*n).to_owned())).collect();
         }
-    }
-
-    /// An empty report for sharded runs with `params` and `replicas` replicas.
-    pub fn sharded(params: Params, replicas: usize) -> Self {
-        Self {
-            sharded: Some(replicas),
-            ..Self::new(params)
+        let mut counts = Sharding::SHARD_COUNTS.to_vec();
+        for &(_, shards) in self.cells.keys() {
+            if !counts.contains(&shards) {
+                counts.push(shards);
+            }
         }
+        counts.into_iter().map(|k| (k, format!("K={k}"))).collect()
     }
 
     /// Adds one run.
@@ -172,31 +166,18 @@ impl Report {
     }
 
     /// The cells of the cell table that no run reached, in table order: `kind × column`
-    /// (`partition × queue+fencing`), or for sharded runs `kind × K=shards` of the default
-    /// shard counts.
+    /// (`partition × queue+fencing`, `crash × K=8`).
     pub fn empty_cells(&self) -> Vec<String> {
-        let mut empty = Vec::new();
-        match self.sharded {
-            None => {
-                for kind in self.kinds() {
-                    for (column, name) in (0..).zip(self.columns().iter().copied()) {
-                        if !self.cells.contains_key(&(kind, column)) {
-                            empty.push(format!("{kind} × {name}"));
-                        }
-                    }
-                }
-            }
-            Some(_) => {
-                for kind in RunKind::sharded_all() {
-                    for shards in Sharding::SHARD_COUNTS {
-                        if !self.cells.contains_key(&(kind, shards)) {
-                            empty.push(format!("{kind} × K={shards}"));
-                        }
-                    }
-                }
-            }
-        }
-        empty
+        let columns = self.columns();
+        let cells = self
+            .space
+            .kinds()
+            .into_iter()
+            .flat_map(|kind| columns.iter().map(move |(key, name)| (kind, *key, name)));
+        cells
+            .filter(|(kind, key, _)| !self.cells.contains_key(&(*kind, *key)))
+            .map(|(kind, _, name)| format!("{kind} × {name}"))
+            .collect()
     }
 
     /// The largest values over every run.
@@ -239,9 +220,9 @@ impl fmt::Display for Report {
     /// The tables, then the summary line `seeds: N, violations: V`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut out = String::new();
-        match self.sharded {
-            None => self.write_single(&mut out),
-            Some(replicas) => self.write_sharded(&mut out, replicas),
+        match self.space {
+            Space::Sharded => self.write_sharded(&mut out, self.replicas),
+            _ => self.write_single(&mut out),
         }
         write!(
             out,
@@ -283,17 +264,21 @@ impl Report {
             "(bound)",
             "",
             "",
-            format!("({})", p.overlap_bound_of(self.mechanism).as_millis()),
+            format!("({})", self.space.mechanism().overlap_bound(p).as_millis()),
             format!("({})", p.gap_bound_of(self.probing).as_millis()),
-            format!("({})", p.detection_bound_of(self.mechanism).as_millis()),
-            match self.mechanism {
-                Mechanism::Advisory => format!("({})", p.orphan_bound().as_millis()),
-                Mechanism::Lease => "(-)".to_owned(),
+            format!(
+                "({})",
+                self.space.mechanism().detection_bound(p).as_millis()
+            ),
+            if self.space.mechanism().holds_session() {
+                format!("({})", p.orphan_bound().as_millis())
+            } else {
+                "(-)".to_owned()
             },
             "(-)",
             ""
         );
-        if self.mechanism == Mechanism::Lease {
+        if !self.space.mechanism().holds_session() {
             let _ = writeln!(
                 out,
                 "lease: TTL {} ms (trusted for 0.9 TTL after sending a renewal); handover after a lost leader <= TTL + gap = {} ms from its last renewal; detection: a term past its lease's end on the server",
@@ -338,43 +323,32 @@ impl Report {
         self.write_cells(out);
     }
 
-    /// The run kinds of the cell table: every kind a seed draws, or for pause runs
-    /// (`--pause`, a kind no seed draws) that one alone.
-    fn kinds(&self) -> Vec<RunKind> {
-        let pause = RunKind::Only(FaultKind::Pause);
-        if self.cells.keys().any(|(kind, _)| *kind == pause) {
-            vec![pause]
-        } else {
-            RunKind::all()
-        }
-    }
-
     /// The cell table: per run kind (every one, run or not) and column, `runs/violations`;
     /// `EMPTY` where no run reached the cell; then how many cells ran and which did not.
     fn write_cells(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "runs/violations per kind and acquire mode, fencing off and on (EMPTY: never run)"
-        );
+        let of = match self.space {
+            Space::Sharded => "number of shards",
+            _ => "acquire mode, fencing off and on",
+        };
+        let _ = writeln!(out, "runs/violations per kind and {of} (EMPTY: never run)");
         let columns = self.columns();
+        let widths: Vec<usize> = columns.iter().map(|(_, n)| (n.len() + 2).max(9)).collect();
         let _ = write!(out, "{:<17}", "fault kind");
-        for (name, width) in columns.iter().zip(COLUMN_WIDTHS) {
+        for ((_, name), width) in columns.iter().zip(&widths) {
             let _ = write!(out, " {name:>width$}");
         }
         let _ = writeln!(out);
         let mut all = vec![Count::default(); columns.len()];
-        let kinds = self.kinds();
+        let kinds = self.space.kinds();
         for &kind in &kinds {
-            let counts: Vec<Count> = (0..columns.len())
-                .map(|column| self.count(kind, u32::try_from(column).unwrap_or(u32::MAX)))
-                .collect();
+            let counts: Vec<Count> = columns.iter().map(|(k, _)| self.count(kind, *k)).collect();
             for (sum, count) in all.iter_mut().zip(&counts) {
                 sum.runs += count.runs;
                 sum.violations += count.violations;
             }
-            write_cells_row(out, kind.name(), &counts);
+            write_cells_row(out, kind.name(), &counts, &widths);
         }
-        write_cells_row(out, "all", &all);
+        write_cells_row(out, "all", &all, &widths);
         let empty = self.empty_cells();
         let cells = kinds.len() * columns.len();
         let _ = write!(out, "cells run: {} of {cells}", cells - empty.len());
@@ -394,7 +368,7 @@ impl Report {
     }
 }
 
-fn write_cells_row(out: &mut String, name: &str, counts: &[Count]) {
+fn write_cells_row(out: &mut String, name: &str, counts: &[Count], widths: &[usize]) {
     let text = |count: &Count| {
         if count.runs == 0 {
             "EMPTY".to_owned()
@@ -403,7 +377,7 @@ fn write_cells_row(out: &mut String, name: &str, counts: &[Count]) {
         }
     };
     let _ = write!(out, "{name:<17}");
-    for (count, width) in counts.iter().zip(COLUMN_WIDTHS) {
+    for (count, width) in counts.iter().zip(widths) {
         let _ = write!(out, " {:>width$}", text(count));
     }
     let _ = writeln!(out);
@@ -450,9 +424,9 @@ mod tests {
 
     #[test]
     fn the_report_ends_with_the_summary_line() {
-        let mut report = Report::new(Params::default());
-        report.add(&clean(RunOptions::new(13)));
-        report.add_panic(&RunOptions::new(3));
+        let mut report = Report::new(Space::Advisory, Params::default(), 3);
+        report.add(&clean(RunOptions::new(130_000)));
+        report.add_panic(&RunOptions::new(30_000));
         let text = report.to_string();
         assert_eq!(text.lines().last(), Some("seeds: 2, violations: 1"));
         assert!(text.contains("\nmixed "), "{text}");
@@ -463,12 +437,12 @@ mod tests {
     /// not, and the count of cells run names the empty ones.
     #[test]
     fn an_empty_cell_reads_empty_and_is_named_under_the_table() {
-        let mut report = Report::new(Params::default());
-        // Seed 0 polls (partition), 14 queues, 28 polls and fences; queue+fencing (42) missing.
-        for seed in [0, 14, 28] {
+        let mut report = Report::new(Space::Advisory, Params::default(), 3);
+        // Partition seed 0 polls, 1 queues, 2 polls and fences; queue+fencing (3) missing.
+        for seed in [0, 1, 2] {
             report.add(&clean(RunOptions::new(seed)));
         }
-        report.add_panic(&RunOptions::new(56));
+        report.add_panic(&RunOptions::new(4));
         let text = report.to_string();
         assert_eq!(
             cells_row(&text, "partition"),
@@ -490,22 +464,22 @@ mod tests {
     /// One cycle of seeds fills every cell exactly once.
     #[test]
     fn one_cycle_of_seeds_fills_every_cell() {
-        let mut report = Report::new(Params::default());
-        for seed in 1000..1000 + RunOptions::CYCLE {
-            report.add(&clean(RunOptions::new(seed)));
+        let mut report = Report::new(Space::Advisory, Params::default(), 3);
+        for position in 1000..1000 + RunOptions::CYCLE {
+            report.add(&clean(RunOptions::new(Space::Advisory.seed_at(position))));
         }
         let text = report.to_string();
         assert_eq!(report.empty_cells(), Vec::<String>::new());
         assert!(text.contains("\ncells run: 56 of 56\n"), "{text}");
-        for kind in RunKind::all() {
+        for kind in Space::Advisory.kinds() {
             assert_eq!(cells_row(&text, kind.name()), ["1/0"; 4], "{text}");
         }
     }
 
     #[test]
     fn a_few_empty_cells_are_all_named() {
-        let mut report = Report::new(Params::default());
-        for seed in 0..RunOptions::CYCLE - 2 {
+        let mut report = Report::new(Space::Advisory, Params::default(), 3);
+        for seed in Space::Advisory.seeds(RunOptions::CYCLE - 2) {
             report.add(&clean(RunOptions::new(seed)));
         }
         assert!(
@@ -518,14 +492,14 @@ mod tests {
 
     #[test]
     fn a_lease_report_has_the_lease_bounds_and_two_columns_that_one_lease_cycle_fills() {
-        let mut report = Report::lease(Params::default());
-        for seed in 0..RunOptions::LEASE_CYCLE {
+        let mut report = Report::new(Space::Lease, Params::default(), 3);
+        for seed in Space::Lease.seeds(RunOptions::LEASE_CYCLE) {
             report.add(&clean(RunOptions::lease(seed)));
         }
         let text = report.to_string();
         assert_eq!(report.empty_cells(), Vec::<String>::new());
         assert!(text.contains("\ncells run: 28 of 28\n"), "{text}");
-        assert!(text.contains(" lease  lease+fencing\n"), "{text}");
+        assert!(text.contains(" lease   lease+fencing\n"), "{text}");
         assert_eq!(cells_row(&text, "partition"), ["1/0", "1/0"], "{text}");
         let bounds = cells_row(&text, "(bound)");
         assert_eq!(bounds, ["(0)", "(152)", "(0)", "(-)", "(-)"], "{text}");

@@ -9,7 +9,7 @@ use crate::capture::Capture;
 use crate::checker::{self, Evidence, Measurements, Property, ServerEvidence, Violation, secs};
 use crate::nemesis::Nemesis;
 use crate::record::{FenceOutcome, FencedWrite, holder_identity};
-use crate::setup::{Mechanism, RunOptions, SERVERS, Sharding, application_name};
+use crate::setup::{RunOptions, SERVERS, Sharding, application_name};
 use crate::world::World;
 
 /// The second half of the member lock `(class, -1)` of a shard space.
@@ -80,8 +80,7 @@ pub fn run_once(options: &RunOptions) -> RunOutcome {
 fn simulate(options: &RunOptions) -> RunOutcome {
     let params = options.params;
     let mut world = World::new(options);
-    let sharded = options.sharding.is_some();
-    let mut nemesis = Nemesis::new(options.seed, options.kind, params.interval, sharded);
+    let mut nemesis = Nemesis::new(options.seed, options.kind, params.interval, options.space());
     let _completed = phases(&mut world, &mut nemesis, settle_bound(options));
     world.history.end = world.now();
     let work = world.recorder.borrow().work.clone();
@@ -103,7 +102,7 @@ fn simulate(options: &RunOptions) -> RunOutcome {
     let evidence = Evidence {
         params,
         replicas: options.replicas,
-        fencing: options.fencing || options.mechanism == Mechanism::Lease,
+        fencing: options.mechanism.has_epochs(options.fencing),
         mechanism: options.mechanism,
         history: &world.history,
         unfit: options.unfit_replica(),

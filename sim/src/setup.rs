@@ -7,53 +7,19 @@
 //! functions of the recorded evidence) may import it without a cycle.
 
 mod kinds;
+mod mechanism;
 mod params;
 mod sabotage;
 mod sharding;
 
-pub use kinds::{FaultKind, RunKind};
+pub use kinds::{FaultKind, RunKind, SEED_STRIDE, Space, run_number};
+pub use mechanism::Mechanism;
 pub use params::Params;
 pub use sabotage::{DriverSabotage, Sabotage, ShardSabotage};
 pub use sharding::Sharding;
 
-use std::fmt;
-
 use crate::clock::ClockRate;
 use plexsphere_leader::config::AcquireMode;
-
-/// How the replicas of a single election hold leadership (`--mechanism`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum Mechanism {
-    /// The session advisory lock (the spec's): a lock session per leader.
-    #[default]
-    Advisory,
-    /// The lease row of `Config::lease(Duration::ZERO)` (TTL three intervals), one autocommit
-    /// statement per check on any pooled connection; always polls.
-    Lease,
-}
-
-impl Mechanism {
-    /// The CLI name (`--mechanism advisory|lease`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Advisory => "advisory",
-            Self::Lease => "lease",
-        }
-    }
-
-    /// The mechanism the CLI names `name`.
-    pub fn from_name(name: &str) -> Option<Self> {
-        [Self::Advisory, Self::Lease]
-            .into_iter()
-            .find(|mechanism| mechanism.name() == name)
-    }
-}
-
-impl fmt::Display for Mechanism {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// The server host names; index 0 is the first primary.
 pub(crate) const SERVERS: [&str; 2] = ["pg1", "pg2"];
@@ -74,24 +40,25 @@ pub(crate) fn parse_application_name(name: &str) -> Option<(usize, u32)> {
 ///
 /// # What a seed runs
 ///
-/// Every run's configuration derives from its seed, here and nowhere else: its fault kind
-/// ([`RunKind::for_seed`]) is `seed % K`, with K = [`RunKind::COUNT`] (14: thirteen fault kinds
-/// and the mixed one), and its variant `(seed / K) % 4` chooses the acquire mode and fencing
-/// ([`RunOptions::mode_for_seed`], [`RunOptions::fencing_for_seed`]):
+/// Every run's configuration derives from its seed, here and nowhere else. A seed names its
+/// run kind by the kind's fixed code, `seed = code · SEED_STRIDE + n` ([`RunKind::of_seed`],
+/// [`SEED_STRIDE`] = 10,000; the codes are written beside the kinds, [`RunKind::code`]), and
+/// its run number n ([`run_number`]) chooses the variant, `n % 4`, the acquire mode and
+/// fencing ([`RunOptions::mode_for_seed`], [`RunOptions::fencing_for_seed`]):
 ///
-/// | variant | seeds (K = 14) | acquire mode | fencing |
-/// |---|---|---|---|
-/// | 0 | 0–13, 56–69, … | poll (the spec's) | off |
-/// | 1 | 14–27, 70–83, … | queue | off |
-/// | 2 | 28–41, 84–97, … | poll | on |
-/// | 3 | 42–55, 98–111, … | queue | on |
+/// | n % 4 | acquire mode | fencing |
+/// |---|---|---|
+/// | 0 | poll (the spec's) | off |
+/// | 1 | queue | off |
+/// | 2 | poll | on |
+/// | 3 | queue | on |
 ///
-/// So any K consecutive seeds run every kind, and any [`RunOptions::CYCLE`] = 4·K consecutive
-/// seeds (56) run every (kind, mode, fencing) cell exactly once, whatever K is: a kind added
-/// to [`FaultKind`] meets every mode and fencing setting within a cycle.
-/// (Before, the mode was `seed % 2` and the kind `seed % 14`: with an even number of kinds
-/// each kind only ever met one mode.) The summary's cell table shows the coverage of every
-/// run of many seeds. `--mode` and `--fencing` override the seed's choice.
+/// A seed's meaning never changes when kinds are added (a new kind gets a new code). The
+/// CLI's `--seeds N` runs the space's seeds in order ([`Space::seed_at`]): round-robin over
+/// the kinds that apply ([`RunKind::applies_to`]), run number by run number, so any
+/// [`RunOptions::CYCLE`] = 4·K consecutive ones (56 for K = 14 kinds) run every (kind, mode,
+/// fencing) cell exactly once. The summary's cell table shows the coverage of every run of
+/// many seeds. `--mode` and `--fencing` override the seed's choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunOptions {
     /// The seed: turmoil's network, the nemesis and the simulated work all derive from it.
@@ -133,16 +100,20 @@ pub(crate) const FIT_PROBE: &str = "SELECT 1";
 pub(crate) const UNFIT_PROBE: &str = "SELECT current_setting('plexsphere.unfit')";
 
 impl RunOptions {
-    /// Within this many consecutive seeds every (kind, acquire mode, fencing) cell runs once:
-    /// 4·[`RunKind::COUNT`] (see [What a seed runs](RunOptions#what-a-seed-runs)).
-    pub const CYCLE: u64 = VARIANTS * RunKind::COUNT as u64;
+    /// Within this many consecutive seeds of [`Space::Advisory`] every (kind, acquire mode,
+    /// fencing) cell runs once (see [What a seed runs](RunOptions#what-a-seed-runs)).
+    pub const CYCLE: u64 = Space::Advisory.cycle();
 
-    /// Within this many consecutive lease seeds every (kind, fencing) cell runs once:
-    /// 2·[`RunKind::COUNT`] (see [`RunOptions::lease`]).
-    pub const LEASE_CYCLE: u64 = LEASE_VARIANTS * RunKind::COUNT as u64;
+    /// Within this many consecutive lease seeds every (kind, fencing) cell runs once (see
+    /// [`RunOptions::lease`]).
+    pub const LEASE_CYCLE: u64 = Space::Lease.cycle();
 
     /// Seed `seed` with three replicas, the default timing, no sabotage, and the seed's kind
     /// of faults, acquire mode and fencing (see [What a seed runs](RunOptions#what-a-seed-runs)).
+    ///
+    /// # Panics
+    /// When no kind has the seed's code ([`RunKind::of_seed`]); the CLI refuses such a seed
+    /// first ([`Space::position`]).
     pub fn new(seed: u64) -> Self {
         Self {
             seed,
@@ -151,9 +122,9 @@ impl RunOptions {
             fencing: Self::fencing_for_seed(seed),
             mode: Self::mode_for_seed(seed),
             sabotage: None,
-            kind: RunKind::for_seed(seed),
+            kind: kind_of(seed),
             sharding: None,
-            mechanism: Mechanism::Advisory,
+            mechanism: Mechanism::default(),
             unfit: false,
         }
     }
@@ -175,12 +146,12 @@ impl RunOptions {
         }
     }
 
-    /// Lease seed `seed` (a seed space of its own) with three replicas, the default timing, no
-    /// sabotage, polling (a lease has no server-side queue), the seed's kind of faults
-    /// ([`RunKind::for_seed`], `seed % K`) and whether the service's work is fenced writes: in
-    /// variant 1, `(seed / K) % 2 == 1` ([`RunOptions::lease_fencing_for_seed`]). Every term has
-    /// the lease's epoch either way. Any [`RunOptions::LEASE_CYCLE`] consecutive seeds run
-    /// every (kind, fencing) cell once.
+    /// Lease seed `seed` (of [`Space::Lease`] or [`Space::Pause`]) as [`RunOptions::new`], but
+    /// polling (a lease has no queue) and with fenced writes for odd run numbers
+    /// ([`RunOptions::lease_fencing_for_seed`]); every term has the lease's epoch either way.
+    ///
+    /// # Panics
+    /// As [`RunOptions::new`].
     pub fn lease(seed: u64) -> Self {
         Self {
             fencing: Self::lease_fencing_for_seed(seed),
@@ -190,9 +161,9 @@ impl RunOptions {
         }
     }
 
-    /// Whether lease seed `seed`'s service does fenced writes: `(seed / K) % 2 == 1`.
+    /// Whether lease seed `seed`'s service does fenced writes: an odd run number.
     pub const fn lease_fencing_for_seed(seed: u64) -> bool {
-        (seed / RunKind::COUNT as u64) % LEASE_VARIANTS == 1
+        run_number(seed) % Space::Lease.variants() == 1
     }
 
     /// The rate of replica `replica`'s clock: the simulation's own in advisory and sharded
@@ -200,54 +171,64 @@ impl RunOptions {
     /// ([`ClockRate::of_lease_replica`]), within the lease's 10 % margin; every replica 15 %
     /// slow with the sabotage [`DriverSabotage::SlowClock`].
     pub fn clock_rate(&self, replica: usize) -> ClockRate {
-        match (self.mechanism, self.sabotage) {
-            (_, Some(Sabotage::Driver(DriverSabotage::SlowClock))) => ClockRate::OUTSIDE_MARGIN,
-            (Mechanism::Lease, _) if self.sharding.is_none() => {
+        match self.sabotage {
+            Some(Sabotage::Driver(DriverSabotage::SlowClock)) => ClockRate::OUTSIDE_MARGIN,
+            _ if self.space().mechanism() == Mechanism::Lease => {
                 ClockRate::of_lease_replica(self.seed, replica, self.replicas)
             }
             _ => ClockRate::EXACT,
         }
     }
 
-    /// The options seed `seed` runs with by default under `mechanism`.
-    pub fn for_mechanism(seed: u64, mechanism: Mechanism) -> Self {
-        match mechanism {
-            Mechanism::Advisory => Self::new(seed),
-            Mechanism::Lease => Self::lease(seed),
+    /// The options seed `seed` of `space` runs with by default.
+    ///
+    /// # Panics
+    /// As [`RunOptions::new`].
+    pub fn in_space(space: Space, seed: u64) -> Self {
+        match space {
+            Space::Advisory => Self::new(seed),
+            Space::Lease | Space::Pause => Self::lease(seed),
+            Space::Sharded => Self::sharded(seed),
+        }
+    }
+
+    /// The seed space this run is of.
+    pub fn space(&self) -> Space {
+        match (self.sharding, self.kind) {
+            (Some(_), _) => Space::Sharded,
+            (None, RunKind::Only(FaultKind::Pause)) => Space::Pause,
+            (None, _) => self.mechanism.space(),
         }
     }
 
     /// Sharded seed `seed` (a seed space of its own) with three replicas, the default timing,
     /// no sabotage, and the seed's kind of faults and number of shards (see
     /// [What a sharded seed runs](Sharding#what-a-sharded-seed-runs)).
+    ///
+    /// # Panics
+    /// As [`RunOptions::new`].
     pub fn sharded(seed: u64) -> Self {
         Self {
-            seed,
-            replicas: 3,
-            params: Params::default(),
             fencing: false,
             mode: AcquireMode::Poll,
-            sabotage: None,
-            kind: RunKind::for_sharded_seed(seed),
             sharding: Some(Sharding::for_seed(seed)),
-            mechanism: Mechanism::Advisory,
-            unfit: false,
+            ..Self::new(seed)
         }
     }
 
-    /// Whether seed `seed` fences by default: in variants 2 and 3, `(seed / K) % 4 >= 2`
-    /// (seeds 28–55 of every 56; see [What a seed runs](RunOptions#what-a-seed-runs)). Half
-    /// the seeds, as many of them polling as queued, and every kind meets each of the four
-    /// (mode, fencing) combinations once in any [`RunOptions::CYCLE`] consecutive seeds.
+    /// Whether seed `seed` fences by default: in variants 2 and 3 (`n % 4 >= 2` of its run
+    /// number n; see [What a seed runs](RunOptions#what-a-seed-runs)). Half the seeds, as many
+    /// of them polling as queued, and every kind meets each of the four (mode, fencing)
+    /// combinations once in any [`RunOptions::CYCLE`] consecutive seeds.
     pub const fn fencing_for_seed(seed: u64) -> bool {
-        variant(seed, RunKind::COUNT as u64) >= 2
+        variant(seed) >= 2
     }
 
-    /// The acquire mode of seed `seed`: [`AcquireMode::Queue`] in variants 1 and 3,
-    /// `(seed / K) % 2 == 1` (seeds 14–27 and 42–55 of every 56), else the spec's
-    /// [`AcquireMode::Poll`] (see [What a seed runs](RunOptions#what-a-seed-runs)).
+    /// The acquire mode of seed `seed`: [`AcquireMode::Queue`] in variants 1 and 3 (an odd
+    /// run number), else the spec's [`AcquireMode::Poll`] (see
+    /// [What a seed runs](RunOptions#what-a-seed-runs)).
     pub const fn mode_for_seed(seed: u64) -> AcquireMode {
-        if variant(seed, RunKind::COUNT as u64) % 2 == 1 {
+        if variant(seed) % 2 == 1 {
             AcquireMode::Queue
         } else {
             AcquireMode::Poll
@@ -277,8 +258,8 @@ impl RunOptions {
             }
             return command;
         }
-        let seeded = Self::for_mechanism(self.seed, self.mechanism);
-        if self.mechanism != Mechanism::Advisory {
+        let seeded = Self::in_space(self.space(), self.seed);
+        if self.mechanism != Mechanism::default() {
             command.push_str(&format!(" --mechanism {}", self.mechanism));
         }
         if self.mode != seeded.mode {
@@ -291,7 +272,7 @@ impl RunOptions {
         if self.unfit {
             command.push_str(" --unfit");
         }
-        if self.kind == RunKind::Only(FaultKind::Pause) {
+        if self.space() == Space::Pause {
             command.push_str(" --pause");
         }
         if let Some(sabotage) = self.sabotage {
@@ -309,9 +290,10 @@ impl RunOptions {
                 self.kind, sharding.shards, self.replicas
             );
         }
-        let mode = match self.mechanism {
-            Mechanism::Advisory => mode_name(self.mode),
-            Mechanism::Lease => "lease",
+        let mode = if self.mechanism.holds_session() {
+            mode_name(self.mode)
+        } else {
+            self.mechanism.name()
         };
         let unfit = match self.unfit_replica() {
             Some(r) => format!(", r{r} unfit"),
@@ -325,16 +307,23 @@ impl RunOptions {
     }
 }
 
-/// How many (acquire mode, fencing) variants a kind runs in.
-const VARIANTS: u64 = 4;
+/// The (mode, fencing) variant of advisory seed `seed`: its run number's `n % 4`.
+const fn variant(seed: u64) -> u64 {
+    run_number(seed) % Space::Advisory.variants()
+}
 
-/// How many fencing variants a kind runs in on lease runs.
-const LEASE_VARIANTS: u64 = 2;
-
-/// The (mode, fencing) variant of seed `seed` with `kinds` run kinds: the kind is
-/// `seed % kinds`, the variant the next digit, `(seed / kinds) % 4`.
-const fn variant(seed: u64, kinds: u64) -> u64 {
-    (seed / kinds) % VARIANTS
+/// The kind seed `seed` names.
+///
+/// # Panics
+/// When no kind has the seed's code.
+fn kind_of(seed: u64) -> RunKind {
+    match RunKind::of_seed(seed) {
+        Some(kind) => kind,
+        None => panic!(
+            "seed {seed} names no run kind (code {})",
+            seed / SEED_STRIDE
+        ),
+    }
 }
 
 /// The CLI's name of an acquire mode (`--mode poll|queue`).
@@ -360,29 +349,10 @@ mod tests {
 
     use super::*;
 
-    /// Every (kind, variant) pair of `kinds` kinds in the window of `CYCLE` seeds from `start`.
-    fn cells(start: u64, kinds: u64) -> BTreeSet<(u64, u64)> {
-        (start..start + VARIANTS * kinds)
-            .map(|seed| (seed % kinds, variant(seed, kinds)))
-            .collect()
-    }
-
-    #[test]
-    fn any_window_of_four_k_seeds_runs_every_kind_in_every_variant_whatever_k() {
-        for kinds in 1..=20 {
-            for start in (0..3 * VARIANTS * kinds).chain([u64::MAX / 2, 1_000_003]) {
-                assert_eq!(
-                    cells(start, kinds).len() as u64,
-                    VARIANTS * kinds,
-                    "K = {kinds}, seeds from {start}"
-                );
-            }
-        }
-    }
-
     #[test]
     fn any_cycle_of_seeds_runs_every_kind_mode_and_fencing_cell_once() {
-        let every: BTreeSet<(RunKind, bool, bool)> = RunKind::all()
+        let every: BTreeSet<(RunKind, bool, bool)> = Space::Advisory
+            .kinds()
             .into_iter()
             .flat_map(|kind| {
                 [(false, false), (true, false), (false, true), (true, true)]
@@ -392,7 +362,7 @@ mod tests {
         assert_eq!(every.len() as u64, RunOptions::CYCLE);
         for start in (0..2 * RunOptions::CYCLE).chain([20_000, 99_999]) {
             let seen: BTreeSet<(RunKind, bool, bool)> = (start..start + RunOptions::CYCLE)
-                .map(RunOptions::new)
+                .map(|position| RunOptions::new(Space::Advisory.seed_at(position)))
                 .map(|o| (o.kind, o.mode == AcquireMode::Queue, o.fencing))
                 .collect();
             assert_eq!(seen, every, "seeds from {start}");
@@ -401,7 +371,7 @@ mod tests {
 
     #[test]
     fn the_first_cycle_polls_then_queues_then_fences_both_ways() {
-        let variants: Vec<(&str, bool)> = [0, 13, 14, 27, 28, 41, 42, 55, 56]
+        let variants: Vec<(&str, bool)> = [0, 130_000, 1, 130_001, 2, 130_002, 3, 130_003, 4]
             .map(|seed| {
                 let o = RunOptions::new(seed);
                 (mode_name(o.mode), o.fencing)
@@ -442,7 +412,7 @@ mod tests {
     fn any_lease_cycle_runs_every_kind_with_and_without_fenced_writes_polling() {
         for start in (0..2 * RunOptions::LEASE_CYCLE).chain([20_000, 99_999]) {
             let seen: BTreeSet<(RunKind, bool)> = (start..start + RunOptions::LEASE_CYCLE)
-                .map(RunOptions::lease)
+                .map(|position| RunOptions::lease(Space::Lease.seed_at(position)))
                 .inspect(|o| assert_eq!(o.mode, AcquireMode::Poll))
                 .map(|o| (o.kind, o.fencing))
                 .collect();
@@ -459,24 +429,24 @@ mod tests {
         let options = RunOptions {
             mode: AcquireMode::Queue,
             fencing: true,
-            ..RunOptions::new(3)
+            ..RunOptions::new(30_000)
         };
         assert_eq!(options.describe(), "crash, queue, fencing");
         assert_eq!(
             options.replay_command(),
-            "cargo run --release -p plexsphere-leader-sim -- --seed 3 --mode queue --fencing on"
+            "cargo run --release -p plexsphere-leader-sim -- --seed 30000 --mode queue --fencing on"
         );
         assert_eq!(
-            RunOptions::new(45).replay_command(),
-            "cargo run --release -p plexsphere-leader-sim -- --seed 45"
+            RunOptions::new(70_003).replay_command(),
+            "cargo run --release -p plexsphere-leader-sim -- --seed 70003"
         );
         assert_eq!(mode_from_name("queue"), Some(AcquireMode::Queue));
-        let lease = RunOptions::lease(17);
+        let lease = RunOptions::lease(30_001);
         assert_eq!(
             (lease.describe(), lease.replay_command()),
             (
                 "crash, lease, fencing".to_owned(),
-                "cargo run --release -p plexsphere-leader-sim -- --seed 17 --mechanism lease"
+                "cargo run --release -p plexsphere-leader-sim -- --seed 30001 --mechanism lease"
                     .to_owned()
             )
         );
@@ -486,7 +456,7 @@ mod tests {
                 ..lease
             }
             .replay_command(),
-            "cargo run --release -p plexsphere-leader-sim -- --seed 17 --mechanism lease --fencing off"
+            "cargo run --release -p plexsphere-leader-sim -- --seed 30001 --mechanism lease --fencing off"
         );
         assert_eq!(Mechanism::from_name("lease"), Some(Mechanism::Lease));
         assert_eq!(Mechanism::from_name("nope"), None);

@@ -621,7 +621,7 @@ impl World<'_> {
     /// happens (and nothing is recorded) when its run is not in progress.
     pub(crate) fn resign(&mut self, r: usize, hold_off: Duration) {
         let live = self.replicas[r].slot.borrow().live.clone();
-        let Some(elector) = live.as_ref().and_then(|live| live.elector.single()) else {
+        let Some(elector) = live.as_ref().map(|live| &live.elector) else {
             return;
         };
         // The sabotage drops the hold-off; the history keeps the one the operator asked for.
@@ -656,7 +656,7 @@ impl World<'_> {
     /// happens when its run is not in progress.
     pub(crate) fn set_eligible(&mut self, r: usize, eligible: bool) {
         let live = self.replicas[r].slot.borrow().live.clone();
-        let Some(elector) = live.as_ref().and_then(|live| live.elector.single()) else {
+        let Some(elector) = live.as_ref().map(|live| &live.elector) else {
             return;
         };
         elector.set_eligible(eligible);

@@ -15,7 +15,7 @@
 
 use plexsphere_leader::config::AcquireMode;
 use plexsphere_leader_sim::{
-    DriverSabotage, Property, RunKind, RunOptions, Sabotage, ShardSabotage, Sharding, Violation,
+    DriverSabotage, Property, RunOptions, Sabotage, ShardSabotage, Sharding, Space, Violation,
     run_once,
 };
 
@@ -28,10 +28,13 @@ const SEEDS: u64 = RunOptions::CYCLE;
 fn first_catch(
     sabotage: Sabotage,
     property: Property,
+    cycles: u64,
     runs: impl Fn(&RunOptions) -> bool,
 ) -> Option<(u64, Violation)> {
-    assert_eq!(4 * RunKind::all().len() as u64, SEEDS);
-    let seeds = (0..SEEDS).filter(|&seed| runs(&RunOptions::new(seed)));
+    assert_eq!(4 * Space::Advisory.kinds().len() as u64, SEEDS);
+    let seeds = Space::Advisory
+        .seeds(cycles * SEEDS)
+        .filter(|&seed| runs(&RunOptions::new(seed)));
     seeds.into_iter().find_map(|seed| {
         let options = RunOptions {
             sabotage: Some(sabotage),
@@ -47,17 +50,22 @@ fn first_catch(
 }
 
 fn assert_caught(sabotage: Sabotage, property: Property) {
-    assert_caught_among(sabotage, property, |_| true);
+    assert_caught_among(sabotage, property, 1, |_| true);
 }
 
-/// As [`assert_caught`], trying only the cycle's seeds `runs` accepts (those that can show
-/// the sabotage at all).
-fn assert_caught_among(sabotage: Sabotage, property: Property, runs: impl Fn(&RunOptions) -> bool) {
-    match first_catch(sabotage, property, runs) {
+/// As [`assert_caught`], over `cycles` cycles, trying only the seeds `runs` accepts (those
+/// that can show the sabotage at all).
+fn assert_caught_among(
+    sabotage: Sabotage,
+    property: Property,
+    cycles: u64,
+    runs: impl Fn(&RunOptions) -> bool,
+) {
+    match first_catch(sabotage, property, cycles, runs) {
         Some((seed, violation)) => {
             println!("{sabotage} caught at seed {seed}: {violation}");
         }
-        None => panic!("{sabotage}: no {property} violation within {SEEDS} seeds"),
+        None => panic!("{sabotage}: no {property} violation within {cycles} cycles of seeds"),
     }
 }
 
@@ -109,12 +117,14 @@ fn keep_term_on_failed_ping_is_caught_as_a_late_detection() {
 
 /// A queued wait's 55P03 taken for a plain refusal returns a lock granted in the instant the
 /// wait timed out (the grant-at-timeout race) to the pool on its session: the session's next
-/// statement (the replica's next check) finds the lock still held. Only queued seeds wait.
+/// statement (the replica's next check) finds the lock still held. Only queued seeds wait,
+/// and the race is rare (31 in the 500 seeds of CI): two cycles.
 #[test]
 fn lock_timeout_as_refusal_is_caught_as_a_stranded_lock() {
     assert_caught_among(
         Sabotage::Driver(DriverSabotage::LockTimeoutAsRefusal),
         Property::StrandedLock,
+        2,
         |options| options.mode == AcquireMode::Queue,
     );
 }
@@ -126,6 +136,7 @@ fn fence_without_row_lock_is_caught_as_a_broken_fence() {
     assert_caught_among(
         Sabotage::FenceWithoutRowLock,
         Property::FenceHolds,
+        1,
         |options| options.fencing,
     );
 }
@@ -136,7 +147,8 @@ fn fence_without_row_lock_is_caught_as_a_broken_fence() {
 #[test]
 fn keep_lease_on_failed_renewal_is_caught_as_a_term_outliving_its_lease_and_an_overlap() {
     let sabotage = Sabotage::Driver(DriverSabotage::KeepLeaseOnFailedRenewal);
-    let caught: Vec<(u64, Violation)> = (0..RunOptions::LEASE_CYCLE)
+    let caught: Vec<(u64, Violation)> = Space::Lease
+        .seeds(RunOptions::LEASE_CYCLE)
         .find_map(|seed| {
             let options = RunOptions {
                 sabotage: Some(sabotage),
@@ -167,17 +179,19 @@ fn keep_lease_on_failed_renewal_is_caught_as_a_term_outliving_its_lease_and_an_o
 #[test]
 fn a_clock_slower_than_the_margin_is_caught_as_a_term_outliving_its_lease() {
     let sabotage = Sabotage::Driver(DriverSabotage::SlowClock);
-    let caught = (0..RunOptions::LEASE_CYCLE).find_map(|seed| {
-        let options = RunOptions {
-            sabotage: Some(sabotage),
-            ..RunOptions::lease(seed)
-        };
-        run_once(&options)
-            .violations
-            .into_iter()
-            .find(|v| v.property == Property::Detection && v.detail.contains("after its lease"))
-            .map(|violation| (seed, violation))
-    });
+    let caught = Space::Lease
+        .seeds(RunOptions::LEASE_CYCLE)
+        .find_map(|seed| {
+            let options = RunOptions {
+                sabotage: Some(sabotage),
+                ..RunOptions::lease(seed)
+            };
+            run_once(&options)
+                .violations
+                .into_iter()
+                .find(|v| v.property == Property::Detection && v.detail.contains("after its lease"))
+                .map(|violation| (seed, violation))
+        });
     match caught {
         Some((seed, violation)) => println!("{sabotage} caught at lease seed {seed}: {violation}"),
         None => panic!("{sabotage}: no detection violation within one lease cycle"),
@@ -192,7 +206,7 @@ fn first_sharded_catch(
     property: Property,
     marks: &str,
 ) -> Option<(u64, Violation)> {
-    (0..Sharding::CYCLE).find_map(|seed| {
+    Space::Sharded.seeds(Sharding::CYCLE).find_map(|seed| {
         let options = RunOptions {
             sabotage: Some(Sabotage::Shard(sabotage)),
             ..RunOptions::sharded(seed)
@@ -239,18 +253,39 @@ fn keep_shards_on_failed_survey_is_caught_as_a_late_detection() {
     );
 }
 
+/// A sharded replica asked to resign that rejoins at once (its hold-off dropped) takes shards
+/// during the hold-off the operator asked for: the operator controls of sharded runs.
+#[test]
+fn resign_without_hold_off_is_caught_in_sharded_runs() {
+    let sabotage = Sabotage::Driver(DriverSabotage::ResignWithoutHoldOff);
+    let caught = Space::Sharded.seeds(Sharding::CYCLE).find_map(|seed| {
+        let options = RunOptions {
+            sabotage: Some(sabotage),
+            ..RunOptions::sharded(seed)
+        };
+        run_once(&options)
+            .violations
+            .into_iter()
+            .find(|v| v.property == Property::OperatorControls)
+            .map(|v| (seed, v))
+    });
+    match caught {
+        Some((seed, violation)) => {
+            println!("{sabotage} caught at sharded seed {seed}: {violation}")
+        }
+        None => panic!("{sabotage}: no operator-controls violation within a sharded cycle"),
+    }
+}
+
 /// The server refuses the unfit replica's fitness probe; answered as a pass, the replica that
 /// cannot do the work leads. Caught on both mechanisms.
 #[test]
 fn ignore_unfit_is_caught_by_the_fitness_property_on_both_mechanisms() {
     let sabotage = Sabotage::Driver(DriverSabotage::IgnoreUnfit);
     for lease in [false, true] {
-        let cycle = if lease {
-            RunOptions::LEASE_CYCLE
-        } else {
-            RunOptions::CYCLE
-        };
-        let caught = (0..cycle).find_map(|seed| {
+        let space = if lease { Space::Lease } else { Space::Advisory };
+        let cycle = space.cycle();
+        let caught = space.seeds(cycle).find_map(|seed| {
             let seeded = if lease {
                 RunOptions::lease(seed)
             } else {
@@ -282,18 +317,19 @@ fn ignore_unfit_is_caught_by_the_fitness_property_on_both_mechanisms() {
 #[test]
 fn published_belief_is_caught_as_a_term_outliving_its_lease_in_a_pause() {
     let sabotage = Sabotage::Driver(DriverSabotage::PublishedBelief);
-    let caught = (0..RunOptions::LEASE_CYCLE).find_map(|seed| {
-        let options = RunOptions {
-            sabotage: Some(sabotage),
-            kind: RunKind::Only(plexsphere_leader_sim::FaultKind::Pause),
-            ..RunOptions::lease(seed)
-        };
-        run_once(&options)
-            .violations
-            .into_iter()
-            .find(|v| v.property == Property::Detection)
-            .map(|v| (seed, v))
-    });
+    let caught = Space::Pause
+        .seeds(RunOptions::LEASE_CYCLE)
+        .find_map(|seed| {
+            let options = RunOptions {
+                sabotage: Some(sabotage),
+                ..RunOptions::lease(seed)
+            };
+            run_once(&options)
+                .violations
+                .into_iter()
+                .find(|v| v.property == Property::Detection)
+                .map(|v| (seed, v))
+        });
     match caught {
         Some((seed, violation)) => println!("{sabotage} caught at pause seed {seed}: {violation}"),
         None => panic!("{sabotage}: no detection violation within a lease cycle of pause seeds"),

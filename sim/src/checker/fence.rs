@@ -138,7 +138,7 @@ impl Checker<'_> {
                     self.violate(term.span.start, Property::EpochsRise, detail);
                 }
             }
-            if self.loss(&hold) < term.span.start {
+            if self.space.loss(&hold) < term.span.start {
                 self.measured.fence.late_terms += 1;
             } else {
                 live.push((term, epoch));

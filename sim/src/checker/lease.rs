@@ -56,7 +56,11 @@ pub(super) fn tenures(
         if let Some(run) = running.take_if(|run| run.expires <= change.at) {
             tenures.push(ended(run.tenure, run.expires, false));
         }
-        let start = |at| Tenure::granted(change.server, change.pid, &owners[change.server], at);
+        let start = |expires| Running {
+            tenure: Tenure::granted(change.server, change.pid, &owners[change.server], change.at),
+            holder: change.holder,
+            expires,
+        };
         match change.what {
             What::Claimed { expires } => {
                 if let Some(run) = running.take() {
@@ -65,26 +69,12 @@ pub(super) fn tenures(
                     }
                     tenures.push(ended(run.tenure, change.at, true));
                 }
-                let tenure = start(change.at);
-                let holder = change.holder;
-                running = Some(Running {
-                    tenure,
-                    holder,
-                    expires,
-                });
+                running = Some(start(expires));
             }
             What::Renewed { expires } => match running.as_mut() {
                 Some(run) if run.holder == change.holder => run.expires = expires,
                 Some(_) => {}
-                None => {
-                    let tenure = start(change.at);
-                    let holder = change.holder;
-                    running = Some(Running {
-                        tenure,
-                        holder,
-                        expires,
-                    });
-                }
+                None => running = Some(start(expires)),
             },
             What::Released => {
                 if let Some(run) = running.take_if(|run| run.holder == change.holder) {

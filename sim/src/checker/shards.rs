@@ -6,12 +6,13 @@
 //! |---|---|
 //! | mutual exclusion | the servers' logs: no lock held by two sessions in conflicting modes |
 //! | overlap | per shard and pair of replicas, acting as owner (term open, or a unit of its work running) at once for at most 2·I + T |
-//! | graceful overlap | a shard term ended by a handover or a stop, whose lock its own session released (unlock, unlock-all): the term and every unit of its work ended before the release |
+//! | graceful overlap | a shard term ended by a handover, a stop or a resign (or being made ineligible), whose lock its own session released (unlock, unlock-all): the term and every unit of its work ended before the release |
+//! | operator controls | the base checker's: no shard term of an incarnation begins during its resign's hold-off or while it is ineligible (its shards are re-owned by the liveness rule) |
 //! | detection | a shard term ends within 2·I of its lock's loss (release, or its server deposed) |
 //! | orphan bound | a member session (and so its shards) is never idle longer than 4·I |
 //! | stranded lock | a shard lock held by a healthy replica's session that believes neither the term nor a handover of it, for longer than I + margin; and when every replica is asked to stop, every lock of the space is held by a current incarnation on the primary, each shard by the one that owns it |
 //! | liveness | a shard free on the primary is taken within I + margin by a replica that begins its term (see [`ShardChecker::liveness`] for the window) |
-//! | balance | from every replica up + [`Params::balance_bound`] to the stop, every replica owns ⌊K/R⌋ or ⌈K/R⌉ shards and every shard has one owner |
+//! | balance | from every replica up + [`Params::balance_bound`](crate::setup::Params::balance_bound) to the stop, every replica owns ⌊K/R⌋ or ⌈K/R⌉ shards and every shard has one owner |
 //! | clean stop | the base checker's, and no shard term left open |
 
 use std::collections::BTreeMap;
@@ -20,10 +21,10 @@ use std::time::Duration;
 
 use plexsphere_leader_pgsim::{Event, LockKey, LockMode};
 
-use super::space::{self, Found, Noun, Space, Tenure, merge};
-use super::{Checker, Evidence, Measurements, Owner, Property, Violation, max, ms};
+use super::space::{self, Noun, Space, Tenure, merge};
+use super::{Checker, Evidence, Measurements, Property, Violation, max, ms};
 use crate::record::{TermEnd, TermRecord};
-use crate::setup::{Params, SERVERS, Sharding};
+use crate::setup::{SERVERS, Sharding};
 
 /// The second half of the member lock.
 const MEMBER: i32 = plexsphere_leader::shard_sql::MEMBER_OBJ_ID;
@@ -87,9 +88,11 @@ pub(crate) fn check(
     let mut base = Checker::new(evidence);
     base.harness();
     base.mutual_exclusion();
+    base.operator_controls();
     base.clean_stop();
     let mut checker = ShardChecker::new(base, sharding, class);
-    checker.shared_rules();
+    // The shard space's rules every space shares: detection and overlap, per shard.
+    checker.base.shared_rules();
     checker.graceful();
     checker.orphans();
     checker.stranded();
@@ -97,7 +100,7 @@ pub(crate) fn check(
     checker.liveness();
     checker.balance();
     checker.moves();
-    checker.open_terms();
+    checker.base.open_terms();
     let ShardChecker {
         base, mut measured, ..
     } = checker;
@@ -115,39 +118,40 @@ pub(crate) fn check(
 
 struct ShardChecker<'a> {
     base: Checker<'a>,
-    p: Params,
     shards: u32,
-    replicas: usize,
-    /// The shards as a space of locks: each shard's tenures, terms and work.
-    space: Space<'a>,
     /// Every tenure of the member lock, in grant order.
     members: Vec<Tenure>,
     measured: ShardMeasurements,
 }
 
 impl<'a> ShardChecker<'a> {
-    fn new(base: Checker<'a>, sharding: Sharding, class: i32) -> Self {
+    fn new(mut base: Checker<'a>, sharding: Sharding, class: i32) -> Self {
         let mut holds: BTreeMap<u32, Vec<Tenure>> = BTreeMap::new();
         let mut members = Vec::new();
-        for (server, evidence) in base.e.servers.iter().enumerate() {
-            let (server_holds, server_members) = tenures(
-                server,
-                &evidence.log,
-                &base.owners[server],
-                class,
-                sharding.shards,
-            );
-            for (shard, tenure) in server_holds {
-                holds.entry(shard).or_default().push(tenure);
+        // The shard locks `(class, s)`, `0 <= s < K`, held exclusively; the member lock
+        // `(class, -1)` held in shared mode, numbered `u32::MAX`.
+        let lock_of = |key, mode| match (key, mode) {
+            (LockKey::Pair(c, MEMBER), LockMode::Shared) if c == class => Some(u32::MAX),
+            (LockKey::Pair(c, s), LockMode::Exclusive) if c == class => {
+                u32::try_from(s).ok().filter(|&s| s < sharding.shards)
             }
-            members.extend(server_members);
+            _ => None,
+        };
+        for (server, evidence) in base.e.servers.iter().enumerate() {
+            let owners = &base.owners[server];
+            for (lock, tenure) in space::tenures(server, &evidence.log, owners, lock_of) {
+                match lock {
+                    u32::MAX => members.push(tenure),
+                    shard => holds.entry(shard).or_default().push(tenure),
+                }
+            }
         }
         for tenures in holds.values_mut() {
             tenures.sort_by_key(|t| (t.granted, t.server, t.pid));
         }
         members.sort_by_key(|t| (t.granted, t.server, t.pid));
         let e = base.e;
-        let space = Space {
+        base.space = Space {
             noun: Noun::Shard,
             history: e.history,
             end: base.end,
@@ -159,11 +163,8 @@ impl<'a> ShardChecker<'a> {
             replicated: false,
         };
         Self {
-            p: base.p,
-            replicas: base.e.replicas,
             base,
             shards: sharding.shards,
-            space,
             members,
             measured: ShardMeasurements::default(),
         }
@@ -173,46 +174,18 @@ impl<'a> ShardChecker<'a> {
         &self.base.e.history.terms
     }
 
-    fn end(&self) -> Duration {
-        self.base.end
-    }
-
-    /// The lock tenure a shard term rests on: its incarnation's latest grant of the shard at
-    /// or before the term began.
-    fn hold_of(&self, term: &TermRecord) -> Option<Tenure> {
-        self.space.hold_of(term)
-    }
-
-    /// Adds the violations `found` and returns its measure.
-    fn record(&mut self, found: Found) -> (Option<Duration>, usize) {
-        self.base.violations.extend(found.violations);
-        (found.longest, found.cases)
-    }
-
-    fn violate(&mut self, at: Duration, property: Property, detail: impl Into<String>) {
-        self.base.violate(at, property, detail);
-    }
-
-    /// The rules every space shares, over the shards: a replica stops believing it owns a
-    /// shard within 2·I of losing its lock; at most one believed owner per shard, except within
-    /// the detection bound of a lost session (and the last unit of work, T).
-    fn shared_rules(&mut self) {
-        let (detection, overlap) = (self.p.detection_bound(), self.p.overlap_bound());
-        let violations = self
-            .space
-            .shared_rules(detection, overlap, &mut self.base.measured);
-        self.base.violations.extend(violations);
-    }
-
     /// A graceful handover or stop: the term, and every unit of its work, ended before the
     /// replica released the lock (its unlock or unlock-all, or its closing the session; a
     /// crash ends the host's work with it).
     fn graceful(&mut self) {
         for term in self.terms() {
-            if !matches!(term.end, TermEnd::HandedOver | TermEnd::Stopped) {
+            if !matches!(
+                term.end,
+                TermEnd::HandedOver | TermEnd::Stopped | TermEnd::Resigned
+            ) {
                 continue;
             }
-            let Some(hold) = self.hold_of(term) else {
+            let Some(hold) = self.base.hold_of(term) else {
                 continue;
             };
             let (Some(released), true) = (hold.released, hold.unlocked) else {
@@ -223,7 +196,7 @@ impl<'a> ShardChecker<'a> {
             } else {
                 self.measured.stops += 1;
             }
-            let ended = term.span.end_or(self.end());
+            let ended = term.span.end_or(self.base.end);
             let work_end = self
                 .base
                 .e
@@ -235,20 +208,20 @@ impl<'a> ShardChecker<'a> {
                         && w.lock == term.lock
                         && w.term == term.id
                 })
-                .map(|w| w.span.end_or(self.end()))
+                .map(|w| w.span.end_or(self.base.end))
                 .max();
-            let how = if term.end == TermEnd::HandedOver {
-                "handed over"
-            } else {
-                "stopped"
+            let how = match term.end {
+                TermEnd::HandedOver => "handed over",
+                TermEnd::Resigned => "resigned",
+                _ => "stopped",
             };
             if ended > released {
-                self.violate(
+                self.base.violate(
                     released,
                     Property::GracefulOverlap,
                     format!(
                         "{} ({how}) ended {} after its session (pid {}) released the shard's lock",
-                        self.space.name(term),
+                        self.base.space.name(term),
                         ms(ended - released),
                         hold.pid
                     ),
@@ -274,12 +247,12 @@ impl<'a> ShardChecker<'a> {
                             ms(work_end - t.span.start)
                         )
                     });
-                self.violate(
+                self.base.violate(
                     released,
                     Property::GracefulOverlap,
                     format!(
                         "{} ({how}): its session (pid {}) released the shard's lock while the term's work ran {} longer{successor}",
-                        self.space.name(term),
+                        self.base.space.name(term),
                         hold.pid,
                         ms(work_end - released)
                     ),
@@ -290,22 +263,14 @@ impl<'a> ShardChecker<'a> {
 
     /// Every idle period of a member session (which holds its shards) is at most 4·I.
     fn orphans(&mut self) {
-        let servers = &self.base.e.servers;
-        let found = space::orphans(
-            |server| &servers[server].queries,
-            &self.members,
-            self.end(),
-            self.p.orphan_bound(),
-            "the member lock (and its shards)",
-        );
-        self.base.measured.idled(&found);
-        self.record(found);
+        let what = "the member lock (and its shards)";
+        self.base.orphans_of(&self.members, what);
     }
 
     /// What replica `replica`'s incarnation `incarnation` believed about `shard`: its terms
     /// and its handovers, merged.
     fn believed(&self, replica: usize, incarnation: u32, shard: u32) -> Vec<(Duration, Duration)> {
-        let end = self.end();
+        let end = self.base.end;
         let history = self.base.e.history;
         let terms = history
             .terms
@@ -328,15 +293,15 @@ impl<'a> ShardChecker<'a> {
     /// handover, for longer than I + margin (a take whose answer it ignored, a lock kept
     /// after a term it ended, …).
     fn stranded(&mut self) {
-        let bound = self.p.interval + self.p.margin();
-        let tail = self.p.disturbance_tail();
+        let bound = self.base.p.interval + self.base.p.margin();
+        let tail = self.base.p.disturbance_tail();
         let mut found = Vec::new();
-        for (&shard, tenures) in &self.space.holds {
+        for (&shard, tenures) in &self.base.space.holds {
             for tenure in tenures {
                 let Some((replica, incarnation)) = tenure.owner else {
                     continue;
                 };
-                let until = tenure.released.unwrap_or(self.end());
+                let until = tenure.released.unwrap_or(self.base.end);
                 let believed = self.believed(replica, incarnation, shard);
                 for (from, to) in gaps_in((tenure.granted, until), &believed) {
                     if to - from <= bound {
@@ -357,7 +322,7 @@ impl<'a> ShardChecker<'a> {
             }
         }
         for (from, shard, replica, incarnation, tenure, held) in found {
-            self.violate(
+            self.base.violate(
                 from,
                 Property::StrandedLock,
                 format!(
@@ -417,11 +382,11 @@ impl<'a> ShardChecker<'a> {
                         && t.span.start <= stop
                         && t.span.end.is_none_or(|end| end >= stop)
                 });
-                let taking = self.space.holds.get(&shard).is_some_and(|tenures| {
+                let taking = self.base.space.holds.get(&shard).is_some_and(|tenures| {
                     tenures.iter().any(|t| {
                         t.pid == lock.pid
                             && t.held_at(stop)
-                            && stop - t.granted <= self.p.round_trip()
+                            && stop - t.granted <= self.base.p.round_trip()
                     })
                 });
                 if !believes && !taking {
@@ -433,7 +398,7 @@ impl<'a> ShardChecker<'a> {
             }
         }
         for problem in problems {
-            self.violate(
+            self.base.violate(
                 stop,
                 Property::StrandedLock,
                 format!("at the stop: {problem}"),
@@ -457,7 +422,7 @@ impl<'a> ShardChecker<'a> {
         };
         let since = from.max(tenure.granted);
         let until = to.min(tenure.released.unwrap_or(to));
-        let tail = self.p.disturbance_tail();
+        let tail = self.base.p.disturbance_tail();
         let current = history.is_current(replica, incarnation, since);
         let up = history.up.iter().any(|u| {
             u.replica == replica
@@ -477,7 +442,8 @@ impl<'a> ShardChecker<'a> {
 
     /// Whether some shard of the space is held on `server` at `at`.
     fn any_held(&self, server: usize, at: Duration) -> bool {
-        self.space
+        self.base
+            .space
             .holds
             .values()
             .flatten()
@@ -489,6 +455,7 @@ impl<'a> ShardChecker<'a> {
     fn free_moments(&self, shard: u32) -> Vec<(usize, Duration)> {
         let history = self.base.e.history;
         let mut moments: Vec<(usize, Duration)> = self
+            .base
             .space
             .holds
             .get(&shard)
@@ -509,12 +476,12 @@ impl<'a> ShardChecker<'a> {
                 .iter()
                 .map(|&(since, server)| (server, since)),
         );
-        let held = |server: usize, at: Duration| {
-            self.space
-                .holds
-                .get(&shard)
-                .is_some_and(|tenures| tenures.iter().any(|t| t.server == server && t.held_at(at)))
-        };
+        let held =
+            |server: usize, at: Duration| {
+                self.base.space.holds.get(&shard).is_some_and(|tenures| {
+                    tenures.iter().any(|t| t.server == server && t.held_at(at))
+                })
+            };
         moments.retain(|&(server, at)| {
             history.primary_at(at) == server && self.base.running(server, at) && !held(server, at)
         });
@@ -540,8 +507,8 @@ impl<'a> ShardChecker<'a> {
     /// is deposed, or with no able member, is not checked.
     fn liveness(&mut self) {
         let history = self.base.e.history;
-        let stop = history.stop_all.unwrap_or(self.end());
-        let step = self.p.interval + self.p.margin();
+        let stop = history.stop_all.unwrap_or(self.base.end);
+        let step = self.base.p.interval + self.base.p.margin();
         let mut found = Vec::new();
         let frees: Vec<(u32, usize, Duration)> = (0..self.shards)
             .flat_map(|shard| {
@@ -570,7 +537,7 @@ impl<'a> ShardChecker<'a> {
                 let plain = start
                     + step
                     + if cold {
-                        self.p.interval
+                        self.base.p.interval
                     } else {
                         Duration::ZERO
                     };
@@ -593,7 +560,7 @@ impl<'a> ShardChecker<'a> {
                                 && t.released.is_none_or(|r| r > free)
                         })
                         .filter_map(|t| {
-                            let end = t.released.unwrap_or(self.end());
+                            let end = t.released.unwrap_or(self.base.end);
                             let leaves = end <= deadline;
                             let joins = t.granted > start;
                             if leaves || !self.able(t, free, deadline) {
@@ -616,6 +583,7 @@ impl<'a> ShardChecker<'a> {
                 }
                 let ghost = deadline > plain;
                 let next = self
+                    .base
                     .space
                     .holds
                     .get(&shard)
@@ -661,7 +629,7 @@ impl<'a> ShardChecker<'a> {
                     m.server == server
                         && m.owner == grant.owner
                         && m.held_at(grant.granted)
-                        && self.able(m, grant.granted, grant.granted + self.p.margin())
+                        && self.able(m, grant.granted, grant.granted + self.base.p.margin())
                 });
                 // A taker cut off, stopping or lost as it took makes no owner; the lock's
                 // release is then a free moment of its own.
@@ -707,7 +675,7 @@ impl<'a> ShardChecker<'a> {
             }
         }
         for (at, detail) in found {
-            self.violate(at, Property::Liveness, detail);
+            self.base.violate(at, Property::Liveness, detail);
         }
     }
 
@@ -721,8 +689,11 @@ impl<'a> ShardChecker<'a> {
         let moves = Sharding {
             shards: self.shards,
         }
-        .moves(self.p);
-        let bound = self.p.balance_bound(self.shards, self.replicas, moves);
+        .moves(self.base.p);
+        let bound = self
+            .base
+            .p
+            .balance_bound(self.shards, self.base.e.replicas, moves);
         let mut points: Vec<Duration> = vec![all_up];
         for term in self.terms() {
             for at in [Some(term.span.start), term.span.end].into_iter().flatten() {
@@ -751,7 +722,7 @@ impl<'a> ShardChecker<'a> {
         let late = settled.is_none_or(|settled| settled > all_up + bound);
         if late && all_up + bound < stop {
             let (at, what) = last_bad.unwrap_or((stop, String::new()));
-            self.violate(
+            self.base.violate(
                 at,
                 Property::Balance,
                 format!(
@@ -768,12 +739,14 @@ impl<'a> ShardChecker<'a> {
     fn imbalance(&self, at: Duration) -> Option<String> {
         let open = |t: &&TermRecord| t.span.start <= at && t.span.end.is_none_or(|e| e > at);
         let mut owners: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        let mut counts = vec![0_u32; self.replicas];
+        let mut counts = vec![0_u32; self.base.e.replicas];
         for term in self.terms().iter().filter(open) {
             owners.entry(term.lock).or_default().push(term.replica);
             counts[term.replica] += 1;
         }
-        let replicas = u32::try_from(self.replicas).unwrap_or(u32::MAX).max(1);
+        let replicas = u32::try_from(self.base.e.replicas)
+            .unwrap_or(u32::MAX)
+            .max(1);
         let (low, high) = (self.shards / replicas, self.shards.div_ceil(replicas));
         let mut what = String::new();
         for (replica, count) in counts.iter().enumerate() {
@@ -800,7 +773,7 @@ impl<'a> ShardChecker<'a> {
     /// the primary, and the moves after every replica was up.
     fn moves(&mut self) {
         let history = self.base.e.history;
-        let all_up = history.all_up.unwrap_or(self.end());
+        let all_up = history.all_up.unwrap_or(self.base.end);
         let starts: Vec<(usize, Duration)> = self
             .base
             .e
@@ -816,7 +789,7 @@ impl<'a> ShardChecker<'a> {
             })
             .collect();
         let mut settle = 0;
-        for tenures in self.space.holds.values() {
+        for tenures in self.base.space.holds.values() {
             let mut previous: BTreeMap<usize, (usize, Duration)> = BTreeMap::new();
             for tenure in tenures {
                 let Some((replica, _)) = tenure.owner else {
@@ -847,75 +820,6 @@ impl<'a> ShardChecker<'a> {
             .map(|t| 1 + usize::from(t.released.is_some()))
             .sum();
     }
-
-    /// After every replica stopped, no shard term is left open.
-    fn open_terms(&mut self) {
-        let found = self.space.open_terms();
-        self.record(found);
-    }
-}
-
-/// The tenures of the space's locks in one server's log: the shard locks `(class, s)`,
-/// `0 <= s < count`, held exclusively, by shard; and the member lock `(class, -1)` held in
-/// shared mode.
-fn tenures(
-    server: usize,
-    log: &[plexsphere_leader_pgsim::LogEntry],
-    owners: &BTreeMap<i32, Owner>,
-    class: i32,
-    count: u32,
-) -> (Vec<(u32, Tenure)>, Vec<Tenure>) {
-    // Member tenures are kept as lock `u32::MAX`, then split off.
-    const MEMBER_LOCK: u32 = u32::MAX;
-    let mut tenures: Vec<(u32, Tenure)> = Vec::new();
-    for entry in log {
-        // `None`: granted; the reason: released.
-        let (pid, lock, mode, released) = match &entry.event {
-            Event::LockGranted {
-                pid,
-                lock,
-                count: 1,
-                mode,
-            } => (*pid, lock, *mode, None),
-            Event::LockReleased {
-                pid,
-                lock,
-                remaining: 0,
-                mode,
-                reason,
-            } => (*pid, lock, *mode, Some(*reason)),
-            _ => continue,
-        };
-        let LockKey::Pair(held_class, objid) = lock.key else {
-            continue;
-        };
-        let shard = match mode {
-            LockMode::Shared if objid == MEMBER => MEMBER_LOCK,
-            LockMode::Exclusive if objid >= 0 && objid.cast_unsigned() < count => {
-                objid.cast_unsigned()
-            }
-            _ => continue,
-        };
-        if held_class != class {
-            continue;
-        }
-        match released {
-            None => tenures.push((shard, Tenure::granted(server, pid, owners, entry.at))),
-            Some(reason) => {
-                let open = tenures
-                    .iter_mut()
-                    .rev()
-                    .find(|(s, t)| *s == shard && t.pid == pid && t.released.is_none());
-                if let Some((_, open)) = open {
-                    open.release(entry.at, reason);
-                }
-            }
-        }
-    }
-    let (members, shards): (Vec<_>, Vec<_>) =
-        tenures.into_iter().partition(|(s, _)| *s == MEMBER_LOCK);
-    let members = members.into_iter().map(|(_, tenure)| tenure).collect();
-    (shards, members)
 }
 
 /// The parts of `(from, to)` that no interval of the sorted, merged `covered` covers.

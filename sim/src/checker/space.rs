@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use plexsphere_leader_pgsim::{EndReason, QueryRecord, ReleaseReason};
+use plexsphere_leader_pgsim::{
+    EndReason, Event, LockKey, LockMode, LogEntry, QueryRecord, ReleaseReason,
+};
 
 use super::{Measurements, Owner, Property, Violation, max, ms};
 use crate::record::{History, Span, TermRecord, Work};
@@ -303,6 +305,57 @@ impl Space<'_> {
         }
         found
     }
+}
+
+/// The tenures of a server log's locks, in grant order, each numbered by `lock_of` from its
+/// key and mode (`None`: not a lock of the space): a session's first grant opens one, the
+/// release of its last count ends it, a grant at a `lock_timeout` (55P03) marks it.
+pub(crate) fn tenures(
+    server: usize,
+    log: &[LogEntry],
+    owners: &BTreeMap<i32, Owner>,
+    lock_of: impl Fn(LockKey, LockMode) -> Option<u32>,
+) -> Vec<(u32, Tenure)> {
+    let mut tenures: Vec<(u32, Tenure)> = Vec::new();
+    for entry in log {
+        // `None`: granted; `Some(None)`: granted at the lock_timeout; `Some(reason)`: released.
+        let (pid, lock, mode, ended) = match &entry.event {
+            Event::LockGranted {
+                pid,
+                lock,
+                count: 1,
+                mode,
+            } => (*pid, lock, *mode, None),
+            Event::GrantedAtLockTimeout { pid, lock } => {
+                (*pid, lock, LockMode::Exclusive, Some(None))
+            }
+            Event::LockReleased {
+                pid,
+                lock,
+                remaining: 0,
+                mode,
+                reason,
+            } => (*pid, lock, *mode, Some(Some(*reason))),
+            _ => continue,
+        };
+        let Some(number) = lock_of(lock.key, mode) else {
+            continue;
+        };
+        let Some(ended) = ended else {
+            tenures.push((number, Tenure::granted(server, pid, owners, entry.at)));
+            continue;
+        };
+        let open = tenures
+            .iter_mut()
+            .rev()
+            .find(|(n, t)| *n == number && t.pid == pid && t.released.is_none());
+        match (open, ended) {
+            (Some((_, open)), Some(reason)) => open.release(entry.at, reason),
+            (Some((_, open)), None) => open.at_timeout = true,
+            (None, _) => {}
+        }
+    }
+    tenures
 }
 
 /// The orphan bound: the session of each of `tenures` is never idle longer than `bound` (4·I)

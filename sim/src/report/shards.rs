@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::{Report, Row, cell};
-use crate::setup::{RunKind, Sharding};
+use crate::setup::Sharding;
 
 const HEADER: [&str; 11] = [
     "fault kind",
@@ -131,51 +131,7 @@ impl Report {
             m.moves, m.membership_changes, m.settle_moves, m.max_settle_moves
         );
         self.write_properties(out);
-        self.write_shard_cells(out);
-    }
-
-    /// The cell table: per sharded run kind and number of shards, `runs/violations`; `EMPTY`
-    /// where no run reached the cell; then how many cells ran.
-    fn write_shard_cells(&self, out: &mut String) {
-        let mut counts: Vec<u32> = Sharding::SHARD_COUNTS.to_vec();
-        for &(_, shards) in self.cells.keys() {
-            if !counts.contains(&shards) {
-                counts.push(shards);
-            }
-        }
-        let _ = write!(
-            out,
-            "runs/violations per kind and number of shards (EMPTY: never run)\n{:<17}",
-            "fault kind"
-        );
-        for shards in &counts {
-            let _ = write!(out, " {:>9}", format!("K={shards}"));
-        }
-        let _ = writeln!(out);
-        let mut all = vec![(0, 0); counts.len()];
-        for kind in RunKind::sharded_all() {
-            let _ = write!(out, "{:<17}", kind.name());
-            for (index, shards) in counts.iter().enumerate() {
-                let text = match self.cells.get(&(kind, *shards)) {
-                    Some(count) => {
-                        all[index].0 += count.runs;
-                        all[index].1 += count.violations;
-                        format!("{}/{}", count.runs, count.violations)
-                    }
-                    None => "EMPTY".to_owned(),
-                };
-                let _ = write!(out, " {text:>9}");
-            }
-            let _ = writeln!(out);
-        }
-        let _ = write!(out, "{:<17}", "all");
-        for (runs, violations) in all {
-            let _ = write!(out, " {:>9}", format!("{runs}/{violations}"));
-        }
-        let _ = writeln!(out);
-        let empty = self.empty_cells();
-        let cells = RunKind::SHARDED_COUNT * Sharding::SHARD_COUNTS.len();
-        let _ = writeln!(out, "cells run: {} of {cells}", cells - empty.len());
+        self.write_cells(out);
     }
 }
 
@@ -183,7 +139,7 @@ impl Report {
 mod tests {
     use super::*;
     use crate::run::RunOutcome;
-    use crate::setup::{Params, RunOptions};
+    use crate::setup::{Params, RunOptions, Space};
 
     fn clean(options: RunOptions) -> RunOutcome {
         RunOutcome {
@@ -196,15 +152,17 @@ mod tests {
 
     #[test]
     fn one_cycle_of_sharded_seeds_fills_every_cell_and_the_report_ends_with_the_summary() {
-        let mut report = Report::sharded(Params::default(), 3);
-        for seed in 500..500 + Sharding::CYCLE {
-            report.add(&clean(RunOptions::sharded(seed)));
+        let mut report = Report::new(Space::Sharded, Params::default(), 3);
+        for position in 500..500 + Sharding::CYCLE {
+            report.add(&clean(RunOptions::sharded(
+                Space::Sharded.seed_at(position),
+            )));
         }
-        report.add_panic(&RunOptions::sharded(7));
+        report.add_panic(&RunOptions::sharded(70_000));
         assert_eq!(report.empty_cells(), Vec::<String>::new());
         let text = report.to_string();
-        assert!(text.contains("\ncells run: 39 of 39\n"), "{text}");
+        assert!(text.contains("\ncells run: 42 of 42\n"), "{text}");
         assert!(text.contains("violations by property: harness 1"), "{text}");
-        assert_eq!(text.lines().last(), Some("seeds: 40, violations: 1"));
+        assert_eq!(text.lines().last(), Some("seeds: 43, violations: 1"));
     }
 }

@@ -1,4 +1,10 @@
-//! The fault kinds the nemesis injects, and the run kinds that choose among them.
+//! The fault kinds the nemesis injects, the run kinds that choose among them, and the seed
+//! spaces that say which run a seed is.
+//!
+//! A seed names its run kind: seed = code · [`SEED_STRIDE`] + n, with the kind's code from
+//! [`RunKind::ALL`], the one list of kinds, and n its run number ([`run_number`]), which picks
+//! the variant. A space ([`Space`]) runs the kinds that apply to it, round-robin
+//! ([`Space::seed_at`]), so any [`Space::cycle`] consecutive seeds fill every cell once.
 
 use std::fmt;
 
@@ -33,33 +39,15 @@ pub enum FaultKind {
     /// The primary delays every query by 0.5 to 1.5 check intervals for a while.
     Latency,
     /// An operator asks a replica (usually the leader) to resign for a hold-off of up to three
-    /// intervals, or makes it ineligible for a while.
+    /// intervals, or makes it ineligible for a while (in a sharded run: every shard it owns).
     Resign,
     /// A replica's process is paused (SIGSTOP, a frozen VM, a stalled runtime) for one to nine
-    /// intervals while the servers' clock runs on, then resumed: lease runs only (`--pause`),
-    /// and in none of the lists a seed draws from ([`FaultKind::ALL`]), so that every seed
-    /// runs what it ran before.
+    /// intervals while the servers' clock runs on, then resumed: the pause runs only
+    /// ([`Space::Pause`], lease seeds under `--pause`).
     Pause,
 }
 
 impl FaultKind {
-    /// Every kind, in report order.
-    pub const ALL: [Self; 13] = [
-        Self::Partition,
-        Self::PartitionOneWay,
-        Self::Hold,
-        Self::Crash,
-        Self::SilentDeath,
-        Self::Restart,
-        Self::GracefulStop,
-        Self::Terminate,
-        Self::ServerCrash,
-        Self::ServerRestart,
-        Self::Failover,
-        Self::Latency,
-        Self::Resign,
-    ];
-
     /// The kind's name in reports.
     pub const fn name(self) -> &'static str {
         match self {
@@ -81,27 +69,6 @@ impl FaultKind {
     }
 }
 
-impl FaultKind {
-    /// Every kind a sharded elector meets, in report order: all but [`FaultKind::Resign`].
-    /// A sharded elector has the operator controls (`resign`, `set_eligible`, tested on the
-    /// real server in `tests/tests/sharded.rs`), but the sharded nemesis does not exercise
-    /// them yet: adding a kind here would change what every cited sharded seed runs.
-    pub const SHARDED: [Self; 12] = [
-        Self::Partition,
-        Self::PartitionOneWay,
-        Self::Hold,
-        Self::Crash,
-        Self::SilentDeath,
-        Self::Restart,
-        Self::GracefulStop,
-        Self::Terminate,
-        Self::ServerCrash,
-        Self::ServerRestart,
-        Self::Failover,
-        Self::Latency,
-    ];
-}
-
 impl fmt::Display for FaultKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -117,25 +84,65 @@ pub enum RunKind {
     Mixed,
 }
 
-impl RunKind {
-    /// How many run kinds there are: every fault kind alone, and the mixed one.
-    pub const COUNT: usize = FaultKind::ALL.len() + 1;
+/// Seeds of one kind are `code · SEED_STRIDE + n`, n below the stride: ten thousand runs per
+/// kind and space (140,000 advisory seeds), five digits to read.
+pub const SEED_STRIDE: u64 = 10_000;
 
-    /// Every run kind, in report order.
-    pub fn all() -> Vec<Self> {
-        FaultKind::ALL
+/// The run number n of `seed` (`seed = code · SEED_STRIDE + n`): the variant digit and the
+/// position among its kind's seeds.
+pub const fn run_number(seed: u64) -> u64 {
+    seed % SEED_STRIDE
+}
+
+impl RunKind {
+    /// Every run kind, once, in report order, each with its code beside it: the leading
+    /// digits of its seeds (`code · SEED_STRIDE + n`), fixed for good and never reused. A new
+    /// kind is added here with a new code and says where it [applies](Self::applies_to).
+    pub const ALL: [(Self, u64); 15] = [
+        (Self::Only(FaultKind::Partition), 0),
+        (Self::Only(FaultKind::PartitionOneWay), 1),
+        (Self::Only(FaultKind::Hold), 2),
+        (Self::Only(FaultKind::Crash), 3),
+        (Self::Only(FaultKind::SilentDeath), 4),
+        (Self::Only(FaultKind::Restart), 5),
+        (Self::Only(FaultKind::GracefulStop), 6),
+        (Self::Only(FaultKind::Terminate), 7),
+        (Self::Only(FaultKind::ServerCrash), 8),
+        (Self::Only(FaultKind::ServerRestart), 9),
+        (Self::Only(FaultKind::Failover), 10),
+        (Self::Only(FaultKind::Latency), 11),
+        (Self::Only(FaultKind::Resign), 12),
+        (Self::Only(FaultKind::Pause), 14),
+        (Self::Mixed, 13),
+    ];
+
+    /// The kind's code (see [`RunKind::ALL`]).
+    pub fn code(self) -> u64 {
+        Self::ALL
             .iter()
-            .map(|&kind| Self::Only(kind))
-            .chain([Self::Mixed])
-            .collect()
+            .find(|(kind, _)| *kind == self)
+            .map_or(u64::MAX, |(_, code)| *code)
     }
 
-    /// The kind of seed `seed`, `seed % COUNT`: the seeds cycle through the kinds (the acquire
-    /// mode and fencing of a seed take the next digit; see
-    /// [`RunOptions`](super::RunOptions#what-a-seed-runs)).
-    pub fn for_seed(seed: u64) -> Self {
-        let all = Self::all();
-        all[usize::try_from(seed % Self::COUNT as u64).unwrap_or(0)]
+    /// Whether seeds of `space` run this kind: the pause only in pause runs, which run nothing
+    /// else; every other kind in every other space.
+    pub const fn applies_to(self, space: Space) -> bool {
+        matches!(self, Self::Only(FaultKind::Pause)) == matches!(space, Space::Pause)
+    }
+
+    /// The kind seed `seed` names (by its code, `seed / SEED_STRIDE`); `None` for a code no
+    /// kind has.
+    pub fn of_seed(seed: u64) -> Option<Self> {
+        let code = seed / SEED_STRIDE;
+        Self::ALL
+            .iter()
+            .find(|(_, c)| *c == code)
+            .map(|(kind, _)| *kind)
+    }
+
+    /// The seed of this kind with run number `run` (below [`SEED_STRIDE`]).
+    pub fn seed(self, run: u64) -> u64 {
+        self.code() * SEED_STRIDE + run
     }
 
     /// The name in reports.
@@ -145,30 +152,170 @@ impl RunKind {
             Self::Mixed => "mixed",
         }
     }
+}
 
-    /// How many run kinds a sharded run has: every fault kind a sharded elector meets
-    /// ([`FaultKind::SHARDED`]) alone, and the mixed one.
-    pub const SHARDED_COUNT: usize = FaultKind::SHARDED.len() + 1;
+/// A seed space (`--sharded`, `--mechanism lease`, `--pause`): its kinds and variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Space {
+    /// The advisory lock: variants poll, queue, poll with fencing, queue with fencing.
+    Advisory,
+    /// The lease: variants plain work, fenced writes.
+    Lease,
+    /// Lease runs whose nemesis pauses a replica's process: the same two variants.
+    Pause,
+    /// Sharded leadership: variants 8, 2 and 12 shards.
+    Sharded,
+}
 
-    /// Every run kind of a sharded run, in report order.
-    pub fn sharded_all() -> Vec<Self> {
-        FaultKind::SHARDED
-            .iter()
-            .map(|&kind| Self::Only(kind))
-            .chain([Self::Mixed])
+impl Space {
+    /// The kinds its seeds run, in report order.
+    pub fn kinds(self) -> Vec<RunKind> {
+        let kinds = RunKind::ALL.iter().map(|(kind, _)| *kind);
+        kinds.filter(|kind| kind.applies_to(self)).collect()
+    }
+
+    /// The fault kinds a mixed run of the space draws from: every single kind of it.
+    pub fn faults(self) -> Vec<FaultKind> {
+        self.kinds()
+            .into_iter()
+            .filter_map(|kind| match kind {
+                RunKind::Only(fault) => Some(fault),
+                RunKind::Mixed => None,
+            })
             .collect()
     }
 
-    /// The kind of sharded seed `seed`, `seed % SHARDED_COUNT` (see
-    /// [`Sharding`](super::Sharding#what-a-sharded-seed-runs)).
-    pub fn for_sharded_seed(seed: u64) -> Self {
-        let all = Self::sharded_all();
-        all[usize::try_from(seed % Self::SHARDED_COUNT as u64).unwrap_or(0)]
+    /// How many kinds its seeds run.
+    pub const fn kind_count(self) -> u64 {
+        let mut count = 0;
+        let mut index = 0;
+        while index < RunKind::ALL.len() {
+            if RunKind::ALL[index].0.applies_to(self) {
+                count += 1;
+            }
+            index += 1;
+        }
+        count
+    }
+
+    /// How many variants a run number picks from (`n % variants`).
+    pub const fn variants(self) -> u64 {
+        match self {
+            Self::Advisory => 4,
+            Self::Lease | Self::Pause => 2,
+            Self::Sharded => 3,
+        }
+    }
+
+    /// Within this many consecutive seeds of the space ([`Space::seed_at`]) every (kind,
+    /// variant) cell runs once.
+    pub const fn cycle(self) -> u64 {
+        self.kind_count() * self.variants()
+    }
+
+    /// How many seeds the space has: [`SEED_STRIDE`] run numbers of each kind.
+    pub const fn seed_count(self) -> u64 {
+        self.kind_count() * SEED_STRIDE
+    }
+
+    /// The seed at `position` of the space's order: round-robin over its kinds, run number by
+    /// run number (position p is kind p mod k, run p / k). `position` must be below
+    /// [`Space::seed_count`].
+    pub fn seed_at(self, position: u64) -> u64 {
+        let kinds = self.kinds();
+        let count = kinds.len() as u64;
+        let kind = kinds[usize::try_from(position % count).unwrap_or(0)];
+        kind.seed(position / count)
+    }
+
+    /// Where seed `seed` stands in the space's order; `None` when its kind is not of the space.
+    pub fn position(self, seed: u64) -> Option<u64> {
+        let kind = RunKind::of_seed(seed)?;
+        let index = self.kinds().iter().position(|k| *k == kind)?;
+        Some(run_number(seed) * self.kind_count() + index as u64)
+    }
+
+    /// The first `count` seeds of the space, in order.
+    pub fn seeds(self, count: u64) -> impl Iterator<Item = u64> {
+        (0..count).map(move |position| self.seed_at(position))
     }
 }
 
 impl fmt::Display for RunKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn every_kind_has_a_code_of_its_own_and_a_seed_names_its_kind() {
+        let codes: BTreeSet<u64> = RunKind::ALL.iter().map(|(kind, _)| kind.code()).collect();
+        assert_eq!(codes.len(), RunKind::ALL.len());
+        for (kind, _) in RunKind::ALL {
+            for run in [0, 1, 17, SEED_STRIDE - 1] {
+                assert_eq!(RunKind::of_seed(kind.seed(run)), Some(kind));
+                assert_eq!(run_number(kind.seed(run)), run);
+            }
+        }
+        assert_eq!(RunKind::of_seed(99 * SEED_STRIDE), None);
+    }
+
+    /// The codes the docs' seeds rest on; changing one changes what a cited seed runs.
+    #[test]
+    fn the_codes_stay_what_they_are() {
+        let names: Vec<(u64, &str)> = RunKind::ALL
+            .iter()
+            .map(|(kind, code)| (*code, kind.name()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (0, "partition"),
+                (1, "partition-oneway"),
+                (2, "hold"),
+                (3, "crash"),
+                (4, "silent-death"),
+                (5, "restart"),
+                (6, "graceful-stop"),
+                (7, "terminate"),
+                (8, "server-crash"),
+                (9, "server-restart"),
+                (10, "failover"),
+                (11, "latency"),
+                (12, "resign"),
+                (14, "pause"),
+                (13, "mixed"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_space_goes_round_robin_over_its_kinds_and_finds_each_seed_again() {
+        for space in [Space::Advisory, Space::Lease, Space::Pause, Space::Sharded] {
+            let kinds = space.kinds();
+            assert_eq!(kinds.len() as u64, space.kind_count());
+            for position in (0..3 * space.cycle()).chain([space.seed_count() - 1]) {
+                let seed = space.seed_at(position);
+                assert_eq!(space.position(seed), Some(position), "{space:?} {seed}");
+                assert!(RunKind::of_seed(seed).is_some_and(|k| k.applies_to(space)));
+            }
+            let cycle: BTreeSet<(u64, u64)> = space
+                .seeds(space.cycle())
+                .map(|seed| (seed / SEED_STRIDE, run_number(seed) % space.variants()))
+                .collect();
+            assert_eq!(cycle.len() as u64, space.cycle(), "{space:?}");
+        }
+        assert_eq!(Space::Pause.kinds(), [RunKind::Only(FaultKind::Pause)]);
+        assert_eq!(
+            Space::Sharded.position(RunKind::Only(FaultKind::Pause).seed(0)),
+            None
+        );
+        assert!(!Space::Advisory.faults().contains(&FaultKind::Pause));
     }
 }

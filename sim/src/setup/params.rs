@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use super::Mechanism;
-
 use plexsphere_leader::config::UNLOCK_BUDGET;
 
 /// The timing of one simulated run. [`Params::default`] is what the CLI and CI use.
@@ -93,27 +91,6 @@ impl Params {
     /// [`LEASE_TTL_INTERVALS`](plexsphere_leader_core::LEASE_TTL_INTERVALS) (3) intervals.
     pub fn lease_ttl(&self) -> Duration {
         self.interval * plexsphere_leader_core::LEASE_TTL_INTERVALS
-    }
-
-    /// Largest overlap of two replicas acting as leader under `mechanism`: 2·I + T (+ slack)
-    /// for the advisory lock; none for the lease, whose leader ends its term 0.1·TTL before
-    /// the lease can expire (0.9·TTL after sending its last renewal), more than the longest
-    /// unit of work, and whose successor's claim waits for fenced transactions.
-    pub fn overlap_bound_of(&self, mechanism: Mechanism) -> Duration {
-        match mechanism {
-            Mechanism::Advisory => self.overlap_bound(),
-            Mechanism::Lease => Duration::ZERO,
-        }
-    }
-
-    /// Largest delay between the loss of what a term rests on and the term's end under
-    /// `mechanism`: 2·I (+ slack) after the advisory lock's session is lost; none after the
-    /// lease ended on the server (expired, released or claimed): no term outlives its lease.
-    pub fn detection_bound_of(&self, mechanism: Mechanism) -> Duration {
-        match mechanism {
-            Mechanism::Advisory => self.detection_bound(),
-            Mechanism::Lease => Duration::ZERO,
-        }
     }
 
     /// Lease runs: the longest a crashed or cut-off leader keeps the election without a

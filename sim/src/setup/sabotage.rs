@@ -17,7 +17,8 @@ pub enum DriverSabotage {
     SkipIdleSessionTimeout,
     /// A failed or unanswered check is reported as a success: the leader keeps its term.
     KeepTermOnFailedPing,
-    /// A resign request loses its hold-off: the resigner may take the lock straight back.
+    /// A resign request loses its hold-off: the resigner may take the lock (in sharded runs,
+    /// its shards) straight back. The operator's, so of every run, sharded ones included.
     ResignWithoutHoldOff,
     /// A queued wait that failed with 55P03 (its `lock_timeout`) is answered as a plain
     /// refusal, so the elector skips its release-if-held and returns the session to the pool:
@@ -98,7 +99,8 @@ impl Sabotage {
     /// Every sabotage of a pause run's own (`--pause --sabotage NAME`).
     pub const PAUSE: [Self; 1] = [Self::Driver(DriverSabotage::PublishedBelief)];
 
-    /// Every sabotage of a sharded run (`--sharded --sabotage NAME`).
+    /// Every sabotage of a sharded run's own (`--sharded --sabotage NAME`); the operator's
+    /// ([`DriverSabotage::ResignWithoutHoldOff`]) applies to sharded runs as well.
     pub const SHARDED: [Self; 2] = [
         Self::Shard(ShardSabotage::WorkOutlivesTerm),
         Self::Shard(ShardSabotage::KeepShardsOnFailedSurvey),

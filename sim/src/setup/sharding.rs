@@ -3,13 +3,14 @@
 //!
 //! # What a sharded seed runs
 //!
-//! Sharded seeds are a seed space of their own (`--sharded`): the run kind is
-//! `seed % K'` over the K' = [`RunKind::SHARDED_COUNT`] (13) kinds a sharded elector meets —
-//! every fault kind but `resign` (a sharded elector has no resign), and the mixed one — and
-//! the next digit, `(seed / K') % 3`, picks the number of shards from
-//! [`Sharding::SHARD_COUNTS`]: 8 (three replicas own 3, 3 and 2), 2 (fewer shards than
-//! replicas: one owns none) and 12 (4 each; 6 each while one is down). Any
-//! [`Sharding::CYCLE`] = 39 consecutive seeds run every (kind, K) cell once. The class id
+//! Sharded seeds are a seed space of their own (`--sharded`, [`Space::Sharded`]): the seed
+//! names its run kind by code, as every seed does
+//! ([`RunKind::of_seed`](super::RunKind::of_seed)), among the kinds that apply to sharded
+//! runs ([`RunKind::applies_to`](super::RunKind::applies_to)), and its run number n picks
+//! the number of shards from [`Sharding::SHARD_COUNTS`], `n % 3`: 8 (three replicas own 3,
+//! 3 and 2), 2 (fewer shards than replicas: one owns none) and 12 (4 each; 6 each while one
+//! is down). Any [`Sharding::CYCLE`] consecutive seeds of the space run every (kind, K) cell
+//! once. The class id
 //! of the space is the adapter's default for one seed in three and drawn from the seed
 //! otherwise (negative ones included, which `pg_locks` shows as large `oid`s).
 
@@ -17,7 +18,7 @@ use plexsphere_leader::sharded::DEFAULT_SHARD_CLASS;
 use plexsphere_leader_core::CheckInterval;
 use plexsphere_leader_core::shards::ShardOptions;
 
-use super::kinds::RunKind;
+use super::kinds::{Space, run_number};
 use super::params::Params;
 
 /// The shard space of a sharded run.
@@ -32,12 +33,11 @@ impl Sharding {
     pub const SHARD_COUNTS: [u32; 3] = [8, 2, 12];
 
     /// Within this many consecutive sharded seeds every (kind, K) cell runs once.
-    pub const CYCLE: u64 = Self::SHARD_COUNTS.len() as u64 * RunKind::SHARDED_COUNT as u64;
+    pub const CYCLE: u64 = Space::Sharded.cycle();
 
-    /// The space of sharded seed `seed`: K from its variant digit `(seed / 13) % 3`.
+    /// The space of sharded seed `seed`: K from its run number n, `n % 3`.
     pub fn for_seed(seed: u64) -> Self {
-        let kinds = RunKind::SHARDED_COUNT as u64;
-        let variant = (seed / kinds) % Self::SHARD_COUNTS.len() as u64;
+        let variant = run_number(seed) % Self::SHARD_COUNTS.len() as u64;
         Self {
             shards: Self::SHARD_COUNTS[usize::try_from(variant).unwrap_or(0)],
         }
@@ -68,25 +68,17 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+    use crate::setup::RunKind;
 
     #[test]
     fn any_cycle_of_sharded_seeds_runs_every_kind_with_every_shard_count() {
         for start in (0..2 * Sharding::CYCLE).chain([1_000, 77_777]) {
-            let cells: BTreeSet<(RunKind, u32)> = (start..start + Sharding::CYCLE)
-                .map(|seed| {
-                    (
-                        RunKind::for_sharded_seed(seed),
-                        Sharding::for_seed(seed).shards,
-                    )
-                })
+            let cells: BTreeSet<(Option<RunKind>, u32)> = (start..start + Sharding::CYCLE)
+                .map(|position| Space::Sharded.seed_at(position))
+                .map(|seed| (RunKind::of_seed(seed), Sharding::for_seed(seed).shards))
                 .collect();
             assert_eq!(cells.len() as u64, Sharding::CYCLE, "seeds from {start}");
         }
-        assert!(
-            !RunKind::sharded_all()
-                .iter()
-                .any(|kind| kind.name() == "resign")
-        );
     }
 
     #[test]

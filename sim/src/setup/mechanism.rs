@@ -1,0 +1,123 @@
+//! How the replicas of a single election hold leadership; the harness asks the mechanism for
+//! every choice that depends on it instead of matching on it.
+
+use std::fmt;
+use std::time::Duration;
+
+use plexsphere_leader::Config;
+use plexsphere_leader::fencing::{FenceClient, FenceError};
+
+use super::{Params, Space};
+
+/// How the replicas of a single election hold leadership (`--mechanism`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Mechanism {
+    /// The session advisory lock (the spec's): a lock session per leader.
+    #[default]
+    Advisory,
+    /// The lease row of `Config::lease(Duration::ZERO)` (TTL three intervals), one autocommit
+    /// statement per check on any pooled connection; always polls.
+    Lease,
+}
+
+impl Mechanism {
+    /// The CLI name (`--mechanism advisory|lease`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Advisory => "advisory",
+            Self::Lease => "lease",
+        }
+    }
+
+    /// The mechanism the CLI names `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Advisory, Self::Lease]
+            .into_iter()
+            .find(|mechanism| mechanism.name() == name)
+    }
+
+    /// The seed space of its single-election runs.
+    pub const fn space(self) -> Space {
+        match self {
+            Self::Advisory => Space::Advisory,
+            Self::Lease => Space::Lease,
+        }
+    }
+
+    /// Whether a leader's hold lives on its lock session, which the server ends with the
+    /// session and which can queue (the advisory lock: the orphan bound and the stranded lock
+    /// apply), rather than in a row that expires on the server's clock and follows a failover
+    /// (the lease: its end is a free moment, its headroom is measured, a stopped leader must
+    /// have released it, it always polls).
+    pub const fn holds_session(self) -> bool {
+        matches!(self, Self::Advisory)
+    }
+
+    /// Whether every term has an epoch: with fencing, or always for a lease (its claim
+    /// advances the fence row); the setup runs and the fence checks apply then.
+    pub const fn has_epochs(self, fencing: bool) -> bool {
+        fencing || !self.holds_session()
+    }
+
+    /// What the replicas hold, in a violation: `the lock`, or `the lease`.
+    pub const fn held_thing(self) -> &'static str {
+        match self {
+            Self::Advisory => "the lock",
+            Self::Lease => "the lease",
+        }
+    }
+
+    /// Largest overlap of two replicas acting as leader: 2·I + T (+ slack) for the lock; none
+    /// for the lease, whose leader ends its term 0.1·TTL (more than T) before the lease can
+    /// expire, and whose successor's claim waits for fenced transactions.
+    pub fn overlap_bound(self, params: &Params) -> Duration {
+        match self {
+            Self::Advisory => params.overlap_bound(),
+            Self::Lease => Duration::ZERO,
+        }
+    }
+
+    /// Largest delay from the loss of what a term rests on to the term's end: 2·I (+ slack)
+    /// after the lock's session is lost; none after the lease ended on the server.
+    pub fn detection_bound(self, params: &Params) -> Duration {
+        match self {
+            Self::Advisory => params.detection_bound(),
+            Self::Lease => Duration::ZERO,
+        }
+    }
+
+    /// The elector's config under it (the lease with the default TTL, three intervals).
+    pub fn configure(self, config: Config) -> Config {
+        match self {
+            Self::Advisory => config,
+            Self::Lease => config.lease(Duration::ZERO),
+        }
+    }
+
+    /// The setup of a run with epochs: the fence table, or the lease and fence tables.
+    ///
+    /// # Errors
+    /// The setup's own.
+    pub(crate) async fn set_up(self, client: &impl FenceClient) -> Result<(), FenceError> {
+        match self {
+            Self::Advisory => plexsphere_leader::fencing::setup(client).await,
+            Self::Lease => plexsphere_leader::lease::setup(client).await,
+        }
+    }
+}
+
+impl Space {
+    /// How the space's runs hold leadership (a sharded run holds advisory locks).
+    pub const fn mechanism(self) -> Mechanism {
+        match self {
+            Self::Lease | Self::Pause => Mechanism::Lease,
+            Self::Advisory | Self::Sharded => Mechanism::Advisory,
+        }
+    }
+}
+
+impl fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
