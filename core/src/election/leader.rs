@@ -105,7 +105,9 @@ impl<C> Election<C> {
             })
             | Role::Releasing(Releasing {
                 term, hold, then, ..
-            }) if hold.session_conn().is_some() => {
+            }) => {
+                // Only the end of the stop's lock session gets here (`role::accepts`): a
+                // lease's stop holds none.
                 let (term, conn, then) = (*term, hold.session_conn(), *then);
                 if let Some(conn) = conn {
                     self.push(Action::CloseConnection { conn });
@@ -113,7 +115,7 @@ impl<C> Election<C> {
                 self.log(LogKind::SessionEndedWhileStopping, Some(term), Some(cause));
                 self.after_release(now, then);
             }
-            Role::Standby(_) | Role::Draining(_) | Role::Releasing(_) => {}
+            Role::Standby(_) => {}
         }
     }
 }

@@ -19,10 +19,12 @@ fn starts_and_fires<M: Machine>(machine: &mut M) -> M::Action {
         machine.handle_event(t0, M::set_eligible(false)),
         Handled::Applied
     );
+    assert!(!machine.is_eligible(), "the trait reads the setting");
     assert_eq!(
         machine.handle_event(t0, M::set_eligible(true)),
         Handled::Applied
     );
+    assert!(machine.is_eligible());
     assert!(machine.start(t0).is_ok());
     assert!(machine.is_running());
     assert!(machine.start(t0).is_err(), "already running");

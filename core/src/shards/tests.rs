@@ -136,6 +136,9 @@ fn an_owner_is_stuck_only_strictly_past_two_intervals_since_its_last_proving_sur
         .expect_err("strictly past two intervals");
     assert_eq!(stuck.bound, 2 * I);
     assert_eq!(stuck.since_last_check, 2 * I + Duration::from_nanos(1));
+    // The driver's trait gives the same verdict.
+    let through_trait = crate::Machine::stuck(&m, t0 + 3 * I + Duration::from_nanos(1));
+    assert_eq!(through_trait, Err(stuck));
 }
 
 #[test]

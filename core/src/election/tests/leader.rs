@@ -567,6 +567,9 @@ fn a_leader_is_stuck_only_strictly_past_two_intervals_since_its_last_verificatio
     let stuck = f.election.stuck(f.at(10 + 2 * IMS + 1)).unwrap_err();
     assert_eq!(stuck.bound, 2 * I);
     assert_eq!(stuck.since_last_check, 2 * I + Duration::from_millis(1));
+    // The driver's trait gives the same verdict.
+    let through_trait = crate::Machine::stuck(&f.election, f.at(10 + 2 * IMS + 1));
+    assert_eq!(through_trait, Err(stuck));
     // A standby or an idle election is never stuck, however late.
     let standby = Fixture::started();
     assert_eq!(standby.election.stuck(standby.at(100 * IMS)), Ok(()));
