@@ -20,6 +20,7 @@ pub mod check;
 pub mod clock;
 pub mod engine;
 pub mod flight;
+pub mod rename;
 pub mod sabotage;
 pub mod server;
 pub mod sharded;

@@ -7,7 +7,7 @@ use std::hash::Hash;
 use plexsphere_leader_core::ConnId;
 
 use crate::clock::Micros;
-use crate::engine::Renamed;
+use crate::rename::Renamed;
 
 /// A session of one run of one replica: the run keeps the sessions of a crashed process apart
 /// from its successor's, whose connection ids start again at one.

@@ -14,15 +14,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use super::Parts;
 use super::state::State;
+pub use crate::rename::Renamed;
 use crate::server::Sess;
-
-/// A part of the environment that names replicas by index: the mode's lock table and history.
-pub trait Renamed {
-    /// Hashes what in it is the replica's for which `mine` holds, free of replica indices.
-    fn fingerprint(&self, mine: &dyn Fn(u8) -> bool, hasher: &mut DefaultHasher);
-    /// Renames every replica index in it by `rename`.
-    fn rename(&mut self, rename: &dyn Fn(u8) -> u8);
-}
 
 /// stateright's own hook, for its depth-first and simulation checkers
 /// (`CheckerBuilder::symmetry`); the breadth-first check gets representatives from the model.

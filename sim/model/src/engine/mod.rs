@@ -24,6 +24,7 @@ use crate::sabotage::Sabotage;
 use crate::server::{Locks, Sess};
 
 pub mod canon;
+pub mod due;
 pub mod faults;
 pub mod model;
 pub mod props;

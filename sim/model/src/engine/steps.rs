@@ -4,7 +4,7 @@
 use plexsphere_leader_core::Machine;
 
 use super::state::State;
-use super::{ElectionModel, Mode, props, time};
+use super::{ElectionModel, Mode, due, props};
 use crate::flight::Stage;
 use crate::step::Step;
 
@@ -15,7 +15,7 @@ pub(super) fn allowed<M: Mode>(model: &ElectionModel<M>, s: &State<M>, steps: &m
         return;
     }
     let faulty = s.faults_left > 0;
-    if time::next_instant(model, s).is_some() && (!awaited(s) || faulty) {
+    if due::next_instant(model, s).is_some() && (!awaited(s) || faulty) {
         steps.push(Step::Advance);
     }
     flights(s, faulty, steps);

@@ -3,11 +3,10 @@
 
 use plexsphere_leader_core::Machine;
 
-use super::state::{Broken, State};
+use super::state::Broken;
 use super::world::World;
-use super::{ElectionModel, Mode, PauseClock};
-use crate::clock::{Micros, Rate, local_delta, micros, server_delta};
-use crate::server::Locks;
+use super::{Mode, PauseClock};
+use crate::clock::{Micros, Rate, local_delta};
 use crate::trace::Input;
 
 impl<M: Mode> World<'_, M> {
@@ -40,28 +39,4 @@ impl<M: Mode> World<'_, M> {
             self.s.broken = Some(Broken::StaleWriteAccepted);
         }
     }
-}
-
-/// The next instant anything is due, on the server's clock: a replica's deadline (through its
-/// clock's rate), the lock table's timeouts, an idle session's end, and the mode's bounds.
-pub fn next_instant<M: Mode>(model: &ElectionModel<M>, s: &State<M>) -> Option<Micros> {
-    let replicas = s.replicas.iter().filter_map(|replica| {
-        if replica.paused || M::skips_deadline(model.sabotage, &replica.machine) {
-            return None;
-        }
-        let due = replica.machine.poll_timeout().map(micros)?;
-        let ahead = due.saturating_sub(replica.local);
-        Some(s.now + server_delta(ahead, replica.rate.ppm()).max(1))
-    });
-    let server = [
-        s.server.locks.next_wait_timeout().map(|(at, _)| at),
-        s.server
-            .next_idle_end(model.idle_timeout())
-            .map(|(at, _)| at),
-        M::bound_instant(model, s),
-    ];
-    replicas
-        .chain(server.into_iter().flatten())
-        .map(|at| at.max(s.now + 1))
-        .min()
 }

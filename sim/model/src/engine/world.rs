@@ -5,7 +5,7 @@
 use plexsphere_leader_core::{ConnId, Machine};
 
 use super::state::{Cause, State};
-use super::{ElectionModel, Mode, Parts, steps, time};
+use super::{ElectionModel, Mode, Parts, due, steps};
 use crate::clock::instant;
 use crate::flight::{self, Stage};
 use crate::server::Sess;
@@ -58,7 +58,7 @@ impl<M: Mode> World<'_, M> {
         let hold_off = self.model.mode.interval().default_hold_off();
         match step {
             Step::Advance => {
-                if let Some(to) = time::next_instant(self.model, self.s) {
+                if let Some(to) = due::next_instant(self.model, self.s) {
                     self.advance(to);
                 }
             }
