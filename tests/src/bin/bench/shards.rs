@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use plexsphere_leader::shard_sql;
-use plexsphere_leader::sharded::{DEFAULT_SHARD_CLASS, Shard};
+use plexsphere_leader::sharded::{DEFAULT_SHARD_CLASS, LockTableTooSmall, Shard};
 use plexsphere_leader_tests::replica_process::dsn;
 use plexsphere_leader_tests::replica_process::shards::{self as fleet, ShardEvent};
 use plexsphere_leader_tests::{
@@ -120,7 +120,7 @@ pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
         cost(&options).await?;
     }
     if options.runs(Section::Changes) || options.runs(Section::Sigkill) {
-        let cluster = Cluster::start().await?;
+        let cluster = sharded_cluster(&options).await?;
         if options.runs(Section::Changes) {
             changes(&options, &cluster).await?;
         }
@@ -129,6 +129,46 @@ pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
         }
     }
     Ok(())
+}
+
+/// A throwaway cluster whose lock table holds the space: the template's (60 connections × 64
+/// locks = 3,840 slots) unless `K + R` locks need more than half of it, the most the advisory
+/// sharded mode accepts ([`LockTableTooSmall::usable`]); then `max_locks_per_transaction` is
+/// raised to hold twice `K + R`, and the cluster restarted. (Without it, every replica of
+/// K = 2,048 refused to join, and the harness saw no term at all.)
+async fn sharded_cluster(options: &Options) -> Result<Cluster, BoxError> {
+    let cluster = Cluster::start().await?;
+    let admin = cluster.connect("postgres").await?;
+    let capacity: i64 = admin
+        .query_one(
+            "SELECT current_setting('max_locks_per_transaction')::int8 * \
+             (current_setting('max_connections')::int8 \
+             + current_setting('max_prepared_transactions')::int8)",
+            &[],
+        )
+        .await?
+        .get(0);
+    let needed = u64::from(options.shards) + options.replicas as u64 + 1;
+    if needed <= LockTableTooSmall::usable(u64::try_from(capacity)?) {
+        return Ok(cluster);
+    }
+    let connections: i64 = admin
+        .query_one("SELECT current_setting('max_connections')::int8", &[])
+        .await?
+        .get(0);
+    let per_transaction = (2 * needed).div_ceil(u64::try_from(connections)?);
+    admin
+        .batch_execute(&format!(
+            "ALTER SYSTEM SET max_locks_per_transaction = {per_transaction}"
+        ))
+        .await?;
+    drop(admin);
+    cluster.restart(StopMode::Fast).await?;
+    println!(
+        "(throwaway cluster: max_locks_per_transaction raised to {per_transaction} for {needed} \
+         locks)"
+    );
+    Ok(cluster)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -467,7 +507,7 @@ async fn cost(options: &Options) -> Result<(), BoxError> {
     // A quarter of the keys: single elections where this machine holds them steadily.
     let quarter = measure(options, &big, Kind::Singles(k / 4)).await?;
     drop(big);
-    let small = Cluster::start().await?;
+    let small = sharded_cluster(options).await?;
     let sharded_small = measure(options, &small, Kind::Sharded).await?;
     drop(small);
 
