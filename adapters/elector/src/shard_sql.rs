@@ -25,6 +25,8 @@
 //! reading is limited to the current database. Rows without a `pid` (locks held by a prepared
 //! transaction) are left out: such a shard looks free and a take of it is refused.
 
+pub mod lease;
+
 use std::collections::BTreeMap;
 use std::str::FromStr;
 

@@ -33,7 +33,7 @@ fn lease_table(schema: &str) -> String {
 }
 
 /// `schema`'s fence table, qualified.
-fn fence_table(schema: &str) -> String {
+pub(crate) fn fence_table(schema: &str) -> String {
     format!("{schema}.{}", super::FENCE_TABLE)
 }
 
