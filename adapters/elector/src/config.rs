@@ -67,8 +67,6 @@ pub struct Config {
     /// What both modes hold alike.
     pub(crate) common: Common,
     pub(crate) acquire_mode: AcquireMode,
-    pub(crate) lease_ttl: Option<Duration>,
-    pub(crate) lease_schema: String,
     pub(crate) eligible: bool,
     pub(crate) fitness_probe: Option<String>,
     pub(crate) resign_hold_off: Option<Duration>,
@@ -100,54 +98,12 @@ impl Config {
         Self {
             common: Common::new(sessions, Duration::ZERO),
             acquire_mode: AcquireMode::Poll,
-            lease_ttl: None,
-            lease_schema: crate::sql::lease::DEFAULT_SCHEMA.to_owned(),
             eligible: true,
             fitness_probe: None,
             resign_hold_off: None,
             key: LockKey::DEFAULT,
             clock: Arc::new(TokioClock),
         }
-    }
-
-    /// Holds a lease row instead of the session advisory lock: the mechanism for a pool that
-    /// cannot carry a session lock (PgBouncer or Supavisor in transaction mode, RDS Proxy
-    /// without pinning). Every check is one autocommit statement on any pooled connection; the
-    /// lease lasts `ttl` on the server's clock (`Duration::ZERO`: three check intervals, the
-    /// advisory mechanism's orphan bound), and the leader trusts it for nine tenths of that
-    /// after sending its last successful renewal. Every term gets the lease's epoch as its
-    /// fencing epoch. The tables must exist: run [`lease::setup`](crate::lease::setup) once per
-    /// database. Validated by [`Elector::new`](crate::Elector::new): a TTL of at least two
-    /// intervals, and [`AcquireMode::Poll`] (a lease has no server-side queue). See the
-    /// reference documentation's Lease mechanism section for its bounds.
-    ///
-    /// ```no_run
-    /// # async fn example(pool: deadpool_postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
-    /// use std::time::Duration;
-    /// use plexsphere_leader::{Config, Elector, lease};
-    ///
-    /// // `pool` reaches the database through a transaction-mode pooler (a pooled URL).
-    /// lease::setup(&pool.get().await?).await?; // once per database; idempotent
-    /// let elector = Elector::new(Config::new(pool).lease(Duration::ZERO))?; // TTL: 3 intervals
-    /// # let _ = elector; Ok(()) }
-    /// ```
-    #[must_use]
-    pub fn lease(mut self, ttl: Duration) -> Self {
-        self.lease_ttl = Some(ttl);
-        self
-    }
-
-    /// The schema of the lease's tables ([`Config::lease`]): `public` by default
-    /// ([`DEFAULT_SCHEMA`](crate::lease::DEFAULT_SCHEMA)). Every lease statement names its
-    /// tables with it, so that every replica of an election reaches the same rows whatever its
-    /// connection's `search_path`; give every replica of an election the same schema, and run
-    /// [`lease::setup_in`](crate::lease::setup_in) with it. Validated by
-    /// [`Elector::new`](crate::Elector::new): a plain lowercase identifier
-    /// ([`ConfigError::LeaseSchema`]).
-    #[must_use]
-    pub fn lease_schema(mut self, schema: impl Into<String>) -> Self {
-        self.lease_schema = schema.into();
-        self
     }
 
     /// How a standby asks for the lock. [`AcquireMode::Queue`] waits in the server's lock queue
@@ -292,22 +248,41 @@ impl Config {
         /// (the executable's file stem and the hostname, made to fit). Validated by
         /// [`Elector::new`](crate::Elector::new): printable ASCII, 1 to [`MAX_IDENTITY_LEN`] bytes.
         identity(identity: impl Into<String>) => identity = Some(identity.into());
+        /// Holds a lease row instead of the session advisory lock: the mechanism for a pool that
+        /// cannot carry a session lock (PgBouncer or Supavisor in transaction mode, RDS Proxy
+        /// without pinning). Every check is one autocommit statement on any pooled connection; the
+        /// lease lasts `ttl` on the server's clock (`Duration::ZERO`: three check intervals, the
+        /// advisory mechanism's orphan bound), and the leader trusts it for nine tenths of that
+        /// after sending its last successful renewal. Every term gets the lease's epoch as its
+        /// fencing epoch. The tables must exist: run [`lease::setup`](crate::lease::setup) once per
+        /// database. Validated by [`Elector::new`](crate::Elector::new): a TTL of at least two
+        /// intervals, and [`AcquireMode::Poll`] (a lease has no server-side queue). See the
+        /// reference documentation's Lease mechanism section for its bounds.
+        ///
+        /// ```no_run
+        /// # async fn example(pool: deadpool_postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
+        /// use std::time::Duration;
+        /// use plexsphere_leader::{Config, Elector, lease};
+        ///
+        /// // `pool` reaches the database through a transaction-mode pooler (a pooled URL).
+        /// lease::setup(&pool.get().await?).await?; // once per database; idempotent
+        /// let elector = Elector::new(Config::new(pool).lease(Duration::ZERO))?; // TTL: 3 intervals
+        /// # let _ = elector; Ok(()) }
+        /// ```
+        lease(ttl: Duration) => lease_ttl = Some(ttl);
+        /// The schema of the lease's tables ([`Config::lease`]): `public` by default
+        /// ([`DEFAULT_SCHEMA`](crate::lease::DEFAULT_SCHEMA)). Every lease statement names its
+        /// tables with it, so that every replica of an election reaches the same rows whatever its
+        /// connection's `search_path`; give every replica of an election the same schema, and run
+        /// [`lease::setup_in`](crate::lease::setup_in) with it. Validated by
+        /// [`Elector::new`](crate::Elector::new): a plain lowercase identifier
+        /// ([`ConfigError::LeaseSchema`]).
+        lease_schema(schema: impl Into<String>) => lease_schema = schema.into();
     }
 
     /// The validated lease schema.
     pub(crate) fn validated_lease_schema(&self) -> Result<String, ConfigError> {
-        let schema = &self.lease_schema;
-        let plain = !schema.is_empty()
-            && schema.len() <= 63
-            && schema
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-            && !schema.as_bytes()[0].is_ascii_digit();
-        if plain {
-            Ok(schema.clone())
-        } else {
-            Err(ConfigError::LeaseSchema(schema.clone()))
-        }
+        self.common.validated_lease_schema()
     }
 
     /// The validated options of the core election.
@@ -324,7 +299,7 @@ impl Config {
         if let Some((after, on_overdue)) = self.common.work_deadline {
             options = options.work_deadline(after, on_overdue);
         }
-        if let Some(ttl) = self.lease_ttl {
+        if let Some(ttl) = self.common.lease_ttl {
             if self.acquire_mode != AcquireMode::Poll {
                 return Err(ConfigError::LeaseQueued);
             }
@@ -350,8 +325,8 @@ impl fmt::Debug for Config {
             .field("acquire_mode", &self.acquire_mode)
             .field("stop_grace", &self.common.stop_grace)
             .field("fencing", &self.common.fencing)
-            .field("lease_ttl", &self.lease_ttl)
-            .field("lease_schema", &self.lease_schema)
+            .field("lease_ttl", &self.common.lease_ttl)
+            .field("lease_schema", &self.common.lease_schema)
             .field("eligible", &self.eligible)
             .field("fitness_probe", &self.fitness_probe)
             .field("resign_hold_off", &self.resign_hold_off)

@@ -42,6 +42,11 @@ pub(crate) struct Common {
     #[cfg(feature = "prometheus")]
     pub(crate) registry: Option<prometheus::Registry>,
     pub(crate) metrics_facade: bool,
+    /// The lease's TTL when the lease mechanism holds the leadership (`Duration::ZERO`: the
+    /// default of three intervals); `None`: the session advisory lock.
+    pub(crate) lease_ttl: Option<Duration>,
+    /// The schema of the lease's tables.
+    pub(crate) lease_schema: String,
 }
 
 impl Common {
@@ -58,11 +63,29 @@ impl Common {
             #[cfg(feature = "prometheus")]
             registry: None,
             metrics_facade: false,
+            lease_ttl: None,
+            lease_schema: crate::sql::lease::DEFAULT_SCHEMA.to_owned(),
         }
     }
 
     /// The validated identity, or the default one.
     pub(crate) fn resolved_identity(&self) -> Result<String, ConfigError> {
         Ok(crate::identity::resolve(self.identity.as_deref())?)
+    }
+
+    /// The validated lease schema.
+    pub(crate) fn validated_lease_schema(&self) -> Result<String, ConfigError> {
+        let schema = &self.lease_schema;
+        let plain = !schema.is_empty()
+            && schema.len() <= 63
+            && schema
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            && !schema.as_bytes()[0].is_ascii_digit();
+        if plain {
+            Ok(schema.clone())
+        } else {
+            Err(ConfigError::LeaseSchema(schema.clone()))
+        }
     }
 }
