@@ -11,9 +11,10 @@
 //! atomic load of the flag written together with the gauge, from the same value), instead of
 //! reading the gauge back from the registry.
 //!
-//! Inside the crate: the families in one table (`families.rs`), one backend per exporter
-//! (`registry.rs`, `facade.rs`) behind one seam (`backend.rs`), and the election's metrics a
-//! struct of handles (`ElectionMetrics`).
+//! Inside the crate, one design serves both modes: the families in one table (`families.rs`),
+//! one backend per exporter (`registry.rs`, `facade.rs`) behind one seam (`backend.rs`), and
+//! each mode's metrics a struct of handles (`ElectionMetrics` here, `ShardMetrics` in
+//! `sharded/metrics.rs`).
 
 pub(crate) mod backend;
 #[cfg(feature = "metrics")]

@@ -133,6 +133,12 @@ impl Gauge {
     pub(crate) fn flag(&self, on: bool) {
         self.set(f64::from(u8::from(on)));
     }
+
+    /// A count (exact below 2^53, as on any exporter).
+    pub(crate) fn count(&self, count: usize) {
+        #[allow(clippy::cast_precision_loss, reason = "a metric value")]
+        self.set(count as f64);
+    }
 }
 
 /// A counter: one series on every backend.

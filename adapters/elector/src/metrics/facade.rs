@@ -85,8 +85,9 @@ mod tests {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
     use crate::metrics::backend::Backends;
-    use crate::metrics::families::election;
+    use crate::metrics::families::{election, space};
     use crate::metrics::{AttemptOutcome, CheckRole, ElectionMetrics};
+    use crate::sharded::metrics::ShardMetrics;
 
     /// What the recorder holds since the last snapshot, a line a series: `name{k=v,…} value`
     /// with the labels in their order (a histogram's value is its count of samples).
@@ -150,6 +151,35 @@ mod tests {
                 "plexsphere_leader_lock_attempts_total{key=1886156915:1,outcome=refused} 1",
                 "plexsphere_leader_check_duration_seconds{key=1886156915:1,role=leader} 1",
                 "plexsphere_leader_overdue_work_total{key=1886156915:1,action=aborted} 1",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_space_on_the_facade_has_every_series_from_the_start() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let metrics = ::metrics::with_local_recorder(&recorder, || {
+            ShardMetrics::new(&Backends::facade(space::ALL), 7).unwrap()
+        });
+        assert_has(
+            &lines(&snapshotter),
+            &[
+                "plexsphere_shards_owned{class=7} 0",
+                "plexsphere_shards_eligible{class=7} 1",
+                "plexsphere_shard_terms_total{class=7,event=began,cause=} 0",
+                "plexsphere_shard_terms_total{class=7,event=ended,cause=handed_over} 0",
+                "plexsphere_shards_survey_seconds{class=7} 0",
+                "plexsphere_shards_overdue_work_total{class=7,action=aborted} 0",
+            ],
+        );
+        metrics.owned(2);
+        metrics.survey_took(Duration::from_millis(1));
+        assert_has(
+            &lines(&snapshotter),
+            &[
+                "plexsphere_shards_owned{class=7} 2",
+                "plexsphere_shards_survey_seconds{class=7} 1",
             ],
         );
     }

@@ -1,4 +1,4 @@
-//! The table of every metric family, for every backend: its name, help text,
+//! The table of every metric family, for both modes and every backend: its name, help text,
 //! kind (with a histogram's buckets) and label names. A backend builds its collectors, or
 //! describes the families to its recorder, from this table only; `docs/metrics.md` says what
 //! each one means and gives alert rules.
@@ -136,5 +136,63 @@ pub(crate) mod election {
         &CHECK_DURATION,
         &OVERDUE,
         &ELIGIBLE,
+    ];
+}
+
+/// A shard space's families, by the space's `class`: counts and histograms, never a series per
+/// shard, so their cardinality does not grow with the space.
+pub(crate) mod space {
+    use super::{Family, Kind, family};
+
+    pub(crate) const OWNED: Family = family(
+        "plexsphere_shards_owned",
+        Kind::Gauge,
+        &["class"],
+        "Shards this replica owns",
+    );
+    pub(crate) const MEMBERS: Family = family(
+        "plexsphere_shards_members",
+        Kind::Gauge,
+        &["class"],
+        "Members of the shard space at this replica's last survey",
+    );
+    pub(crate) const UNOWNED: Family = family(
+        "plexsphere_shards_unowned",
+        Kind::Gauge,
+        &["class"],
+        "Shards nobody held at this replica's last survey",
+    );
+    pub(crate) const ELIGIBLE: Family = family(
+        "plexsphere_shards_eligible",
+        Kind::Gauge,
+        &["class"],
+        "1 while this replica may own shards, 0 while the operator keeps it out",
+    );
+    /// `event` is `began` (with an empty `cause`) or `ended` (with the end cause's label).
+    pub(crate) const TERMS: Family = family(
+        "plexsphere_shard_terms_total",
+        Kind::Counter,
+        &["class", "event", "cause"],
+        "Shard terms begun and ended on this replica, by end cause",
+    );
+    pub(crate) const SURVEY: Family = family(
+        "plexsphere_shards_survey_seconds",
+        Kind::Histogram(&[
+            0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
+        ]),
+        &["class"],
+        "Time for the survey statement (the space's pg_locks rows) to answer",
+    );
+    pub(crate) const OVERDUE: Family = family(
+        "plexsphere_shards_overdue_work_total",
+        Kind::Counter,
+        &["class", "action"],
+        "Shard work still running a work deadline after its shard term ended, by what was \
+         done about it (reported, or aborted)",
+    );
+
+    /// Every family of a shard space.
+    pub(crate) const ALL: &[&Family] = &[
+        &OWNED, &MEMBERS, &UNOWNED, &ELIGIBLE, &TERMS, &SURVEY, &OVERDUE,
     ];
 }

@@ -2,8 +2,8 @@
 //! registry of [`Config::registry`](crate::Config::registry), as one collector.
 //!
 //! Electors that share a registry share the collector: the second one finds the collector the
-//! first registered and writes its own label values (its `key`); two electors of the same key
-//! write the same series.
+//! first registered and writes its own label values (its `key`, a space's `class`); two
+//! electors of the same key, or spaces of the same class, write the same series.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
