@@ -15,7 +15,7 @@ use crate::driver::single::Single;
 use crate::error::{ConfigError, RunError};
 use crate::key::LockKey;
 use crate::leadership::{Leadership, Resignation, TermWaitError};
-use crate::metrics::Sinks;
+use crate::metrics::ElectionMetrics;
 use crate::shared::{OneLeader, Shared};
 use crate::term::Term;
 
@@ -75,7 +75,7 @@ impl Elector {
         let identity = config.common.resolved_identity()?;
         let lease_schema = config.validated_lease_schema()?;
         let fitness_probe = config.validated_fitness_probe()?.map(Arc::from);
-        let metrics = Sinks::for_config(&config)?;
+        let metrics = ElectionMetrics::for_config(&config)?;
         if let Some(metrics) = &metrics {
             metrics.set_eligible(config.eligible);
         }

@@ -2,32 +2,37 @@
 //! per-key metrics beyond the spec (transitions, lock attempts, check latency, the last
 //! successful check, the current term). They go to a Prometheus registry
 //! ([`Config::registry`](crate::Config::registry), feature `prometheus`, on by default), to the
-//! `metrics` crate's global recorder (`Config::metrics_facade`, feature `metrics`), to both, or nowhere. The names, labels and help texts are the same on
-//! both; `docs/metrics.md` describes each metric and gives alert rules.
+//! `metrics` crate's global recorder (`Config::metrics_facade`, feature `metrics`), to both, or
+//! nowhere. The names, labels and help texts are the same on both; `docs/metrics.md` describes
+//! each metric and gives alert rules.
 //!
 //! The gauge is for scrapers: a service that wants to know whether it leads calls
 //! [`Elector::is_leader`](crate::Elector::is_leader), which reads the same fact in one call (an
 //! atomic load of the flag written together with the gauge, from the same value), instead of
 //! reading the gauge back from the registry.
+//!
+//! Inside the crate, one design serves both modes: the families in one table (`families.rs`),
+//! one backend per exporter (`registry.rs`, `facade.rs`) behind one seam (`backend.rs`), and
+//! each mode's metrics a struct of handles (`ElectionMetrics` here, `ShardMetrics` in
+//! `sharded/metrics.rs`).
 
-#![cfg_attr(
-    not(any(feature = "prometheus", feature = "metrics")),
-    allow(
-        dead_code,
-        reason = "the labels and sinks serve the metrics features only"
-    )
-)]
-
+pub(crate) mod backend;
 #[cfg(feature = "metrics")]
 mod facade;
+pub(crate) mod families;
 #[cfg(feature = "prometheus")]
 mod registry;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use plexsphere_leader_core::TermEndCause;
 
+use self::backend::{Backends, By, Counter, Gauge, Histogram};
+use self::families::{election as family, overdue_action};
+use crate::error::ConfigError;
 use crate::key::LockKey;
+use crate::trust::Trust;
 
 /// The spec's gauge's name. It is for scrapers: in code,
 /// [`Elector::is_leader`](crate::Elector::is_leader) reads the same fact in one call.
@@ -188,159 +193,135 @@ impl CheckRole {
     }
 }
 
-/// The help text of each metric, for both sinks.
-pub(crate) fn help(name: &str) -> &'static str {
-    match name {
-        "plexsphere_background_leader" => LEADER_GAUGE_HELP,
-        "plexsphere_leader_is_leader" => "1 while this replica leads the election of key",
-        "plexsphere_leader_term_start_timestamp_seconds" => {
-            "Unix time the current term began; 0 while not leading"
-        }
-        "plexsphere_leader_term_epoch" => {
-            "Fencing epoch of the current term; 0 while not leading or without fencing"
-        }
-        "plexsphere_leader_last_check_success_timestamp_seconds" => {
-            "Unix time of the last check that answered: a leader's passed check, or a standby's \
-             grant statement that granted or refused"
-        }
-        "plexsphere_leader_transitions_total" => {
-            "Leadership transitions of this replica, by the state entered and the cause"
-        }
-        "plexsphere_leader_lock_attempts_total" => "A standby's lock attempts, by outcome",
-        "plexsphere_leader_check_duration_seconds" => {
-            "How long a check's statement took to answer, or to time out: the leader's \
-             lock-verifying check and the standby's polling grant statement"
-        }
-        "plexsphere_leader_overdue_work_total" => {
-            "Leader work still running a work deadline after its term ended, by what was done \
-             about it (reported, or aborted)"
-        }
-        "plexsphere_leader_eligible" => {
-            "1 while this replica may lead the election of key, 0 while it is kept out (it makes \
-             no checks then)"
-        }
-        _ => "",
-    }
-}
-
-fn index_of<T: PartialEq>(all: &[T], item: T) -> Option<usize> {
-    all.iter().position(|candidate| *candidate == item)
-}
-
 fn unix_seconds(time: SystemTime) -> f64 {
     time.duration_since(UNIX_EPOCH)
         .map_or(0.0, |since| since.as_secs_f64())
 }
 
-/// What one sink does with an elector's observations. Every method is a few atomic operations.
-trait Sink: Send + Sync {
-    /// The spec's gauge: 1 while leading.
-    fn leading(&self, leading: bool);
-    /// A term began with fencing `epoch`: is-leader 1, its start time and epoch.
-    fn term_began(&self, epoch: Option<u64>);
-    /// The term ended: is-leader, its start time and epoch go to 0 (the transition is counted
-    /// apart, once its cause is known).
-    fn term_ended(&self);
-    /// Counts one leadership transition.
-    fn transition(&self, transition: Transition);
-    /// Counts one lock attempt.
-    fn attempt(&self, outcome: AttemptOutcome);
-    /// Observes how long a check's statement took.
-    fn check_latency(&self, role: CheckRole, took: Duration);
-    /// A check answered: its wall-clock time.
-    fn check_succeeded(&self);
-    /// The replica was made eligible to lead, or not.
-    fn set_eligible(&self, eligible: bool);
-    /// Work was found running past the work deadline; `aborted` when it was aborted.
-    fn overdue_work(&self, aborted: bool);
-    /// The elector's trust deadline, which a sink that is read at scrape time compares with
-    /// the clock then (a lease term past it is no leadership, whether or not the driver ran
-    /// since). A sink whose values are pushed keeps the driver's.
-    fn watch_trust(&self, _trust: &std::sync::Arc<crate::trust::Trust>) {}
+/// One election's metrics, on every configured backend. Every observation is a few atomic
+/// operations per backend.
+pub(crate) struct ElectionMetrics {
+    /// The spec's unlabeled gauge, shared by every elector on a registry.
+    leader: Gauge,
+    is_leader: Gauge,
+    term_start: Gauge,
+    term_epoch: Gauge,
+    last_check: Gauge,
+    transitions: By<Transition, Counter>,
+    attempts: By<AttemptOutcome, Counter>,
+    check_duration: By<CheckRole, Histogram>,
+    /// By whether the work was aborted.
+    overdue: By<bool, Counter>,
+    eligible: Gauge,
+    /// The backends, for the trust deadline.
+    backends: Backends,
+    /// This elector's `key` label.
+    key: String,
 }
 
-/// Where one elector's observations go: each configured sink, in order.
-#[derive(Clone)]
-pub(crate) struct Sinks(Vec<std::sync::Arc<dyn Sink>>);
-
-impl Sinks {
-    /// The sinks `config` asks for, every series of its key created; `None` when it asks for
-    /// none.
+impl ElectionMetrics {
+    /// The metrics `config` asks for, every series of its key created; `None` when it asks
+    /// for none.
     ///
     /// # Errors
-    /// [`ConfigError::Metrics`](crate::ConfigError::Metrics) when the registry refuses the
-    /// collectors.
-    #[cfg_attr(
-        not(feature = "prometheus"),
-        allow(clippy::unnecessary_wraps, reason = "only the registry can refuse")
-    )]
-    pub(crate) fn for_config(config: &crate::Config) -> Result<Option<Self>, crate::ConfigError> {
-        #[allow(unused_mut, reason = "stays empty without a metrics feature")]
-        let mut sinks: Vec<std::sync::Arc<dyn Sink>> = Vec::new();
-        #[allow(unused_variables, reason = "unused without a metrics feature")]
+    /// [`ConfigError::Metrics`] when the registry refuses the collectors.
+    pub(crate) fn for_config(config: &crate::Config) -> Result<Option<Self>, ConfigError> {
         let key = key_label(config.key);
-        #[cfg(feature = "prometheus")]
-        if let Some(registry) = &config.common.registry {
-            let sink = registry::ElectorMetrics::register(registry, &key)
-                .map_err(crate::ConfigError::Metrics)?;
-            sinks.push(std::sync::Arc::new(sink));
-        }
-        #[cfg(feature = "metrics")]
-        if config.common.metrics_facade {
-            sinks.push(std::sync::Arc::new(facade::FacadeMetrics::register(&key)));
-        }
-        Ok((!sinks.is_empty()).then_some(Self(sinks)))
+        Backends::of(&config.common, family::ALL)?
+            .map(|backends| Self::new(backends, &key))
+            .transpose()
+    }
+
+    /// The metrics of the election of `key` on `backends`, every series created.
+    ///
+    /// # Errors
+    /// [`ConfigError::Metrics`] when a registry refuses a series.
+    pub(crate) fn new(backends: Backends, key: &str) -> Result<Self, ConfigError> {
+        let gauge = |family| backends.handle(family, &[key]);
+        Ok(Self {
+            leader: backends.handle(&family::LEADER, &[])?,
+            is_leader: gauge(&family::IS_LEADER)?,
+            term_start: gauge(&family::TERM_START)?,
+            term_epoch: gauge(&family::TERM_EPOCH)?,
+            last_check: gauge(&family::LAST_CHECK)?,
+            transitions: By::new(Transition::ALL, |t| {
+                backends.handle(&family::TRANSITIONS, &[key, t.to(), t.cause()])
+            })?,
+            attempts: By::new(AttemptOutcome::ALL, |outcome| {
+                backends.handle(&family::ATTEMPTS, &[key, outcome.label()])
+            })?,
+            check_duration: By::new(CheckRole::ALL, |role| {
+                backends.handle(&family::CHECK_DURATION, &[key, role.label()])
+            })?,
+            overdue: By::new([false, true], |aborted| {
+                backends.handle(&family::OVERDUE, &[key, overdue_action(aborted)])
+            })?,
+            eligible: gauge(&family::ELIGIBLE)?,
+            backends,
+            key: key.to_owned(),
+        })
     }
 
     /// The spec's gauge: 1 while leading.
     pub(crate) fn leading(&self, leading: bool) {
-        self.0.iter().for_each(|sink| sink.leading(leading));
+        self.leader.flag(leading);
     }
 
-    /// A term began with fencing `epoch`.
+    /// A term began with fencing `epoch`: is-leader 1, its start time and epoch, and the
+    /// transition counted.
     pub(crate) fn term_began(&self, epoch: Option<u64>) {
-        self.0.iter().for_each(|sink| sink.term_began(epoch));
+        self.term_start.set(unix_seconds(SystemTime::now()));
+        // An epoch above 2^53 loses precision as a float, as it would on any exporter.
+        #[allow(clippy::cast_precision_loss, reason = "a metric value")]
+        self.term_epoch.set(epoch.map_or(0.0, |epoch| epoch as f64));
+        self.is_leader.set(1.0);
+        self.transition(Transition::Acquired);
     }
 
-    /// The term ended (its transition is counted apart).
+    /// The term ended: is-leader, its start time and epoch go to 0 (the transition is counted
+    /// apart, once its cause is known).
     pub(crate) fn term_ended(&self) {
-        self.0.iter().for_each(|sink| sink.term_ended());
+        self.is_leader.set(0.0);
+        self.term_start.set(0.0);
+        self.term_epoch.set(0.0);
     }
 
     /// Counts one leadership transition.
     pub(crate) fn transition(&self, transition: Transition) {
-        self.0.iter().for_each(|sink| sink.transition(transition));
+        self.transitions.inc(transition);
     }
 
     /// Counts one lock attempt.
     pub(crate) fn attempt(&self, outcome: AttemptOutcome) {
-        self.0.iter().for_each(|sink| sink.attempt(outcome));
+        self.attempts.inc(outcome);
     }
 
     /// Observes how long a check's statement took.
     pub(crate) fn check_latency(&self, role: CheckRole, took: Duration) {
-        self.0
-            .iter()
-            .for_each(|sink| sink.check_latency(role, took));
+        if let Some(histogram) = self.check_duration.of(role) {
+            histogram.observe(took);
+        }
     }
 
-    /// A check answered.
+    /// A check answered: its wall-clock time.
     pub(crate) fn check_succeeded(&self) {
-        self.0.iter().for_each(|sink| sink.check_succeeded());
-    }
-
-    /// The elector's trust deadline, for the sinks read at scrape time.
-    pub(crate) fn watch_trust(&self, trust: &std::sync::Arc<crate::trust::Trust>) {
-        self.0.iter().for_each(|sink| sink.watch_trust(trust));
+        self.last_check.set(unix_seconds(SystemTime::now()));
     }
 
     /// The replica was made eligible to lead, or not.
     pub(crate) fn set_eligible(&self, eligible: bool) {
-        self.0.iter().for_each(|sink| sink.set_eligible(eligible));
+        self.eligible.flag(eligible);
     }
 
     /// Work was found running past the work deadline; `aborted` when it was aborted.
     pub(crate) fn overdue_work(&self, aborted: bool) {
-        self.0.iter().for_each(|sink| sink.overdue_work(aborted));
+        self.overdue.inc(aborted);
+    }
+
+    /// The elector's trust deadline, which a backend read at scrape time compares with the
+    /// clock then (a lease term past it is no leadership, whether or not the driver ran
+    /// since).
+    pub(crate) fn watch_trust(&self, trust: &Arc<Trust>) {
+        self.backends.watch_trust(&self.key, trust);
     }
 }

@@ -47,7 +47,7 @@
 
 mod config;
 mod driver;
-mod metrics;
+pub(crate) mod metrics;
 mod shared;
 mod view;
 
@@ -99,12 +99,7 @@ impl ShardedElector {
     pub fn new(config: ShardConfig) -> Result<Self, ConfigError> {
         let options = config.options()?;
         let identity = config.common.resolved_identity()?;
-        let metrics = ShardMetrics::new(
-            #[cfg(feature = "prometheus")]
-            config.common.registry.as_ref(),
-            config.common.metrics_facade,
-            config.class,
-        )?;
+        let metrics = ShardMetrics::for_config(&config.common, config.class)?;
         Ok(Self {
             inner: Arc::new(Shared::<ShardSpace>::new(
                 config.common.sessions,

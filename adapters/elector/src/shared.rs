@@ -23,7 +23,7 @@ use crate::clock::Clock;
 use crate::error::CheckError;
 use crate::key::LockKey;
 use crate::leadership::{CheckFailing, CheckFailure, Leadership, Resignation};
-use crate::metrics::Sinks;
+use crate::metrics::ElectionMetrics;
 use crate::operator::OperatorQueue;
 use crate::session::SessionSource;
 use crate::term::TermShared;
@@ -64,9 +64,9 @@ pub(crate) trait CountsOverdue: Send + Sync {
     fn overdue_work(&self, aborted: bool);
 }
 
-impl CountsOverdue for Sinks {
+impl CountsOverdue for ElectionMetrics {
     fn overdue_work(&self, aborted: bool) {
-        Sinks::overdue_work(self, aborted);
+        ElectionMetrics::overdue_work(self, aborted);
     }
 }
 
@@ -221,7 +221,7 @@ pub(crate) struct OneLeader {
 impl Mode for OneLeader {
     type Machine = Election<CheckError>;
     type Options = Options;
-    type Metrics = Sinks;
+    type Metrics = ElectionMetrics;
 
     fn now(&self) -> Instant {
         self.clock.now()
@@ -243,7 +243,7 @@ impl Shared<OneLeader> {
         options: Options,
         naming: Naming,
         clock: Arc<dyn Clock>,
-        metrics: Option<Sinks>,
+        metrics: Option<ElectionMetrics>,
         hold_off: Duration,
     ) -> Self {
         let trust = Arc::new(Trust::new(Arc::clone(&clock)));

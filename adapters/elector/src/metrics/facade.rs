@@ -1,257 +1,186 @@
-//! The `metrics` facade sink (feature `metrics`): the same metrics, names and labels as the
-//! Prometheus sink, through whatever recorder the service installed (`metrics-exporter-
-//! prometheus`, an OpenTelemetry bridge, …), so a service on the facade needs no second registry.
+//! The `metrics` facade backend (feature `metrics`): the same families, names and labels as
+//! the Prometheus backend, through whatever recorder the service installed
+//! (`metrics-exporter-prometheus`, an OpenTelemetry bridge, …), so a service on the facade
+//! needs no second registry.
 //!
 //! The handles are taken from the recorder installed when the elector is built: install the
-//! recorder first. Several electors write the spec's unlabeled gauge like the Prometheus sink
-//! does (the last write wins).
+//! recorder first. Several electors write the spec's unlabeled gauge like the Prometheus
+//! backend does (the last write wins).
 
-use std::sync::Once;
-use std::time::{Duration, SystemTime};
+use ::metrics::{Label, Unit};
 
-use ::metrics::{Counter, Gauge, Histogram, Unit};
+use super::backend::{Backend, Series};
+use super::families::{Family, Kind};
+use crate::error::ConfigError;
 
-use super::{
-    AttemptOutcome, CHECK_DURATION, CheckRole, ELIGIBLE, IS_LEADER, LAST_CHECK_SUCCESS,
-    LEADER_GAUGE_NAME, LOCK_ATTEMPTS, OVERDUE_WORK, TERM_EPOCH, TERM_START, TRANSITIONS,
-    Transition, help, index_of, unix_seconds,
-};
+/// The installed recorder, for the families of one table.
+pub(crate) struct Facade;
 
-/// The handles of one elector's series.
-pub(super) struct FacadeMetrics {
-    leader: Gauge,
-    is_leader: Gauge,
-    term_start: Gauge,
-    term_epoch: Gauge,
-    last_check: Gauge,
-    /// Indexed like [`Transition::ALL`].
-    transitions: Vec<Counter>,
-    /// Indexed like [`AttemptOutcome::ALL`].
-    attempts: Vec<Counter>,
-    /// Indexed like [`CheckRole::ALL`].
-    check_duration: Vec<Histogram>,
-    overdue_reported: Counter,
-    overdue_aborted: Counter,
-    eligible: Gauge,
-}
-
-impl FacadeMetrics {
-    /// The handles of every series of `key` on the installed recorder, each created at zero.
-    pub(super) fn register(key: &str) -> Self {
-        describe();
-        let key = key.to_owned();
-        let gauge = |name: &'static str| ::metrics::gauge!(name, "key" => key.clone());
-        let metrics = Self {
-            leader: ::metrics::gauge!(LEADER_GAUGE_NAME),
-            is_leader: gauge(IS_LEADER),
-            term_start: gauge(TERM_START),
-            term_epoch: gauge(TERM_EPOCH),
-            last_check: gauge(LAST_CHECK_SUCCESS),
-            transitions: Transition::ALL
-                .iter()
-                .map(|t| {
-                    ::metrics::counter!(
-                        TRANSITIONS,
-                        "key" => key.clone(),
-                        "to" => t.to(),
-                        "cause" => t.cause()
-                    )
-                })
-                .collect(),
-            attempts: AttemptOutcome::ALL
-                .iter()
-                .map(|o| ::metrics::counter!(LOCK_ATTEMPTS, "key" => key.clone(), "outcome" => o.label()))
-                .collect(),
-            check_duration: CheckRole::ALL
-                .iter()
-                .map(|r| ::metrics::histogram!(CHECK_DURATION, "key" => key.clone(), "role" => r.label()))
-                .collect(),
-            overdue_reported: ::metrics::counter!(OVERDUE_WORK, "key" => key.clone(), "action" => "reported"),
-            overdue_aborted: ::metrics::counter!(OVERDUE_WORK, "key" => key.clone(), "action" => "aborted"),
-            eligible: gauge(ELIGIBLE),
-        };
-        // Every series exists from the start, so rates are defined.
-        for counter in metrics
-            .transitions
-            .iter()
-            .chain(&metrics.attempts)
-            .chain([&metrics.overdue_reported, &metrics.overdue_aborted])
-        {
-            counter.increment(0);
+impl Facade {
+    /// Describes every family of `table` to the installed recorder.
+    pub(crate) fn new(table: &'static [&'static Family]) -> Self {
+        for family in table {
+            match family.kind {
+                Kind::Gauge | Kind::Leading => ::metrics::describe_gauge!(family.name, family.help),
+                Kind::Counter => ::metrics::describe_counter!(family.name, family.help),
+                Kind::Histogram(_) => {
+                    ::metrics::describe_histogram!(family.name, Unit::Seconds, family.help);
+                }
+            }
         }
-        for gauge in [
-            &metrics.is_leader,
-            &metrics.term_start,
-            &metrics.term_epoch,
-            &metrics.last_check,
-        ] {
-            gauge.set(0.0);
-        }
-        metrics
+        Self
     }
 }
 
-/// Describes every metric to the recorder, once per process.
-fn describe() {
-    static DESCRIBED: Once = Once::new();
-    DESCRIBED.call_once(|| {
-        for name in [
-            LEADER_GAUGE_NAME,
-            IS_LEADER,
-            TERM_START,
-            TERM_EPOCH,
-            LAST_CHECK_SUCCESS,
-            ELIGIBLE,
-        ] {
-            ::metrics::describe_gauge!(name, help(name));
-        }
-        for name in [TRANSITIONS, LOCK_ATTEMPTS, OVERDUE_WORK] {
-            ::metrics::describe_counter!(name, help(name));
-        }
-        ::metrics::describe_histogram!(CHECK_DURATION, Unit::Seconds, help(CHECK_DURATION));
-    });
+impl Backend for Facade {
+    /// The handle of the series on the installed recorder, touched (a counter by 0, a gauge
+    /// by 0.0) so that it exists from the start; a histogram exists once registered.
+    fn series(
+        &self,
+        family: &'static Family,
+        values: &[&str],
+    ) -> Result<Box<dyn Series>, ConfigError> {
+        let labels: Vec<Label> = (family.labels.iter())
+            .zip(values)
+            .map(|(name, value)| Label::new(*name, (*value).to_owned()))
+            .collect();
+        Ok(match family.kind {
+            Kind::Gauge | Kind::Leading => {
+                let gauge = ::metrics::gauge!(family.name, labels);
+                gauge.increment(0.0);
+                Box::new(gauge)
+            }
+            Kind::Counter => {
+                let counter = ::metrics::counter!(family.name, labels);
+                counter.increment(0);
+                Box::new(counter)
+            }
+            Kind::Histogram(_) => Box::new(::metrics::histogram!(family.name, labels)),
+        })
+    }
 }
 
-impl super::Sink for FacadeMetrics {
-    fn leading(&self, leading: bool) {
-        self.leader.set(f64::from(u8::from(leading)));
+impl Series for ::metrics::Gauge {
+    fn set(&self, value: f64) {
+        ::metrics::Gauge::set(self, value);
     }
+}
 
-    fn term_began(&self, epoch: Option<u64>) {
-        self.term_start.set(unix_seconds(SystemTime::now()));
-        // An epoch above 2^53 loses precision as a float, as it would on any exporter.
-        #[allow(clippy::cast_precision_loss, reason = "a metric value")]
-        self.term_epoch.set(epoch.map_or(0.0, |epoch| epoch as f64));
-        self.is_leader.set(1.0);
-        self.transition(Transition::Acquired);
+impl Series for ::metrics::Counter {
+    fn add(&self, count: u64) {
+        self.increment(count);
     }
+}
 
-    fn term_ended(&self) {
-        self.is_leader.set(0.0);
-        self.term_start.set(0.0);
-        self.term_epoch.set(0.0);
-    }
-
-    fn transition(&self, transition: Transition) {
-        if let Some(counter) =
-            index_of(&Transition::ALL, transition).and_then(|index| self.transitions.get(index))
-        {
-            counter.increment(1);
-        }
-    }
-
-    fn attempt(&self, outcome: AttemptOutcome) {
-        if let Some(counter) =
-            index_of(&AttemptOutcome::ALL, outcome).and_then(|index| self.attempts.get(index))
-        {
-            counter.increment(1);
-        }
-    }
-
-    fn check_latency(&self, role: CheckRole, took: Duration) {
-        if let Some(histogram) =
-            index_of(&CheckRole::ALL, role).and_then(|index| self.check_duration.get(index))
-        {
-            histogram.record(took.as_secs_f64());
-        }
-    }
-
-    fn check_succeeded(&self) {
-        self.last_check.set(unix_seconds(SystemTime::now()));
-    }
-
-    fn set_eligible(&self, eligible: bool) {
-        self.eligible.set(f64::from(u8::from(eligible)));
-    }
-
-    fn overdue_work(&self, aborted: bool) {
-        if aborted {
-            self.overdue_aborted.increment(1);
-        } else {
-            self.overdue_reported.increment(1);
-        }
+impl Series for ::metrics::Histogram {
+    fn observe(&self, value: f64) {
+        self.record(value);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use std::time::Duration;
 
-    use super::super::Sink as _;
-    use super::*;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
-    /// The value of the series `name` whose labels include every pair of `labels`.
-    type Snapshot = Vec<(
-        metrics_util::CompositeKey,
-        Option<Unit>,
-        Option<::metrics::SharedString>,
-        DebugValue,
-    )>;
+    use crate::metrics::backend::Backends;
+    use crate::metrics::families::{election, space};
+    use crate::metrics::{AttemptOutcome, CheckRole, ElectionMetrics};
+    use crate::sharded::metrics::ShardMetrics;
 
-    fn value(snapshot: &Snapshot, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        snapshot.iter().find_map(|(key, _, _, value)| {
+    /// What the recorder holds since the last snapshot, a line a series: `name{k=v,…} value`
+    /// with the labels in their order (a histogram's value is its count of samples).
+    fn lines(snapshotter: &Snapshotter) -> Vec<String> {
+        let snapshot = snapshotter.snapshot().into_vec();
+        let line = |(key, _, _, value): (metrics_util::CompositeKey, _, _, DebugValue)| {
             let key = key.key();
-            let matches = key.name() == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| key.labels().any(|l| l.key() == *k && l.value() == *v));
-            matches.then(|| match value {
-                DebugValue::Counter(count) => *count as f64,
-                DebugValue::Gauge(gauge) => gauge.into_inner(),
-                DebugValue::Histogram(samples) => samples.len() as f64,
-            })
-        })
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let value = match value {
+                DebugValue::Counter(count) => count.to_string(),
+                DebugValue::Gauge(gauge) => gauge.into_inner().to_string(),
+                DebugValue::Histogram(samples) => samples.len().to_string(),
+            };
+            format!("{}{{{}}} {value}", key.name(), labels.join(","))
+        };
+        snapshot.into_iter().map(line).collect()
+    }
+
+    fn assert_has(lines: &[String], expected: &[&str]) {
+        for line in expected {
+            assert!(lines.iter().any(|l| l == line), "{line} in {lines:#?}");
+        }
     }
 
     #[test]
     fn the_facade_writes_the_same_series_as_the_registry() {
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
-        let sink =
-            ::metrics::with_local_recorder(&recorder, || FacadeMetrics::register("1886156915:1"));
-        let key = ("key", "1886156915:1");
-        let before = snapshotter.snapshot().into_vec();
+        let metrics = ::metrics::with_local_recorder(&recorder, || {
+            ElectionMetrics::new(Backends::facade(election::ALL), "1886156915:1").unwrap()
+        });
         // Every series of the key exists at zero from the start.
-        for cause in ["acquired", "stopped", "check_failed", "session_ended"] {
-            assert_eq!(
-                value(&before, TRANSITIONS, &[key, ("cause", cause)]),
-                Some(0.0),
-                "{cause}"
-            );
-        }
-        assert_eq!(
-            value(&before, LOCK_ATTEMPTS, &[key, ("outcome", "refused")]),
-            Some(0.0)
+        assert_has(
+            &lines(&snapshotter),
+            &[
+                "plexsphere_background_leader{} 0",
+                "plexsphere_leader_is_leader{key=1886156915:1} 0",
+                "plexsphere_leader_transitions_total{key=1886156915:1,to=leader,cause=acquired} 0",
+                "plexsphere_leader_transitions_total{key=1886156915:1,to=standby,cause=stopped} 0",
+                "plexsphere_leader_lock_attempts_total{key=1886156915:1,outcome=refused} 0",
+                "plexsphere_leader_check_duration_seconds{key=1886156915:1,role=standby} 0",
+                "plexsphere_leader_overdue_work_total{key=1886156915:1,action=reported} 0",
+            ],
         );
 
-        sink.attempt(AttemptOutcome::Refused);
-        sink.term_began(Some(3));
-        sink.leading(true);
-        sink.check_latency(CheckRole::Leader, Duration::from_millis(4));
-        sink.overdue_work(true);
-        let after = snapshotter.snapshot().into_vec();
-        assert_eq!(value(&after, LEADER_GAUGE_NAME, &[]), Some(1.0));
-        assert_eq!(value(&after, IS_LEADER, &[key]), Some(1.0));
-        assert_eq!(value(&after, TERM_EPOCH, &[key]), Some(3.0));
-        assert_eq!(
-            value(
-                &after,
-                TRANSITIONS,
-                &[key, ("to", "leader"), ("cause", "acquired")]
-            ),
-            Some(1.0)
+        metrics.attempt(AttemptOutcome::Refused);
+        metrics.term_began(Some(3));
+        metrics.leading(true);
+        metrics.check_latency(CheckRole::Leader, Duration::from_millis(4));
+        metrics.overdue_work(true);
+        assert_has(
+            &lines(&snapshotter),
+            &[
+                "plexsphere_background_leader{} 1",
+                "plexsphere_leader_is_leader{key=1886156915:1} 1",
+                "plexsphere_leader_term_epoch{key=1886156915:1} 3",
+                "plexsphere_leader_transitions_total{key=1886156915:1,to=leader,cause=acquired} 1",
+                "plexsphere_leader_lock_attempts_total{key=1886156915:1,outcome=refused} 1",
+                "plexsphere_leader_check_duration_seconds{key=1886156915:1,role=leader} 1",
+                "plexsphere_leader_overdue_work_total{key=1886156915:1,action=aborted} 1",
+            ],
         );
-        assert_eq!(
-            value(&after, LOCK_ATTEMPTS, &[key, ("outcome", "refused")]),
-            Some(1.0)
+    }
+
+    #[test]
+    fn a_space_on_the_facade_has_every_series_from_the_start() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let metrics = ::metrics::with_local_recorder(&recorder, || {
+            ShardMetrics::new(&Backends::facade(space::ALL), 7).unwrap()
+        });
+        assert_has(
+            &lines(&snapshotter),
+            &[
+                "plexsphere_shards_owned{class=7} 0",
+                "plexsphere_shards_eligible{class=7} 1",
+                "plexsphere_shard_terms_total{class=7,event=began,cause=} 0",
+                "plexsphere_shard_terms_total{class=7,event=ended,cause=handed_over} 0",
+                "plexsphere_shards_survey_seconds{class=7} 0",
+                "plexsphere_shards_overdue_work_total{class=7,action=aborted} 0",
+            ],
         );
-        assert_eq!(
-            value(&after, CHECK_DURATION, &[key, ("role", "leader")]),
-            Some(1.0)
-        );
-        assert_eq!(
-            value(&after, OVERDUE_WORK, &[key, ("action", "aborted")]),
-            Some(1.0)
+        metrics.owned(2);
+        metrics.survey_took(Duration::from_millis(1));
+        assert_has(
+            &lines(&snapshotter),
+            &[
+                "plexsphere_shards_owned{class=7} 2",
+                "plexsphere_shards_survey_seconds{class=7} 1",
+            ],
         );
     }
 }

@@ -1,369 +1,161 @@
-//! The metrics of a sharded elector, on a Prometheus registry and/or the `metrics` facade (the
-//! same names and labels on both): counts and histograms, never a series per shard, so their
-//! cardinality does not grow with the space.
-//!
-//! | metric | type | labels |
-//! |---|---|---|
-//! | `plexsphere_shards_owned` | gauge: shards this replica owns | `class` |
-//! | `plexsphere_shards_members` | gauge: members the last survey saw | `class` |
-//! | `plexsphere_shards_unowned` | gauge: shards nobody held at the last survey | `class` |
-//! | `plexsphere_shards_eligible` | gauge: 1 while this replica may own shards, 0 while it is kept out ([`ShardedElector::set_eligible`](super::ShardedElector::set_eligible)) | `class` |
-//! | `plexsphere_shard_terms_total` | counter: shard terms begun and ended | `class`, `event` (`began`, `ended`), `cause` (the end cause's label, empty for `began`) |
-//! | `plexsphere_shards_survey_seconds` | histogram: time to answer the survey statement | `class` |
-//! | `plexsphere_shards_overdue_work_total` | counter: shard work found still running a work deadline after its term ended ([`ShardConfig::work_deadline`](super::ShardConfig::work_deadline)) | `class`, `action` (`reported`, `aborted`) |
-
-#![cfg_attr(
-    not(any(feature = "prometheus", feature = "metrics")),
-    allow(dead_code, reason = "the names serve the metrics features only")
-)]
+//! The metrics of a sharded elector, on a Prometheus registry and/or the `metrics` facade: the
+//! families of [`space`] (the same names and labels on both; `docs/metrics.md` describes them),
+//! each labeled by the space's `class`.
 
 use std::time::Duration;
 
 use plexsphere_leader_core::TermEndCause;
 
 use super::view::SpaceView;
+use crate::config::Common;
+use crate::error::ConfigError;
+use crate::metrics::backend::{Backends, By, Counter, Gauge, Histogram};
+use crate::metrics::families::{overdue_action, space};
 
-/// The metric names and help texts, the same on both sinks.
-const OWNED: (&str, &str) = ("plexsphere_shards_owned", "Shards this replica owns.");
-const MEMBERS: (&str, &str) = (
-    "plexsphere_shards_members",
-    "Members of the shard space at this replica's last survey.",
-);
-const UNOWNED: (&str, &str) = (
-    "plexsphere_shards_unowned",
-    "Shards nobody held at this replica's last survey.",
-);
-const ELIGIBLE: (&str, &str) = (
-    "plexsphere_shards_eligible",
-    "1 while this replica may own shards, 0 while the operator keeps it out.",
-);
-const TERMS: (&str, &str) = (
-    "plexsphere_shard_terms_total",
-    "Shard terms begun and ended on this replica, by end cause.",
-);
-const SURVEY: (&str, &str) = (
-    "plexsphere_shards_survey_seconds",
-    "Time for the survey statement (the space's pg_locks rows) to answer.",
-);
-const OVERDUE: (&str, &str) = (
-    "plexsphere_shards_overdue_work_total",
-    "Shard work still running a work deadline after its shard term ended, by what was done \
-     about it (reported, or aborted).",
-);
-
-/// The `action` label of [`OVERDUE`]: reported, or aborted.
-const fn overdue_action(aborted: bool) -> &'static str {
-    if aborted { "aborted" } else { "reported" }
-}
-
-/// Every cause a shard term can end with: each has its series, at zero from the start.
-fn end_causes() -> impl Iterator<Item = TermEndCause> {
-    TermEndCause::ALL
-        .into_iter()
-        .chain([TermEndCause::HandedOver])
-}
-
-/// The sharded metrics of one elector, on a Prometheus registry, on the `metrics` facade, on
-/// both or on neither (then every method does nothing).
+/// The sharded metrics of one elector, on every configured backend.
 pub(crate) struct ShardMetrics {
-    #[cfg(feature = "prometheus")]
-    prom: Option<prom::Inner>,
-    #[cfg(feature = "metrics")]
-    facade: Option<facade::Inner>,
+    began: Counter,
+    /// By end cause: every cause a shard term can end with.
+    ended: By<TermEndCause, Counter>,
+    owned: Gauge,
+    eligible: Gauge,
+    members: Gauge,
+    unowned: Gauge,
+    survey: Histogram,
+    /// By whether the work was aborted.
+    overdue: By<bool, Counter>,
 }
 
 impl ShardMetrics {
-    /// The metrics of space `class`: registered on `registry` when one is given, and recorded
-    /// through the `metrics` facade's installed recorder when `facade` is set (feature
-    /// `metrics`; ignored without it). `None` when neither.
+    /// The metrics of space `class` that `common` asks for, every series created; `None` when
+    /// it asks for none.
     ///
     /// # Errors
-    /// The registry refused a metric (another collector uses its name).
-    pub(crate) fn new(
-        #[cfg(feature = "prometheus")] registry: Option<&prometheus::Registry>,
-        facade: bool,
-        class: i32,
-    ) -> Result<Option<Self>, crate::ConfigError> {
-        #[cfg(feature = "prometheus")]
-        let prom = registry
-            .map(|registry| prom::Inner::register(registry, class))
+    /// [`ConfigError::Metrics`] when the registry refuses the collectors.
+    pub(crate) fn for_config(common: &Common, class: i32) -> Result<Option<Self>, ConfigError> {
+        Backends::of(common, space::ALL)?
+            .map(|backends| Self::new(&backends, class))
             .transpose()
-            .map_err(crate::ConfigError::Metrics)?;
-        #[cfg(feature = "metrics")]
-        let facade = facade.then(|| facade::Inner::register(class));
-        #[cfg(not(feature = "metrics"))]
-        let _ = facade;
-        #[cfg(not(any(feature = "prometheus", feature = "metrics")))]
-        let _ = class;
+    }
+
+    /// The metrics of space `class` on `backends`, every series created; eligible.
+    ///
+    /// # Errors
+    /// [`ConfigError::Metrics`] when a registry refuses a series.
+    pub(crate) fn new(backends: &Backends, class: i32) -> Result<Self, ConfigError> {
+        let class = class.to_string();
+        let class = class.as_str();
+        let terms = |event, cause| backends.handle(&space::TERMS, &[class, event, cause]);
+        let gauge = |family| backends.handle(family, &[class]);
+        let causes = TermEndCause::ALL
+            .into_iter()
+            .chain([TermEndCause::HandedOver]);
         let metrics = Self {
-            #[cfg(feature = "prometheus")]
-            prom,
-            #[cfg(feature = "metrics")]
-            facade,
+            began: terms("began", "")?,
+            ended: By::new(causes, |cause| terms("ended", cause.label()))?,
+            owned: gauge(&space::OWNED)?,
+            eligible: gauge(&space::ELIGIBLE)?,
+            members: gauge(&space::MEMBERS)?,
+            unowned: gauge(&space::UNOWNED)?,
+            survey: backends.handle(&space::SURVEY, &[class])?,
+            overdue: By::new([false, true], |aborted| {
+                backends.handle(&space::OVERDUE, &[class, overdue_action(aborted)])
+            })?,
         };
         // A new elector may own shards until the operator says otherwise.
         metrics.eligible(true);
-        Ok(metrics.any().then_some(metrics))
-    }
-
-    /// Whether a sink records anything.
-    fn any(&self) -> bool {
-        #[allow(unused_mut)]
-        let mut any = false;
-        #[cfg(feature = "prometheus")]
-        {
-            any |= self.prom.is_some();
-        }
-        #[cfg(feature = "metrics")]
-        {
-            any |= self.facade.is_some();
-        }
-        any
+        Ok(metrics)
     }
 
     pub(crate) fn began(&self) {
-        #[cfg(feature = "prometheus")]
-        if let Some(prom) = &self.prom {
-            prom.terms.with_label_values(&["began", ""]).inc();
-        }
-        #[cfg(feature = "metrics")]
-        if let Some(facade) = &self.facade {
-            facade.began.increment(1);
-        }
+        self.began.inc();
     }
 
     pub(crate) fn ended(&self, cause: TermEndCause) {
-        #[cfg(feature = "prometheus")]
-        if let Some(prom) = &self.prom {
-            prom.terms
-                .with_label_values(&["ended", cause.label()])
-                .inc();
-        }
-        #[cfg(feature = "metrics")]
-        if let Some(counter) = self.facade.as_ref().and_then(|facade| facade.ended(cause)) {
-            counter.increment(1);
-        }
-        let _ = cause;
+        self.ended.inc(cause);
     }
 
     pub(crate) fn owned(&self, count: usize) {
-        let count = i64::try_from(count).unwrap_or(i64::MAX);
-        #[cfg(feature = "prometheus")]
-        if let Some(prom) = &self.prom {
-            prom.owned.set(count);
-        }
-        #[cfg(feature = "metrics")]
-        if let Some(facade) = &self.facade {
-            facade.owned.set(count as f64);
-        }
-        let _ = count;
+        self.owned.count(count);
     }
 
     /// The replica was made eligible to own shards, or not.
     pub(crate) fn eligible(&self, eligible: bool) {
-        let value = i64::from(eligible);
-        #[cfg(feature = "prometheus")]
-        if let Some(prom) = &self.prom {
-            prom.eligible.set(value);
-        }
-        #[cfg(feature = "metrics")]
-        if let Some(facade) = &self.facade {
-            facade.eligible.set(value as f64);
-        }
-        let _ = value;
+        self.eligible.flag(eligible);
     }
 
     pub(crate) fn surveyed(&self, view: &SpaceView) {
-        let members = i64::try_from(view.members.len()).unwrap_or(i64::MAX);
-        let unowned = i64::try_from(view.unowned.len()).unwrap_or(i64::MAX);
-        #[cfg(feature = "prometheus")]
-        if let Some(prom) = &self.prom {
-            prom.members.set(members);
-            prom.unowned.set(unowned);
-        }
-        #[cfg(feature = "metrics")]
-        if let Some(facade) = &self.facade {
-            facade.members.set(members as f64);
-            facade.unowned.set(unowned as f64);
-        }
-        let _ = (members, unowned);
+        self.members.count(view.members.len());
+        self.unowned.count(view.unowned.len());
     }
 
     /// Shard work was found running past the work deadline; `aborted` when it was aborted.
     pub(crate) fn overdue_work(&self, aborted: bool) {
-        #[cfg(feature = "prometheus")]
-        if let Some(prom) = &self.prom {
-            prom.overdue
-                .with_label_values(&[overdue_action(aborted)])
-                .inc();
-        }
-        #[cfg(feature = "metrics")]
-        if let Some(facade) = &self.facade {
-            facade.overdue(aborted).increment(1);
-        }
-        let _ = aborted;
+        self.overdue.inc(aborted);
     }
 
     pub(crate) fn survey_took(&self, took: Duration) {
-        #[cfg(feature = "prometheus")]
-        if let Some(prom) = &self.prom {
-            prom.survey.observe(took.as_secs_f64());
-        }
-        #[cfg(feature = "metrics")]
-        if let Some(facade) = &self.facade {
-            facade.survey.record(took.as_secs_f64());
-        }
-        let _ = took;
+        self.survey.observe(took);
     }
 }
 
-#[cfg(feature = "metrics")]
-mod facade {
-    use ::metrics::{Counter, Gauge, Histogram};
-    use plexsphere_leader_core::TermEndCause;
-
-    use super::{
-        ELIGIBLE, MEMBERS, OVERDUE, OWNED, SURVEY, TERMS, UNOWNED, end_causes, overdue_action,
-    };
-
-    /// The facade's handles of one space's series, taken from the recorder installed when the
-    /// elector is built.
-    pub(super) struct Inner {
-        pub(super) began: Counter,
-        /// One counter per end cause, by the cause.
-        ended: Vec<(TermEndCause, Counter)>,
-        pub(super) owned: Gauge,
-        pub(super) eligible: Gauge,
-        pub(super) members: Gauge,
-        pub(super) unowned: Gauge,
-        pub(super) survey: Histogram,
-        /// Overdue work reported, then aborted.
-        overdue: [Counter; 2],
-    }
-
-    impl Inner {
-        pub(super) fn register(class: i32) -> Self {
-            let class = class.to_string();
-            for (name, help) in [OWNED, ELIGIBLE, MEMBERS, UNOWNED] {
-                ::metrics::describe_gauge!(name, help);
-            }
-            ::metrics::describe_counter!(TERMS.0, TERMS.1);
-            ::metrics::describe_counter!(OVERDUE.0, OVERDUE.1);
-            ::metrics::describe_histogram!(SURVEY.0, ::metrics::Unit::Seconds, SURVEY.1);
-            let gauge =
-                |(name, _): (&'static str, &str)| ::metrics::gauge!(name, "class" => class.clone());
-            let terms = |event: &'static str, cause: &'static str| {
-                ::metrics::counter!(
-                    TERMS.0,
-                    "class" => class.clone(),
-                    "event" => event,
-                    "cause" => cause
-                )
-            };
-            let inner = Self {
-                began: terms("began", ""),
-                ended: end_causes()
-                    .map(|cause| (cause, terms("ended", cause.label())))
-                    .collect(),
-                owned: gauge(OWNED),
-                eligible: gauge(ELIGIBLE),
-                members: gauge(MEMBERS),
-                unowned: gauge(UNOWNED),
-                survey: ::metrics::histogram!(SURVEY.0, "class" => class.clone()),
-                overdue: [false, true].map(|aborted| {
-                    ::metrics::counter!(
-                        OVERDUE.0,
-                        "class" => class.clone(),
-                        "action" => overdue_action(aborted)
-                    )
-                }),
-            };
-            // Every series at zero from the start, as on the registry.
-            inner.began.absolute(0);
-            for (_, counter) in &inner.ended {
-                counter.absolute(0);
-            }
-            for counter in &inner.overdue {
-                counter.absolute(0);
-            }
-            inner
-        }
-
-        /// The counter of overdue work reported, or aborted.
-        pub(super) fn overdue(&self, aborted: bool) -> &Counter {
-            &self.overdue[usize::from(aborted)]
-        }
-
-        /// The counter of terms ended for `cause` (every cause has one).
-        pub(super) fn ended(&self, cause: TermEndCause) -> Option<&Counter> {
-            self.ended
-                .iter()
-                .find_map(|(c, counter)| (*c == cause).then_some(counter))
-        }
-    }
-}
-
+#[cfg(test)]
 #[cfg(feature = "prometheus")]
-mod prom {
-    use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
+mod tests {
+    use super::*;
 
-    use super::{
-        ELIGIBLE, MEMBERS, OVERDUE, OWNED, SURVEY, TERMS, UNOWNED, end_causes, overdue_action,
-    };
-
-    pub(super) struct Inner {
-        pub(super) owned: IntGauge,
-        pub(super) eligible: IntGauge,
-        pub(super) members: IntGauge,
-        pub(super) unowned: IntGauge,
-        pub(super) terms: IntCounterVec,
-        pub(super) survey: Histogram,
-        pub(super) overdue: IntCounterVec,
+    /// The metrics of space `class` on `registry`.
+    fn space_on(registry: &prometheus::Registry, class: i32) -> Result<ShardMetrics, ConfigError> {
+        ShardMetrics::new(&Backends::registry(registry, space::ALL)?, class)
     }
 
-    impl Inner {
-        pub(super) fn register(registry: &Registry, class: i32) -> Result<Self, prometheus::Error> {
-            let class = class.to_string();
-            let gauge = |(name, help): (&str, &str)| {
-                IntGauge::with_opts(Opts::new(name, help).const_label("class", &class))
-            };
-            let inner = Self {
-                owned: gauge(OWNED)?,
-                eligible: gauge(ELIGIBLE)?,
-                members: gauge(MEMBERS)?,
-                unowned: gauge(UNOWNED)?,
-                terms: IntCounterVec::new(
-                    Opts::new(TERMS.0, TERMS.1).const_label("class", &class),
-                    &["event", "cause"],
-                )?,
-                survey: Histogram::with_opts(
-                    HistogramOpts::new(SURVEY.0, SURVEY.1)
-                        .const_label("class", &class)
-                        .buckets(vec![
-                            0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
-                        ]),
-                )?,
-                overdue: IntCounterVec::new(
-                    Opts::new(OVERDUE.0, OVERDUE.1).const_label("class", &class),
-                    &["action"],
-                )?,
-            };
-            // Every series at zero from the start, so `rate()` and `increase()` are defined.
-            inner.terms.with_label_values(&["began", ""]);
-            for cause in end_causes() {
-                inner.terms.with_label_values(&["ended", cause.label()]);
-            }
-            for aborted in [false, true] {
-                inner.overdue.with_label_values(&[overdue_action(aborted)]);
-            }
-            registry.register(Box::new(inner.owned.clone()))?;
-            registry.register(Box::new(inner.eligible.clone()))?;
-            registry.register(Box::new(inner.members.clone()))?;
-            registry.register(Box::new(inner.unowned.clone()))?;
-            registry.register(Box::new(inner.terms.clone()))?;
-            registry.register(Box::new(inner.survey.clone()))?;
-            registry.register(Box::new(inner.overdue.clone()))?;
-            Ok(inner)
+    #[test]
+    fn spaces_of_two_classes_on_one_registry_write_their_own_class() {
+        let registry = prometheus::Registry::new();
+        let seven = space_on(&registry, 7).unwrap();
+        let _eight = space_on(&registry, 8).unwrap();
+        seven.owned(3);
+        seven.ended(TermEndCause::HandedOver);
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        for line in [
+            "# HELP plexsphere_shards_owned Shards this replica owns\n",
+            "# TYPE plexsphere_shards_owned gauge\n",
+            "plexsphere_shards_owned{class=\"7\"} 3\n",
+            "plexsphere_shards_owned{class=\"8\"} 0\n",
+            "plexsphere_shards_eligible{class=\"8\"} 1\n",
+            "plexsphere_shard_terms_total{cause=\"handed_over\",class=\"7\",event=\"ended\"} 1\n",
+            "plexsphere_shard_terms_total{cause=\"\",class=\"8\",event=\"began\"} 0\n",
+            "plexsphere_shards_survey_seconds_bucket{class=\"8\",le=\"0.0005\"} 0\n",
+            "plexsphere_shards_overdue_work_total{action=\"aborted\",class=\"7\"} 0\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
         }
+    }
+
+    #[test]
+    fn a_foreign_collector_under_a_shard_name_is_an_error() {
+        let registry = prometheus::Registry::new();
+        let foreign = prometheus::IntGauge::new(space::OWNED.name, "someone else's").unwrap();
+        registry.register(Box::new(foreign)).unwrap();
+        assert!(matches!(
+            space_on(&registry, 7),
+            Err(ConfigError::Metrics(_))
+        ));
+    }
+
+    #[test]
+    fn two_spaces_of_one_class_on_one_registry_write_the_same_series() {
+        let registry = prometheus::Registry::new();
+        let first = space_on(&registry, 7).unwrap();
+        let second = space_on(&registry, 7).unwrap();
+        first.began();
+        second.began();
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        let began = "plexsphere_shard_terms_total{cause=\"\",class=\"7\",event=\"began\"} 2\n";
+        assert!(text.contains(began), "{text}");
     }
 }
