@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use crate::action::{Action, LogKind, LogRecord};
 use crate::cause::{Cause, LossReason, TermEndCause};
+use crate::control::Control;
 use crate::event::Event;
 use crate::handled::{AlreadyRunning, Handled, Ignored};
 use crate::ids::{ConnId, IdSource, TermId};
@@ -80,9 +81,9 @@ pub use self::role::{Phase, Timer};
 ///    twice does nothing.
 /// 4. Report each completion as an [`Event`] echoing the action's [`ConnId`]. A completion for a
 ///    connection the election no longer waits on is ignored ([`Handled::Ignored`]).
-/// 5. Report [`Event::Cancelled`] when asked to stop, [`Event::Panicked`] when a panic unwinds
-///    the run, and [`Event::Dropped`] when the run is dropped; the run is over at
-///    [`Action::Finish`].
+/// 5. Report [`Control::Cancelled`] when asked to stop, [`Control::Panicked`] when a panic
+///    unwinds the run, and [`Control::Dropped`] when the run is dropped (as [`Event::Control`]);
+///    the run is over at [`Action::Finish`].
 ///
 /// ```no_run
 /// use std::time::{Duration, Instant};
@@ -130,7 +131,7 @@ pub struct Election<C> {
 /// whose work deadline of zero is due at once; four leaves room for both.
 const MAX_ROLE_FIRES: usize = 4;
 
-/// The longest hold-off a [`Event::Resign`] takes; a longer one is shortened to this (make the
+/// The longest hold-off a [`Control::Resign`] takes; a longer one is shortened to this (make the
 /// replica ineligible to keep it out of the election for good).
 pub const MAX_HOLD_OFF: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
@@ -171,7 +172,7 @@ impl<C> Election<C> {
         matches!(self.state, State::Running(_))
     }
 
-    /// Whether this replica may lead ([`Event::SetEligible`]; initially
+    /// Whether this replica may lead ([`Control::SetEligible`]; initially
     /// [`Options::is_eligible`]).
     pub fn is_eligible(&self) -> bool {
         self.eligible
@@ -400,7 +401,7 @@ impl<C> Election<C> {
     /// A completion is applied only when it answers the operation the election waits for: same
     /// connection, matching kind. Anything else is [`Handled::Ignored`] and changes nothing.
     pub fn handle_event(&mut self, now: Instant, event: Event<C>) -> Handled {
-        if let Event::SetEligible { eligible } = event {
+        if let Event::Control(Control::SetEligible { eligible }) = event {
             return self.set_eligible(now, eligible);
         }
         let State::Running(running) = &self.state else {
@@ -410,12 +411,7 @@ impl<C> Election<C> {
             return Handled::Ignored(ignored);
         }
         match event {
-            Event::Cancelled => self.cancel(now),
-            Event::Resign { hold_off } => self.resign(now, hold_off),
-            // Applied before the election's state is looked at.
-            Event::SetEligible { .. } => {}
-            Event::Panicked => self.abandon(Abandon::Panic),
-            Event::Dropped => self.abandon(Abandon::Drop),
+            Event::Control(control) => self.on_control(now, control),
             Event::ConnectionAcquired { conn } => self.on_acquired(now, conn),
             Event::AcquireFailed { cause, .. } => self.on_acquire_failed(now, Cause::Error(cause)),
             Event::PoolProbed { first, second, .. } => self.on_pool_probed(now, first, second),

@@ -1,7 +1,6 @@
 //! What the driver reports to the election.
 
-use std::time::Duration;
-
+use crate::control::Control;
 use crate::ids::{ConnId, TermId};
 use crate::verify::LockCheck;
 
@@ -186,31 +185,18 @@ pub enum Event<C> {
         /// The operation.
         conn: ConnId,
     },
-    /// The run was asked to stop (its cancellation token was cancelled).
-    Cancelled,
-    /// An operator asked this replica to give up leadership: a leader ends its term
-    /// ([`TermEndCause::Resigned`](crate::TermEndCause::Resigned)), gives its work the stop grace,
-    /// releases the lock and stays a standby; a standby abandons a check in progress. Either way
-    /// no check begins before `hold_off` has passed, so another replica can take the lock.
-    Resign {
-        /// How long the replica does not try the lock, from now.
-        hold_off: Duration,
-    },
-    /// Whether this replica may lead. An ineligible replica never tries the lock; a leader made
-    /// ineligible resigns as on [`Event::Resign`], until it is made eligible again. Applied also
-    /// while the election is not running (the setting outlives runs).
-    SetEligible {
-        /// The new setting.
-        eligible: bool,
-    },
-    /// A panic is unwinding through the run.
-    Panicked,
-    /// The run was dropped before it finished (its task was aborted or its future dropped).
-    Dropped,
+    /// A request from outside the run: a stop, a resign, an eligibility, a panic or a drop.
+    Control(Control),
+}
+
+impl<C> From<Control> for Event<C> {
+    fn from(control: Control) -> Self {
+        Self::Control(control)
+    }
 }
 
 impl<C> Event<C> {
-    /// The connection a completion event concerns; `None` for the control events and
+    /// The connection a completion event concerns; `None` for [`Event::Control`] and
     /// [`Event::WorkDrained`].
     pub fn conn(&self) -> Option<ConnId> {
         match self {
@@ -236,12 +222,7 @@ impl<C> Event<C> {
             | Self::LeaseRenewed { conn }
             | Self::LeaseLost { conn }
             | Self::SessionEnded { conn, .. } => Some(*conn),
-            Self::WorkDrained { .. }
-            | Self::Cancelled
-            | Self::Resign { .. }
-            | Self::SetEligible { .. }
-            | Self::Panicked
-            | Self::Dropped => None,
+            Self::WorkDrained { .. } | Self::Control(_) => None,
         }
     }
 }

@@ -26,7 +26,8 @@ pub enum Ignored {
     /// The election is already stopping; a second stop request changes nothing. Also a resign
     /// request while the lock is being given up.
     AlreadyStopping,
-    /// [`Event::SetEligible`](crate::Event::SetEligible) with the setting the election already has.
+    /// [`Control::SetEligible`](crate::Control::SetEligible) with the setting the election
+    /// already has.
     Unchanged,
 }
 

@@ -45,6 +45,7 @@ use std::time::Instant;
 
 use crate::action::Action;
 use crate::cause::{LossReason, TermEndCause};
+use crate::control::Control;
 use crate::event::Event;
 use crate::handled::Handled;
 use crate::ids::{ConnId, TermId};
@@ -258,11 +259,11 @@ impl Rules for ElectionRules {
         } = input
         {
             match event {
-                Event::SetEligible { eligible } => self.ineligible = !eligible,
+                Event::Control(Control::SetEligible { eligible }) => self.ineligible = !eligible,
                 Event::Unfit { .. } => self.unfit = true,
                 Event::Fit { .. } => self.unfit = false,
                 // (An applied resign means a running election; `Start` clears the hold.)
-                Event::Resign { hold_off } => {
+                Event::Control(Control::Resign { hold_off }) => {
                     self.hold_until =
                         Some(crate::hold_off::extended(self.hold_until, now, *hold_off));
                 }
@@ -548,12 +549,7 @@ impl ElectionRules {
     fn expected_end<C>(&self, event: Option<&Event<C>>) -> Option<TermEndCause> {
         let lost = |reason| Some(TermEndCause::Lost(reason));
         match event {
-            Some(Event::Cancelled) => Some(TermEndCause::Stopped),
-            Some(Event::Resign { .. } | Event::SetEligible { eligible: false }) => {
-                Some(TermEndCause::Resigned)
-            }
-            Some(Event::Panicked) => lost(LossReason::Panicked),
-            Some(Event::Dropped) => lost(LossReason::Dropped),
+            Some(Event::Control(control)) => control.term_end(),
             Some(Event::Unfit { .. }) => Some(TermEndCause::Unfit),
             _ if self.lease.is_some() => match event {
                 None => lost(LossReason::LeaseExpired),
@@ -766,10 +762,10 @@ mod tests {
             self.checker.check(now, Input::Timeout, actions, timeout)
         }
 
-        fn event(&mut self, ms: u64, event: E, actions: &[A]) -> Result<(), Violation> {
+        fn event(&mut self, ms: u64, event: impl Into<E>, actions: &[A]) -> Result<(), Violation> {
             let (now, timeout) = (self.at(ms), Some(self.at(ms + 100)));
             let input = Input::Event {
-                event: &event,
+                event: &event.into(),
                 handled: Handled::Applied,
             };
             self.checker.check(now, input, actions, timeout)
@@ -865,7 +861,7 @@ mod tests {
             },
             A::Unlock { conn: C1 },
         ];
-        trace.event(3, E::Cancelled, &stop).unwrap();
+        trace.event(3, Control::Cancelled, &stop).unwrap();
         let done = [A::CloseConnection { conn: C1 }, A::Finish];
         let input = Input::Event {
             event: &E::UnlockDone {
@@ -977,13 +973,13 @@ mod tests {
             term: T1,
             cause: TermEndCause::Lost(LossReason::Panicked),
         }];
-        violation(trace.event(1, E::Panicked, &end), "open is None");
+        violation(trace.event(1, Control::Panicked, &end), "open is None");
         let mut trace = Trace::leading();
         let end = [A::EndTerm {
             term: T1,
             cause: TermEndCause::Stopped,
         }];
-        violation(trace.event(3, E::Panicked, &end), "EndTerm cause");
+        violation(trace.event(3, Control::Panicked, &end), "EndTerm cause");
     }
 
     #[test]
@@ -1031,7 +1027,7 @@ mod tests {
         let mut trace = Trace::new();
         trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
         violation(
-            trace.event(1, E::Cancelled, &[A::TryLock { conn: C1 }]),
+            trace.event(1, Control::Cancelled, &[A::TryLock { conn: C1 }]),
             "TryLock",
         );
     }
@@ -1062,13 +1058,13 @@ mod tests {
         );
         let mut trace = Trace::leading();
         violation(
-            trace.event(3, E::Cancelled, &[A::Unlock { conn: C2 }]),
+            trace.event(3, Control::Cancelled, &[A::Unlock { conn: C2 }]),
             "but conn#1 is the newest",
         );
         let mut trace = Trace::new();
         trace.start(&[A::AcquireConnection { conn: C2 }]).unwrap();
         violation(
-            trace.event(1, E::Cancelled, &[A::CloseConnection { conn: C1 }]),
+            trace.event(1, Control::Cancelled, &[A::CloseConnection { conn: C1 }]),
             "newest",
         );
     }
@@ -1078,7 +1074,7 @@ mod tests {
         let mut trace = Trace::new();
         trace.start(&[]).unwrap();
         violation(
-            trace.event(1, E::Cancelled, &[A::CloseConnection { conn: C1 }]),
+            trace.event(1, Control::Cancelled, &[A::CloseConnection { conn: C1 }]),
             "never asked for",
         );
     }
@@ -1096,12 +1092,12 @@ mod tests {
             .check(trace.at(1), input, &[], Some(trace.at(100)))
             .unwrap();
         violation(
-            trace.event(2, E::Cancelled, &[A::AcquireConnection { conn: C1 }]),
+            trace.event(2, Control::Cancelled, &[A::AcquireConnection { conn: C1 }]),
             "asked for after",
         );
         let mut trace = Trace::leading();
         violation(
-            trace.event(3, E::Cancelled, &[A::AcquireConnection { conn: C2 }]),
+            trace.event(3, Control::Cancelled, &[A::AcquireConnection { conn: C2 }]),
             "while conn#1",
         );
     }
@@ -1110,7 +1106,7 @@ mod tests {
     fn an_unlock_after_a_panic_or_a_ping_in_answer_to_an_event_is_reported() {
         let mut trace = Trace::leading();
         violation(
-            trace.event(3, E::Panicked, &[A::Unlock { conn: C1 }]),
+            trace.event(3, Control::Panicked, &[A::Unlock { conn: C1 }]),
             "Unlock",
         );
         let mut trace = Trace::leading();
@@ -1173,7 +1169,7 @@ mod tests {
         // On a stop request, before the term ended.
         let mut trace = Trace::leading();
         violation(
-            trace.event(3, E::Cancelled, &unlock),
+            trace.event(3, Control::Cancelled, &unlock),
             "Unlock on conn#1 (Hijacked) in answer to Cancelled",
         );
     }
@@ -1208,7 +1204,7 @@ mod tests {
         trace
             .event(
                 3,
-                E::Cancelled,
+                Control::Cancelled,
                 &[stopped.clone(), A::AwaitWork { term: T1 }],
             )
             .unwrap();
@@ -1231,7 +1227,7 @@ mod tests {
             term: TermId::new(2),
         };
         violation(
-            trace.event(3, E::Cancelled, &[stopped, other]),
+            trace.event(3, Control::Cancelled, &[stopped, other]),
             "AwaitWork 2 without a stopped term",
         );
     }
@@ -1240,12 +1236,15 @@ mod tests {
     fn finishing_with_a_term_or_a_connection_left_is_reported() {
         let mut trace = Trace::leading();
         violation(
-            trace.event(3, E::Cancelled, &[A::Finish]),
+            trace.event(3, Control::Cancelled, &[A::Finish]),
             "finished with term",
         );
         let mut trace = Trace::new();
         trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
-        violation(trace.event(1, E::Cancelled, &[A::Finish]), "left Acquiring");
+        violation(
+            trace.event(1, Control::Cancelled, &[A::Finish]),
+            "left Acquiring",
+        );
     }
 
     #[test]
@@ -1262,7 +1261,7 @@ mod tests {
             }),
         ];
         let input = Input::Event {
-            event: &E::Cancelled,
+            event: &E::Control(Control::Cancelled),
             handled: Handled::Applied,
         };
         violation(
@@ -1360,7 +1359,7 @@ mod tests {
         let mut trace = Trace::new();
         trace.start(&[]).unwrap();
         trace
-            .event(10, E::SetEligible { eligible: false }, &[])
+            .event(10, Control::SetEligible { eligible: false }, &[])
             .unwrap();
         violation(
             trace.timeout(100, &[A::AcquireConnection { conn: C1 }]),
@@ -1370,14 +1369,14 @@ mod tests {
         let mut trace = Trace::new();
         trace.start(&[]).unwrap();
         let hold_off = Duration::from_secs(1);
-        trace.event(10, E::Resign { hold_off }, &[]).unwrap();
+        trace.event(10, Control::Resign { hold_off }, &[]).unwrap();
         violation(
             trace.timeout(500, &[A::AcquireConnection { conn: C1 }]),
             "before the resign's hold-off ended",
         );
         let mut trace = Trace::new();
         trace.start(&[]).unwrap();
-        trace.event(10, E::Resign { hold_off }, &[]).unwrap();
+        trace.event(10, Control::Resign { hold_off }, &[]).unwrap();
         trace
             .timeout(1010, &[A::AcquireConnection { conn: C1 }])
             .unwrap();
@@ -1391,7 +1390,7 @@ mod tests {
         let mut trace = Trace::new();
         trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
         violation(
-            trace.event(5, E::Cancelled, &[A::ReturnToPool { conn: C1 }]),
+            trace.event(5, Control::Cancelled, &[A::ReturnToPool { conn: C1 }]),
             "ReturnToPool on conn#1 (Acquiring) in answer to Cancelled",
         );
     }

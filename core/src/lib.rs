@@ -9,6 +9,8 @@
 //! tokio-postgres; the simulation drives the same driver under turmoil.
 //!
 //! - [`Election`]: the state machine, its inputs ([`Event`], timeouts) and outputs ([`Action`]).
+//! - [`Control`]: the requests from outside a run (stop, resign, eligibility, panic, drop),
+//!   the same for both machines.
 //! - [`CheckInterval`]: the validated interval and the `idle_session_timeout` derived from it.
 //! - [`work`]: the outcome table of a unit of leader work (the spec's `Do`).
 //! - [`shards`]: sharded leadership, `K` shards balanced over the live replicas on one lock
@@ -21,6 +23,7 @@
 
 mod action;
 mod cause;
+mod control;
 mod election;
 mod event;
 pub mod failures;
@@ -44,6 +47,7 @@ pub mod work;
 
 pub use action::{Action, Level, LogKind, LogRecord};
 pub use cause::{Cause, LockFinding, LossReason, TermEndCause};
+pub use control::Control;
 pub use election::{Election, MAX_HOLD_OFF, Phase, Timer};
 pub use event::Event;
 pub use handled::{AlreadyRunning, Handled, Ignored};

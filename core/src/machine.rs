@@ -3,9 +3,10 @@
 //! inputs every machine takes. [`Election`](crate::Election) and
 //! [`ShardedElection`](crate::shards::ShardedElection) implement it; one driver runs either.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::action::Action;
+use crate::control::Control;
 use crate::election::Election;
 use crate::event::Event;
 use crate::handled::{AlreadyRunning, Handled};
@@ -20,8 +21,8 @@ use crate::shards::{ShardAction, ShardEvent, ShardedElection};
 /// performs every queued action after each input; it sleeps until
 /// [`poll_timeout`](Self::poll_timeout).
 pub trait Machine {
-    /// The machine's inputs.
-    type Event;
+    /// The machine's inputs, a [`Control`] among them.
+    type Event: From<Control>;
     /// The machine's outputs.
     type Action;
     /// The driver's error type, carried in the events.
@@ -54,18 +55,12 @@ pub trait Machine {
     /// strictly more than two intervals.
     fn stuck(&self, now: Instant) -> Result<(), StuckLeader>;
 
-    /// The stop requested.
-    fn cancelled() -> Self::Event;
-    /// The run unwound by a panic: every term ends as lost, the session closes unlocked.
-    fn panicked() -> Self::Event;
-    /// The run's future dropped: as a panic.
-    fn dropped() -> Self::Event;
+    /// The request `control` from outside the run, as the machine's input.
+    fn control(control: Control) -> Self::Event {
+        control.into()
+    }
     /// The held session `conn` ended on its own, with `cause`.
     fn session_ended(conn: ConnId, cause: Self::Error) -> Self::Event;
-    /// The operator's resign, holding off for `hold_off`.
-    fn resign(hold_off: Duration) -> Self::Event;
-    /// The operator makes the replica eligible or not.
-    fn set_eligible(eligible: bool) -> Self::Event;
     /// The connection an event concerns, when it concerns one.
     fn conn(event: &Self::Event) -> Option<ConnId>;
     /// Whether `event` answers a check that worked (the failed-check run it ends is reported
@@ -110,28 +105,8 @@ impl<C> Machine for Election<C> {
         Election::stuck(self, now)
     }
 
-    fn cancelled() -> Event<C> {
-        Event::Cancelled
-    }
-
-    fn panicked() -> Event<C> {
-        Event::Panicked
-    }
-
-    fn dropped() -> Event<C> {
-        Event::Dropped
-    }
-
     fn session_ended(conn: ConnId, cause: C) -> Event<C> {
         Event::SessionEnded { conn, cause }
-    }
-
-    fn resign(hold_off: Duration) -> Event<C> {
-        Event::Resign { hold_off }
-    }
-
-    fn set_eligible(eligible: bool) -> Event<C> {
-        Event::SetEligible { eligible }
     }
 
     fn conn(event: &Event<C>) -> Option<ConnId> {
@@ -191,29 +166,9 @@ impl<C> Machine for ShardedElection<C> {
         ShardedElection::stuck(self, now)
     }
 
-    fn cancelled() -> ShardEvent<C> {
-        ShardEvent::Cancelled
-    }
-
-    fn panicked() -> ShardEvent<C> {
-        ShardEvent::Panicked
-    }
-
-    fn dropped() -> ShardEvent<C> {
-        ShardEvent::Dropped
-    }
-
     /// The sharded machine needs no cause: every shard is lost with `SessionEnded`.
     fn session_ended(conn: ConnId, _cause: C) -> ShardEvent<C> {
         ShardEvent::SessionEnded { conn }
-    }
-
-    fn resign(hold_off: Duration) -> ShardEvent<C> {
-        ShardEvent::Resign { hold_off }
-    }
-
-    fn set_eligible(eligible: bool) -> ShardEvent<C> {
-        ShardEvent::SetEligible { eligible }
     }
 
     fn conn(event: &ShardEvent<C>) -> Option<ConnId> {

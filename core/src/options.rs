@@ -184,8 +184,8 @@ impl Options {
     }
 
     /// Whether the replica may lead when the election is created (default `true`); changed
-    /// later with [`Event::SetEligible`](crate::Event::SetEligible). An ineligible replica never
-    /// tries the lock.
+    /// later with [`Control::SetEligible`](crate::Control::SetEligible). An ineligible replica
+    /// never tries the lock.
     #[must_use]
     pub fn eligible(mut self, eligible: bool) -> Self {
         self.eligible = eligible;

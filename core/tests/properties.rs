@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{I, World};
-use plexsphere_leader_core::{AcquireMode, Event, Lease, OnOverdue, Options, UNLOCK_BUDGET};
+use plexsphere_leader_core::{AcquireMode, Control, Lease, OnOverdue, Options, UNLOCK_BUDGET};
 use proptest::prelude::*;
 
 const REPLICAS: usize = 3;
@@ -111,9 +111,9 @@ fn run(options: Options, ops: &[Op]) -> Result<(), String> {
         match *op {
             Op::Advance(ms) => world.advance(Duration::from_millis(ms.into()))?,
             Op::Start(r) => world.start(r)?,
-            Op::Cancel(r) => world.event(r, Event::Cancelled)?,
-            Op::Panic(r) => world.event(r, Event::Panicked)?,
-            Op::Drop(r) => world.event(r, Event::Dropped)?,
+            Op::Cancel(r) => world.event(r, Control::Cancelled)?,
+            Op::Panic(r) => world.event(r, Control::Panicked)?,
+            Op::Drop(r) => world.event(r, Control::Dropped)?,
             Op::Terminate(r) => world.terminate(r),
             Op::TerminateSilently(r) => {
                 world.terminate_silently(r);
@@ -123,11 +123,11 @@ fn run(options: Options, ops: &[Op]) -> Result<(), String> {
             Op::FailNext(r) => world.replicas[r].fail_next = true,
             Op::Resign(r, ms) => world.event(
                 r,
-                Event::Resign {
+                Control::Resign {
                     hold_off: Duration::from_millis(ms.into()),
                 },
             )?,
-            Op::SetEligible(r, eligible) => world.event(r, Event::SetEligible { eligible })?,
+            Op::SetEligible(r, eligible) => world.event(r, Control::SetEligible { eligible })?,
             Op::SetFit(r, fit) => world.replicas[r].unfit = !fit,
         }
     }
@@ -145,7 +145,7 @@ fn liveness(world: &mut World) -> Result<(), String> {
     }
     // Every replica may lead again; a resign's hold-off ends within three intervals.
     for r in 0..REPLICAS {
-        world.event(r, Event::SetEligible { eligible: true })?;
+        world.event(r, Control::SetEligible { eligible: true })?;
     }
     // A stop in progress ends within its grace (two intervals at most) and the unlock budget.
     world.advance(2 * I + UNLOCK_BUDGET)?;
@@ -167,7 +167,7 @@ fn liveness(world: &mut World) -> Result<(), String> {
     }
     // Then a graceful stop of everyone leaves no lock and no open term.
     for r in 0..REPLICAS {
-        world.event(r, Event::Cancelled)?;
+        world.event(r, Control::Cancelled)?;
     }
     // The work answers at once (or never, after a FailNext: the grace bounds it).
     world.advance(2 * I + Duration::from_millis(10))?;

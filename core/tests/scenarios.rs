@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::{I, World};
-use plexsphere_leader_core::Event;
+use plexsphere_leader_core::Control;
 
 const RTT: Duration = Duration::from_millis(2);
 
@@ -57,7 +57,7 @@ fn a_graceful_stop_hands_over_at_the_standbys_next_check_with_no_overlap() {
     world.advance(RTT).unwrap();
     world.start(1).unwrap();
     world.advance(I).unwrap();
-    world.event(0, Event::Cancelled).unwrap();
+    world.event(0, Control::Cancelled).unwrap();
     // The term ended before the unlock was even sent.
     assert!(world.leaders().is_empty());
     world.advance(I + RTT).unwrap();
@@ -176,7 +176,7 @@ fn a_released_lease_hands_over_at_the_standbys_next_check() {
     world.start(1).unwrap();
     world.advance(I).unwrap();
     assert_eq!(world.leaders(), vec![0]);
-    world.event(0, Event::Cancelled).unwrap();
+    world.event(0, Control::Cancelled).unwrap();
     let stopped = world.now;
     while !world.replicas[1].election.is_leader() {
         world.advance(Duration::from_millis(1)).unwrap();

@@ -10,7 +10,7 @@ mod shards_world;
 
 use std::time::Duration;
 
-use plexsphere_leader_core::OnOverdue;
+use plexsphere_leader_core::{Control, OnOverdue};
 use proptest::prelude::*;
 use shards_world::{I, World};
 
@@ -63,7 +63,7 @@ fn run_case(shards: u32, silent_closes: bool, fencing: bool, ops: &[Op]) {
         match *op {
             Op::Advance(ms) => world.advance(Duration::from_millis(ms.into())),
             Op::Start(r) => world.start(r),
-            Op::Stop(r) => world.feed(r, plexsphere_leader_core::shards::ShardEvent::Cancelled),
+            Op::Stop(r) => world.feed(r, Control::Cancelled),
             Op::Crash(r) => world.crash(r),
             Op::Terminate(r) => world.terminate(r),
             Op::LoseNextReply(r) => world.replicas[r].lose_next = true,
@@ -106,7 +106,7 @@ fn run_case(shards: u32, silent_closes: bool, fencing: bool, ops: &[Op]) {
     );
     // A graceful stop of everyone releases everything.
     for r in 0..REPLICAS {
-        world.feed(r, plexsphere_leader_core::shards::ShardEvent::Cancelled);
+        world.feed(r, Control::Cancelled);
     }
     world.advance(4 * I);
     assert!(world.replicas.iter().all(|r| r.election.is_none()));

@@ -9,8 +9,8 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use plexsphere_leader_core::invariants::{Checker, Input};
 use plexsphere_leader_core::{
-    AcquireMode, CheckInterval, ConnId, Election, Event, LockCheck, MIN_CHECK_INTERVAL, OnOverdue,
-    Lease, Options, TermId,
+    AcquireMode, CheckInterval, ConnId, Control, Election, Event, Lease, LockCheck,
+    MIN_CHECK_INTERVAL, OnOverdue, Options, TermId,
 };
 
 #[derive(Debug, Arbitrary)]
@@ -226,15 +226,17 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
             FuzzInput::WorkDrained(term) => Event::WorkDrained {
                 term: TermId::new(u64::from(*term)),
             },
-            FuzzInput::Cancelled => Event::Cancelled,
-            FuzzInput::Resign(ms) => Event::Resign {
+            FuzzInput::Cancelled => Control::Cancelled.into(),
+            FuzzInput::Resign(ms) => Control::Resign {
                 hold_off: Duration::from_millis(u64::from(*ms)),
-            },
-            FuzzInput::SetEligible(eligible) => Event::SetEligible {
+            }
+            .into(),
+            FuzzInput::SetEligible(eligible) => Control::SetEligible {
                 eligible: *eligible,
-            },
-            FuzzInput::Panicked => Event::Panicked,
-            FuzzInput::Dropped => Event::Dropped,
+            }
+            .into(),
+            FuzzInput::Panicked => Control::Panicked.into(),
+            FuzzInput::Dropped => Control::Dropped.into(),
             FuzzInput::LeaseClaimed(w, epoch) => Event::LeaseClaimed {
                 conn: conn(w),
                 epoch: u64::from(*epoch),

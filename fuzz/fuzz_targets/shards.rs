@@ -16,7 +16,7 @@ use plexsphere_leader_core::invariants::shards::ShardChecker;
 use plexsphere_leader_core::shards::{
     MemberId, Shard, ShardAction, ShardEvent, ShardOptions, ShardedElection, Survey,
 };
-use plexsphere_leader_core::{CheckInterval, ConnId, Handled, MIN_CHECK_INTERVAL, TermId};
+use plexsphere_leader_core::{CheckInterval, ConnId, Control, Handled, MIN_CHECK_INTERVAL, TermId};
 
 #[derive(Debug, Arbitrary)]
 struct Step {
@@ -288,13 +288,14 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
             FuzzInput::WorkDrained(t) => ShardEvent::WorkDrained {
                 term: TermId::new(u64::from(t)),
             },
-            FuzzInput::Resign(ms) => ShardEvent::Resign {
+            FuzzInput::Resign(ms) => Control::Resign {
                 hold_off: Duration::from_millis(u64::from(ms)),
-            },
-            FuzzInput::SetEligible(eligible) => ShardEvent::SetEligible { eligible },
-            FuzzInput::Cancelled => ShardEvent::Cancelled,
-            FuzzInput::Panicked => ShardEvent::Panicked,
-            FuzzInput::Dropped => ShardEvent::Dropped,
+            }
+            .into(),
+            FuzzInput::SetEligible(eligible) => Control::SetEligible { eligible }.into(),
+            FuzzInput::Cancelled => Control::Cancelled.into(),
+            FuzzInput::Panicked => Control::Panicked.into(),
+            FuzzInput::Dropped => Control::Dropped.into(),
         };
         let handled: Handled = election.handle_event(now, event.clone());
         let input = Input::Event {

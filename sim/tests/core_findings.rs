@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use plexsphere_leader_core::shards::{
     MemberId, Shard, ShardAction, ShardEvent, ShardOptions, ShardedElection, Survey, plan,
 };
-use plexsphere_leader_core::{CheckInterval, ConnId, TermEndCause, TermId};
+use plexsphere_leader_core::{CheckInterval, ConnId, Control, TermEndCause, TermId};
 
 const I: Duration = Duration::from_millis(100);
 const ME: MemberId = MemberId::new(100);
@@ -75,7 +75,7 @@ fn a_stop_during_a_survey_still_awaits_the_work_then_unlocks_all() {
     m.handle_timeout(t0 + I);
     assert_eq!(drain(&mut m), vec![ShardAction::Survey { conn: C1 }]);
     let now = t0 + I + Duration::from_millis(1);
-    m.handle_event(now, ShardEvent::Cancelled);
+    m.handle_event(now, Control::Cancelled.into());
     let stop = drain(&mut m);
     assert!(
         stop.contains(&ShardAction::EndTerm {

@@ -13,7 +13,7 @@ use std::sync::{Arc, MutexGuard};
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use plexsphere_leader_core::failures::FailureReport;
-use plexsphere_leader_core::{Cause, ConnId, Machine};
+use plexsphere_leader_core::{Cause, ConnId, Control, Machine};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, TokioClock};
@@ -183,8 +183,8 @@ enum Wake<E, X> {
 }
 
 /// One run of an election. Dropping it before the run finished (a panic unwinding through
-/// `run`, or the `run` future dropped) reports `Panicked` or `Dropped` to the core and performs
-/// what it asks: every term ends and the session closes without an unlock.
+/// `run`, or the `run` future dropped) reports `Control::Panicked` or `Control::Dropped` to the
+/// core and performs what it asks: every term ends and the session closes without an unlock.
 pub(crate) struct Driver<M: Mode> {
     mode: M,
     io: Io<M>,
@@ -240,7 +240,7 @@ impl<M: Mode> Driver<M> {
             match wake {
                 Wake::Stop => {
                     stop_reported = true;
-                    self.handle(M::Machine::cancelled());
+                    self.handle(M::Machine::control(Control::Cancelled));
                 }
                 Wake::Completed(completion) => {
                     self.io.in_flight = None;
@@ -322,12 +322,12 @@ impl<M: Mode> Driver<M> {
 impl<M: Mode> Drop for Driver<M> {
     fn drop(&mut self) {
         if !self.io.finished {
-            let event = if std::thread::panicking() {
-                M::Machine::panicked()
+            let control = if std::thread::panicking() {
+                Control::Panicked
             } else {
-                M::Machine::dropped()
+                Control::Dropped
             };
-            self.handle(event);
+            self.handle(M::Machine::control(control));
         }
         self.io.in_flight = None;
         // Whatever is still held is closed, never returned to the pool: it may carry a lock.

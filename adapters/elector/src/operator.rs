@@ -6,7 +6,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use plexsphere_leader_core::Machine;
+use plexsphere_leader_core::{Control, Machine};
 use tokio::sync::Notify;
 
 use crate::leadership::Resignation;
@@ -51,7 +51,7 @@ impl<E> OperatorQueue<E> {
         if !machine.is_running() {
             return Resignation::NotRunning;
         }
-        self.push(M::resign(hold_off));
+        self.push(M::control(Control::Resign { hold_off }));
         drop(machine);
         Resignation::Requested
     }
@@ -62,7 +62,7 @@ impl<E> OperatorQueue<E> {
     where
         M: Machine<Event = E>,
     {
-        let request = M::set_eligible(eligible);
+        let request = M::control(Control::SetEligible { eligible });
         if machine.is_running() {
             self.push(request);
         } else {

@@ -239,9 +239,9 @@ pub(super) fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
                     then: AfterRelease::Finish,
                     ..
                 }),
-                Event::Cancelled,
+                Event::Control(Control::Cancelled),
             )
-            | (Role::Draining(_) | Role::Releasing(_), Event::Resign { .. }) => {
+            | (Role::Draining(_) | Role::Releasing(_), Event::Control(Control::Resign { .. })) => {
                 Err(Ignored::AlreadyStopping)
             }
             _ => Ok(()),

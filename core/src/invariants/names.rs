@@ -2,30 +2,23 @@
 //! control requests, and the names a violation's text gives them.
 
 use crate::action::Action;
+use crate::control::Control;
 use crate::event::Event;
 
 /// An input after which a stopped term's lock may be released.
 pub(super) fn is_stop_input<C>(event: &Event<C>) -> bool {
     matches!(
         event,
-        Event::Cancelled
-            | Event::WorkDrained { .. }
-            | Event::Resign { .. }
-            | Event::SetEligible { eligible: false }
+        Event::Control(
+            Control::Cancelled | Control::Resign { .. } | Control::SetEligible { eligible: false }
+        ) | Event::WorkDrained { .. }
             | Event::Unfit { .. }
     )
 }
 
 /// A control input: a stop, resign, eligibility, panic or drop.
 pub(super) fn is_control_input<C>(event: &Event<C>) -> bool {
-    matches!(
-        event,
-        Event::Cancelled
-            | Event::Resign { .. }
-            | Event::SetEligible { .. }
-            | Event::Panicked
-            | Event::Dropped
-    )
+    matches!(event, Event::Control(_))
 }
 
 /// The name of `action` in a violation's text.
@@ -83,10 +76,6 @@ pub(super) fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
         Some(Event::LeaseLost { .. }) => "LeaseLost",
         Some(Event::UnlockDone { .. }) => "UnlockDone",
         Some(Event::UnlockFailed { .. }) => "UnlockFailed",
-        Some(Event::Cancelled) => "Cancelled",
-        Some(Event::Resign { .. }) => "Resign",
-        Some(Event::SetEligible { .. }) => "SetEligible",
-        Some(Event::Panicked) => "Panicked",
-        Some(Event::Dropped) => "Dropped",
+        Some(Event::Control(control)) => control.name(),
     }
 }

@@ -141,20 +141,17 @@ impl ShardRules {
 
 /// Whether a term may end with `cause` in answer to `event` (`None`: a timeout or a start).
 fn check_end<C>(event: Option<&ShardEvent<C>>, cause: TermEndCause) -> Result<(), String> {
-    let stop = matches!(event, Some(ShardEvent::Cancelled));
-    let resign = matches!(
-        event,
-        Some(ShardEvent::Resign { .. } | ShardEvent::SetEligible { eligible: false })
-    );
+    let asked = match event {
+        Some(ShardEvent::Control(control)) => control.term_end(),
+        _ => None,
+    };
     let survey = matches!(event, Some(ShardEvent::Surveyed { .. }));
-    let abandon = match event {
-        Some(ShardEvent::Panicked) => Some(LossReason::Panicked),
-        Some(ShardEvent::Dropped) => Some(LossReason::Dropped),
+    let abandon = match asked {
+        Some(TermEndCause::Lost(reason)) => Some(reason),
         _ => None,
     };
     let allowed = match cause {
-        TermEndCause::Stopped => stop,
-        TermEndCause::Resigned => resign,
+        TermEndCause::Stopped | TermEndCause::Resigned => asked == Some(cause),
         // Sharded elections do not probe their fitness.
         TermEndCause::Unfit => false,
         TermEndCause::HandedOver => survey,
@@ -176,12 +173,8 @@ fn check_end<C>(event: Option<&ShardEvent<C>>, cause: TermEndCause) -> Result<()
 fn name<C>(event: Option<&ShardEvent<C>>) -> &'static str {
     match event {
         None => "a timeout or start",
-        Some(ShardEvent::Cancelled) => "Cancelled",
-        Some(ShardEvent::Resign { .. }) => "Resign",
-        Some(ShardEvent::SetEligible { .. }) => "SetEligible",
+        Some(ShardEvent::Control(control)) => control.name(),
         Some(ShardEvent::Surveyed { .. }) => "Surveyed",
-        Some(ShardEvent::Panicked) => "Panicked",
-        Some(ShardEvent::Dropped) => "Dropped",
         Some(_) => "a completion",
     }
 }

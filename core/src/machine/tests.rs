@@ -9,6 +9,17 @@ use crate::shards::{MemberId, ShardOptions};
 
 const C1: ConnId = ConnId::new(1);
 
+/// One request of each kind from outside the run.
+const CONTROLS: [Control; 5] = [
+    Control::Cancelled,
+    Control::Resign {
+        hold_off: Duration::from_secs(3),
+    },
+    Control::SetEligible { eligible: false },
+    Control::Panicked,
+    Control::Dropped,
+];
+
 /// Starts `machine` through the trait and checks what every machine does: a second start is
 /// refused, the first action and a deadline are queued, and firing that deadline moves it on.
 fn starts_and_fires<M: Machine>(machine: &mut M) -> M::Action {
@@ -16,12 +27,12 @@ fn starts_and_fires<M: Machine>(machine: &mut M) -> M::Action {
     assert!(!machine.is_running(), "not started");
     // Made ineligible, then eligible, while no run is in progress: each kept for the next run.
     assert_eq!(
-        machine.handle_event(t0, M::set_eligible(false)),
+        machine.handle_event(t0, M::control(Control::SetEligible { eligible: false })),
         Handled::Applied
     );
     assert!(!machine.is_eligible(), "the trait reads the setting");
     assert_eq!(
-        machine.handle_event(t0, M::set_eligible(true)),
+        machine.handle_event(t0, M::control(Control::SetEligible { eligible: true })),
         Handled::Applied
     );
     assert!(machine.is_eligible());
@@ -43,15 +54,9 @@ fn the_election_through_the_trait() {
     assert_eq!(first, Action::AcquireConnection { conn: C1 });
     type M = Election<&'static str>;
     assert_eq!(M::conn(&M::session_ended(C1, "gone")), Some(C1));
-    assert!(matches!(M::cancelled(), Event::Cancelled));
-    assert!(matches!(M::panicked(), Event::Panicked));
-    assert!(matches!(M::dropped(), Event::Dropped));
-    let hold_off = Duration::from_secs(3);
-    assert!(matches!(M::resign(hold_off), Event::Resign { hold_off: h } if h == hold_off));
-    assert!(matches!(
-        M::set_eligible(false),
-        Event::SetEligible { eligible: false }
-    ));
+    for control in CONTROLS {
+        assert_eq!(M::control(control), Event::Control(control));
+    }
     let granted = Event::LockGranted {
         conn: C1,
         backend_pid: 7,
@@ -80,15 +85,9 @@ fn the_sharded_election_through_the_trait() {
     assert_eq!(first, ShardAction::AcquireSession { conn: C1 });
     type M = ShardedElection<&'static str>;
     assert_eq!(M::conn(&M::session_ended(C1, "gone")), Some(C1));
-    assert!(matches!(M::cancelled(), ShardEvent::Cancelled));
-    assert!(matches!(M::panicked(), ShardEvent::Panicked));
-    assert!(matches!(M::dropped(), ShardEvent::Dropped));
-    let hold_off = Duration::from_secs(3);
-    assert!(matches!(M::resign(hold_off), ShardEvent::Resign { hold_off: h } if h == hold_off));
-    assert!(matches!(
-        M::set_eligible(false),
-        ShardEvent::SetEligible { eligible: false }
-    ));
+    for control in CONTROLS {
+        assert_eq!(M::control(control), ShardEvent::Control(control));
+    }
     let registered = ShardEvent::Registered {
         conn: C1,
         backend: MemberId::new(7),

@@ -5,6 +5,7 @@ use std::fmt;
 use super::{LockTableTooSmall, MemberId, Shard, Survey};
 use crate::action::Level;
 use crate::cause::{Cause, TermEndCause};
+use crate::control::Control;
 use crate::ids::{ConnId, TermId};
 
 /// What the driver reports: the completion of an action, or a request from outside.
@@ -94,27 +95,14 @@ pub enum ShardEvent<C> {
         /// The term.
         term: TermId,
     },
-    /// The run is asked to stop: hand every shard back and finish.
-    Cancelled,
-    /// The operator asks this replica to give up every shard and stay out of the space for
-    /// `hold_off` (at most [`MAX_HOLD_OFF`](crate::MAX_HOLD_OFF)): every term ends as
-    /// `Resigned`, the work is awaited under the stop grace, every lock is released, the session
-    /// closes, and the replica rejoins with a new session once the hold-off passed.
-    Resign {
-        /// How long to stay out after the release.
-        hold_off: std::time::Duration,
-    },
-    /// The operator makes this replica eligible or not. An ineligible replica gives up its
-    /// shards as a resign does and does not rejoin until made eligible again; the setting is
-    /// kept while no run is in progress and applies to the next.
-    SetEligible {
-        /// Whether this replica may own shards.
-        eligible: bool,
-    },
-    /// A panic unwound the run.
-    Panicked,
-    /// The run was dropped.
-    Dropped,
+    /// A request from outside the run: a stop, a resign, an eligibility, a panic or a drop.
+    Control(Control),
+}
+
+impl<C> From<Control> for ShardEvent<C> {
+    fn from(control: Control) -> Self {
+        Self::Control(control)
+    }
 }
 
 impl<C> ShardEvent<C> {
@@ -131,12 +119,7 @@ impl<C> ShardEvent<C> {
             | Self::UnlockedAll { conn }
             | Self::StatementFailed { conn, .. }
             | Self::SessionEnded { conn } => Some(*conn),
-            Self::WorkDrained { .. }
-            | Self::Cancelled
-            | Self::Resign { .. }
-            | Self::SetEligible { .. }
-            | Self::Panicked
-            | Self::Dropped => None,
+            Self::WorkDrained { .. } | Self::Control(_) => None,
         }
     }
 }

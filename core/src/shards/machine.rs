@@ -23,6 +23,7 @@ use super::{
     MemberId, Shard, ShardAction, ShardEvent, ShardLog, ShardLogKind, ShardOptions, Survey,
 };
 use crate::cause::{Cause, LossReason, TermEndCause};
+use crate::control::Control;
 use crate::handled::{AlreadyRunning, Handled, Ignored};
 use crate::ids::{ConnId, IdSource, TermId};
 use crate::interval::UNLOCK_BUDGET;
@@ -179,7 +180,7 @@ impl<C> ShardedElection<C> {
         }
     }
 
-    /// Whether this replica may own shards ([`ShardEvent::SetEligible`]); kept across runs.
+    /// Whether this replica may own shards ([`Control::SetEligible`]); kept across runs.
     pub fn is_eligible(&self) -> bool {
         self.eligible
     }
@@ -397,7 +398,7 @@ impl<C> ShardedElection<C> {
 
     /// Applies one event at `now`.
     pub fn handle_event(&mut self, now: Instant, event: ShardEvent<C>) -> Handled {
-        if let ShardEvent::SetEligible { eligible } = event
+        if let ShardEvent::Control(Control::SetEligible { eligible }) = event
             && self.run.is_none()
         {
             return self.keep_eligibility(eligible);
@@ -435,11 +436,7 @@ impl<C> ShardedElection<C> {
                 Handled::Applied
             }
             ShardEvent::WorkDrained { term } => self.work_drained(now, term),
-            ShardEvent::Cancelled => self.cancelled(now),
-            ShardEvent::Resign { hold_off } => self.resign(now, hold_off),
-            ShardEvent::SetEligible { eligible } => self.set_eligible(now, eligible),
-            ShardEvent::Panicked => self.abandon(LossReason::Panicked),
-            ShardEvent::Dropped => self.abandon(LossReason::Dropped),
+            ShardEvent::Control(control) => self.on_control(now, control),
         }
     }
 

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::cause::{Cause, LossReason, TermEndCause};
+use crate::control::Control;
 use crate::handled::{Handled, Ignored};
 use crate::ids::{ConnId, TermId};
 use crate::interval::CheckInterval;
@@ -763,7 +764,7 @@ fn a_stop_ends_every_term_awaits_the_work_then_unlocks_all() {
     let t0 = Instant::now();
     let mut m = owning(8, 6..8, t0);
     let now = t0 + Duration::from_millis(10);
-    m.handle_event(now, ShardEvent::Cancelled);
+    m.handle_event(now, Control::Cancelled.into());
     assert_eq!(
         drain(&mut m),
         vec![
@@ -813,7 +814,7 @@ fn a_stop_ends_every_term_awaits_the_work_then_unlocks_all() {
 fn a_stop_whose_work_outlives_the_grace_unlocks_anyway_and_says_so() {
     let t0 = Instant::now();
     let mut m = owning(8, 6..8, t0);
-    m.handle_event(t0, ShardEvent::Cancelled);
+    m.handle_event(t0, Control::Cancelled.into());
     drain(&mut m);
     assert_eq!(m.timeout_reason(), Some(ShardTimer::DrainDeadline));
     m.handle_timeout(t0 + I);
@@ -853,7 +854,7 @@ fn a_stop_during_a_statement_waits_for_its_answer_and_begins_no_term() {
         },
     );
     drain(&mut m);
-    m.handle_event(t0, ShardEvent::Cancelled);
+    m.handle_event(t0, Control::Cancelled.into());
     assert_eq!(drain(&mut m), vec![], "the take is in flight");
     m.handle_event(
         t0,
@@ -871,13 +872,13 @@ fn a_stop_without_a_session_finishes_at_once() {
     let mut m = Machine::new(options(8));
     m.start(t0).expect("not running");
     drain(&mut m);
-    m.handle_event(t0, ShardEvent::Cancelled);
+    m.handle_event(t0, Control::Cancelled.into());
     assert_eq!(
         drain(&mut m),
         vec![ShardAction::CloseSession { conn: C1 }, ShardAction::Finish]
     );
     assert_eq!(
-        m.handle_event(t0, ShardEvent::Cancelled),
+        m.handle_event(t0, Control::Cancelled.into()),
         Handled::Ignored(Ignored::NotRunning)
     );
 }
@@ -886,7 +887,7 @@ fn a_stop_without_a_session_finishes_at_once() {
 fn a_panic_ends_every_term_as_lost_and_closes_without_unlocking() {
     let t0 = Instant::now();
     let mut m = owning(8, 7..8, t0);
-    m.handle_event(t0, ShardEvent::Panicked);
+    m.handle_event(t0, Control::Panicked.into());
     assert_eq!(
         drain(&mut m),
         vec![
@@ -1303,7 +1304,7 @@ fn a_stop_during_a_handover_awaits_the_handed_over_work_once() {
     let Some(ShardAction::AwaitWork { term: handed_term }) = handed.get(1).cloned() else {
         panic!("{handed:?}");
     };
-    m.handle_event(t0 + 2 * I, ShardEvent::Cancelled);
+    m.handle_event(t0 + 2 * I, Control::Cancelled.into());
     let actions = drain(&mut m);
     let awaited: Vec<TermId> = actions
         .iter()
@@ -1315,7 +1316,7 @@ fn a_stop_during_a_handover_awaits_the_handed_over_work_once() {
     assert_eq!(awaited.len(), 3, "the three stopped terms: {actions:?}");
     assert!(!awaited.contains(&handed_term));
     assert_eq!(
-        m.handle_event(t0 + 2 * I, ShardEvent::Cancelled),
+        m.handle_event(t0 + 2 * I, Control::Cancelled.into()),
         Handled::Ignored(Ignored::AlreadyStopping)
     );
     for term in awaited {
@@ -1351,7 +1352,7 @@ fn a_stop_during_a_handover_awaits_the_handed_over_work_once() {
 fn a_session_lost_while_stopping_finishes_the_run() {
     let t0 = Instant::now();
     let mut m = owning(8, 6..8, t0);
-    m.handle_event(t0, ShardEvent::Cancelled);
+    m.handle_event(t0, Control::Cancelled.into());
     drain(&mut m);
     m.handle_event(t0, ShardEvent::SessionEnded { conn: C1 });
     let actions = drain(&mut m);
@@ -1364,7 +1365,7 @@ fn a_session_lost_while_stopping_finishes_the_run() {
 fn a_drop_ends_every_term_as_lost_and_says_so() {
     let t0 = Instant::now();
     let mut m = owning(8, 7..8, t0);
-    m.handle_event(t0, ShardEvent::Dropped);
+    m.handle_event(t0, Control::Dropped.into());
     assert_eq!(
         drain(&mut m),
         vec![
@@ -1716,7 +1717,7 @@ fn a_stop_during_an_epoch_advance_begins_no_term() {
     let t0 = Instant::now();
     let mut m = fenced_taking(t0);
     drain(&mut m);
-    m.handle_event(t0, ShardEvent::Cancelled);
+    m.handle_event(t0, Control::Cancelled.into());
     assert_eq!(drain(&mut m), vec![]);
     m.handle_event(
         t0,
@@ -1906,7 +1907,7 @@ fn a_survey_answered_while_stopping_waits_for_the_work_instead_of_losing_the_ses
     let mut m = owning(8, 4..8, t0);
     m.handle_timeout(t0 + I);
     assert_eq!(drain(&mut m), vec![ShardAction::Survey { conn: C1 }]);
-    m.handle_event(t0 + I, ShardEvent::Cancelled);
+    m.handle_event(t0 + I, Control::Cancelled.into());
     let awaited: Vec<TermId> = drain(&mut m)
         .into_iter()
         .filter_map(|a| match a {
@@ -1973,7 +1974,7 @@ fn an_unlock_missing_a_lock_while_stopping_still_waits_for_the_work() {
     else {
         panic!("an unlock");
     };
-    m.handle_event(t0 + 2 * I, ShardEvent::Cancelled);
+    m.handle_event(t0 + 2 * I, Control::Cancelled.into());
     drain(&mut m);
     m.handle_event(
         t0 + 2 * I,
@@ -2040,12 +2041,12 @@ fn a_resign_gives_up_every_shard_as_a_stop_does_then_rejoins_after_the_hold_off(
     let now = t0 + Duration::from_millis(10);
     let hold_off = 10 * I;
     assert_eq!(
-        m.handle_event(now, ShardEvent::Resign { hold_off }),
+        m.handle_event(now, Control::Resign { hold_off }.into()),
         Handled::Applied
     );
     assert_eq!(m.phase(), ShardPhase::Stopping);
     assert_eq!(
-        m.handle_event(now, ShardEvent::Resign { hold_off }),
+        m.handle_event(now, Control::Resign { hold_off }.into()),
         Handled::Ignored(Ignored::AlreadyStopping)
     );
     give_up_both(&mut m, now, TermEndCause::Resigned, false);
@@ -2068,11 +2069,11 @@ fn a_second_resign_with_a_shorter_hold_off_keeps_the_later_end_as_one_election_d
     let t0 = Instant::now();
     let mut m = owning(8, 6..8, t0);
     let hold_off = 10 * I;
-    m.handle_event(t0, ShardEvent::Resign { hold_off });
+    m.handle_event(t0, Control::Resign { hold_off }.into());
     give_up_both(&mut m, t0, TermEndCause::Resigned, false);
     assert_eq!(m.held_off_until(), Some(t0 + hold_off));
     let later = t0 + I;
-    m.handle_event(later, ShardEvent::Resign { hold_off: I });
+    m.handle_event(later, Control::Resign { hold_off: I }.into());
     drain(&mut m);
     assert_eq!(
         m.held_off_until(),
@@ -2088,9 +2089,10 @@ fn a_hold_off_longer_than_the_maximum_is_shortened_to_it() {
     let mut m = joined(8, t0);
     m.handle_event(
         t0,
-        ShardEvent::Resign {
+        Control::Resign {
             hold_off: crate::MAX_HOLD_OFF * 2,
-        },
+        }
+        .into(),
     );
     assert_eq!(m.held_off_until(), Some(t0 + crate::MAX_HOLD_OFF));
 }
@@ -2099,10 +2101,13 @@ fn a_hold_off_longer_than_the_maximum_is_shortened_to_it() {
 fn a_stop_during_a_resign_finishes_the_run_after_the_release() {
     let t0 = Instant::now();
     let mut m = owning(8, 6..8, t0);
-    m.handle_event(t0, ShardEvent::Resign { hold_off: I });
-    assert_eq!(m.handle_event(t0, ShardEvent::Cancelled), Handled::Applied);
+    m.handle_event(t0, Control::Resign { hold_off: I }.into());
     assert_eq!(
-        m.handle_event(t0, ShardEvent::Cancelled),
+        m.handle_event(t0, Control::Cancelled.into()),
+        Handled::Applied
+    );
+    assert_eq!(
+        m.handle_event(t0, Control::Cancelled.into()),
         Handled::Ignored(Ignored::AlreadyStopping)
     );
     give_up_both(&mut m, t0, TermEndCause::Resigned, true);
@@ -2115,7 +2120,7 @@ fn a_resign_while_acquiring_closes_the_session_and_waits_out_the_hold_off() {
     let mut m = Machine::new(options(8));
     m.start(t0).expect("not running");
     drain(&mut m);
-    m.handle_event(t0, ShardEvent::Resign { hold_off: 3 * I });
+    m.handle_event(t0, Control::Resign { hold_off: 3 * I }.into());
     assert_eq!(drain(&mut m), vec![ShardAction::CloseSession { conn: C1 }]);
     assert_eq!(m.poll_timeout(), Some(t0 + 3 * I));
     assert_eq!(m.timeout_reason(), Some(ShardTimer::NextCheck));
@@ -2129,7 +2134,7 @@ fn an_ineligible_owner_gives_up_its_shards_and_rejoins_only_once_eligible() {
     let mut m = owning(8, 6..8, t0);
     assert!(m.is_eligible());
     assert_eq!(
-        m.handle_event(t0, ShardEvent::SetEligible { eligible: false }),
+        m.handle_event(t0, Control::SetEligible { eligible: false }.into()),
         Handled::Applied
     );
     assert!(!m.is_eligible());
@@ -2137,11 +2142,11 @@ fn an_ineligible_owner_gives_up_its_shards_and_rejoins_only_once_eligible() {
     assert!(m.is_running());
     assert_eq!(m.poll_timeout(), None, "no check while ineligible");
     assert_eq!(
-        m.handle_event(t0, ShardEvent::SetEligible { eligible: false }),
+        m.handle_event(t0, Control::SetEligible { eligible: false }.into()),
         Handled::Ignored(Ignored::Unchanged)
     );
     let later = t0 + 5 * I;
-    m.handle_event(later, ShardEvent::SetEligible { eligible: true });
+    m.handle_event(later, Control::SetEligible { eligible: true }.into());
     assert_eq!(m.poll_timeout(), Some(later), "a check at once");
     m.handle_timeout(later);
     assert_eq!(
@@ -2157,21 +2162,21 @@ fn eligibility_is_kept_while_not_running_and_an_ineligible_run_opens_no_session(
     let t0 = Instant::now();
     let mut m = Machine::new(options(8));
     assert_eq!(
-        m.handle_event(t0, ShardEvent::SetEligible { eligible: false }),
+        m.handle_event(t0, Control::SetEligible { eligible: false }.into()),
         Handled::Applied
     );
     assert_eq!(
-        m.handle_event(t0, ShardEvent::SetEligible { eligible: false }),
+        m.handle_event(t0, Control::SetEligible { eligible: false }.into()),
         Handled::Ignored(Ignored::Unchanged)
     );
     m.start(t0).expect("not running");
     assert_eq!(drain(&mut m), vec![]);
     assert_eq!(m.poll_timeout(), None);
     assert_eq!(
-        m.handle_event(t0, ShardEvent::Resign { hold_off: I }),
+        m.handle_event(t0, Control::Resign { hold_off: I }.into()),
         Handled::Applied
     );
-    m.handle_event(t0, ShardEvent::SetEligible { eligible: true });
+    m.handle_event(t0, Control::SetEligible { eligible: true }.into());
     assert_eq!(m.poll_timeout(), Some(t0 + I), "the hold-off still runs");
 }
 
@@ -2179,7 +2184,7 @@ fn eligibility_is_kept_while_not_running_and_an_ineligible_run_opens_no_session(
 fn a_session_lost_during_a_resign_leaves_a_run_that_rejoins_after_the_hold_off() {
     let t0 = Instant::now();
     let mut m = owning(8, 6..8, t0);
-    m.handle_event(t0, ShardEvent::Resign { hold_off: 2 * I });
+    m.handle_event(t0, Control::Resign { hold_off: 2 * I }.into());
     drain(&mut m);
     m.handle_event(t0, ShardEvent::SessionEnded { conn: C1 });
     let actions = drain(&mut m);
@@ -2196,10 +2201,10 @@ fn a_session_lost_during_a_resign_leaves_a_run_that_rejoins_after_the_hold_off()
 fn made_eligible_again_during_the_release_the_replica_rejoins_as_it_ends() {
     let t0 = Instant::now();
     let mut m = owning(8, 6..8, t0);
-    m.handle_event(t0, ShardEvent::SetEligible { eligible: false });
+    m.handle_event(t0, Control::SetEligible { eligible: false }.into());
     let later = t0 + Duration::from_millis(30);
     assert_eq!(
-        m.handle_event(later, ShardEvent::SetEligible { eligible: true }),
+        m.handle_event(later, Control::SetEligible { eligible: true }.into()),
         Handled::Applied
     );
     give_up_both(&mut m, later, TermEndCause::Resigned, false);
@@ -2265,7 +2270,7 @@ fn a_stop_reports_pending_work_deadlines_as_it_finishes_and_forgets_drained_work
     let t0 = Instant::now();
     let deadline = options(8).work_deadline(10 * I, OnOverdue::Report);
     let mut m = owning_with(deadline, 6..8, t0);
-    m.handle_event(t0, ShardEvent::Cancelled);
+    m.handle_event(t0, Control::Cancelled.into());
     drain(&mut m);
     m.handle_event(
         t0,
@@ -2288,7 +2293,7 @@ fn without_a_work_deadline_nothing_is_reported_overdue() {
     let mut m = owning(8, 4..8, t0);
     m.handle_event(t0, ShardEvent::SessionEnded { conn: C1 });
     m.handle_timeout(t0 + 100 * I);
-    m.handle_event(t0 + 100 * I, ShardEvent::Cancelled);
+    m.handle_event(t0 + 100 * I, Control::Cancelled.into());
     let actions = drain(&mut m);
     assert!(overdue_reports(&actions).is_empty(), "{actions:?}");
 }
@@ -2297,13 +2302,13 @@ fn without_a_work_deadline_nothing_is_reported_overdue() {
 fn made_eligible_after_its_hold_off_passed_a_replica_rejoins_now_not_in_the_past() {
     let t0 = Instant::now();
     let mut m = Machine::new(options(8));
-    m.handle_event(t0, ShardEvent::SetEligible { eligible: false });
+    m.handle_event(t0, Control::SetEligible { eligible: false }.into());
     m.start(t0).expect("not running");
     assert_eq!(drain(&mut m), vec![]);
-    m.handle_event(t0, ShardEvent::Resign { hold_off: I });
+    m.handle_event(t0, Control::Resign { hold_off: I }.into());
     drain(&mut m);
     let later = t0 + 10 * I;
-    m.handle_event(later, ShardEvent::SetEligible { eligible: true });
+    m.handle_event(later, Control::SetEligible { eligible: true }.into());
     assert_eq!(
         m.poll_timeout(),
         Some(later),

@@ -146,7 +146,8 @@ impl World {
         self.after_input(r, Input::Start { accepted })
     }
 
-    pub(crate) fn event(&mut self, r: usize, event: Event<Cause>) -> Result<(), String> {
+    pub(crate) fn event(&mut self, r: usize, event: impl Into<Event<Cause>>) -> Result<(), String> {
+        let event = event.into();
         let handled = self.replicas[r]
             .election
             .handle_event(self.now, event.clone());

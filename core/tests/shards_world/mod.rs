@@ -184,7 +184,8 @@ impl World {
     }
 
     /// Feeds `event` to replica `r` now.
-    pub(crate) fn feed(&mut self, r: usize, event: ShardEvent<Cause>) {
+    pub(crate) fn feed(&mut self, r: usize, event: impl Into<ShardEvent<Cause>>) {
+        let event = event.into();
         let now = self.now;
         if let Some(e) = self.replicas[r].election.as_mut() {
             let handled = e.handle_event(now, event.clone());

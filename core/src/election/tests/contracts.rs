@@ -89,9 +89,9 @@ fn actions_and_events_name_their_connection() {
     ];
     assert!(events.iter().all(|e| e.conn() == Some(C2)));
     assert!(
-        [E::Cancelled, E::Panicked, E::Dropped]
-            .iter()
-            .all(|e| e.conn().is_none())
+        [Control::Cancelled, Control::Panicked, Control::Dropped]
+            .into_iter()
+            .all(|control| E::Control(control).conn().is_none())
     );
 }
 

@@ -327,7 +327,7 @@ fn a_session_end_of_another_connection_or_on_a_standby_is_ignored() {
 #[test]
 fn a_session_end_while_releasing_finishes_without_waiting_for_the_unlock() {
     let mut f = Fixture::leader();
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     f.drain();
     f.event(
         101,
@@ -556,7 +556,7 @@ fn the_grant_and_each_proving_check_are_the_leaders_last_verification() {
     );
     assert_eq!(f.election.last_verified(), Some(f.at(IMS + 7)));
     // A standby has none.
-    f.event(IMS + 8, E::Cancelled);
+    f.event(IMS + 8, Control::Cancelled);
     assert_eq!(f.election.last_verified(), None);
 }
 

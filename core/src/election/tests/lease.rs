@@ -267,7 +267,7 @@ fn an_unanswered_claim_holds_the_standby_off_until_its_lease_would_have_expired(
 #[test]
 fn a_stop_ends_the_term_then_releases_the_lease_by_its_epoch() {
     let mut f = lease_leader();
-    f.event(20, E::Cancelled);
+    f.event(20, Control::Cancelled);
     assert_eq!(
         f.drain(),
         vec![
@@ -295,7 +295,7 @@ fn a_stop_ends_the_term_then_releases_the_lease_by_its_epoch() {
 #[test]
 fn a_release_that_finds_the_row_taken_or_does_not_answer_is_reported() {
     let mut f = lease_leader();
-    f.event(20, E::Cancelled);
+    f.event(20, Control::Cancelled);
     f.drain();
     f.event(
         30,
@@ -312,7 +312,7 @@ fn a_release_that_finds_the_row_taken_or_does_not_answer_is_reported() {
         ]
     );
     let mut f = lease_leader();
-    f.event(20, E::Cancelled);
+    f.event(20, Control::Cancelled);
     f.drain();
     f.timeout(20 + UNLOCK_BUDGET.as_millis() as u64);
     assert_eq!(
@@ -334,7 +334,7 @@ fn a_stop_during_a_renewal_gives_the_renewal_up_first() {
     let mut f = lease_leader();
     f.timeout(IMS);
     f.drain();
-    f.event(IMS + 1, E::Cancelled);
+    f.event(IMS + 1, Control::Cancelled);
     assert_eq!(
         f.drain(),
         vec![
@@ -356,7 +356,7 @@ fn a_panic_ends_the_term_as_lost_and_leaves_the_lease_to_expire() {
     let mut f = lease_leader();
     f.timeout(IMS);
     f.drain();
-    f.event(IMS + 1, E::Panicked);
+    f.event(IMS + 1, Control::Panicked);
     assert_eq!(
         f.drain(),
         vec![

@@ -81,8 +81,8 @@ impl Fixture {
         self.t0 + Duration::from_millis(ms)
     }
 
-    fn event(&mut self, ms: u64, event: E) -> Handled {
-        self.election.handle_event(self.at(ms), event)
+    fn event(&mut self, ms: u64, event: impl Into<E>) -> Handled {
+        self.election.handle_event(self.at(ms), event.into())
     }
 
     fn timeout(&mut self, ms: u64) {

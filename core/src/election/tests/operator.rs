@@ -9,7 +9,10 @@ const HOLD: Duration = Duration::from_secs(12);
 #[test]
 fn a_resign_ends_the_term_as_resigned_releases_and_waits_out_the_hold_off_as_a_standby() {
     let mut f = Fixture::leader();
-    assert_eq!(f.event(100, E::Resign { hold_off: HOLD }), Handled::Applied);
+    assert_eq!(
+        f.event(100, Control::Resign { hold_off: HOLD }),
+        Handled::Applied
+    );
     assert_eq!(
         f.drain(),
         vec![
@@ -48,7 +51,7 @@ fn a_resign_ends_the_term_as_resigned_releases_and_waits_out_the_hold_off_as_a_s
 #[test]
 fn a_resign_gives_the_work_its_stop_grace_before_unlocking() {
     let mut f = Fixture::leader_with(options_with_grace());
-    f.event(100, E::Resign { hold_off: HOLD });
+    f.event(100, Control::Resign { hold_off: HOLD });
     assert_eq!(
         f.drain(),
         vec![
@@ -72,12 +75,12 @@ fn options_with_grace() -> Options {
 #[test]
 fn a_stop_during_a_resign_finishes_the_run_after_the_release() {
     let mut f = Fixture::leader_with(options_with_grace());
-    f.event(100, E::Resign { hold_off: HOLD });
+    f.event(100, Control::Resign { hold_off: HOLD });
     f.drain();
-    assert_eq!(f.event(110, E::Cancelled), Handled::Applied);
+    assert_eq!(f.event(110, Control::Cancelled), Handled::Applied);
     assert_eq!(f.drain(), vec![]);
     assert_eq!(
-        f.event(111, E::Cancelled),
+        f.event(111, Control::Cancelled),
         Handled::Ignored(Ignored::AlreadyStopping)
     );
     f.event(150, E::WorkDrained { term: T1 });
@@ -103,10 +106,10 @@ fn a_stop_during_a_resign_finishes_the_run_after_the_release() {
 #[test]
 fn a_second_resign_while_releasing_is_ignored() {
     let mut f = Fixture::leader();
-    f.event(100, E::Resign { hold_off: HOLD });
+    f.event(100, Control::Resign { hold_off: HOLD });
     f.drain();
     assert_eq!(
-        f.event(101, E::Resign { hold_off: HOLD }),
+        f.event(101, Control::Resign { hold_off: HOLD }),
         Handled::Ignored(Ignored::AlreadyStopping)
     );
     assert_eq!(f.drain(), vec![]);
@@ -115,7 +118,7 @@ fn a_second_resign_while_releasing_is_ignored() {
 #[test]
 fn a_failed_release_after_a_resign_warns_closes_and_stays_standby() {
     let mut f = Fixture::leader();
-    f.event(100, E::Resign { hold_off: HOLD });
+    f.event(100, Control::Resign { hold_off: HOLD });
     f.drain();
     f.event(
         110,
@@ -142,7 +145,7 @@ fn a_failed_release_after_a_resign_warns_closes_and_stays_standby() {
 #[test]
 fn a_session_that_ends_during_a_resign_leaves_a_standby_not_a_finished_run() {
     let mut f = Fixture::leader_with(options_with_grace());
-    f.event(100, E::Resign { hold_off: HOLD });
+    f.event(100, Control::Resign { hold_off: HOLD });
     f.drain();
     f.event(
         110,
@@ -171,7 +174,10 @@ fn a_resign_on_a_standby_mid_check_closes_its_connection_and_holds_off() {
     let mut f = Fixture::started();
     f.event(3, E::ConnectionAcquired { conn: C1 });
     f.drain();
-    assert_eq!(f.event(4, E::Resign { hold_off: HOLD }), Handled::Applied);
+    assert_eq!(
+        f.event(4, Control::Resign { hold_off: HOLD }),
+        Handled::Applied
+    );
     assert_eq!(f.drain(), vec![A::CloseConnection { conn: C1 }]);
     // A grant that answers the abandoned statement is stale.
     assert_eq!(
@@ -195,7 +201,10 @@ fn a_waiting_standby_that_resigns_skips_its_checks_until_the_hold_off_ends() {
     f.event(3, E::ConnectionAcquired { conn: C1 });
     f.event(4, E::LockRefused { conn: C1 });
     f.drain();
-    assert_eq!(f.event(6, E::Resign { hold_off: HOLD }), Handled::Applied);
+    assert_eq!(
+        f.event(6, Control::Resign { hold_off: HOLD }),
+        Handled::Applied
+    );
     assert_eq!(f.drain(), vec![]);
     assert_eq!(f.election.poll_timeout(), Some(f.at(6) + HOLD));
 }
@@ -205,7 +214,7 @@ fn a_hold_off_longer_than_the_maximum_is_shortened_to_it() {
     let mut f = Fixture::leader();
     f.event(
         100,
-        E::Resign {
+        Control::Resign {
             hold_off: Duration::MAX,
         },
     );
@@ -225,7 +234,7 @@ fn an_ineligible_replica_never_asks_for_a_connection_until_made_eligible() {
     assert_eq!(f.drain(), vec![]);
     assert_eq!(f.election.poll_timeout(), Some(f.at(2 * IMS)));
     assert_eq!(
-        f.event(6_000, E::SetEligible { eligible: true }),
+        f.event(6_000, Control::SetEligible { eligible: true }),
         Handled::Applied
     );
     assert_eq!(f.drain(), vec![]);
@@ -237,7 +246,7 @@ fn an_ineligible_replica_never_asks_for_a_connection_until_made_eligible() {
 fn making_the_leader_ineligible_resigns_and_keeps_it_out_until_eligible_again() {
     let mut f = Fixture::leader();
     assert_eq!(
-        f.event(100, E::SetEligible { eligible: false }),
+        f.event(100, Control::SetEligible { eligible: false }),
         Handled::Applied
     );
     assert_eq!(
@@ -263,7 +272,7 @@ fn making_the_leader_ineligible_resigns_and_keeps_it_out_until_eligible_again() 
         f.timeout(k * IMS);
         assert_eq!(f.drain(), vec![], "check {k}");
     }
-    f.event(3 * IMS + 1, E::SetEligible { eligible: true });
+    f.event(3 * IMS + 1, Control::SetEligible { eligible: true });
     f.timeout(4 * IMS);
     assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
 }
@@ -272,12 +281,12 @@ fn making_the_leader_ineligible_resigns_and_keeps_it_out_until_eligible_again() 
 fn eligibility_is_kept_while_not_running_and_a_repeated_setting_is_ignored() {
     let mut f = Fixture::new();
     assert_eq!(
-        f.event(0, E::SetEligible { eligible: false }),
+        f.event(0, Control::SetEligible { eligible: false }),
         Handled::Applied
     );
     assert!(!f.election.is_eligible());
     assert_eq!(
-        f.event(1, E::SetEligible { eligible: false }),
+        f.event(1, Control::SetEligible { eligible: false }),
         Handled::Ignored(Ignored::Unchanged)
     );
     f.election.start(f.at(2)).unwrap();
@@ -289,7 +298,7 @@ fn eligibility_is_kept_while_not_running_and_a_repeated_setting_is_ignored() {
 fn a_resign_while_not_running_is_ignored() {
     let mut f = Fixture::new();
     assert_eq!(
-        f.event(0, E::Resign { hold_off: HOLD }),
+        f.event(0, Control::Resign { hold_off: HOLD }),
         Handled::Ignored(Ignored::NotRunning)
     );
 }
@@ -301,7 +310,7 @@ fn a_hold_off_longer_than_seven_days_is_shortened_to_seven_days() {
     assert_eq!(MAX_HOLD_OFF, Duration::from_secs(604_800));
     let mut f = Fixture::started();
     let month = Duration::from_secs(30 * 24 * 60 * 60);
-    f.event(1, E::Resign { hold_off: month });
+    f.event(1, Control::Resign { hold_off: month });
     assert_eq!(
         f.election.held_off_until(f.at(1)),
         Some(f.at(1) + Duration::from_secs(604_800))
@@ -312,16 +321,16 @@ fn a_hold_off_longer_than_seven_days_is_shortened_to_seven_days() {
 fn eligibility_reads_back_as_set() {
     let mut f = Fixture::new();
     assert!(f.election.is_eligible(), "eligible by default");
-    f.event(0, E::SetEligible { eligible: false });
+    f.event(0, Control::SetEligible { eligible: false });
     assert!(!f.election.is_eligible());
-    f.event(0, E::SetEligible { eligible: true });
+    f.event(0, Control::SetEligible { eligible: true });
     assert!(f.election.is_eligible());
 }
 
 #[test]
 fn a_check_handled_late_after_a_hold_off_still_begins() {
     let mut f = Fixture::started();
-    f.event(1, E::Resign { hold_off: 3 * I });
+    f.event(1, Control::Resign { hold_off: 3 * I });
     f.drain();
     // The first check after the hold-off falls due at its end; the driver gets to it late.
     assert_eq!(f.election.poll_timeout(), Some(f.at(1 + 3 * IMS)));

@@ -532,7 +532,7 @@ fn a_failed_or_unanswered_epoch_closes_the_lock_session_and_stays_standby() {
 #[test]
 fn cancelling_or_losing_the_session_while_fencing_closes_it() {
     let mut f = granted_fencing();
-    f.event(3, E::Cancelled);
+    f.event(3, Control::Cancelled);
     assert_eq!(f.drain(), vec![A::CloseConnection { conn: C1 }, A::Finish]);
     let mut g = granted_fencing();
     g.event(
@@ -747,7 +747,7 @@ fn a_run_that_proves_its_pool_asks_two_held_connections_for_their_backends_first
     );
     f.drain();
     // Once per run: the next checks do not prove it again.
-    f.event(6, E::Resign { hold_off: I });
+    f.event(6, Control::Resign { hold_off: I });
     f.drain();
     f.event(
         7,
@@ -825,7 +825,7 @@ fn a_pool_proof_that_fails_is_tried_again_and_one_unanswered_in_its_interval_pro
     );
     // A stop while proving gives the operation up.
     let mut stopped = proving();
-    stopped.event(1, E::Cancelled);
+    stopped.event(1, Control::Cancelled);
     assert_eq!(
         stopped.drain(),
         vec![A::ReturnToPool { conn: C1 }, A::Finish]

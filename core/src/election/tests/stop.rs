@@ -16,7 +16,7 @@ fn cancelling_a_waiting_standby_finishes_at_once() {
         },
     );
     f.drain();
-    assert_eq!(f.event(2, E::Cancelled), Handled::Applied);
+    assert_eq!(f.event(2, Control::Cancelled), Handled::Applied);
     assert_eq!(f.drain(), vec![A::Finish]);
     assert!(!f.election.is_running());
     assert_eq!(f.election.poll_timeout(), None);
@@ -27,14 +27,14 @@ fn cancelling_a_standby_mid_check_closes_the_connection_of_unknown_state() {
     let mut f = Fixture::started();
     f.event(1, E::ConnectionAcquired { conn: C1 });
     f.drain();
-    f.event(2, E::Cancelled);
+    f.event(2, Control::Cancelled);
     assert_eq!(f.drain(), vec![A::CloseConnection { conn: C1 }, A::Finish]);
 }
 
 #[test]
 fn cancelling_the_leader_ends_the_term_before_unlocking_under_two_seconds() {
     let mut f = Fixture::leader();
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     assert_eq!(
         f.drain(),
         vec![
@@ -54,7 +54,7 @@ fn cancelling_the_leader_ends_the_term_before_unlocking_under_two_seconds() {
 #[test]
 fn a_confirmed_unlock_closes_the_connection_logs_and_finishes() {
     let mut f = Fixture::leader();
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     f.drain();
     f.event(
         101,
@@ -77,7 +77,7 @@ fn a_confirmed_unlock_closes_the_connection_logs_and_finishes() {
 #[test]
 fn an_unlock_that_returns_false_warns_and_still_closes() {
     let mut f = Fixture::leader();
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     f.drain();
     f.event(
         101,
@@ -99,7 +99,7 @@ fn an_unlock_that_returns_false_warns_and_still_closes() {
 #[test]
 fn an_unlock_error_warns_and_still_closes() {
     let mut f = Fixture::leader();
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     f.drain();
     f.event(
         101,
@@ -125,7 +125,7 @@ fn an_unlock_error_warns_and_still_closes() {
 #[test]
 fn an_unlock_without_answer_within_two_seconds_closes_anyway() {
     let mut f = Fixture::leader();
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     f.drain();
     f.timeout(2_099);
     assert_eq!(f.drain(), vec![]);
@@ -149,7 +149,7 @@ fn cancelling_during_a_ping_unlocks_in_its_place() {
     let mut f = Fixture::leader();
     f.timeout(IMS);
     f.drain();
-    f.event(IMS + 1, E::Cancelled);
+    f.event(IMS + 1, Control::Cancelled);
     assert_eq!(
         f.drain(),
         vec![
@@ -175,10 +175,10 @@ fn cancelling_during_a_ping_unlocks_in_its_place() {
 #[test]
 fn a_second_cancel_while_releasing_is_ignored() {
     let mut f = Fixture::leader();
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     f.drain();
     assert_eq!(
-        f.event(101, E::Cancelled),
+        f.event(101, Control::Cancelled),
         Handled::Ignored(Ignored::AlreadyStopping)
     );
     assert_eq!(f.drain(), vec![]);
@@ -191,7 +191,7 @@ fn a_panic_while_leading_ends_the_term_as_lost_and_closes_without_unlocking() {
     let mut f = Fixture::leader();
     f.timeout(IMS);
     f.drain();
-    f.event(IMS + 1, E::Panicked);
+    f.event(IMS + 1, Control::Panicked);
     let actions = f.drain();
     assert_eq!(
         actions,
@@ -217,16 +217,16 @@ fn a_panic_on_a_standby_closes_its_pending_connection_without_a_warning() {
     let mut f = Fixture::started();
     f.event(1, E::ConnectionAcquired { conn: C1 });
     f.drain();
-    f.event(2, E::Panicked);
+    f.event(2, Control::Panicked);
     assert_eq!(f.drain(), vec![A::CloseConnection { conn: C1 }, A::Finish]);
 }
 
 #[test]
 fn a_panic_while_releasing_closes_at_once_and_warns() {
     let mut f = Fixture::leader();
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     f.drain();
-    f.event(101, E::Panicked);
+    f.event(101, Control::Panicked);
     assert_eq!(
         f.drain(),
         vec![
@@ -240,7 +240,7 @@ fn a_panic_while_releasing_closes_at_once_and_warns() {
 #[test]
 fn dropping_the_run_while_leading_behaves_like_a_panic_with_its_own_message() {
     let mut f = Fixture::leader();
-    f.event(100, E::Dropped);
+    f.event(100, Control::Dropped);
     assert_eq!(
         f.drain(),
         vec![
@@ -260,7 +260,7 @@ fn dropping_the_run_while_leading_behaves_like_a_panic_with_its_own_message() {
 #[test]
 fn the_election_can_run_again_after_it_finished_with_fresh_ids() {
     let mut f = Fixture::leader();
-    f.event(100, E::Panicked);
+    f.event(100, Control::Panicked);
     f.drain();
     assert_eq!(f.election.start(f.at(200)), Ok(()));
     assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
@@ -284,11 +284,11 @@ fn the_election_can_run_again_after_it_finished_with_fresh_ids() {
 fn inputs_while_not_running_are_ignored() {
     let mut f = Fixture::new();
     assert_eq!(
-        f.event(1, E::Cancelled),
+        f.event(1, Control::Cancelled),
         Handled::Ignored(Ignored::NotRunning)
     );
     assert_eq!(
-        f.event(1, E::Panicked),
+        f.event(1, Control::Panicked),
         Handled::Ignored(Ignored::NotRunning)
     );
     assert_eq!(
@@ -318,7 +318,7 @@ fn graceful(grace_ms: u64) -> Options {
 #[test]
 fn a_graceful_stop_ends_the_term_then_awaits_the_work_before_unlocking() {
     let mut f = Fixture::leader_with(graceful(3_000));
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     assert_eq!(
         f.drain(),
         vec![
@@ -333,7 +333,7 @@ fn a_graceful_stop_ends_the_term_then_awaits_the_work_before_unlocking() {
     assert_eq!(f.election.timeout_reason(), Some(Timer::DrainDeadline));
     assert_eq!(f.election.poll_timeout(), Some(f.at(3_100)));
     assert_eq!(
-        f.event(101, E::Cancelled),
+        f.event(101, Control::Cancelled),
         Handled::Ignored(Ignored::AlreadyStopping)
     );
     assert_eq!(
@@ -349,7 +349,7 @@ fn a_graceful_stop_ends_the_term_then_awaits_the_work_before_unlocking() {
 #[test]
 fn work_that_outlives_the_grace_is_reported_and_the_lock_released_anyway() {
     let mut f = Fixture::leader_with(graceful(3_000));
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     f.drain();
     f.timeout(3_099);
     assert_eq!(f.drain(), vec![]);
@@ -370,7 +370,7 @@ fn work_that_outlives_the_grace_is_reported_and_the_lock_released_anyway() {
 #[test]
 fn a_session_end_or_a_panic_while_draining_ends_the_run_without_unlocking() {
     let mut f = Fixture::leader_with(graceful(3_000));
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     f.drain();
     f.event(
         200,
@@ -392,9 +392,9 @@ fn a_session_end_or_a_panic_while_draining_ends_the_run_without_unlocking() {
         ]
     );
     let mut g = Fixture::leader_with(graceful(3_000));
-    g.event(100, E::Cancelled);
+    g.event(100, Control::Cancelled);
     g.drain();
-    g.event(200, E::Panicked);
+    g.event(200, Control::Panicked);
     assert_eq!(
         g.drain(),
         vec![
@@ -408,7 +408,7 @@ fn a_session_end_or_a_panic_while_draining_ends_the_run_without_unlocking() {
 #[test]
 fn no_check_runs_while_draining() {
     let mut f = Fixture::leader_with(graceful(IMS * 2));
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     f.drain();
     f.timeout(IMS);
     assert_eq!(f.drain(), vec![]);
@@ -462,7 +462,7 @@ fn a_stopped_terms_work_that_returned_is_never_reported() {
         .stop_grace(I)
         .unwrap();
     let mut f = Fixture::leader_with(options);
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     f.drain();
     f.event(150, E::WorkDrained { term: T1 });
     assert_eq!(f.drain(), vec![A::Unlock { conn: C1 }]);
@@ -486,7 +486,7 @@ fn a_stopped_terms_work_that_returned_is_never_reported() {
 #[test]
 fn work_still_pending_when_the_run_finishes_is_reported_and_aborted_as_it_finishes() {
     let mut f = Fixture::leader_with(with_work_deadline(2 * I, OnOverdue::Abort));
-    f.event(100, E::Cancelled);
+    f.event(100, Control::Cancelled);
     f.drain();
     f.event(
         101,

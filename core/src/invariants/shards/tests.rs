@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::control::Control;
 use crate::handled::{Handled, Ignored};
 use crate::ids::ConnId;
 
@@ -61,9 +62,9 @@ impl Trace {
         self.t0 + Duration::from_millis(ms)
     }
 
-    fn event(&mut self, ms: u64, event: E, actions: &[A]) -> Result<(), Violation> {
+    fn event(&mut self, ms: u64, event: impl Into<E>, actions: &[A]) -> Result<(), Violation> {
         let input = Input::Event {
-            event: &event,
+            event: &event.into(),
             handled: Handled::Applied,
         };
         let (now, next) = (self.at(ms), Some(self.at(ms + 100)));
@@ -93,7 +94,7 @@ fn a_stop_that_ends_awaits_reports_and_finishes_keeps_every_property() {
         end(S0, T1, TermEndCause::Stopped),
         A::AwaitWork { term: T1 },
     ];
-    trace.event(2, E::Cancelled, &stop).unwrap();
+    trace.event(2, Control::Cancelled, &stop).unwrap();
     let finish = [
         A::ReportOverdueWork {
             term: T1,
@@ -165,22 +166,22 @@ fn an_end_of_a_term_not_open_is_reported() {
 fn an_end_with_a_cause_its_input_does_not_imply_is_reported() {
     let cases: [(E, TermEndCause, &str); 5] = [
         (
-            E::Dropped,
+            E::Control(Control::Dropped),
             TermEndCause::Stopped,
             "Stopped in answer to Dropped",
         ),
         (
-            E::Cancelled,
+            E::Control(Control::Cancelled),
             TermEndCause::Resigned,
             "Resigned in answer to Cancelled",
         ),
         (
-            E::Cancelled,
+            E::Control(Control::Cancelled),
             TermEndCause::HandedOver,
             "HandedOver in answer to Cancelled",
         ),
         (
-            E::Panicked,
+            E::Control(Control::Panicked),
             TermEndCause::Lost(LossReason::Dropped),
             "in answer to Panicked",
         ),
@@ -196,8 +197,8 @@ fn an_end_with_a_cause_its_input_does_not_imply_is_reported() {
     }
     let kept: [(E, LossReason); 3] = [
         (E::SessionEnded { conn: C1 }, LossReason::SessionEnded),
-        (E::Panicked, LossReason::Panicked),
-        (E::Dropped, LossReason::Dropped),
+        (E::Control(Control::Panicked), LossReason::Panicked),
+        (E::Control(Control::Dropped), LossReason::Dropped),
     ];
     for (event, reason) in kept {
         let mut trace = Trace::owning();
@@ -251,7 +252,7 @@ fn a_finish_with_a_term_open_and_an_action_after_it_are_reported() {
     broken(trace.timeout(100, &[A::Finish]), "finished with term 1");
     let mut trace = Trace::started();
     let input = Input::Event {
-        event: &E::Cancelled,
+        event: &E::Control(Control::Cancelled),
         handled: Handled::Applied,
     };
     let (now, late) = (trace.at(1), [A::Finish, A::AcquireSession { conn: C1 }]);
@@ -263,7 +264,7 @@ fn a_finish_with_a_term_open_and_an_action_after_it_are_reported() {
 fn the_shared_rules_hold_for_shards_too() {
     let mut trace = Trace::started();
     let ignored = Input::Event {
-        event: &E::Cancelled,
+        event: &E::Control(Control::Cancelled),
         handled: Handled::Ignored(Ignored::Unexpected),
     };
     let queued = [A::AcquireSession { conn: C1 }];

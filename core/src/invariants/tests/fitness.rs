@@ -140,7 +140,7 @@ fn a_lease_probe_is_asked_for_like_a_claim_or_after_a_renewal_and_no_claim_while
         .event(5, E::LeaseClaimed { conn: C1, epoch: 3 }, &began)
         .unwrap();
     violation(
-        trace.event(6, E::Cancelled, &[A::ProbeFitness { conn: C2 }]),
+        trace.event(6, Control::Cancelled, &[A::ProbeFitness { conn: C2 }]),
         "probes the fitness of term",
     );
 }

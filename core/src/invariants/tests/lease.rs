@@ -94,7 +94,7 @@ fn a_lease_trace_of_claim_renewal_and_release_passes() {
             epoch: EPOCH,
         },
     ];
-    trace.event(210, E::Cancelled, &stop).unwrap();
+    trace.event(210, Control::Cancelled, &stop).unwrap();
     let released = E::UnlockDone {
         conn: ConnId::new(4),
         released: true,
@@ -153,7 +153,7 @@ fn a_claim_with_a_term_open_or_while_ineligible_is_reported() {
 fn a_renewal_not_on_a_deadline_or_of_another_epoch_is_reported() {
     let mut trace = Trace::leasing();
     violation(
-        trace.event(6, E::Cancelled, &[renew(C2, EPOCH)]),
+        trace.event(6, Control::Cancelled, &[renew(C2, EPOCH)]),
         "RenewLease of epoch 3 in answer to Cancelled",
     );
     let mut trace = Trace::leasing();
@@ -189,12 +189,16 @@ fn a_release_without_a_stopped_term_of_its_epoch_on_a_stop_input_is_reported() {
         cause: TermEndCause::Stopped,
     };
     violation(
-        trace.event(6, E::Cancelled, &[stopped.clone(), release(EPOCH + 1)]),
+        trace.event(
+            6,
+            Control::Cancelled,
+            &[stopped.clone(), release(EPOCH + 1)],
+        ),
         "ReleaseLease of epoch 4",
     );
     // Stopped, then released in answer to an input that is no stop.
     let mut trace = Trace::leasing();
-    trace.event(6, E::Cancelled, &[stopped]).unwrap();
+    trace.event(6, Control::Cancelled, &[stopped]).unwrap();
     violation(
         trace.event(7, E::LeaseRenewed { conn: C1 }, &[release(EPOCH)]),
         "ReleaseLease of epoch 3 in answer to LeaseRenewed",

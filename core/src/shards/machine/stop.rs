@@ -1,6 +1,7 @@
 //! The stop protocol of a sharded run: every term ended, handed-over work awaited under the
 //! grace, every lock released under the unlock budget, the session closed and the run finished;
-//! a panic or drop abandons without unlocking; a lost session loses every shard.
+//! a panic or drop abandons without unlocking; a lost session loses every shard. The requests
+//! from outside the run ([`Control`]) that begin it.
 
 use super::*;
 
@@ -115,7 +116,18 @@ impl<C> ShardedElection<C> {
         self.pump(now);
     }
 
-    pub(super) fn cancelled(&mut self, now: Instant) -> Handled {
+    /// A request from outside the run, on a running election.
+    pub(super) fn on_control(&mut self, now: Instant, control: Control) -> Handled {
+        match control {
+            Control::Cancelled => self.cancelled(now),
+            Control::Resign { hold_off } => self.resign(now, hold_off),
+            Control::SetEligible { eligible } => self.set_eligible(now, eligible),
+            Control::Panicked => self.abandon(LossReason::Panicked),
+            Control::Dropped => self.abandon(LossReason::Dropped),
+        }
+    }
+
+    fn cancelled(&mut self, now: Instant) -> Handled {
         let run = self.run();
         if let Some(stop) = &mut run.stop {
             // A resign's release in progress: the run finishes once it is done.
@@ -135,7 +147,7 @@ impl<C> ShardedElection<C> {
 
     /// A resign: every shard given up as at a stop, then `hold_off` (at most
     /// [`MAX_HOLD_OFF`](crate::MAX_HOLD_OFF)) without a session.
-    pub(super) fn resign(&mut self, now: Instant, hold_off: std::time::Duration) -> Handled {
+    fn resign(&mut self, now: Instant, hold_off: std::time::Duration) -> Handled {
         let run = self.run();
         if run.stop.is_some() {
             return Handled::Ignored(Ignored::AlreadyStopping);
@@ -147,7 +159,7 @@ impl<C> ShardedElection<C> {
 
     /// Eligibility set while running: made ineligible, the replica leaves the space as a resign
     /// does (without a hold-off); made eligible, it rejoins at once unless a hold-off runs.
-    pub(super) fn set_eligible(&mut self, now: Instant, eligible: bool) -> Handled {
+    fn set_eligible(&mut self, now: Instant, eligible: bool) -> Handled {
         if eligible == self.eligible {
             return Handled::Ignored(Ignored::Unchanged);
         }
@@ -232,7 +244,7 @@ impl<C> ShardedElection<C> {
         self.pump(now);
     }
 
-    pub(super) fn abandon(&mut self, reason: LossReason) -> Handled {
+    fn abandon(&mut self, reason: LossReason) -> Handled {
         let run = self.run();
         run.next_check = None;
         let conn = run.conn();

@@ -2,7 +2,7 @@
 //! contract (deadlines fired before every input, every queued action performed), the wire
 //! carries the operations and their answers, and the server's sessions open and end.
 
-use plexsphere_leader_core::{ConnId, Machine};
+use plexsphere_leader_core::{ConnId, Control, Machine};
 
 use super::state::{Cause, State};
 use super::{ElectionModel, Mode, Parts, due, steps};
@@ -71,10 +71,10 @@ impl<M: Mode> World<'_, M> {
             Step::Resume(r) => self.resume(usize::from(r)),
             Step::Partition(r) => self.s.replicas[usize::from(r)].partitioned = true,
             Step::Heal(r) => self.s.replicas[usize::from(r)].partitioned = false,
-            Step::Stop(r) => self.control(usize::from(r), M::Machine::cancelled()),
-            Step::Resign(r) => self.control(usize::from(r), M::Machine::resign(hold_off)),
+            Step::Stop(r) => self.control(usize::from(r), Control::Cancelled),
+            Step::Resign(r) => self.control(usize::from(r), Control::Resign { hold_off }),
             Step::Eligible(r, eligible) => {
-                self.control(usize::from(r), M::Machine::set_eligible(eligible));
+                self.control(usize::from(r), Control::SetEligible { eligible });
             }
             Step::Restart => self.restart(true),
             Step::Failover => self.restart(false),
@@ -196,9 +196,9 @@ impl<M: Mode> World<'_, M> {
         }
     }
 
-    /// The operator's input `event` to replica `r`.
-    fn control(&mut self, r: usize, event: M::Event) {
-        self.feed(r, Input::Event(event));
+    /// The operator's input `control` to replica `r`.
+    fn control(&mut self, r: usize, control: Control) {
+        self.feed(r, Input::Event(M::Machine::control(control)));
     }
 
     /// Replica `r` sends `action` on `conn`: it is on the wire, unless the replica is cut off.
