@@ -35,6 +35,7 @@ pub mod invariants;
 pub mod lease;
 mod liveness;
 mod machine;
+mod mechanism;
 mod options;
 mod overdue;
 pub mod readiness;
@@ -59,6 +60,7 @@ pub use interval::{
 pub use lease::{LEASE_TTL_INTERVALS, Lease, LeaseTtlError};
 pub use liveness::{STUCK_AFTER_INTERVALS, StuckLeader};
 pub use machine::Machine;
+pub use mechanism::Mechanism;
 pub use options::{
     AcquireMode, MAX_STOP_GRACE_INTERVALS, OnOverdue, Options, StopGraceTooLong, WorkDeadline,
 };

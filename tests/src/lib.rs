@@ -41,7 +41,7 @@ pub use cluster::{Cluster, StopMode};
 pub use db::{Session, TestDb};
 pub use error::HarnessError;
 pub use observer::{Holder, HolderChange, LockObserver};
-pub use pg::{base_config, connect, pool_for, retarget};
+pub use pg::{base_config, connect, pool_for, retarget, simple_rows};
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use proxy::{Direction, FaultProxy, Mode};
 pub use replica_child::ChildArgs;

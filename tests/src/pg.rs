@@ -96,3 +96,27 @@ pub fn pool_for(config: Config, max_size: usize) -> Result<Pool, HarnessError> {
         .runtime(Runtime::Tokio1)
         .build()?)
 }
+
+/// Every row `statement` returns over the simple query protocol, each column as text (`None`
+/// for `NULL`): the rows a pooled `LockSession::query` hands the statement parsers, for tests
+/// that replay a statement of `plexsphere_leader::sql` or `shard_sql` on a client of their own.
+///
+/// # Errors
+/// The server's error.
+pub async fn simple_rows(
+    client: &Client,
+    statement: &str,
+) -> Result<Vec<plexsphere_leader::session::Row>, tokio_postgres::Error> {
+    let messages = client.simple_query(statement).await?;
+    Ok(messages
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(
+                (0..row.len())
+                    .map(|i| row.get(i).map(str::to_owned))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect())
+}

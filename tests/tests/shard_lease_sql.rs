@@ -9,8 +9,8 @@ use std::time::Duration;
 use plexsphere_leader::session::Row;
 use plexsphere_leader::shard_sql::lease::{self, Renewed, Taken};
 use plexsphere_leader_core::shards::{MemberId, Shard};
-use plexsphere_leader_tests::TestDb;
-use tokio_postgres::{Client, SimpleQueryMessage};
+use plexsphere_leader_tests::{TestDb, simple_rows};
+use tokio_postgres::Client;
 
 const SCHEMA: &str = "public";
 const CLASS: i32 = 77;
@@ -19,19 +19,7 @@ const COUNT: u32 = 8;
 const LONG_MS: u32 = 60_000;
 
 async fn rows(client: &Client, statement: &str) -> Vec<Row> {
-    let messages = client.simple_query(statement).await.expect(statement);
-    messages
-        .iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(row) => Some(row),
-            _ => None,
-        })
-        .map(|row| {
-            (0..row.len())
-                .map(|i| row.get(i).map(str::to_owned))
-                .collect()
-        })
-        .collect()
+    simple_rows(client, statement).await.expect(statement)
 }
 
 fn shards(numbers: impl IntoIterator<Item = u32>) -> Vec<Shard> {

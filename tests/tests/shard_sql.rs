@@ -9,8 +9,8 @@ use std::time::Duration;
 use plexsphere_leader::session::Row;
 use plexsphere_leader::shard_sql::{self, OwnerRow, Registered, SurveyRows};
 use plexsphere_leader_core::shards::{MemberId, Shard};
-use plexsphere_leader_tests::TestDb;
-use tokio_postgres::{Client, SimpleQueryMessage};
+use plexsphere_leader_tests::{TestDb, simple_rows};
+use tokio_postgres::Client;
 
 /// The shard space of these tests.
 const CLASS: i32 = 4242;
@@ -21,19 +21,7 @@ const IDLE_MS: u32 = 20_000;
 
 /// Every row of `statement`, each column as text, as `LockSession::query` returns them.
 async fn rows(client: &Client, statement: &str) -> Vec<Row> {
-    let messages = client.simple_query(statement).await.expect(statement);
-    messages
-        .iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(row) => Some(row),
-            _ => None,
-        })
-        .map(|row| {
-            (0..row.len())
-                .map(|i| row.get(i).map(str::to_owned))
-                .collect()
-        })
-        .collect()
+    simple_rows(client, statement).await.expect(statement)
 }
 
 /// The one text column of the one row of `statement`.

@@ -655,3 +655,197 @@ async fn a_resign_and_an_ineligible_member_leave_the_space_and_rejoin(backend: B
     );
     db.cleanup().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// The space held by leases (`ShardConfig::lease`): member rows renewed every interval, owner
+// rows written when ownership changes; the same members, the same bounds.
+
+/// The lease's TTL of these tests: the default, three intervals.
+const LEASE_TTL: Duration = Duration::from_millis(600);
+
+/// The lease tables of a space, in `public`.
+async fn lease_tables(db: &TestDb) {
+    db.admin()
+        .batch_execute(&plexsphere_leader::shard_sql::lease::setup("public"))
+        .await
+        .unwrap();
+}
+
+/// A member holding its shards by leases, on a pool of `backend` over `config` (the database,
+/// or a pooler in front of it).
+fn lease_member(
+    db: &TestDb,
+    backend: Backend,
+    config: &tokio_postgres::Config,
+    shards: u32,
+    name: &str,
+) -> Member {
+    let mut config = config.clone();
+    config.application_name(name);
+    let pool = backend.pool(&config, 4).expect("pool");
+    Member::spawn_with(db, name, pool.shard_config(shards).lease(Duration::ZERO))
+}
+
+/// Who owns which shard by the server's owner rows of live members.
+async fn lease_owners(db: &TestDb, count: u32) -> BTreeMap<u32, String> {
+    let sql = plexsphere_leader::shard_sql::lease::survey(
+        "public",
+        plexsphere_leader::sharded::DEFAULT_SHARD_CLASS,
+        count,
+    );
+    let rows = plexsphere_leader_tests::simple_rows(db.admin(), &sql)
+        .await
+        .unwrap();
+    plexsphere_leader::shard_sql::lease::parse_survey(&rows)
+        .unwrap()
+        .into_iter()
+        .flat_map(|row| {
+            let holder = row.holder.clone();
+            row.shards
+                .into_iter()
+                .map(move |s| (s.get(), holder.clone()))
+        })
+        .collect()
+}
+
+/// The scenario of a lease space on `config`: three members split `k` shards, every term
+/// fenced, the server's owner rows what the members believe; a graceful stop hands the
+/// leaver's shards over within an interval.
+async fn lease_space_splits_and_hands_over(
+    db: &TestDb,
+    backend: Backend,
+    config: &tokio_postgres::Config,
+) {
+    let k = 24;
+    let mut members: Vec<Member> = (0..3)
+        .map(|i| lease_member(db, backend, config, k, &format!("lease-{i}")))
+        .collect();
+    {
+        let refs: Vec<&Member> = members.iter().collect();
+        assert!(wait_for(STARTUP, || balanced(&refs, k)).await.is_some());
+        assert_disjoint(&refs);
+        for m in &refs {
+            let ownership = m.elector.ownership();
+            assert!(
+                ownership.shards.values().all(|s| s.epoch.is_some()),
+                "every term fenced"
+            );
+        }
+        let owners = lease_owners(db, k).await;
+        assert_eq!(
+            owners.len(),
+            k as usize,
+            "every shard's row names a live member"
+        );
+        let believed: usize = refs.iter().map(|m| m.owned().len()).sum();
+        assert_eq!(believed, k as usize);
+    }
+    let leaving = members.remove(0);
+    let released = leaving.owned();
+    leaving.stop().await;
+    let refs: Vec<&Member> = members.iter().collect();
+    let took = wait_for(I + MARGIN, || {
+        released
+            .iter()
+            .all(|s| refs.iter().any(|m| m.elector.is_owner(*s)))
+    })
+    .await
+    .expect("every released shard has a new owner");
+    eprintln!("{} leased shards handed over in {took:?}", released.len());
+    assert!(
+        wait_for(4 * I + MARGIN, || balanced(&refs, k))
+            .await
+            .is_some()
+    );
+    assert_disjoint(&refs);
+    for m in members {
+        m.stop().await;
+    }
+}
+
+on_both_backends!(
+    #[tokio::test]
+    lease_members_split_the_space_fence_every_term_and_hand_over_on_a_graceful_stop
+);
+async fn lease_members_split_the_space_fence_every_term_and_hand_over_on_a_graceful_stop(
+    backend: Backend,
+) {
+    let db = TestDb::create(&format!("sharded_lease_split_{backend}"))
+        .await
+        .unwrap();
+    lease_tables(&db).await;
+    lease_space_splits_and_hands_over(&db, backend, &db.config()).await;
+    db.cleanup().await.unwrap();
+}
+
+on_both_backends!(
+    #[tokio::test]
+    behind_a_transaction_mode_pgbouncer_lease_members_split_and_hand_over
+);
+async fn behind_a_transaction_mode_pgbouncer_lease_members_split_and_hand_over(backend: Backend) {
+    let db = TestDb::create(&format!("sharded_lease_bouncer_{backend}"))
+        .await
+        .unwrap();
+    lease_tables(&db).await;
+    // Two server connections for three members of four pooled connections each.
+    let bouncer = plexsphere_leader_tests::PgBouncer::start(
+        &db.config(),
+        plexsphere_leader_tests::PoolMode::Transaction,
+        2,
+    )
+    .await
+    .expect("PgBouncer");
+    lease_space_splits_and_hands_over(&db, backend, &bouncer.pg_config(&db.config())).await;
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_crashed_lease_members_shards_are_taken_once_its_lease_expired_and_never_twice() {
+    let db = TestDb::create("sharded_lease_crash").await.unwrap();
+    lease_tables(&db).await;
+    let k = 24;
+    let mut members: Vec<Member> = (0..3)
+        .map(|i| {
+            lease_member(
+                &db,
+                Backend::Deadpool,
+                &db.config(),
+                k,
+                &format!("lease-{i}"),
+            )
+        })
+        .collect();
+    {
+        let refs: Vec<&Member> = members.iter().collect();
+        assert!(wait_for(STARTUP, || balanced(&refs, k)).await.is_some());
+    }
+    // A crash: the run's future is dropped, nothing is released; the member row expires.
+    let crashed = members.remove(0);
+    let lost = crashed.owned();
+    crashed.run.abort();
+    let refs: Vec<&Member> = members.iter().collect();
+    let took = wait_for(LEASE_TTL + 2 * I + MARGIN, || {
+        assert_disjoint(&refs);
+        lost.iter()
+            .all(|s| refs.iter().any(|m| m.elector.is_owner(*s)))
+    })
+    .await
+    .expect("the crashed member's shards are taken after its lease");
+    eprintln!(
+        "{} shards of a crashed member re-owned in {took:?}",
+        lost.len()
+    );
+    assert!(
+        took >= LEASE_TTL / 2,
+        "not before the crashed member's lease could have expired: {took:?}"
+    );
+    assert!(
+        wait_for(4 * I + MARGIN, || balanced(&refs, k))
+            .await
+            .is_some()
+    );
+    for m in members {
+        m.stop().await;
+    }
+    db.cleanup().await.unwrap();
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use plexsphere_leader_core::{Lease, Options};
+use plexsphere_leader_core::Options;
 
 pub use crate::clock::{Clock, TokioClock};
 pub use crate::identity::{IdentityError, MAX_IDENTITY_LEN};
@@ -299,15 +299,10 @@ impl Config {
         if let Some((after, on_overdue)) = self.common.work_deadline {
             options = options.work_deadline(after, on_overdue);
         }
-        if let Some(ttl) = self.common.lease_ttl {
+        if let Some(lease) = self.common.lease(interval)? {
             if self.acquire_mode != AcquireMode::Poll {
                 return Err(ConfigError::LeaseQueued);
             }
-            let lease = if ttl.is_zero() {
-                Lease::default_for(interval)
-            } else {
-                Lease::new(interval, ttl)?
-            };
             options = options.lease(lease);
         }
         Ok(match self.common.stop_grace {

@@ -40,7 +40,7 @@ impl Drop for ClosedUnlessAnswered {
 /// once the statement answered; a statement given up (the future dropped, at its deadline or
 /// by a stop) closes its connection instead, so that no later statement queues behind the
 /// unanswered one on it.
-async fn on_pooled(
+pub(crate) async fn on_pooled(
     sessions: &dyn crate::session::SessionSource,
     statement: &str,
 ) -> Result<Result<Vec<Row>, QueryError>, CheckError> {

@@ -141,6 +141,18 @@ pub(crate) fn parse_application_name(name: &str) -> Option<(&str, u64)> {
     Some((identity, seconds.parse().ok()?))
 }
 
+/// A lease holder for a run of `identity`: `<identity> <nonce>`, the nonce a 64-bit hash of
+/// a per-call random key, the process id and the wall clock: distinct for every run, so that a
+/// restarted replica never mistakes its former run's lease, or member row, for its own.
+pub(crate) fn lease_holder(identity: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    hasher.write_u128(since_epoch.map_or(0, |d| d.as_nanos()));
+    format!("{identity} {:016x}", hasher.finish())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

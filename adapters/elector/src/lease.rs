@@ -53,3 +53,31 @@ pub async fn setup_in(client: &impl FenceClient, schema: &str) -> Result<(), Fen
 pub fn setup_statement(schema: &str) -> String {
     crate::sql::lease::setup(schema)
 }
+
+/// Creates the tables of shard spaces held by leases
+/// ([`ShardConfig::lease`](crate::sharded::ShardConfig::lease)) in `schema` (which must
+/// exist), if they do not exist ([`shard_sql::lease::setup`](crate::shard_sql::lease::setup)):
+/// the members' sequence and table, the owners' table and the fence table. Idempotent and
+/// quiet, on any connection, as [`setup_in`]; give the elector the same schema
+/// ([`ShardConfig::lease_schema`](crate::sharded::ShardConfig::lease_schema)).
+///
+/// ```no_run
+/// # async fn example(pool: deadpool_postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use plexsphere_leader::lease;
+/// use plexsphere_leader::sharded::{ShardConfig, ShardedElector};
+///
+/// lease::setup_shards(&pool.get().await?, lease::DEFAULT_SCHEMA).await?;
+/// let space = ShardedElector::new(ShardConfig::new(pool, 16_384).lease(Duration::ZERO))?;
+/// # let _ = space; Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`FenceError::Query`] with the server's error.
+#[cfg(feature = "deadpool")]
+pub async fn setup_shards(client: &impl FenceClient, schema: &str) -> Result<(), FenceError> {
+    client
+        .fence_batch(&crate::shard_sql::lease::setup(schema))
+        .await
+        .map_err(FenceError::from)
+}

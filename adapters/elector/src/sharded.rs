@@ -47,6 +47,7 @@
 
 mod config;
 mod driver;
+mod lease;
 pub(crate) mod metrics;
 mod shared;
 mod view;
@@ -99,12 +100,14 @@ impl ShardedElector {
     pub fn new(config: ShardConfig) -> Result<Self, ConfigError> {
         let options = config.options()?;
         let identity = config.common.resolved_identity()?;
+        let lease_schema = config.common.validated_lease_schema()?;
         let metrics = ShardMetrics::for_config(&config.common, config.class)?;
         Ok(Self {
             inner: Arc::new(Shared::<ShardSpace>::new(
                 config.common.sessions,
                 config.class,
                 identity,
+                lease_schema,
                 options,
                 metrics,
             )),

@@ -7,18 +7,7 @@
 //! of its own answers' handlers, as `advisory.rs` and `lease.rs` are for the two there are.
 
 use super::*;
-use crate::Lease;
-
-/// The lock an election holds, from its [`Options`].
-#[derive(Clone, Copy)]
-pub(super) enum Mechanism {
-    /// The session advisory lock: granted to a session the election then keeps, verified on
-    /// it, released by unlocking it.
-    Advisory,
-    /// A lease row: claimed, renewed and released by one statement each, on any pooled
-    /// connection, and trusted for a window after each success.
-    Lease(Lease),
-}
+use crate::Mechanism;
 
 impl<C> Election<C> {
     pub(super) fn mechanism(&self) -> Mechanism {

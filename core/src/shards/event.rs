@@ -56,6 +56,25 @@ pub enum ShardEvent<C> {
         /// The shards granted, a subset of those asked for.
         granted: Vec<Shard>,
     },
+    /// Lease mechanism: [`ShardAction::RenewMember`] answered.
+    Renewed {
+        /// The member's operations.
+        conn: ConnId,
+        /// Whether the member's lease was extended (`false`: it had expired, or a take reaped
+        /// it, and every shard of the member is lost).
+        renewed: bool,
+        /// The live members, ascending.
+        members: Vec<MemberId>,
+    },
+    /// Lease mechanism: [`ShardAction::TakeLeases`] answered.
+    TookLeases {
+        /// The member's operations.
+        conn: ConnId,
+        /// Whether the member was live (`false`: its lease expired and nothing was taken).
+        live: bool,
+        /// The shards taken, each with its new fencing epoch (a subset of those asked for).
+        taken: Vec<(Shard, u64)>,
+    },
     /// [`ShardAction::AdvanceEpochs`] answered with each shard's new epoch.
     EpochsAdvanced {
         /// The session.
@@ -114,6 +133,8 @@ impl<C> ShardEvent<C> {
             | Self::Registered { conn, .. }
             | Self::Surveyed { conn, .. }
             | Self::Took { conn, .. }
+            | Self::Renewed { conn, .. }
+            | Self::TookLeases { conn, .. }
             | Self::EpochsAdvanced { conn, .. }
             | Self::Unlocked { conn, .. }
             | Self::UnlockedAll { conn }
@@ -141,6 +162,38 @@ pub enum ShardAction<C> {
         /// The `idle_session_timeout` to set, in milliseconds (four intervals).
         idle_session_timeout_ms: u32,
     },
+    /// Lease mechanism: join the space as a new member whose lease lasts `ttl_ms` on the
+    /// server's clock, on any pooled connection; report [`ShardEvent::Registered`] (granted,
+    /// with a lock capacity of `u64::MAX`: no lock table holds the space) or
+    /// [`ShardEvent::StatementFailed`]. `conn` names the member's operations from then on; no
+    /// connection is kept, and the driver runs [`Survey`](Self::Survey),
+    /// [`Unlock`](Self::Unlock) and [`UnlockAll`](Self::UnlockAll) as the member's lease
+    /// statements.
+    RegisterMember {
+        /// The member's operations.
+        conn: ConnId,
+        /// The lease's TTL, in whole milliseconds.
+        ttl_ms: u32,
+    },
+    /// Lease mechanism: extend the member's lease by `ttl_ms` from the server's `now()` and
+    /// read the live members; report [`ShardEvent::Renewed`].
+    RenewMember {
+        /// The member's operations.
+        conn: ConnId,
+        /// The lease's TTL, in whole milliseconds.
+        ttl_ms: u32,
+    },
+    /// Lease mechanism: own these shards where they are free (reaping the members whose lease
+    /// expired first), advancing each taken shard's fencing epoch in the same transaction,
+    /// whose waits are bounded by `lock_timeout_ms`; report [`ShardEvent::TookLeases`].
+    TakeLeases {
+        /// The member's operations.
+        conn: ConnId,
+        /// The shards, ascending.
+        shards: Vec<Shard>,
+        /// The transaction's `lock_timeout`, in milliseconds (half an interval).
+        lock_timeout_ms: u32,
+    },
     /// Take the session out of the pool for good: it carries the member lock.
     Detach {
         /// The session.
@@ -148,7 +201,8 @@ pub enum ShardAction<C> {
         /// Its backend.
         backend: MemberId,
     },
-    /// Read the space's rows of `pg_locks`; report [`ShardEvent::Surveyed`].
+    /// Read who holds which shard (the space's rows of `pg_locks`; with a lease, the live
+    /// members' owner rows); report [`ShardEvent::Surveyed`].
     Survey {
         /// The session.
         conn: ConnId,
@@ -170,14 +224,16 @@ pub enum ShardAction<C> {
         /// The statement's `lock_timeout`, in milliseconds (half an interval).
         lock_timeout_ms: u32,
     },
-    /// Unlock these shards in one statement; report [`ShardEvent::Unlocked`].
+    /// Unlock these shards in one statement (with a lease, free their owner rows that are
+    /// still the member's); report [`ShardEvent::Unlocked`].
     Unlock {
         /// The session.
         conn: ConnId,
         /// The shards, ascending.
         shards: Vec<Shard>,
     },
-    /// Release every advisory lock of the session (`pg_advisory_unlock_all()`); report
+    /// Release every advisory lock of the session (`pg_advisory_unlock_all()`; with a lease,
+    /// free every shard of the member and delete its row); report
     /// [`ShardEvent::UnlockedAll`].
     UnlockAll {
         /// The session.
@@ -293,6 +349,9 @@ pub enum ShardLogKind {
     FencingFailed,
     /// The graceful release failed; the session is closed, and the server releases the locks.
     ReleaseFailed,
+    /// Lease mechanism: a statement failed or did not answer; the member goes on, and its
+    /// shards stay trusted until its last renewal's trust runs out.
+    LeaseStatementFailed,
     /// A graceful stop's grace ended before every shard's work returned.
     WorkOutlivedStop,
     /// A panic unwound the run; the session is closed without unlocking.
@@ -319,6 +378,9 @@ impl ShardLogKind {
             }
             Self::FencingFailed => "sharded leader: advance the granted shards' fencing epochs",
             Self::ReleaseFailed => "sharded leader: release shard locks",
+            Self::LeaseStatementFailed => {
+                "sharded leader: lease statement failed; retried at the next check"
+            }
             Self::WorkOutlivedStop => "sharded leader: shard work outlived the stop grace",
             Self::AbandonedAfterPanic => "sharded leader: shard locks abandoned after a panic",
             Self::AbandonedAfterDrop => "sharded leader: shard locks abandoned after a drop",
@@ -335,6 +397,7 @@ impl ShardLogKind {
             | Self::HandoverOverdue
             | Self::FencingFailed
             | Self::ReleaseFailed
+            | Self::LeaseStatementFailed
             | Self::WorkOutlivedStop
             | Self::AbandonedAfterPanic
             | Self::AbandonedAfterDrop => Level::Warn,

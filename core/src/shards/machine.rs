@@ -31,6 +31,8 @@ use crate::liveness::StuckLeader;
 use crate::overdue::{Overdue, OverdueBook};
 use crate::schedule::Schedule;
 
+mod lease;
+mod mechanism;
 mod ops;
 mod session;
 mod stop;
@@ -54,7 +56,7 @@ pub struct ShardedElection<C> {
 }
 
 /// How many deadlines one [`ShardedElection::handle_timeout`] may fire: each kind at most once.
-const MAX_FIRES: usize = 5;
+const MAX_FIRES: usize = 6;
 
 /// Which deadline [`ShardedElection::poll_timeout`] stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -72,6 +74,9 @@ pub enum ShardTimer {
     HandoverOverdue,
     /// An ended term's work deadline passed ([`ShardOptions::work_deadline`]).
     WorkDeadline,
+    /// Lease mechanism: the trust of the member's last successful renewal runs out: every
+    /// shard is lost.
+    TrustDeadline,
 }
 
 /// A coarse name of the current state.
@@ -110,13 +115,25 @@ struct Run {
     held_off_until: Option<Instant>,
     /// The work deadlines of ended terms.
     overdue: OverdueBook,
+    /// Whether the last survey found this replica's part of the plan done (at its cap, nothing
+    /// to give or take): a lease member surveys again only when the members change or it is
+    /// not.
+    settled: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Session {
     None,
-    Acquiring { conn: ConnId, deadline: Instant },
-    Registering { conn: ConnId, deadline: Instant },
+    Acquiring {
+        conn: ConnId,
+        deadline: Instant,
+    },
+    /// Registering since `since` (the lease's trust counts from the registration's sending).
+    Registering {
+        conn: ConnId,
+        since: Instant,
+        deadline: Instant,
+    },
     Open(Open),
 }
 
@@ -130,11 +147,18 @@ struct Open {
     verified_at: Instant,
     busy: Option<(Op, Instant)>,
     survey_due: bool,
+    /// Lease mechanism: a renewal is due.
+    renew_due: bool,
+    /// Lease mechanism: until when the member's lease is trusted (its last success's sending
+    /// plus the trust window); every shard is lost then.
+    trusted_until: Option<Instant>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Op {
     Survey,
+    /// A lease renewal, sent at this instant.
+    Renew(Instant),
     Take(Vec<Shard>),
     Fence(Vec<Shard>),
     Unlock(Vec<Shard>),
@@ -342,6 +366,13 @@ impl<C> ShardedElection<C> {
         if let Some(at) = run.next_check {
             all.push((at, ShardTimer::NextCheck));
         }
+        if let Session::Open(Open {
+            trusted_until: Some(at),
+            ..
+        }) = &run.session
+        {
+            all.push((*at, ShardTimer::TrustDeadline));
+        }
         all
     }
 
@@ -366,6 +397,7 @@ impl<C> ShardedElection<C> {
             stop: None,
             held_off_until: None,
             overdue: OverdueBook::default(),
+            settled: false,
         });
         self.check(now);
         Ok(())
@@ -392,6 +424,7 @@ impl<C> ShardedElection<C> {
                 ShardTimer::HandoverOverdue => self.handover_overdue(now),
                 ShardTimer::NextCheck => self.check(now),
                 ShardTimer::WorkDeadline => self.report_overdue(),
+                ShardTimer::TrustDeadline => self.trust_ran_out(now),
             }
         }
     }
@@ -423,6 +456,10 @@ impl<C> ShardedElection<C> {
             } => self.registered(now, backend, granted, lock_capacity, members),
             ShardEvent::Surveyed { survey, .. } => self.surveyed(now, survey),
             ShardEvent::Took { granted, .. } => self.took(now, granted),
+            ShardEvent::Renewed {
+                renewed, members, ..
+            } => self.renewed(now, renewed, members),
+            ShardEvent::TookLeases { live, taken, .. } => self.took_leases(now, live, &taken),
             ShardEvent::EpochsAdvanced { epochs, .. } => self.epochs_advanced(now, &epochs),
             ShardEvent::Unlocked { not_held, .. } => self.unlocked(now, not_held),
             ShardEvent::UnlockedAll { .. } => self.unlocked_all(now),

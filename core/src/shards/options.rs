@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::interval::CheckInterval;
+use crate::mechanism::Mechanism;
 use crate::options::{MAX_STOP_GRACE_INTERVALS, StopGraceTooLong, WorkDeadline};
 
 /// The most shards one space may have: far more than a server's lock table holds with its
@@ -21,6 +22,7 @@ pub struct ShardOptions {
     handover_grace: Duration,
     fencing: bool,
     work_deadline: Option<WorkDeadline>,
+    mechanism: Mechanism,
 }
 
 /// An invalid shard option.
@@ -102,6 +104,7 @@ impl ShardOptions {
             handover_grace: interval.get(),
             fencing: false,
             work_deadline: None,
+            mechanism: Mechanism::Advisory,
         })
     }
 
@@ -161,9 +164,10 @@ impl ShardOptions {
         self
     }
 
-    /// Whether shard terms get fencing epochs.
+    /// Whether shard terms get fencing epochs: with [`fencing`](Self::fencing), and always with
+    /// a lease ([`mechanism`](Self::mechanism)).
     pub fn is_fencing(&self) -> bool {
-        self.fencing
+        self.fencing || self.mechanism.lease().is_some()
     }
 
     /// A hard deadline for shard work, as the single election's
@@ -177,6 +181,24 @@ impl ShardOptions {
     pub fn work_deadline(mut self, after: Duration, on_overdue: crate::OnOverdue) -> Self {
         self.work_deadline = Some(WorkDeadline::new(after, on_overdue));
         self
+    }
+
+    /// How the space is held (default [`Mechanism::Advisory`]). With
+    /// [`Mechanism::Lease`], for a transaction-mode pooler: a member row per replica renewed
+    /// every interval (one statement whatever the shard count), a shard row written only when
+    /// its owner changes, and every shard term fenced by its row's epoch (whatever
+    /// [`fencing`](Self::fencing) says); a member trusts its shards for
+    /// [`Lease::trusted_for`](crate::Lease::trusted_for) after sending its last renewal that
+    /// succeeded.
+    #[must_use]
+    pub fn mechanism(mut self, mechanism: Mechanism) -> Self {
+        self.mechanism = mechanism;
+        self
+    }
+
+    /// How the space is held.
+    pub fn mechanism_of(&self) -> Mechanism {
+        self.mechanism
     }
 
     /// The work deadline, if any.

@@ -2320,3 +2320,5 @@ fn made_eligible_after_its_hold_off_passed_a_replica_rejoins_now_not_in_the_past
         vec![ShardAction::AcquireSession { conn: C1 }]
     );
 }
+
+mod lease;

@@ -324,6 +324,11 @@ impl World {
                 );
             }
             ShardAction::Detach { .. } => {}
+            ShardAction::RegisterMember { .. }
+            | ShardAction::RenewMember { .. }
+            | ShardAction::TakeLeases { .. } => {
+                unreachable!("this world holds its spaces with advisory locks")
+            }
             ShardAction::Survey { conn } => {
                 let sid = self.sid(r, conn);
                 if self.on_server(sid).is_none() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use plexsphere_leader::shard_sql::{self, OwnerRow};
 use tokio::time::Instant;
-use tokio_postgres::{Client, SimpleQueryMessage};
+use tokio_postgres::Client;
 
 use super::{Record, ReplicaProcess};
 use crate::timeline::{self, Event};
@@ -270,21 +270,9 @@ pub fn max_shard_overlap(events: &[ShardEvent], until: Instant) -> Option<(Durat
 /// Who holds which lock of the space `class` of `count` shards, from `pg_locks`
 /// ([`shard_sql::owners`]).
 pub async fn owners(client: &Client, class: i32, count: u32) -> Result<Vec<OwnerRow>, String> {
-    let messages = client
-        .simple_query(&shard_sql::owners(class, count))
+    let rows = crate::simple_rows(client, &shard_sql::owners(class, count))
         .await
         .map_err(|e| e.to_string())?;
-    let rows: Vec<plexsphere_leader::session::Row> = messages
-        .iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(row) => Some(
-                (0..row.len())
-                    .map(|i| row.get(i).map(str::to_owned))
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect();
     shard_sql::parse_owners(&rows).map_err(|e| e.to_string())
 }
 

@@ -73,6 +73,25 @@ impl Common {
         Ok(crate::identity::resolve(self.identity.as_deref())?)
     }
 
+    /// The validated lease of `interval`, when one is configured: `Duration::ZERO` is the
+    /// default of [`LEASE_TTL_INTERVALS`](plexsphere_leader_core::LEASE_TTL_INTERVALS).
+    ///
+    /// # Errors
+    /// [`ConfigError::LeaseTtl`] for a TTL the core refuses.
+    pub(crate) fn lease(
+        &self,
+        interval: plexsphere_leader_core::CheckInterval,
+    ) -> Result<Option<plexsphere_leader_core::Lease>, ConfigError> {
+        let Some(ttl) = self.lease_ttl else {
+            return Ok(None);
+        };
+        Ok(Some(if ttl.is_zero() {
+            plexsphere_leader_core::Lease::default_for(interval)
+        } else {
+            plexsphere_leader_core::Lease::new(interval, ttl)?
+        }))
+    }
+
     /// The validated lease schema.
     pub(crate) fn validated_lease_schema(&self) -> Result<String, ConfigError> {
         let schema = &self.lease_schema;

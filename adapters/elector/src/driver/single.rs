@@ -44,7 +44,7 @@ impl Single {
             stopped_term: None,
             ended_terms: BTreeMap::new(),
             database: None,
-            holder: lease_holder(inner_identity),
+            holder: crate::identity::lease_holder(&inner_identity),
             failure: None,
         }
     }
@@ -274,15 +274,4 @@ impl Mode for Single {
             Action::Finish => io.finish(),
         }
     }
-}
-
-/// A lease holder for a run of `identity`: `<identity> <nonce>`, the nonce a 64-bit hash of
-/// a per-call random key, the process id and the wall clock: distinct for every run.
-fn lease_holder(identity: String) -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    hasher.write_u128(since_epoch.map_or(0, |d| d.as_nanos()));
-    format!("{identity} {:016x}", hasher.finish())
 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use plexsphere_leader_core::shards::ShardOptions;
-use plexsphere_leader_core::{CheckInterval, DEFAULT_CHECK_INTERVAL, OnOverdue};
+use plexsphere_leader_core::{CheckInterval, DEFAULT_CHECK_INTERVAL, Mechanism, OnOverdue};
 
 use crate::config::Common;
 use crate::error::ConfigError;
@@ -114,6 +114,24 @@ impl ShardConfig {
         /// [`ShardedElector::new`](super::ShardedElector::new).
         #[cfg(feature = "metrics")]
         metrics_facade(on: bool) => metrics_facade = on;
+        /// Holds the space with leases instead of advisory locks: for a pool that cannot carry a
+        /// session lock (PgBouncer or Supavisor in transaction mode, a managed database's pooled
+        /// endpoint), and for spaces larger than the server's lock table. Each replica is a
+        /// member row renewed every interval (one short statement whatever the shard count) for
+        /// `ttl` on the server's clock (`Duration::ZERO`: three intervals); shards are rows
+        /// written only when their owner changes, each change advancing the shard's fencing
+        /// epoch ([`Term::epoch`](crate::Term::epoch) is always set). A member trusts its shards
+        /// for nine tenths of the TTL after sending its last successful renewal; a crashed
+        /// member's shards are taken again once its lease expired. The tables must exist: run
+        /// [`lease::setup_shards`](crate::lease::setup_shards) once per database. Validated by
+        /// [`ShardedElector::new`](super::ShardedElector::new): a TTL of at least two
+        /// intervals.
+        lease(ttl: Duration) => lease_ttl = Some(ttl);
+        /// The schema of the lease's tables ([`ShardConfig::lease`]): `public` by default. Every
+        /// statement names its tables with it, whatever the connection's `search_path`; give
+        /// every replica of the space the same schema. Validated by
+        /// [`ShardedElector::new`](super::ShardedElector::new): a plain lowercase identifier.
+        lease_schema(schema: impl Into<String>) => lease_schema = schema.into();
     }
 
     pub(crate) fn options(&self) -> Result<ShardOptions, ConfigError> {
@@ -133,6 +151,9 @@ impl ShardConfig {
         }
         if let Some((after, on_overdue)) = self.common.work_deadline {
             options = options.work_deadline(after, on_overdue);
+        }
+        if let Some(lease) = self.common.lease(interval)? {
+            options = options.mechanism(Mechanism::Lease(lease));
         }
         Ok(options)
     }

@@ -11,6 +11,7 @@ use plexsphere_leader_core::shards::{
 };
 use plexsphere_leader_core::{ConnId, Level, TermId};
 
+use super::lease::{LeaseMember, Statements};
 use super::shared::ShardSpace;
 use super::view::{Holder, SpaceView};
 use crate::clock::now;
@@ -27,9 +28,9 @@ use crate::term::TermShared;
 use plexsphere_leader_core::failures::FailureReport;
 
 /// An answered survey: the view it shows and how long it took.
-type Surveyed = Option<(SpaceView, Duration)>;
-type Completion = operation::Completion<ShardEvent<CheckError>, Surveyed>;
-type Operation = operation::Operation<ShardEvent<CheckError>, Surveyed>;
+pub(super) type Surveyed = Option<(SpaceView, Duration)>;
+pub(super) type Completion = operation::Completion<ShardEvent<CheckError>, Surveyed>;
+pub(super) type Operation = operation::Operation<ShardEvent<CheckError>, Surveyed>;
 
 /// Sharded leadership's side of a run.
 pub(crate) struct Sharded {
@@ -39,16 +40,34 @@ pub(crate) struct Sharded {
     ended: BTreeMap<TermId, Arc<TermShared>>,
     failure: Option<LockTableTooSmall>,
     view: Option<SpaceView>,
+    /// With a lease: how the member's statements are named.
+    lease: Option<LeaseMember>,
 }
 
 impl Sharded {
     pub(crate) fn new(inner: Arc<Shared<ShardSpace>>) -> Self {
+        let lease = inner.options().mechanism_of().lease().map(|_| LeaseMember {
+            schema: inner.lease_schema().to_owned(),
+            holder: crate::identity::lease_holder(inner.identity()),
+            member: None,
+        });
         Self {
             inner,
             ended: BTreeMap::new(),
             failure: None,
             view: None,
+            lease,
         }
+    }
+
+    /// The lease member's statements, with a lease.
+    fn lease_statements(&self) -> Option<Statements<'_>> {
+        self.lease.as_ref().map(|naming| Statements {
+            sessions: self.inner.sessions(),
+            class: self.inner.class(),
+            count: self.inner.options().count(),
+            naming,
+        })
     }
 
     fn log(&mut self, record: &ShardLog<CheckError>, io: &mut Io<Self>) {
@@ -83,8 +102,16 @@ impl Mode for Sharded {
     }
 
     fn arrived(&mut self, event: &ShardEvent<CheckError>, surveyed: Self::Extra) {
-        if let ShardEvent::WorkDrained { term } = event {
-            self.ended.remove(term);
+        match event {
+            ShardEvent::WorkDrained { term } => {
+                self.ended.remove(term);
+            }
+            ShardEvent::Registered { backend, .. } => {
+                if let Some(lease) = &mut self.lease {
+                    lease.member = Some(*backend);
+                }
+            }
+            _ => {}
         }
         if let Some((view, took)) = surveyed {
             if let Some(metrics) = self.inner.metrics() {
@@ -119,6 +146,28 @@ impl Mode for Sharded {
     fn perform(&mut self, action: ShardAction<CheckError>, io: &mut Io<Self>) {
         let class = self.inner.class();
         let count = self.inner.options().count();
+        if let Some(lease) = self.lease_statements() {
+            // A lease member's statements, each on a pooled connection of its own.
+            let operation = match &action {
+                ShardAction::RegisterMember { conn, ttl_ms } => {
+                    Some(lease.register(*conn, *ttl_ms))
+                }
+                ShardAction::RenewMember { conn, ttl_ms } => Some(lease.renew(*conn, *ttl_ms)),
+                ShardAction::TakeLeases {
+                    conn,
+                    shards,
+                    lock_timeout_ms,
+                } => Some(lease.take(*conn, shards, *lock_timeout_ms)),
+                ShardAction::Survey { conn } => Some(lease.survey(*conn)),
+                ShardAction::Unlock { conn, shards } => Some(lease.release(*conn, shards.clone())),
+                ShardAction::UnlockAll { conn } => Some(lease.leave(*conn)),
+                _ => None,
+            };
+            if let Some(operation) = operation {
+                io.run(operation);
+                return;
+            }
+        }
         match action {
             ShardAction::AcquireSession { conn } => io.run(operation::acquire(
                 self.inner.sessions(),
@@ -148,6 +197,10 @@ impl Mode for Sharded {
                 });
             }
             ShardAction::Detach { conn, backend } => io.detach(conn, backend.get()),
+            // Issued for a lease space only, and run above.
+            ShardAction::RegisterMember { .. }
+            | ShardAction::RenewMember { .. }
+            | ShardAction::TakeLeases { .. } => {}
             ShardAction::Survey { conn } => {
                 let sql = shard_sql::survey(class, count);
                 io.start_on(conn, move |held| survey(held, conn, sql, count));
@@ -269,7 +322,7 @@ fn survey(held: Held, conn: ConnId, sql: String, count: u32) -> Operation {
     })
 }
 
-fn view_of(
+pub(super) fn view_of(
     survey: &Survey,
     names: &BTreeMap<plexsphere_leader_core::shards::MemberId, String>,
 ) -> SpaceView {
@@ -314,7 +367,7 @@ fn query_failed(conn: ConnId, error: QueryError) -> ShardEvent<CheckError> {
     failed(conn, error.into_cause(), ended)
 }
 
-fn unexpected(statement: &'static str, error: &ShardSqlError) -> CheckError {
+pub(super) fn unexpected(statement: &'static str, error: &ShardSqlError) -> CheckError {
     CheckError::UnexpectedReply {
         statement,
         detail: error.to_string(),

@@ -20,6 +20,8 @@ use crate::term::TermShared;
 /// A shard space's own shared state (see the module docs).
 pub(crate) struct ShardSpace {
     class: i32,
+    /// The schema of the lease's tables, with a lease.
+    lease_schema: String,
     terms: Mutex<BTreeMap<u32, Arc<TermShared>>>,
     ownership: watch::Sender<Ownership>,
     view: watch::Sender<Option<SpaceView>>,
@@ -52,11 +54,13 @@ impl Shared<ShardSpace> {
         sessions: Arc<dyn SessionSource>,
         class: i32,
         identity: String,
+        lease_schema: String,
         options: ShardOptions,
         metrics: Option<ShardMetrics>,
     ) -> Self {
         let space = ShardSpace {
             class,
+            lease_schema,
             terms: Mutex::new(BTreeMap::new()),
             ownership: watch::Sender::new(Ownership::default()),
             view: watch::Sender::new(None),
@@ -71,6 +75,11 @@ impl Shared<ShardSpace> {
 
     pub(crate) fn class(&self) -> i32 {
         self.mode().class
+    }
+
+    /// The schema of the lease's tables ([`ShardConfig::lease_schema`](super::ShardConfig::lease_schema)).
+    pub(crate) fn lease_schema(&self) -> &str {
+        &self.mode().lease_schema
     }
 
     pub(crate) fn ownership(&self) -> Ownership {

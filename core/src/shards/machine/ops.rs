@@ -20,6 +20,10 @@ impl<C> ShardedElection<C> {
             self.release_failed(now, Cause::Error(cause));
             return Handled::Applied;
         }
+        if self.survives_statement_failure() {
+            self.lease_statement_failed(now, Cause::Error(cause));
+            return Handled::Applied;
+        }
         if !session_ended && let Some(asked) = self.fencing() {
             // The grant stands, the epochs do not: release those shards, keep the session.
             self.fencing_failed(asked, Some(Cause::Error(cause)));
@@ -41,6 +45,10 @@ impl<C> ShardedElection<C> {
             return;
         }
         let interval = self.options.interval().get();
+        if self.survives_statement_failure() {
+            self.lease_statement_failed(now, Cause::TimedOut(interval));
+            return;
+        }
         self.lose(
             now,
             LossReason::CheckTimedOut,
@@ -79,6 +87,9 @@ impl<C> ShardedElection<C> {
                 .collect();
             unlock.sort_unstable();
             (Op::Unlock(unlock), now + interval)
+        } else if open.renew_due {
+            open.renew_due = false;
+            (Op::Renew(now), now + interval)
         } else if open.survey_due {
             open.survey_due = false;
             (Op::Survey, now + interval)
@@ -90,22 +101,12 @@ impl<C> ShardedElection<C> {
 
     /// Runs `op` on the open session, answered by `deadline`: the one place a statement starts.
     pub(super) fn issue(&mut self, op: Op, deadline: Instant) {
-        let lock_timeout_ms = self.options.interval().half_millis();
         let Session::Open(open) = &mut self.run().session else {
             return;
         };
         let conn = open.conn;
         open.busy = Some((op.clone(), deadline));
-        self.actions.push_back(match op {
-            Op::Survey => ShardAction::Survey { conn },
-            Op::Take(shards) => ShardAction::Take { conn, shards },
-            Op::Fence(shards) => ShardAction::AdvanceEpochs {
-                conn,
-                shards,
-                lock_timeout_ms,
-            },
-            Op::Unlock(shards) => ShardAction::Unlock { conn, shards },
-            Op::UnlockAll => ShardAction::UnlockAll { conn },
-        });
+        let action = self.action_of(conn, op);
+        self.actions.push_back(action);
     }
 }

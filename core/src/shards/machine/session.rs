@@ -5,7 +5,6 @@ use super::*;
 
 impl<C> ShardedElection<C> {
     pub(super) fn check(&mut self, now: Instant) {
-        let interval = self.options.interval().get();
         let eligible = self.eligible;
         let run = self.run();
         run.schedule.begin(now);
@@ -20,16 +19,9 @@ impl<C> ShardedElection<C> {
             }
         }
         match &mut run.session {
-            Session::None => {
-                let conn = self.next_conn();
-                self.run().session = Session::Acquiring {
-                    conn,
-                    deadline: now + interval,
-                };
-                self.actions.push_back(ShardAction::AcquireSession { conn });
-            }
-            Session::Open(open) => {
-                open.survey_due = true;
+            Session::None => self.begin_join(now),
+            Session::Open(_) => {
+                self.check_due();
                 self.pump(now);
             }
             Session::Acquiring { .. } | Session::Registering { .. } => {}
@@ -44,6 +36,7 @@ impl<C> ShardedElection<C> {
         };
         run.session = Session::Registering {
             conn,
+            since: now,
             deadline: now + interval.get(),
         };
         self.actions.push_back(ShardAction::Register {
@@ -88,7 +81,7 @@ impl<C> ShardedElection<C> {
     ) -> Handled {
         let options = self.options;
         let run = self.run();
-        let Session::Registering { conn, .. } = run.session else {
+        let Session::Registering { conn, since, .. } = run.session else {
             return Handled::Ignored(Ignored::Unexpected);
         };
         if !granted {
@@ -103,6 +96,8 @@ impl<C> ShardedElection<C> {
             self.finish();
             return Handled::Applied;
         }
+        let trusted_until = self.trust_after(since);
+        let run = self.run();
         run.session = Session::Open(Open {
             conn,
             backend,
@@ -110,9 +105,10 @@ impl<C> ShardedElection<C> {
             verified_at: now,
             busy: None,
             survey_due: true,
+            renew_due: false,
+            trusted_until,
         });
-        self.actions
-            .push_back(ShardAction::Detach { conn, backend });
+        self.after_join(conn, backend);
         self.log(ShardLog::new(ShardLogKind::Joined, 0));
         self.pump(now);
         Handled::Applied

@@ -66,6 +66,8 @@ impl<C> ShardedElection<C> {
             }
             let run = self.run();
             let cold = survey.held_count() == 0 && now < joined_at + options.delay();
+            run.settled =
+                !cold && plan.held == plan.cap && plan.take.is_empty() && run.handing.is_empty();
             if !cold {
                 run.pending_take = plan.take;
             }

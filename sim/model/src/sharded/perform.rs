@@ -37,6 +37,10 @@ impl Driver for Sharded {
                 w.send(r, conn, action);
                 None
             }
+            // The model's spaces are held with advisory locks.
+            ShardAction::RegisterMember { .. }
+            | ShardAction::RenewMember { .. }
+            | ShardAction::TakeLeases { .. } => None,
             ShardAction::CloseSession { conn } => {
                 w.close(r, conn);
                 None
