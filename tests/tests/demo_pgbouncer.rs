@@ -3,7 +3,8 @@
 //! (which cannot carry a session advisory lock). One replica leads, with no transition, for
 //! `STEADY` (60 s); `/status` says who holds the lease and until when; SIGKILL of the leader's
 //! process: another replica leads within the crash bound, TTL + I (0.8 s), plus `MARGIN`. The
-//! demo's own loops run through the same pooler, and none of their ticks fails.
+//! demo's own loops run through the same pooler, and none of their ticks fails. With `--shards K`
+//! the space is held by leases as well (issue 40).
 //!
 //! `cargo test -p plexsphere-leader-tests --test demo_pgbouncer -- --nocapture` prints the demo's
 //! lines and the figures; this is the documented way to watch the demo behind PgBouncer (the
@@ -158,6 +159,70 @@ async fn behind_a_transaction_mode_pgbouncer_the_advisory_demo_never_leads_and_e
             .any(|line| line.contains("every replica exited with an error")),
         "{logs:#?}"
     );
+    drop(bouncer);
+    db.cleanup().await.unwrap();
+}
+
+/// Issue 40: `--shards K --mechanism lease` behind the same pooler, with two server connections
+/// for three replicas: the space splits evenly, each replica's `/shards` shows who owns what,
+/// the sweeps of the shard owners run through the pooler, and the shards of a SIGKILLed
+/// replica are owned again once its lease expired (TTL + I, plus `MARGIN`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_transaction_mode_pgbouncer_the_sharded_lease_demo_splits_and_re_owns() {
+    const SHARDS: u64 = 12;
+    let db = TestDb::create("demo_pgbouncer_shards").await.unwrap();
+    let bouncer = PgBouncer::start(&db.config(), PoolMode::Transaction, 2)
+        .await
+        .expect("PgBouncer");
+    let dsn = through(&bouncer, &db);
+    let demo = Demo::start_replicas(
+        &dsn,
+        3,
+        "200ms",
+        &["--mechanism", "lease", "--shards", &SHARDS.to_string()],
+        &[],
+    )
+    .await;
+    let counts = |snapshot: &serde_json::Value| -> Vec<u64> {
+        snapshot["members"]
+            .as_array()
+            .map(|members| members.iter().filter_map(|m| m["count"].as_u64()).collect())
+            .unwrap_or_default()
+    };
+    eventually(BOOT, "three replicas own 4 shards each", || async {
+        let (_, body) = demo.get("/shards").await;
+        let snapshot: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (counts(&snapshot) == [4, 4, 4]).then_some(())
+    })
+    .await;
+
+    let started = demo.line(BOOT, "replica=2 pid=").await;
+    let pid: i32 = started
+        .split("pid=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap();
+    let killed_at = Instant::now();
+    kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+    let bound = TTL + I + MARGIN;
+    eventually(bound, "the two survivors own every shard", || async {
+        let (_, body) = demo.get("/shards").await;
+        let snapshot: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (counts(&snapshot) == [6, 6]).then_some(())
+    })
+    .await;
+    println!(
+        "a killed replica's shards re-owned and balanced after {:?} (bound {bound:?})",
+        killed_at.elapsed()
+    );
+    let failures: Vec<String> = demo
+        .logs()
+        .into_iter()
+        .filter(|line| line.contains("shard sweep failed") || line.contains("worker failed"))
+        .collect();
+    assert!(failures.is_empty(), "{failures:#?}");
+    demo.stop(Duration::from_secs(20)).await;
     drop(bouncer);
     db.cleanup().await.unwrap();
 }

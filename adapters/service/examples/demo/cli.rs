@@ -85,7 +85,8 @@ pub(crate) struct Args {
     pub(crate) duration: Option<Duration>,
     /// Spread the ticked loops' sweeps over the replicas: every replica also runs a sharded
     /// elector of K shards (item id mod K), sweeps the items of the shards it owns, and serves
-    /// on `/` a live page of who owns which shards.
+    /// on `/` a live page of who owns which shards. With `--mechanism lease` the space is held
+    /// by leases too (member and owner rows), so it runs behind a transaction-mode pooler.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=i64::from(plexsphere_leader::sharded::MAX_SHARDS)))]
     pub(crate) shards: Option<u32>,
 }

@@ -156,6 +156,7 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
             &me.application_name,
             me.interval,
             &registry,
+            args.mechanism,
         )?),
         _ => None,
     };
@@ -367,6 +368,13 @@ async fn create_schema(
             }
             if args.mechanism == Mechanism::Lease {
                 plexsphere_leader::lease::setup(&**client).await?;
+                if args.shards.is_some() {
+                    plexsphere_leader::lease::setup_shards(
+                        &**client,
+                        plexsphere_leader::lease::DEFAULT_SCHEMA,
+                    )
+                    .await?;
+                }
             }
             Ok::<(), Error>(())
         };

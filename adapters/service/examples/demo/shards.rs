@@ -35,19 +35,23 @@ const PAGE: &str = include_str!("shards.html");
 const TRANSITIONS_SHOWN: usize = 24;
 
 /// Builds the replica's sharded elector of `count` shards on `pool`.
+/// With `--mechanism lease` the space is held by leases, as the Elector's leadership is.
 pub(crate) fn build(
     pool: &Pool,
     count: u32,
     identity: &str,
     interval: Duration,
     registry: &Registry,
+    mechanism: crate::cli::Mechanism,
 ) -> Result<ShardedElector, plexsphere_leader::ConfigError> {
-    ShardedElector::new(
-        ShardConfig::new(pool.clone(), count)
-            .check_interval(interval)
-            .identity(identity)
-            .registry(registry),
-    )
+    let config = ShardConfig::new(pool.clone(), count)
+        .check_interval(interval)
+        .identity(identity)
+        .registry(registry);
+    ShardedElector::new(match mechanism {
+        crate::cli::Mechanism::Advisory => config,
+        crate::cli::Mechanism::Lease => config.lease(Duration::ZERO),
+    })
 }
 
 /// Wires `shard-elector` (the sharded election's run) and `shard-sweeper` (the owners' sweep).
