@@ -354,5 +354,33 @@ fn describe(entry: &LogEntry, class: Option<i32>) -> String {
         Event::LeaseReleased { pid, holder, .. } => {
             format!("lease of {} released by {pid}", holder_identity(holder))
         }
+        Event::MemberLive {
+            pid,
+            member,
+            holder,
+            expires,
+            joined,
+            ..
+        } => format!(
+            "member {member} ({}) {} by {pid} until {}",
+            holder_identity(holder),
+            if *joined { "registered" } else { "renewed" },
+            secs(*expires)
+        ),
+        Event::MemberGone {
+            pid,
+            member,
+            reaped,
+            ..
+        } => format!(
+            "member {member} {} by {pid}",
+            if *reaped { "reaped" } else { "left" }
+        ),
+        Event::ShardOwned {
+            pid, member, shard, ..
+        } => format!("shard {shard} taken by {pid} for member {member}"),
+        Event::ShardFreed {
+            pid, member, shard, ..
+        } => format!("shard {shard} of member {member} freed by {pid}"),
     }
 }

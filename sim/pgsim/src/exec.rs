@@ -27,6 +27,7 @@ mod eval;
 mod fence;
 mod lease;
 mod settings;
+mod shard_lease;
 mod shards;
 #[cfg(test)]
 mod tests;
@@ -129,6 +130,7 @@ pub(crate) fn result_columns(statement: &Statement) -> Option<Vec<(String, PgTyp
         }
         Statement::Shard(statement) => shards::columns(statement).to_vec(),
         Statement::Lease(statement) => lease::columns(statement).to_vec(),
+        Statement::ShardLease(statement) => shard_lease::columns(statement).to_vec(),
         Statement::Set { .. }
         | Statement::Begin
         | Statement::Commit
@@ -378,6 +380,7 @@ impl<'a> Ctx<'a> {
             } => Ok(self.select_epoch(table, (*classid, *objid), *for_share)?),
             Statement::Shard(statement) => self.shard(statement),
             Statement::Lease(statement) => self.lease(statement),
+            Statement::ShardLease(statement) => self.shard_lease(statement),
         }
     }
 
@@ -558,7 +561,11 @@ impl<'a> Ctx<'a> {
         kind: TableKind,
         if_not_exists: bool,
     ) -> Result<(), SqlError> {
-        self.read_only("CREATE TABLE")?;
+        let command = match kind {
+            TableKind::Sequence => "CREATE SEQUENCE",
+            _ => "CREATE TABLE",
+        };
+        self.read_only(command)?;
         let database = self.database()?;
         let created = self
             .state
@@ -575,7 +582,7 @@ impl<'a> Ctx<'a> {
                 format!("{message}, skipping"),
             ));
         }
-        self.reply.command_complete("CREATE TABLE");
+        self.reply.command_complete(command);
         Ok(())
     }
 }

@@ -78,12 +78,15 @@ pub(crate) fn recognise(query: &str) -> Option<Result<LeaseStatement, SqlError>>
 
 /// `query` with the tables of the default schema named without it: the simulated server has
 /// one schema, `public`, so `public.plexsphere_leader_lease` and `plexsphere_leader_lease` are
-/// one table (a statement naming another schema meets 0A000 or 42P01).
+/// one table, and so are a lease shard space's `public.plexsphere_shard_*` (a statement naming
+/// another schema meets 0A000 or 42P01).
 pub(crate) fn unqualified(query: &str) -> String {
-    query.replace(
-        &format!("{}.plexsphere_leader_", lease::DEFAULT_SCHEMA),
-        "plexsphere_leader_",
-    )
+    let schema = lease::DEFAULT_SCHEMA;
+    ["plexsphere_leader_", "plexsphere_shard_"]
+        .into_iter()
+        .fold(query.to_owned(), |query, prefix| {
+            query.replace(&format!("{schema}.{prefix}"), prefix)
+        })
 }
 
 /// The text `sql::lease` builds for `statement` (in the default schema, [`unqualified`]).

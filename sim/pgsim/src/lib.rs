@@ -67,6 +67,7 @@ mod route;
 mod rows;
 mod session;
 mod shard;
+mod shard_lease;
 mod sql;
 mod state;
 mod storage;

@@ -136,6 +136,56 @@ pub enum Event {
         /// The holder it named.
         holder: String,
     },
+    /// A member of lease shard space `class` joined (`shard_sql::lease::register`) or
+    /// renewed its unexpired row (`renew`): it is live until `expires`.
+    MemberLive {
+        /// Backend pid of the session that ran it.
+        pid: i32,
+        /// The space.
+        class: i32,
+        /// The member's id (from the members' sequence).
+        member: i32,
+        /// Its holder (identity and nonce).
+        holder: String,
+        /// When its lease expires, on the simulated clock.
+        expires: Duration,
+        /// A registration (else a renewal).
+        joined: bool,
+    },
+    /// A member's row was deleted: by its own leave, or by a take's reap once it expired.
+    MemberGone {
+        /// Backend pid of the session that ran it.
+        pid: i32,
+        /// The space.
+        class: i32,
+        /// The member.
+        member: i32,
+        /// Reaped by a take (else its own leave).
+        reaped: bool,
+    },
+    /// A take owned shard `shard` for `member`; its fence advance follows as
+    /// [`Event::EpochAdvanced`].
+    ShardOwned {
+        /// Backend pid of the session that ran it.
+        pid: i32,
+        /// The space.
+        class: i32,
+        /// The new owner.
+        member: i32,
+        /// The shard.
+        shard: u32,
+    },
+    /// Shard `shard`'s owner row was freed: its member's release or leave, or a take's reap.
+    ShardFreed {
+        /// Backend pid of the session that ran it.
+        pid: i32,
+        /// The space.
+        class: i32,
+        /// The member that owned it.
+        member: i32,
+        /// The shard.
+        shard: u32,
+    },
     /// A transaction block that had checked a fence row committed.
     FencedCommit {
         /// Backend pid.

@@ -135,6 +135,8 @@ pub(crate) mod sqlstate {
     pub(crate) const UNDEFINED_TABLE: &str = "42P01";
     /// duplicate_table (also the notice of `CREATE TABLE IF NOT EXISTS`).
     pub(crate) const DUPLICATE_TABLE: &str = "42P07";
+    /// `unique_violation`.
+    pub(crate) const UNIQUE_VIOLATION: &str = "23505";
     /// duplicate_prepared_statement.
     pub(crate) const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
     /// invalid_sql_statement_name (no such prepared statement).

@@ -24,7 +24,10 @@
 //! - `SELECT pg_terminate_backend(pid)` of another backend (terminating one's own backend is
 //!   not modelled: the reply comes before the FATAL);
 //! - the statements of a sharded election, exactly as `plexsphere_leader::shard_sql` builds
-//!   them, recognised whole (see `shard`).
+//!   them, recognised whole (see `shard`), and those of a lease shard space,
+//!   `shard_sql::lease` (see `shard_lease`), after their `SET LOCAL`s and a take's transaction
+//!   lock, which the general parser reads; the lease space's setup is the general parser's
+//!   (its `CREATE SEQUENCE … AS int4 MINVALUE 1 CYCLE` and the two tables' shapes).
 //!
 //! Anything else fails with 0A000 (an unsupported statement), 42601 (malformed) or
 //! 42883 (unknown function). Unlike PostgreSQL, which looks functions up statement by
@@ -34,6 +37,7 @@
 use super::lease::{self, LeaseStatement};
 use super::reply::{SqlError, sqlstate};
 use super::shard::{self, ShardStatement};
+use super::shard_lease::{self, ShardLeaseStatement};
 use super::storage::TableKind;
 
 /// One parsed statement.
@@ -83,6 +87,10 @@ pub(crate) enum Statement {
     /// A statement of the lease mechanism (`plexsphere_leader::sql::lease`), recognised whole;
     /// a claim comes after the `SET LOCAL lock_timeout` of its query string.
     Lease(LeaseStatement),
+    /// A statement of a lease shard space (`plexsphere_leader::shard_sql::lease`), recognised
+    /// whole; it comes after the `SET LOCAL`s (and a take's transaction lock) of its query
+    /// string.
+    ShardLease(ShardLeaseStatement),
 }
 
 impl Statement {
@@ -267,6 +275,15 @@ pub(crate) fn parse(query: &str) -> Result<Vec<Statement>, SqlError> {
     if let Some(statement) = shard::recognise(query) {
         return statement.map(|statement| vec![Statement::Shard(statement)]);
     }
+    if let Some(statement) = shard_lease::recognise(query) {
+        let statement = statement?;
+        let mut statements = match shard_lease::proper(&statement) {
+            Some(proper) => general(query.split_once(proper).map_or("", |(before, _)| before))?,
+            None => Vec::new(),
+        };
+        statements.push(Statement::ShardLease(statement));
+        return Ok(statements);
+    }
     if let Some(statement) = lease::recognise(query) {
         return lease_statements(query, statement?);
     }
@@ -306,6 +323,13 @@ const CREATE_LEASE: &str = "create table $name ( classid int4 not null , objid i
 const CREATE_LEASE_IF_NOT_EXISTS: &str = "create table if not exists $name ( classid int4 not \
      null , objid int4 not null , holder text not null , expires_at timestamptz not null , \
      primary key ( classid , objid ) )";
+const CREATE_MEMBERS_IF_NOT_EXISTS: &str = "create table if not exists $name ( classid int4 not \
+     null , member int4 not null , holder text not null , expires_at timestamptz not null , \
+     primary key ( classid , member ) )";
+const CREATE_OWNERS_IF_NOT_EXISTS: &str = "create table if not exists $name ( classid int4 not \
+     null , shard int4 not null , member int4 , primary key ( classid , shard ) )";
+const CREATE_SEQUENCE_IF_NOT_EXISTS: &str =
+    "create sequence if not exists $name as int4 minvalue 1 cycle";
 const ADVANCE_EPOCH: &str = "insert into $name as $name ( classid , objid , epoch ) values \
      ( $int , $int , $int ) on conflict ( classid , objid ) do update set epoch = $name . epoch \
      + 1 returning $name . epoch";
@@ -313,15 +337,18 @@ const SELECT_EPOCH: &str = "select epoch from $name where classid = $int and obj
 const SELECT_EPOCH_FOR_SHARE: &str =
     "select epoch from $name where classid = $int and objid = $int for share";
 
-/// Recognises the fencing statements and the lease table's creation, which are matched as
-/// whole token patterns.
+/// Recognises the fencing statements and the creation of the lease table and of a lease
+/// shard space's tables and sequence, which are matched as whole token patterns.
 fn fence_statement(toks: &[Tok]) -> Option<Statement> {
     let create =
         |text, kind, if_not_exists| pattern(toks, text).map(|caps| (caps, kind, if_not_exists));
     let created = create(CREATE_FENCE_IF_NOT_EXISTS, TableKind::Fence, true)
         .or_else(|| create(CREATE_FENCE, TableKind::Fence, false))
         .or_else(|| create(CREATE_LEASE_IF_NOT_EXISTS, TableKind::Lease, true))
-        .or_else(|| create(CREATE_LEASE, TableKind::Lease, false));
+        .or_else(|| create(CREATE_LEASE, TableKind::Lease, false))
+        .or_else(|| create(CREATE_MEMBERS_IF_NOT_EXISTS, TableKind::Members, true))
+        .or_else(|| create(CREATE_OWNERS_IF_NOT_EXISTS, TableKind::Owners, true))
+        .or_else(|| create(CREATE_SEQUENCE_IF_NOT_EXISTS, TableKind::Sequence, true));
     if let Some((caps, kind, if_not_exists)) = created {
         let name = caps.first().map(tok_name)?;
         return Some(Statement::CreateTable {

@@ -70,7 +70,7 @@ impl Ctx<'_> {
     }
 
     /// `now()` on the simulated clock: the start of the statement.
-    fn statement_start(&self) -> Duration {
+    pub(super) fn statement_start(&self) -> Duration {
         self.blocked_since.unwrap_or(self.at)
     }
 

@@ -875,3 +875,242 @@ fn lease_statements_need_the_tables_and_a_writable_server() {
     );
     assert_eq!(lease_run(&mut state, a, &who_holds(), 2)[1], "C SELECT 0");
 }
+
+/// The statements of a lease shard space, as the adapter builds them (space 5, in the default
+/// schema, a TTL of 300 ms).
+mod shard_lease_statements {
+    use plexsphere_leader::shard_sql::lease;
+    use plexsphere_leader::sharded::{MemberId, Shard};
+
+    const SCHEMA: &str = plexsphere_leader::sql::lease::DEFAULT_SCHEMA;
+
+    pub(super) fn setup() -> String {
+        lease::setup(SCHEMA)
+    }
+    pub(super) fn register(holder: &str) -> String {
+        lease::register(SCHEMA, 5, holder, 300)
+    }
+    pub(super) fn renew(member: i32, holder: &str) -> String {
+        lease::renew(SCHEMA, 5, MemberId::new(member), holder, 300)
+    }
+    pub(super) fn survey() -> String {
+        lease::survey(SCHEMA, 5, 4)
+    }
+    fn shards(list: &[u32]) -> Vec<Shard> {
+        list.iter().copied().map(Shard::new).collect()
+    }
+    pub(super) fn take(member: i32, list: &[u32]) -> String {
+        lease::take(SCHEMA, 5, MemberId::new(member), &shards(list), 50)
+    }
+    pub(super) fn release(member: i32, list: &[u32]) -> String {
+        lease::release(SCHEMA, 5, MemberId::new(member), &shards(list))
+    }
+    pub(super) fn leave(member: i32) -> String {
+        lease::leave(SCHEMA, 5, MemberId::new(member))
+    }
+}
+
+/// The data rows of a reply but the transaction lock's `void`, asserting it had no error.
+fn data_rows(lines: &[String]) -> Vec<String> {
+    assert!(!lines.iter().any(|l| l.starts_with("E ")), "{lines:?}");
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("D ").filter(|row| !row.is_empty()))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A server with a lease shard space's setup run (twice), and sessions a and b.
+fn shard_lease_server() -> (State, i32, i32) {
+    let (mut state, a, b) = server();
+    let setup = run(&mut state, a, &shard_lease_statements::setup());
+    assert_eq!(
+        setup,
+        [
+            "C SET",
+            "T pg_advisory_xact_lock:2278",
+            "D ",
+            "C SELECT 1",
+            "C CREATE SEQUENCE",
+            "C CREATE TABLE",
+            "C CREATE TABLE",
+            "C CREATE TABLE",
+            "Z I"
+        ]
+    );
+    assert_eq!(run(&mut state, b, &shard_lease_statements::setup()), setup);
+    (state, a, b)
+}
+
+#[test]
+fn a_lease_shard_space_registers_renews_takes_releases_and_leaves_as_postgresql_does() {
+    use shard_lease_statements::{leave, register, release, renew, survey, take};
+    let (mut state, a, b) = shard_lease_server();
+    let reply = lease_run(&mut state, a, &register("ha"), 10);
+    assert_eq!(
+        reply,
+        [
+            "C SET",
+            "T member:23,count:20",
+            "D 1,0",
+            "C INSERT 0 1",
+            "Z I"
+        ]
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, b, &register("hb"), 20)),
+        ["2,1"]
+    );
+    // A take owns the free shards asked and advances their fence rows.
+    let reply = lease_run(&mut state, a, &take(1, &[0, 1]), 30);
+    assert_eq!(
+        reply[..5],
+        [
+            "C SET",
+            "C SET",
+            "T pg_advisory_xact_lock:2278",
+            "D ",
+            "C SELECT 1"
+        ]
+    );
+    assert_eq!(
+        reply[5..],
+        [
+            "C UPDATE 0",
+            "T count:20,string_agg:25",
+            "D 1,0:1,1:1",
+            "C SELECT 1",
+            "Z I"
+        ]
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, b, &take(2, &[1, 2, 3]), 40)),
+        ["1,2:1,3:1"],
+        "shard 1 is a live member's"
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, a, &survey(), 50)),
+        ["1,ha,0,1", "2,hb,2,3"]
+    );
+    // A renewal by another holder, or of another member, renews nothing.
+    assert_eq!(
+        data_rows(&lease_run(&mut state, a, &renew(1, "hb"), 60)),
+        ["0,1,2"]
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, a, &renew(1, "ha"), 100)),
+        ["1,1,2"]
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, b, &release(2, &[1, 3]), 110)),
+        ["3"]
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, b, &leave(2), 120)),
+        ["1"],
+        "its last shard freed, its row deleted"
+    );
+    assert_eq!(
+        lease_run(&mut state, b, &leave(2), 121)[..3],
+        ["C UPDATE 0", "T ?column?:23", "C DELETE 0"]
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, a, &survey(), 130)),
+        ["1,ha,0,1"]
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, a, &take(1, &[2, 3]), 140)),
+        ["1,2:2,3:2"],
+        "the epochs go on from the earlier owner's"
+    );
+}
+
+#[test]
+fn a_take_reaps_expired_members_and_a_renewal_after_the_reap_renews_nothing() {
+    use shard_lease_statements::{register, renew, survey, take};
+    let (mut state, a, b) = shard_lease_server();
+    lease_run(&mut state, a, &register("ha"), 10);
+    lease_run(&mut state, b, &register("hb"), 10);
+    assert_eq!(
+        data_rows(&lease_run(&mut state, a, &take(1, &[0, 1]), 20)),
+        ["1,0:1,1:1"]
+    );
+    // b renews every 100 ms; a stops renewing at 10 ms: its lease ends at 310 ms.
+    for at in [110, 210, 300] {
+        assert_eq!(
+            data_rows(&lease_run(&mut state, b, &renew(2, "hb"), at)),
+            ["1,1,2"]
+        );
+    }
+    assert_eq!(
+        data_rows(&lease_run(&mut state, b, &take(2, &[0, 1]), 309)),
+        ["1,NULL"],
+        "a lives until 310 ms: nothing reaped, nothing taken"
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, b, &renew(2, "hb"), 310)),
+        ["1,2"]
+    );
+    assert_eq!(
+        lease_run(&mut state, b, &take(2, &[0, 1]), 311)[5..7],
+        ["C UPDATE 2", "T count:20,string_agg:25"],
+        "a reaped, its two shards freed"
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, b, &survey(), 312)),
+        ["2,hb,0,1"]
+    );
+    // a's renewal arrives after the reap (its client sent it before its lease ended): no row.
+    assert_eq!(
+        data_rows(&lease_run(&mut state, a, &renew(1, "ha"), 313)),
+        ["0,2"]
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, a, &take(1, &[2]), 314)),
+        ["0,NULL"],
+        "a dead member takes nothing"
+    );
+    let reaped = state.log.iter().any(|entry| {
+        entry.event
+            == Event::MemberGone {
+                pid: b,
+                class: 5,
+                member: 1,
+                reaped: true,
+            }
+    });
+    assert!(reaped);
+}
+
+#[test]
+fn committed_shard_leases_survive_a_crash_and_a_missing_table_is_42p01() {
+    use shard_lease_statements::{register, survey, take};
+    let (mut state, a, _) = server();
+    assert_eq!(
+        lease_run(&mut state, a, &register("ha"), 5)[1],
+        "E 42P01",
+        "before the setup"
+    );
+    let (mut state, a, _) = shard_lease_server();
+    lease_run(&mut state, a, &register("ha"), 10);
+    lease_run(&mut state, a, &take(1, &[3]), 20);
+    state.crash(ms(30));
+    state.start(ms(40));
+    let c = state.open_session(
+        Startup {
+            user: "c".to_owned(),
+            database: "db".to_owned(),
+            application_name: String::new(),
+        },
+        ms(40),
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, c, &survey(), 50)),
+        ["1,ha,3"]
+    );
+    assert_eq!(
+        data_rows(&lease_run(&mut state, c, &register("hc"), 60)),
+        ["2,1"],
+        "the sequence goes on"
+    );
+}
