@@ -149,6 +149,9 @@ struct Open {
     survey_due: bool,
     /// Lease mechanism: a renewal is due.
     renew_due: bool,
+    /// Lease mechanism: a release failed; it is retried at the next check, not at once (a
+    /// server out of reach would otherwise be asked again in a loop without pause).
+    release_held_off: bool,
     /// Lease mechanism: until when the member's lease is trusted (its last success's sending
     /// plus the trust window); every shard is lost then.
     trusted_until: Option<Instant>,

@@ -74,7 +74,8 @@ impl<C> ShardedElection<C> {
     /// A lease statement failed or did not answer by its deadline: the member goes on. A take
     /// in an unknown state (unanswered: it may still commit) loses every shard, so that no
     /// shard is owned on the server without a term; a failed take changed nothing (its
-    /// transaction rolled back), and the other statements are retried at the next check.
+    /// transaction rolled back), and the other statements are retried at the next check (a
+    /// release too: it stays pending, held off until then).
     pub(super) fn lease_statement_failed(&mut self, now: Instant, cause: Cause<C>) {
         let unanswered = matches!(cause, Cause::TimedOut(_));
         let Session::Open(open) = &mut self.run().session else {
@@ -86,6 +87,9 @@ impl<C> ShardedElection<C> {
             return;
         };
         let op = open.busy.take();
+        if matches!(op, Some((Op::Unlock(_), _))) {
+            open.release_held_off = true;
+        }
         if unanswered && matches!(op, Some((Op::Take(_), _))) {
             self.lose(now, LossReason::CheckTimedOut, Some(cause));
             return;

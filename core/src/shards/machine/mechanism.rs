@@ -52,6 +52,7 @@ impl<C> ShardedElection<C> {
         if let Session::Open(open) = &mut self.run().session {
             if lease {
                 open.renew_due = true;
+                open.release_held_off = false;
             } else {
                 open.survey_due = true;
             }

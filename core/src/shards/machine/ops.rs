@@ -77,7 +77,9 @@ impl<C> ShardedElection<C> {
                 Op::Take(std::mem::take(&mut run.pending_take)),
                 now + interval,
             )
-        } else if run.handing.values().any(|h| h.drained) || !run.release.is_empty() {
+        } else if (run.handing.values().any(|h| h.drained) || !run.release.is_empty())
+            && !open.release_held_off
+        {
             let mut unlock: Vec<Shard> = run
                 .handing
                 .iter()

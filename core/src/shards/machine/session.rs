@@ -106,6 +106,7 @@ impl<C> ShardedElection<C> {
             busy: None,
             survey_due: true,
             renew_due: false,
+            release_held_off: false,
             trusted_until,
         });
         self.after_join(conn, backend);

@@ -392,3 +392,72 @@ fn a_lease_stop_ends_every_term_awaits_the_work_then_leaves() {
         vec![ShardAction::CloseSession { conn: C1 }, ShardAction::Finish]
     );
 }
+
+#[test]
+fn a_failed_release_of_a_handover_is_retried_at_the_next_check_not_at_once() {
+    let t0 = Instant::now();
+    let mut m = lease_owning(8, 4..8, t0);
+    drain(&mut m);
+    let joiner = MemberId::new(300);
+    let after_join = survey(
+        8,
+        &[
+            (ME, true, vec![4, 5, 6, 7]),
+            (OTHER, true, vec![0, 1, 2, 3]),
+            (joiner, true, vec![]),
+        ],
+    );
+    // Renewals show the joiner; surveys until the delay passed and one shard is handed over.
+    let mut at = t0;
+    let mut handed = None;
+    for _ in 0..4 {
+        at += I;
+        m.handle_timeout(at);
+        drain(&mut m);
+        renewed(&mut m, at, &[ME, OTHER, joiner]);
+        m.handle_event(
+            at,
+            ShardEvent::Surveyed {
+                conn: C1,
+                survey: after_join.clone(),
+            },
+        );
+        let actions = drain(&mut m);
+        handed = actions.iter().find_map(|a| match a {
+            ShardAction::AwaitWork { term } => Some(*term),
+            _ => None,
+        });
+        if handed.is_some() {
+            break;
+        }
+    }
+    let term = handed.expect("a handover within the delay");
+    let given = m.handing_over();
+    m.handle_event(at, ShardEvent::WorkDrained { term });
+    let release = ShardAction::Unlock {
+        conn: C1,
+        shards: given.clone(),
+    };
+    assert_eq!(drain(&mut m), vec![release.clone()]);
+    m.handle_event(
+        at,
+        ShardEvent::StatementFailed {
+            conn: C1,
+            cause: "no connection",
+            session_ended: false,
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::Log(ShardLog {
+            kind: ShardLogKind::LeaseStatementFailed,
+            shards: 0,
+            reason: None,
+            cause: Some(Cause::Error("no connection")),
+        })],
+        "no release again at once"
+    );
+    assert_eq!(m.handing_over(), given, "still to be released");
+    m.handle_timeout(at + I);
+    assert_eq!(drain(&mut m), vec![release], "at the next check");
+}
