@@ -28,13 +28,14 @@ pub(crate) async fn set_up(
     shutdown: &CancellationToken,
     params: &Params,
     mechanism: Mechanism,
+    sharded: bool,
 ) {
     while !shutdown.is_cancelled() {
         // The connection and the setup each within one interval. A setup that did not answer
         // leaves its connection with a request in flight: it is discarded, never given back
         // to the pool, where the next attempt would queue behind the lost answer for good.
         if let Ok(Ok(object)) = timeout(params.interval, pool.get()).await {
-            match timeout(params.interval, mechanism.set_up(client(&object))).await {
+            match timeout(params.interval, mechanism.set_up(client(&object), sharded)).await {
                 Ok(Ok(())) => return,
                 Ok(Err(_)) | Err(_) => discard(object),
             }

@@ -9,13 +9,15 @@
 //! plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue]
 //!     [--fencing on|off] [--sabotage NAME] [--mechanism advisory|lease] [--unfit] [--pause]
 //! plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J]
-//!     [--sabotage NAME]
+//!     [--sabotage NAME] [--mechanism advisory|lease] [--pause]
 //! ```
 //!
 //! `--sharded` runs the sharded seeds instead (a seed space of their own, see `Sharding`):
 //! every replica runs a `ShardedElector`, `--shards K` forces the number of shards (by
 //! default each seed's: 8, 2 or 12) and `--replicas R` the number of replicas (3); the summary
-//! is the sharded one (per kind and shard count).
+//! is the sharded one (per kind and shard count). With `--mechanism lease` the space is held
+//! by leases (`ShardConfig::lease`, TTL three intervals; a seed space of its own), and with
+//! `--pause` as well its seeds are the pause kind's.
 //!
 //! `--mechanism lease` runs the lease seeds instead (a seed space of their own, see
 //! `RunOptions::lease`): every replica holds a lease row (`Config::lease`, TTL three intervals)
@@ -80,7 +82,8 @@ impl Args {
     /// The seed space the flags select.
     fn space(&self) -> Space {
         match (self.sharded, self.pause) {
-            (true, _) => Space::Sharded,
+            (true, true) => Space::ShardedPause,
+            (true, false) => Space::sharded(self.mechanism),
             (false, true) => Space::Pause,
             (false, false) => self.mechanism.space(),
         }
@@ -163,7 +166,6 @@ fn parse() -> Result<Args, String> {
     const OPERATOR: Sabotage = Sabotage::Driver(DriverSabotage::ResignWithoutHoldOff);
     let refusals = [
         (args.mode.is_some() || args.fencing.is_some()) && args.sharded,
-        mechanism != Mechanism::default() && args.sharded,
         lease && args.mode == Some(AcquireMode::Queue),
         !lease && sabotage(Sabotage::is_lease_only),
         lease && sabotage(Sabotage::is_advisory_only),
@@ -178,7 +180,6 @@ fn parse() -> Result<Args, String> {
     ];
     let texts = [
         single("--mode and --fencing"),
-        single(&format!("--mechanism {mechanism}")),
         format!("--mechanism {mechanism} always polls: it has no queue"),
         format!("--sabotage {name} is a sabotage of lease runs: add --mechanism lease"),
         format!("--sabotage {name} breaks the advisory lock's sessions: drop --mechanism lease"),
@@ -262,7 +263,7 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(error) => {
             eprintln!(
-                "{error}\nusage: plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue] [--fencing on|off] [--sabotage NAME] [--mechanism advisory|lease]\n       plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J] [--sabotage NAME]"
+                "{error}\nusage: plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue] [--fencing on|off] [--sabotage NAME] [--mechanism advisory|lease]\n       plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J] [--sabotage NAME] [--mechanism advisory|lease] [--pause]"
             );
             return ExitCode::from(2);
         }

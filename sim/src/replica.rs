@@ -199,7 +199,7 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
         });
     }
     if env.mechanism.has_epochs(env.fencing) {
-        fenced::set_up(&pool, &shutdown, &env.params, env.mechanism).await;
+        fenced::set_up(&pool, &shutdown, &env.params, env.mechanism, false).await;
     }
     if env.sample_beliefs {
         tokio::task::spawn_local(sample_beliefs(Rc::clone(&env), elector.clone()));
@@ -276,6 +276,10 @@ async fn sharded_software(
     .class(class)
     .check_interval(env.params.interval)
     .identity(application_name(env.index, incarnation));
+    let config = match env.mechanism {
+        Mechanism::Advisory => config,
+        Mechanism::Lease => config.lease(Duration::ZERO),
+    };
     let elector = ShardedElector::new(config)?;
     let shutdown = CancellationToken::new();
     {
@@ -287,6 +291,9 @@ async fn sharded_software(
             elector: Elected::Sharded(elector.clone()),
             shutdown: shutdown.clone(),
         });
+    }
+    if env.mechanism.has_epochs(false) {
+        fenced::set_up(&pool, &shutdown, &env.params, env.mechanism, true).await;
     }
     let workers: Vec<_> = (0..sharding.shards)
         .map(|shard| {

@@ -105,7 +105,7 @@ impl Report {
     /// fencing, fenced writes for a lease, or the number of shards (the seeds' three, then
     /// any a run forced).
     fn columns(&self) -> Vec<(u32, String)> {
-        if self.space != Space::Sharded {
+        if !self.space.is_sharded() {
             let names: &[&str] = if self.space.mechanism().holds_session() {
                 &COLUMNS
             } else {
@@ -220,9 +220,10 @@ impl fmt::Display for Report {
     /// The tables, then the summary line `seeds: N, violations: V`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut out = String::new();
-        match self.space {
-            Space::Sharded => self.write_sharded(&mut out, self.replicas),
-            _ => self.write_single(&mut out),
+        if self.space.is_sharded() {
+            self.write_sharded(&mut out, self.replicas);
+        } else {
+            self.write_single(&mut out);
         }
         write!(
             out,
@@ -326,9 +327,10 @@ impl Report {
     /// The cell table: per run kind (every one, run or not) and column, `runs/violations`;
     /// `EMPTY` where no run reached the cell; then how many cells ran and which did not.
     fn write_cells(&self, out: &mut String) {
-        let of = match self.space {
-            Space::Sharded => "number of shards",
-            _ => "acquire mode, fencing off and on",
+        let of = if self.space.is_sharded() {
+            "number of shards"
+        } else {
+            "acquire mode, fencing off and on"
         };
         let _ = writeln!(out, "runs/violations per kind and {of} (EMPTY: never run)");
         let columns = self.columns();

@@ -173,7 +173,8 @@ impl RunOptions {
     pub fn clock_rate(&self, replica: usize) -> ClockRate {
         match self.sabotage {
             Some(Sabotage::Driver(DriverSabotage::SlowClock)) => ClockRate::OUTSIDE_MARGIN,
-            _ if self.space().mechanism() == Mechanism::Lease => {
+            // `ShardConfig` has no clock seam: a sharded member runs on the simulation's.
+            _ if self.space().mechanism() == Mechanism::Lease && self.sharding.is_none() => {
                 ClockRate::of_lease_replica(self.seed, replica, self.replicas)
             }
             _ => ClockRate::EXACT,
@@ -189,13 +190,18 @@ impl RunOptions {
             Space::Advisory => Self::new(seed),
             Space::Lease | Space::Pause => Self::lease(seed),
             Space::Sharded => Self::sharded(seed),
+            Space::ShardedLease | Space::ShardedPause => Self {
+                mechanism: Mechanism::Lease,
+                ..Self::sharded(seed)
+            },
         }
     }
 
     /// The seed space this run is of.
     pub fn space(&self) -> Space {
         match (self.sharding, self.kind) {
-            (Some(_), _) => Space::Sharded,
+            (Some(_), RunKind::Only(FaultKind::Pause)) => Space::ShardedPause,
+            (Some(_), _) => Space::sharded(self.mechanism),
             (None, RunKind::Only(FaultKind::Pause)) => Space::Pause,
             (None, _) => self.mechanism.space(),
         }
@@ -237,10 +243,10 @@ impl RunOptions {
 
     /// The command that replays this run with a readable trace.
     pub fn replay_command(&self) -> String {
-        let sharded = if self.sharding.is_some() {
-            " --sharded"
-        } else {
-            ""
+        let sharded = match (self.sharding, self.mechanism) {
+            (None, _) => "",
+            (Some(_), Mechanism::Advisory) => " --sharded",
+            (Some(_), Mechanism::Lease) => " --sharded --mechanism lease",
         };
         let mut command = format!(
             "cargo run --release -p plexsphere-leader-sim --{sharded} --seed {}",
@@ -252,6 +258,9 @@ impl RunOptions {
         if let Some(sharding) = self.sharding {
             if sharding != Sharding::for_seed(self.seed) {
                 command.push_str(&format!(" --shards {}", sharding.shards));
+            }
+            if self.space() == Space::ShardedPause {
+                command.push_str(" --pause");
             }
             if let Some(sabotage) = self.sabotage {
                 command.push_str(&format!(" --sabotage {sabotage}"));
@@ -285,8 +294,13 @@ impl RunOptions {
     /// (`terminate, queue, fencing`).
     pub fn describe(&self) -> String {
         if let Some(sharding) = self.sharding {
+            let lease = if self.mechanism.holds_session() {
+                ""
+            } else {
+                ", lease"
+            };
             return format!(
-                "{}, {} shards, {} replicas",
+                "{}, {} shards, {} replicas{lease}",
                 self.kind, sharding.shards, self.replicas
             );
         }

@@ -155,3 +155,165 @@ fn double_claim(change: &Change<'_>, run: &Running<'_>) -> Violation {
         ),
     }
 }
+
+/// A lease shard space's tenures, from the servers' ground truth (what the primary of the
+/// moment logged; the rows follow a failover): a member's tenure runs from its registration
+/// to its leave or its expiry on the server's clock (the registration's or the last
+/// renewal's; the server renews nothing expired), a shard's from a take for a member to its
+/// release by that member (a release, a leave) or the member's expiry, whichever comes first.
+pub(super) struct ShardTenures {
+    /// Every tenure of each shard below the space's count, in take order.
+    pub(super) shards: BTreeMap<u32, Vec<Tenure>>,
+    /// Every member's tenure, in registration order.
+    pub(super) members: Vec<Tenure>,
+    /// A take of a shard while another live member owned it: the server's mutual exclusion
+    /// broken.
+    pub(super) violations: Vec<Violation>,
+}
+
+/// The tenures of lease shard space `class` of `count` shards (see [`ShardTenures`]).
+pub(super) fn shard_tenures(
+    servers: &[ServerEvidence],
+    owners: &[BTreeMap<i32, Owner>],
+    history: &History,
+    class: i32,
+    count: u32,
+) -> ShardTenures {
+    // Each member's tenure and expiry; each shard's running tenure and its member.
+    let mut members: BTreeMap<i32, (Tenure, Duration)> = BTreeMap::new();
+    let mut running: BTreeMap<u32, (Tenure, i32)> = BTreeMap::new();
+    let mut out = ShardTenures {
+        shards: BTreeMap::new(),
+        members: Vec::new(),
+        violations: Vec::new(),
+    };
+    let end_of = |members: &BTreeMap<i32, (Tenure, Duration)>, member: i32| {
+        members
+            .get(&member)
+            .map_or(Duration::ZERO, |(tenure, expires)| {
+                tenure.released.unwrap_or(*expires)
+            })
+    };
+    let mut entries: Vec<(Duration, usize, &Event)> = servers
+        .iter()
+        .enumerate()
+        .flat_map(|(server, evidence)| {
+            evidence
+                .log
+                .iter()
+                .filter(move |entry| history.primary_at(entry.at) == server)
+                .map(move |entry| (entry.at, server, &entry.event))
+        })
+        .collect();
+    // Stable: within an instant each server's log order stays.
+    entries.sort_by_key(|(at, server, _)| (*at, *server));
+    for (at, server, event) in entries {
+        // A running shard tenure whose member expired before this change ended then.
+        running.retain(|shard, (tenure, member)| {
+            let ends = end_of(&members, *member);
+            if ends <= at {
+                let tenure = ended(*tenure, ends, false);
+                out.shards.entry(*shard).or_default().push(tenure);
+                return false;
+            }
+            true
+        });
+        let granted = |pid: i32| Tenure::granted(server, pid, &owners[server], at);
+        match *event {
+            Event::MemberLive {
+                pid,
+                class: c,
+                member,
+                expires,
+                joined,
+                ..
+            } if c == class => {
+                if joined {
+                    members.insert(member, (granted(pid), expires));
+                } else if let Some((_, until)) = members.get_mut(&member) {
+                    *until = expires;
+                }
+            }
+            Event::MemberGone {
+                class: c,
+                member,
+                reaped,
+                ..
+            } if c == class => {
+                if let Some((tenure, expires)) = members.get_mut(&member)
+                    && tenure.released.is_none()
+                {
+                    *tenure = ended(*tenure, at.min(*expires), !reaped);
+                }
+            }
+            Event::ShardOwned {
+                pid,
+                class: c,
+                member,
+                shard,
+            } if c == class && shard < count => {
+                if let Some((tenure, holder)) = running.remove(&shard) {
+                    if holder != member {
+                        out.violations.push(Violation {
+                            at,
+                            property: Property::MutualExclusion,
+                            detail: format!(
+                                "{}: shard {shard} was taken by pid {pid} for member {member} while member {holder} (pid {}), live until {}, owned it",
+                                SERVERS[server],
+                                tenure.pid,
+                                secs(end_of(&members, holder))
+                            ),
+                        });
+                    }
+                    out.shards
+                        .entry(shard)
+                        .or_default()
+                        .push(ended(tenure, at, true));
+                }
+                running.insert(shard, (granted(pid), member));
+            }
+            Event::ShardFreed {
+                pid,
+                class: c,
+                shard,
+                member,
+            } if c == class => {
+                let owned = running.get(&shard).is_some_and(|(_, m)| *m == member);
+                if let Some((tenure, _)) = running.remove(&shard).filter(|_| owned) {
+                    // Its own replica's release or leave; a reap ended it at the expiry.
+                    let own = owners[server].get(&pid).copied() == tenure.owner;
+                    let at = if own {
+                        at
+                    } else {
+                        at.min(end_of(&members, member))
+                    };
+                    out.shards
+                        .entry(shard)
+                        .or_default()
+                        .push(ended(tenure, at, own));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (shard, (tenure, member)) in running {
+        let ends = end_of(&members, member);
+        let tenure = if ends <= history.end {
+            ended(tenure, ends, false)
+        } else {
+            tenure
+        };
+        out.shards.entry(shard).or_default().push(tenure);
+    }
+    for (_, (tenure, expires)) in members {
+        out.members.push(match tenure.released {
+            None if expires <= history.end => ended(tenure, expires, false),
+            _ => tenure,
+        });
+    }
+    for tenures in out.shards.values_mut() {
+        tenures.sort_by_key(|t| (t.granted, t.server, t.pid));
+    }
+    out.members.sort_by_key(|t| (t.granted, t.server, t.pid));
+    out
+}

@@ -91,11 +91,16 @@ pub(crate) fn check(
     base.operator_controls();
     base.clean_stop();
     let mut checker = ShardChecker::new(base, sharding, class);
-    // The shard space's rules every space shares: detection and overlap, per shard.
+    // The shard space's rules every space shares: detection and overlap, per shard, to the
+    // bounds of the mechanism (none for leases).
     checker.base.shared_rules();
     checker.graceful();
-    checker.orphans();
-    checker.stranded();
+    if evidence.mechanism.holds_session() {
+        // A lease space holds no session: no orphan, and a row nobody believes in ends with
+        // its member's lease.
+        checker.orphans();
+        checker.stranded();
+    }
     checker.stranded_at_stop();
     checker.liveness();
     checker.balance();
@@ -126,6 +131,29 @@ struct ShardChecker<'a> {
 
 impl<'a> ShardChecker<'a> {
     fn new(mut base: Checker<'a>, sharding: Sharding, class: i32) -> Self {
+        let e = base.e;
+        let (holds, members) = if e.mechanism.holds_session() {
+            Self::locks(&base, sharding, class)
+        } else {
+            let found = super::lease::shard_tenures(
+                &e.servers,
+                &base.owners,
+                e.history,
+                class,
+                sharding.shards,
+            );
+            base.violations.extend(found.violations);
+            (found.shards, found.members)
+        };
+        Self::over(base, sharding, holds, members)
+    }
+
+    /// The tenures of the space's advisory locks, by shard, and of the member lock.
+    fn locks(
+        base: &Checker<'a>,
+        sharding: Sharding,
+        class: i32,
+    ) -> (BTreeMap<u32, Vec<Tenure>>, Vec<Tenure>) {
         let mut holds: BTreeMap<u32, Vec<Tenure>> = BTreeMap::new();
         let mut members = Vec::new();
         // The shard locks `(class, s)`, `0 <= s < K`, held exclusively; the member lock
@@ -150,6 +178,16 @@ impl<'a> ShardChecker<'a> {
             tenures.sort_by_key(|t| (t.granted, t.server, t.pid));
         }
         members.sort_by_key(|t| (t.granted, t.server, t.pid));
+        (holds, members)
+    }
+
+    /// The checker of the space `holds` (by shard) with its members' tenures.
+    fn over(
+        mut base: Checker<'a>,
+        sharding: Sharding,
+        mut holds: BTreeMap<u32, Vec<Tenure>>,
+        members: Vec<Tenure>,
+    ) -> Self {
         let e = base.e;
         base.space = Space {
             noun: Noun::Shard,
@@ -160,7 +198,7 @@ impl<'a> ShardChecker<'a> {
                 .map(|shard| (shard, holds.remove(&shard).unwrap_or_default()))
                 .collect(),
             work: e.work,
-            replicated: false,
+            replicated: !e.mechanism.holds_session(),
         };
         Self {
             base,
@@ -423,7 +461,17 @@ impl<'a> ShardChecker<'a> {
         let since = from.max(tenure.granted);
         let until = to.min(tenure.released.unwrap_or(to));
         let tail = self.base.p.disturbance_tail();
-        let current = history.is_current(replica, incarnation, since);
+        // A lease member's row outlives its incarnation, and its replica's next registration,
+        // until the lease expires: a ghost once a new incarnation runs or the replica joined
+        // again as another member (a session member ends with its client, or is bounded by
+        // the orphan rule).
+        let superseded = self
+            .members
+            .iter()
+            .any(|m| m.owner == tenure.owner && m.granted > tenure.granted && m.granted <= until);
+        let current = history.is_current(replica, incarnation, since)
+            && (!self.base.space.replicated
+                || history.is_current(replica, incarnation, until) && !superseded);
         let up = history.up.iter().any(|u| {
             u.replica == replica
                 && u.span.start <= since
@@ -431,11 +479,11 @@ impl<'a> ShardChecker<'a> {
         });
         let link = history.link_faults.iter().any(|f| {
             f.replica == replica
-                && f.server == tenure.server
+                && self.on(f.server, tenure.server)
                 && f.span.meets(from.saturating_sub(tail), to)
         });
         let slow = history.latency.iter().any(|(server, span)| {
-            *server == tenure.server && span.meets(from.saturating_sub(tail), to)
+            self.on(*server, tenure.server) && span.meets(from.saturating_sub(tail), to)
         });
         current && up && !link && !slow
     }
@@ -447,7 +495,13 @@ impl<'a> ShardChecker<'a> {
             .holds
             .values()
             .flatten()
-            .any(|t| t.server == server && t.held_at(at))
+            .any(|t| self.on(t.server, server) && t.held_at(at))
+    }
+
+    /// Whether a hold on server `held` counts on `server`: the same server, or any when the
+    /// space lives in the committed tables, which follow a failover (a lease space's rows).
+    fn on(&self, held: usize, server: usize) -> bool {
+        self.base.space.replicated || held == server
     }
 
     /// The moments `shard` becomes free on the running primary: a release of its lock, the
@@ -461,27 +515,46 @@ impl<'a> ShardChecker<'a> {
             .get(&shard)
             .into_iter()
             .flatten()
-            .filter_map(|t| t.released.map(|at| (t.server, at)))
+            .filter_map(|t| {
+                let released = t.released?;
+                // A lease row is freed wherever the primary of the moment is.
+                let on = if self.base.space.replicated {
+                    history.primary_at(released)
+                } else {
+                    t.server
+                };
+                Some((on, released))
+            })
             .collect();
-        for (server, evidence) in self.base.e.servers.iter().enumerate() {
+        // A lease space's rows outlive a crash and follow a failover: only a release, an
+        // expiry or a reap frees a shard.
+        let servers = if self.base.space.replicated {
+            &[][..]
+        } else {
+            &self.base.e.servers[..]
+        };
+        for (server, evidence) in servers.iter().enumerate() {
             for entry in &evidence.log {
                 if entry.event == Event::ServerStarted {
                     moments.push((server, entry.at));
                 }
             }
         }
-        moments.extend(
-            history
-                .primaries
-                .iter()
-                .map(|&(since, server)| (server, since)),
-        );
-        let held =
-            |server: usize, at: Duration| {
-                self.base.space.holds.get(&shard).is_some_and(|tenures| {
-                    tenures.iter().any(|t| t.server == server && t.held_at(at))
-                })
-            };
+        if !self.base.space.replicated {
+            moments.extend(
+                history
+                    .primaries
+                    .iter()
+                    .map(|&(since, server)| (server, since)),
+            );
+        }
+        let held = |server: usize, at: Duration| {
+            self.base.space.holds.get(&shard).is_some_and(|tenures| {
+                tenures
+                    .iter()
+                    .any(|t| self.on(t.server, server) && t.held_at(at))
+            })
+        };
         moments.retain(|&(server, at)| {
             history.primary_at(at) == server && self.base.running(server, at) && !held(server, at)
         });
@@ -523,7 +596,7 @@ impl<'a> ShardChecker<'a> {
                     .members
                     .iter()
                     .filter(|t| {
-                        t.server == server
+                        self.on(t.server, server)
                             && t.released.is_none_or(|r| r > free)
                             && t.granted <= stop
                     })
@@ -555,7 +628,7 @@ impl<'a> ShardChecker<'a> {
                         .members
                         .iter()
                         .filter(|t| {
-                            t.server == server
+                            self.on(t.server, server)
                                 && t.granted <= deadline
                                 && t.released.is_none_or(|r| r > free)
                         })
@@ -589,7 +662,7 @@ impl<'a> ShardChecker<'a> {
                     .get(&shard)
                     .into_iter()
                     .flatten()
-                    .filter(|t| t.server == server && t.granted >= free)
+                    .filter(|t| self.on(t.server, server) && t.granted >= free)
                     .min_by_key(|t| t.granted)
                     .copied();
                 // The next grant, if it came before the server crashed or was deposed.
@@ -626,7 +699,7 @@ impl<'a> ShardChecker<'a> {
                     .map(|t| t.span.start)
                     .min();
                 let taker_able = self.members.iter().any(|m| {
-                    m.server == server
+                    self.on(m.server, server)
                         && m.owner == grant.owner
                         && m.held_at(grant.granted)
                         && self.able(m, grant.granted, grant.granted + self.base.p.margin())

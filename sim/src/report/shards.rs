@@ -64,9 +64,15 @@ impl Report {
     /// The tables of sharded runs of `replicas` replicas each.
     pub(super) fn write_sharded(&self, out: &mut String, replicas: usize) {
         let p = &self.params;
+        let mechanism = self.space.mechanism();
         let _ = writeln!(
             out,
-            "sharded: {replicas} replicas; I = {} ms, T = {} ms, tick = {} ms, latency <= {} ms; maxima per shard in ms (bound)",
+            "sharded{}: {replicas} replicas; I = {} ms, T = {} ms, tick = {} ms, latency <= {} ms; maxima per shard in ms (bound)",
+            if mechanism.holds_session() {
+                ""
+            } else {
+                " over leases"
+            },
             p.interval.as_millis(),
             p.longest_work.as_millis(),
             p.tick.as_millis(),
@@ -88,9 +94,13 @@ impl Report {
                 "(bound)",
                 "",
                 "",
-                &bound(p.overlap_bound()),
-                &bound(p.detection_bound()),
-                &bound(p.orphan_bound()),
+                &bound(mechanism.overlap_bound(p)),
+                &bound(mechanism.detection_bound(p)),
+                &if mechanism.holds_session() {
+                    bound(p.orphan_bound())
+                } else {
+                    "(-)".to_owned()
+                },
                 &format!(
                     "({}/{})",
                     p.gap_bound().as_millis(),

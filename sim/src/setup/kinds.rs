@@ -124,10 +124,12 @@ impl RunKind {
             .map_or(u64::MAX, |(_, code)| *code)
     }
 
-    /// Whether seeds of `space` run this kind: the pause only in pause runs, which run nothing
-    /// else; every other kind in every other space.
+    /// Whether seeds of `space` run this kind: the pause only in pause runs (of the single
+    /// lease, or of a lease shard space), which run nothing else; every other kind in every
+    /// other space.
     pub const fn applies_to(self, space: Space) -> bool {
-        matches!(self, Self::Only(FaultKind::Pause)) == matches!(space, Space::Pause)
+        matches!(self, Self::Only(FaultKind::Pause))
+            == matches!(space, Space::Pause | Space::ShardedPause)
     }
 
     /// The kind seed `seed` names (by its code, `seed / SEED_STRIDE`); `None` for a code no
@@ -154,7 +156,8 @@ impl RunKind {
     }
 }
 
-/// A seed space (`--sharded`, `--mechanism lease`, `--pause`): its kinds and variants.
+/// A seed space (`--sharded`, `--mechanism lease`, `--pause`, and `--sharded --mechanism
+/// lease` with or without `--pause`): its kinds and variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Space {
     /// The advisory lock: variants poll, queue, poll with fencing, queue with fencing.
@@ -165,6 +168,10 @@ pub enum Space {
     Pause,
     /// Sharded leadership: variants 8, 2 and 12 shards.
     Sharded,
+    /// Sharded leadership over leases (`ShardConfig::lease`): the sharded variants.
+    ShardedLease,
+    /// Lease shard spaces whose nemesis pauses a replica's process: the same variants.
+    ShardedPause,
 }
 
 impl Space {
@@ -203,7 +210,7 @@ impl Space {
         match self {
             Self::Advisory => 4,
             Self::Lease | Self::Pause => 2,
-            Self::Sharded => 3,
+            Self::Sharded | Self::ShardedLease | Self::ShardedPause => 3,
         }
     }
 
@@ -297,7 +304,15 @@ mod tests {
 
     #[test]
     fn a_space_goes_round_robin_over_its_kinds_and_finds_each_seed_again() {
-        for space in [Space::Advisory, Space::Lease, Space::Pause, Space::Sharded] {
+        let spaces = [
+            Space::Advisory,
+            Space::Lease,
+            Space::Pause,
+            Space::Sharded,
+            Space::ShardedLease,
+            Space::ShardedPause,
+        ];
+        for space in spaces {
             let kinds = space.kinds();
             assert_eq!(kinds.len() as u64, space.kind_count());
             for position in (0..3 * space.cycle()).chain([space.seed_count() - 1]) {
@@ -317,5 +332,11 @@ mod tests {
             None
         );
         assert!(!Space::Advisory.faults().contains(&FaultKind::Pause));
+        assert_eq!(Space::ShardedLease.kinds(), Space::Sharded.kinds());
+        assert_eq!(
+            Space::ShardedPause.kinds(),
+            [RunKind::Only(FaultKind::Pause)]
+        );
+        assert_eq!(Space::ShardedPause.cycle(), 3);
     }
 }

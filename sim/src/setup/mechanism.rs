@@ -94,25 +94,50 @@ impl Mechanism {
         }
     }
 
-    /// The setup of a run with epochs: the fence table, or the lease and fence tables.
+    /// The setup of a run with epochs: the fence table, or the lease and fence tables (of a
+    /// lease shard space when `sharded`).
     ///
     /// # Errors
     /// The setup's own.
-    pub(crate) async fn set_up(self, client: &impl FenceClient) -> Result<(), FenceError> {
-        match self {
-            Self::Advisory => plexsphere_leader::fencing::setup(client).await,
-            Self::Lease => plexsphere_leader::lease::setup(client).await,
+    pub(crate) async fn set_up(
+        self,
+        client: &impl FenceClient,
+        sharded: bool,
+    ) -> Result<(), FenceError> {
+        match (self, sharded) {
+            (Self::Advisory, _) => plexsphere_leader::fencing::setup(client).await,
+            (Self::Lease, false) => plexsphere_leader::lease::setup(client).await,
+            (Self::Lease, true) => {
+                let schema = plexsphere_leader::lease::DEFAULT_SCHEMA;
+                plexsphere_leader::lease::setup_shards(client, schema).await
+            }
         }
     }
 }
 
 impl Space {
-    /// How the space's runs hold leadership (a sharded run holds advisory locks).
+    /// How the space's runs hold leadership.
     pub const fn mechanism(self) -> Mechanism {
         match self {
-            Self::Lease | Self::Pause => Mechanism::Lease,
+            Self::Lease | Self::Pause | Self::ShardedLease | Self::ShardedPause => Mechanism::Lease,
             Self::Advisory | Self::Sharded => Mechanism::Advisory,
         }
+    }
+
+    /// The sharded space of `mechanism`.
+    pub const fn sharded(mechanism: Mechanism) -> Self {
+        match mechanism {
+            Mechanism::Advisory => Self::Sharded,
+            Mechanism::Lease => Self::ShardedLease,
+        }
+    }
+
+    /// Whether its runs are sharded.
+    pub const fn is_sharded(self) -> bool {
+        matches!(
+            self,
+            Self::Sharded | Self::ShardedLease | Self::ShardedPause
+        )
     }
 }
 
