@@ -268,7 +268,13 @@ async fn sharded_software(
     let class = Sharding::class(env.seed);
     let config = match env.shard_sabotage {
         Some(ShardSabotage::KeepShardsOnFailedSurvey) => ShardConfig::with_sessions(
-            StaleSurveySessions::new(sessions, class, sharding.shards, env.params.interval),
+            StaleSurveySessions::new(
+                sessions,
+                class,
+                sharding.shards,
+                env.params.interval,
+                env.mechanism,
+            ),
             sharding.shards,
         ),
         _ => ShardConfig::with_sessions(sessions, sharding.shards),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use plexsphere_leader::LockKey;
 use plexsphere_leader::session::{BoxFuture, LockSession, QueryError, Row, SessionSource};
 
-use crate::setup::DriverSabotage;
+use crate::setup::{DriverSabotage, Mechanism};
 
 /// The lock sessions of a replica's pool with one [`DriverSabotage`] of its sessions in them;
 /// every other statement goes through as it is.
@@ -208,26 +208,52 @@ impl LockSession for SabotagedSession {
 #[derive(Debug)]
 pub(crate) struct StaleSurveySessions {
     inner: Arc<dyn SessionSource>,
-    /// The survey statement of this space, to recognise it.
-    survey: String,
-    /// How long a survey may take before the last good rows answer it.
+    /// How the check statement of this space begins (the advisory survey whole, or a lease
+    /// member's renewal up to its member id), to recognise it.
+    check: String,
+    /// How long a check may take before the last good rows answer it.
     patience: Duration,
+    /// A lease member's last good renewal, shared by its pooled sessions (each statement
+    /// borrows one); `None` for the advisory lock, whose one member session remembers its own.
+    shared: Option<Arc<Mutex<Option<Vec<Row>>>>>,
 }
 
 impl StaleSurveySessions {
-    /// `inner`'s sessions for the space of `count` shards of `class` at check interval
-    /// `interval`.
+    /// `inner`'s sessions for the space of `count` shards of `class` held by `mechanism` at
+    /// check interval `interval`.
     pub(crate) fn new(
         inner: impl SessionSource,
         class: i32,
         count: u32,
         interval: Duration,
+        mechanism: Mechanism,
     ) -> Self {
+        let (check, shared) = match mechanism {
+            Mechanism::Advisory => (plexsphere_leader::shard_sql::survey(class, count), None),
+            Mechanism::Lease => (renewal_of_space(class, interval), Some(Arc::default())),
+        };
         Self {
             inner: Arc::new(inner),
-            survey: plexsphere_leader::shard_sql::survey(class, count),
+            check,
             patience: interval / 2,
+            shared,
         }
+    }
+}
+
+/// How every renewal of lease space `class` with the default TTL (three intervals) begins:
+/// the statement `shard_sql::lease::renew` builds, up to its member id (read from the builder,
+/// so a change of the statement cannot silently disarm the sabotage).
+fn renewal_of_space(class: i32, interval: Duration) -> String {
+    const MEMBER: &str = " AND member = ";
+    let ttl = interval * plexsphere_leader_core::LEASE_TTL_INTERVALS;
+    let ttl_ms = u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX);
+    let schema = plexsphere_leader::sql::lease::DEFAULT_SCHEMA;
+    let member = plexsphere_leader::sharded::MemberId::new(0);
+    let built = plexsphere_leader::shard_sql::lease::renew(schema, class, member, "", ttl_ms);
+    match built.split_once(MEMBER) {
+        Some((before, _)) => format!("{before}{MEMBER}"),
+        None => built,
     }
 }
 
@@ -239,9 +265,9 @@ impl SessionSource for StaleSurveySessions {
             let session = self.inner.acquire().await?;
             Ok(Box::new(StaleSurveySession {
                 session,
-                survey: self.survey.clone(),
+                check: self.check.clone(),
                 patience: self.patience,
-                last: Mutex::new(None),
+                last: self.shared.clone().unwrap_or_default(),
             }) as Box<dyn LockSession>)
         })
     }
@@ -251,12 +277,13 @@ impl SessionSource for StaleSurveySessions {
     }
 }
 
-/// One session of [`StaleSurveySessions`]: remembers its last good survey.
+/// One session of [`StaleSurveySessions`]: remembers its last good check (with its source,
+/// for a lease member).
 struct StaleSurveySession {
     session: Box<dyn LockSession>,
-    survey: String,
+    check: String,
     patience: Duration,
-    last: Mutex<Option<Vec<Row>>>,
+    last: Arc<Mutex<Option<Vec<Row>>>>,
 }
 
 impl StaleSurveySession {
@@ -271,7 +298,7 @@ impl StaleSurveySession {
 impl LockSession for StaleSurveySession {
     fn query<'a>(&'a self, statement: &'a str) -> BoxFuture<'a, Result<Vec<Row>, QueryError>> {
         Box::pin(async move {
-            if statement != self.survey {
+            if !statement.starts_with(&self.check) {
                 return self.session.query(statement).await;
             }
             let answer = tokio::time::timeout(self.patience, self.session.query(statement)).await;
@@ -291,13 +318,13 @@ impl LockSession for StaleSurveySession {
     fn detach(self: Box<Self>, backend_pid: i32) -> Box<dyn LockSession> {
         let Self {
             session,
-            survey,
+            check,
             patience,
             last,
         } = *self;
         Box::new(Self {
             session: session.detach(backend_pid),
-            survey,
+            check,
             patience,
             last,
         })

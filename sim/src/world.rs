@@ -96,7 +96,8 @@ impl World<'_> {
             let first_pid = 1000 + 100_000 * i32::try_from(index).unwrap_or(0);
             let config = ServerConfig::default()
                 .with_first_pid(first_pid)
-                .with_row_locks(row_locks);
+                .with_row_locks(row_locks)
+                .with_shard_lease_flaw(sabotage.and_then(Sabotage::server_flaw));
             let (server, handle) = SimPostgres::new(config);
             sim.host(*name, move || server.clone().serve(replica::PORT));
             servers.push(handle);
@@ -428,13 +429,14 @@ impl World<'_> {
         now: Duration,
     ) {
         let published = self.published_ownership(index, incarnation, live);
-        // Each owned shard's open term (shard terms record no epoch).
+        // Each owned shard's open term, with its epoch (a lease space's take's; none for
+        // advisory shard terms, which run without fencing).
         let (open, handing): (OpenTerms, BTreeSet<u32>) = match (live, published) {
             (Some(_), Some(ownership)) => (
                 ownership
                     .shards
                     .iter()
-                    .map(|(shard, owned)| (*shard, (owned.term.get(), None)))
+                    .map(|(shard, owned)| (*shard, (owned.term.get(), owned.epoch)))
                     .collect(),
                 ownership.handing_over,
             ),

@@ -10,7 +10,10 @@
 //! probe is answered as a pass takes leadership, and is caught within one cycle of fitness
 //! seeds of either mechanism. A harness that reads a paused leader's belief from its
 //! published leadership (what `is_leader()` answered before it compared the trust deadline
-//! with the clock) sees that leader outlive its lease, within one cycle of pause seeds.
+//! with the clock) sees that leader outlive its lease, within one cycle of pause seeds. A lease
+//! shard space's member that answers its failed renewals, and servers whose take owns live
+//! members' shards, reaps nobody or advances no fence row, are caught within one cycle of
+//! sharded lease seeds.
 #![allow(missing_docs)] // test functions
 
 use plexsphere_leader::config::AcquireMode;
@@ -199,17 +202,18 @@ fn a_clock_slower_than_the_margin_is_caught_as_a_term_outliving_its_lease() {
 }
 
 /// The first violation of `property` whose detail contains `marks` with the sharded sabotage
-/// `sabotage` on, among one cycle of sharded seeds (every kind with every shard count), and its
-/// seed.
+/// `sabotage` on, among one cycle of the sharded seeds of `space` (every kind with every shard
+/// count: advisory locks, or leases), and its seed.
 fn first_sharded_catch(
+    space: Space,
     sabotage: ShardSabotage,
     property: Property,
     marks: &str,
 ) -> Option<(u64, Violation)> {
-    Space::Sharded.seeds(Sharding::CYCLE).find_map(|seed| {
+    space.seeds(space.cycle()).find_map(|seed| {
         let options = RunOptions {
             sabotage: Some(Sabotage::Shard(sabotage)),
-            ..RunOptions::sharded(seed)
+            ..RunOptions::in_space(space, seed)
         };
         run_once(&options)
             .violations
@@ -220,12 +224,18 @@ fn first_sharded_catch(
 }
 
 fn assert_sharded_caught(sabotage: ShardSabotage, property: Property, marks: &str) {
+    assert_caught_in(Space::Sharded, sabotage, property, marks);
+}
+
+/// As [`assert_sharded_caught`], among the seeds of `space`.
+fn assert_caught_in(space: Space, sabotage: ShardSabotage, property: Property, marks: &str) {
     let name = Sabotage::Shard(sabotage);
-    match first_sharded_catch(sabotage, property, marks) {
-        Some((seed, violation)) => println!("{name} caught at sharded seed {seed}: {violation}"),
+    assert!(space.cycle() <= Sharding::CYCLE);
+    match first_sharded_catch(space, sabotage, property, marks) {
+        Some((seed, violation)) => println!("{name} caught at {space:?} seed {seed}: {violation}"),
         None => panic!(
-            "{name}: no {property} violation ({marks}) within {} sharded seeds",
-            Sharding::CYCLE
+            "{name}: no {property} violation ({marks}) within {} {space:?} seeds",
+            space.cycle()
         ),
     }
 }
@@ -250,6 +260,54 @@ fn keep_shards_on_failed_survey_is_caught_as_a_late_detection() {
         ShardSabotage::KeepShardsOnFailedSurvey,
         Property::Detection,
         "still owned the shard",
+    );
+}
+
+/// A lease member that answers a failed renewal with its last good one trusts its shards past
+/// the window of its last real renewal: its shard terms outlive its lease on the server.
+#[test]
+fn keep_shards_on_failed_renewal_is_caught_as_a_term_outliving_its_lease() {
+    assert_caught_in(
+        Space::ShardedLease,
+        ShardSabotage::KeepShardsOnFailedSurvey,
+        Property::Detection,
+        "after its lease",
+    );
+}
+
+/// A take that owns a live member's shard gives the shard two owners: the servers' log shows
+/// it (mutual exclusion of the rows).
+#[test]
+fn a_take_of_live_members_shards_is_caught_as_a_broken_mutual_exclusion() {
+    assert_caught_in(
+        Space::ShardedLease,
+        ShardSabotage::TakeLiveShards,
+        Property::MutualExclusion,
+        "while member",
+    );
+}
+
+/// A take that reaps nobody never frees an expired member's shards: they are not re-owned
+/// within the bound.
+#[test]
+fn a_take_without_its_reap_is_caught_as_shards_never_re_owned() {
+    assert_caught_in(
+        Space::ShardedLease,
+        ShardSabotage::TakeWithoutReap,
+        Property::Liveness,
+        "stayed free",
+    );
+}
+
+/// A take that does not advance the fence rows gives a new owner its predecessor's epoch: a
+/// stale epoch's write would pass the fence.
+#[test]
+fn a_take_without_its_fence_advance_is_caught_as_epochs_not_rising() {
+    assert_caught_in(
+        Space::ShardedLease,
+        ShardSabotage::TakeWithoutFence,
+        Property::EpochsRise,
+        "advanced none",
     );
 }
 

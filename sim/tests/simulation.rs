@@ -161,7 +161,13 @@ fn a_held_fence_row_never_makes_a_waiting_advance_an_orphaned_lock() {
 /// A sharded seed runs clean and identically twice: every replica runs the real
 /// `ShardedElector`, and each shard is held to the single election's bounds.
 fn assert_sharded_clean(seed: u64, kind: FaultKind, shards: u32) -> RunOutcome {
-    let options = RunOptions::sharded(seed);
+    assert_clean_in(Space::Sharded, seed, kind, shards)
+}
+
+/// As [`assert_sharded_clean`], for a seed of the sharded space `space` (advisory locks, or
+/// leases).
+fn assert_clean_in(space: Space, seed: u64, kind: FaultKind, shards: u32) -> RunOutcome {
+    let options = RunOptions::in_space(space, seed);
     assert_eq!(options.kind, RunKind::Only(kind), "seed {seed}");
     assert_eq!(
         options.sharding.map(|s| s.shards),
@@ -310,4 +316,31 @@ fn a_partition_lease_seed_runs_clean() {
     let options = RunOptions::lease(0);
     assert_eq!(options.kind, RunKind::Only(FaultKind::Partition));
     assert_clean(&options);
+}
+
+/// A lease shard space under partitions: the members' statements fail or go unanswered, the
+/// shards stay trusted until the last renewal's trust runs out, and no term outlives its
+/// member's lease on the server (bounds zero). A finding of these runs in the core, fixed: a
+/// failed release (a handover's, after a partition began) was issued again at once, so the
+/// driver asked an unreachable server in a loop without pause, about 16,000 connection
+/// attempts in 100 ms, until turmoil ran out of ports (`Host 'r1' ports exhausted`, in this
+/// seed before the fix); the release now waits for the next check.
+#[test]
+fn a_partition_seed_of_a_lease_shard_space_runs_clean() {
+    let outcome = assert_clean_in(Space::ShardedLease, 4, FaultKind::Partition, 2);
+    assert!(
+        outcome.measurements.fence.epochs > 0,
+        "every take brings its epochs"
+    );
+}
+
+/// Crashes (a member's row outlives its host until its lease expires, then a take reaps it),
+/// failovers (the rows follow the primary to its synchronous standby) and resigns (a leave,
+/// and a replica that joins again as another member, its old row a ghost until it expires) of
+/// a lease shard space run clean.
+#[test]
+fn lease_shard_space_seeds_of_crashes_failovers_and_resigns_run_clean() {
+    assert_clean_in(Space::ShardedLease, 30_000, FaultKind::Crash, 8);
+    assert_clean_in(Space::ShardedLease, 100_002, FaultKind::Failover, 12);
+    assert_clean_in(Space::ShardedLease, 120_024, FaultKind::Resign, 8);
 }

@@ -14,7 +14,24 @@ pub struct ServerConfig {
     pub(crate) server_version: String,
     pub(crate) in_recovery: bool,
     pub(crate) row_locks: bool,
+    pub(crate) shard_lease_flaw: Option<ShardLeaseFlaw>,
     pub(crate) lock_table: LockTableSettings,
+}
+
+/// A deliberately broken take of a lease shard space (`shard_sql::lease::take`), for the
+/// checker-must-fail tests; a server without one takes as PostgreSQL does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShardLeaseFlaw {
+    /// The take owns every asked shard, a live member's too (its `ON CONFLICT … WHERE
+    /// o.member IS NULL` dropped): two members own one shard.
+    TakesLiveShards,
+    /// The take reaps nobody: an expired member keeps its rows, and its shards are never
+    /// free again.
+    NoReap,
+    /// The take does not advance the taken shards' fence rows: it answers each with the
+    /// row's epoch as it is (1 for a missing row), so a new owner's writes carry its
+    /// predecessor's epoch.
+    KeepsEpochs,
 }
 
 impl Default for ServerConfig {
@@ -30,6 +47,7 @@ impl Default for ServerConfig {
             server_version: "16.0 (plexsphere-leader-sim)".to_owned(),
             in_recovery: false,
             row_locks: true,
+            shard_lease_flaw: None,
             lock_table: LockTableSettings::default(),
         }
     }
@@ -83,6 +101,15 @@ impl ServerConfig {
     #[must_use]
     pub fn with_row_locks(mut self, row_locks: bool) -> Self {
         self.row_locks = row_locks;
+        self
+    }
+
+    /// A broken take of a lease shard space (default none): a deliberately broken server,
+    /// for the checker-must-fail tests (sabotages `take-live-shards`, `take-without-reap`,
+    /// `take-without-fence`).
+    #[must_use]
+    pub fn with_shard_lease_flaw(mut self, flaw: Option<ShardLeaseFlaw>) -> Self {
+        self.shard_lease_flaw = flaw;
         self
     }
 

@@ -83,7 +83,7 @@ use futures_util::stream::FuturesUnordered;
 use turmoil::net::TcpListener;
 
 pub use client::{ConnectError, SimConnection, connect, connect_with};
-pub use config::ServerConfig;
+pub use config::{ServerConfig, ShardLeaseFlaw};
 pub use handle::{ServerHandle, SessionInfo, TransactionStatus};
 pub use locks::{HeldLock, LockId, LockKey, LockMode};
 pub use log::{EndReason, Event, LogEntry, LogViolation, ReleaseReason, check_mutual_exclusion};

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use plexsphere_leader_pgsim::{Event, RowId};
 
+use super::space::Noun;
 use super::{Checker, Evidence, Property, Tenure, secs};
 use crate::record::{FenceOutcome, TermRecord};
 use crate::setup::{Mechanism, SERVERS};
@@ -86,7 +87,10 @@ impl Checker<'_> {
         let terms = &e.history.terms;
         if !e.fencing {
             for term in terms.iter().filter(|t| t.epoch.is_some()) {
-                let detail = format!("{} has an epoch though fencing is off", who(term));
+                let detail = format!(
+                    "{} has an epoch though fencing is off",
+                    self.space.name(term)
+                );
                 self.violate(term.span.start, Property::EpochsRise, detail);
             }
             return;
@@ -97,7 +101,7 @@ impl Checker<'_> {
         let mut live: Vec<(&TermRecord, u64)> = Vec::new();
         for term in terms {
             let Some(epoch) = term.epoch else {
-                let detail = format!("{} began without an epoch", who(term));
+                let detail = format!("{} began without an epoch", self.space.name(term));
                 self.violate(term.span.start, Property::EpochsRise, detail);
                 continue;
             };
@@ -105,14 +109,20 @@ impl Checker<'_> {
             let Some(hold) = self.hold_of(term) else {
                 continue; // the detection check reports a term without a grant
             };
+            // A shard's fence row is `(class, shard)`; the election's, its one key.
+            let its_row = |a: &&Advance<'_>| {
+                self.space.noun == Noun::Leader
+                    || u32::try_from(a.row.key.1).is_ok_and(|shard| shard == term.lock)
+            };
             let advanced = match self.e.mechanism {
                 Mechanism::Advisory => advances
                     .iter()
+                    .filter(its_row)
                     .find(|a| a.server == hold.server && a.pid == hold.pid && a.at >= hold.granted),
-                // A claim advances the epoch in its own statement, logged in its instant; of two
-                // claims a connection answered in one instant (the first one's client gave up on
-                // it), the term rests on the later tenure and its advance.
-                Mechanism::Lease => advances.iter().rfind(|a| {
+                // A claim (a take) advances the epoch in its own statement, logged in its
+                // instant; of two claims a connection answered in one instant (the first one's
+                // client gave up on it), the term rests on the later tenure and its advance.
+                Mechanism::Lease => advances.iter().filter(its_row).rfind(|a| {
                     a.server == hold.server && a.pid == hold.pid && a.at == hold.granted
                 }),
             };
@@ -121,7 +131,7 @@ impl Checker<'_> {
                 Some(advance) => {
                     let detail = format!(
                         "{} has epoch {epoch}, but its session (pid {} on {}) advanced to {}",
-                        who(term),
+                        self.space.name(term),
                         hold.pid,
                         SERVERS[hold.server],
                         advance.epoch
@@ -131,7 +141,7 @@ impl Checker<'_> {
                 None => {
                     let detail = format!(
                         "{} has epoch {epoch}, but its session (pid {} on {}) advanced none",
-                        who(term),
+                        self.space.name(term),
                         hold.pid,
                         SERVERS[hold.server]
                     );
@@ -144,17 +154,21 @@ impl Checker<'_> {
                 live.push((term, epoch));
             }
         }
-        live.sort_by_key(|(term, epoch)| (term.span.start, *epoch));
-        for pair in live.windows(2) {
+        // Rising per lock: over the election's terms, or each shard's.
+        live.sort_by_key(|(term, epoch)| (term.lock, term.span.start, *epoch));
+        for pair in live
+            .windows(2)
+            .filter(|pair| pair[0].0.lock == pair[1].0.lock)
+        {
             let [(before, earlier), (term, epoch)] = pair else {
                 continue;
             };
             if epoch <= earlier {
                 let detail = format!(
                     "{} began at {} with epoch {epoch}, not above the epoch {earlier} of {}, which began at {}",
-                    who(term),
+                    self.space.name(term),
                     secs(term.span.start),
-                    who(before),
+                    self.space.name(before),
                     secs(before.span.start)
                 );
                 self.violate(term.span.start, Property::EpochsRise, detail);
@@ -278,10 +292,6 @@ impl Checker<'_> {
             }
         }
     }
-}
-
-fn who(term: &TermRecord) -> String {
-    format!("r{}.{} term {}", term.replica, term.incarnation, term.id)
 }
 
 #[cfg(test)]

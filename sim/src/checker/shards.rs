@@ -102,6 +102,10 @@ pub(crate) fn check(
         checker.stranded();
     }
     checker.stranded_at_stop();
+    // A lease space's takes bring every shard term its epoch, rising per shard.
+    if evidence.fencing {
+        checker.base.epochs_rise();
+    }
     checker.liveness();
     checker.balance();
     checker.moves();

@@ -55,8 +55,33 @@ pub enum ShardSabotage {
     /// A survey that fails or does not answer within half an interval is answered with the
     /// rows of the session's last good survey, so a replica cut off from the server keeps
     /// believing it owns its shards (the sharded twin of
-    /// [`DriverSabotage::KeepTermOnFailedPing`]).
+    /// [`DriverSabotage::KeepTermOnFailedPing`]). In a lease space the check is the member's
+    /// renewal: one that fails or does not answer in time is answered with the member's last
+    /// good renewal (`renewed`), so the member trusts its shards past the window of its last
+    /// real renewal while the server lets its lease expire and others take its shards.
     KeepShardsOnFailedSurvey,
+    /// Lease spaces: the servers' take owns every asked shard, a live member's too
+    /// ([`ShardLeaseFlaw::TakesLiveShards`](plexsphere_leader_pgsim::ShardLeaseFlaw)).
+    TakeLiveShards,
+    /// Lease spaces: the servers' take reaps nobody, so an expired member's shards are never
+    /// re-owned ([`ShardLeaseFlaw::NoReap`](plexsphere_leader_pgsim::ShardLeaseFlaw)).
+    TakeWithoutReap,
+    /// Lease spaces: the servers' take does not advance the taken shards' fence rows, so a
+    /// new owner's term carries its predecessor's epoch
+    /// ([`ShardLeaseFlaw::KeepsEpochs`](plexsphere_leader_pgsim::ShardLeaseFlaw)).
+    TakeWithoutFence,
+}
+
+impl ShardSabotage {
+    /// The servers' broken take, if this is one.
+    pub fn server_flaw(self) -> Option<plexsphere_leader_pgsim::ShardLeaseFlaw> {
+        match self {
+            Self::TakeLiveShards => Some(plexsphere_leader_pgsim::ShardLeaseFlaw::TakesLiveShards),
+            Self::TakeWithoutReap => Some(plexsphere_leader_pgsim::ShardLeaseFlaw::NoReap),
+            Self::TakeWithoutFence => Some(plexsphere_leader_pgsim::ShardLeaseFlaw::KeepsEpochs),
+            Self::WorkOutlivesTerm | Self::KeepShardsOnFailedSurvey => None,
+        }
+    }
 }
 
 /// One deliberately broken behaviour.
@@ -93,6 +118,15 @@ impl Sabotage {
         Self::Driver(DriverSabotage::SlowClock),
     ];
 
+    /// Every sabotage of a lease shard space's own (`--sharded --mechanism lease --sabotage
+    /// NAME`): the servers' broken takes. The sharded ones ([`Sabotage::SHARDED`]) and the
+    /// operator's apply to lease spaces as well.
+    pub const SHARDED_LEASE: [Self; 3] = [
+        Self::Shard(ShardSabotage::TakeLiveShards),
+        Self::Shard(ShardSabotage::TakeWithoutReap),
+        Self::Shard(ShardSabotage::TakeWithoutFence),
+    ];
+
     /// Every sabotage of a fitness run's own (`--unfit --sabotage NAME`).
     pub const FITNESS: [Self; 1] = [Self::Driver(DriverSabotage::IgnoreUnfit)];
 
@@ -111,6 +145,9 @@ impl Sabotage {
         match self {
             Self::Shard(ShardSabotage::WorkOutlivesTerm) => "shard-work-outlives-term",
             Self::Shard(ShardSabotage::KeepShardsOnFailedSurvey) => "keep-shards-on-failed-survey",
+            Self::Shard(ShardSabotage::TakeLiveShards) => "take-live-shards",
+            Self::Shard(ShardSabotage::TakeWithoutReap) => "take-without-reap",
+            Self::Shard(ShardSabotage::TakeWithoutFence) => "take-without-fence",
             Self::Driver(DriverSabotage::NeverPing) => "never-ping",
             Self::Driver(DriverSabotage::ReturnGrantedToPool) => "return-granted-to-pool",
             Self::Driver(DriverSabotage::SkipIdleSessionTimeout) => "skip-idle-session-timeout",
@@ -132,6 +169,7 @@ impl Sabotage {
         Self::ALL
             .into_iter()
             .chain(Self::SHARDED)
+            .chain(Self::SHARDED_LEASE)
             .chain(Self::LEASE)
             .chain(Self::FITNESS)
             .chain(Self::PAUSE)
@@ -158,9 +196,15 @@ impl Sabotage {
         Self::FITNESS.contains(&self)
     }
 
-    /// Whether it breaks a lease run only: one of [`Sabotage::LEASE`].
+    /// Whether it breaks a lease run only: one of [`Sabotage::LEASE`] or
+    /// [`Sabotage::SHARDED_LEASE`].
     pub fn is_lease_only(self) -> bool {
-        Self::LEASE.contains(&self)
+        Self::LEASE.contains(&self) || Self::SHARDED_LEASE.contains(&self)
+    }
+
+    /// The servers' broken take of a lease shard space, if this is one.
+    pub fn server_flaw(self) -> Option<plexsphere_leader_pgsim::ShardLeaseFlaw> {
+        self.shard().and_then(ShardSabotage::server_flaw)
     }
 
     /// Whether it breaks a sharded run ([`Sabotage::SHARDED`]) rather than a single election.
@@ -203,6 +247,7 @@ mod tests {
             .chain(Sabotage::LEASE)
             .chain(Sabotage::FITNESS)
             .chain(Sabotage::PAUSE)
+            .chain(Sabotage::SHARDED_LEASE)
         {
             assert_eq!(Sabotage::from_name(sabotage.name()), Some(sabotage));
         }

@@ -19,6 +19,7 @@ use std::time::Duration;
 use plexsphere_leader::shard_sql::lease::{MEMBER_SEQUENCE, MEMBER_TABLE, OWNER_TABLE};
 
 use super::{Ctx, Stop, no_table, server_micros};
+use crate::config::ShardLeaseFlaw;
 use crate::log::Event;
 use crate::reply::{PgType, SqlError, sqlstate};
 use crate::rows::RowId;
@@ -307,12 +308,13 @@ impl Ctx<'_> {
             return Err(no_table(FENCE_TABLE).into());
         }
         let now = server_micros(self.statement_start());
+        let flaw = self.state.config.shard_lease_flaw;
         let expired: Vec<i32> = self
             .storage()
             .leases(database, MEMBER_TABLE, TableKind::Members)
             .into_iter()
             .flat_map(|rows| rows.range((class, i32::MIN)..=(class, i32::MAX)))
-            .filter(|(_, row)| row.expires_at <= now)
+            .filter(|(_, row)| row.expires_at <= now && flaw != Some(ShardLeaseFlaw::NoReap))
             .map(|(&(_, id), _)| id)
             .collect();
         let owned = self.owned(database, class);
@@ -328,9 +330,11 @@ impl Ctx<'_> {
                 .any(|(id, _)| *id == member);
         let taken: Vec<u32> = if live {
             let held = |shard: u32| {
-                owned
-                    .iter()
-                    .any(|&(s, owner)| s == shard && !expired.contains(&owner))
+                owned.iter().any(|&(s, owner)| {
+                    s == shard
+                        && !expired.contains(&owner)
+                        && flaw != Some(ShardLeaseFlaw::TakesLiveShards)
+                })
             };
             shards.iter().copied().filter(|&s| !held(s)).collect()
         } else {
@@ -358,7 +362,12 @@ impl Ctx<'_> {
         let mut epochs = Vec::with_capacity(taken.len());
         for shard in taken {
             self.set_owner(database, class, shard, Some(member), member);
-            let epoch = self.write_epoch(fence_row(shard), 1)?;
+            let epoch = match flaw {
+                Some(ShardLeaseFlaw::KeepsEpochs) => {
+                    self.committed_epoch(&fence_row(shard)).unwrap_or(1)
+                }
+                _ => self.write_epoch(fence_row(shard), 1)?,
+            };
             epochs.push(format!("{shard}:{epoch}"));
         }
         let row = [Some(u8::from(live).to_string()), joined(epochs)];
