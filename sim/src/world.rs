@@ -782,10 +782,18 @@ impl World<'_> {
         let leading = self.replicas[r].paused_leading;
         self.history.resumes.push((now, r, answer, leading));
         let name = self.incarnation_name(r);
-        self.note(
-            name,
-            format!("process resumed; is_leader() answers {answer}"),
-        );
+        let live = self.replicas[r].slot.borrow().live.clone();
+        let what = match live.as_ref().and_then(|live| live.elector.sharded()) {
+            // A sharded replica's belief, per shard, as `is_owner()` answers it.
+            Some(elector) => {
+                let owned: Vec<u32> = (0..elector.shard_count())
+                    .filter(|&shard| elector.is_owner(shard))
+                    .collect();
+                format!("process resumed; is_owner() answers yes for shards {owned:?}")
+            }
+            None => format!("process resumed; is_leader() answers {answer}"),
+        };
+        self.note(name, what);
         for (replica, span) in &mut self.history.pauses {
             if *replica == r && span.end.is_none() {
                 span.end = Some(now);
