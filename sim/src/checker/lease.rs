@@ -94,42 +94,58 @@ pub(super) fn tenures(
     (tenures, violations)
 }
 
+/// Every event a server logged while it was the primary, with its time and server, in time
+/// order (one server's log order within an instant): the committed rows' history, which
+/// follows a failover.
+fn primary_events<'e>(
+    servers: &'e [ServerEvidence],
+    history: &History,
+) -> Vec<(Duration, usize, &'e Event)> {
+    let mut events: Vec<(Duration, usize, &Event)> = servers
+        .iter()
+        .enumerate()
+        .flat_map(|(server, evidence)| {
+            evidence
+                .log
+                .iter()
+                .filter(move |entry| history.primary_at(entry.at) == server)
+                .map(move |entry| (entry.at, server, &entry.event))
+        })
+        .collect();
+    // Stable: within an instant each server's log order stays.
+    events.sort_by_key(|(at, server, _)| (*at, *server));
+    events
+}
+
 /// Every change of the lease row on the server that was the primary when it logged it, in
 /// time order (one server's log order within an instant).
 fn changes<'e>(servers: &'e [ServerEvidence], history: &History) -> Vec<Change<'e>> {
     let mut changes = Vec::new();
-    for (server, evidence) in servers.iter().enumerate() {
-        for entry in &evidence.log {
-            let (pid, holder, what) = match &entry.event {
-                Event::LeaseClaimed {
-                    pid,
-                    holder,
-                    expires,
-                    ..
-                } => (pid, holder, What::Claimed { expires: *expires }),
-                Event::LeaseRenewed {
-                    pid,
-                    holder,
-                    expires,
-                    ..
-                } => (pid, holder, What::Renewed { expires: *expires }),
-                Event::LeaseReleased { pid, holder, .. } => (pid, holder, What::Released),
-                _ => continue,
-            };
-            if history.primary_at(entry.at) != server {
-                continue;
-            }
-            changes.push(Change {
-                at: entry.at,
-                server,
-                pid: *pid,
+    for (at, server, event) in primary_events(servers, history) {
+        let (pid, holder, what) = match event {
+            Event::LeaseClaimed {
+                pid,
                 holder,
-                what,
-            });
-        }
+                expires,
+                ..
+            } => (pid, holder, What::Claimed { expires: *expires }),
+            Event::LeaseRenewed {
+                pid,
+                holder,
+                expires,
+                ..
+            } => (pid, holder, What::Renewed { expires: *expires }),
+            Event::LeaseReleased { pid, holder, .. } => (pid, holder, What::Released),
+            _ => continue,
+        };
+        changes.push(Change {
+            at,
+            server,
+            pid: *pid,
+            holder,
+            what,
+        });
     }
-    // Stable: within an instant each server's log order stays.
-    changes.sort_by_key(|change| (change.at, change.server));
     changes
 }
 
@@ -194,20 +210,7 @@ pub(super) fn shard_tenures(
                 tenure.released.unwrap_or(*expires)
             })
     };
-    let mut entries: Vec<(Duration, usize, &Event)> = servers
-        .iter()
-        .enumerate()
-        .flat_map(|(server, evidence)| {
-            evidence
-                .log
-                .iter()
-                .filter(move |entry| history.primary_at(entry.at) == server)
-                .map(move |entry| (entry.at, server, &entry.event))
-        })
-        .collect();
-    // Stable: within an instant each server's log order stays.
-    entries.sort_by_key(|(at, server, _)| (*at, *server));
-    for (at, server, event) in entries {
+    for (at, server, event) in primary_events(servers, history) {
         // A running shard tenure whose member expired before this change ended then.
         running.retain(|shard, (tenure, member)| {
             let ends = end_of(&members, *member);

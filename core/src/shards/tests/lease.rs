@@ -89,6 +89,29 @@ fn lease_owning(count: u32, owned: std::ops::Range<u32>, t0: Instant) -> Machine
     m
 }
 
+/// The statement in flight on `m` fails with `cause` at `at`: the actions that follow.
+fn failed(m: &mut Machine, at: Instant, cause: &'static str) -> Vec<A> {
+    m.handle_event(
+        at,
+        ShardEvent::StatementFailed {
+            conn: C1,
+            cause,
+            session_ended: false,
+        },
+    );
+    drain(m)
+}
+
+/// The log of a failed lease statement, the member going on.
+fn failure_logged(cause: &'static str) -> A {
+    ShardAction::Log(ShardLog {
+        kind: ShardLogKind::LeaseStatementFailed,
+        shards: 0,
+        reason: None,
+        cause: Some(Cause::Error(cause)),
+    })
+}
+
 fn renewed(m: &mut Machine, at: Instant, members: &[MemberId]) -> Vec<A> {
     m.handle_event(
         at,
@@ -304,22 +327,9 @@ fn a_failed_take_costs_nothing_and_an_unanswered_one_loses_every_shard() {
         },
     );
     drain(&mut m);
-    m.handle_event(
-        t0,
-        ShardEvent::StatementFailed {
-            conn: C1,
-            cause: "55P03: lock timeout",
-            session_ended: false,
-        },
-    );
     assert_eq!(
-        drain(&mut m),
-        vec![ShardAction::Log(ShardLog {
-            kind: ShardLogKind::LeaseStatementFailed,
-            shards: 0,
-            reason: None,
-            cause: Some(Cause::Error("55P03: lock timeout")),
-        })]
+        failed(&mut m, t0, "55P03: lock timeout"),
+        vec![failure_logged("55P03: lock timeout")]
     );
     assert_eq!(m.member(), Some(ME), "still a member");
     // The next renewal surveys again (not settled), and the take is planned once more.
@@ -439,22 +449,9 @@ fn a_failed_release_of_a_handover_is_retried_at_the_next_check_not_at_once() {
         shards: given.clone(),
     };
     assert_eq!(drain(&mut m), vec![release.clone()]);
-    m.handle_event(
-        at,
-        ShardEvent::StatementFailed {
-            conn: C1,
-            cause: "no connection",
-            session_ended: false,
-        },
-    );
     assert_eq!(
-        drain(&mut m),
-        vec![ShardAction::Log(ShardLog {
-            kind: ShardLogKind::LeaseStatementFailed,
-            shards: 0,
-            reason: None,
-            cause: Some(Cause::Error("no connection")),
-        })],
+        failed(&mut m, at, "no connection"),
+        vec![failure_logged("no connection")],
         "no release again at once"
     );
     assert_eq!(m.handing_over(), given, "still to be released");

@@ -84,9 +84,9 @@ impl Ctx<'_> {
                 class,
                 member,
                 shards,
-            } => self.release_shards(&database, *class, *member, shards),
+            } => self.release_shards(&database, (*class, *member), Some(shards)),
             ShardLeaseStatement::Leave { class, member } => {
-                self.leave_space(&database, *class, *member)
+                self.release_shards(&database, (*class, *member), None)
             }
         }
     }
@@ -375,45 +375,32 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// The release: frees each of `shards` that is still `member`'s; a row per shard freed,
-    /// ascending.
+    /// The release (`shards`: frees each that is still `member`'s, a row per shard freed,
+    /// ascending), or the leave (`None`: frees every shard of `member`, `UPDATE n`, and
+    /// deletes its row, `1`, none when it was reaped already, expired or not).
     fn release_shards(
         &mut self,
         database: &str,
-        class: i32,
-        member: i32,
-        shards: &[u32],
+        (class, member): (i32, i32),
+        shards: Option<&[u32]>,
     ) -> Result<(), Stop> {
         self.read_only("UPDATE")?;
         let freed: Vec<u32> = self
             .owned(database, class)
             .into_iter()
-            .filter(|(shard, owner)| *owner == member && shards.contains(shard))
+            .filter(|(shard, owner)| *owner == member && shards.is_none_or(|s| s.contains(shard)))
             .map(|(shard, _)| shard)
             .collect();
         for &shard in &freed {
             self.set_owner(database, class, shard, None, member);
         }
-        let rows: Vec<[Option<String>; 1]> = freed
-            .iter()
-            .map(|shard| [Some(shard.to_string())])
-            .collect();
-        self.send_result(&SHARD_COLUMN, &rows, "UPDATE");
-        Ok(())
-    }
-
-    /// The leave: frees every shard of `member` (`UPDATE n`) and deletes its row (`1`, none
-    /// when it was reaped already), expired or not.
-    fn leave_space(&mut self, database: &str, class: i32, member: i32) -> Result<(), Stop> {
-        self.read_only("UPDATE")?;
-        let freed: Vec<u32> = self
-            .owned(database, class)
-            .into_iter()
-            .filter(|(_, owner)| *owner == member)
-            .map(|(shard, _)| shard)
-            .collect();
-        for &shard in &freed {
-            self.set_owner(database, class, shard, None, member);
+        if shards.is_some() {
+            let rows: Vec<[Option<String>; 1]> = freed
+                .iter()
+                .map(|shard| [Some(shard.to_string())])
+                .collect();
+            self.send_result(&SHARD_COLUMN, &rows, "UPDATE");
+            return Ok(());
         }
         self.reply
             .command_complete(&format!("UPDATE {}", freed.len()));
