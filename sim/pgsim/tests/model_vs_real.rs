@@ -278,6 +278,8 @@ enum Script {
     Shards,
     /// The statements of the lease mechanism.
     Lease,
+    /// The statements of a lease shard space.
+    ShardLease,
 }
 
 async fn run_script<F, Fut>(which: Script, open: F) -> Vec<String>
@@ -291,6 +293,7 @@ where
         Script::Fence => fence_script(open).await,
         Script::Shards => shards_script(open).await,
         Script::Lease => lease_script(open).await,
+        Script::ShardLease => shard_lease_script(open).await,
     }
 }
 
@@ -747,6 +750,70 @@ where
     seen
 }
 
+/// The statements of a lease shard space (`plexsphere_leader::shard_sql::lease`) on space
+/// [`CLASS`] of four shards, with a TTL of [`LEASE_TTL_MS`]: the setup twice, registrations,
+/// takes of free and owned shards, the survey, renewals by the wrong holder and the right one,
+/// a release, a leave (twice), an expired member reaped by another's take and a late renewal
+/// of it, each answer's columns.
+async fn shard_lease_script<F, Fut>(open: F) -> Vec<String>
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Session>,
+{
+    use plexsphere_leader::shard_sql::lease;
+    use plexsphere_leader::sharded::{MemberId, Shard};
+
+    const SCHEMA: &str = plexsphere_leader::sql::lease::DEFAULT_SCHEMA;
+    let shards = |list: &[u32]| list.iter().copied().map(Shard::new).collect::<Vec<_>>();
+    let take = |member: i32, list: &[u32]| {
+        lease::take(SCHEMA, CLASS, MemberId::new(member), &shards(list), 1_000)
+    };
+    let renew = |member: i32, holder: &str| {
+        lease::renew(SCHEMA, CLASS, MemberId::new(member), holder, LEASE_TTL_MS)
+    };
+    let register = |holder: &str| lease::register(SCHEMA, CLASS, holder, LEASE_TTL_MS);
+    let survey = || lease::survey(SCHEMA, CLASS, 4);
+    let mut seen = Vec::new();
+    let mut see = |what: &str, observed: String| seen.push(format!("{what}: {observed}"));
+    let a = open("a").await;
+    let b = open("b").await;
+    see("a setup", a.run(&lease::setup(SCHEMA)).await);
+    see("a setup again", a.run(&lease::setup(SCHEMA)).await);
+    see("a registers", a.run_row(&register("A")).await);
+    see("b registers", b.run_row(&register("B")).await);
+    see("register columns", b.names(&register("C")).await);
+    see("a takes 0, 1", a.run_row(&take(1, &[0, 1])).await);
+    see("b takes 1, 2, 3", b.run_row(&take(2, &[1, 2, 3])).await);
+    see("take columns", b.names(&take(2, &[])).await);
+    see("a survey", all_rows(&a, &survey()).await);
+    see("survey columns", a.names(&survey()).await);
+    see("a renews as B", a.run_row(&renew(1, "B")).await);
+    see("a renews", a.run_row(&renew(1, "A")).await);
+    see("renew columns", a.names(&renew(1, "A")).await);
+    let release = lease::release(SCHEMA, CLASS, MemberId::new(2), &shards(&[1, 3]));
+    see("b releases 1, 3", all_rows(&b, &release).await);
+    see("release columns", b.names(&release).await);
+    let leave = lease::leave(SCHEMA, CLASS, MemberId::new(2));
+    see("b leaves", all_rows(&b, &leave).await);
+    see("b leaves again", all_rows(&b, &leave).await);
+    see(
+        "the member C never used leaves",
+        a.names(&lease::leave(SCHEMA, CLASS, MemberId::new(3)))
+            .await,
+    );
+    see("a survey after the leave", all_rows(&a, &survey()).await);
+    tokio::time::sleep(PAST_THE_TTL).await;
+    see("b registers again", b.run_row(&register("B2")).await);
+    see(
+        "b takes 0, 2 after a expired",
+        b.run_row(&take(4, &[0, 2])).await,
+    );
+    see("a renews after the reap", a.run_row(&renew(1, "A")).await);
+    see("a takes 3 after the reap", a.run_row(&take(1, &[3])).await);
+    see("b survey", all_rows(&b, &survey()).await);
+    seen
+}
+
 /// The shard space of the sharded script: a negative class, shown as an `oid` in `pg_locks`.
 const CLASS: i32 = -7;
 /// Its number of shards.
@@ -1136,6 +1203,30 @@ fn the_simulated_server_answers_the_lease_statements_as_postgresql_does() {
         "a's claim once b's block ended: 6",
         "c claims a's expired lease under a lock_timeout: error 55P03",
         "who holds after the timeout: A|6|<unix>|f",
+    ] {
+        assert!(model.iter().any(|l| l == line), "{line}: {model:?}");
+    }
+}
+
+#[test]
+fn the_simulated_server_answers_the_lease_shard_statements_as_postgresql_does() {
+    let (model, real) = compare(Script::ShardLease);
+    assert_eq!(
+        model,
+        real,
+        "\nmodel:\n  {}\nreal:\n  {}",
+        model.join("\n  "),
+        real.join("\n  ")
+    );
+    for line in [
+        "a registers: 1|0",
+        "b registers: 2|1",
+        "a takes 0, 1: 1|0:1,1:1",
+        "b takes 1, 2, 3: 1|2:1,3:1",
+        "a survey: 1|A|0,1; 2|B|2,3; 3|C|NULL",
+        "a renews as B: 0|1,2,3",
+        "b takes 0, 2 after a expired: 1|0:2,2:2",
+        "a renews after the reap: 0|4",
     ] {
         assert!(model.iter().any(|l| l == line), "{line}: {model:?}");
     }
