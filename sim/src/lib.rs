@@ -19,7 +19,11 @@
 //! nemesis; the checker holds every shard to the single election's bounds (one believed owner
 //! but within the detection delay of a lost session, none across a graceful handover,
 //! demotion within 2·I, re-owned within I, the orphan bound) and the space to its balance
-//! after the faults ([`ShardMeasurements`], [`Report::new`]).
+//! after the faults ([`ShardMeasurements`], [`Report::new`]). Sharded runs over leases
+//! (`--sharded --mechanism lease`, [`Space::ShardedLease`], and its pause seeds,
+//! [`Space::ShardedPause`]) hold the space with `ShardConfig::lease`: the same rules over
+//! the rows' tenures, with the lease's bounds (no believed owner past its member's lease, no
+//! overlap) and every shard term's epoch rising.
 //!
 //! ```no_run
 //! use plexsphere_leader_sim::{RunOptions, run};

@@ -16,7 +16,10 @@
 //! that make an epoch advance wait for fenced transactions, the lease mechanism's lease table
 //! (`plexsphere_leader::sql::lease`: claim, renew, release, who holds, with `now()` the
 //! server's clock; a claim advances the fence row and waits for fenced transactions as an
-//! epoch advance does), `pg_terminate_backend`
+//! epoch advance does), a lease shard space's members' and owners' tables and members'
+//! sequence (`plexsphere_leader::shard_sql::lease`: register, renew, survey, take with its
+//! reap and fence advances under its transaction lock, release, leave; see
+//! [`ShardLeaseFlaw`] for the broken takes of the sabotages), `pg_terminate_backend`
 //! (FATAL 57P01), crash and restart, and keeps a ground-truth [`LogEntry`] log of sessions and locks and a statement
 //! log ([`QueryRecord`]) from which idle periods are measured.
 //!
