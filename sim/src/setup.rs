@@ -472,6 +472,23 @@ mod tests {
             .replay_command(),
             "cargo run --release -p plexsphere-leader-sim -- --seed 30001 --mechanism lease --fencing off"
         );
+        let sharded_lease = RunOptions::in_space(Space::ShardedLease, 30_000);
+        assert_eq!(sharded_lease.space(), Space::ShardedLease);
+        assert_eq!(
+            (sharded_lease.describe(), sharded_lease.replay_command()),
+            (
+                "crash, 8 shards, 3 replicas, lease".to_owned(),
+                "cargo run --release -p plexsphere-leader-sim -- --sharded --mechanism lease --seed 30000"
+                    .to_owned()
+            )
+        );
+        let paused = RunOptions::in_space(Space::ShardedPause, 140_001);
+        assert_eq!(paused.space(), Space::ShardedPause);
+        assert_eq!(
+            paused.replay_command(),
+            "cargo run --release -p plexsphere-leader-sim -- --sharded --mechanism lease --seed 140001 --pause"
+        );
+        assert_eq!(paused.clock_rate(0), ClockRate::EXACT, "no clock seam");
         assert_eq!(Mechanism::from_name("lease"), Some(Mechanism::Lease));
         assert_eq!(Mechanism::from_name("nope"), None);
         assert_eq!(mode_from_name("nope"), None);
