@@ -1056,14 +1056,7 @@ async fn observed_on_postgres(which: Script) -> Vec<String> {
 
 #[test]
 fn the_simulated_server_answers_the_adapters_statements_as_postgresql_does() {
-    let (model, real) = compare(Script::Locks);
-    assert_eq!(
-        model,
-        real,
-        "\nmodel:\n  {}\nreal:\n  {}",
-        model.join("\n  "),
-        real.join("\n  ")
-    );
+    let model = agreed(Script::Locks);
     assert!(
         model.iter().any(|line| line == "b ended: FATAL 57P05"),
         "{model:?}"
@@ -1072,6 +1065,20 @@ fn the_simulated_server_answers_the_adapters_statements_as_postgresql_does() {
         model.iter().any(|line| line == "a ended: FATAL 57P01"),
         "{model:?}"
     );
+}
+
+/// What the client saw of `which` on the model, asserted equal, line by line, to what it
+/// saw on the real server.
+fn agreed(which: Script) -> Vec<String> {
+    let (model, real) = compare(which);
+    assert_eq!(
+        model,
+        real,
+        "\nmodel:\n  {}\nreal:\n  {}",
+        model.join("\n  "),
+        real.join("\n  ")
+    );
+    model
 }
 
 /// The same script on the model and on the real server.
@@ -1088,14 +1095,7 @@ fn compare(which: Script) -> (Vec<String>, Vec<String>) {
 #[test]
 fn the_simulated_server_answers_the_electors_grant_check_wait_and_fence_statements_as_postgresql_does()
  {
-    let (model, real) = compare(Script::Elector);
-    assert_eq!(
-        model,
-        real,
-        "\nmodel:\n  {}\nreal:\n  {}",
-        model.join("\n  "),
-        real.join("\n  ")
-    );
+    let model = agreed(Script::Elector);
     for line in [
         "grant columns: set_config|pg_backend_pid|current_database|current_setting|concat",
         "unbounded columns: case|pg_backend_pid",
@@ -1127,14 +1127,7 @@ fn the_simulated_server_answers_the_electors_grant_check_wait_and_fence_statemen
 
 #[test]
 fn the_simulated_server_locks_the_fence_row_as_postgresql_does() {
-    let (model, real) = compare(Script::Fence);
-    assert_eq!(
-        model,
-        real,
-        "\nmodel:\n  {}\nreal:\n  {}",
-        model.join("\n  "),
-        real.join("\n  ")
-    );
+    let model = agreed(Script::Fence);
     for line in [
         "b's advance answered while a's block is open: false",
         "c check while b waits: 1",
@@ -1155,14 +1148,7 @@ fn the_simulated_server_locks_the_fence_row_as_postgresql_does() {
 
 #[test]
 fn the_simulated_server_answers_the_shard_statements_as_postgresql_does() {
-    let (model, real) = compare(Script::Shards);
-    assert_eq!(
-        model,
-        real,
-        "\nmodel:\n  {}\nreal:\n  {}",
-        model.join("\n  "),
-        real.join("\n  ")
-    );
+    let model = agreed(Script::Shards);
     for line in [
         "a register: <a>|t|<capacity>|0|f",
         "b register: <b>|t|<capacity>|1|f",
@@ -1178,14 +1164,7 @@ fn the_simulated_server_answers_the_shard_statements_as_postgresql_does() {
 
 #[test]
 fn the_simulated_server_answers_the_lease_statements_as_postgresql_does() {
-    let (model, real) = compare(Script::Lease);
-    assert_eq!(
-        model,
-        real,
-        "\nmodel:\n  {}\nreal:\n  {}",
-        model.join("\n  "),
-        real.join("\n  ")
-    );
+    let model = agreed(Script::Lease);
     for line in [
         "who holds before a claim: no row",
         "a claims the missing row: 1",
@@ -1210,14 +1189,7 @@ fn the_simulated_server_answers_the_lease_statements_as_postgresql_does() {
 
 #[test]
 fn the_simulated_server_answers_the_lease_shard_statements_as_postgresql_does() {
-    let (model, real) = compare(Script::ShardLease);
-    assert_eq!(
-        model,
-        real,
-        "\nmodel:\n  {}\nreal:\n  {}",
-        model.join("\n  "),
-        real.join("\n  ")
-    );
+    let model = agreed(Script::ShardLease);
     for line in [
         "a registers: 1|0",
         "b registers: 2|1",
