@@ -257,6 +257,15 @@ pub(crate) struct ServerEvidence {
     pub(crate) locks: Vec<HeldLock>,
 }
 
+/// Every entry of every server's log, with the server's index, server by server in log
+/// order.
+pub(crate) fn logged(servers: &[ServerEvidence]) -> impl Iterator<Item = (usize, &LogEntry)> {
+    servers
+        .iter()
+        .enumerate()
+        .flat_map(|(server, evidence)| evidence.log.iter().map(move |entry| (server, entry)))
+}
+
 /// Everything the checker looks at.
 pub(crate) struct Evidence<'a> {
     pub(crate) params: Params,

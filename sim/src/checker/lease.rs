@@ -101,16 +101,9 @@ fn primary_events<'e>(
     servers: &'e [ServerEvidence],
     history: &History,
 ) -> Vec<(Duration, usize, &'e Event)> {
-    let mut events: Vec<(Duration, usize, &Event)> = servers
-        .iter()
-        .enumerate()
-        .flat_map(|(server, evidence)| {
-            evidence
-                .log
-                .iter()
-                .filter(move |entry| history.primary_at(entry.at) == server)
-                .map(move |entry| (entry.at, server, &entry.event))
-        })
+    let mut events: Vec<(Duration, usize, &Event)> = super::logged(servers)
+        .filter(|(server, entry)| history.primary_at(entry.at) == *server)
+        .map(|(server, entry)| (entry.at, server, &entry.event))
         .collect();
     // Stable: within an instant each server's log order stays.
     events.sort_by_key(|(at, server, _)| (*at, *server));

@@ -851,19 +851,9 @@ impl<'a> ShardChecker<'a> {
     fn moves(&mut self) {
         let history = self.base.e.history;
         let all_up = history.all_up.unwrap_or(self.base.end);
-        let starts: Vec<(usize, Duration)> = self
-            .base
-            .e
-            .servers
-            .iter()
-            .enumerate()
-            .flat_map(|(server, evidence)| {
-                evidence
-                    .log
-                    .iter()
-                    .filter(|entry| entry.event == Event::ServerStarted)
-                    .map(move |entry| (server, entry.at))
-            })
+        let starts: Vec<(usize, Duration)> = super::logged(&self.base.e.servers)
+            .filter(|(_, entry)| entry.event == Event::ServerStarted)
+            .map(|(server, entry)| (server, entry.at))
             .collect();
         let mut settle = 0;
         for tenures in self.base.space.holds.values() {

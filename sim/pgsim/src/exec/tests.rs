@@ -614,31 +614,24 @@ fn lease_run(state: &mut State, pid: i32, query: &str, at: u64) -> Vec<String> {
 
 /// A server with the lease setup run, and sessions a and b.
 fn lease_server() -> (State, i32, i32) {
+    let setup = plexsphere_leader::sql::lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA);
+    set_up_twice(&setup, &["C CREATE TABLE", "C CREATE TABLE"])
+}
+
+/// A server on which session a ran `setup` and session b ran it again, and both sessions: the
+/// setup quiets its notices and takes its transaction lock, then answers `creates`; again, the
+/// objects exist and it says nothing of it.
+fn set_up_twice(setup: &str, creates: &[&str]) -> (State, i32, i32) {
     let (mut state, a, b) = server();
-    let setup = run(
-        &mut state,
-        a,
-        &plexsphere_leader::sql::lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA),
-    );
-    assert_eq!(
-        setup,
-        [
-            "C SET",
-            "T pg_advisory_xact_lock:2278",
-            "D ",
-            "C SELECT 1",
-            "C CREATE TABLE",
-            "C CREATE TABLE",
-            "Z I"
-        ]
-    );
-    // Again: the tables exist, and the setup says nothing of it.
-    let again = run(
-        &mut state,
-        b,
-        &plexsphere_leader::sql::lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA),
-    );
-    assert_eq!(again, setup);
+    let answer = run(&mut state, a, setup);
+    let quiet_and_locked = ["C SET", "T pg_advisory_xact_lock:2278", "D ", "C SELECT 1"];
+    let expected: Vec<&str> = quiet_and_locked
+        .into_iter()
+        .chain(creates.iter().copied())
+        .chain(["Z I"])
+        .collect();
+    assert_eq!(answer, expected);
+    assert_eq!(run(&mut state, b, setup), answer);
     (state, a, b)
 }
 
@@ -922,24 +915,13 @@ fn data_rows(lines: &[String]) -> Vec<String> {
 
 /// A server with a lease shard space's setup run (twice), and sessions a and b.
 fn shard_lease_server() -> (State, i32, i32) {
-    let (mut state, a, b) = server();
-    let setup = run(&mut state, a, &shard_lease_statements::setup());
-    assert_eq!(
-        setup,
-        [
-            "C SET",
-            "T pg_advisory_xact_lock:2278",
-            "D ",
-            "C SELECT 1",
-            "C CREATE SEQUENCE",
-            "C CREATE TABLE",
-            "C CREATE TABLE",
-            "C CREATE TABLE",
-            "Z I"
-        ]
-    );
-    assert_eq!(run(&mut state, b, &shard_lease_statements::setup()), setup);
-    (state, a, b)
+    let creates = [
+        "C CREATE SEQUENCE",
+        "C CREATE TABLE",
+        "C CREATE TABLE",
+        "C CREATE TABLE",
+    ];
+    set_up_twice(&shard_lease_statements::setup(), &creates)
 }
 
 #[test]
