@@ -122,7 +122,7 @@ impl Mode for Sharded {
     }
 
     fn performed(&mut self) {
-        let (member, handing) = {
+        let (member, handing, trust) = {
             let election = self.inner.election();
             (
                 election.member().map(|m| m.get()),
@@ -131,8 +131,11 @@ impl Mode for Sharded {
                     .into_iter()
                     .map(|s| s.get())
                     .collect(),
+                election.trust_deadline(),
             )
         };
+        // The trust first, so that no shard is published without it.
+        self.inner.set_trust(trust);
         self.inner.publish(member, handing, self.view.take());
     }
 

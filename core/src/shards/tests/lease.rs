@@ -392,3 +392,26 @@ fn a_lease_stop_ends_every_term_awaits_the_work_then_leaves() {
         vec![ShardAction::CloseSession { conn: C1 }, ShardAction::Finish]
     );
 }
+
+#[test]
+fn the_trust_deadline_is_the_last_renewals_sending_plus_the_window_while_shards_are_owned() {
+    let t0 = Instant::now();
+    let m = member(4, t0);
+    assert_eq!(m.trust_deadline(), None, "no shard owned");
+    let mut m = lease_owning(4, 0..2, t0);
+    assert_eq!(m.trust_deadline(), Some(t0 + TRUST), "the registration's");
+    m.handle_timeout(t0 + I);
+    drain(&mut m);
+    renewed(&mut m, t0 + I + Duration::from_millis(300), &[ME, OTHER]);
+    assert_eq!(
+        m.trust_deadline(),
+        Some(t0 + I + TRUST),
+        "the renewal's sending"
+    );
+    let advisory = owning(4, 0..2, t0);
+    assert_eq!(
+        advisory.trust_deadline(),
+        None,
+        "advisory locks need no trust window"
+    );
+}
