@@ -172,7 +172,7 @@ pub async fn shard_owners(
 
 /// [`shard_owners`] for a space held by leases
 /// ([`ShardConfig::lease`](crate::sharded::ShardConfig::lease)) with its tables in `schema`: one
-/// [`OwnerRow`](crate::shard_sql::OwnerRow) per live member row, ascending by member id (its
+/// [`OwnerRow`] per live member row, ascending by member id (its
 /// `pid` field is the member id, its `name` the member's holder, `<identity> <nonce>`), with
 /// the shards its owner rows name; a shard of no row is free. One statement
 /// ([`shard_sql::lease::survey`](crate::shard_sql::lease::survey)); it takes no lock.
