@@ -435,25 +435,13 @@ mod tests {
         }
     }
 
-    #[derive(Debug)]
-    struct NoSessions;
-
-    impl SessionSource for NoSessions {
-        fn acquire(
-            &self,
-        ) -> crate::session::BoxFuture<'_, Result<Box<dyn crate::session::LockSession>, CheckError>>
-        {
-            Box::pin(std::future::pending())
-        }
-    }
-
     #[test]
     fn a_lease_term_past_its_trust_deadline_is_no_leadership_at_the_moment_of_the_call() {
         let t0 = Instant::now();
         let clock = Arc::new(Manual(Mutex::new(t0)));
         let interval = CheckInterval::new(Duration::from_secs(1)).unwrap();
         let shared = Shared::<OneLeader>::new(
-            Arc::new(NoSessions),
+            Arc::new(crate::session::NoSessions),
             Options::new(interval),
             Naming {
                 key: LockKey::DEFAULT,

@@ -217,18 +217,6 @@ mod tests {
 
     use super::*;
 
-    #[derive(Debug)]
-    struct NoSessions;
-
-    impl SessionSource for NoSessions {
-        fn acquire(
-            &self,
-        ) -> crate::session::BoxFuture<'_, Result<Box<dyn crate::session::LockSession>, CheckError>>
-        {
-            Box::pin(std::future::pending())
-        }
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_leased_shard_past_the_trust_deadline_is_not_owned_at_the_moment_of_the_call() {
         let interval = CheckInterval::new(Duration::from_secs(1)).unwrap();
@@ -236,7 +224,7 @@ mod tests {
             .unwrap()
             .mechanism(Mechanism::Lease(Lease::default_for(interval)));
         let shared = Shared::<ShardSpace>::new(
-            Arc::new(NoSessions),
+            Arc::new(crate::session::NoSessions),
             7,
             "test".into(),
             "public".into(),
