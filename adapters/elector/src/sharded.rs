@@ -50,6 +50,7 @@ mod driver;
 mod lease;
 pub(crate) mod metrics;
 mod shared;
+mod statement;
 mod view;
 
 use std::future::Future;
