@@ -3,7 +3,8 @@
 //! once with the causes their inputs imply, takes and unlocks, work reports, the finish, the
 //! deadlines), plus what only the election itself can say: its owned set is the set of open
 //! terms, and a take never asks for a shard it is handing over. Surveys are either consistent
-//! with what the replica holds (other members and holders arbitrary) or arbitrary rows.
+//! with what the replica holds (other members and holders arbitrary) or arbitrary rows. Half the
+//! options hold the space by leases, whose renewals and takes are inputs too.
 #![no_main]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,7 +17,9 @@ use plexsphere_leader_core::invariants::shards::ShardChecker;
 use plexsphere_leader_core::shards::{
     MemberId, Shard, ShardAction, ShardEvent, ShardOptions, ShardedElection, Survey,
 };
-use plexsphere_leader_core::{CheckInterval, ConnId, Control, Handled, MIN_CHECK_INTERVAL, TermId};
+use plexsphere_leader_core::{
+    CheckInterval, ConnId, Control, Handled, Lease, MIN_CHECK_INTERVAL, Mechanism, TermId,
+};
 
 #[derive(Debug, Arbitrary)]
 struct Step {
@@ -51,6 +54,11 @@ enum FuzzInput {
     SetEligible(bool),
     Panicked,
     Dropped,
+    /// Lease mechanism: a renewal answered, renewed or not, with these other members (pids).
+    Renewed(Which, bool, Vec<u8>),
+    /// Lease mechanism: a take answered, live or not, with these shards (by index into the
+    /// asked set, or any number) and epochs.
+    TookLeases(Which, bool, Vec<(u8, u8)>),
 }
 
 #[derive(Debug, Arbitrary)]
@@ -67,6 +75,8 @@ struct FuzzOptions {
     delay_ms: u16,
     moves: u8,
     grace_ms: u16,
+    /// Holds the space by leases (the default TTL of three intervals).
+    lease: bool,
 }
 
 #[derive(Default)]
@@ -88,8 +98,10 @@ fn drain(
     let actions: Vec<ShardAction<u8>> = std::iter::from_fn(|| election.poll_action()).collect();
     for action in &actions {
         match action {
-            ShardAction::AcquireSession { conn } => model.newest = conn.get(),
-            ShardAction::Take { shards, .. } => {
+            ShardAction::AcquireSession { conn } | ShardAction::RegisterMember { conn, .. } => {
+                model.newest = conn.get();
+            }
+            ShardAction::Take { shards, .. } | ShardAction::TakeLeases { shards, .. } => {
                 for s in shards {
                     assert!(
                         !election.handing_over().contains(s),
@@ -138,6 +150,11 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
         .stop_grace(Duration::from_millis(u64::from(o.grace_ms)))
     else {
         return;
+    };
+    let options = if o.lease {
+        options.mechanism(Mechanism::Lease(Lease::default_for(interval)))
+    } else {
+        options
     };
     let mut election = ShardedElection::<u8>::new(options);
     let mut model = Model::default();
@@ -296,6 +313,37 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
             FuzzInput::Cancelled => Control::Cancelled.into(),
             FuzzInput::Panicked => Control::Panicked.into(),
             FuzzInput::Dropped => Control::Dropped.into(),
+            FuzzInput::Renewed(w, renewed, others) => {
+                let mut members: Vec<MemberId> = others
+                    .iter()
+                    .map(|p| MemberId::new(1000 + i32::from(*p)))
+                    .chain([MemberId::new(model.backend)])
+                    .collect();
+                members.sort_unstable();
+                members.dedup();
+                ShardEvent::Renewed {
+                    conn: conn(&w, &model),
+                    renewed,
+                    members,
+                }
+            }
+            FuzzInput::TookLeases(w, live, picks) => ShardEvent::TookLeases {
+                conn: conn(&w, &model),
+                live,
+                taken: picks
+                    .iter()
+                    .map(|(i, epoch)| {
+                        let shard = model
+                            .last_take
+                            .get(usize::from(*i))
+                            .copied()
+                            .unwrap_or(Shard::new(u32::from(*i)));
+                        (shard, u64::from(*epoch))
+                    })
+                    .collect::<BTreeMap<_, _>>()
+                    .into_iter()
+                    .collect(),
+            },
         };
         let handled: Handled = election.handle_event(now, event.clone());
         let input = Input::Event {

@@ -44,7 +44,7 @@ pub use observer::{Holder, HolderChange, LockObserver};
 pub use pg::{base_config, connect, pool_for, retarget, simple_rows};
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use proxy::{Direction, FaultProxy, Mode};
-pub use replica_child::ChildArgs;
+pub use replica_child::{ChildArgs, Mechanism};
 pub use replica_process::{CpuSample, ExitReport, Launcher, PoolReport, Record, ReplicaProcess};
 pub use timeline::{Event, Interval, Span, Timeline};
 

@@ -10,6 +10,9 @@
 //! - the **election** (no `--shards`): one [`Elector`] on the leader lock;
 //! - **sharded** (`--shards K`): one [`ShardedElector`](plexsphere_leader::sharded::ShardedElector)
 //!   for the space of `K` shards of class `--class`;
+//!
+//! both holding advisory locks, or lease rows with `--mechanism lease` (whose tables the
+//! harness creates first);
 //! - **singles** (`--shards K --singles FIRST..END`, for the benchmark's comparison): one
 //!   single [`Elector`] per shard key `(class, s)` for `s` in the range, each with its own
 //!   pool, connected before the electors start on the `go` command.
@@ -28,7 +31,7 @@
 //! | `started` | singles | `electors` | `go` came; key `s`'s `run` starts `s/K` of an interval later |
 //! | `lead` | election | `term` | a term began (stamped with the term's start as the elector published it) |
 //! | `follow` | election | `term`, `cause` (the `TermEndCause` in `Debug` form: `Lost(SessionEnded)`, `Stopped`, …) | the term ended (stamped with its end as published) |
-//! | `member` | sharded | `member` (the lock session's backend pid, or `null`) | the sharded elector joined the space or lost its session |
+//! | `member` | sharded | `member` (the lock session's backend pid, with the lease the member row's id; or `null`) | the sharded elector joined the space or lost its session |
 //! | `begin` | sharded, singles | `shard`, `term` | a shard's term began (stamped with its start as published) |
 //! | `end` | sharded, singles | `shard`, `term`, `cause` (`HandedOver`, `Stopped`, `Lost(SessionEnded)`, …) | a shard's term ended (stamped with its end as published) |
 //! | `log` | all | `level`, `message`, `term`, `cause` | every event of target `plexsphere_leader` |
@@ -99,22 +102,24 @@ pub struct ChildArgs {
     #[arg(long = "interval-ms", value_name = "MS", value_parser = millis)]
     pub interval: Duration,
     /// The `max_size` of each pool (one per process, or one per key with singles).
-    #[arg(long = "pool-size", default_value_t = 2)]
+    #[arg(long = "pool-size", default_value_t = DEFAULT_POOL_SIZE)]
     pub pool_size: usize,
     /// Whether the elector waits in the server's lock queue (`queue`: `AcquireMode::Queue`) or
     /// tries once per check (`poll`); the election only.
     #[arg(long = "acquire", value_name = "poll|queue", default_value = "poll")]
     #[arg(value_parser = acquire, action = clap::ArgAction::Set, conflicts_with = "shards")]
     pub queued: bool,
-    /// Whether the election holds the session advisory lock (`advisory`) or a lease row
-    /// (`lease`: `Config::lease` with the default TTL); the election only.
+    /// What the election or the sharded elector holds: session advisory locks (`advisory`) or
+    /// lease rows (`lease`: `Config::lease` or `ShardConfig::lease` with the default TTL of
+    /// three intervals); not the singles.
     #[arg(
-        long = "mechanism",
+        long,
+        value_enum,
         value_name = "advisory|lease",
         default_value = "advisory"
     )]
-    #[arg(value_parser = mechanism, action = clap::ArgAction::Set, conflicts_with = "shards")]
-    pub lease: bool,
+    #[arg(conflicts_with = "singles")]
+    pub mechanism: Mechanism,
     /// Where the electors' lock sessions come from.
     #[arg(long, value_name = "deadpool|sqlx", default_value = "deadpool", value_parser = backend)]
     pub backend: Backend,
@@ -129,6 +134,29 @@ pub struct ChildArgs {
     /// FIRST..END.
     #[arg(long, value_name = "FIRST..END", value_parser = key_range, requires = "shards")]
     pub singles: Option<Range<u32>>,
+}
+
+/// The `max_size` of each pool unless `--pool-size` says otherwise.
+pub const DEFAULT_POOL_SIZE: usize = 2;
+
+/// How a replica holds what it leads ([`ChildArgs::mechanism`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mechanism {
+    /// Session advisory locks: the leader lock, or a member lock and one lock per shard.
+    #[default]
+    Advisory,
+    /// Lease rows renewed every interval, TTL three intervals (`Duration::ZERO`).
+    Lease,
+}
+
+impl Mechanism {
+    /// The flag's value: `advisory` or `lease`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Advisory => "advisory",
+            Self::Lease => "lease",
+        }
+    }
 }
 
 /// What a process runs, by its [`ChildArgs`].
@@ -149,9 +177,9 @@ impl ChildArgs {
             name: name.into(),
             dsn: dsn.into(),
             interval,
-            pool_size: 2,
+            pool_size: DEFAULT_POOL_SIZE,
             queued: false,
-            lease: false,
+            mechanism: Mechanism::Advisory,
             backend: Backend::Deadpool,
             shards: None,
             class: DEFAULT_SHARD_CLASS,
@@ -174,8 +202,9 @@ impl ChildArgs {
     }
 
     /// The command line for these arguments: `--name N --dsn D --interval-ms I --pool-size P
-    /// [--acquire poll|queue] --backend deadpool|sqlx [--shards K --class C [--singles
-    /// FIRST..END]]` (`--acquire` only where it applies or was asked for).
+    /// [--acquire poll|queue] [--mechanism lease] --backend deadpool|sqlx [--shards K --class C
+    /// [--singles FIRST..END]]` (`--acquire` only where it applies or was asked for,
+    /// `--mechanism` only when not the default).
     pub fn to_args(&self) -> Vec<String> {
         let mut args = vec![
             "--name".into(),
@@ -193,8 +222,8 @@ impl ChildArgs {
                 if self.queued { "queue" } else { "poll" }.into(),
             ]);
         }
-        if self.lease {
-            args.extend(["--mechanism".into(), "lease".into()]);
+        if self.mechanism != Mechanism::Advisory {
+            args.extend(["--mechanism".into(), self.mechanism.name().into()]);
         }
         args.extend(["--backend".into(), self.backend.name().into()]);
         if let Some(shards) = self.shards {
@@ -257,14 +286,6 @@ fn acquire(value: &str) -> Result<bool, String> {
         "poll" => Ok(false),
         "queue" => Ok(true),
         other => Err(format!("poll or queue, not {other}")),
-    }
-}
-
-fn mechanism(value: &str) -> Result<bool, String> {
-    match value {
-        "advisory" => Ok(false),
-        "lease" => Ok(true),
-        other => Err(format!("advisory or lease, not {other}")),
     }
 }
 
@@ -640,12 +661,33 @@ mod tests {
         };
         assert_eq!(ChildArgs::parse(args.to_args()).ok(), Some(args.clone()));
         assert_eq!(args.mode(), Mode::Election);
+        args.mechanism = Mechanism::Lease;
+        assert_eq!(ChildArgs::parse(args.to_args()).ok(), Some(args.clone()));
         args = ChildArgs {
             class: 7,
             ..ChildArgs::sharded("plx-shard-a", "host=127.0.0.1 dbname=x", MS_250, 1024)
         };
         assert_eq!(ChildArgs::parse(args.to_args()).ok(), Some(args.clone()));
         assert_eq!(args.mode(), Mode::Sharded { shards: 1024 });
+        let leased = ChildArgs {
+            mechanism: Mechanism::Lease,
+            ..args.clone()
+        };
+        assert!(leased.to_args().ends_with(&[
+            "--mechanism".into(),
+            "lease".into(),
+            "--backend".into(),
+            "deadpool".into(),
+            "--shards".into(),
+            "1024".into(),
+            "--class".into(),
+            "7".into(),
+        ]));
+        assert_eq!(
+            ChildArgs::parse(leased.to_args()).ok(),
+            Some(leased.clone())
+        );
+        assert_eq!(leased.mode(), Mode::Sharded { shards: 1024 });
         args.singles = Some(128..256);
         assert_eq!(ChildArgs::parse(args.to_args()).ok(), Some(args.clone()));
         assert_eq!(
@@ -673,6 +715,18 @@ mod tests {
             "--singles needs --shards"
         );
         assert!(with(&["--shards", "8", "--acquire", "queue"]).is_err());
+        assert_eq!(
+            with(&["--shards", "8", "--mechanism", "lease"])
+                .ok()
+                .map(|a| a.mechanism),
+            Some(Mechanism::Lease),
+            "the sharded elector takes the lease"
+        );
+        assert!(
+            with(&["--shards", "8", "--singles", "0..4", "--mechanism", "lease"]).is_err(),
+            "the singles hold advisory locks only"
+        );
+        assert!(with(&["--mechanism", "rows"]).is_err());
         assert!(with(&["--acquire", "wait"]).is_err());
         assert!(with(&["--backend", "odbc"]).is_err());
         assert!(with(&["--shards", "8", "--singles", "4"]).is_err());

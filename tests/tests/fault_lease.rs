@@ -26,7 +26,9 @@ use fault_support::{Fleet, I, MARGIN, STARTUP, assert_within};
 use nix::sys::signal::Signal;
 use plexsphere_leader::LockKey;
 use plexsphere_leader_tests::replica_process::{REPLICA_APP_PREFIX, dsn};
-use plexsphere_leader_tests::{Backend, ChildArgs, Cluster, FaultProxy, Mode, StopMode, TestDb};
+use plexsphere_leader_tests::{
+    Backend, ChildArgs, Cluster, FaultProxy, Mechanism, Mode, StopMode, TestDb,
+};
 use support::lease_target;
 use tokio::time::Instant;
 
@@ -90,7 +92,7 @@ async fn spawn(
     fleet
         .spawn_args(ChildArgs {
             backend,
-            lease: true,
+            mechanism: Mechanism::Lease,
             ..ChildArgs::new(format!("{REPLICA_APP_PREFIX}{name}"), dsn(config), interval)
         })
         .await

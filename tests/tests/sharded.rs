@@ -686,28 +686,6 @@ fn lease_member(
     Member::spawn_with(db, name, pool.shard_config(shards).lease(Duration::ZERO))
 }
 
-/// Who owns which shard by the server's owner rows of live members.
-async fn lease_owners(db: &TestDb, count: u32) -> BTreeMap<u32, String> {
-    let sql = plexsphere_leader::shard_sql::lease::survey(
-        "public",
-        plexsphere_leader::sharded::DEFAULT_SHARD_CLASS,
-        count,
-    );
-    let rows = plexsphere_leader_tests::simple_rows(db.admin(), &sql)
-        .await
-        .unwrap();
-    plexsphere_leader::shard_sql::lease::parse_survey(&rows)
-        .unwrap()
-        .into_iter()
-        .flat_map(|row| {
-            let holder = row.holder.clone();
-            row.shards
-                .into_iter()
-                .map(move |s| (s.get(), holder.clone()))
-        })
-        .collect()
-}
-
 /// The scenario of a lease space on `config`: three members split `k` shards, every term
 /// fenced, the server's owner rows what the members believe; a graceful stop hands the
 /// leaver's shards over within an interval.
@@ -731,12 +709,16 @@ async fn lease_space_splits_and_hands_over(
                 "every term fenced"
             );
         }
-        let owners = lease_owners(db, k).await;
-        assert_eq!(
-            owners.len(),
-            k as usize,
-            "every shard's row names a live member"
-        );
+        let owners = plexsphere_leader_tests::replica_process::shards::owners(
+            db.admin(),
+            plexsphere_leader_tests::replica_child::Mechanism::Lease,
+            plexsphere_leader::sharded::DEFAULT_SHARD_CLASS,
+            k,
+        )
+        .await
+        .unwrap();
+        let owned: usize = owners.iter().map(|row| row.shards.len()).sum();
+        assert_eq!(owned, k as usize, "every shard's row names a live member");
         let believed: usize = refs.iter().map(|m| m.owned().len()).sum();
         assert_eq!(believed, k as usize);
     }

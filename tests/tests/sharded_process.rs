@@ -31,7 +31,9 @@ use fault_support::{CLEAN_TIMEOUT, I, MARGIN, STARTUP, assert_within};
 use plexsphere_leader::sharded::DEFAULT_SHARD_CLASS;
 use plexsphere_leader_tests::replica_process::dsn;
 use plexsphere_leader_tests::replica_process::shards as fleet;
-use plexsphere_leader_tests::{ChildArgs, FaultProxy, Launcher, Mode, ReplicaProcess, TestDb};
+use plexsphere_leader_tests::{
+    ChildArgs, FaultProxy, Launcher, Mechanism, Mode, ReplicaProcess, TestDb,
+};
 use tokio::time::Instant;
 use tokio_postgres::Config;
 
@@ -138,7 +140,7 @@ impl Space {
             assert_eq!(run, None, "{}: run returned an error", p.name());
         }
         let clean = support::wait_for_async(CLEAN_TIMEOUT, || async {
-            fleet::owners(db.admin(), DEFAULT_SHARD_CLASS, K)
+            fleet::owners(db.admin(), Mechanism::Advisory, DEFAULT_SHARD_CLASS, K)
                 .await
                 .expect("owners query")
                 .is_empty()
@@ -150,7 +152,7 @@ impl Space {
 
 /// The shards the server shows held by members of the space, and how many members it shows.
 async fn server_view(db: &TestDb) -> (BTreeSet<u32>, usize) {
-    let rows = fleet::owners(db.admin(), DEFAULT_SHARD_CLASS, K)
+    let rows = fleet::owners(db.admin(), Mechanism::Advisory, DEFAULT_SHARD_CLASS, K)
         .await
         .expect("owners query");
     let held = rows

@@ -4,9 +4,10 @@
 //! ([`status::who_leads`]). The DSN comes from `--dsn` or from the environment variable
 //! `PLEXSPHERE_DSN` (so that a password need not show in `ps`).
 //!
-//! `plexsphere-leader shards --shards K [--class C] [--dsn <DSN>] [--format text|json]` prints
-//! who owns which shards of a shard space ([`status::shard_owners`]); it exits 0 when every
-//! shard is owned and 1 when some is not.
+//! `plexsphere-leader shards --shards K [--class C] [--mechanism advisory|lease] [--schema S]
+//! [--dsn <DSN>] [--format text|json]` prints who owns which shards of a shard space
+//! ([`status::shard_owners`]; with `--mechanism lease`, [`status::lease_shard_owners`]); it
+//! exits 0 when every shard is owned and 1 when some is not.
 //!
 //! `plexsphere-leader lease [--dsn <DSN>] [--key CLASSID:OBJID] [--schema public] [--format text|json]` prints
 //! who holds a lease election's lease ([`Config::lease`](plexsphere_leader::Config::lease)) and
@@ -123,9 +124,25 @@ enum Command {
             allow_hyphen_values = true
         )]
         class: i32,
+        /// How the space is held: advisory locks (`pg_locks`), or leases (the member and owner
+        /// rows of `ShardConfig::lease`, in `--schema`).
+        #[arg(long, value_enum, default_value_t = Held::Advisory)]
+        mechanism: Held,
+        /// The schema of a lease space's tables (`ShardConfig::lease_schema`).
+        #[arg(long, default_value = plexsphere_leader::lease::DEFAULT_SCHEMA)]
+        schema: String,
         #[command(flatten)]
         endpoint: Endpoint,
     },
+}
+
+/// How a shard space is held (`shards --mechanism`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Held {
+    /// Advisory locks: the holders are the backends of `pg_locks`.
+    Advisory,
+    /// Leases: the holders are the live member rows.
+    Lease,
 }
 
 /// How `status` prints its answer.
@@ -209,6 +226,8 @@ where
         Command::Shards {
             shards,
             class,
+            mechanism,
+            schema,
             endpoint:
                 Endpoint {
                     dsn,
@@ -217,7 +236,7 @@ where
                 },
         } => {
             let database = database_of(&dsn);
-            let rows = match query_owners(&dsn, class, shards, timeout).await {
+            let rows = match query_owners(&dsn, class, shards, mechanism, &schema, timeout).await {
                 Ok(rows) => rows,
                 Err(QueryStatusError::Status(error)) => {
                     let _ = writeln!(err, "plexsphere-leader {error}");
@@ -286,10 +305,16 @@ async fn query_owners(
     dsn: &str,
     class: i32,
     count: u32,
+    mechanism: Held,
+    schema: &str,
     timeout: Duration,
 ) -> Result<Vec<plexsphere_leader::status::OwnerRow>, QueryStatusError> {
+    let schema = schema.to_owned();
     ask_within(dsn, timeout, |client| async move {
-        status::shard_owners(&client, class, count).await
+        match mechanism {
+            Held::Advisory => status::shard_owners(&client, class, count).await,
+            Held::Lease => status::lease_shard_owners(&client, &schema, class, count).await,
+        }
     })
     .await
 }

@@ -146,17 +146,88 @@ async fn a_server_that_never_answers_fails_after_the_timeout() {
     drop(silent);
 }
 
-/// `plexsphere-leader shards`: exit code and stdout.
-fn shards(dsn: &str, class: i32, count: u32, format: &str) -> (i32, String) {
+/// `plexsphere-leader shards` with `extra` arguments: exit code and stdout.
+fn shards_with(dsn: &str, class: i32, count: u32, format: &str, extra: &[&str]) -> (i32, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_plexsphere-leader"))
         .args(["shards", "--dsn", dsn, "--class", &class.to_string()])
         .args(["--shards", &count.to_string(), "--format", format])
+        .args(extra)
         .output()
         .unwrap();
     (
         output.status.code().unwrap(),
         String::from_utf8(output.stdout).unwrap(),
     )
+}
+
+/// `plexsphere-leader shards` of a space held by advisory locks.
+fn shards(dsn: &str, class: i32, count: u32, format: &str) -> (i32, String) {
+    shards_with(dsn, class, count, format, &[])
+}
+
+/// A database of its own for a test, dropped by the returned closure's caller.
+async fn database(admin: &Client, name: &str) -> String {
+    let database = format!("{name}_{}", std::process::id());
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {database}"))
+        .await
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    database
+}
+
+#[tokio::test]
+async fn the_binary_reports_who_owns_which_shards_of_a_lease_space() {
+    use plexsphere_leader::shard_sql::lease;
+    use plexsphere_leader::sharded::Shard;
+
+    let base = base_dsn();
+    let admin = connect(&base).await;
+    let database = database(&admin, "plx_cli_lease_shards").await;
+    let dsn = format!("{base} dbname={database}");
+    let client = connect(&dsn).await;
+    client.batch_execute(&lease::setup("public")).await.unwrap();
+    let class = 42;
+    let rows = |messages: Vec<SimpleQueryMessage>| -> Vec<Vec<Option<String>>> {
+        messages
+            .iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::Row(row) => Some(
+                    (0..row.len())
+                        .map(|i| row.get(i).map(str::to_owned))
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect()
+    };
+    let registered = client
+        .simple_query(&lease::register("public", class, "cli-member 0f", 60_000))
+        .await
+        .unwrap();
+    let member = lease::parse_registered(&rows(registered)).unwrap().member;
+    let asked: Vec<Shard> = (0..6).map(Shard::new).collect();
+    client
+        .simple_query(&lease::take("public", class, member, &asked, 1_000))
+        .await
+        .unwrap();
+    let (code, text) = shards_with(&dsn, class, 8, "text", &["--mechanism", "lease"]);
+    assert_eq!(code, 1, "two shards are unowned: {text}");
+    assert!(text.contains("1 members, 2 unowned"), "{text}");
+    assert!(text.contains("cli-member 0f"), "{text}");
+    assert!(text.ends_with("unowned: 6-7\n"), "{text}");
+    // The advisory view of the same space sees no lock at all.
+    let (code, text) = shards(&dsn, class, 8, "text");
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("0 members, 8 unowned"), "{text}");
+    drop(client);
+    admin
+        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

@@ -173,15 +173,11 @@ impl Elector {
     ///
     /// # Errors
     /// `work`'s own error, when the term held until it returned.
-    pub async fn run_if_leader<T, E, F, Fut>(
+    pub async fn run_if_leader<T, E, Fut: Future<Output = Result<T, E>>>(
         &self,
         parent: &CancellationToken,
-        work: F,
-    ) -> Result<bool, E>
-    where
-        F: FnOnce(CancellationToken) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-    {
+        work: impl FnOnce(CancellationToken) -> Fut,
+    ) -> Result<bool, E> {
         crate::term::run_in(self.term(parent), work).await
     }
 

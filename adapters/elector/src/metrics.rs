@@ -17,6 +17,7 @@
 //! `sharded/metrics.rs`).
 
 pub(crate) mod backend;
+pub(crate) mod backends;
 #[cfg(feature = "metrics")]
 mod facade;
 pub(crate) mod families;
@@ -28,7 +29,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use plexsphere_leader_core::TermEndCause;
 
-use self::backend::{Backends, By, Counter, Gauge, Histogram};
+use self::backend::{By, Counter, Gauge, Histogram};
+use self::backends::Backends;
 use self::families::{election as family, overdue_action};
 use crate::error::ConfigError;
 use crate::key::LockKey;

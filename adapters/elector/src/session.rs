@@ -120,3 +120,16 @@ pub trait LockSession: Send + Sync + 'static {
     /// socket broke); never resolves for a session still in its pool's hands. Cancel-safe.
     fn ended(&self) -> BoxFuture<'_, ()>;
 }
+
+/// A source that never hands out a session: for tests of the state a running driver would
+/// drive, with no driver.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct NoSessions;
+
+#[cfg(test)]
+impl SessionSource for NoSessions {
+    fn acquire(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
+        Box::pin(std::future::pending())
+    }
+}

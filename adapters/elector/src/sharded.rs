@@ -50,6 +50,7 @@ mod driver;
 mod lease;
 pub(crate) mod metrics;
 mod shared;
+mod statement;
 mod view;
 
 use std::future::Future;
@@ -223,16 +224,12 @@ impl ShardedElector {
     ///
     /// # Errors
     /// `work`'s own error, when the shard's term held until it returned.
-    pub async fn run_if_owner<T, E, F, Fut>(
+    pub async fn run_if_owner<T, E, Fut: Future<Output = Result<T, E>>>(
         &self,
         shard: impl Into<Shard>,
         parent: &CancellationToken,
-        work: F,
-    ) -> Result<bool, E>
-    where
-        F: FnOnce(CancellationToken) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-    {
+        work: impl FnOnce(CancellationToken) -> Fut,
+    ) -> Result<bool, E> {
         crate::term::run_in(self.term(shard, parent), work).await
     }
 

@@ -52,6 +52,8 @@ pub(crate) trait Mode: Sized + Send + Sync + 'static {
 
     /// Publishes that a run of failed checks began or changed class (`Some`), or ended.
     fn publish_failing(&self, failing: Option<CheckFailing>);
+    /// The work deadline of `options`, if any.
+    fn work_deadline_of(options: &Self::Options) -> Option<WorkDeadline>;
     /// The machine's clock reading now.
     fn now(&self) -> Instant {
         crate::clock::now()
@@ -84,6 +86,9 @@ pub(crate) struct Shared<M: Mode> {
     /// The current run of failed checks, in full (the published value has its class).
     failure: Mutex<Option<CheckFailure>>,
     metrics: Option<M::Metrics>,
+    /// The core's trust deadline (a lease's: the open term's, or the shards'), which every
+    /// reader compares with the clock at its call.
+    trust: Arc<Trust>,
     /// The mode's own state and publication.
     mode: M,
 }
@@ -96,27 +101,40 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl<M: Mode> Shared<M> {
     /// The shared state of a new elector running `machine` (not running yet, nothing
-    /// queued), built from `options`, with `work_deadline` the options' own.
+    /// queued), built from `options`.
     pub(crate) fn with_mode(
         sessions: Arc<dyn SessionSource>,
         identity: String,
         options: M::Options,
-        work_deadline: Option<WorkDeadline>,
         machine: M::Machine,
         metrics: Option<M::Metrics>,
+        trust: Arc<Trust>,
         mode: M,
     ) -> Self {
         Self {
             sessions,
             identity,
             options,
-            work_deadline,
+            work_deadline: M::work_deadline_of(&options),
             election: Mutex::new(machine),
             controls: OperatorQueue::new(),
             failure: Mutex::new(None),
             metrics,
+            trust,
             mode,
         }
+    }
+
+    /// Whether the trust deadline, if any, lies ahead on the election's clock at this moment,
+    /// whether or not the driver has run since (a process resumed after a pause answers no at
+    /// once).
+    pub(crate) fn trusted_now(&self) -> bool {
+        self.trust.holds_now()
+    }
+
+    /// Records the core's trust deadline (`trust_deadline` of the machine) after each input.
+    pub(crate) fn set_trust(&self, deadline: Option<Instant>) {
+        self.trust.set(deadline);
     }
 
     /// The core machine, locked.
@@ -210,9 +228,6 @@ pub(crate) struct OneLeader {
     leading: AtomicBool,
     /// The published leadership: the one source every consumer reads.
     leadership: watch::Sender<Leadership>,
-    /// The core's trust deadline of the open term (a lease's: [`Election::trust_deadline`]),
-    /// shared with the metrics, which read it at scrape time.
-    trust: Arc<Trust>,
     current: Mutex<Option<Arc<TermShared>>>,
     /// The clock the election runs on ([`Config::clock`](crate::Config::clock)).
     clock: Arc<dyn Clock>,
@@ -225,6 +240,10 @@ impl Mode for OneLeader {
 
     fn now(&self) -> Instant {
         self.clock.now()
+    }
+
+    fn work_deadline_of(options: &Options) -> Option<WorkDeadline> {
+        options.work_deadline_of()
     }
 
     fn publish_failing(&self, failing: Option<CheckFailing>) {
@@ -256,15 +275,11 @@ impl Shared<OneLeader> {
             hold_off,
             leading: AtomicBool::new(false),
             leadership: watch::Sender::new(Leadership::default()),
-            trust,
             current: Mutex::new(None),
             clock,
         };
-        let deadline = options.work_deadline_of();
         let election = Election::with_options(options);
-        Self::with_mode(
-            sessions, identity, options, deadline, election, metrics, mode,
-        )
+        Self::with_mode(sessions, identity, options, election, metrics, trust, mode)
     }
 
     /// Whether the published leadership is leading (the spec's atomic `IsLeader`) and, for a
@@ -272,16 +287,6 @@ impl Shared<OneLeader> {
     /// not the driver has run since (a process resumed after a pause answers no at once).
     pub(crate) fn is_leader(&self) -> bool {
         self.mode.leading.load(Ordering::Acquire) && self.trusted_now()
-    }
-
-    /// Whether the open term's trust deadline, if any, lies ahead.
-    fn trusted_now(&self) -> bool {
-        self.mode.trust.holds_now()
-    }
-
-    /// Records the core's trust deadline of the open term ([`Election::trust_deadline`]).
-    pub(crate) fn set_trust(&self, deadline: Option<Instant>) {
-        self.mode.trust.set(deadline);
     }
 
     /// The published leadership.
@@ -430,25 +435,13 @@ mod tests {
         }
     }
 
-    #[derive(Debug)]
-    struct NoSessions;
-
-    impl SessionSource for NoSessions {
-        fn acquire(
-            &self,
-        ) -> crate::session::BoxFuture<'_, Result<Box<dyn crate::session::LockSession>, CheckError>>
-        {
-            Box::pin(std::future::pending())
-        }
-    }
-
     #[test]
     fn a_lease_term_past_its_trust_deadline_is_no_leadership_at_the_moment_of_the_call() {
         let t0 = Instant::now();
         let clock = Arc::new(Manual(Mutex::new(t0)));
         let interval = CheckInterval::new(Duration::from_secs(1)).unwrap();
         let shared = Shared::<OneLeader>::new(
-            Arc::new(NoSessions),
+            Arc::new(crate::session::NoSessions),
             Options::new(interval),
             Naming {
                 key: LockKey::DEFAULT,

@@ -170,6 +170,44 @@ pub async fn shard_owners(
     })
 }
 
+/// [`shard_owners`] for a space held by leases
+/// ([`ShardConfig::lease`](crate::sharded::ShardConfig::lease)) with its tables in `schema`: one
+/// [`OwnerRow`] per live member row, ascending by member id (its
+/// `pid` field is the member id, its `name` the member's holder, `<identity> <nonce>`), with
+/// the shards its owner rows name; a shard of no row is free. One statement
+/// ([`shard_sql::lease::survey`](crate::shard_sql::lease::survey)); it takes no lock.
+///
+/// # Errors
+/// As [`shard_owners`]; a missing table (the space was never set up) is SQLSTATE 42P01.
+/// Cancel-safe.
+#[cfg(feature = "deadpool")]
+pub async fn lease_shard_owners(
+    client: &tokio_postgres::Client,
+    schema: &str,
+    class: i32,
+    count: u32,
+) -> Result<Vec<crate::shard_sql::OwnerRow>, StatusError> {
+    let messages = client
+        .simple_query(&crate::shard_sql::lease::survey(schema, class, count))
+        .await?;
+    let rows = crate::session::text_rows(messages)?;
+    let members = crate::shard_sql::lease::parse_survey(&rows).map_err(|error| {
+        StatusError::Query(CheckError::UnexpectedReply {
+            statement: "lease survey",
+            detail: error.to_string(),
+        })
+    })?;
+    Ok(members
+        .into_iter()
+        .map(|row| crate::shard_sql::OwnerRow {
+            pid: row.member,
+            name: Some(row.holder),
+            member: true,
+            shards: row.shards,
+        })
+        .collect())
+}
+
 /// [`who_leads`] on a session of any backend (what
 /// [`Elector::who_leads`](crate::Elector::who_leads) runs on a session of its source).
 ///

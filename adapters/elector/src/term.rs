@@ -26,11 +26,10 @@ pub async fn named_work<F: Future>(name: &str, work: F) -> F::Output {
 /// Runs `work` in `term` (the spec's `Do` for a term already looked up): skipped without a term,
 /// its own result when the term held until it returned, `Ok(false)` (logged at INFO) when the
 /// term ended under it. See [`Elector::run_if_leader`](crate::Elector::run_if_leader).
-pub(crate) async fn run_in<T, E, F, Fut>(term: Option<Term>, work: F) -> Result<bool, E>
-where
-    F: FnOnce(CancellationToken) -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-{
+pub(crate) async fn run_in<T, E, Fut: Future<Output = Result<T, E>>>(
+    term: Option<Term>,
+    work: impl FnOnce(CancellationToken) -> Fut,
+) -> Result<bool, E> {
     let Some(term) = term else {
         return WorkOutcome::<T, E>::Skipped.into_result();
     };

@@ -105,7 +105,7 @@ impl ShardRules {
                 self.open.remove(shard);
                 self.ended.insert(*term);
             }
-            ShardAction::Take { shards, .. } => {
+            ShardAction::Take { shards, .. } | ShardAction::TakeLeases { shards, .. } => {
                 if let Some(shard) = shards.iter().find(|s| self.open.contains_key(s)) {
                     return Err(format!("take of shard {shard}, whose term is open"));
                 }

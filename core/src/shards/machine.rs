@@ -278,6 +278,21 @@ impl<C> ShardedElection<C> {
         }
     }
 
+    /// Lease mechanism: until when this replica may trust the shards it owns (its last
+    /// successful renewal's sending plus the trust window); `None` while it owns none, and for
+    /// advisory locks. A driver that publishes ownership compares it with the clock at every
+    /// read, so a replica resumed after a pause trusts nothing before its driver ran.
+    pub fn trust_deadline(&self) -> Option<Instant> {
+        let run = self.run.as_ref()?;
+        if run.owned.is_empty() {
+            return None;
+        }
+        match &run.session {
+            Session::Open(open) => open.trusted_until,
+            _ => None,
+        }
+    }
+
     /// The stuck-owner verdict at `now`, as [`Election::stuck`](crate::Election::stuck): `Err`
     /// when this replica owns a shard but its last proof ([`last_verified`](Self::last_verified))
     /// is older than [`STUCK_AFTER_INTERVALS`](crate::STUCK_AFTER_INTERVALS) check intervals —

@@ -75,8 +75,9 @@ impl fmt::Display for LockTableTooSmall {
             f,
             "the shard space needs {} advisory locks (one per shard and one per replica), more \
              than half of the server's lock table of {} slots (max_locks_per_transaction × \
-             (max_connections + max_prepared_transactions)); raise max_locks_per_transaction or \
-             use fewer shards",
+             (max_connections + max_prepared_transactions)); raise max_locks_per_transaction, use \
+             fewer shards, or hold the space with leases (ShardConfig::lease), which need no \
+             advisory lock per shard",
             self.needed, self.capacity
         )
     }

@@ -12,7 +12,7 @@ use plexsphere_leader::leadership::TermEvents;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{ChildArgs, Controls, Out, TermRecords, commands, emit_terms, follow_terms};
+use super::{ChildArgs, Controls, Mechanism, Out, TermRecords, commands, emit_terms, follow_terms};
 use crate::BackendPool;
 
 /// How long the exit probe waits for a pooled connection.
@@ -65,7 +65,7 @@ fn build(args: &ChildArgs) -> Result<(Elector, BackendPool), String> {
         .check_interval(args.interval)
         .acquire_mode(mode)
         .identity(&args.name);
-    if args.lease {
+    if args.mechanism == Mechanism::Lease {
         config = config.lease(Duration::ZERO);
     }
     let elector = Elector::new(config).map_err(|e| e.to_string())?;

@@ -1,17 +1,18 @@
-//! The sharded mode: one [`ShardedElector`] for the whole space, printing `member`, `begin` and
+//! The sharded mode: one [`ShardedElector`] for the whole space (advisory locks, or with
+//! `--mechanism lease` lease rows of the default TTL), printing `member`, `begin` and
 //! `end` from its published ownership ([`ShardedElector::subscribe`]) and transitions
 //! ([`ShardedElector::transitions`], each end's instant and cause).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use plexsphere_leader::leadership::TermId;
 use plexsphere_leader::sharded::ShardedElector;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{ChildArgs, Controls, Out, commands};
+use super::{ChildArgs, Controls, Mechanism, Out, commands};
 use crate::clock::monotonic_ns;
 
 /// Runs the sharded elector of `shards` until `shutdown`, then prints the `exit` record.
@@ -22,13 +23,15 @@ pub(super) async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), String> {
     let pool = args.pool(&args.session_config()?)?;
-    let elector = ShardedElector::new(
-        pool.shard_config(shards)
-            .class(args.class)
-            .check_interval(args.interval)
-            .identity(&args.name),
-    )
-    .map_err(|e| e.to_string())?;
+    let mut config = pool
+        .shard_config(shards)
+        .class(args.class)
+        .check_interval(args.interval)
+        .identity(&args.name);
+    if args.mechanism == Mechanism::Lease {
+        config = config.lease(Duration::ZERO);
+    }
+    let elector = ShardedElector::new(config).map_err(|e| e.to_string())?;
     let seen = Arc::new(Mutex::new(Seen::default()));
     tokio::spawn(follow_ownership(
         elector.clone(),
@@ -126,8 +129,6 @@ fn stamp_of_wall(at: SystemTime) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]

@@ -2,16 +2,18 @@
 //! and pure functions that replay the merged `begin` / `end` records into who owned which
 //! shard when ([`shard_events`], [`owned_at`]), whether the space was balanced ([`balanced`],
 //! [`settled_at`]) and whether two replicas ever believed they owned one shard
-//! ([`max_shard_overlap`]); and the server's view ([`owners`]).
+//! ([`max_shard_overlap`]); and the server's view ([`owners`], of locks or of leases).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use plexsphere_leader::shard_sql::{self, OwnerRow};
+use plexsphere_leader::lease::DEFAULT_SCHEMA;
+use plexsphere_leader::shard_sql::{self, OwnerRow, lease};
 use tokio::time::Instant;
 use tokio_postgres::Client;
 
 use super::{Record, ReplicaProcess};
+use crate::Mechanism;
 use crate::timeline::{self, Event};
 
 /// The record of a shard term's start.
@@ -267,13 +269,43 @@ pub fn max_shard_overlap(events: &[ShardEvent], until: Instant) -> Option<(Durat
 // ---------------------------------------------------------------------------------------------
 // The server's view
 
-/// Who holds which lock of the space `class` of `count` shards, from `pg_locks`
-/// ([`shard_sql::owners`]).
-pub async fn owners(client: &Client, class: i32, count: u32) -> Result<Vec<OwnerRow>, String> {
-    let rows = crate::simple_rows(client, &shard_sql::owners(class, count))
+/// Who holds which shards of the space `class` of `count` shards, as the server shows them:
+/// with advisory locks, `pg_locks` ([`shard_sql::owners`]); with leases, the live member rows
+/// and their owner rows ([`lease::survey`] of [`DEFAULT_SCHEMA`]), each a member (`pid`: its
+/// member id) named by the identity of its holder `<identity> <nonce>`.
+pub async fn owners(
+    client: &Client,
+    mechanism: Mechanism,
+    class: i32,
+    count: u32,
+) -> Result<Vec<OwnerRow>, String> {
+    let statement = match mechanism {
+        Mechanism::Advisory => shard_sql::owners(class, count),
+        Mechanism::Lease => lease::survey(DEFAULT_SCHEMA, class, count),
+    };
+    let rows = crate::simple_rows(client, &statement)
         .await
         .map_err(|e| e.to_string())?;
-    shard_sql::parse_owners(&rows).map_err(|e| e.to_string())
+    match mechanism {
+        Mechanism::Advisory => shard_sql::parse_owners(&rows).map_err(|e| e.to_string()),
+        Mechanism::Lease => Ok(lease::parse_survey(&rows)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(|row| OwnerRow {
+                pid: row.member,
+                name: Some(identity_of(&row.holder).to_owned()),
+                member: true,
+                shards: row.shards,
+            })
+            .collect()),
+    }
+}
+
+/// The identity of a lease holder `<identity> <nonce>`.
+fn identity_of(holder: &str) -> &str {
+    holder
+        .rsplit_once(' ')
+        .map_or(holder, |(identity, _)| identity)
 }
 
 #[cfg(test)]
@@ -344,6 +376,13 @@ mod tests {
         // The begins at t0 itself are not after it.
         assert_eq!(begins_between(&events, t0, until), 3);
         assert_eq!(owners_changed(&events, t0, until), 2);
+    }
+
+    #[test]
+    fn a_lease_holder_is_named_by_its_identity() {
+        assert_eq!(identity_of("plx-shard-03 9f2c41d0a7b3e655"), "plx-shard-03");
+        assert_eq!(identity_of("svc@host 1 0f"), "svc@host 1");
+        assert_eq!(identity_of("bare"), "bare");
     }
 
     #[test]

@@ -84,7 +84,7 @@ mod tests {
 
     use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
-    use crate::metrics::backend::Backends;
+    use crate::metrics::backends::Backends;
     use crate::metrics::families::{election, space};
     use crate::metrics::{AttemptOutcome, CheckRole, ElectionMetrics};
     use crate::sharded::metrics::ShardMetrics;

@@ -181,7 +181,7 @@ pub(crate) mod space {
             0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0,
         ]),
         &["class"],
-        "Time for the survey statement (the space's pg_locks rows) to answer",
+        "Time for the survey statement (the space's pg_locks rows, or a lease space's owner rows) to answer",
     );
     pub(crate) const OVERDUE: Family = family(
         "plexsphere_shards_overdue_work_total",

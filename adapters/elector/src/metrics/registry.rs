@@ -247,7 +247,8 @@ mod tests {
 
     use super::*;
     use crate::key::LockKey;
-    use crate::metrics::backend::{Backends, Gauge};
+    use crate::metrics::backend::Gauge;
+    use crate::metrics::backends::Backends;
     use crate::metrics::families::election;
     use crate::metrics::{
         AttemptOutcome, CHECK_DURATION, CheckRole, ElectionMetrics, IS_LEADER, LAST_CHECK_SUCCESS,

@@ -4,16 +4,17 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use plexsphere_leader_core::shards::{
-    LockTableTooSmall, ShardAction, ShardEvent, ShardLog, ShardLogKind, ShardedElection, Survey,
+    LockTableTooSmall, ShardAction, ShardEvent, ShardLog, ShardLogKind, ShardedElection,
 };
 use plexsphere_leader_core::{ConnId, Level, TermId};
 
 use super::lease::{LeaseMember, Statements};
 use super::shared::ShardSpace;
-use super::view::{Holder, SpaceView};
+use super::statement::{Completion, Operation, Surveyed, failed, unexpected};
+use super::view::SpaceView;
 use crate::clock::now;
 use crate::connection::Held;
 use crate::driver::{Io, Mode};
@@ -26,11 +27,6 @@ use crate::shard_sql::{self, ShardSqlError, SurveyRows};
 use crate::shared::Shared;
 use crate::term::TermShared;
 use plexsphere_leader_core::failures::FailureReport;
-
-/// An answered survey: the view it shows and how long it took.
-pub(super) type Surveyed = Option<(SpaceView, Duration)>;
-pub(super) type Completion = operation::Completion<ShardEvent<CheckError>, Surveyed>;
-pub(super) type Operation = operation::Operation<ShardEvent<CheckError>, Surveyed>;
 
 /// Sharded leadership's side of a run.
 pub(crate) struct Sharded {
@@ -122,7 +118,7 @@ impl Mode for Sharded {
     }
 
     fn performed(&mut self) {
-        let (member, handing) = {
+        let (member, handing, trust) = {
             let election = self.inner.election();
             (
                 election.member().map(|m| m.get()),
@@ -131,8 +127,11 @@ impl Mode for Sharded {
                     .into_iter()
                     .map(|s| s.get())
                     .collect(),
+                election.trust_deadline(),
             )
         };
+        // The trust first, so that no shard is published without it.
+        self.inner.set_trust(trust);
         self.inner.publish(member, handing, self.view.take());
     }
 
@@ -312,7 +311,7 @@ fn survey(held: Held, conn: ConnId, sql: String, count: u32) -> Operation {
         match answer {
             Ok(rows) => match shard_sql::parse_survey(count, &rows) {
                 Ok(SurveyRows { survey, names }) => Completion {
-                    extra: Some((view_of(&survey, &names), took)),
+                    extra: Some((SpaceView::of(&survey, &names), took)),
                     ..Completion::of(ShardEvent::Surveyed { conn, survey })
                 },
                 Err(error) => Completion::of(failed(conn, unexpected("survey", &error), false)),
@@ -322,56 +321,9 @@ fn survey(held: Held, conn: ConnId, sql: String, count: u32) -> Operation {
     })
 }
 
-pub(super) fn view_of(
-    survey: &Survey,
-    names: &BTreeMap<plexsphere_leader_core::shards::MemberId, String>,
-) -> SpaceView {
-    let mut holders: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
-    let mut unowned = Vec::new();
-    for (shard, holder) in survey.holders() {
-        match holder {
-            Some(pid) => holders.entry(pid.get()).or_default().push(shard.get()),
-            None => unowned.push(shard.get()),
-        }
-    }
-    let holder = |pid: plexsphere_leader_core::shards::MemberId| Holder {
-        pid: pid.get(),
-        name: names.get(&pid).cloned(),
-        shards: holders.get(&pid.get()).cloned().unwrap_or_default(),
-    };
-    let members: Vec<Holder> = survey.members().iter().map(|&m| holder(m)).collect();
-    let foreign = holders
-        .keys()
-        .filter(|pid| !survey.members().iter().any(|m| m.get() == **pid))
-        .map(|&pid| holder(plexsphere_leader_core::shards::MemberId::new(pid)))
-        .collect();
-    SpaceView {
-        surveyed_at: SystemTime::now(),
-        me: survey.backend().get(),
-        members,
-        foreign,
-        unowned,
-    }
-}
-
-fn failed(conn: ConnId, cause: CheckError, session_ended: bool) -> ShardEvent<CheckError> {
-    ShardEvent::StatementFailed {
-        conn,
-        cause,
-        session_ended,
-    }
-}
-
 fn query_failed(conn: ConnId, error: QueryError) -> ShardEvent<CheckError> {
     let ended = matches!(error, QueryError::SessionEnded(_));
     failed(conn, error.into_cause(), ended)
-}
-
-pub(super) fn unexpected(statement: &'static str, error: &ShardSqlError) -> CheckError {
-    CheckError::UnexpectedReply {
-        statement,
-        detail: error.to_string(),
-    }
 }
 
 /// Emits a record of the sharded election as a `tracing` event (target `plexsphere_leader`)

@@ -9,7 +9,8 @@ use std::time::Duration;
 use plexsphere_leader_core::ConnId;
 use plexsphere_leader_core::shards::{MemberId, Shard, ShardEvent};
 
-use super::driver::{Completion, Operation, Surveyed, unexpected, view_of};
+use super::statement::{Completion, Operation, Surveyed, failed, unexpected};
+use super::view::SpaceView;
 use crate::clock::now;
 use crate::connection::on_pooled;
 use crate::error::CheckError;
@@ -43,18 +44,12 @@ where
             .await
             .and_then(|rows| rows.map_err(crate::session::QueryError::into_cause));
         Completion::of(match rows {
-            Ok(rows) => read(&rows).unwrap_or_else(|error| failed(conn, unexpected(name, &error))),
-            Err(cause) => failed(conn, cause),
+            Ok(rows) => {
+                read(&rows).unwrap_or_else(|error| failed(conn, unexpected(name, &error), false))
+            }
+            Err(cause) => failed(conn, cause, false),
         })
     })
-}
-
-fn failed(conn: ConnId, cause: CheckError) -> ShardEvent<CheckError> {
-    ShardEvent::StatementFailed {
-        conn,
-        cause,
-        session_ended: false,
-    }
 }
 
 /// The member's statements for space `class` of `count` shards.
@@ -185,8 +180,10 @@ impl Statements<'_> {
             };
             match rows.map(|rows| read(&rows)) {
                 Ok(Ok((survey, names))) => surveyed(conn, survey, &names, took),
-                Ok(Err(error)) => Completion::of(failed(conn, unexpected("lease survey", &error))),
-                Err(cause) => Completion::of(failed(conn, cause)),
+                Ok(Err(error)) => {
+                    Completion::of(failed(conn, unexpected("lease survey", &error), false))
+                }
+                Err(cause) => Completion::of(failed(conn, cause, false)),
             }
         })
     }
@@ -198,7 +195,7 @@ fn surveyed(
     names: &BTreeMap<MemberId, String>,
     took: Duration,
 ) -> Completion {
-    let extra: Surveyed = Some((view_of(&survey, names), took));
+    let extra: Surveyed = Some((SpaceView::of(&survey, names), took));
     Completion {
         extra,
         ..Completion::of(ShardEvent::Surveyed { conn, survey })

@@ -9,7 +9,8 @@ use plexsphere_leader_core::TermEndCause;
 use super::view::SpaceView;
 use crate::config::Common;
 use crate::error::ConfigError;
-use crate::metrics::backend::{Backends, By, Counter, Gauge, Histogram};
+use crate::metrics::backend::{By, Counter, Gauge, Histogram};
+use crate::metrics::backends::Backends;
 use crate::metrics::families::{overdue_action, space};
 
 /// The sharded metrics of one elector, on every configured backend.

@@ -6,16 +6,18 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use plexsphere_leader_core::shards::{ShardOptions, ShardedElection};
-use plexsphere_leader_core::{TermEndCause, TermId};
+use plexsphere_leader_core::{TermEndCause, TermId, WorkDeadline};
 use tokio::sync::watch;
 
 use super::metrics::ShardMetrics;
 use super::view::{OwnedShard, Ownership, SpaceView, TRANSITIONS_KEPT, Transition};
+use crate::clock::TokioClock;
 use crate::error::CheckError;
 use crate::leadership::CheckFailing;
 use crate::session::SessionSource;
 use crate::shared::{CountsOverdue, Mode, Shared, lock};
 use crate::term::TermShared;
+use crate::trust::Trust;
 
 /// A shard space's own shared state (see the module docs).
 pub(crate) struct ShardSpace {
@@ -32,6 +34,10 @@ impl Mode for ShardSpace {
     type Machine = ShardedElection<CheckError>;
     type Options = ShardOptions;
     type Metrics = ShardMetrics;
+
+    fn work_deadline_of(options: &ShardOptions) -> Option<WorkDeadline> {
+        options.work_deadline_of()
+    }
 
     fn publish_failing(&self, failing: Option<CheckFailing>) {
         self.ownership.send_if_modified(|ownership| {
@@ -66,11 +72,9 @@ impl Shared<ShardSpace> {
             view: watch::Sender::new(None),
             transitions: Mutex::new(VecDeque::new()),
         };
-        let deadline = options.work_deadline_of();
         let election = ShardedElection::new(options);
-        Self::with_mode(
-            sessions, identity, options, deadline, election, metrics, space,
-        )
+        let trust = Arc::new(Trust::new(Arc::new(TokioClock)));
+        Self::with_mode(sessions, identity, options, election, metrics, trust, space)
     }
 
     pub(crate) fn class(&self) -> i32 {
@@ -82,12 +86,19 @@ impl Shared<ShardSpace> {
         &self.mode().lease_schema
     }
 
+    /// The published ownership; none of its shards once a lease's trust ran out (whether or
+    /// not the driver has run since).
     pub(crate) fn ownership(&self) -> Ownership {
-        self.mode().ownership.borrow().clone()
+        let mut ownership = self.mode().ownership.borrow().clone();
+        if !self.trusted_now() {
+            ownership.shards.clear();
+        }
+        ownership
     }
 
+    /// Whether this replica owns `shard` and, with a lease, trusts it at this moment.
     pub(crate) fn is_owner(&self, shard: u32) -> bool {
-        self.mode().ownership.borrow().is_owner(shard)
+        self.trusted_now() && self.mode().ownership.borrow().is_owner(shard)
     }
 
     pub(crate) fn subscribe(&self) -> watch::Receiver<Ownership> {
@@ -106,7 +117,11 @@ impl Shared<ShardSpace> {
         lock(&self.mode().transitions).iter().copied().collect()
     }
 
+    /// The open term of `shard`, while trusted ([`is_owner`](Self::is_owner)).
     pub(crate) fn term_of(&self, shard: u32) -> Option<Arc<TermShared>> {
+        if !self.trusted_now() {
+            return None;
+        }
         lock(&self.mode().terms).get(&shard).cloned()
     }
 
@@ -191,5 +206,47 @@ impl Shared<ShardSpace> {
         if let Some(metrics) = self.metrics() {
             metrics.owned(self.mode().ownership.borrow().count());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use plexsphere_leader_core::{CheckInterval, Lease, Mechanism};
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leased_shard_past_the_trust_deadline_is_not_owned_at_the_moment_of_the_call() {
+        let interval = CheckInterval::new(Duration::from_secs(1)).unwrap();
+        let options = ShardOptions::new(interval, 8)
+            .unwrap()
+            .mechanism(Mechanism::Lease(Lease::default_for(interval)));
+        let shared = Shared::<ShardSpace>::new(
+            Arc::new(crate::session::NoSessions),
+            7,
+            "test".into(),
+            "public".into(),
+            options,
+            None,
+        );
+        let t0 = crate::clock::now();
+        shared.set_trust(Some(t0 + Duration::from_millis(2700)));
+        shared.begin(3, TermId::new(1), Some(9));
+        assert!(shared.is_owner(3));
+        assert!(shared.term_of(3).is_some());
+        assert_eq!(shared.ownership().count(), 1);
+        // Past the trust, with the driver not run since (a paused process): nothing owned.
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert!(!shared.is_owner(3));
+        assert!(shared.term_of(3).is_none());
+        assert_eq!(shared.ownership().count(), 0);
+        // A renewal extended it; advisory locks (no deadline) are never overridden.
+        shared.set_trust(Some(crate::clock::now() + Duration::from_secs(2)));
+        assert!(shared.is_owner(3));
+        shared.set_trust(None);
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert!(shared.is_owner(3));
     }
 }

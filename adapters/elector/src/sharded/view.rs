@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
-use plexsphere_leader_core::shards::Shard;
+use plexsphere_leader_core::shards::{MemberId, Shard, Survey};
 use plexsphere_leader_core::{TermEndCause, TermId};
 
 /// The shards this replica owns, published on every change
@@ -60,6 +60,39 @@ pub struct SpaceView {
     pub foreign: Vec<Holder>,
     /// Shards nobody holds.
     pub unowned: Vec<u32>,
+}
+
+impl SpaceView {
+    /// The view `survey` shows, its holders named by `names` (their `application_name`, or a
+    /// lease member's holder), stamped with the wall clock now.
+    pub(crate) fn of(survey: &Survey, names: &BTreeMap<MemberId, String>) -> Self {
+        let mut holders: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
+        let mut unowned = Vec::new();
+        for (shard, holder) in survey.holders() {
+            match holder {
+                Some(pid) => holders.entry(pid.get()).or_default().push(shard.get()),
+                None => unowned.push(shard.get()),
+            }
+        }
+        let holder = |pid: MemberId| Holder {
+            pid: pid.get(),
+            name: names.get(&pid).cloned(),
+            shards: holders.get(&pid.get()).cloned().unwrap_or_default(),
+        };
+        let members: Vec<Holder> = survey.members().iter().map(|&m| holder(m)).collect();
+        let foreign = holders
+            .keys()
+            .filter(|pid| !survey.members().iter().any(|m| m.get() == **pid))
+            .map(|&pid| holder(MemberId::new(pid)))
+            .collect();
+        Self {
+            surveyed_at: crate::clock::wall_now(),
+            me: survey.backend().get(),
+            members,
+            foreign,
+            unowned,
+        }
+    }
 }
 
 /// One backend holding locks of the space.

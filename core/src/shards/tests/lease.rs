@@ -458,3 +458,26 @@ fn a_failed_release_of_a_handover_is_retried_at_the_next_check_not_at_once() {
     m.handle_timeout(at + I);
     assert_eq!(drain(&mut m), vec![release], "at the next check");
 }
+
+#[test]
+fn the_trust_deadline_is_the_last_renewals_sending_plus_the_window_while_shards_are_owned() {
+    let t0 = Instant::now();
+    let m = member(4, t0);
+    assert_eq!(m.trust_deadline(), None, "no shard owned");
+    let mut m = lease_owning(4, 0..2, t0);
+    assert_eq!(m.trust_deadline(), Some(t0 + TRUST), "the registration's");
+    m.handle_timeout(t0 + I);
+    drain(&mut m);
+    renewed(&mut m, t0 + I + Duration::from_millis(300), &[ME, OTHER]);
+    assert_eq!(
+        m.trust_deadline(),
+        Some(t0 + I + TRUST),
+        "the renewal's sending"
+    );
+    let advisory = owning(4, 0..2, t0);
+    assert_eq!(
+        advisory.trust_deadline(),
+        None,
+        "advisory locks need no trust window"
+    );
+}

@@ -2,25 +2,30 @@
 //!
 //! ```text
 //! cargo run --release -p plexsphere-leader-tests --bin bench -- shards \
-//!     [--shards 1024] [--replicas 8] [--check-interval 1s] [--rounds 3] \
-//!     [--cost-seconds 30] [--only cost|changes|sigkill]
+//!     [--mechanism advisory|lease] [--shards 1024] [--replicas 8] [--check-interval 1s] \
+//!     [--rounds 3] [--cost-seconds 30] [--only cost|changes|sigkill]
 //! ```
 //!
 //! Replicas are OS processes: this binary re-run as `bench replica --shards K …`
 //! (`plexsphere_leader_tests::replica_child`), one `ShardedElector` each, printing every shard
 //! term's begin and end with a `CLOCK_MONOTONIC` stamp, so that every figure comes from one
 //! merged timeline. Each section runs on a throwaway cluster (`Cluster`), one database per
-//! round.
+//! round. `--mechanism` says what the replicas hold: advisory locks (the default) or lease
+//! rows (`ShardConfig::lease`, TTL 3·I), whose tables each database gets first; the server's
+//! view that the records are checked against is then the lease survey instead of `pg_locks`.
 //!
-//! 1. **Cost** (`cost`): `R` sharded replicas against the same work done by `K` single
+//! 1. **Cost** (`cost`), advisory: `R` sharded replicas against the same work done by `K` single
 //!    `Elector`s (one per key `(class, s)`, `K/R` per process, each with its own pool,
 //!    connected before they start, their starts spread over one interval), and by `K/4` of
 //!    them, on one cluster whose `max_connections` is raised for the single elections; and the sharded
 //!    replicas once more on a cluster with the template's `max_connections` (60), since every
 //!    read of `pg_locks` walks every backend slot. Over a steady window: the cluster's CPU
 //!    (postmaster and backends, `/proc`) per interval, the replica processes' CPU per check
-//!    and per interval and process, sessions, lock sessions, memory of the replicas and of the
-//!    backends.
+//!    and per interval and process, WAL bytes per interval, transactions per replica per
+//!    interval, sessions, lock sessions, memory of the replicas and of the backends. With the
+//!    lease: the lease space at `K` and at a smaller `K` (1,024, or `K/16` when `K` ≤ 1,024)
+//!    with the same `R`, beside the advisory space at the largest `K` the same cluster holds;
+//!    no single elections (`K` of them need `K` sessions).
 //! 2. **Membership changes** (`changes`): per round, a start of `R` at once, a join, a
 //!    graceful leave (SIGTERM) and a SIGKILL: the time until the space is balanced (every live
 //!    replica owns `⌊K/R⌋` or `⌈K/R⌉`, every shard owned once) and stays so, and the shards
@@ -28,18 +33,21 @@
 //! 3. **SIGKILL** (`sigkill`): per round, from the SIGKILL of one of `R` balanced replicas
 //!    (started `I/R` apart, so that their surveys fall at different phases) to the last of its
 //!    shards owned again, against `I +` the measured grant time of one take statement of `K/R`
-//!    shards; then a replacement joins.
+//!    shards (with the lease `TTL + I +` one lease take's round trip); then a replacement joins.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use clap::ValueEnum;
-use plexsphere_leader::shard_sql;
+use plexsphere_leader::lease::DEFAULT_SCHEMA;
+use plexsphere_leader::shard_sql::{self, lease};
 use plexsphere_leader::sharded::{DEFAULT_SHARD_CLASS, LockTableTooSmall, Shard};
+use plexsphere_leader_core::LEASE_TTL_INTERVALS;
+use plexsphere_leader_tests::replica_child::DEFAULT_POOL_SIZE;
 use plexsphere_leader_tests::replica_process::dsn;
 use plexsphere_leader_tests::replica_process::shards::{self as fleet, ShardEvent};
 use plexsphere_leader_tests::{
-    ChildArgs, Cluster, CpuSample, Launcher, ReplicaProcess, StopMode, TestDb, procfs,
+    ChildArgs, Cluster, CpuSample, Launcher, Mechanism, ReplicaProcess, StopMode, TestDb, procfs,
 };
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -53,10 +61,17 @@ use crate::common::{
 const SINGLE_CLASS: i32 = 0x706c_7369;
 /// A class id of no election, for the harness's own take statements: "plsx".
 const SCRATCH_CLASS: i32 = 0x706c_7378;
-/// The longest any one wait for a balanced space may take.
+/// The longest any one wait for a balanced space may take, at the least (see
+/// [`Options::settle_timeout`]).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Samples of a statement's round trip.
 const STATEMENT_SAMPLES: usize = 10;
+/// Sessions the harness may hold on a cluster besides the replicas' pools (its admin
+/// sessions, the statement samples, the cost's counters), in the connections a cluster needs.
+const HARNESS_SESSIONS: usize = 10;
+/// The largest space whose cost the lease compares with `K` (the smaller `K`, when `K` is
+/// larger); a smaller `K` is compared with `K/16`.
+const LEASE_SMALL_SPACE: u32 = 1024;
 
 /// The command line of `bench shards`.
 #[derive(Debug, Clone, clap::Args)]
@@ -81,6 +96,14 @@ pub(crate) struct Options {
     /// Run only this section (default: all).
     #[arg(long, value_enum)]
     only: Option<Section>,
+    /// What the sharded replicas hold: advisory locks, or lease rows (TTL 3·I).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "advisory|lease",
+        default_value = "advisory"
+    )]
+    mechanism: Mechanism,
 }
 
 /// The sections of `bench shards`.
@@ -108,13 +131,97 @@ impl Options {
     fn share(&self) -> u32 {
         self.shards / self.replicas as u32
     }
+
+    /// The space of the command line.
+    fn space(&self) -> Space {
+        Space {
+            mechanism: self.mechanism,
+            shards: self.shards,
+        }
+    }
+
+    /// The connections the replicas may open: a pool for each of `R + 1` (a join), and the
+    /// harness's.
+    fn connections(&self) -> u64 {
+        ((self.replicas + 1) * DEFAULT_POOL_SIZE + HARNESS_SESSIONS) as u64
+    }
+
+    /// The longest wait for a balanced space: [`SETTLE_TIMEOUT`] or 30 intervals, whichever is
+    /// longer, and a second more per replica process (64 processes starting at once on two
+    /// cores register, survey and take one after the other).
+    fn settle_timeout(&self) -> Duration {
+        SETTLE_TIMEOUT.max(30 * self.interval) + Duration::from_secs(self.replicas as u64)
+    }
+
+    /// From a SIGKILL to the survivors' take of the dead replica's shards, before the take's
+    /// own time, and its formula: with advisory locks the survivors' next survey (`I`); with
+    /// leases, its lease's expiry and then the survivors' next renewal (`TTL + I`).
+    fn reowned_within(&self) -> (Duration, String) {
+        match self.mechanism {
+            Mechanism::Advisory => (self.interval, "I".into()),
+            Mechanism::Lease => (
+                (LEASE_TTL_INTERVALS + 1) * self.interval,
+                format!("TTL + I = {}·I", LEASE_TTL_INTERVALS + 1),
+            ),
+        }
+    }
+}
+
+/// A shard space: what its replicas hold, and how many shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Space {
+    mechanism: Mechanism,
+    shards: u32,
+}
+
+impl Space {
+    /// A new database of `cluster` for this space: with leases, its tables created
+    /// ([`lease::setup`] in [`DEFAULT_SCHEMA`]).
+    async fn database(self, cluster: &Cluster, name: &str) -> Result<TestDb, BoxError> {
+        let db = TestDb::create_on(cluster.config("postgres"), name).await?;
+        if self.mechanism == Mechanism::Lease {
+            db.admin()
+                .batch_execute(&lease::setup(DEFAULT_SCHEMA))
+                .await?;
+        }
+        Ok(db)
+    }
+
+    /// The advisory locks the space holds with `replicas` members: each shard and each
+    /// member's, and the harness's take of one more; none with leases.
+    fn locks(self, replicas: usize) -> u64 {
+        match self.mechanism {
+            Mechanism::Advisory => u64::from(self.shards) + replicas as u64 + 1,
+            Mechanism::Lease => 0,
+        }
+    }
+
+    /// The survey statement of the space (from a session that is no member).
+    fn survey(self) -> String {
+        match self.mechanism {
+            Mechanism::Advisory => shard_sql::survey(DEFAULT_SHARD_CLASS, self.shards),
+            Mechanism::Lease => lease::survey(DEFAULT_SCHEMA, DEFAULT_SHARD_CLASS, self.shards),
+        }
+    }
+
+    fn held(self) -> &'static str {
+        match self.mechanism {
+            Mechanism::Advisory => "advisory locks",
+            Mechanism::Lease => "leases",
+        }
+    }
 }
 
 pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
     print_machine("plexsphere-leader sharded leadership benchmark").await?;
     println!(
-        "K = {} shards, R = {} replicas, I = {:?}, {} rounds, cost window {:?}",
-        options.shards, options.replicas, options.interval, options.rounds, options.cost_window
+        "K = {} shards held by {}, R = {} replicas, I = {:?}, {} rounds, cost window {:?}",
+        options.shards,
+        options.space().held(),
+        options.replicas,
+        options.interval,
+        options.rounds,
+        options.cost_window
     );
     if options.runs(Section::Cost) {
         cost(&options).await?;
@@ -131,44 +238,103 @@ pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// A throwaway cluster whose lock table holds the space: the template's (60 connections × 64
-/// locks = 3,840 slots) unless `K + R` locks need more than half of it, the most the advisory
-/// sharded mode accepts ([`LockTableTooSmall::usable`]); then `max_locks_per_transaction` is
-/// raised to hold twice `K + R`, and the cluster restarted. (Without it, every replica of
-/// K = 2,048 refused to join, and the harness saw no term at all.)
+/// A throwaway cluster that holds the deployment of `options`: the template's (60 connections
+/// × 64 locks = 3,840 lock slots) unless
+/// - the pools of `R + 1` replica processes and the harness's sessions
+///   ([`Options::connections`]) need more connections: then `max_connections` is raised to
+///   that;
+/// - the advisory space's `K + R` locks (and the harness's one) need more than half of the lock
+///   table, the most the advisory sharded mode accepts ([`LockTableTooSmall::usable`]): then
+///   `max_locks_per_transaction` is raised to hold twice that (without it, every replica of
+///   K = 2,048 refused to join, and the harness saw no term at all);
+///
+/// and then the cluster is restarted once.
 async fn sharded_cluster(options: &Options) -> Result<Cluster, BoxError> {
     let cluster = Cluster::start().await?;
     let admin = cluster.connect("postgres").await?;
-    let capacity: i64 = admin
-        .query_one(
-            "SELECT current_setting('max_locks_per_transaction')::int8 * \
-             (current_setting('max_connections')::int8 \
-             + current_setting('max_prepared_transactions')::int8)",
-            &[],
-        )
-        .await?
-        .get(0);
-    let needed = u64::from(options.shards) + options.replicas as u64 + 1;
-    if needed <= LockTableTooSmall::usable(u64::try_from(capacity)?) {
+    let template = Capacity::read(&admin).await?;
+    let wanted = template.holding(
+        options.connections(),
+        options.space().locks(options.replicas),
+    );
+    if wanted == template {
         return Ok(cluster);
     }
-    let connections: i64 = admin
-        .query_one("SELECT current_setting('max_connections')::int8", &[])
-        .await?
-        .get(0);
-    let per_transaction = (2 * needed).div_ceil(u64::try_from(connections)?);
-    admin
-        .batch_execute(&format!(
-            "ALTER SYSTEM SET max_locks_per_transaction = {per_transaction}"
-        ))
-        .await?;
+    let mut raised = Vec::new();
+    for (setting, from, to) in [
+        ("max_connections", template.connections, wanted.connections),
+        (
+            "max_locks_per_transaction",
+            template.per_transaction,
+            wanted.per_transaction,
+        ),
+    ] {
+        if to != from {
+            admin
+                .batch_execute(&format!("ALTER SYSTEM SET {setting} = {to}"))
+                .await?;
+            raised.push(format!("{setting} raised to {to}"));
+        }
+    }
     drop(admin);
     cluster.restart(StopMode::Fast).await?;
     println!(
-        "(throwaway cluster: max_locks_per_transaction raised to {per_transaction} for {needed} \
-         locks)"
+        "(throwaway cluster: {}; the deployment may open {} connections and hold {} advisory \
+         locks)",
+        raised.join(", "),
+        options.connections(),
+        options.space().locks(options.replicas)
     );
     Ok(cluster)
+}
+
+/// A cluster's connections and lock table, as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Capacity {
+    connections: u64,
+    per_transaction: u64,
+    prepared: u64,
+}
+
+impl Capacity {
+    async fn read(admin: &Client) -> Result<Self, BoxError> {
+        let row = admin
+            .query_one(
+                "SELECT current_setting('max_connections')::int8, \
+                 current_setting('max_locks_per_transaction')::int8, \
+                 current_setting('max_prepared_transactions')::int8",
+                &[],
+            )
+            .await?;
+        Ok(Self {
+            connections: u64::try_from(row.get::<_, i64>(0))?,
+            per_transaction: u64::try_from(row.get::<_, i64>(1))?,
+            prepared: u64::try_from(row.get::<_, i64>(2))?,
+        })
+    }
+
+    /// The locks the advisory sharded mode may hold: half the lock table.
+    fn usable_locks(self) -> u64 {
+        LockTableTooSmall::usable(self.per_transaction * (self.connections + self.prepared))
+    }
+
+    /// This capacity, raised where it holds fewer than `connections` or than `locks`.
+    fn holding(self, connections: u64, locks: u64) -> Self {
+        let mut wanted = Self {
+            connections: self.connections.max(connections),
+            ..self
+        };
+        if locks > wanted.usable_locks() {
+            wanted.per_transaction = (2 * locks).div_ceil(wanted.connections);
+        }
+        wanted
+    }
+
+    /// The largest advisory space of at most `k` shards that `replicas` members may hold.
+    fn largest_advisory_space(self, k: u32, replicas: usize) -> u32 {
+        let room = self.usable_locks().saturating_sub(replicas as u64 + 1);
+        u32::try_from(room).unwrap_or(u32::MAX).min(k)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -183,20 +349,22 @@ fn launcher() -> Result<Launcher, BoxError> {
 struct Deployment {
     launcher: Launcher,
     dsn: String,
-    shards: u32,
+    space: Space,
     interval: Duration,
+    settle_timeout: Duration,
     processes: Vec<ReplicaProcess>,
     /// The number the next replica's name gets.
     next: usize,
 }
 
 impl Deployment {
-    fn new(dsn: String, options: &Options) -> Result<Self, BoxError> {
+    fn new(dsn: String, options: &Options, space: Space) -> Result<Self, BoxError> {
         Ok(Self {
             launcher: launcher()?,
             dsn,
-            shards: options.shards,
+            space,
             interval: options.interval,
+            settle_timeout: options.settle_timeout(),
             processes: Vec::new(),
             next: 0,
         })
@@ -205,7 +373,10 @@ impl Deployment {
     fn sharded_args(&mut self) -> ChildArgs {
         let name = format!("plx-shard-{:02}", self.next);
         self.next += 1;
-        ChildArgs::sharded(name, self.dsn.clone(), self.interval, self.shards)
+        ChildArgs {
+            mechanism: self.space.mechanism,
+            ..ChildArgs::sharded(name, self.dsn.clone(), self.interval, self.space.shards)
+        }
     }
 
     /// Starts every replica of `args` at once; returns when all printed `ready`.
@@ -248,14 +419,15 @@ impl Deployment {
     /// Waits until the live replicas' ownership is balanced and no term began or ended for two
     /// intervals; returns the instant it last became balanced (at or after `from`).
     async fn settle(&self, from: Instant) -> Result<Instant, BoxError> {
-        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        let deadline = Instant::now() + self.settle_timeout;
         let quiet = 2 * self.interval;
+        let k = self.space.shards;
         loop {
             let now = Instant::now();
             let events = self.events();
             let last = events.last().map_or(from, |e| e.at);
             if now.saturating_duration_since(last) >= quiet
-                && let Some(at) = fleet::settled_at(&events, &self.live(), self.shards, from, now)
+                && let Some(at) = fleet::settled_at(&events, &self.live(), k, from, now)
             {
                 return Ok(at);
             }
@@ -264,13 +436,22 @@ impl Deployment {
                 let counts: Vec<(String, usize)> =
                     owned.iter().map(|(n, s)| (n.clone(), s.len())).collect();
                 return Err(format!(
-                    "not balanced within {SETTLE_TIMEOUT:?}: {counts:?}, live {:?}",
+                    "not balanced within {:?}: {counts:?}, live {:?}",
+                    self.settle_timeout,
                     self.live()
                 )
                 .into());
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(self.poll()).await;
         }
+    }
+
+    /// How often a wait re-reads the merged records: every 20 ms per 1,024 shards begun, since
+    /// each reading clones and sorts every record (at K = 16,384, on two cores shared with 64
+    /// replicas and the server). The figures come from the records' stamps, not from when the
+    /// harness looked.
+    fn poll(&self) -> Duration {
+        Duration::from_millis(20) * self.space.shards.div_ceil(1024).max(1)
     }
 
     fn find(&self, name: &str) -> Option<usize> {
@@ -295,9 +476,10 @@ impl Deployment {
 }
 
 /// Whether the server shows every shard of the space held by the live replicas, in the shares
-/// their own records show, with one member lock each.
+/// their own records show, with one member lock (or live member row) each.
 async fn server_agrees(client: &Client, deployment: &Deployment) -> Result<bool, BoxError> {
-    let rows = fleet::owners(client, DEFAULT_SHARD_CLASS, deployment.shards).await?;
+    let Space { mechanism, shards } = deployment.space;
+    let rows = fleet::owners(client, mechanism, DEFAULT_SHARD_CLASS, shards).await?;
     let believed = fleet::owned_at(&deployment.events(), Instant::now());
     let live = deployment.live();
     let mut matched = 0;
@@ -317,30 +499,53 @@ async fn server_agrees(client: &Client, deployment: &Deployment) -> Result<bool,
 // ---------------------------------------------------------------------------------------------
 // Statements: the grant time of a take, the survey's round trip
 
-/// Round trips of `statement` on a fresh session of `db`, each followed by
-/// `pg_advisory_unlock_all()`: `STATEMENT_SAMPLES` samples, sorted.
-async fn round_trips(db: &TestDb, statement: &str) -> Result<Vec<Duration>, BoxError> {
+/// Round trips of `statement` on a fresh session of `db`, each followed by `cleanup`:
+/// `STATEMENT_SAMPLES` samples, sorted.
+async fn round_trips(
+    db: &TestDb,
+    statement: &str,
+    cleanup: Option<&str>,
+) -> Result<Vec<Duration>, BoxError> {
     let client = db.connect("plx-harness-statements").await?;
     let mut samples = Vec::with_capacity(STATEMENT_SAMPLES);
     for _ in 0..STATEMENT_SAMPLES {
         let start = Instant::now();
         client.simple_query(statement).await?;
         samples.push(start.elapsed());
-        client.simple_query(&shard_sql::unlock_all()).await?;
+        if let Some(cleanup) = cleanup {
+            client.simple_query(cleanup).await?;
+        }
     }
     samples.sort();
     Ok(samples)
 }
 
-/// One take statement of `n` free shards (of a class nobody else uses) on `db`.
-async fn grant_times(db: &TestDb, n: u32) -> Result<Vec<Duration>, BoxError> {
+/// One take statement of `n` free shards of a class nobody else uses, on `db`, each given back
+/// after it: advisory locks then `pg_advisory_unlock_all()`; with leases a lease take by a
+/// member of that class registered for it, then the release of the shards.
+async fn grant_times(db: &TestDb, options: &Options, n: u32) -> Result<Vec<Duration>, BoxError> {
     let shards: Vec<Shard> = (0..n).map(Shard::new).collect();
-    round_trips(db, &shard_sql::take(SCRATCH_CLASS, &shards)).await
+    match options.mechanism {
+        Mechanism::Advisory => {
+            let take = shard_sql::take(SCRATCH_CLASS, &shards);
+            round_trips(db, &take, Some(&shard_sql::unlock_all())).await
+        }
+        Mechanism::Lease => {
+            let ttl_ms = u32::try_from(SETTLE_TIMEOUT.as_millis())?;
+            let register = lease::register(DEFAULT_SCHEMA, SCRATCH_CLASS, "plx-harness 0", ttl_ms);
+            let rows = plexsphere_leader_tests::simple_rows(db.admin(), &register).await?;
+            let member = lease::parse_registered(&rows)?.member;
+            let timeout_ms = u32::try_from(options.interval.as_millis())?;
+            let take = lease::take(DEFAULT_SCHEMA, SCRATCH_CLASS, member, &shards, timeout_ms);
+            let release = lease::release(DEFAULT_SCHEMA, SCRATCH_CLASS, member, &shards);
+            round_trips(db, &take, Some(&release)).await
+        }
+    }
 }
 
 /// One survey statement of the space (from a session that is no member).
-async fn survey_times(db: &TestDb, k: u32) -> Result<Vec<Duration>, BoxError> {
-    round_trips(db, &shard_sql::survey(DEFAULT_SHARD_CLASS, k)).await
+async fn survey_times(db: &TestDb, space: Space) -> Result<Vec<Duration>, BoxError> {
+    round_trips(db, &space.survey(), None).await
 }
 
 /// `d` in intervals, to a hundredth.
@@ -354,6 +559,8 @@ fn intervals(d: Duration, interval: Duration) -> String {
 /// What one deployment cost over the steady window.
 struct Cost {
     what: String,
+    /// Shards of the space (keys of the single elections).
+    shards: u32,
     processes: usize,
     /// Checks per interval: one survey per sharded replica, one check per single elector.
     checks_per_interval: u64,
@@ -361,8 +568,13 @@ struct Cost {
     intervals: f64,
     server: Duration,
     client: Duration,
+    /// WAL the cluster wrote in the window, in bytes.
+    wal_bytes: u64,
+    /// Transactions committed in the database in the window (the harness's own kept out).
+    commits: u64,
     sessions: BTreeMap<String, usize>,
-    lock_sessions: usize,
+    /// Sessions holding a lock of the space or keys; with leases, live member rows.
+    holders: usize,
     rss_kb: Vec<u64>,
     backends: usize,
     backends_anon_kb: u64,
@@ -381,6 +593,18 @@ struct Cost {
 impl Cost {
     fn checks(&self) -> f64 {
         (self.checks_per_interval as f64 * self.intervals).max(1.0)
+    }
+
+    fn server_per_interval(&self) -> Duration {
+        self.server.div_f64(self.intervals)
+    }
+
+    fn wal_per_interval(&self) -> f64 {
+        self.wal_bytes as f64 / self.intervals
+    }
+
+    fn commits_per_replica(&self) -> f64 {
+        self.commits as f64 / self.processes as f64 / self.intervals
     }
 
     fn rows(&self) -> Vec<(&'static str, String)> {
@@ -404,6 +628,14 @@ impl Cost {
                 format!("{:.1} µs", self.server.as_secs_f64() * 1e6 / self.checks()),
             ),
             (
+                "WAL bytes per interval (pg_current_wal_lsn, whole cluster)",
+                format!("**{:.0}**", self.wal_per_interval()),
+            ),
+            (
+                "transactions per replica per interval (pg_stat_database.xact_commit)",
+                format!("**{:.2}**", self.commits_per_replica()),
+            ),
+            (
                 "client CPU per check (replica processes)",
                 format!(
                     "**{:.1} µs**",
@@ -422,7 +654,7 @@ impl Cost {
                 format!("{:.2} ms", self.client.as_secs_f64() * 1e3 / self.intervals),
             ),
             (
-                "checks per interval (one survey per replica, one check per elector)",
+                "checks per interval (one survey or renewal per replica, one check per elector)",
                 self.checks_per_interval.to_string(),
             ),
             (
@@ -435,8 +667,8 @@ impl Cost {
                 ),
             ),
             (
-                "sessions holding a lock of the space or keys",
-                self.lock_sessions.to_string(),
+                "sessions holding a lock of the space or keys (leases: live member rows)",
+                self.holders.to_string(),
             ),
             (
                 "RSS per replica process",
@@ -484,14 +716,67 @@ fn mib(kb: u64) -> f64 {
 /// The deployments the cost table compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
-    /// `R` sharded replicas.
-    Sharded,
+    /// `R` sharded replicas of this space.
+    Sharded(Space),
     /// This many single electors over `R` processes.
     Singles(u32),
 }
 
 async fn cost(options: &Options) -> Result<(), BoxError> {
-    let (k, r) = (options.shards, options.replicas);
+    let columns = match options.mechanism {
+        Mechanism::Advisory => advisory_costs(options).await?,
+        Mechanism::Lease => lease_costs(options).await?,
+    };
+    println!(
+        "\n## Cost: K = {} shards held by {} over R = {} replica processes, I = {:?}, steady \
+         window {:?}\n",
+        options.shards,
+        options.space().held(),
+        options.replicas,
+        options.interval,
+        options.cost_window
+    );
+    print_costs(&columns);
+    let ratio = |a: f64, b: f64| b / a.max(1e-9);
+    let [first, second, ..] = &columns[..] else {
+        return Ok(());
+    };
+    match options.mechanism {
+        Mechanism::Advisory => println!(
+            "\nSingle elections against sharded, same cluster: server CPU ×{:.1}, client CPU \
+             ×{:.1} (per interval, all processes).",
+            ratio(
+                first.server_per_interval().as_secs_f64(),
+                second.server_per_interval().as_secs_f64()
+            ),
+            ratio(
+                first.client.as_secs_f64() / first.intervals,
+                second.client.as_secs_f64() / second.intervals
+            )
+        ),
+        Mechanism::Lease => println!(
+            "\nThe lease space, K = {} against K = {} (same R = {}), steady state per interval \
+             (issue 40's target: within 1.2×): WAL bytes ×{:.2}, server CPU ×{:.2}, \
+             transactions per replica ×{:.2}.",
+            first.shards,
+            second.shards,
+            options.replicas,
+            ratio(second.wal_per_interval(), first.wal_per_interval()),
+            ratio(
+                second.server_per_interval().as_secs_f64(),
+                first.server_per_interval().as_secs_f64()
+            ),
+            ratio(second.commits_per_replica(), first.commits_per_replica())
+        ),
+    }
+    Ok(())
+}
+
+/// The advisory space against single elections for the same work: sharded, `K` singles and
+/// `K/4` singles on one cluster whose `max_connections` is raised for the singles, and the
+/// sharded replicas once more on a cluster of the template's `max_connections`.
+async fn advisory_costs(options: &Options) -> Result<Vec<Cost>, BoxError> {
+    let k = options.shards;
     let big = Cluster::start().await?;
     let admin = big.connect("postgres").await?;
     let max_connections = k as usize * 5 / 4 + 100;
@@ -502,20 +787,62 @@ async fn cost(options: &Options) -> Result<(), BoxError> {
         .await?;
     drop(admin);
     big.restart(StopMode::Fast).await?;
-    let sharded = measure(options, &big, Kind::Sharded).await?;
+    let space = Kind::Sharded(options.space());
+    let sharded = measure(options, &big, space).await?;
     let singles = measure(options, &big, Kind::Singles(k)).await?;
     // A quarter of the keys: single elections where this machine holds them steadily.
     let quarter = measure(options, &big, Kind::Singles(k / 4)).await?;
     drop(big);
     let small = sharded_cluster(options).await?;
-    let sharded_small = measure(options, &small, Kind::Sharded).await?;
-    drop(small);
+    let sharded_small = measure(options, &small, space).await?;
+    Ok(vec![sharded, singles, quarter, sharded_small])
+}
 
+/// The lease space at `K` and at a smaller `K` with the same `R`, and the advisory space at
+/// the largest `K` (at most the command line's) that the same cluster's lock table holds.
+async fn lease_costs(options: &Options) -> Result<Vec<Cost>, BoxError> {
+    let (k, r) = (options.shards, options.replicas);
+    let cluster = sharded_cluster(options).await?;
+    let capacity = Capacity::read(&cluster.connect("postgres").await?).await?;
+    let large = options.space();
+    let small = Space {
+        shards: if k > LEASE_SMALL_SPACE {
+            LEASE_SMALL_SPACE
+        } else {
+            (k / 16).max(r as u32)
+        },
+        ..large
+    };
+    let advisory = Space {
+        mechanism: Mechanism::Advisory,
+        shards: capacity.largest_advisory_space(k, r),
+    };
     println!(
-        "\n## Cost: K = {k} shards over R = {r} replica processes, I = {:?}, steady window {:?}\n",
-        options.interval, options.cost_window
+        "\n(cost: no single elections beside the lease: K = {k} single electors need K sessions \
+         and K·5/4 + 100 connections, out of reach at K = 16,384; the smaller lease space has \
+         K = {} ({}); the advisory space is the largest of at most K shards that half the lock \
+         table of this cluster holds with R + 1 member locks: K = {})",
+        small.shards,
+        if k > LEASE_SMALL_SPACE {
+            "1,024"
+        } else {
+            "K/16, at least R"
+        },
+        advisory.shards
     );
-    let columns = [&sharded, &singles, &quarter, &sharded_small];
+    let mut columns = vec![
+        measure(options, &cluster, Kind::Sharded(large)).await?,
+        measure(options, &cluster, Kind::Sharded(small)).await?,
+    ];
+    if advisory.shards >= r as u32 {
+        columns.push(measure(options, &cluster, Kind::Sharded(advisory)).await?);
+    } else {
+        println!("(cost: no advisory column: its lock table holds fewer shards than R)");
+    }
+    Ok(columns)
+}
+
+fn print_costs(columns: &[Cost]) {
     println!(
         "| figure | {} |",
         columns
@@ -525,7 +852,7 @@ async fn cost(options: &Options) -> Result<(), BoxError> {
             .join(" | ")
     );
     println!("|---|{}", "---|".repeat(columns.len()));
-    let rows: Vec<Vec<(&str, String)>> = columns.iter().map(|c| c.rows()).collect();
+    let rows: Vec<Vec<(&str, String)>> = columns.iter().map(Cost::rows).collect();
     for i in 0..rows[0].len() {
         println!(
             "| {} | {} |",
@@ -536,29 +863,30 @@ async fn cost(options: &Options) -> Result<(), BoxError> {
                 .join(" | ")
         );
     }
-    let ratio = |a: Duration, b: Duration| b.as_secs_f64() / a.as_secs_f64().max(1e-9);
-    println!(
-        "\nSingle elections against sharded, same cluster: server CPU ×{:.1}, client CPU ×{:.1} \
-         (per interval, all processes).",
-        ratio(sharded.server, singles.server) * sharded.intervals / singles.intervals,
-        ratio(sharded.client, singles.client) * sharded.intervals / singles.intervals
-    );
-    Ok(())
 }
 
 /// Runs one deployment on `cluster` until it is steady, then measures it over the window.
 async fn measure(options: &Options, cluster: &Cluster, kind: Kind) -> Result<Cost, BoxError> {
-    let db = TestDb::create_on(cluster.config("postgres"), "shard_cost").await?;
-    let max_connections: i64 = db
-        .admin()
+    let space = match kind {
+        Kind::Sharded(space) => space,
+        Kind::Singles(keys) => Space {
+            mechanism: Mechanism::Advisory,
+            shards: keys,
+        },
+    };
+    let db = space.database(cluster, "shard_cost").await?;
+    // The counters are read from another database, so that the harness's own queries do not
+    // count among the deployment's transactions.
+    let counters = cluster.connect("postgres").await?;
+    let max_connections: i64 = counters
         .query_one("SELECT current_setting('max_connections')::int8", &[])
         .await?
         .get(0);
-    let mut deployment = Deployment::new(dsn(&db.config()), options)?;
-    let (k, r) = (options.shards, options.replicas);
+    let mut deployment = Deployment::new(dsn(&db.config()), options, space)?;
+    let r = options.replicas;
     let mut warm = None;
     let class = match kind {
-        Kind::Sharded => {
+        Kind::Sharded(_) => {
             deployment.spawn_sharded(r).await?;
             deployment.settle(Instant::now()).await?;
             DEFAULT_SHARD_CLASS
@@ -584,9 +912,9 @@ async fn measure(options: &Options, cluster: &Cluster, kind: Kind) -> Result<Cos
     };
     // A few intervals of steady state before the window.
     tokio::time::sleep(2 * options.interval).await;
-    let before = Snapshot::take(&mut deployment, cluster).await?;
+    let before = Snapshot::take(&mut deployment, cluster, &counters, db.name()).await?;
     tokio::time::sleep(options.cost_window).await;
-    let after = Snapshot::take(&mut deployment, cluster).await?;
+    let after = Snapshot::take(&mut deployment, cluster, &counters, db.name()).await?;
     let owned = |at| -> usize {
         fleet::owned_at(&deployment.events(), at)
             .values()
@@ -596,7 +924,7 @@ async fn measure(options: &Options, cluster: &Cluster, kind: Kind) -> Result<Cos
     let held = (owned(before.at), owned(after.at));
     let window = after.at - before.at;
     let sessions = sessions_by_process(&db, &deployment).await?;
-    let lock_sessions = lock_sessions(&db, class).await?;
+    let holders = holders(&db, space.mechanism, class, space.shards).await?;
     let backends = backend_pids(&db).await?;
     let backends_anon_kb = procfs::anonymous_kb(&backends);
     let moves = deployment
@@ -606,7 +934,7 @@ async fn measure(options: &Options, cluster: &Cluster, kind: Kind) -> Result<Cos
         .count();
     let warnings = warnings_between(&deployment, before.at, after.at);
     let survey = match kind {
-        Kind::Sharded => Some(survey_times(&db, k).await?),
+        Kind::Sharded(space) => Some(survey_times(&db, space).await?),
         Kind::Singles(_) => None,
     };
     let errors = deployment.stop_all().await;
@@ -621,7 +949,11 @@ async fn measure(options: &Options, cluster: &Cluster, kind: Kind) -> Result<Cos
         .map(|(a, b)| a.cpu.saturating_sub(b.cpu))
         .sum();
     let what = match kind {
-        Kind::Sharded => format!("sharded: {r} `ShardedElector`s"),
+        Kind::Sharded(space) => format!(
+            "sharded, {}, K = {}: {r} `ShardedElector`s",
+            space.held(),
+            space.shards
+        ),
         Kind::Singles(keys) => format!(
             "single elections: {keys} `Elector`s, {} per process",
             keys / r as u32
@@ -629,17 +961,20 @@ async fn measure(options: &Options, cluster: &Cluster, kind: Kind) -> Result<Cos
     };
     Ok(Cost {
         what: format!("{what} (max_connections {max_connections})"),
+        shards: space.shards,
         processes: r,
         checks_per_interval: match kind {
-            Kind::Sharded => r as u64,
+            Kind::Sharded(_) => r as u64,
             Kind::Singles(keys) => u64::from(keys),
         },
         window,
         intervals: window.as_secs_f64() / options.interval.as_secs_f64(),
         server: after.server.saturating_sub(before.server),
         client,
+        wal_bytes: after.wal_bytes.saturating_sub(before.wal_bytes),
+        commits: after.commits.saturating_sub(before.commits),
         sessions,
-        lock_sessions,
+        holders,
         rss_kb: after.cpu.iter().map(|c| c.rss_kb).collect(),
         backends: backends.len(),
         backends_anon_kb,
@@ -731,18 +1066,42 @@ async fn wait_all_lead(deployment: &Deployment) -> Result<(), BoxError> {
 struct Snapshot {
     at: Instant,
     server: Duration,
+    /// The cluster's WAL position, in bytes from `0/0`.
+    wal_bytes: u64,
+    /// `pg_stat_database.xact_commit` of the deployment's database.
+    commits: u64,
     cpu: Vec<CpuSample>,
 }
 
 impl Snapshot {
-    async fn take(deployment: &mut Deployment, cluster: &Cluster) -> Result<Self, BoxError> {
+    /// The counters now; the server's through `counters`, a session of another database than
+    /// `datname`, the deployment's.
+    async fn take(
+        deployment: &mut Deployment,
+        cluster: &Cluster,
+        counters: &Client,
+        datname: &str,
+    ) -> Result<Self, BoxError> {
         let at = Instant::now();
         let server = procfs::cluster_cpu(cluster);
+        let row = counters
+            .query_one(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8, \
+                 (SELECT xact_commit FROM pg_stat_database WHERE datname = $1)",
+                &[&datname],
+            )
+            .await?;
         let mut cpu = Vec::new();
         for p in &mut deployment.processes {
             cpu.push(p.cpu().await?);
         }
-        Ok(Self { at, server, cpu })
+        Ok(Self {
+            at,
+            server,
+            wal_bytes: u64::try_from(row.get::<_, i64>(0))?,
+            commits: u64::try_from(row.get::<_, i64>(1))?,
+            cpu,
+        })
     }
 }
 
@@ -775,8 +1134,19 @@ async fn sessions_by_process(
     Ok(sessions)
 }
 
-/// Backends holding an advisory lock of `class` in the database.
-async fn lock_sessions(db: &TestDb, class: i32) -> Result<usize, BoxError> {
+/// Backends holding an advisory lock of `class` in the database; with leases, the live member
+/// rows of the space `class` of `shards`.
+async fn holders(
+    db: &TestDb,
+    mechanism: Mechanism,
+    class: i32,
+    shards: u32,
+) -> Result<usize, BoxError> {
+    if mechanism == Mechanism::Lease {
+        return Ok(fleet::owners(db.admin(), mechanism, class, shards)
+            .await?
+            .len());
+    }
     let n: i64 = db
         .admin()
         .query_one(
@@ -822,7 +1192,7 @@ struct Change {
     net: usize,
     /// The membership whose share bounds the moves.
     r: usize,
-    /// The server's `pg_locks` showed the children's shares once balanced.
+    /// The server (`pg_locks`, or the lease survey) showed the children's shares once balanced.
     agrees: bool,
 }
 
@@ -862,8 +1232,8 @@ async fn change_round(
     options: &Options,
     cluster: &Cluster,
 ) -> Result<(Vec<Change>, Option<(Duration, u32)>), BoxError> {
-    let db = TestDb::create_on(cluster.config("postgres"), "shard_changes").await?;
-    let mut d = Deployment::new(dsn(&db.config()), options)?;
+    let db = options.space().database(cluster, "shard_changes").await?;
+    let mut d = Deployment::new(dsn(&db.config()), options, options.space())?;
     let (k, r) = (options.shards, options.replicas);
     let mut out = Vec::new();
 
@@ -884,7 +1254,7 @@ async fn change_round(
     d.spawn_sharded(1).await?;
     let joiner = d.processes.last().ok_or("no joiner")?;
     let joined = joiner
-        .wait_for(SETTLE_TIMEOUT, |rec| {
+        .wait_for(d.settle_timeout, |rec| {
             rec.event == "member" && rec.fields.get("member").is_some_and(|m| !m.is_null())
         })
         .await
@@ -936,7 +1306,7 @@ fn print_changes(options: &Options, samples: &[Vec<Change>], overlaps: &[Option<
         options.replicas, options.rounds
     );
     println!(
-        "| change | balanced: bound | median | max | from the joiner's membership: median / max | shards moved: bound | median | max | net owner changes: max | server's pg_locks agreed |"
+        "| change | balanced: bound | median | max | from the joiner's membership: median / max | shards moved: bound | median | max | net owner changes: max | the server agreed (pg_locks, or the lease survey) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for (name, changes) in CHANGES.iter().zip(samples) {
@@ -945,6 +1315,14 @@ fn print_changes(options: &Options, samples: &[Vec<Change>], overlaps: &[Option<
         let moves: Vec<usize> = changes.iter().map(|c| c.moves).collect();
         let r = changes.first().map_or(options.replicas, |c| c.r);
         let bound_moves = 1.5 * f64::from(k) / r as f64;
+        // A killed lease member's shards wait for its lease to expire.
+        let balance_bound = match options.mechanism {
+            Mechanism::Lease if name.starts_with("SIGKILL") => {
+                let (within, formula) = options.reowned_within();
+                format!("{formula} = {}", ms(within))
+            }
+            _ => format!("3·I = {}", ms(3 * i)),
+        };
         let move_bound = if name.starts_with("start") {
             format!("— (all {k} taken)")
         } else {
@@ -953,9 +1331,8 @@ fn print_changes(options: &Options, samples: &[Vec<Change>], overlaps: &[Option<
         let mut sorted_moves = moves.clone();
         sorted_moves.sort_unstable();
         println!(
-            "| {name} ({} rounds) | 3·I = {} | {} ({}) | {} ({}) | {} | {move_bound} | {} | {} | {} | {} of {} |",
+            "| {name} ({} rounds) | {balance_bound} | {} ({}) | {} ({}) | {} | {move_bound} | {} | {} | {} | {} of {} |",
             changes.len(),
-            ms(3 * i),
             ms(median(&times)),
             intervals(median(&times), i),
             ms(percentile(&times, 100)),
@@ -1013,8 +1390,8 @@ struct Kill {
 }
 
 async fn sigkill(options: &Options, cluster: &Cluster) -> Result<(), BoxError> {
-    let db = TestDb::create_on(cluster.config("postgres"), "shard_sigkill").await?;
-    let mut d = Deployment::new(dsn(&db.config()), options)?;
+    let db = options.space().database(cluster, "shard_sigkill").await?;
+    let mut d = Deployment::new(dsn(&db.config()), options, options.space())?;
     // One by one, `I/R` apart, so that the survivors' surveys fall at different phases of the
     // interval and the last of them comes up to an interval after a kill (replicas started at
     // once survey at nearly the same instants).
@@ -1053,7 +1430,7 @@ async fn kill_round(
     d: &mut Deployment,
     round: usize,
 ) -> Result<(Kill, Vec<Duration>), BoxError> {
-    let grants = grant_times(db, options.share()).await?;
+    let grants = grant_times(db, options, options.share()).await?;
     let live = d.live();
     let victim = d.find(&live[round % live.len()]).ok_or("no such replica")?;
     random_phase(options.interval).await;
@@ -1063,7 +1440,7 @@ async fn kill_round(
     let settled = d.settle(killed).await?;
     let first = reowned.values().min().copied().unwrap_or(killed);
     let last = reowned.values().max().copied().unwrap_or(killed);
-    let bound = killed + options.interval + median(&grants);
+    let bound = killed + options.reowned_within().0 + median(&grants);
     let late = reowned.values().filter(|at| **at > bound).count();
     d.spawn_sharded(1).await?;
     d.settle(Instant::now()).await?;
@@ -1087,7 +1464,7 @@ async fn wait_reowned(
     lost: &BTreeSet<u32>,
     killed: Instant,
 ) -> Result<BTreeMap<u32, Instant>, BoxError> {
-    let deadline = Instant::now() + SETTLE_TIMEOUT;
+    let deadline = Instant::now() + d.settle_timeout;
     loop {
         let live = d.live();
         let mut reowned = BTreeMap::new();
@@ -1101,13 +1478,14 @@ async fn wait_reowned(
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "{} of {} shards re-owned within {SETTLE_TIMEOUT:?}",
+                "{} of {} shards re-owned within {:?}",
                 reowned.len(),
-                lost.len()
+                lost.len(),
+                d.settle_timeout
             )
             .into());
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(d.poll()).await;
     }
 }
 
@@ -1118,23 +1496,29 @@ fn print_kills(
     overlap: Option<(Duration, u32)>,
 ) {
     let (i, share) = (options.interval, options.share());
+    let (within, formula) = options.reowned_within();
     let grant = percentile(grants, 100);
     println!(
-        "\n## SIGKILL of one of R = {} replicas: its shards owned again (K = {}, I = {i:?}, {} rounds)\n",
+        "\n## SIGKILL of one of R = {} replicas: its shards owned again (K = {} held by {}, I = {i:?}, {} rounds)\n",
         options.replicas,
         options.shards,
+        options.space().held(),
         kills.len()
     );
+    let take = match options.mechanism {
+        Mechanism::Advisory => "one take statement",
+        Mechanism::Lease => "one lease take (by a member of another class, then released)",
+    };
     println!(
-        "Grant time of one take statement of K/R = {share} free shards (a harness session of the \
-         same database, {} samples over the rounds): median {}, p99 {}, max {}.\n",
+        "Grant time of {take} of K/R = {share} free shards (a harness session of the same \
+         database, {} samples over the rounds): median {}, p99 {}, max {}.\n",
         grants.len(),
         fine_ms(percentile(grants, 50)),
         fine_ms(percentile(grants, 99)),
         fine_ms(grant)
     );
     println!(
-        "| round | shards of the killed replica | first re-owned | last re-owned | bound: I + grant (round's median) | re-owned after the bound | survivors balanced |"
+        "| round | shards of the killed replica | first re-owned | last re-owned | bound: {formula} + grant (round's median) | re-owned after the bound | survivors balanced |"
     );
     println!("|---|---|---|---|---|---|---|");
     for (n, kill) in kills.iter().enumerate() {
@@ -1144,7 +1528,7 @@ fn print_kills(
             ms(kill.first),
             ms(kill.last),
             intervals(kill.last, i),
-            ms(i + kill.grant),
+            ms(within + kill.grant),
             kill.late,
             ms(kill.balanced),
             intervals(kill.balanced, i)
@@ -1152,11 +1536,11 @@ fn print_kills(
     }
     let lasts: Vec<Duration> = kills.iter().map(|k| k.last).collect();
     println!(
-        "\nLast shard re-owned: median {}, max {}; bound I + max grant time = {}. Two believed \
-         owners of one shard at once: {}.",
+        "\nLast shard re-owned: median {}, max {}; bound {formula} + max grant time = {}. Two \
+         believed owners of one shard at once: {}.",
         ms(median(&lasts)),
         ms(percentile(&lasts, 100)),
-        ms(i + grant),
+        ms(within + grant),
         overlap.map_or("never".to_owned(), |(d, s)| format!(
             "{} (shard {s})",
             fine_ms(d)

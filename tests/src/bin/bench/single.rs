@@ -48,8 +48,8 @@ use plexsphere_leader_tests::replica_process::{
 };
 use plexsphere_leader_tests::timeline::{self, Span};
 use plexsphere_leader_tests::{
-    ChildArgs, Cluster, FaultProxy, Launcher, LockObserver, Mode, ReplicaProcess, StopMode, TestDb,
-    Timeline,
+    ChildArgs, Cluster, FaultProxy, Launcher, LockObserver, Mechanism, Mode, ReplicaProcess,
+    StopMode, TestDb, Timeline,
 };
 use stats_alloc::Region;
 use tokio::time::Instant;
@@ -147,6 +147,14 @@ impl Held {
             Self::Poll => "AcquireMode::Poll",
             Self::Queue => "AcquireMode::Queue",
             Self::Lease => "lease mechanism, TTL = 3·I",
+        }
+    }
+
+    /// What the replica child holds.
+    fn mechanism(self) -> Mechanism {
+        match self {
+            Self::Poll | Self::Queue => Mechanism::Advisory,
+            Self::Lease => Mechanism::Lease,
         }
     }
 }

@@ -237,7 +237,7 @@ impl Pair {
         let timeline = Timeline::new();
         let args = |name: &str, dsn: String| ChildArgs {
             queued: held == Held::Queue,
-            lease: held == Held::Lease,
+            mechanism: held.mechanism(),
             ..ChildArgs::new(format!("{REPLICA_APP_PREFIX}{name}"), dsn, interval)
         };
         let a = launcher
