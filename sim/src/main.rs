@@ -162,7 +162,8 @@ fn parse() -> Result<Args, String> {
     let sabotage = |test: fn(Sabotage) -> bool| args.sabotage.is_some_and(test);
     let (lease, mechanism) = (!args.mechanism.holds_session(), args.mechanism);
     let single = |flag: &str| format!("{flag}: for the single election, not --sharded");
-    // The operator's sabotage applies to sharded runs too.
+    // The operator's sabotage applies to sharded runs too, and the pause runs' to sharded pause
+    // runs.
     const OPERATOR: Sabotage = Sabotage::Driver(DriverSabotage::ResignWithoutHoldOff);
     let refusals = [
         (args.mode.is_some() || args.fencing.is_some()) && args.sharded,
@@ -176,7 +177,8 @@ fn parse() -> Result<Args, String> {
         !args.sharded && args.shards.is_some(),
         args.shards == Some(0),
         !args.sharded && sabotage(Sabotage::is_sharded),
-        args.sharded && sabotage(|s| !s.is_sharded() && s != OPERATOR),
+        args.sharded
+            && sabotage(|s| !s.is_sharded() && s != OPERATOR && !Sabotage::PAUSE.contains(&s)),
     ];
     let texts = [
         single("--mode and --fencing"),

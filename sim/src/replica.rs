@@ -4,6 +4,7 @@
 //! real `ShardedElector::run` instead, and a unit of work per shard through `run_if_owner`.
 
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::rc::Rc;
 use std::time::Duration;
@@ -50,6 +51,10 @@ pub(crate) struct Slot {
     /// (every tick, from a task the gate does not hold: a call made at that moment, as from
     /// another thread of a stalled process); `None` outside pause runs or before a sample.
     pub(crate) believes: Option<bool>,
+    /// Sharded pause runs: the shards the running incarnation's `ownership()` showed at its
+    /// last sample (trusted ones only: what `is_owner()` answers), sampled as
+    /// [`Slot::believes`] is.
+    pub(crate) owns: Option<BTreeSet<u32>>,
 }
 
 /// The handles of a running incarnation.
@@ -80,6 +85,14 @@ impl Elected {
         match self {
             Self::Single(elector) => elector.set_eligible(eligible),
             Self::Sharded(elector) => elector.set_eligible(eligible),
+        }
+    }
+
+    /// The run's identity.
+    pub(crate) fn identity(&self) -> &str {
+        match self {
+            Self::Single(elector) => elector.identity(),
+            Self::Sharded(elector) => elector.identity(),
         }
     }
 
@@ -202,7 +215,8 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
         fenced::set_up(&pool, &shutdown, &env.params, env.mechanism, false).await;
     }
     if env.sample_beliefs {
-        tokio::task::spawn_local(sample_beliefs(Rc::clone(&env), elector.clone()));
+        let elected = Elected::Single(elector.clone());
+        tokio::task::spawn_local(sample_beliefs(Rc::clone(&env), elected));
     }
     let gate = Rc::clone(&env.slot.borrow().gate);
     let service = tokio::task::spawn_local(gate.gated(Tagged::new(
@@ -222,9 +236,11 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     Ok(result?)
 }
 
-/// Pause runs: `is_leader()` of `elector` every tick into the slot, until the incarnation's
-/// run is over. Not behind the gate: it is the harness's question, asked at that moment.
-async fn sample_beliefs(env: Rc<ReplicaEnv>, elector: Elector) {
+/// Pause runs: `is_leader()` of `elected` (a sharded one's trusted `ownership()`) every tick
+/// into the slot, until the incarnation's run is over. Not behind the gate: it is the
+/// harness's question, asked at that moment, on the host's runtime (whose clock the elector's
+/// trust is read on).
+async fn sample_beliefs(env: Rc<ReplicaEnv>, elected: Elected) {
     let mut tick = tokio::time::interval(env.params.tick);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     loop {
@@ -233,13 +249,18 @@ async fn sample_beliefs(env: Rc<ReplicaEnv>, elector: Elector) {
         let current = slot
             .live
             .as_ref()
-            .and_then(|live| live.elector.single())
-            .is_some_and(|live| live.identity() == elector.identity());
+            .is_some_and(|live| live.elector.identity() == elected.identity());
         if !current || slot.finished {
             slot.believes = None;
+            slot.owns = None;
             return;
         }
-        slot.believes = Some(elector.is_leader());
+        match &elected {
+            Elected::Single(elector) => slot.believes = Some(elector.is_leader()),
+            Elected::Sharded(elector) => {
+                slot.owns = Some(elector.ownership().shards.keys().copied().collect());
+            }
+        }
     }
 }
 
@@ -301,9 +322,16 @@ async fn sharded_software(
     if env.mechanism.has_epochs(false) {
         fenced::set_up(&pool, &shutdown, &env.params, env.mechanism, true).await;
     }
+    if env.sample_beliefs {
+        let elected = Elected::Sharded(elector.clone());
+        tokio::task::spawn_local(sample_beliefs(Rc::clone(&env), elected));
+    }
+    // The shard work behind the host's gate, as the single election's service: a paused
+    // process runs none of it.
+    let gate = Rc::clone(&env.slot.borrow().gate);
     let workers: Vec<_> = (0..sharding.shards)
         .map(|shard| {
-            tokio::task::spawn_local(Tagged::new(
+            tokio::task::spawn_local(gate.gated(Tagged::new(
                 env.index,
                 shard_work(
                     Rc::clone(&env),
@@ -312,7 +340,7 @@ async fn sharded_software(
                     incarnation,
                     shard,
                 ),
-            ))
+            )))
         })
         .collect();
     let result = Tagged::new(env.index, elector.run(shutdown.clone())).await;

@@ -429,6 +429,16 @@ impl World<'_> {
         now: Duration,
     ) {
         let published = self.published_ownership(index, incarnation, live);
+        // In pause runs what the replica believes is what `ownership()` (and `is_owner()`)
+        // answers now, sampled on the host: a published shard whose trust ran out while the
+        // driver could not run is no belief any more. The sabotage `published-belief` reads
+        // the published ownership instead, as `ownership()` answered before it looked at the
+        // trust deadline.
+        let owns = match self.sabotage {
+            Some(Sabotage::Driver(DriverSabotage::PublishedBelief)) => None,
+            _ => self.replicas[index].slot.borrow().owns.clone(),
+        };
+        let believed = |shard: &u32| owns.as_ref().is_none_or(|owns| owns.contains(shard));
         // Each owned shard's open term, with its epoch (a lease space's take's; none for
         // advisory shard terms, which run without fencing).
         let (open, handing): (OpenTerms, BTreeSet<u32>) = match (live, published) {
@@ -436,6 +446,7 @@ impl World<'_> {
                 ownership
                     .shards
                     .iter()
+                    .filter(|(shard, _)| believed(shard))
                     .map(|(shard, owned)| (*shard, (owned.term.get(), owned.epoch)))
                     .collect(),
                 ownership.handing_over,
@@ -455,6 +466,13 @@ impl World<'_> {
                 .rev()
                 .find(|t| t.shard == shard && t.term.get() == id)
                 .and_then(|t| t.ended)
+                // A published term no longer believed (its trust ran out, the driver has not
+                // run yet) is lost to the lease's expiry, as it will publish.
+                .or_else(|| {
+                    (!believed(&shard)).then_some(TermEndCause::Lost(
+                        plexsphere_leader::LossReason::LeaseExpired,
+                    ))
+                })
         };
         self.sync_terms(index, incarnation, &open, cause_of, now);
         self.sync_handing(index, incarnation, &handing, now);
@@ -782,14 +800,12 @@ impl World<'_> {
         let leading = self.replicas[r].paused_leading;
         self.history.resumes.push((now, r, answer, leading));
         let name = self.incarnation_name(r);
-        let live = self.replicas[r].slot.borrow().live.clone();
-        let what = match live.as_ref().and_then(|live| live.elector.sharded()) {
-            // A sharded replica's belief, per shard, as `is_owner()` answers it.
-            Some(elector) => {
-                let owned: Vec<u32> = (0..elector.shard_count())
-                    .filter(|&shard| elector.is_owner(shard))
-                    .collect();
-                format!("process resumed; is_owner() answers yes for shards {owned:?}")
+        // A sharded replica's belief, per shard, as `is_owner()` answers it (sampled on the
+        // host: the trust is read on its clock).
+        let what = match &self.replicas[r].slot.borrow().owns {
+            Some(owns) => {
+                let owns: Vec<u32> = owns.iter().copied().collect();
+                format!("process resumed; is_owner() answers yes for shards {owns:?}")
             }
             None => format!("process resumed; is_leader() answers {answer}"),
         };

@@ -371,16 +371,20 @@ fn ignore_unfit_is_caught_by_the_fitness_property_on_both_mechanisms() {
 
 /// Pause runs: a belief read from the published leadership (as `is_leader()` answered before
 /// the trust deadline was compared at the call) outlives the lease of a leader paused past
-/// its trust: a term past its lease's end on the server, and an overlap.
+/// its trust: a term past its lease's end on the server, and an overlap. The same of a lease
+/// shard space's member (as `ownership()` and `is_owner()` answered before they looked at the
+/// trust deadline), within a cycle of its pause seeds.
 #[test]
 fn published_belief_is_caught_as_a_term_outliving_its_lease_in_a_pause() {
     let sabotage = Sabotage::Driver(DriverSabotage::PublishedBelief);
-    let caught = Space::Pause
-        .seeds(RunOptions::LEASE_CYCLE)
-        .find_map(|seed| {
+    for (space, seeds) in [
+        (Space::Pause, RunOptions::LEASE_CYCLE),
+        (Space::ShardedPause, Space::ShardedPause.cycle()),
+    ] {
+        let caught = space.seeds(seeds).find_map(|seed| {
             let options = RunOptions {
                 sabotage: Some(sabotage),
-                ..RunOptions::lease(seed)
+                ..RunOptions::in_space(space, seed)
             };
             run_once(&options)
                 .violations
@@ -388,8 +392,11 @@ fn published_belief_is_caught_as_a_term_outliving_its_lease_in_a_pause() {
                 .find(|v| v.property == Property::Detection)
                 .map(|v| (seed, v))
         });
-    match caught {
-        Some((seed, violation)) => println!("{sabotage} caught at pause seed {seed}: {violation}"),
-        None => panic!("{sabotage}: no detection violation within a lease cycle of pause seeds"),
+        match caught {
+            Some((seed, violation)) => {
+                println!("{sabotage} caught at {space:?} seed {seed}: {violation}")
+            }
+            None => panic!("{sabotage}: no detection violation within a cycle of {space:?} seeds"),
+        }
     }
 }

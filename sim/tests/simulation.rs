@@ -344,3 +344,13 @@ fn lease_shard_space_seeds_of_crashes_failovers_and_resigns_run_clean() {
     assert_clean_in(Space::ShardedLease, 100_002, FaultKind::Failover, 12);
     assert_clean_in(Space::ShardedLease, 120_024, FaultKind::Resign, 8);
 }
+
+/// A lease shard space's member paused past its trust stops believing: what `ownership()`
+/// answers, sampled on its host, drops every shard when the trust of its last renewal runs
+/// out, though the published ownership still shows them until its driver runs (the adapter's
+/// fix of this finding: before it, every pause seed broke detection and overlap, seed 140000
+/// with a shard term 172 ms past its member's lease).
+#[test]
+fn a_pause_seed_of_a_lease_shard_space_runs_clean() {
+    assert_clean_in(Space::ShardedPause, 140_000, FaultKind::Pause, 8);
+}
