@@ -303,9 +303,9 @@ async fn sharded_software(
     .class(class)
     .check_interval(env.params.interval)
     .identity(application_name(env.index, incarnation));
-    let config = match env.mechanism {
-        Mechanism::Advisory => config,
-        Mechanism::Lease => config.lease(Duration::ZERO),
+    let config = match env.mechanism.lease_ttl() {
+        Some(ttl) => config.lease(ttl),
+        None => config,
     };
     let elector = ShardedElector::new(config)?;
     let shutdown = CancellationToken::new();

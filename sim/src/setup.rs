@@ -174,7 +174,7 @@ impl RunOptions {
         match self.sabotage {
             Some(Sabotage::Driver(DriverSabotage::SlowClock)) => ClockRate::OUTSIDE_MARGIN,
             // `ShardConfig` has no clock seam: a sharded member runs on the simulation's.
-            _ if self.space().mechanism() == Mechanism::Lease && self.sharding.is_none() => {
+            _ if !self.space().mechanism().holds_session() && self.sharding.is_none() => {
                 ClockRate::of_lease_replica(self.seed, replica, self.replicas)
             }
             _ => ClockRate::EXACT,
@@ -243,10 +243,9 @@ impl RunOptions {
 
     /// The command that replays this run with a readable trace.
     pub fn replay_command(&self) -> String {
-        let sharded = match (self.sharding, self.mechanism) {
-            (None, _) => "",
-            (Some(_), Mechanism::Advisory) => " --sharded",
-            (Some(_), Mechanism::Lease) => " --sharded --mechanism lease",
+        let sharded = match self.sharding {
+            None => String::new(),
+            Some(_) => format!(" --sharded{}", self.mechanism.sharded_flag()),
         };
         let mut command = format!(
             "cargo run --release -p plexsphere-leader-sim --{sharded} --seed {}",

@@ -86,11 +86,28 @@ impl Mechanism {
         }
     }
 
-    /// The elector's config under it (the lease with the default TTL, three intervals).
-    pub fn configure(self, config: Config) -> Config {
+    /// The lease's TTL its electors are configured with (`Duration::ZERO`: the default, three
+    /// intervals), for one election and a shard space alike; `None` for the advisory lock.
+    pub const fn lease_ttl(self) -> Option<Duration> {
         match self {
-            Self::Advisory => config,
-            Self::Lease => config.lease(Duration::ZERO),
+            Self::Advisory => None,
+            Self::Lease => Some(Duration::ZERO),
+        }
+    }
+
+    /// The elector's config under it.
+    pub fn configure(self, config: Config) -> Config {
+        match self.lease_ttl() {
+            Some(ttl) => config.lease(ttl),
+            None => config,
+        }
+    }
+
+    /// The flag that selects it on the command line after `--sharded` (none for the default).
+    pub const fn sharded_flag(self) -> &'static str {
+        match self {
+            Self::Advisory => "",
+            Self::Lease => " --mechanism lease",
         }
     }
 
@@ -126,9 +143,10 @@ impl Space {
 
     /// The sharded space of `mechanism`.
     pub const fn sharded(mechanism: Mechanism) -> Self {
-        match mechanism {
-            Mechanism::Advisory => Self::Sharded,
-            Mechanism::Lease => Self::ShardedLease,
+        if mechanism.holds_session() {
+            Self::Sharded
+        } else {
+            Self::ShardedLease
         }
     }
 
