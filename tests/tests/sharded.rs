@@ -724,6 +724,13 @@ async fn lease_space_splits_and_hands_over(
     }
     let leaving = members.remove(0);
     let released = leaving.owned();
+    let old_epochs: Vec<(u32, u64)> = leaving
+        .elector
+        .ownership()
+        .shards
+        .iter()
+        .map(|(shard, owned)| (*shard, owned.epoch.expect("fenced")))
+        .collect();
     leaving.stop().await;
     let refs: Vec<&Member> = members.iter().collect();
     let took = wait_for(I + MARGIN, || {
@@ -734,6 +741,33 @@ async fn lease_space_splits_and_hands_over(
     .await
     .expect("every released shard has a new owner");
     eprintln!("{} leased shards handed over in {took:?}", released.len());
+    // A fenced write of the leaver's terms is refused; the new owner's passes.
+    let mut writer = db.connect("plx-fenced-writer").await.unwrap();
+    let transaction = writer.transaction().await.unwrap();
+    for (shard, epoch) in old_epochs {
+        let key = plexsphere_leader::LockKey::new(
+            plexsphere_leader::sharded::DEFAULT_SHARD_CLASS,
+            i32::try_from(shard).unwrap(),
+        );
+        let stale = plexsphere_leader::fencing::check_in(&transaction, "public", key, epoch).await;
+        assert!(
+            matches!(
+                stale,
+                Err(plexsphere_leader::fencing::FenceError::Stale { .. })
+            ),
+            "shard {shard}, epoch {epoch}: {stale:?}"
+        );
+        let owner = refs
+            .iter()
+            .find_map(|m| m.elector.ownership().shards.get(&shard).copied())
+            .expect("a new owner");
+        let current = owner.epoch.expect("fenced");
+        assert!(current > epoch, "shard {shard}: {current} after {epoch}");
+        plexsphere_leader::fencing::check_in(&transaction, "public", key, current)
+            .await
+            .expect("the new owner's epoch");
+    }
+    drop(transaction);
     assert!(
         wait_for(4 * I + MARGIN, || balanced(&refs, k))
             .await
