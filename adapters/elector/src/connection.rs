@@ -54,6 +54,17 @@ pub(crate) async fn on_pooled(
     Ok(rows)
 }
 
+/// [`on_pooled`]'s answer flattened: the rows, or the borrow's or the statement's failure as
+/// the check's cause.
+pub(crate) async fn pooled_rows(
+    sessions: &dyn crate::session::SessionSource,
+    statement: &str,
+) -> Result<Vec<Row>, CheckError> {
+    on_pooled(sessions, statement)
+        .await
+        .and_then(|rows| rows.map_err(QueryError::into_cause))
+}
+
 /// The session an operation runs on, shared with the driver until the operation ends.
 pub(crate) type Held = Arc<Box<dyn LockSession>>;
 

@@ -6,20 +6,18 @@ use std::sync::Arc;
 
 use plexsphere_leader_core::{ConnId, Event};
 
-use super::{Completion, Operation, on_pooled, parse_int};
+use super::{Completion, Operation, parse_int, pooled_rows};
 use crate::error::CheckError;
-use crate::session::{QueryError, Row, SessionSource};
+use crate::session::{Row, SessionSource};
 
 /// What a lease statement's rows mean, or its failure: the event to report.
 type Answer = Box<dyn FnOnce(Result<Vec<Row>, CheckError>) -> Event<CheckError> + Send>;
 
-/// Runs `statement` on a connection of `sessions` ([`on_pooled`]), and reports what `answer`
+/// Runs `statement` on a connection of `sessions` ([`pooled_rows`]), and reports what `answer`
 /// makes of it.
 fn statement(sessions: Arc<dyn SessionSource>, statement: String, answer: Answer) -> Operation {
     Box::pin(async move {
-        let rows = on_pooled(&*sessions, &statement)
-            .await
-            .and_then(|rows| rows.map_err(QueryError::into_cause));
+        let rows = pooled_rows(&*sessions, &statement).await;
         Completion::of(answer(rows))
     })
 }

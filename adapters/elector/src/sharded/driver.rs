@@ -13,7 +13,7 @@ use plexsphere_leader_core::{ConnId, Level, TermId};
 
 use super::lease::{LeaseMember, Statements};
 use super::shared::ShardSpace;
-use super::statement::{Completion, Operation, Surveyed, failed, unexpected};
+use super::statement::{Completion, Operation, Surveyed, failed, surveyed, unexpected};
 use super::view::SpaceView;
 use crate::clock::now;
 use crate::connection::Held;
@@ -310,10 +310,7 @@ fn survey(held: Held, conn: ConnId, sql: String, count: u32) -> Operation {
         let took = now().saturating_duration_since(started);
         match answer {
             Ok(rows) => match shard_sql::parse_survey(count, &rows) {
-                Ok(SurveyRows { survey, names }) => Completion {
-                    extra: Some((SpaceView::of(&survey, &names), took)),
-                    ..Completion::of(ShardEvent::Surveyed { conn, survey })
-                },
+                Ok(SurveyRows { survey, names }) => surveyed(conn, survey, &names, took),
                 Err(error) => Completion::of(failed(conn, unexpected("survey", &error), false)),
             },
             Err(error) => Completion::of(query_failed(conn, error)),

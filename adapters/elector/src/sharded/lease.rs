@@ -4,15 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use plexsphere_leader_core::ConnId;
 use plexsphere_leader_core::shards::{MemberId, Shard, ShardEvent};
 
-use super::statement::{Completion, Operation, Surveyed, failed, unexpected};
-use super::view::SpaceView;
+use super::statement::{Completion, Operation, failed, surveyed, unexpected};
 use crate::clock::now;
-use crate::connection::on_pooled;
+use crate::connection::pooled_rows;
 use crate::error::CheckError;
 use crate::session::{Row, SessionSource};
 use crate::shard_sql::ShardSqlError;
@@ -40,9 +38,7 @@ where
     R: FnOnce(&[Row]) -> Result<ShardEvent<CheckError>, ShardSqlError> + Send + 'static,
 {
     Box::pin(async move {
-        let rows = on_pooled(&*sessions, &sql)
-            .await
-            .and_then(|rows| rows.map_err(crate::session::QueryError::into_cause));
+        let rows = pooled_rows(&*sessions, &sql).await;
         Completion::of(match rows {
             Ok(rows) => {
                 read(&rows).unwrap_or_else(|error| failed(conn, unexpected(name, &error), false))
@@ -165,9 +161,7 @@ impl Statements<'_> {
         let (sessions, count, me) = (self.sessions.clone(), self.count, self.member());
         Box::pin(async move {
             let started = now();
-            let rows = on_pooled(&*sessions, &sql)
-                .await
-                .and_then(|rows| rows.map_err(crate::session::QueryError::into_cause));
+            let rows = pooled_rows(&*sessions, &sql).await;
             let took = now().saturating_duration_since(started);
             let read = |rows: &[Row]| {
                 let members = lease::parse_survey(rows)?;
@@ -186,18 +180,5 @@ impl Statements<'_> {
                 Err(cause) => Completion::of(failed(conn, cause, false)),
             }
         })
-    }
-}
-
-fn surveyed(
-    conn: ConnId,
-    survey: plexsphere_leader_core::shards::Survey,
-    names: &BTreeMap<MemberId, String>,
-    took: Duration,
-) -> Completion {
-    let extra: Surveyed = Some((SpaceView::of(&survey, names), took));
-    Completion {
-        extra,
-        ..Completion::of(ShardEvent::Surveyed { conn, survey })
     }
 }

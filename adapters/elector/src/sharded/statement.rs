@@ -2,10 +2,11 @@
 //! event, and for a survey the view it shows and how long it took), and how a failed statement
 //! or an unreadable reply becomes an event.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use plexsphere_leader_core::ConnId;
-use plexsphere_leader_core::shards::ShardEvent;
+use plexsphere_leader_core::shards::{MemberId, ShardEvent, Survey};
 
 use super::view::SpaceView;
 use crate::error::CheckError;
@@ -38,5 +39,19 @@ pub(super) fn unexpected(statement: &'static str, error: &ShardSqlError) -> Chec
     CheckError::UnexpectedReply {
         statement,
         detail: error.to_string(),
+    }
+}
+
+/// The completion of a survey of `conn` that answered `survey` (its holders named by `names`)
+/// in `took`: the event, and the view it shows with the time it took.
+pub(super) fn surveyed(
+    conn: ConnId,
+    survey: Survey,
+    names: &BTreeMap<MemberId, String>,
+    took: Duration,
+) -> Completion {
+    Completion {
+        extra: Some((SpaceView::of(&survey, names), took)),
+        ..Completion::of(ShardEvent::Surveyed { conn, survey })
     }
 }
