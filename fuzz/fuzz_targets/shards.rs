@@ -130,6 +130,21 @@ fn drain(
     }
 }
 
+/// Each pick's shard (by index into the last take's, or any number) with its epoch.
+fn picked_epochs<'a>(
+    model: &'a Model,
+    picks: &'a [(u8, u8)],
+) -> impl Iterator<Item = (Shard, u64)> + 'a {
+    picks.iter().map(|(i, epoch)| {
+        let shard = model
+            .last_take
+            .get(usize::from(*i))
+            .copied()
+            .unwrap_or(Shard::new(u32::from(*i)));
+        (shard, u64::from(*epoch))
+    })
+}
+
 fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
     let (o, steps) = input;
     let Ok(interval) =
@@ -272,17 +287,7 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
             }
             FuzzInput::EpochsAdvanced(w, picks) => ShardEvent::EpochsAdvanced {
                 conn: conn(&w, &model),
-                epochs: picks
-                    .iter()
-                    .map(|(i, epoch)| {
-                        let shard = model
-                            .last_take
-                            .get(usize::from(*i))
-                            .copied()
-                            .unwrap_or(Shard::new(u32::from(*i)));
-                        (shard, u64::from(*epoch))
-                    })
-                    .collect(),
+                epochs: picked_epochs(&model, &picks).collect(),
             },
             FuzzInput::Unlocked(w, picks) => ShardEvent::Unlocked {
                 conn: conn(&w, &model),
@@ -330,16 +335,7 @@ fuzz_target!(|input: (FuzzOptions, Vec<Step>)| {
             FuzzInput::TookLeases(w, live, picks) => ShardEvent::TookLeases {
                 conn: conn(&w, &model),
                 live,
-                taken: picks
-                    .iter()
-                    .map(|(i, epoch)| {
-                        let shard = model
-                            .last_take
-                            .get(usize::from(*i))
-                            .copied()
-                            .unwrap_or(Shard::new(u32::from(*i)));
-                        (shard, u64::from(*epoch))
-                    })
+                taken: picked_epochs(&model, &picks)
                     .collect::<BTreeMap<_, _>>()
                     .into_iter()
                     .collect(),
