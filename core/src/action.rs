@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::cause::{Cause, LockFinding, TermEndCause};
 use crate::ids::{ConnId, TermId};
+use crate::rank::Candidate;
 
 /// One thing the driver must do, drained with [`Election::poll_action`](crate::Election::poll_action)
 /// in order.
@@ -109,6 +110,21 @@ pub enum Action<C> {
         /// The backend granted the lock, which must be the one that answers.
         backend_pid: i32,
     },
+    /// [`Options::preference`](crate::Options::preference): survey the live candidates of this
+    /// election and report [`Event::CandidatesSurveyed`](crate::Event::CandidatesSurveyed)
+    /// with each other replica's published rank and how long it has been a candidate, or
+    /// [`Event::SurveyFailed`](crate::Event::SurveyFailed). A standby's survey (`publish` is
+    /// its own candidacy: its rank, and how long it has been a candidate without a break)
+    /// first publishes it where every replica reads it, in the same statement, as the
+    /// server's time minus that age; the leader's (`publish` `None`) only reads. With the advisory lock `conn` is the standby's
+    /// borrowed connection or the leader's lock session; with a lease `conn` names the
+    /// operation, run on a pooled connection borrowed for it and given back.
+    SurveyCandidates {
+        /// The connection, or the operation's identifier.
+        conn: ConnId,
+        /// The candidacy to publish (a standby's), or `None` (the leader's survey).
+        publish: Option<Candidate>,
+    },
     /// Run `pg_advisory_unlock` on the lock connection, then report `UnlockDone` or
     /// `UnlockFailed`.
     Unlock {
@@ -209,6 +225,7 @@ impl<C> Action<C> {
             Self::AcquireConnection { conn }
             | Self::ProbePool { conn, .. }
             | Self::ProbeFitness { conn }
+            | Self::SurveyCandidates { conn, .. }
             | Self::TryLock { conn }
             | Self::WaitForLock { conn, .. }
             | Self::ReleaseIfHeld { conn }
@@ -349,6 +366,22 @@ pub enum LogKind {
     ProbeFailed,
     /// A fitness probe passed after one the server refused: the replica may lead again. INFO.
     FitAgain,
+    /// A better-ranked candidate had been live for the stabilization window: the leader gave
+    /// its term up ([`TermEndCause::Yielded`]) so that candidate takes over; the cause names
+    /// both ranks. INFO.
+    Yielded,
+    /// A standby found a better-ranked live candidate and makes no attempt while it is live
+    /// (at most [`Options::defer_limit`](crate::Options::defer_limit)), so the lock goes to
+    /// that candidate; once per candidate. INFO.
+    Deferring,
+    /// A standby deferred to a better candidate for the whole defer limit without that
+    /// candidate taking over: it makes its attempts again (the candidate, if it queues, still
+    /// comes first). WARN.
+    DeferLimitReached,
+    /// The survey of the candidates failed or did not answer: nothing is learnt of them. A
+    /// standby's check ends as a failed one; a lease leader's term goes on (an advisory
+    /// leader's survey runs on its lock session, whose failure ends the term). WARN.
+    SurveyFailed,
 }
 
 impl LogKind {
@@ -391,6 +424,12 @@ impl LogKind {
             }
             Self::FitAgain => "leader: the fitness probe passes again; this replica may lead",
             Self::ProbeFailed => "leader: run the fitness probe",
+            Self::Yielded => "leader: yielded background leadership to a better-ranked candidate",
+            Self::Deferring => "leader: deferring to a better-ranked candidate",
+            Self::DeferLimitReached => {
+                "leader: a better-ranked candidate did not take over within the defer limit;                  trying again"
+            }
+            Self::SurveyFailed => "leader: survey the candidates",
         }
     }
 
@@ -419,7 +458,9 @@ impl LogKind {
             | Self::Resigned
             | Self::ResignReleased
             | Self::GrantReleasedAfterWaitTimeout
-            | Self::FitAgain => Level::Info,
+            | Self::FitAgain
+            | Self::Yielded
+            | Self::Deferring => Level::Info,
             Self::AcquireFailed
             | Self::LeadershipLost
             | Self::ReleaseFailed
@@ -431,7 +472,9 @@ impl LogKind {
             | Self::StrandedLockReleased
             | Self::LeaseRenewalFailed
             | Self::Unfit
-            | Self::ProbeFailed => Level::Warn,
+            | Self::ProbeFailed
+            | Self::DeferLimitReached
+            | Self::SurveyFailed => Level::Warn,
             Self::PoolMultiplexes => Level::Error,
         }
     }

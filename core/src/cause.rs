@@ -5,8 +5,11 @@
 use std::fmt;
 use std::time::Duration;
 
-/// Why a term ended: it was lost (for a typed [`LossReason`]), stopped, resigned or, in a
-/// sharded election only, handed over. These four variants are all there are today; the enum is
+use crate::rank::{Candidate, Rank};
+
+/// Why a term ended: it was lost (for a typed [`LossReason`]), stopped, resigned, given up as
+/// unfit, yielded to a better-ranked candidate or, in a sharded election only, handed over. The
+/// enum is
 /// `#[non_exhaustive]`, so a later version may add one and a `match` outside this crate needs a
 /// `_` arm. Carried by [`Action::EndTerm`](crate::Action::EndTerm) (and by a shard's
 /// [`ShardAction::EndTerm`](crate::shards::ShardAction::EndTerm)), emitted exactly once per
@@ -27,16 +30,21 @@ pub enum TermEndCause {
     Unfit,
     /// Sharded elections only: the shard was handed over to another replica for balance.
     HandedOver,
+    /// A better-ranked candidate had been live for the stabilization window
+    /// ([`Options::preference`](crate::Options::preference)): the leader gave its term up on
+    /// purpose, so that candidate takes over, and stays a standby.
+    Yielded,
 }
 
 impl TermEndCause {
     /// Every cause a single election can end a term with, in a fixed order, for metrics that
     /// pre-register one series per cause: each [`LossReason`] as `Lost(_)`, then
-    /// [`Stopped`](Self::Stopped), [`Resigned`](Self::Resigned) and [`Unfit`](Self::Unfit). Not
+    /// [`Stopped`](Self::Stopped), [`Resigned`](Self::Resigned), [`Unfit`](Self::Unfit) and
+    /// [`Yielded`](Self::Yielded). Not
     /// every variant:
     /// [`HandedOver`](Self::HandedOver) ends only shard terms, so the sharded elector's metrics
     /// add it to this list.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::Lost(LossReason::CheckFailed),
         Self::Lost(LossReason::CheckTimedOut),
         Self::Lost(LossReason::SessionEnded),
@@ -51,6 +59,7 @@ impl TermEndCause {
         Self::Stopped,
         Self::Resigned,
         Self::Unfit,
+        Self::Yielded,
     ];
 
     /// Whether the term was lost rather than given up on purpose.
@@ -59,7 +68,7 @@ impl TermEndCause {
     }
 
     /// A stable `snake_case` label: the loss reason's ([`LossReason::label`]), `stopped`,
-    /// `resigned`, `unfit` or `handed_over`.
+    /// `resigned`, `unfit`, `handed_over` or `yielded`.
     pub const fn label(self) -> &'static str {
         match self {
             Self::Lost(reason) => reason.label(),
@@ -67,6 +76,7 @@ impl TermEndCause {
             Self::Resigned => "resigned",
             Self::Unfit => "unfit",
             Self::HandedOver => "handed_over",
+            Self::Yielded => "yielded",
         }
     }
 }
@@ -79,6 +89,7 @@ impl fmt::Display for TermEndCause {
             Self::Resigned => f.write_str("leadership resigned"),
             Self::Unfit => f.write_str("leadership given up: this replica cannot do the work"),
             Self::HandedOver => f.write_str("shard handed over for balance"),
+            Self::Yielded => f.write_str("leadership yielded to a better-ranked candidate"),
         }
     }
 }
@@ -267,6 +278,14 @@ pub enum Cause<C> {
     /// The pooled session still held the lock after a stranded lock was released on it (the
     /// lock was taken more than once on that server session).
     StrandedLockKept,
+    /// A better-ranked candidate is live ([`Options::preference`](crate::Options::preference)):
+    /// the leader yields to it, a standby defers to it.
+    Outranked {
+        /// The best live candidate.
+        by: Candidate,
+        /// This replica's rank.
+        mine: Rank,
+    },
     /// The fencing epoch the database returned is not greater than one this election already
     /// used (a restored backup, or a failover to a standby that missed it).
     EpochDidNotAdvance {
@@ -311,6 +330,11 @@ impl<C: fmt::Display> fmt::Display for Cause<C> {
             Self::StrandedLockKept => f.write_str(
                 "the pooled session still held the lock after its stranded lock was released \
                  (taken more than once on that server session); the connection is closed",
+            ),
+            Self::Outranked { by, mine } => write!(
+                f,
+                "a candidate of {} has been live for {:?}, better than this replica's {mine}",
+                by.rank, by.live_for
             ),
             Self::EpochDidNotAdvance { epoch, last } => write!(
                 f,

@@ -40,6 +40,7 @@ use crate::interval::{CheckInterval, UNLOCK_BUDGET};
 use crate::liveness::StuckLeader;
 use crate::options::{AcquireMode, Options};
 use crate::overdue::{Overdue, OverdueBook};
+use crate::rank::{self, Candidate, Rank};
 use crate::schedule::Schedule;
 use crate::verify::LockCheck;
 
@@ -49,13 +50,14 @@ mod leader;
 mod lease;
 mod mechanism;
 mod operator;
+mod preference;
 mod role;
 mod standby;
 mod stop;
 
 use self::role::{
-    Abandon, AfterRelease, Draining, Hold, Leader, LeaderCheck, Releasing, Role, Running, Standby,
-    State, accepts,
+    Abandon, AfterRelease, Deferral, Draining, Hold, Leader, LeaderCheck, Releasing, Role, Running,
+    Standby, State, Step, accepts,
 };
 pub use self::role::{Phase, Timer};
 
@@ -371,6 +373,8 @@ impl<C> Election<C> {
             unfit: false,
             hold_until: None,
             pool_proved: !self.options.proves_pool(),
+            deferral: None,
+            candidacy: None,
         });
         if self.eligible {
             // The first check, once the run's state exists (it may prove the pool first).
@@ -417,7 +421,12 @@ impl<C> Election<C> {
             Event::PoolProbed { first, second, .. } => self.on_pool_probed(now, first, second),
             Event::Fit { conn } => self.on_fit(now, conn),
             Event::Unfit { conn, cause } => self.on_unfit(now, conn, cause),
-            Event::ProbeFailed { cause, .. } => self.on_probe_failed(now, Cause::Error(cause)),
+            Event::ProbeFailed { cause, .. } | Event::SurveyFailed { cause, .. } => {
+                self.on_probe_failed(now, Cause::Error(cause));
+            }
+            Event::CandidatesSurveyed { conn, candidates } => {
+                self.on_surveyed(now, conn, &candidates);
+            }
             Event::LockGranted { conn, backend_pid } => self.on_granted(now, conn, backend_pid),
             Event::LockRefused { conn } => self.on_refused(now, conn),
             Event::LockWaitTimedOut { conn } => self.on_wait_timed_out(conn),

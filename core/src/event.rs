@@ -2,6 +2,7 @@
 
 use crate::control::Control;
 use crate::ids::{ConnId, TermId};
+use crate::rank::Candidate;
 use crate::verify::LockCheck;
 
 /// Something that happened, reported by the driver through
@@ -53,6 +54,21 @@ pub enum Event<C> {
     /// [`Action::ProbeFitness`](crate::Action::ProbeFitness) did not run to an answer (the
     /// connection broke, the pool failed): nothing is learnt of the replica's fitness.
     ProbeFailed {
+        /// The connection or operation.
+        conn: ConnId,
+        /// Why it failed.
+        cause: C,
+    },
+    /// [`Action::SurveyCandidates`](crate::Action::SurveyCandidates) answered: the live
+    /// candidates other than this replica (each replica's sessions may show more than once).
+    CandidatesSurveyed {
+        /// The connection or operation.
+        conn: ConnId,
+        /// Each live candidate's rank and how long it has been one.
+        candidates: Vec<Candidate>,
+    },
+    /// [`Action::SurveyCandidates`](crate::Action::SurveyCandidates) did not run to an answer.
+    SurveyFailed {
         /// The connection or operation.
         conn: ConnId,
         /// Why it failed.
@@ -206,6 +222,8 @@ impl<C> Event<C> {
             | Self::Fit { conn }
             | Self::Unfit { conn, .. }
             | Self::ProbeFailed { conn, .. }
+            | Self::CandidatesSurveyed { conn, .. }
+            | Self::SurveyFailed { conn, .. }
             | Self::LockGranted { conn, .. }
             | Self::LockRefused { conn }
             | Self::LockWaitTimedOut { conn }

@@ -368,6 +368,23 @@ impl ElectionRules {
                 }
                 Some(_) => {}
             },
+            Action::SurveyCandidates { publish, .. } if self.lease.is_some() => {
+                match (self.open_term, publish) {
+                    (None, Some(_)) => self.may_ask(conn)?,
+                    (Some(_), None)
+                        if matches!(
+                            event,
+                            Some(Event::LeaseRenewed { .. } | Event::Fit { .. })
+                        ) => {}
+                    (term, _) => {
+                        return Err(format!(
+                            "{conn} surveys the candidates (term {term:?}, publishing \
+                             {publish:?}) in answer to {}",
+                            input_name(event)
+                        ));
+                    }
+                }
+            }
             Action::ClaimLease { .. } => {
                 self.may_ask(conn)?;
                 if self.unfit {
@@ -551,15 +568,16 @@ impl ElectionRules {
         match event {
             Some(Event::Control(control)) => control.term_end(),
             Some(Event::Unfit { .. }) => Some(TermEndCause::Unfit),
+            Some(Event::CandidatesSurveyed { .. }) => Some(TermEndCause::Yielded),
             _ if self.lease.is_some() => match event {
                 None => lost(LossReason::LeaseExpired),
                 Some(Event::LeaseLost { .. }) => lost(LossReason::LeaseTaken),
                 Some(_) => None,
             },
             None => lost(LossReason::CheckTimedOut),
-            Some(Event::PingFailed { .. } | Event::ProbeFailed { .. }) => {
-                lost(LossReason::CheckFailed)
-            }
+            Some(
+                Event::PingFailed { .. } | Event::ProbeFailed { .. } | Event::SurveyFailed { .. },
+            ) => lost(LossReason::CheckFailed),
             Some(Event::SessionEnded { .. }) => lost(LossReason::SessionEnded),
             Some(Event::PingAnswered { found, .. }) => {
                 let granted = self.granted_pid?;
@@ -623,18 +641,38 @@ impl ElectionRules {
                 return Err(format!("{} on {conn} after it was closed", name(action)));
             }
             (
-                Action::TryLock { .. } | Action::WaitForLock { .. } | Action::ProbeFitness { .. },
+                Action::TryLock { .. }
+                | Action::WaitForLock { .. }
+                | Action::ProbeFitness { .. }
+                | Action::SurveyCandidates {
+                    publish: Some(_), ..
+                },
                 ConnState::Acquiring,
             ) if answered(|e| matches!(e, Event::ConnectionAcquired { .. })) => ConnState::Borrowed,
-            // The attempt after a probe that passed, on the probed connection.
+            // The attempt after a probe that passed, or after the survey, on that connection.
             (Action::TryLock { .. } | Action::WaitForLock { .. }, ConnState::Borrowed)
-                if answered(|e| matches!(e, Event::Fit { .. })) =>
+                if answered(|e| {
+                    matches!(e, Event::Fit { .. } | Event::CandidatesSurveyed { .. })
+                }) =>
             {
                 ConnState::Borrowed
             }
+            // The survey after a probe that passed, on the probed connection.
+            (
+                Action::SurveyCandidates {
+                    publish: Some(_), ..
+                },
+                ConnState::Borrowed,
+            ) if answered(|e| matches!(e, Event::Fit { .. })) => ConnState::Borrowed,
             // The leader's probe, after a check that proved the lock.
             (Action::ProbeFitness { .. }, ConnState::Hijacked)
                 if answered(|e| matches!(e, Event::PingAnswered { .. })) =>
+            {
+                ConnState::Hijacked
+            }
+            // The leader's survey, after a check that proved the lock (and a probe that passed).
+            (Action::SurveyCandidates { publish: None, .. }, ConnState::Hijacked)
+                if answered(|e| matches!(e, Event::PingAnswered { .. } | Event::Fit { .. })) =>
             {
                 ConnState::Hijacked
             }
@@ -645,6 +683,7 @@ impl ElectionRules {
                         Event::LockRefused { .. }
                             | Event::ReleasedIfHeld { .. }
                             | Event::Unfit { .. }
+                            | Event::CandidatesSurveyed { .. }
                     )
                 }) =>
             {

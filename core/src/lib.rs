@@ -38,6 +38,7 @@ mod machine;
 mod mechanism;
 mod options;
 mod overdue;
+pub mod rank;
 pub mod readiness;
 mod release;
 mod schedule;
@@ -62,7 +63,8 @@ pub use liveness::{STUCK_AFTER_INTERVALS, StuckLeader};
 pub use machine::Machine;
 pub use mechanism::Mechanism;
 pub use options::{
-    AcquireMode, MAX_STOP_GRACE_INTERVALS, OnOverdue, Options, StopGraceTooLong, WorkDeadline,
+    AcquireMode, MAX_STOP_GRACE_INTERVALS, OnOverdue, Options, PREEMPT_WINDOW_INTERVALS,
+    StopGraceTooLong, WorkDeadline,
 };
 pub use release::{Release, ReleaseOutcome};
 pub use verify::LockCheck;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::interval::CheckInterval;
 use crate::lease::Lease;
+use crate::rank::Rank;
 
 /// How a standby asks for the lock.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -64,7 +65,13 @@ pub struct Options {
     lease: Option<Lease>,
     prove_pool: bool,
     probe_fitness: bool,
+    rank: Option<Rank>,
+    preempt_window: Option<Duration>,
 }
+
+/// The default stabilization window of a preference ([`Options::preempt_window`]), in check
+/// intervals.
+pub const PREEMPT_WINDOW_INTERVALS: u32 = 2;
 
 /// How many check intervals a graceful stop may wait for leader work at most: the lock session
 /// is idle meanwhile, and one check interval plus the grace must stay well inside the
@@ -84,7 +91,53 @@ impl Options {
             lease: None,
             prove_pool: false,
             probe_fitness: false,
+            rank: None,
+            preempt_window: None,
         }
+    }
+
+    /// Ranks this replica among the candidates ([`crate::rank`]): before each attempt a
+    /// standby publishes its rank and surveys the others'
+    /// ([`Action::SurveyCandidates`](crate::Action::SurveyCandidates)), and defers while a
+    /// better-ranked one is live, so that a queued grant goes to the best; after each check
+    /// that proved its hold the leader surveys them too, and once the best candidate outranks
+    /// it and has been live for the [window](Self::preempt_window) (and the leader has led
+    /// that long), the leader gives its term up
+    /// ([`TermEndCause::Yielded`](crate::TermEndCause::Yielded)) and stays a standby. Unset
+    /// (the default): no survey, today's behaviour exactly.
+    #[must_use]
+    pub fn preference(mut self, rank: Rank) -> Self {
+        self.rank = Some(rank);
+        self
+    }
+
+    /// The rank this replica runs with, when it has one ([`preference`](Self::preference)).
+    pub fn rank_of(&self) -> Option<Rank> {
+        self.rank
+    }
+
+    /// The stabilization window `W` of a [preference](Self::preference): a better candidate
+    /// must have been live this long before the leader yields to it, and a leader leads at
+    /// least this long before it yields (so leadership moves at most once per window). Default
+    /// [`PREEMPT_WINDOW_INTERVALS`] check intervals; zero is taken as the default.
+    #[must_use]
+    pub fn preempt_window(mut self, window: Duration) -> Self {
+        self.preempt_window = (!window.is_zero()).then_some(window);
+        self
+    }
+
+    /// The stabilization window in force ([`preempt_window`](Self::preempt_window)).
+    pub fn preempt_window_of(&self) -> Duration {
+        self.preempt_window
+            .unwrap_or(self.interval.get() * PREEMPT_WINDOW_INTERVALS)
+    }
+
+    /// How long a standby defers to a better candidate that does not take the lock: the
+    /// window and two intervals more, after which it makes its attempts again (queued behind
+    /// the better one, which still wins a queued grant), so a candidate that publishes but
+    /// cannot lead never leaves the election without a leader.
+    pub fn defer_limit(&self) -> Duration {
+        self.preempt_window_of() + self.interval.get() * 2
     }
 
     /// Advisory lock: before the first grant of every run, prove that the pool's sessions are

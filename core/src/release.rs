@@ -121,7 +121,11 @@ impl<C> LogRecord<C> {
                 | LogKind::PoolMultiplexes
                 | LogKind::Unfit
                 | LogKind::FitAgain
-                | LogKind::ProbeFailed,
+                | LogKind::ProbeFailed
+                | LogKind::Yielded
+                | LogKind::Deferring
+                | LogKind::DeferLimitReached
+                | LogKind::SurveyFailed,
                 _,
             ) => return None,
         };

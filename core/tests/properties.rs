@@ -1,5 +1,6 @@
 //! Property tests: random faults, latencies and control inputs against the invariant checker
-//! and the cross-replica bounds; a liveness phase ends every case.
+//! and the cross-replica bounds; a liveness phase ends every case (with ranks in half the
+//! cases: then the leader ends up of the best rank, and stays).
 //!
 //! `PROPTEST_CASES` sets the number of cases (default 256).
 
@@ -8,6 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{I, World};
+use plexsphere_leader_core::rank::{Rank, Version};
 use plexsphere_leader_core::{AcquireMode, Control, Lease, OnOverdue, Options, UNLOCK_BUDGET};
 use proptest::prelude::*;
 
@@ -102,8 +104,29 @@ fn options() -> impl Strategy<Value = Options> {
         })
 }
 
-fn run(options: Options, ops: &[Op]) -> Result<(), String> {
-    let mut world = World::with_options(REPLICAS, Duration::from_millis(1), options);
+/// The ranks of a case's replicas, by index into [`VERSIONS`]; `None`: unranked.
+fn ranks() -> impl Strategy<Value = Option<[usize; REPLICAS]>> {
+    prop_oneof![
+        1 => Just(None),
+        1 => prop::array::uniform3(0..VERSIONS.len()).prop_map(Some),
+    ]
+}
+
+/// The versions a ranked case's replicas run (equal ranks are allowed).
+const VERSIONS: [&str; 3] = ["1.0.0", "1.1.0-rc.1", "1.1.0"];
+
+fn rank(index: usize) -> Rank {
+    Rank::of_version(Version::parse(VERSIONS[index]).expect("a valid version"))
+}
+
+fn run(options: Options, ranks: Option<[usize; REPLICAS]>, ops: &[Op]) -> Result<(), String> {
+    let each = (0..REPLICAS)
+        .map(|r| match ranks {
+            Some(ranks) => options.preference(rank(ranks[r])),
+            None => options,
+        })
+        .collect();
+    let mut world = World::with_each(Duration::from_millis(1), each);
     for r in 0..REPLICAS {
         world.start(r)?;
     }
@@ -131,12 +154,14 @@ fn run(options: Options, ops: &[Op]) -> Result<(), String> {
             Op::SetFit(r, fit) => world.replicas[r].unfit = !fit,
         }
     }
-    liveness(&mut world)
+    liveness(&mut world, ranks)
 }
 
 /// Faults stop, every replica runs with a short latency: within a few intervals exactly one
 /// replica leads, on the session that holds the lock, and every other replica stays standby.
-fn liveness(world: &mut World) -> Result<(), String> {
+/// With ranks, within two windows and the defer limit more the leader is one of the best rank,
+/// and stays so.
+fn liveness(world: &mut World, ranks: Option<[usize; REPLICAS]>) -> Result<(), String> {
     for replica in &mut world.replicas {
         replica.latency = Duration::from_millis(1);
         replica.lose_next_reply = false;
@@ -165,6 +190,28 @@ fn liveness(world: &mut World) -> Result<(), String> {
             world.elapsed()
         ));
     }
+    if let Some(ranks) = ranks {
+        // A worse leader yields once the best has been a candidate for a window and it has
+        // led one; a deferral to a vanished candidate ends within the defer limit.
+        let options = world.replicas[0].election.options();
+        world.advance(2 * options.preempt_window_of() + options.defer_limit() + 2 * I)?;
+        let best = ranks.iter().max().copied();
+        let leaders = world.leaders();
+        if leaders.len() != 1 || Some(ranks[leaders[0]]) != best {
+            return Err(format!(
+                "preference: leaders {leaders:?} with ranks {ranks:?} at {:?}",
+                world.elapsed()
+            ));
+        }
+        let moves = world.replicas.iter().map(|r| r.terms).sum::<u64>();
+        world.advance(10 * I)?;
+        let after = world.replicas.iter().map(|r| r.terms).sum::<u64>();
+        if after != moves || world.leaders() != leaders {
+            return Err(format!(
+                "preference: leadership moved again among {ranks:?}"
+            ));
+        }
+    }
     // Then a graceful stop of everyone leaves no lock and no open term.
     for r in 0..REPLICAS {
         world.event(r, Control::Cancelled)?;
@@ -183,9 +230,10 @@ proptest! {
     #[test]
     fn invariants_and_bounds_hold_under_random_faults(
         options in options(),
+        ranks in ranks(),
         ops in prop::collection::vec(op(), 0..120),
     ) {
-        if let Err(violation) = run(options, &ops) {
+        if let Err(violation) = run(options, ranks, &ops) {
             prop_assert!(false, "{violation}");
         }
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use plexsphere_leader_core::Options;
+use plexsphere_leader_core::rank::{Rank, Version};
 
 pub use crate::clock::{Clock, TokioClock};
 pub use crate::identity::{IdentityError, MAX_IDENTITY_LEN};
@@ -38,6 +39,8 @@ use crate::session::SessionSource;
 /// | `lease`          | off: the session advisory lock          | hold a lease row instead, for a transaction-mode pooler ([`Config::lease`]) |
 /// | `eligible`       | `true`                                  | whether this replica may lead at all ([`Elector::set_eligible`](crate::Elector::set_eligible) changes it) |
 /// | `fitness_probe`  | none: a read-only session is the only unfit one | a statement that must succeed before this replica leads, and after each of its checks ([`Config::fitness_probe`]) |
+/// | `version`, `priority` | none: unranked                     | this replica's rank: the leader yields to a better-ranked live candidate ([`Config::version`]) |
+/// | `preempt_window` | two check intervals                     | how long a better candidate is live, and a leader leads, before it yields |
 /// | `resign_hold_off`| two check intervals                     | how long [`Elector::resign`](crate::Elector::resign) keeps the replica from trying the lock |
 /// | `work_deadline`  | none                                    | report (and optionally abort) leader work still running this long after its term ended |
 /// | `key`            | [`LockKey::DEFAULT`], `(1886156915, 1)` | the advisory lock: electors with the same key elect one leader |
@@ -72,6 +75,9 @@ pub struct Config {
     pub(crate) resign_hold_off: Option<Duration>,
     pub(crate) key: LockKey,
     pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) version: Option<String>,
+    pub(crate) priority: Option<u32>,
+    pub(crate) preempt_window: Option<Duration>,
 }
 
 /// What happens to leader work still running
@@ -103,7 +109,63 @@ impl Config {
             resign_hold_off: None,
             key: LockKey::DEFAULT,
             clock: Arc::new(TokioClock),
+            version: None,
+            priority: None,
+            preempt_window: None,
         }
+    }
+
+    /// Ranks this replica by its release number (`"1.4.2"`, `"v2.0.0-rc.1"`; see
+    /// [`Version`]), so that a rolling deploy moves
+    /// leadership once, to the newest version: a standby publishes its rank and defers while a
+    /// better-ranked replica is a live candidate, and the leader yields
+    /// ([`TermEndCause::Yielded`](crate::TermEndCause::Yielded)) once the best candidate
+    /// outranks it and has been live for the [window](Config::preempt_window), by its ordered
+    /// stop: the queued grant goes to that candidate. Replicas of equal rank never yield to one
+    /// another; unset (and no [`priority`](Config::priority)), nothing is published or read
+    /// and the election behaves as without ranks. With the advisory lock the candidacy is
+    /// published in the standby's `application_name` (read from `pg_stat_activity`: replicas
+    /// of one role see each other); with a lease, in the unlogged table
+    /// `plexsphere_leader_candidate` that [`lease::setup`](crate::lease::setup) creates.
+    /// Validated by [`Elector::new`](crate::Elector::new) ([`ConfigError::Version`]).
+    #[must_use]
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
+        self
+    }
+
+    /// The operator's priority in the rank ([`Config::version`]): a higher priority is
+    /// preferred whatever the versions (default 0). Setting it alone ranks this replica with
+    /// version 0.
+    #[must_use]
+    pub fn priority(mut self, priority: u32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// The stabilization window of a ranked election ([`Config::version`]): a better candidate
+    /// must have been live this long before the leader yields to it, and a leader leads at
+    /// least this long before it yields, so leadership moves at most once per window. Default
+    /// two check intervals; `Duration::ZERO` means the default.
+    #[must_use]
+    pub fn preempt_window(mut self, window: Duration) -> Self {
+        self.preempt_window = Some(window);
+        self
+    }
+
+    /// The validated rank, when the replica is ranked.
+    pub(crate) fn rank(&self) -> Result<Option<Rank>, ConfigError> {
+        if self.version.is_none() && self.priority.is_none() {
+            return Ok(None);
+        }
+        let version = match &self.version {
+            Some(text) => Version::parse(text)?,
+            None => Version::new(0, 0, 0),
+        };
+        Ok(Some(Rank {
+            priority: self.priority.unwrap_or(0),
+            version,
+        }))
     }
 
     /// How a standby asks for the lock. [`AcquireMode::Queue`] waits in the server's lock queue
@@ -299,6 +361,12 @@ impl Config {
         if let Some((after, on_overdue)) = self.common.work_deadline {
             options = options.work_deadline(after, on_overdue);
         }
+        if let Some(rank) = self.rank()? {
+            options = options.preference(rank);
+        }
+        if let Some(window) = self.preempt_window {
+            options = options.preempt_window(window);
+        }
         if let Some(lease) = self.common.lease(interval)? {
             if self.acquire_mode != AcquireMode::Poll {
                 return Err(ConfigError::LeaseQueued);
@@ -327,6 +395,9 @@ impl fmt::Debug for Config {
             .field("resign_hold_off", &self.resign_hold_off)
             .field("work_deadline", &self.common.work_deadline)
             .field("key", &self.key)
+            .field("version", &self.version)
+            .field("priority", &self.priority)
+            .field("preempt_window", &self.preempt_window)
             .field("identity", &self.common.identity)
             .field("clock", &self.clock)
             .finish()

@@ -15,6 +15,7 @@ use crate::term::TermShared;
 pub(crate) mod fitness;
 pub(crate) mod lease;
 pub(crate) mod pool;
+pub(crate) mod survey;
 
 /// A borrowed session that is closed, not given back, unless its statement answered (a
 /// statement given up would leave the next one queued behind it on that session).

@@ -413,6 +413,9 @@ pub enum ConfigError {
     /// The fitness probe ([`Config::fitness_probe`](crate::Config::fitness_probe)) is blank.
     #[error("the fitness probe is blank: name a statement that must succeed, or set none")]
     FitnessProbe,
+    /// The version of [`Config::version`](crate::Config::version) is not a release number.
+    #[error("version: {0}")]
+    Version(#[from] plexsphere_leader_core::rank::VersionError),
     /// The lease mechanism was asked for with the queued acquire mode: a lease has no
     /// server-side queue.
     #[error("the lease mechanism takes no queued acquire mode: use AcquireMode::Poll")]

@@ -97,6 +97,9 @@ pub use elector::Elector;
 pub use error::{ConfigError, RunError};
 pub use key::LockKey;
 pub use leadership::Leadership;
+/// A replica's rank ([`Config::version`], [`Config::priority`]): the release number's order
+/// and the candidacies the surveys find.
+pub use plexsphere_leader_core::rank;
 pub use plexsphere_leader_core::{LossReason, TermEndCause};
 pub use term::Term;
 

@@ -66,7 +66,7 @@ impl Observer {
             Action::Log(record) => self.log(record, now),
             // A standby check begins: whatever an earlier check left is moot.
             Action::AcquireConnection { .. } | Action::ProbePool { .. } => self.check = None,
-            Action::ProbeFitness { .. } => {}
+            Action::ProbeFitness { .. } | Action::SurveyCandidates { .. } => {}
             Action::ReturnToPool { .. }
             | Action::ReleaseIfHeld { .. }
             | Action::ReportOverdueWork { .. }

@@ -5,6 +5,7 @@
 
 pub use crate::key::LockKey;
 
+pub mod candidacy;
 pub mod lease;
 
 /// The first `int4` of the default leader lock key ([`LockKey::DEFAULT`]): `0x706C7873`, ASCII

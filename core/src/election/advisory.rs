@@ -60,7 +60,7 @@ impl<C> Election<C> {
             let role = self.probe_before_attempt(now, conn);
             self.set_role(role);
         } else {
-            self.try_lock_on(now, conn, false);
+            self.prepare_attempt(now, conn);
         }
     }
 

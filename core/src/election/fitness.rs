@@ -12,6 +12,7 @@ impl<C> Election<C> {
         Role::Standby(Standby::Probing {
             conn,
             deadline: now + self.interval().get(),
+            step: Step::Fitness,
         })
     }
 
@@ -27,7 +28,11 @@ impl<C> Election<C> {
         };
         self.push(Action::ProbeFitness { conn });
         if let Some(leader) = self.leader_mut() {
-            leader.check = LeaderCheck::Probing { conn, deadline };
+            leader.check = LeaderCheck::Probing {
+                conn,
+                deadline,
+                step: Step::Fitness,
+            };
         }
     }
 
@@ -43,8 +48,12 @@ impl<C> Election<C> {
             return;
         };
         match running.role {
+            Role::Leader(Leader {
+                check: LeaderCheck::Probing { deadline, .. },
+                ..
+            }) => self.after_verified(now, deadline),
             Role::Leader(_) => self.after_leader_check(now),
-            Role::Standby(_) => self.attempt_after_probe(now, conn),
+            Role::Standby(_) => self.prepare_attempt(now, conn),
             Role::Draining(_) | Role::Releasing(_) => {}
         }
     }
@@ -75,13 +84,26 @@ impl<C> Election<C> {
         }
     }
 
-    /// The probe did not answer (it failed, or its deadline passed): nothing is learnt. A
+    /// The probe, or the survey, did not answer (it failed, or its deadline passed): nothing is learnt. A
     /// standby's check ends as a failed one; a leader's check fails as a check that did not
     /// answer would (an advisory lock session in an unknown state ends the term, a lease is
     /// still trusted until its window ends).
     pub(super) fn on_probe_failed(&mut self, now: Instant, cause: Cause<C>) {
         let State::Running(running) = &self.state else {
             return;
+        };
+        let kind = match running.role {
+            Role::Standby(Standby::Probing {
+                step: Step::Survey, ..
+            })
+            | Role::Leader(Leader {
+                check:
+                    LeaderCheck::Probing {
+                        step: Step::Survey, ..
+                    },
+                ..
+            }) => LogKind::SurveyFailed,
+            _ => LogKind::ProbeFailed,
         };
         // A lease's probe that answered left nothing in flight; one that did not is given up.
         let in_flight = matches!(cause, Cause::TimedOut(_)) || self.answered_leaves_conn();
@@ -92,14 +114,14 @@ impl<C> Election<C> {
                 }
                 let term = self.leader_mut().map(|leader| leader.term);
                 self.after_leader_check(now);
-                self.log(LogKind::ProbeFailed, term, Some(cause));
+                self.log(kind, term, Some(cause));
             }
             Role::Leader(_) => self.lose_unproven(now, cause),
             Role::Standby(_) => {
                 if in_flight {
                     self.close_open_conn();
                 }
-                self.log(LogKind::ProbeFailed, None, Some(cause));
+                self.log(kind, None, Some(cause));
                 self.wait_as_standby(now);
             }
             Role::Draining(_) | Role::Releasing(_) => {}

@@ -18,7 +18,7 @@ impl<C> Election<C> {
         if self.options.probes_fitness() {
             self.probe_as_leader(deadline);
         } else {
-            self.after_leader_check(now);
+            self.after_verified(now, deadline);
         }
     }
 

@@ -17,7 +17,8 @@ impl<C> Election<C> {
     }
 
     /// A standby's attempt begins: a connection for the advisory grant (after the pool's
-    /// proof), or the lease's claim (after the fitness probe, when the election probes).
+    /// proof), or the lease's claim (after the fitness probe and the survey, when the election
+    /// runs them).
     pub(super) fn begin_attempt(&mut self, now: Instant) -> Role {
         match self.mechanism() {
             Mechanism::Advisory => self.begin_grant(now),
@@ -25,12 +26,16 @@ impl<C> Election<C> {
                 let conn = self.next_conn();
                 self.probe_before_attempt(now, conn)
             }
-            Mechanism::Lease(_) => self.claim(now),
+            Mechanism::Lease(_) => match self.options.rank_of() {
+                Some(rank) => self.survey_before_attempt(now, None, rank),
+                None => self.claim(now),
+            },
         }
     }
 
-    /// The probe before an attempt passed on `conn`: the attempt goes on.
-    pub(super) fn attempt_after_probe(&mut self, now: Instant, conn: ConnId) {
+    /// The steps before the attempt are over (on `conn`, the advisory lock's borrowed
+    /// connection): the attempt itself.
+    pub(super) fn attempt(&mut self, now: Instant, conn: ConnId) {
         match self.mechanism() {
             Mechanism::Advisory => self.try_lock_on(now, conn, false),
             Mechanism::Lease(_) => {

@@ -52,6 +52,7 @@ pub enum Phase {
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
+#[allow(clippy::large_enum_variant)] // reason: one per election; boxing would buy nothing
 pub(super) enum State {
     Idle,
     Running(Running),
@@ -68,6 +69,31 @@ pub(super) struct Running {
     pub(super) hold_until: Option<Instant>,
     /// The pool proof answered that the pool's sessions are this client's own (or is off).
     pub(super) pool_proved: bool,
+    /// The better candidate this standby defers to, if any.
+    pub(super) deferral: Option<Deferral>,
+    /// This standby's own candidacy: when it began, and its last survey (a gap of more than
+    /// two intervals, or a term, begins a new one).
+    pub(super) candidacy: Option<(Instant, Instant)>,
+}
+
+/// A standby's deferral to a better-ranked candidate ([`Options::preference`]).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct Deferral {
+    /// The rank deferred to: a better one begins a new deferral.
+    pub(super) to: Rank,
+    /// When the deferral began.
+    pub(super) since: Instant,
+    /// The defer limit passed: the standby attempts again (said once).
+    pub(super) over: bool,
+}
+
+/// The statement a check runs before its attempt, or after a leader's check that proved the
+/// hold: the fitness probe ([`Options::probe_fitness`]), or the survey of the candidates
+/// ([`Options::preference`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Step {
+    Fitness,
+    Survey,
 }
 
 /// What a replica does once its lock is given up on purpose.
@@ -101,11 +127,12 @@ pub(super) enum Standby {
         conn: ConnId,
         deadline: Instant,
     },
-    /// The fitness probe before the attempt ([`Options::probe_fitness`]): on the borrowed
+    /// The fitness probe or the survey before the attempt ([`Step`]): on the borrowed
     /// connection `conn` (advisory lock), or operation `conn` (lease).
     Probing {
         conn: ConnId,
         deadline: Instant,
+        step: Step,
     },
     TryingLock {
         conn: ConnId,
@@ -142,6 +169,8 @@ pub(super) struct Leader {
     pub(super) hold: Hold,
     /// When the lock was last proven: the grant, then each check that proved it.
     pub(super) verified_at: Instant,
+    /// When the term began.
+    pub(super) since: Instant,
     pub(super) check: LeaderCheck,
 }
 
@@ -181,11 +210,12 @@ pub(super) enum LeaderCheck {
         sent_at: Instant,
         deadline: Instant,
     },
-    /// The fitness probe after a check that proved the hold ([`Options::probe_fitness`]): on
-    /// the lock session, or operation `conn` (lease); `deadline` is the check's.
+    /// The fitness probe or the survey after a check that proved the hold ([`Step`]): on the
+    /// lock session, or operation `conn` (lease); `deadline` is the check's.
     Probing {
         conn: ConnId,
         deadline: Instant,
+        step: Step,
     },
 }
 
@@ -286,13 +316,32 @@ pub(super) fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
             event,
             Event::PoolProbed { .. } | Event::AcquireFailed { .. }
         ),
-        Role::Standby(Standby::Probing { .. })
+        Role::Standby(Standby::Probing {
+            step: Step::Fitness,
+            ..
+        })
         | Role::Leader(Leader {
-            check: LeaderCheck::Probing { .. },
+            check:
+                LeaderCheck::Probing {
+                    step: Step::Fitness,
+                    ..
+                },
             ..
         }) => matches!(
             event,
             Event::Fit { .. } | Event::Unfit { .. } | Event::ProbeFailed { .. }
+        ),
+        Role::Standby(Standby::Probing {
+            step: Step::Survey, ..
+        })
+        | Role::Leader(Leader {
+            check: LeaderCheck::Probing {
+                step: Step::Survey, ..
+            },
+            ..
+        }) => matches!(
+            event,
+            Event::CandidatesSurveyed { .. } | Event::SurveyFailed { .. }
         ),
         Role::Standby(Standby::TryingLock { .. }) => matches!(
             event,

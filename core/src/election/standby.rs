@@ -48,6 +48,11 @@ impl<C> Election<C> {
 
     pub(super) fn begin_term(&mut self, now: Instant, hold: Hold, epoch: Option<u64>) {
         let term = self.ids.next_term();
+        if let State::Running(running) = &mut self.state {
+            // A leader is no candidate: after its term, a new candidacy begins.
+            running.candidacy = None;
+            running.deferral = None;
+        }
         self.push(Action::BeginTerm { term, epoch });
         self.log(LogKind::LeadershipAcquired, Some(term), None);
         let next_check = self.next_check(now);
@@ -55,6 +60,7 @@ impl<C> Election<C> {
             term,
             hold,
             verified_at: now,
+            since: now,
             check: LeaderCheck::Waiting { next_check },
         }));
     }

@@ -13,6 +13,7 @@ pub(super) fn is_stop_input<C>(event: &Event<C>) -> bool {
             Control::Cancelled | Control::Resign { .. } | Control::SetEligible { eligible: false }
         ) | Event::WorkDrained { .. }
             | Event::Unfit { .. }
+            | Event::CandidatesSurveyed { .. }
     )
 }
 
@@ -27,6 +28,7 @@ pub(super) fn name<C>(action: &Action<C>) -> &'static str {
         Action::AcquireConnection { .. } => "AcquireConnection",
         Action::ProbePool { .. } => "ProbePool",
         Action::ProbeFitness { .. } => "ProbeFitness",
+        Action::SurveyCandidates { .. } => "SurveyCandidates",
         Action::TryLock { .. } => "TryLock",
         Action::WaitForLock { .. } => "WaitForLock",
         Action::AdvanceEpoch { .. } => "AdvanceEpoch",
@@ -59,6 +61,8 @@ pub(super) fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
         Some(Event::Fit { .. }) => "Fit",
         Some(Event::Unfit { .. }) => "Unfit",
         Some(Event::ProbeFailed { .. }) => "ProbeFailed",
+        Some(Event::CandidatesSurveyed { .. }) => "CandidatesSurveyed",
+        Some(Event::SurveyFailed { .. }) => "SurveyFailed",
         Some(Event::LockGranted { .. }) => "LockGranted",
         Some(Event::LockRefused { .. }) => "LockRefused",
         Some(Event::LockWaitTimedOut { .. }) => "LockWaitTimedOut",

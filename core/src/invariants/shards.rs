@@ -152,8 +152,8 @@ fn check_end<C>(event: Option<&ShardEvent<C>>, cause: TermEndCause) -> Result<()
     };
     let allowed = match cause {
         TermEndCause::Stopped | TermEndCause::Resigned => asked == Some(cause),
-        // Sharded elections do not probe their fitness.
-        TermEndCause::Unfit => false,
+        // Sharded elections do not probe their fitness nor rank their members.
+        TermEndCause::Unfit | TermEndCause::Yielded => false,
         TermEndCause::HandedOver => survey,
         TermEndCause::Lost(reason) => match abandon {
             Some(abandoned) => reason == abandoned,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use plexsphere_leader_core::invariants::{Checker, Input};
+use plexsphere_leader_core::rank::{Candidate, Rank};
 use plexsphere_leader_core::{
     AcquireMode, Action, CheckInterval, ConnId, Election, Event, LockCheck, Options,
 };
@@ -67,7 +68,13 @@ pub(crate) struct Server {
     pub(crate) epoch: u64,
     /// The lease row, once claimed.
     pub(crate) lease: Option<LeaseRow>,
+    /// Each replica's published candidacy: its rank, since when it has been a candidate
+    /// without a break, and its last survey (live while within [`CANDIDATE_FRESH`]).
+    pub(crate) candidates: BTreeMap<usize, (Rank, Instant, Instant)>,
 }
+
+/// How long a published candidacy stays live after its last survey: two intervals.
+pub(crate) const CANDIDATE_FRESH: Duration = Duration::from_millis(2 * I.as_millis() as u64);
 
 /// The world.
 pub(crate) struct World {
@@ -91,14 +98,21 @@ impl World {
     }
 
     pub(crate) fn with_options(replicas: usize, latency: Duration, options: Options) -> Self {
+        Self::with_each(latency, vec![options; replicas])
+    }
+
+    /// A world of one replica per entry of `options` (which may differ in their ranks only).
+    pub(crate) fn with_each(latency: Duration, each: Vec<Options>) -> Self {
+        let options = each[0];
         let t0 = Instant::now();
         let grant_budget = if options.acquire_mode() == AcquireMode::Queue {
             options.queued_grant_budget()
         } else {
             I
         };
-        let replicas = (0..replicas)
-            .map(|_| Replica {
+        let replicas = each
+            .into_iter()
+            .map(|options| Replica {
                 election: Election::with_options(options),
                 checker: match options.lease_of() {
                     Some(lease) => Checker::new().for_lease(lease),
@@ -291,6 +305,11 @@ impl World {
                 cause: "permission denied",
             }),
             Action::ProbeFitness { conn } => Some(Event::Fit { conn }),
+            Action::SurveyCandidates { conn, .. } if fail => Some(Event::SurveyFailed {
+                conn,
+                cause: "survey error",
+            }),
+            Action::SurveyCandidates { conn, publish } => Some(self.survey(r, conn, publish)),
             Action::TryLock { conn } if fail => Some(Event::LockQueryFailed {
                 conn,
                 cause: "query error",
@@ -546,6 +565,28 @@ impl World {
                 }
             }
         }
+    }
+
+    /// The model server's survey: `r` publishes `publish` (as the server's time minus its
+    /// age), and reads every other live candidacy.
+    fn survey(&mut self, r: usize, conn: ConnId, publish: Option<Candidate>) -> Event<Cause> {
+        let now = self.now;
+        let live = |seen: Instant| now.saturating_duration_since(seen) <= CANDIDATE_FRESH;
+        if let Some(mine) = publish {
+            let since = now.checked_sub(mine.live_for).unwrap_or(now);
+            self.server.candidates.insert(r, (mine.rank, since, now));
+        }
+        let candidates = self
+            .server
+            .candidates
+            .iter()
+            .filter(|(other, (_, _, seen))| **other != r && live(*seen))
+            .map(|(_, &(rank, since, _))| Candidate {
+                rank,
+                live_for: now - since,
+            })
+            .collect();
+        Event::CandidatesSurveyed { conn, candidates }
     }
 
     fn end_session(&mut self, session: (usize, ConnId)) {

@@ -328,6 +328,10 @@ const CREATE_MEMBERS_IF_NOT_EXISTS: &str = "create table if not exists $name ( c
      primary key ( classid , member ) )";
 const CREATE_OWNERS_IF_NOT_EXISTS: &str = "create table if not exists $name ( classid int4 not \
      null , shard int4 not null , member int4 , primary key ( classid , shard ) )";
+const CREATE_CANDIDATES_IF_NOT_EXISTS: &str = "create unlogged table if not exists $name ( \
+     classid int4 not null , objid int4 not null , holder text not null , candidacy text not \
+     null , seen_ms int8 not null , age_ms int8 not null , primary key ( classid , objid , \
+     holder ) )";
 const CREATE_SEQUENCE_IF_NOT_EXISTS: &str =
     "create sequence if not exists $name as int4 minvalue 1 cycle";
 const ADVANCE_EPOCH: &str = "insert into $name as $name ( classid , objid , epoch ) values \
@@ -348,6 +352,7 @@ fn fence_statement(toks: &[Tok]) -> Option<Statement> {
         .or_else(|| create(CREATE_LEASE, TableKind::Lease, false))
         .or_else(|| create(CREATE_MEMBERS_IF_NOT_EXISTS, TableKind::Members, true))
         .or_else(|| create(CREATE_OWNERS_IF_NOT_EXISTS, TableKind::Owners, true))
+        .or_else(|| create(CREATE_CANDIDATES_IF_NOT_EXISTS, TableKind::Candidates, true))
         .or_else(|| create(CREATE_SEQUENCE_IF_NOT_EXISTS, TableKind::Sequence, true));
     if let Some((caps, kind, if_not_exists)) = created {
         let name = caps.first().map(tok_name)?;
@@ -1222,7 +1227,7 @@ mod tests {
     }
 
     #[test]
-    fn the_lease_setup_creates_both_tables_and_a_claim_runs_after_its_set_local() {
+    fn the_lease_setup_creates_its_tables_and_a_claim_runs_after_its_set_local() {
         let key = plexsphere_leader::LockKey::DEFAULT;
         let setup = parse(&plexsphere_leader::sql::lease::setup(
             plexsphere_leader::sql::lease::DEFAULT_SCHEMA,
@@ -1252,7 +1257,8 @@ mod tests {
             kinds,
             [
                 ("plexsphere_leader_lease", TableKind::Lease),
-                ("plexsphere_leader_fence", TableKind::Fence)
+                ("plexsphere_leader_fence", TableKind::Fence),
+                ("plexsphere_leader_candidate", TableKind::Candidates)
             ]
         );
         let claim = parse(&plexsphere_leader::sql::lease::claim(

@@ -53,6 +53,9 @@ pub(crate) enum TableKind {
     Owners,
     /// `CREATE SEQUENCE … AS int4 MINVALUE 1 CYCLE`: the members' ids.
     Sequence,
+    /// The lease's unlogged table of ranked replicas' candidacies: created by the lease's
+    /// setup, never written (the simulation's replicas are unranked).
+    Candidates,
 }
 
 /// A table of one of the modelled shapes.
@@ -64,6 +67,8 @@ enum Table {
     Owners(OwnerTable),
     /// The value the sequence's last `nextval` returned (`None`: never called).
     Sequence(Option<i32>),
+    /// The candidacies' table, never written here.
+    Candidates,
 }
 
 /// The committed tables of one instance (or of a primary and its synchronous standbys).
@@ -86,6 +91,7 @@ impl Storage {
             TableKind::Lease | TableKind::Members => Table::Lease(kind, LeaseTable::new()),
             TableKind::Owners => Table::Owners(OwnerTable::new()),
             TableKind::Sequence => Table::Sequence(None),
+            TableKind::Candidates => Table::Candidates,
         };
         tables.insert(name.to_owned(), table);
         true

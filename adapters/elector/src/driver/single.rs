@@ -177,6 +177,28 @@ impl Mode for Single {
                     });
                 }
             }
+            Action::SurveyCandidates { conn, publish } => {
+                let reading = connection::survey::Reading {
+                    key,
+                    live: self.inner.interval().get() * sql::candidacy::LIVE_INTERVALS,
+                };
+                if self.inner.holds_a_lease() {
+                    let table = sql::candidacy::candidate_table(self.inner.lease_schema());
+                    let statement = sql::candidacy::survey_rows(&table, key, &self.holder, publish);
+                    io.run(connection::survey::pooled(
+                        self.inner.sessions(),
+                        conn,
+                        statement,
+                        reading,
+                    ));
+                } else {
+                    let mine = publish.map(|candidate| (candidate, identity));
+                    let statement = sql::candidacy::survey_sessions(key, mine);
+                    io.start_on(conn, |held| {
+                        connection::survey::on_session(held, conn, statement, reading)
+                    });
+                }
+            }
             Action::TryLock { conn } => {
                 let statement = sql::try_lock(key, identity, idle_ms);
                 io.start_on(conn, |held| connection::try_lock(held, conn, statement));

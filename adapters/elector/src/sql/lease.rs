@@ -42,19 +42,21 @@ pub(crate) fn fence_table(schema: &str) -> String {
 pub const SETUP_LOCK: i64 = 0x706C_7873_5F73_6574;
 
 /// The idempotent setup the lease mechanism needs, run once per database (by a migration or
-/// [`lease::setup`](crate::lease::setup)): the lease table and the fence table, in one implicit
-/// transaction that first takes [`SETUP_LOCK`], so that replicas starting together do not
-/// race (two concurrent `CREATE TABLE IF NOT EXISTS` of one table fail one of them with a
-/// unique violation of `pg_type`), quietly ([`QUIET_SETUP`]). Both
-/// tables are created in `schema` (which must exist), named with it.
+/// [`lease::setup`](crate::lease::setup)): the lease table, the fence table and the unlogged
+/// table of ranked replicas' candidacies ([`CANDIDATE_TABLE`](super::candidacy::CANDIDATE_TABLE)),
+/// in one implicit transaction that first takes [`SETUP_LOCK`], so that replicas starting
+/// together do not race (two concurrent `CREATE TABLE IF NOT EXISTS` of one table fail one of
+/// them with a unique violation of `pg_type`), quietly ([`QUIET_SETUP`]). The tables are
+/// created in `schema` (which must exist), named with it.
 pub fn setup(schema: &str) -> String {
     let fence = FENCE_SETUP.replacen(super::FENCE_TABLE, &fence_table(schema), 1);
     format!(
         "{QUIET_SETUP}SELECT pg_advisory_xact_lock({SETUP_LOCK}); \
          CREATE TABLE IF NOT EXISTS {} (\
          classid int4 NOT NULL, objid int4 NOT NULL, holder text NOT NULL, \
-         expires_at timestamptz NOT NULL, PRIMARY KEY (classid, objid)); {fence}",
-        lease_table(schema)
+         expires_at timestamptz NOT NULL, PRIMARY KEY (classid, objid)); {fence}; {candidates}",
+        lease_table(schema),
+        candidates = super::candidacy::setup(&super::candidacy::candidate_table(schema))
     )
 }
 

@@ -503,7 +503,8 @@ fn term_end_cause_all_is_every_variant_but_handed_over() {
         )
         | TermEndCause::Stopped
         | TermEndCause::Resigned
-        | TermEndCause::Unfit => true,
+        | TermEndCause::Unfit
+        | TermEndCause::Yielded => true,
         TermEndCause::HandedOver => false,
     };
     let every = [
@@ -525,6 +526,7 @@ fn term_end_cause_all_is_every_variant_but_handed_over() {
         TermEndCause::Stopped,
         TermEndCause::Resigned,
         TermEndCause::Unfit,
+        TermEndCause::Yielded,
         TermEndCause::HandedOver,
     ]);
     for cause in every {

@@ -105,5 +105,6 @@ mod fitness;
 mod leader;
 mod lease;
 mod operator;
+mod preference;
 mod standby;
 mod stop;

@@ -37,6 +37,12 @@ impl Driver for Single {
             }
             // The fitness probe (off in the model's options): every replica is fit.
             Action::ProbeFitness { conn } => Some(Event::Fit { conn }),
+            // The model's replicas are unranked: no survey is asked for, and none would find
+            // a candidate.
+            Action::SurveyCandidates { conn, .. } => Some(Event::CandidatesSurveyed {
+                conn,
+                candidates: Vec::new(),
+            }),
             Action::TryLock { conn }
             | Action::WaitForLock { conn, .. }
             | Action::ReleaseIfHeld { conn }

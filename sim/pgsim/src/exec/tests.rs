@@ -615,7 +615,10 @@ fn lease_run(state: &mut State, pid: i32, query: &str, at: u64) -> Vec<String> {
 /// A server with the lease setup run, and sessions a and b.
 fn lease_server() -> (State, i32, i32) {
     let setup = plexsphere_leader::sql::lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA);
-    set_up_twice(&setup, &["C CREATE TABLE", "C CREATE TABLE"])
+    set_up_twice(
+        &setup,
+        &["C CREATE TABLE", "C CREATE TABLE", "C CREATE TABLE"],
+    )
 }
 
 /// A server on which session a ran `setup` and session b ran it again, and both sessions: the

@@ -1,0 +1,196 @@
+//! The preferred leader ([`Options::preference`]), whatever the mechanism: a standby surveys
+//! the candidates before each attempt and defers to a better-ranked live one; the leader
+//! surveys them after each check that proved its hold and yields to the best once it outranks
+//! the leader and has been live for the window `W`, and the leader has led for `W` (no
+//! flapping: at most one yield per `W`). A candidate that vanishes during `W` is simply not in the
+//! next survey: the preemption it would have caused never comes.
+
+use super::*;
+
+impl<C> Election<C> {
+    /// A standby's steps before its attempt on `conn` (the advisory lock's borrowed connection,
+    /// or the fitness probe's operation with a lease) are over but the survey: it runs when
+    /// the election ranks candidates, else the attempt goes on at once.
+    pub(super) fn prepare_attempt(&mut self, now: Instant, conn: ConnId) {
+        match self.options.rank_of() {
+            Some(rank) => {
+                let borrowed = self.answered_leaves_conn().then_some(conn);
+                let role = self.survey_before_attempt(now, borrowed, rank);
+                self.set_role(role);
+            }
+            None => self.attempt(now, conn),
+        }
+    }
+
+    /// The standby's survey, publishing its candidacy at `rank`: on the `borrowed` connection
+    /// (advisory lock), or as an operation of its own (lease).
+    pub(super) fn survey_before_attempt(
+        &mut self,
+        now: Instant,
+        borrowed: Option<ConnId>,
+        rank: Rank,
+    ) -> Role {
+        let unbroken = self.interval().get() * 2;
+        let conn = borrowed.unwrap_or_else(|| self.next_conn());
+        let mut since = now;
+        if let State::Running(running) = &mut self.state {
+            if let Some((began, last)) = running.candidacy
+                && now.saturating_duration_since(last) <= unbroken
+            {
+                since = began;
+            }
+            running.candidacy = Some((since, now));
+        }
+        self.push(Action::SurveyCandidates {
+            conn,
+            publish: Some(Candidate {
+                rank,
+                live_for: now.saturating_duration_since(since),
+            }),
+        });
+        Role::Standby(Standby::Probing {
+            conn,
+            deadline: now + self.interval().get(),
+            step: Step::Survey,
+        })
+    }
+
+    /// The leader's check proved its hold (and its fitness probe passed): the survey runs
+    /// within the check's `deadline` when the election ranks candidates, on the lock session
+    /// or (a lease) as an operation of its own; else the next check is awaited.
+    pub(super) fn after_verified(&mut self, now: Instant, deadline: Instant) {
+        let Some(hold) = self.leader_mut().map(|leader| leader.hold) else {
+            return;
+        };
+        if self.options.rank_of().is_none() {
+            self.after_leader_check(now);
+            return;
+        }
+        let conn = match hold.session_conn() {
+            Some(session) => session,
+            None => self.next_conn(),
+        };
+        self.push(Action::SurveyCandidates {
+            conn,
+            publish: None,
+        });
+        if let Some(leader) = self.leader_mut() {
+            leader.check = LeaderCheck::Probing {
+                conn,
+                deadline,
+                step: Step::Survey,
+            };
+        }
+    }
+
+    /// The survey answered with the live `candidates` other than this replica.
+    pub(super) fn on_surveyed(&mut self, now: Instant, conn: ConnId, candidates: &[Candidate]) {
+        let (Some(mine), State::Running(running)) = (self.options.rank_of(), &self.state) else {
+            return;
+        };
+        let better = rank::best(candidates).filter(|best| best.rank > mine);
+        match running.role {
+            Role::Leader(_) => self.leader_surveyed(now, mine, better),
+            Role::Standby(_) => self.standby_surveyed(now, conn, mine, better),
+            Role::Draining(_) | Role::Releasing(_) => {}
+        }
+    }
+
+    /// The leader's survey found `better`, the best candidate when it outranks this replica:
+    /// the leader yields once the window allows it, else its next check comes when the window
+    /// would be over (if before the regular one), so the yield is late by a round trip at most.
+    fn leader_surveyed(&mut self, now: Instant, mine: Rank, better: Option<Candidate>) {
+        let window = self.options.preempt_window_of();
+        let Some(leader) = self.leader_mut() else {
+            return;
+        };
+        // The survey answered: nothing is left in flight on its connection.
+        leader.check = LeaderCheck::Waiting { next_check: now };
+        let Some(best) = better else {
+            self.after_leader_check(now);
+            return;
+        };
+        let (term, led_for) = (leader.term, now.saturating_duration_since(leader.since));
+        // The tenure also bounds the yields: a replica leads a window before each of its
+        // yields, and every term after a yield begins after it, so the fleet yields at most
+        // once per window.
+        let wait = window
+            .saturating_sub(best.live_for)
+            .max(window.saturating_sub(led_for));
+        if wait.is_zero() {
+            self.log(
+                LogKind::Yielded,
+                Some(term),
+                Some(Cause::Outranked { by: best, mine }),
+            );
+            self.give_up(now, term, TermEndCause::Yielded, AfterRelease::Standby);
+            return;
+        }
+        let next_check = self.next_check(now).min(now + wait);
+        if let Some(leader) = self.leader_mut() {
+            leader.check = LeaderCheck::Waiting { next_check };
+        }
+    }
+
+    /// The standby's survey found `better`, the best candidate when it outranks this replica:
+    /// the standby defers (its connection goes back unchanged) for at most
+    /// [`Options::defer_limit`], then attempts again; with none better it attempts on `conn`.
+    fn standby_surveyed(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        mine: Rank,
+        better: Option<Candidate>,
+    ) {
+        let limit = self.options.defer_limit();
+        let State::Running(running) = &mut self.state else {
+            return;
+        };
+        let Some(best) = better else {
+            running.deferral = None;
+            self.attempt(now, conn);
+            return;
+        };
+        let new = !matches!(running.deferral, Some(deferral) if deferral.to == best.rank);
+        if new {
+            running.deferral = Some(Deferral {
+                to: best.rank,
+                since: now,
+                over: false,
+            });
+        }
+        let Some(deferral) = running.deferral.as_mut() else {
+            return;
+        };
+        let (since, was_over) = (deferral.since, deferral.over);
+        let outranked = || Some(Cause::Outranked { by: best, mine });
+        let deferred_for = now.saturating_duration_since(since);
+        deferral.over = deferred_for >= limit;
+        if deferred_for < limit {
+            self.give_back_answered(conn);
+            if new {
+                self.log(LogKind::Deferring, None, outranked());
+            }
+            self.wait_as_standby(now);
+            return;
+        }
+        if !was_over {
+            self.log(LogKind::DeferLimitReached, None, outranked());
+        }
+        self.attempt(now, conn);
+    }
+
+    /// The rank of the candidate this standby defers to, while it defers.
+    pub fn deferring_to(&self, now: Instant) -> Option<Rank> {
+        match &self.state {
+            State::Running(Running {
+                role: Role::Standby(_),
+                deferral: Some(deferral),
+                ..
+            }) if now.saturating_duration_since(deferral.since) < self.options.defer_limit() => {
+                Some(deferral.to)
+            }
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,526 @@
+//! The preferred leader (`Options::preference`): the survey before each attempt and after each
+//! check that proved the hold, deferral, the yield after the window, the minimum tenure and
+//! the one yield per window; each asserting the exact actions.
+
+use super::*;
+use crate::lease::Lease;
+use crate::rank::{Candidate, Rank, Version};
+
+/// W: the default window, two intervals.
+const WMS: u64 = 2 * IMS;
+
+fn rank(version: &str) -> Rank {
+    Rank::of_version(Version::parse(version).unwrap())
+}
+
+fn candidate(version: &str, live_ms: u64) -> Candidate {
+    Candidate {
+        rank: rank(version),
+        live_for: Duration::from_millis(live_ms),
+    }
+}
+
+fn ranked(version: &str) -> Options {
+    spec_options().preference(rank(version))
+}
+
+fn surveyed(conn: ConnId, candidates: Vec<Candidate>) -> E {
+    E::CandidatesSurveyed { conn, candidates }
+}
+
+fn outranked(by: Candidate, mine: &str) -> Option<Cause<&'static str>> {
+    Some(Cause::Outranked {
+        by,
+        mine: rank(mine),
+    })
+}
+
+/// A ranked standby whose first check's connection came: its survey is in flight on it.
+fn surveying_standby(version: &str) -> Fixture {
+    let mut f = Fixture::started_with(ranked(version));
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    assert_eq!(
+        f.drain(),
+        vec![A::SurveyCandidates {
+            conn: C1,
+            publish: Some(candidate(version, 0)),
+        }]
+    );
+    assert_eq!(f.election.timeout_reason(), Some(Timer::ProbeDeadline));
+    f
+}
+
+/// Leading at `version` on conn 1 since t0 + 10 ms (its survey before the grant found no
+/// one); actions drained.
+fn ranked_leader(version: &str) -> Fixture {
+    let mut f = surveying_standby(version);
+    f.event(4, surveyed(C1, vec![]));
+    assert_eq!(f.drain(), vec![A::TryLock { conn: C1 }]);
+    f.event(
+        10,
+        E::LockGranted {
+            conn: C1,
+            backend_pid: PID,
+        },
+    );
+    f.drain();
+    assert!(f.election.is_leader());
+    f
+}
+
+/// The leader's check at `ms` proves the lock: its survey follows on the lock session.
+fn check_proves(f: &mut Fixture, ms: u64) {
+    f.timeout(ms);
+    assert_eq!(
+        f.drain(),
+        vec![A::Ping {
+            conn: C1,
+            backend_pid: PID
+        }]
+    );
+    f.event(
+        ms + 1,
+        E::PingAnswered {
+            conn: C1,
+            found: LockCheck::holding(PID),
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![A::SurveyCandidates {
+            conn: C1,
+            publish: None
+        }]
+    );
+}
+
+#[test]
+fn an_unranked_election_never_surveys() {
+    let mut f = Fixture::started();
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    assert_eq!(f.drain(), vec![A::TryLock { conn: C1 }]);
+}
+
+#[test]
+fn a_standby_with_no_better_candidate_tries_the_lock_on_the_surveyed_connection() {
+    let mut f = surveying_standby("1.4.0");
+    // Equal and worse ranks are no reason to defer.
+    f.event(
+        4,
+        surveyed(C1, vec![candidate("1.4", 9_000), candidate("1.3.9", 1)]),
+    );
+    assert_eq!(f.drain(), vec![A::TryLock { conn: C1 }]);
+    assert_eq!(f.election.deferring_to(f.at(4)), None);
+}
+
+#[test]
+fn a_standby_defers_to_a_better_candidate_saying_so_once_until_the_defer_limit() {
+    let mut f = surveying_standby("1.4.0");
+    let better = candidate("1.5.0", 100);
+    f.event(4, surveyed(C1, vec![better, candidate("1.4.0", 1)]));
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::ReturnToPool { conn: C1 },
+            log(LogKind::Deferring, None, outranked(better, "1.4.0")),
+        ]
+    );
+    assert_eq!(f.election.deferring_to(f.at(4)), Some(rank("1.5.0")));
+    assert!(!f.election.is_leader());
+    // The next checks defer again, silently, while the same candidate is live.
+    let limit = f.election.options().defer_limit();
+    assert_eq!(limit, Duration::from_millis(WMS + 2 * IMS));
+    let mut conn = 1;
+    let mut at = IMS;
+    while at < 4 + WMS + 2 * IMS {
+        conn += 1;
+        let c = ConnId::new(conn);
+        f.timeout(at);
+        assert_eq!(f.drain(), vec![A::AcquireConnection { conn: c }]);
+        f.event(at + 1, E::ConnectionAcquired { conn: c });
+        f.drain();
+        f.event(at + 2, surveyed(c, vec![better]));
+        assert_eq!(f.drain(), vec![A::ReturnToPool { conn: c }], "at {at}");
+        at += IMS;
+    }
+    // Past the limit it attempts again, and says why once.
+    let c = ConnId::new(conn + 1);
+    f.timeout(at);
+    f.drain();
+    f.event(at + 1, E::ConnectionAcquired { conn: c });
+    f.drain();
+    f.event(at + 4, surveyed(c, vec![better]));
+    assert_eq!(
+        f.drain(),
+        vec![
+            log(LogKind::DeferLimitReached, None, outranked(better, "1.4.0")),
+            A::TryLock { conn: c },
+        ]
+    );
+    assert_eq!(f.election.deferring_to(f.at(at + 4)), None);
+    assert_eq!(LogKind::DeferLimitReached.level(), Level::Warn);
+    assert_eq!(LogKind::Deferring.level(), Level::Info);
+}
+
+#[test]
+fn a_better_candidate_begins_a_new_deferral() {
+    let mut f = surveying_standby("1.0.0");
+    f.event(4, surveyed(C1, vec![candidate("1.1.0", 1)]));
+    f.drain();
+    f.timeout(IMS);
+    f.drain();
+    f.event(IMS + 1, E::ConnectionAcquired { conn: C2 });
+    f.drain();
+    let newest = candidate("2.0.0", 1);
+    f.event(IMS + 2, surveyed(C2, vec![candidate("1.1.0", IMS), newest]));
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::ReturnToPool { conn: C2 },
+            log(LogKind::Deferring, None, outranked(newest, "1.0.0")),
+        ]
+    );
+}
+
+#[test]
+fn the_leader_surveys_after_each_proof_and_with_none_better_awaits_its_next_check() {
+    let mut f = ranked_leader("1.0.0");
+    check_proves(&mut f, IMS);
+    f.event(IMS + 2, surveyed(C1, vec![candidate("1.0.0", 60_000)]));
+    assert_eq!(f.drain(), vec![]);
+    assert_eq!(f.election.timeout_reason(), Some(Timer::NextCheck));
+    assert_eq!(f.election.poll_timeout(), Some(f.at(2 * IMS)));
+}
+
+#[test]
+fn the_leader_yields_to_a_better_candidate_live_for_the_window_and_stays_a_standby() {
+    let mut f = ranked_leader("1.0.0");
+    // Led since 10 ms: the tenure of one window is over at 10 + W.
+    check_proves(&mut f, 3 * IMS);
+    let better = candidate("1.1.0", WMS);
+    f.event(3 * IMS + 2, surveyed(C1, vec![better]));
+    assert_eq!(
+        f.drain(),
+        vec![
+            log(LogKind::Yielded, Some(T1), outranked(better, "1.0.0")),
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::Yielded
+            },
+            A::Unlock { conn: C1 },
+        ]
+    );
+    assert!(!f.election.is_leader());
+    f.event(
+        3 * IMS + 3,
+        E::UnlockDone {
+            conn: C1,
+            released: true,
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(LogKind::ResignReleased, Some(T1), None),
+        ]
+    );
+    assert_eq!(f.election.phase(), Phase::StandbyWaiting);
+    // Its next check defers to that candidate.
+    f.timeout(4 * IMS);
+    f.drain();
+    f.event(4 * IMS + 1, E::ConnectionAcquired { conn: C2 });
+    f.drain();
+    f.event(4 * IMS + 2, surveyed(C2, vec![better]));
+    assert_eq!(f.drain()[0], A::ReturnToPool { conn: C2 });
+    assert_eq!(TermEndCause::Yielded.label(), "yielded");
+    assert!(!TermEndCause::Yielded.is_loss());
+}
+
+#[test]
+fn a_candidate_not_yet_live_for_the_window_brings_the_next_check_to_its_end() {
+    let mut f = ranked_leader("1.0.0");
+    check_proves(&mut f, 3 * IMS);
+    // Live for 3 s of the 10 s window: 7 s to go, after the grid's next check.
+    f.event(3 * IMS + 2, surveyed(C1, vec![candidate("1.1.0", 3_000)]));
+    assert_eq!(f.drain(), vec![]);
+    assert_eq!(f.election.poll_timeout(), Some(f.at(4 * IMS)));
+    // Live for 8 s: 2 s to go, before the grid's next check.
+    check_proves(&mut f, 4 * IMS);
+    f.event(4 * IMS + 2, surveyed(C1, vec![candidate("1.1.0", 8_000)]));
+    assert_eq!(f.drain(), vec![]);
+    assert_eq!(f.election.timeout_reason(), Some(Timer::NextCheck));
+    assert_eq!(f.election.poll_timeout(), Some(f.at(4 * IMS + 2 + 2_000)));
+    // At that check the candidate has been live for the window: the leader yields.
+    check_proves(&mut f, 4 * IMS + 2 + 2_000);
+    f.event(4 * IMS + 2_005, surveyed(C1, vec![candidate("1.1.0", WMS)]));
+    assert!(f.drain().contains(&A::EndTerm {
+        term: T1,
+        cause: TermEndCause::Yielded
+    }));
+}
+
+#[test]
+fn a_candidate_that_vanishes_during_the_window_cancels_the_yield() {
+    let mut f = ranked_leader("1.0.0");
+    check_proves(&mut f, 3 * IMS);
+    f.event(3 * IMS + 2, surveyed(C1, vec![candidate("1.1.0", 8_000)]));
+    f.drain();
+    let early = 3 * IMS + 2 + 2_000;
+    assert_eq!(f.election.poll_timeout(), Some(f.at(early)));
+    check_proves(&mut f, early);
+    f.event(early + 2, surveyed(C1, vec![]));
+    assert_eq!(f.drain(), vec![]);
+    assert!(f.election.is_leader());
+    assert_eq!(f.election.poll_timeout(), Some(f.at(4 * IMS)));
+}
+
+#[test]
+fn a_new_leader_leads_for_the_window_before_it_yields() {
+    let mut f = ranked_leader("1.0.0");
+    check_proves(&mut f, IMS);
+    // A candidate long live, but the leader has led only 4.99 s of its 10 s tenure.
+    f.event(IMS + 2, surveyed(C1, vec![candidate("2.0.0", 60_000)]));
+    assert_eq!(f.drain(), vec![]);
+    assert!(f.election.is_leader());
+    assert_eq!(f.election.poll_timeout(), Some(f.at(2 * IMS)));
+    check_proves(&mut f, 2 * IMS);
+    f.event(2 * IMS + 2, surveyed(C1, vec![candidate("2.0.0", 60_000)]));
+    assert_eq!(f.drain(), vec![]);
+    // The tenure ends at 10 + W: the next check comes then.
+    assert_eq!(f.election.poll_timeout(), Some(f.at(10 + WMS)));
+    check_proves(&mut f, 10 + WMS);
+    f.event(12 + WMS, surveyed(C1, vec![candidate("2.0.0", 60_000)]));
+    assert!(f.drain().contains(&A::EndTerm {
+        term: T1,
+        cause: TermEndCause::Yielded
+    }));
+}
+
+#[test]
+fn a_replica_that_yielded_and_leads_again_leads_a_window_before_its_next_yield() {
+    let mut f = ranked_leader("1.0.0");
+    check_proves(&mut f, 3 * IMS);
+    f.event(3 * IMS + 2, surveyed(C1, vec![candidate("1.1.0", WMS)]));
+    f.drain();
+    f.event(
+        3 * IMS + 3,
+        E::UnlockDone {
+            conn: C1,
+            released: true,
+        },
+    );
+    f.drain();
+    // The candidate never took the lock and is gone: this replica leads again at once.
+    f.timeout(4 * IMS);
+    f.drain();
+    f.event(4 * IMS + 1, E::ConnectionAcquired { conn: C2 });
+    f.drain();
+    f.event(4 * IMS + 2, surveyed(C2, vec![]));
+    assert_eq!(f.drain(), vec![A::TryLock { conn: C2 }]);
+    f.event(
+        4 * IMS + 3,
+        E::LockGranted {
+            conn: C2,
+            backend_pid: PID,
+        },
+    );
+    f.drain();
+    let survey_at = |f: &mut Fixture, ms: u64| {
+        f.timeout(ms);
+        f.drain();
+        f.event(
+            ms + 1,
+            E::PingAnswered {
+                conn: C2,
+                found: LockCheck::holding(PID),
+            },
+        );
+        f.drain();
+        f.event(ms + 2, surveyed(C2, vec![candidate("1.1.0", 60_000)]));
+        f.drain()
+    };
+    // A better candidate live for long: no yield before a window of the new term.
+    assert_eq!(survey_at(&mut f, 5 * IMS), vec![]);
+    assert_eq!(f.election.poll_timeout(), Some(f.at(6 * IMS)));
+    assert_eq!(survey_at(&mut f, 6 * IMS), vec![]);
+    assert_eq!(f.election.poll_timeout(), Some(f.at(4 * IMS + 3 + WMS)));
+    let actions = survey_at(&mut f, 4 * IMS + 3 + WMS);
+    assert!(actions.contains(&A::EndTerm {
+        term: T2,
+        cause: TermEndCause::Yielded
+    }));
+}
+
+#[test]
+fn an_advisory_leaders_survey_that_fails_ends_the_term_as_a_failed_check() {
+    let mut f = ranked_leader("1.0.0");
+    check_proves(&mut f, IMS);
+    f.event(
+        IMS + 2,
+        E::SurveyFailed {
+            conn: C1,
+            cause: "connection reset",
+        },
+    );
+    let actions = f.drain();
+    assert!(
+        actions.contains(&A::EndTerm {
+            term: T1,
+            cause: TermEndCause::Lost(LossReason::CheckFailed)
+        }),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn a_standbys_survey_that_fails_ends_its_check_and_closes_the_connection() {
+    let mut f = surveying_standby("1.0.0");
+    f.event(
+        4,
+        E::SurveyFailed {
+            conn: C1,
+            cause: "connection reset",
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::CloseConnection { conn: C1 },
+            log(
+                LogKind::SurveyFailed,
+                None,
+                Some(Cause::Error("connection reset"))
+            ),
+        ]
+    );
+    // Unanswered within the interval: the same.
+    let mut f = surveying_standby("1.0.0");
+    f.timeout(3 + IMS);
+    assert_eq!(f.drain()[0], A::CloseConnection { conn: C1 });
+}
+
+#[test]
+fn a_probing_standby_surveys_after_its_probe_passed_on_the_same_connection() {
+    let mut f = Fixture::started_with(ranked("1.0.0").probe_fitness(true));
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    assert_eq!(f.drain(), vec![A::ProbeFitness { conn: C1 }]);
+    f.event(4, E::Fit { conn: C1 });
+    assert_eq!(
+        f.drain(),
+        vec![A::SurveyCandidates {
+            conn: C1,
+            publish: Some(candidate("1.0.0", 0))
+        }]
+    );
+}
+
+fn lease_ranked(version: &str) -> Options {
+    let options = ranked(version);
+    options.lease(Lease::default_for(options.interval()))
+}
+
+#[test]
+fn a_lease_election_surveys_as_operations_of_their_own() {
+    let mut f = Fixture::with(lease_ranked("1.0.0"));
+    f.election.start(f.t0).unwrap();
+    assert_eq!(
+        f.drain(),
+        vec![A::SurveyCandidates {
+            conn: C1,
+            publish: Some(candidate("1.0.0", 0))
+        }]
+    );
+    // A deferring lease standby has nothing to give back.
+    let better = candidate("2.0.0", 1);
+    f.event(1, surveyed(C1, vec![better]));
+    assert_eq!(
+        f.drain(),
+        vec![log(LogKind::Deferring, None, outranked(better, "1.0.0"))]
+    );
+    // None better: it claims, as an operation of its own.
+    f.timeout(IMS);
+    f.drain();
+    f.event(IMS + 1, surveyed(C2, vec![]));
+    assert!(
+        matches!(f.drain().as_slice(), [A::ClaimLease { conn, .. }] if *conn == ConnId::new(3))
+    );
+    f.event(
+        IMS + 2,
+        E::LeaseClaimed {
+            conn: ConnId::new(3),
+            epoch: 1,
+        },
+    );
+    f.drain();
+    f.timeout(2 * IMS);
+    f.drain();
+    f.event(
+        2 * IMS + 1,
+        E::LeaseRenewed {
+            conn: ConnId::new(4),
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![A::SurveyCandidates {
+            conn: ConnId::new(5),
+            publish: None
+        }]
+    );
+    // A lease leader's survey that fails keeps the term.
+    f.event(
+        2 * IMS + 2,
+        E::SurveyFailed {
+            conn: ConnId::new(5),
+            cause: "pool timed out",
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![log(
+            LogKind::SurveyFailed,
+            Some(T1),
+            Some(Cause::Error("pool timed out"))
+        )]
+    );
+    assert!(f.election.is_leader());
+}
+
+#[test]
+fn a_standby_publishes_how_long_its_candidacy_has_gone_on_without_a_break() {
+    let mut f = surveying_standby("1.0.0");
+    f.event(4, surveyed(C1, vec![candidate("2.0.0", 1)]));
+    f.drain();
+    // The next check, an interval on: the same candidacy, older by that interval.
+    f.timeout(IMS);
+    f.drain();
+    f.event(IMS + 3, E::ConnectionAcquired { conn: C2 });
+    assert_eq!(
+        f.drain(),
+        vec![A::SurveyCandidates {
+            conn: C2,
+            publish: Some(candidate("1.0.0", IMS))
+        }]
+    );
+    f.event(IMS + 4, surveyed(C2, vec![candidate("2.0.0", 1)]));
+    f.drain();
+    // Ineligible for three intervals: its candidacy broke, and begins again.
+    f.event(IMS + 5, Control::SetEligible { eligible: false });
+    f.drain();
+    f.event(4 * IMS + 5, Control::SetEligible { eligible: true });
+    f.drain();
+    f.timeout(5 * IMS);
+    let acquire = f.drain();
+    let Some(A::AcquireConnection { conn }) = acquire.first().cloned() else {
+        panic!("{acquire:?}");
+    };
+    f.event(5 * IMS + 1, E::ConnectionAcquired { conn });
+    assert_eq!(
+        f.drain(),
+        vec![A::SurveyCandidates {
+            conn,
+            publish: Some(candidate("1.0.0", 0))
+        }]
+    );
+}
