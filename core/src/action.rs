@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::cause::{Cause, LockFinding, TermEndCause};
 use crate::ids::{ConnId, TermId};
-use crate::rank::Candidate;
+use crate::rank::{Candidate, FloorStep};
 
 /// One thing the driver must do, drained with [`Election::poll_action`](crate::Election::poll_action)
 /// in order.
@@ -124,6 +124,8 @@ pub enum Action<C> {
         conn: ConnId,
         /// The candidacy to publish (a standby's), or `None` (the leader's survey).
         publish: Option<Candidate>,
+        /// What to do with the version floor, in the same statement.
+        floor: FloorStep,
     },
     /// Run `pg_advisory_unlock` on the lock connection, then report `UnlockDone` or
     /// `UnlockFailed`.
@@ -378,6 +380,12 @@ pub enum LogKind {
     /// candidate taking over: it makes its attempts again (the candidate, if it queues, still
     /// comes first). WARN.
     DeferLimitReached,
+    /// The survey found this replica's version older than the version floor (the newest that
+    /// has led): it makes no attempt until it is not; the cause names both versions. WARN, once.
+    BelowFloor,
+    /// A replica below the version floor is no longer (the floor was lowered, or it may lead
+    /// below it now). INFO.
+    AboveFloorAgain,
     /// The survey of the candidates failed or did not answer: nothing is learnt of them. A
     /// standby's check ends as a failed one; a lease leader's term goes on (an advisory
     /// leader's survey runs on its lock session, whose failure ends the term). WARN.
@@ -430,6 +438,10 @@ impl LogKind {
                 "leader: a better-ranked candidate did not take over within the defer limit;                  trying again"
             }
             Self::SurveyFailed => "leader: survey the candidates",
+            Self::BelowFloor => {
+                "leader: this replica's version is older than the version floor; it does not lead"
+            }
+            Self::AboveFloorAgain => "leader: this replica is no longer below the version floor",
         }
     }
 
@@ -460,7 +472,8 @@ impl LogKind {
             | Self::GrantReleasedAfterWaitTimeout
             | Self::FitAgain
             | Self::Yielded
-            | Self::Deferring => Level::Info,
+            | Self::Deferring
+            | Self::AboveFloorAgain => Level::Info,
             Self::AcquireFailed
             | Self::LeadershipLost
             | Self::ReleaseFailed
@@ -474,7 +487,8 @@ impl LogKind {
             | Self::Unfit
             | Self::ProbeFailed
             | Self::DeferLimitReached
-            | Self::SurveyFailed => Level::Warn,
+            | Self::SurveyFailed
+            | Self::BelowFloor => Level::Warn,
             Self::PoolMultiplexes => Level::Error,
         }
     }

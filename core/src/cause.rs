@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::rank::{Candidate, Rank};
+use crate::rank::{Candidate, Rank, Version};
 
 /// Why a term ended: it was lost (for a typed [`LossReason`]), stopped, resigned, given up as
 /// unfit, yielded to a better-ranked candidate or, in a sharded election only, handed over. The
@@ -278,6 +278,14 @@ pub enum Cause<C> {
     /// The pooled session still held the lock after a stranded lock was released on it (the
     /// lock was taken more than once on that server session).
     StrandedLockKept,
+    /// This replica's version is older than the newest that has led
+    /// ([`Options::version_floor`](crate::Options::version_floor)): it does not lead.
+    BelowFloor {
+        /// The floor: the newest version that has led.
+        floor: Version,
+        /// This replica's version.
+        mine: Version,
+    },
     /// A better-ranked candidate is live ([`Options::preference`](crate::Options::preference)):
     /// the leader yields to it, a standby defers to it.
     Outranked {
@@ -330,6 +338,12 @@ impl<C: fmt::Display> fmt::Display for Cause<C> {
             Self::StrandedLockKept => f.write_str(
                 "the pooled session still held the lock after its stranded lock was released \
                  (taken more than once on that server session); the connection is closed",
+            ),
+            Self::BelowFloor { floor, mine } => write!(
+                f,
+                "this replica runs version {mine}, older than {floor} which has led this \
+                 election (the version floor); it does not lead: roll forward, or allow a \
+                 deliberate rollback (Config::below_version_floor)"
             ),
             Self::Outranked { by, mine } => write!(
                 f,

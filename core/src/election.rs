@@ -40,7 +40,7 @@ use crate::interval::{CheckInterval, UNLOCK_BUDGET};
 use crate::liveness::StuckLeader;
 use crate::options::{AcquireMode, Options};
 use crate::overdue::{Overdue, OverdueBook};
-use crate::rank::{self, Candidate, Rank};
+use crate::rank::{self, Candidate, Rank, Version};
 use crate::schedule::Schedule;
 use crate::verify::LockCheck;
 
@@ -375,6 +375,7 @@ impl<C> Election<C> {
             pool_proved: !self.options.proves_pool(),
             deferral: None,
             candidacy: None,
+            below_floor: false,
         });
         if self.eligible {
             // The first check, once the run's state exists (it may prove the pool first).
@@ -424,8 +425,12 @@ impl<C> Election<C> {
             Event::ProbeFailed { cause, .. } | Event::SurveyFailed { cause, .. } => {
                 self.on_probe_failed(now, Cause::Error(cause));
             }
-            Event::CandidatesSurveyed { conn, candidates } => {
-                self.on_surveyed(now, conn, &candidates);
+            Event::CandidatesSurveyed {
+                conn,
+                candidates,
+                floor,
+            } => {
+                self.on_surveyed(now, conn, &candidates, floor);
             }
             Event::LockGranted { conn, backend_pid } => self.on_granted(now, conn, backend_pid),
             Event::LockRefused { conn } => self.on_refused(now, conn),

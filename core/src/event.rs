@@ -2,7 +2,7 @@
 
 use crate::control::Control;
 use crate::ids::{ConnId, TermId};
-use crate::rank::Candidate;
+use crate::rank::{Candidate, Version};
 use crate::verify::LockCheck;
 
 /// Something that happened, reported by the driver through
@@ -66,6 +66,9 @@ pub enum Event<C> {
         conn: ConnId,
         /// Each live candidate's rank and how long it has been one.
         candidates: Vec<Candidate>,
+        /// The version floor after the survey's step ([`FloorStep`](crate::rank::FloorStep)):
+        /// the newest version that has led, `None` when none is recorded or the floor is off.
+        floor: Option<Version>,
     },
     /// [`Action::SurveyCandidates`](crate::Action::SurveyCandidates) did not run to an answer.
     SurveyFailed {

@@ -575,9 +575,9 @@ impl ElectionRules {
                 Some(_) => None,
             },
             None => lost(LossReason::CheckTimedOut),
-            Some(
-                Event::PingFailed { .. } | Event::ProbeFailed { .. } | Event::SurveyFailed { .. },
-            ) => lost(LossReason::CheckFailed),
+            Some(Event::PingFailed { .. } | Event::ProbeFailed { .. }) => {
+                lost(LossReason::CheckFailed)
+            }
             Some(Event::SessionEnded { .. }) => lost(LossReason::SessionEnded),
             Some(Event::PingAnswered { found, .. }) => {
                 let granted = self.granted_pid?;

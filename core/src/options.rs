@@ -67,6 +67,8 @@ pub struct Options {
     probe_fitness: bool,
     rank: Option<Rank>,
     preempt_window: Option<Duration>,
+    version_floor: bool,
+    below_floor: bool,
 }
 
 /// The default stabilization window of a preference ([`Options::preempt_window`]), in check
@@ -93,6 +95,8 @@ impl Options {
             probe_fitness: false,
             rank: None,
             preempt_window: None,
+            version_floor: false,
+            below_floor: false,
         }
     }
 
@@ -130,6 +134,43 @@ impl Options {
     pub fn preempt_window_of(&self) -> Duration {
         self.preempt_window
             .unwrap_or(self.interval.get() * PREEMPT_WINDOW_INTERVALS)
+    }
+
+    /// The version floor of a [preference](Self::preference) (off by default): every leader
+    /// records its version as the floor when it is newer than the one recorded, and a replica
+    /// older than the floor makes no attempt (it says so once, at WARN, with both versions),
+    /// so that a rollback cannot elect an older binary unless it is
+    /// [allowed](Self::below_floor).
+    #[must_use]
+    pub fn version_floor(mut self, on: bool) -> Self {
+        self.version_floor = on;
+        self
+    }
+
+    /// A deliberate rollback: with the [floor](Self::version_floor) on, this replica leads even
+    /// below the floor, and sets the floor to its own version once it leads.
+    #[must_use]
+    pub fn below_floor(mut self, allowed: bool) -> Self {
+        self.below_floor = allowed;
+        self
+    }
+
+    /// What this election's surveys do with the floor: standbys read it, leaders raise it (or,
+    /// [allowed below it](Self::below_floor), set it); [`FloorStep::Off`](crate::rank::FloorStep::Off)
+    /// without a rank or a floor.
+    pub fn floor_step(&self, leading: bool) -> crate::rank::FloorStep {
+        use crate::rank::FloorStep;
+        match (self.rank, self.version_floor, leading) {
+            (Some(_), true, false) => FloorStep::Read,
+            (Some(rank), true, true) if self.below_floor => FloorStep::Set(rank.version),
+            (Some(rank), true, true) => FloorStep::Raise(rank.version),
+            _ => FloorStep::Off,
+        }
+    }
+
+    /// Whether this replica may lead below the floor ([`below_floor`](Self::below_floor)).
+    pub fn may_lead_below_floor(&self) -> bool {
+        self.below_floor
     }
 
     /// How long a standby defers to a better candidate that does not take the lock: the

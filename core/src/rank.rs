@@ -116,6 +116,35 @@ impl Version {
         self.parts
     }
 
+    /// A text whose byte order is this order (`COLLATE "C"` in SQL), for a server to keep the
+    /// newest version: each part as 10 digits, then `~` for a release or each pre-release
+    /// identifier (a number as `0` and 20 digits, a word as `1` and the word) separated by
+    /// spaces, which sort below every character an identifier has.
+    pub fn sort_key(&self) -> String {
+        let parts: Vec<String> = self
+            .parts
+            .iter()
+            .map(|part| format!("{part:010}"))
+            .collect();
+        let tail = match self.pre_release() {
+            None => "~".to_owned(),
+            Some(pre) => pre
+                .split('.')
+                .map(|id| {
+                    if id.bytes().all(|b| b.is_ascii_digit()) {
+                        let digits = id.trim_start_matches('0');
+                        // Equal numbers spelt differently still order, as `Ord` orders them.
+                        format!("0{digits:0>20}{id}")
+                    } else {
+                        format!("1{id}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+        };
+        format!("{}|{tail}", parts.join("."))
+    }
+
     /// The pre-release tag (`rc.1` of `2.0.0-rc.1`), if any.
     pub fn pre_release(&self) -> Option<&str> {
         let tag = &self.pre[..usize::from(self.pre_len)];
@@ -228,6 +257,21 @@ impl fmt::Display for Rank {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "priority {} version {}", self.priority, self.version)
     }
+}
+
+/// What a survey does with the version floor ([`Options::version_floor`](crate::Options::version_floor)):
+/// the newest version that has led this election, kept by the server for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FloorStep {
+    /// No floor: nothing read or written.
+    Off,
+    /// A standby's survey reads the floor.
+    Read,
+    /// The leader's survey raises the floor to its version (if it is newer) and reads it.
+    Raise(Version),
+    /// A leader allowed below the floor ([`Options::below_floor`](crate::Options::below_floor):
+    /// a deliberate rollback) sets the floor to its version and reads it.
+    Set(Version),
 }
 
 /// Another replica's candidacy as a survey found it: its rank, and for how long (on the

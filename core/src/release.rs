@@ -125,7 +125,9 @@ impl<C> LogRecord<C> {
                 | LogKind::Yielded
                 | LogKind::Deferring
                 | LogKind::DeferLimitReached
-                | LogKind::SurveyFailed,
+                | LogKind::SurveyFailed
+                | LogKind::BelowFloor
+                | LogKind::AboveFloorAgain,
                 _,
             ) => return None,
         };

@@ -104,11 +104,12 @@ fn options() -> impl Strategy<Value = Options> {
         })
 }
 
-/// The ranks of a case's replicas, by index into [`VERSIONS`]; `None`: unranked.
-fn ranks() -> impl Strategy<Value = Option<[usize; REPLICAS]>> {
+/// The ranks of a case's replicas, by index into [`VERSIONS`], and whether the version floor
+/// is on; `None`: unranked.
+fn ranks() -> impl Strategy<Value = Option<([usize; REPLICAS], bool)>> {
     prop_oneof![
         1 => Just(None),
-        1 => prop::array::uniform3(0..VERSIONS.len()).prop_map(Some),
+        1 => (prop::array::uniform3(0..VERSIONS.len()), any::<bool>()).prop_map(Some),
     ]
 }
 
@@ -119,13 +120,18 @@ fn rank(index: usize) -> Rank {
     Rank::of_version(Version::parse(VERSIONS[index]).expect("a valid version"))
 }
 
-fn run(options: Options, ranks: Option<[usize; REPLICAS]>, ops: &[Op]) -> Result<(), String> {
+fn run(
+    options: Options,
+    ranked: Option<([usize; REPLICAS], bool)>,
+    ops: &[Op],
+) -> Result<(), String> {
     let each = (0..REPLICAS)
-        .map(|r| match ranks {
-            Some(ranks) => options.preference(rank(ranks[r])),
+        .map(|r| match ranked {
+            Some((ranks, floor)) => options.preference(rank(ranks[r])).version_floor(floor),
             None => options,
         })
         .collect();
+    let ranks = ranked.map(|(ranks, _)| ranks);
     let mut world = World::with_each(Duration::from_millis(1), each);
     for r in 0..REPLICAS {
         world.start(r)?;
@@ -154,7 +160,14 @@ fn run(options: Options, ranks: Option<[usize; REPLICAS]>, ops: &[Op]) -> Result
             Op::SetFit(r, fit) => world.replicas[r].unfit = !fit,
         }
     }
-    liveness(&mut world, ranks)
+    liveness(&mut world, ranks)?;
+    if world.terms_below_floor > 0 {
+        return Err(format!(
+            "{} terms began below the version floor",
+            world.terms_below_floor
+        ));
+    }
+    Ok(())
 }
 
 /// Faults stop, every replica runs with a short latency: within a few intervals exactly one

@@ -118,3 +118,103 @@ fn a_version_that_is_no_release_number_is_refused_before_any_run() {
         "{error}"
     );
 }
+
+/// The version floor on a rollback: once 2.0.0 led, a 1.9.0 replica never leads (and says it
+/// is below the floor) even with no other replica left; allowed below the floor (a deliberate
+/// rollback), a 1.9.0 replica leads and lowers the floor, after which plain 1.9.0 replicas may
+/// lead again.
+async fn the_floor_keeps_a_rollback_off_unless_allowed(name: &str, lease: bool) {
+    let db = TestDb::create(name).await.unwrap();
+    let client = db.pool(1).unwrap().get().await.unwrap();
+    if lease {
+        plexsphere_leader::lease::setup(&client).await.unwrap();
+    } else {
+        plexsphere_leader::floor::setup(&**client).await.unwrap();
+    }
+    let pool = |size| Backend::Deadpool.pool(&db.config(), size).unwrap();
+    let floored = |version: &'static str, allowed: bool| {
+        move |config: Config| {
+            ranked(version, lease)(config.version_floor(true).below_version_floor(allowed))
+        }
+    };
+    let new = Replica::spawn_with(pool(3), I, floored("2.0.0", false));
+    wait_for(STARTUP, || new.elector.is_leader())
+        .await
+        .expect("2.0.0 leads");
+    // Its surveys after its checks raised the floor.
+    tokio::time::sleep(2 * I).await;
+    new.stop().await.unwrap();
+    let old = Replica::spawn_with(pool(3), I, floored("1.9.0", false));
+    wait_for(STARTUP, || old.elector.is_below_version_floor())
+        .await
+        .expect("1.9.0 finds itself below the floor");
+    let led = wait_for(4 * W, || old.elector.is_leader()).await;
+    assert_eq!(led, None, "{name}: 1.9.0 never leads below the floor");
+    let floor: String = client
+        .query_one(
+            &format!(
+                "SELECT version FROM {}plexsphere_leader_floor",
+                if lease { "public." } else { "" }
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(floor, "2.0.0");
+    // A deliberate rollback: allowed below the floor, it leads and lowers it.
+    let rollback = Replica::spawn_with(pool(3), I, floored("1.9.0", true));
+    wait_for(STARTUP, || rollback.elector.is_leader())
+        .await
+        .unwrap_or_else(|| panic!("{name}: the allowed rollback leads"));
+    wait_for(STARTUP, || !old.elector.is_below_version_floor())
+        .await
+        .unwrap_or_else(|| panic!("{name}: the floor came down to 1.9.0"));
+    rollback.stop().await.unwrap();
+    wait_for(STARTUP, || old.elector.is_leader())
+        .await
+        .unwrap_or_else(|| panic!("{name}: a plain 1.9.0 leads once the floor is lowered"));
+    old.stop().await.unwrap();
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advisory_the_floor_keeps_a_rollback_off_unless_allowed() {
+    the_floor_keeps_a_rollback_off_unless_allowed("preferred_floor_advisory", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_the_floor_keeps_a_rollback_off_unless_allowed() {
+    the_floor_keeps_a_rollback_off_unless_allowed("preferred_floor_lease", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_candidates_show_each_standbys_rank_and_identity() {
+    let db = TestDb::create("preferred_candidates").await.unwrap();
+    let pool = |size| Backend::Deadpool.pool(&db.config(), size).unwrap();
+    let old = Replica::spawn_with(pool(3), I, ranked("1.4.2", false));
+    wait_for(STARTUP, || old.elector.is_leader())
+        .await
+        .expect("leads");
+    let standby = Replica::spawn_with(pool(3), I, |config| {
+        ranked("1.4.2", false)(config.priority(0)).identity("svc@standby")
+    });
+    tokio::time::sleep(3 * I).await;
+    let candidates = old.elector.candidates().await.unwrap();
+    let standby_rank = standby.elector.rank().unwrap();
+    assert!(
+        candidates
+            .iter()
+            .any(|c| c.identity == "svc@standby" && c.rank == standby_rank),
+        "{candidates:?}"
+    );
+    assert_eq!(
+        standby.elector.deferring_to(),
+        None,
+        "equal ranks never defer"
+    );
+    for replica in [standby, old] {
+        replica.stop().await.unwrap();
+    }
+    db.cleanup().await.unwrap();
+}

@@ -41,6 +41,7 @@ use crate::session::SessionSource;
 /// | `fitness_probe`  | none: a read-only session is the only unfit one | a statement that must succeed before this replica leads, and after each of its checks ([`Config::fitness_probe`]) |
 /// | `version`, `priority` | none: unranked                     | this replica's rank: the leader yields to a better-ranked live candidate ([`Config::version`]) |
 /// | `preempt_window` | two check intervals                     | how long a better candidate is live, and a leader leads, before it yields |
+/// | `version_floor`, `below_version_floor` | off              | no replica older than the newest that has led leads, unless allowed (a deliberate rollback) ([`Config::version_floor`]) |
 /// | `resign_hold_off`| two check intervals                     | how long [`Elector::resign`](crate::Elector::resign) keeps the replica from trying the lock |
 /// | `work_deadline`  | none                                    | report (and optionally abort) leader work still running this long after its term ended |
 /// | `key`            | [`LockKey::DEFAULT`], `(1886156915, 1)` | the advisory lock: electors with the same key elect one leader |
@@ -78,6 +79,8 @@ pub struct Config {
     pub(crate) version: Option<String>,
     pub(crate) priority: Option<u32>,
     pub(crate) preempt_window: Option<Duration>,
+    pub(crate) version_floor: bool,
+    pub(crate) below_version_floor: bool,
 }
 
 /// What happens to leader work still running
@@ -112,6 +115,8 @@ impl Config {
             version: None,
             priority: None,
             preempt_window: None,
+            version_floor: false,
+            below_version_floor: false,
         }
     }
 
@@ -150,6 +155,26 @@ impl Config {
     #[must_use]
     pub fn preempt_window(mut self, window: Duration) -> Self {
         self.preempt_window = Some(window);
+        self
+    }
+
+    /// The version floor (opt-in, with [`Config::version`]): every leader records its version as
+    /// the floor when it is newer, and a replica older than the floor never leads (it says so
+    /// once at WARN with both versions, and [`Elector::is_below_version_floor`](crate::Elector::is_below_version_floor)
+    /// answers yes), so a rollback cannot elect an older binary by accident. The table must
+    /// exist ([`floor`](crate::floor)). Validated by [`Elector::new`](crate::Elector::new): a
+    /// floor needs a version ([`ConfigError::FloorWithoutVersion`]).
+    #[must_use]
+    pub fn version_floor(mut self, on: bool) -> Self {
+        self.version_floor = on;
+        self
+    }
+
+    /// A deliberate rollback: with the [floor](Config::version_floor) on, this replica leads
+    /// even though a newer version has led, and its leader sets the floor to its own version.
+    #[must_use]
+    pub fn below_version_floor(mut self, allowed: bool) -> Self {
+        self.below_version_floor = allowed;
         self
     }
 
@@ -361,9 +386,14 @@ impl Config {
         if let Some((after, on_overdue)) = self.common.work_deadline {
             options = options.work_deadline(after, on_overdue);
         }
-        if let Some(rank) = self.rank()? {
-            options = options.preference(rank);
+        match self.rank()? {
+            Some(rank) => options = options.preference(rank),
+            None if self.version_floor => return Err(ConfigError::FloorWithoutVersion),
+            None => {}
         }
+        options = options
+            .version_floor(self.version_floor)
+            .below_floor(self.below_version_floor);
         if let Some(window) = self.preempt_window {
             options = options.preempt_window(window);
         }
@@ -398,6 +428,8 @@ impl fmt::Debug for Config {
             .field("version", &self.version)
             .field("priority", &self.priority)
             .field("preempt_window", &self.preempt_window)
+            .field("version_floor", &self.version_floor)
+            .field("below_version_floor", &self.below_version_floor)
             .field("identity", &self.common.identity)
             .field("clock", &self.clock)
             .finish()

@@ -367,6 +367,48 @@ impl Elector {
         crate::status::lease_holder_on(&*session, self.inner.lease_schema(), self.inner.key()).await
     }
 
+    /// The live candidates of this elector's election, asked of the server on a connection of
+    /// the elector's pool ([`status::candidates`](crate::status::candidates)): each ranked
+    /// standby that published its rank within the last two check intervals, one per identity,
+    /// best rank first (this replica's own candidacy included while it is a standby).
+    ///
+    /// # Errors
+    /// [`StatusError`](crate::status::StatusError) when no connection can be had or the survey
+    /// fails. Cancel-safe.
+    pub async fn candidates(
+        &self,
+    ) -> Result<Vec<crate::status::CandidateStatus>, crate::status::StatusError> {
+        let session = self.inner.sessions().acquire().await?;
+        let published = if self.holds_a_lease() {
+            crate::status::Published::Rows {
+                schema: self.inner.lease_schema(),
+            }
+        } else {
+            crate::status::Published::Sessions
+        };
+        let live = self.inner.interval().get() * crate::sql::candidacy::LIVE_INTERVALS;
+        crate::status::candidates_on(&*session, self.inner.key(), published, live).await
+    }
+
+    /// This replica's rank ([`Config::version`], [`Config::priority`]); `None` unranked.
+    pub fn rank(&self) -> Option<crate::rank::Rank> {
+        self.inner.options().rank_of()
+    }
+
+    /// The rank of the better candidate this standby defers to, while it defers
+    /// ([`Config::version`]).
+    pub fn deferring_to(&self) -> Option<crate::rank::Rank> {
+        let now = self.inner.clock().now();
+        self.inner.election().deferring_to(now)
+    }
+
+    /// Whether this replica's last survey found it older than the version floor
+    /// ([`Config::version_floor`]): it does not lead ([`check_failure`](Self::check_failure)
+    /// is not set by it; the WARN record names both versions).
+    pub fn is_below_version_floor(&self) -> bool {
+        self.inner.election().is_below_floor()
+    }
+
     /// Whether this elector holds a lease instead of the advisory lock ([`Config::lease`]).
     pub fn holds_a_lease(&self) -> bool {
         self.inner.holds_a_lease()

@@ -416,6 +416,10 @@ pub enum ConfigError {
     /// The version of [`Config::version`](crate::Config::version) is not a release number.
     #[error("version: {0}")]
     Version(#[from] plexsphere_leader_core::rank::VersionError),
+    /// [`Config::version_floor`](crate::Config::version_floor) is on without a
+    /// [`Config::version`](crate::Config::version): a floor compares versions.
+    #[error("the version floor needs this replica's version: set Config::version")]
+    FloorWithoutVersion,
     /// The lease mechanism was asked for with the queued acquire mode: a lease has no
     /// server-side queue.
     #[error("the lease mechanism takes no queued acquire mode: use AcquireMode::Poll")]

@@ -65,6 +65,7 @@ mod elector;
 mod error;
 mod failure;
 pub mod fencing;
+pub mod floor;
 mod identity;
 mod key;
 pub mod leadership;

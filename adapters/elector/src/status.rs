@@ -21,8 +21,13 @@ use crate::sql;
 
 pub use crate::shard_sql::OwnerRow;
 
+mod candidates;
 mod lease;
 
+#[cfg(feature = "deadpool")]
+pub use self::candidates::candidates;
+pub(crate) use self::candidates::candidates_on;
+pub use self::candidates::{CandidateStatus, Published};
 pub use self::lease::LeaseStatus;
 #[cfg(feature = "deadpool")]
 pub use self::lease::lease_holder;

@@ -107,9 +107,14 @@ impl<C> Election<C> {
         };
         // A lease's probe that answered left nothing in flight; one that did not is given up.
         let in_flight = matches!(cause, Cause::TimedOut(_)) || self.answered_leaves_conn();
+        // A survey the server answered with an error (a missing floor table) left the lock
+        // session as it was: the term goes on, as a lease's does.
+        let answered_survey = kind == LogKind::SurveyFailed && matches!(cause, Cause::Error(_));
         match running.role {
-            Role::Leader(Leader { hold, .. }) if hold.session_conn().is_none() => {
-                if in_flight {
+            Role::Leader(Leader { hold, .. })
+                if hold.session_conn().is_none() || answered_survey =>
+            {
+                if in_flight && hold.session_conn().is_none() {
                     self.close_open_conn();
                 }
                 let term = self.leader_mut().map(|leader| leader.term);

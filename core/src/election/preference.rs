@@ -47,6 +47,7 @@ impl<C> Election<C> {
                 rank,
                 live_for: now.saturating_duration_since(since),
             }),
+            floor: self.options.floor_step(false),
         });
         Role::Standby(Standby::Probing {
             conn,
@@ -73,6 +74,7 @@ impl<C> Election<C> {
         self.push(Action::SurveyCandidates {
             conn,
             publish: None,
+            floor: self.options.floor_step(true),
         });
         if let Some(leader) = self.leader_mut() {
             leader.check = LeaderCheck::Probing {
@@ -83,17 +85,80 @@ impl<C> Election<C> {
         }
     }
 
-    /// The survey answered with the live `candidates` other than this replica.
-    pub(super) fn on_surveyed(&mut self, now: Instant, conn: ConnId, candidates: &[Candidate]) {
+    /// The survey answered with the live `candidates` other than this replica, and the
+    /// version `floor`.
+    pub(super) fn on_surveyed(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        candidates: &[Candidate],
+        floor: Option<Version>,
+    ) {
         let (Some(mine), State::Running(running)) = (self.options.rank_of(), &self.state) else {
             return;
         };
         let better = rank::best(candidates).filter(|best| best.rank > mine);
         match running.role {
-            Role::Leader(_) => self.leader_surveyed(now, mine, better),
-            Role::Standby(_) => self.standby_surveyed(now, conn, mine, better),
+            Role::Leader(_) => {
+                if self.below_floor(mine, floor) {
+                    // Granted on an attempt begun before a newer leader raised the floor.
+                    self.yield_below_floor(now);
+                } else {
+                    self.leader_surveyed(now, mine, better);
+                }
+            }
+            Role::Standby(_) => {
+                if self.below_floor(mine, floor) {
+                    self.give_back_answered(conn);
+                    self.wait_as_standby(now);
+                } else {
+                    self.standby_surveyed(now, conn, mine, better);
+                }
+            }
             Role::Draining(_) | Role::Releasing(_) => {}
         }
+    }
+
+    /// A leader found below the floor gives its term up ([`TermEndCause::Yielded`]) and stays a
+    /// standby.
+    fn yield_below_floor(&mut self, now: Instant) {
+        let Some(leader) = self.leader_mut() else {
+            return;
+        };
+        // The survey answered: nothing is left in flight on its connection.
+        leader.check = LeaderCheck::Waiting { next_check: now };
+        let term = leader.term;
+        self.give_up(now, term, TermEndCause::Yielded, AfterRelease::Standby);
+    }
+
+    /// Whether this replica's version is older than the `floor` (and it may not lead below
+    /// it); said once at WARN as it falls below, and once at INFO when it is no longer.
+    fn below_floor(&mut self, mine: Rank, floor: Option<Version>) -> bool {
+        let below =
+            !self.options.may_lead_below_floor() && floor.is_some_and(|floor| floor > mine.version);
+        let State::Running(running) = &mut self.state else {
+            return false;
+        };
+        let was = std::mem::replace(&mut running.below_floor, below);
+        match (was, below, floor) {
+            (false, true, Some(floor)) => self.log(
+                LogKind::BelowFloor,
+                None,
+                Some(Cause::BelowFloor {
+                    floor,
+                    mine: mine.version,
+                }),
+            ),
+            (true, false, _) => self.log(LogKind::AboveFloorAgain, None, None),
+            _ => {}
+        }
+        below
+    }
+
+    /// Whether the last survey found this replica older than the version floor
+    /// ([`Options::version_floor`]): it makes no attempt.
+    pub fn is_below_floor(&self) -> bool {
+        matches!(&self.state, State::Running(running) if running.below_floor)
     }
 
     /// The leader's survey found `better`, the best candidate when it outranks this replica:

@@ -74,6 +74,8 @@ pub(super) struct Running {
     /// This standby's own candidacy: when it began, and its last survey (a gap of more than
     /// two intervals, or a term, begins a new one).
     pub(super) candidacy: Option<(Instant, Instant)>,
+    /// The last survey found this replica older than the version floor.
+    pub(super) below_floor: bool,
 }
 
 /// A standby's deferral to a better-ranked candidate ([`Options::preference`]).

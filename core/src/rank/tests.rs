@@ -114,5 +114,7 @@ proptest! {
             prop_assert!(a <= c);
         }
         prop_assert_eq!(v(&a.to_string()), a);
+        // The server's order of the sort keys (byte order) is the version order.
+        prop_assert_eq!(a.sort_key().cmp(&b.sort_key()), a.cmp(&b));
     }
 }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use plexsphere_leader_core::invariants::{Checker, Input};
-use plexsphere_leader_core::rank::{Candidate, Rank};
+use plexsphere_leader_core::rank::{Candidate, FloorStep, Rank, Version};
 use plexsphere_leader_core::{
     AcquireMode, Action, CheckInterval, ConnId, Election, Event, LockCheck, Options,
 };
@@ -40,6 +40,8 @@ pub(crate) struct Replica {
     pub(crate) began_at: Option<Instant>,
     /// Runs started: with the replica's index, a lease holder's identity.
     runs: u64,
+    /// The version floor this replica's last survey found.
+    surveyed_floor: Option<Version>,
     /// The epoch of the open lease term.
     lease_epoch: Option<u64>,
 }
@@ -71,6 +73,8 @@ pub(crate) struct Server {
     /// Each replica's published candidacy: its rank, since when it has been a candidate
     /// without a break, and its last survey (live while within [`CANDIDATE_FRESH`]).
     pub(crate) candidates: BTreeMap<usize, (Rank, Instant, Instant)>,
+    /// The version floor: the newest version that has led.
+    pub(crate) floor: Option<Version>,
 }
 
 /// How long a published candidacy stays live after its last survey: two intervals.
@@ -90,6 +94,8 @@ pub(crate) struct World {
     grant_budget: Duration,
     /// Whether the elections hold a lease.
     lease: bool,
+    /// Terms begun by a replica older than the version floor the server held then.
+    pub(crate) terms_below_floor: u64,
 }
 
 impl World {
@@ -127,6 +133,7 @@ impl World {
                 terms: 0,
                 began_at: None,
                 runs: 0,
+                surveyed_floor: None,
                 lease_epoch: None,
             })
             .collect();
@@ -139,6 +146,7 @@ impl World {
             seq: 0,
             grant_budget,
             lease: options.lease_of().is_some(),
+            terms_below_floor: 0,
         }
     }
 
@@ -309,7 +317,11 @@ impl World {
                 conn,
                 cause: "survey error",
             }),
-            Action::SurveyCandidates { conn, publish } => Some(self.survey(r, conn, publish)),
+            Action::SurveyCandidates {
+                conn,
+                publish,
+                floor,
+            } => Some(self.survey(r, conn, publish, floor)),
             Action::TryLock { conn } if fail => Some(Event::LockQueryFailed {
                 conn,
                 cause: "query error",
@@ -415,6 +427,14 @@ impl World {
                 None
             }
             Action::BeginTerm { epoch, .. } => {
+                // Below the floor its own last survey found (a grant already queued for when
+                // another leader raised the floor is the leader's survey's to end).
+                let options = self.replicas[r].election.options();
+                let seen = self.replicas[r].surveyed_floor;
+                let below = options.rank_of().zip(seen).is_some_and(|(rank, floor)| {
+                    !options.may_lead_below_floor() && rank.version < floor
+                });
+                self.terms_below_floor += u64::from(below);
                 let replica = &mut self.replicas[r];
                 replica.terms += 1;
                 replica.began_at = Some(self.now);
@@ -568,8 +588,26 @@ impl World {
     }
 
     /// The model server's survey: `r` publishes `publish` (as the server's time minus its
-    /// age), and reads every other live candidacy.
-    fn survey(&mut self, r: usize, conn: ConnId, publish: Option<Candidate>) -> Event<Cause> {
+    /// age), takes the floor's step, and reads every other live candidacy and the floor.
+    fn survey(
+        &mut self,
+        r: usize,
+        conn: ConnId,
+        publish: Option<Candidate>,
+        step: FloorStep,
+    ) -> Event<Cause> {
+        match step {
+            FloorStep::Off | FloorStep::Read => {}
+            FloorStep::Raise(version) => {
+                self.server.floor = self.server.floor.max(Some(version));
+            }
+            FloorStep::Set(version) => self.server.floor = Some(version),
+        }
+        let floor = match step {
+            FloorStep::Off => None,
+            _ => self.server.floor,
+        };
+        self.replicas[r].surveyed_floor = floor;
         let now = self.now;
         let live = |seen: Instant| now.saturating_duration_since(seen) <= CANDIDATE_FRESH;
         if let Some(mine) = publish {
@@ -586,7 +624,11 @@ impl World {
                 live_for: now - since,
             })
             .collect();
-        Event::CandidatesSurveyed { conn, candidates }
+        Event::CandidatesSurveyed {
+            conn,
+            candidates,
+            floor,
+        }
     }
 
     fn end_session(&mut self, session: (usize, ConnId)) {

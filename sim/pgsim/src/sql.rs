@@ -332,6 +332,9 @@ const CREATE_CANDIDATES_IF_NOT_EXISTS: &str = "create unlogged table if not exis
      classid int4 not null , objid int4 not null , holder text not null , candidacy text not \
      null , seen_ms int8 not null , age_ms int8 not null , primary key ( classid , objid , \
      holder ) )";
+const CREATE_FLOOR_IF_NOT_EXISTS: &str = "create table if not exists $name ( classid int4 not \
+     null , objid int4 not null , version text not null , sort_key text not null , primary key \
+     ( classid , objid ) )";
 const CREATE_SEQUENCE_IF_NOT_EXISTS: &str =
     "create sequence if not exists $name as int4 minvalue 1 cycle";
 const ADVANCE_EPOCH: &str = "insert into $name as $name ( classid , objid , epoch ) values \
@@ -353,6 +356,7 @@ fn fence_statement(toks: &[Tok]) -> Option<Statement> {
         .or_else(|| create(CREATE_MEMBERS_IF_NOT_EXISTS, TableKind::Members, true))
         .or_else(|| create(CREATE_OWNERS_IF_NOT_EXISTS, TableKind::Owners, true))
         .or_else(|| create(CREATE_CANDIDATES_IF_NOT_EXISTS, TableKind::Candidates, true))
+        .or_else(|| create(CREATE_FLOOR_IF_NOT_EXISTS, TableKind::Floor, true))
         .or_else(|| create(CREATE_SEQUENCE_IF_NOT_EXISTS, TableKind::Sequence, true));
     if let Some((caps, kind, if_not_exists)) = created {
         let name = caps.first().map(tok_name)?;
@@ -1258,7 +1262,8 @@ mod tests {
             [
                 ("plexsphere_leader_lease", TableKind::Lease),
                 ("plexsphere_leader_fence", TableKind::Fence),
-                ("plexsphere_leader_candidate", TableKind::Candidates)
+                ("plexsphere_leader_candidate", TableKind::Candidates),
+                ("plexsphere_leader_floor", TableKind::Floor)
             ]
         );
         let claim = parse(&plexsphere_leader::sql::lease::claim(

@@ -56,6 +56,8 @@ pub(crate) enum TableKind {
     /// The lease's unlogged table of ranked replicas' candidacies: created by the lease's
     /// setup, never written (the simulation's replicas are unranked).
     Candidates,
+    /// The version floors: created by the lease's setup, never written (no floor is on).
+    Floor,
 }
 
 /// A table of one of the modelled shapes.
@@ -67,8 +69,8 @@ enum Table {
     Owners(OwnerTable),
     /// The value the sequence's last `nextval` returned (`None`: never called).
     Sequence(Option<i32>),
-    /// The candidacies' table, never written here.
-    Candidates,
+    /// The candidacies' or the floors' table, never written here.
+    Unwritten(TableKind),
 }
 
 /// The committed tables of one instance (or of a primary and its synchronous standbys).
@@ -91,7 +93,7 @@ impl Storage {
             TableKind::Lease | TableKind::Members => Table::Lease(kind, LeaseTable::new()),
             TableKind::Owners => Table::Owners(OwnerTable::new()),
             TableKind::Sequence => Table::Sequence(None),
-            TableKind::Candidates => Table::Candidates,
+            TableKind::Candidates | TableKind::Floor => Table::Unwritten(kind),
         };
         tables.insert(name.to_owned(), table);
         true

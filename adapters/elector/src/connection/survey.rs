@@ -60,18 +60,22 @@ fn event(
         Ok(rows) => Event::CandidatesSurveyed {
             conn,
             candidates: candidates(&rows, reading),
+            floor: rows
+                .iter()
+                .find_map(|row| candidacy::floor_of(row.first()?.as_deref()?)),
         },
         Err(cause) => Event::SurveyFailed { conn, cause },
     }
 }
 
-/// The live candidacies of `rows` (each: the candidacy's text, the server's unix milliseconds).
+/// The live candidacies of `rows` (each: the candidacy's text, the server's unix milliseconds;
+/// the floor's row, `=<version>`, is none).
 fn candidates(rows: &[Row], reading: Reading) -> Vec<Candidate> {
     rows.iter()
         .filter_map(|row| {
             let text = row.first()?.as_deref()?;
             let now_ms = row.get(1)?.as_deref()?.parse().ok()?;
-            candidacy::parse(text, now_ms, reading.key, reading.live)
+            candidacy::parse(text, now_ms, reading.key, reading.live).map(|(found, _)| found)
         })
         .collect()
 }

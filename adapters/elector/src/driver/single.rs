@@ -177,14 +177,26 @@ impl Mode for Single {
                     });
                 }
             }
-            Action::SurveyCandidates { conn, publish } => {
+            Action::SurveyCandidates {
+                conn,
+                publish,
+                floor,
+            } => {
                 let reading = connection::survey::Reading {
                     key,
                     live: self.inner.interval().get() * sql::candidacy::LIVE_INTERVALS,
                 };
                 if self.inner.holds_a_lease() {
-                    let table = sql::candidacy::candidate_table(self.inner.lease_schema());
-                    let statement = sql::candidacy::survey_rows(&table, key, &self.holder, publish);
+                    let schema = self.inner.lease_schema();
+                    let table = sql::candidacy::candidate_table(schema);
+                    let floors = format!("{schema}.{}", sql::candidacy::FLOOR_TABLE);
+                    let statement = sql::candidacy::survey_rows(
+                        &table,
+                        key,
+                        &self.holder,
+                        publish,
+                        (&floors, floor),
+                    );
                     io.run(connection::survey::pooled(
                         self.inner.sessions(),
                         conn,
@@ -193,7 +205,8 @@ impl Mode for Single {
                     ));
                 } else {
                     let mine = publish.map(|candidate| (candidate, identity));
-                    let statement = sql::candidacy::survey_sessions(key, mine);
+                    let floors = (sql::candidacy::FLOOR_TABLE, floor);
+                    let statement = sql::candidacy::survey_sessions(key, mine, floors);
                     io.start_on(conn, |held| {
                         connection::survey::on_session(held, conn, statement, reading)
                     });

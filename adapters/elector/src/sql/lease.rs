@@ -54,9 +54,11 @@ pub fn setup(schema: &str) -> String {
         "{QUIET_SETUP}SELECT pg_advisory_xact_lock({SETUP_LOCK}); \
          CREATE TABLE IF NOT EXISTS {} (\
          classid int4 NOT NULL, objid int4 NOT NULL, holder text NOT NULL, \
-         expires_at timestamptz NOT NULL, PRIMARY KEY (classid, objid)); {fence}; {candidates}",
+         expires_at timestamptz NOT NULL, PRIMARY KEY (classid, objid)); {fence}; {candidates} {floor}",
         lease_table(schema),
-        candidates = super::candidacy::setup(&super::candidacy::candidate_table(schema))
+        candidates = super::candidacy::setup(&super::candidacy::candidate_table(schema)),
+        floor =
+            super::candidacy::floor_setup(&format!("{schema}.{}", super::candidacy::FLOOR_TABLE))
     )
 }
 

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::lease::Lease;
-use crate::rank::{Candidate, Rank, Version};
+use crate::rank::{Candidate, FloorStep, Rank, Version};
 
 /// W: the default window, two intervals.
 const WMS: u64 = 2 * IMS;
@@ -25,7 +25,11 @@ fn ranked(version: &str) -> Options {
 }
 
 fn surveyed(conn: ConnId, candidates: Vec<Candidate>) -> E {
-    E::CandidatesSurveyed { conn, candidates }
+    E::CandidatesSurveyed {
+        conn,
+        candidates,
+        floor: None,
+    }
 }
 
 fn outranked(by: Candidate, mine: &str) -> Option<Cause<&'static str>> {
@@ -44,6 +48,7 @@ fn surveying_standby(version: &str) -> Fixture {
         vec![A::SurveyCandidates {
             conn: C1,
             publish: Some(candidate(version, 0)),
+            floor: FloorStep::Off,
         }]
     );
     assert_eq!(f.election.timeout_reason(), Some(Timer::ProbeDeadline));
@@ -89,7 +94,8 @@ fn check_proves(f: &mut Fixture, ms: u64) {
         f.drain(),
         vec![A::SurveyCandidates {
             conn: C1,
-            publish: None
+            publish: None,
+            floor: FloorStep::Off,
         }]
     );
 }
@@ -353,21 +359,35 @@ fn a_replica_that_yielded_and_leads_again_leads_a_window_before_its_next_yield()
 }
 
 #[test]
-fn an_advisory_leaders_survey_that_fails_ends_the_term_as_a_failed_check() {
+fn an_advisory_leaders_survey_answered_with_an_error_keeps_the_term_and_one_unanswered_ends_it() {
     let mut f = ranked_leader("1.0.0");
     check_proves(&mut f, IMS);
     f.event(
         IMS + 2,
         E::SurveyFailed {
             conn: C1,
-            cause: "connection reset",
+            cause: "relation plexsphere_leader_floor does not exist",
         },
     );
+    assert_eq!(
+        f.drain(),
+        vec![log(
+            LogKind::SurveyFailed,
+            Some(T1),
+            Some(Cause::Error(
+                "relation plexsphere_leader_floor does not exist"
+            ))
+        )]
+    );
+    assert!(f.election.is_leader());
+    // Unanswered on the lock session within the check: its state is unknown, the term ends.
+    check_proves(&mut f, 2 * IMS);
+    f.timeout(3 * IMS);
     let actions = f.drain();
     assert!(
         actions.contains(&A::EndTerm {
             term: T1,
-            cause: TermEndCause::Lost(LossReason::CheckFailed)
+            cause: TermEndCause::Lost(LossReason::CheckTimedOut)
         }),
         "{actions:?}"
     );
@@ -410,7 +430,8 @@ fn a_probing_standby_surveys_after_its_probe_passed_on_the_same_connection() {
         f.drain(),
         vec![A::SurveyCandidates {
             conn: C1,
-            publish: Some(candidate("1.0.0", 0))
+            publish: Some(candidate("1.0.0", 0)),
+            floor: FloorStep::Off,
         }]
     );
 }
@@ -428,7 +449,8 @@ fn a_lease_election_surveys_as_operations_of_their_own() {
         f.drain(),
         vec![A::SurveyCandidates {
             conn: C1,
-            publish: Some(candidate("1.0.0", 0))
+            publish: Some(candidate("1.0.0", 0)),
+            floor: FloorStep::Off,
         }]
     );
     // A deferring lease standby has nothing to give back.
@@ -465,7 +487,8 @@ fn a_lease_election_surveys_as_operations_of_their_own() {
         f.drain(),
         vec![A::SurveyCandidates {
             conn: ConnId::new(5),
-            publish: None
+            publish: None,
+            floor: FloorStep::Off,
         }]
     );
     // A lease leader's survey that fails keeps the term.
@@ -500,7 +523,8 @@ fn a_standby_publishes_how_long_its_candidacy_has_gone_on_without_a_break() {
         f.drain(),
         vec![A::SurveyCandidates {
             conn: C2,
-            publish: Some(candidate("1.0.0", IMS))
+            publish: Some(candidate("1.0.0", IMS)),
+            floor: FloorStep::Off,
         }]
     );
     f.event(IMS + 4, surveyed(C2, vec![candidate("2.0.0", 1)]));
@@ -520,7 +544,175 @@ fn a_standby_publishes_how_long_its_candidacy_has_gone_on_without_a_break() {
         f.drain(),
         vec![A::SurveyCandidates {
             conn,
-            publish: Some(candidate("1.0.0", 0))
+            publish: Some(candidate("1.0.0", 0)),
+            floor: FloorStep::Off,
         }]
     );
+}
+
+fn floored(version: &str) -> Options {
+    ranked(version).version_floor(true)
+}
+
+fn surveyed_with_floor(conn: ConnId, floor: &str) -> E {
+    E::CandidatesSurveyed {
+        conn,
+        candidates: vec![],
+        floor: Some(Version::parse(floor).unwrap()),
+    }
+}
+
+#[test]
+fn with_the_floor_standbys_read_it_and_leaders_raise_it_in_their_surveys() {
+    let mut f = Fixture::started_with(floored("1.4.0"));
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    assert_eq!(
+        f.drain(),
+        vec![A::SurveyCandidates {
+            conn: C1,
+            publish: Some(candidate("1.4.0", 0)),
+            floor: FloorStep::Read,
+        }]
+    );
+    f.event(4, surveyed_with_floor(C1, "1.4.0"));
+    assert_eq!(f.drain(), vec![A::TryLock { conn: C1 }]);
+    f.event(
+        10,
+        E::LockGranted {
+            conn: C1,
+            backend_pid: PID,
+        },
+    );
+    f.drain();
+    f.timeout(IMS);
+    f.drain();
+    f.event(
+        IMS + 1,
+        E::PingAnswered {
+            conn: C1,
+            found: LockCheck::holding(PID),
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![A::SurveyCandidates {
+            conn: C1,
+            publish: None,
+            floor: FloorStep::Raise(Version::parse("1.4.0").unwrap()),
+        }]
+    );
+    // Allowed below the floor (a deliberate rollback), the leader sets it instead.
+    let options = floored("1.4.0").below_floor(true);
+    assert_eq!(
+        options.floor_step(true),
+        FloorStep::Set(Version::parse("1.4.0").unwrap())
+    );
+    assert_eq!(ranked("1.4.0").floor_step(true), FloorStep::Off);
+    assert_eq!(
+        spec_options().version_floor(true).floor_step(false),
+        FloorStep::Off
+    );
+}
+
+#[test]
+fn a_standby_older_than_the_floor_makes_no_attempt_and_says_so_once_each_way() {
+    let mut f = Fixture::started_with(floored("1.4.0"));
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.event(4, surveyed_with_floor(C1, "1.10.0"));
+    assert_eq!(
+        f.drain(),
+        vec![
+            log(
+                LogKind::BelowFloor,
+                None,
+                Some(Cause::BelowFloor {
+                    floor: Version::parse("1.10.0").unwrap(),
+                    mine: Version::parse("1.4.0").unwrap(),
+                })
+            ),
+            A::ReturnToPool { conn: C1 },
+        ]
+    );
+    assert!(f.election.is_below_floor());
+    assert_eq!(LogKind::BelowFloor.level(), Level::Warn);
+    // Still below: silently no attempt.
+    f.timeout(IMS);
+    f.drain();
+    f.event(IMS + 1, E::ConnectionAcquired { conn: C2 });
+    f.drain();
+    f.event(IMS + 2, surveyed_with_floor(C2, "1.10.0"));
+    assert_eq!(f.drain(), vec![A::ReturnToPool { conn: C2 }]);
+    // The floor was lowered (another replica's deliberate rollback): it may lead again.
+    let c3 = ConnId::new(3);
+    f.timeout(2 * IMS);
+    f.drain();
+    f.event(2 * IMS + 1, E::ConnectionAcquired { conn: c3 });
+    f.drain();
+    f.event(2 * IMS + 2, surveyed_with_floor(c3, "1.4.0"));
+    assert_eq!(
+        f.drain(),
+        vec![
+            log(LogKind::AboveFloorAgain, None, None),
+            A::TryLock { conn: c3 }
+        ]
+    );
+    assert!(!f.election.is_below_floor());
+}
+
+#[test]
+fn a_replica_allowed_below_the_floor_attempts_all_the_same() {
+    let mut f = Fixture::started_with(floored("1.4.0").below_floor(true));
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.event(4, surveyed_with_floor(C1, "2.0.0"));
+    assert_eq!(f.drain(), vec![A::TryLock { conn: C1 }]);
+    assert!(!f.election.is_below_floor());
+}
+
+#[test]
+fn a_leader_granted_below_a_floor_raised_meanwhile_yields_at_its_first_survey() {
+    let mut f = Fixture::started_with(floored("1.4.0"));
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.event(4, surveyed_with_floor(C1, "1.4.0"));
+    f.drain();
+    f.event(
+        10,
+        E::LockGranted {
+            conn: C1,
+            backend_pid: PID,
+        },
+    );
+    f.drain();
+    f.timeout(IMS);
+    f.drain();
+    f.event(
+        IMS + 1,
+        E::PingAnswered {
+            conn: C1,
+            found: LockCheck::holding(PID),
+        },
+    );
+    f.drain();
+    f.event(IMS + 2, surveyed_with_floor(C1, "2.0.0"));
+    let actions = f.drain();
+    assert_eq!(
+        actions[..2],
+        [
+            log(
+                LogKind::BelowFloor,
+                None,
+                Some(Cause::BelowFloor {
+                    floor: Version::parse("2.0.0").unwrap(),
+                    mine: Version::parse("1.4.0").unwrap(),
+                })
+            ),
+            A::EndTerm {
+                term: T1,
+                cause: TermEndCause::Yielded
+            },
+        ]
+    );
+    assert!(!f.election.is_leader());
 }

@@ -42,6 +42,7 @@ impl Driver for Single {
             Action::SurveyCandidates { conn, .. } => Some(Event::CandidatesSurveyed {
                 conn,
                 candidates: Vec::new(),
+                floor: None,
             }),
             Action::TryLock { conn }
             | Action::WaitForLock { conn, .. }

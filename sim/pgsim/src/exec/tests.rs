@@ -617,7 +617,12 @@ fn lease_server() -> (State, i32, i32) {
     let setup = plexsphere_leader::sql::lease::setup(plexsphere_leader::sql::lease::DEFAULT_SCHEMA);
     set_up_twice(
         &setup,
-        &["C CREATE TABLE", "C CREATE TABLE", "C CREATE TABLE"],
+        &[
+            "C CREATE TABLE",
+            "C CREATE TABLE",
+            "C CREATE TABLE",
+            "C CREATE TABLE",
+        ],
     )
 }
 
