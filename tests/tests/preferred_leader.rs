@@ -3,7 +3,9 @@
 //! (`TermEndCause::Yielded`) to a better-ranked candidate once it has been live for the window
 //! W (two intervals) and the leader has led as long, and worse standbys defer to it, so the
 //! grant goes straight to the newest replica. Both mechanisms (the advisory lock queued, the
-//! lease), both backends (deadpool, sqlx), each on a database of its own.
+//! lease, also behind PgBouncer in transaction mode with two server connections), both
+//! backends (deadpool, sqlx), each on a database of its own; the version floor on a rollback
+//! (with and without the override); the candidates the operator sees; the metrics.
 //!
 //! Bound: the new replica leads within W + the stop grace (zero here) + two intervals (its
 //! first survey, and a check's round) + `MARGIN` (2 s) of its start; the two never lead at once
@@ -20,6 +22,15 @@ use plexsphere_leader::{Config, TermEndCause};
 use plexsphere_leader_tests::{Backend, TestDb};
 use support::{I, MARGIN, Replica, STARTUP, wait_for};
 use tokio::time::Instant;
+
+/// The Prometheus text of `registry`.
+fn exposition(registry: &prometheus::Registry) -> String {
+    let mut text = String::new();
+    prometheus::TextEncoder::new()
+        .encode_utf8(&registry.gather(), &mut text)
+        .unwrap();
+    text
+}
 
 /// The default window: two intervals.
 const W: Duration = Duration::from_millis(2 * I.as_millis() as u64);
@@ -39,12 +50,37 @@ fn ranked(version: &'static str, lease: bool) -> impl FnOnce(Config) -> Config {
 }
 
 async fn a_newer_replica_takes_over_once(name: &str, backend: Backend, lease: bool) {
+    a_newer_replica_takes_over_once_via(name, backend, lease, false).await;
+}
+
+/// As [`a_newer_replica_takes_over_once`]; `bouncer`: through PgBouncer in transaction mode
+/// with two server connections for the three replicas (the lease only).
+async fn a_newer_replica_takes_over_once_via(
+    name: &str,
+    backend: Backend,
+    lease: bool,
+    bouncer: bool,
+) {
     let db = TestDb::create(name).await.unwrap();
     if lease {
         let client = db.pool(1).unwrap().get().await.unwrap();
         plexsphere_leader::lease::setup(&client).await.unwrap();
     }
-    let pool = |size| backend.pool(&db.config(), size).unwrap();
+    let pooler = if bouncer {
+        let mode = plexsphere_leader_tests::PoolMode::Transaction;
+        Some(
+            plexsphere_leader_tests::PgBouncer::start(&db.config(), mode, 2)
+                .await
+                .expect("PgBouncer"),
+        )
+    } else {
+        None
+    };
+    let reached = match &pooler {
+        Some(pooler) => pooler.pg_config(&db.config()),
+        None => db.config(),
+    };
+    let pool = |size| backend.pool(&reached, size).unwrap();
     let old = Replica::spawn_with(pool(3), I, ranked("1.4.2", lease));
     wait_for(STARTUP, || old.elector.is_leader())
         .await
@@ -73,6 +109,20 @@ async fn a_newer_replica_takes_over_once(name: &str, backend: Backend, lease: bo
         .last_end()
         .map(|end| end.cause);
     assert_eq!(ended, Some(TermEndCause::Yielded), "{name}");
+    // The metrics say so: the yield counted by its cause, each replica's rank as a series.
+    let text = exposition(&old.registry);
+    assert!(
+        text.lines().any(
+            |line| line.starts_with("plexsphere_leader_transitions_total")
+                && line.contains("cause=\"yielded\"")
+                && line.ends_with(" 1")
+        ),
+        "{name}: {text}"
+    );
+    assert!(
+        exposition(&new.registry).contains("version=\"1.10.0\""),
+        "{name}: the rank series"
+    );
     // An older replica started afterwards never leads, and leadership stays put.
     let older = Replica::spawn_with(pool(3), I, ranked("1.4.0", lease));
     let watched = wait_for(4 * W, || {
@@ -84,6 +134,7 @@ async fn a_newer_replica_takes_over_once(name: &str, backend: Backend, lease: bo
     for replica in [older, old, new] {
         replica.stop().await.unwrap();
     }
+    drop(pooler);
     db.cleanup().await.unwrap();
 }
 
@@ -105,6 +156,23 @@ async fn lease_deadpool_a_newer_replica_takes_over_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_sqlx_a_newer_replica_takes_over_once() {
     a_newer_replica_takes_over_once("preferred_lease_sqlx", Backend::Sqlx, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_deadpool_behind_a_transaction_mode_pgbouncer_a_newer_replica_takes_over_once() {
+    a_newer_replica_takes_over_once_via(
+        "preferred_lease_bouncer_deadpool",
+        Backend::Deadpool,
+        true,
+        true,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_sqlx_behind_a_transaction_mode_pgbouncer_a_newer_replica_takes_over_once() {
+    a_newer_replica_takes_over_once_via("preferred_lease_bouncer_sqlx", Backend::Sqlx, true, true)
+        .await;
 }
 
 #[test]

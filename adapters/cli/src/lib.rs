@@ -19,6 +19,7 @@
 //! failure, no answer within the timeout). The DSN is never printed.
 #![forbid(unsafe_code)]
 
+pub mod candidates;
 mod format;
 pub mod lease;
 pub mod shards;
@@ -91,6 +92,10 @@ struct Election {
         allow_hyphen_values = true
     )]
     key: LockKey,
+    /// The election's check interval (`Config::check_interval`): a ranked standby's candidacy
+    /// is listed while it published it within two intervals.
+    #[arg(long, default_value = "5s", value_parser = parse_timeout, value_name = "DURATION")]
+    check_interval: Duration,
 }
 
 #[derive(Debug, Subcommand)]
@@ -176,7 +181,10 @@ where
     };
     match cli.command {
         Command::Status {
-            election: Election { key },
+            election: Election {
+                key,
+                check_interval,
+            },
             endpoint:
                 Endpoint {
                     dsn,
@@ -185,20 +193,35 @@ where
                 },
         } => {
             let database = database_of(&dsn);
-            let asked = query_status_within(&dsn, key, timeout).await;
+            let live = check_interval * 2;
+            let asked = ask_within(&dsn, timeout, |client| async move {
+                let leader = status::who_leads(&client, key).await?;
+                let published = status::Published::Sessions;
+                let candidates = status::candidates(&client, key, published, live).await?;
+                Ok((leader, candidates))
+            })
+            .await;
             conclude(
                 out,
                 err,
                 asked,
-                |leader| match format {
-                    Format::Text => render_text(key, &database, leader.as_ref()),
-                    Format::Json => render_json(key, &database, leader.as_ref()),
+                |(leader, found)| match format {
+                    Format::Text => {
+                        candidates::append_text(render_text(key, &database, leader.as_ref()), found)
+                    }
+                    Format::Json => candidates::append_json(
+                        &render_json(key, &database, leader.as_ref()),
+                        found,
+                    ),
                 },
-                Option::is_some,
+                |(leader, _)| leader.is_some(),
             )
         }
         Command::Lease {
-            election: Election { key },
+            election: Election {
+                key,
+                check_interval,
+            },
             schema,
             endpoint:
                 Endpoint {
@@ -208,19 +231,32 @@ where
                 },
         } => {
             let database = database_of(&dsn);
+            let live = check_interval * 2;
             let asked = ask_within(&dsn, timeout, |client| async move {
-                status::lease_holder(&client, &schema, key).await
+                let lease = status::lease_holder(&client, &schema, key).await?;
+                let published = status::Published::Rows { schema: &schema };
+                // A lease set up before ranks existed has no candidate table: no candidates.
+                let candidates = status::candidates(&client, key, published, live)
+                    .await
+                    .unwrap_or_default();
+                Ok((lease, candidates))
             })
             .await;
             conclude(
                 out,
                 err,
                 asked,
-                |lease| match format {
-                    Format::Text => lease::render_text(key, &database, lease.as_ref()),
-                    Format::Json => lease::render_json(key, &database, lease.as_ref()),
+                |(lease, found)| match format {
+                    Format::Text => candidates::append_text(
+                        lease::render_text(key, &database, lease.as_ref()),
+                        found,
+                    ),
+                    Format::Json => candidates::append_json(
+                        &lease::render_json(key, &database, lease.as_ref()),
+                        found,
+                    ),
                 },
-                |lease| lease.as_ref().is_some_and(|lease| lease.held),
+                |(lease, _)| lease.as_ref().is_some_and(|lease| lease.held),
             )
         }
         Command::Shards {

@@ -83,6 +83,17 @@ pub const ELIGIBLE: &str = "plexsphere_leader_eligible";
 /// `aborted`.
 pub const OVERDUE_WORK: &str = "plexsphere_leader_overdue_work_total";
 
+/// A ranked replica's rank (`Config::version`): 1, labelled by `key`, `priority` and
+/// `version`; no series while unranked.
+pub const RANK_INFO: &str = "plexsphere_leader_rank_info";
+
+/// 1 while this standby defers to a better-ranked live candidate (`Config::version`).
+pub const DEFERRING: &str = "plexsphere_leader_deferring";
+
+/// 1 while this replica's last survey found it older than the version floor
+/// (`Config::version_floor`): it does not lead.
+pub const BELOW_VERSION_FLOOR: &str = "plexsphere_leader_below_version_floor";
+
 /// The `key` label value of the election of `key`: `"1886156915:1"` for the default key (the
 /// key's `CLASSID:OBJID` form). Every per-key metric takes its `key` label from here.
 pub fn key_label(key: LockKey) -> String {
@@ -215,6 +226,8 @@ pub(crate) struct ElectionMetrics {
     /// By whether the work was aborted.
     overdue: By<bool, Counter>,
     eligible: Gauge,
+    deferring: Gauge,
+    below_floor: Gauge,
     /// The backends, for the trust deadline.
     backends: Backends,
     /// This elector's `key` label.
@@ -229,8 +242,19 @@ impl ElectionMetrics {
     /// [`ConfigError::Metrics`] when the registry refuses the collectors.
     pub(crate) fn for_config(config: &crate::Config) -> Result<Option<Self>, ConfigError> {
         let key = key_label(config.key);
+        let rank = config.rank()?;
         Backends::of(&config.common, family::ALL)?
-            .map(|backends| Self::new(backends, &key))
+            .map(|backends| {
+                let metrics = Self::new(backends, &key)?;
+                if let Some(rank) = rank {
+                    let (priority, version) = (rank.priority.to_string(), rank.version.to_string());
+                    metrics
+                        .backends
+                        .handle::<Gauge>(&family::RANK_INFO, &[&key, &priority, &version])?
+                        .set(1.0);
+                }
+                Ok(metrics)
+            })
             .transpose()
     }
 
@@ -259,6 +283,8 @@ impl ElectionMetrics {
                 backends.handle(&family::OVERDUE, &[key, overdue_action(aborted)])
             })?,
             eligible: gauge(&family::ELIGIBLE)?,
+            deferring: gauge(&family::DEFERRING)?,
+            below_floor: gauge(&family::BELOW_VERSION_FLOOR)?,
             backends,
             key: key.to_owned(),
         })
@@ -313,6 +339,13 @@ impl ElectionMetrics {
     /// The replica was made eligible to lead, or not.
     pub(crate) fn set_eligible(&self, eligible: bool) {
         self.eligible.flag(eligible);
+    }
+
+    /// Whether this standby defers to a better candidate, and whether it is below the version
+    /// floor, as the election says after an input.
+    pub(crate) fn preference(&self, deferring: bool, below_floor: bool) {
+        self.deferring.flag(deferring);
+        self.below_floor.flag(below_floor);
     }
 
     /// Work was found running past the work deadline; `aborted` when it was aborted.

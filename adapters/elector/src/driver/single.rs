@@ -125,6 +125,11 @@ impl Mode for Single {
     fn performed(&mut self) {
         let deadline = self.inner.election().trust_deadline();
         self.inner.set_trust(deadline);
+        if let Some(metrics) = self.inner.metrics() {
+            let election = self.inner.election();
+            let deferring = election.deferring_to(self.inner.clock().now()).is_some();
+            metrics.preference(deferring, election.is_below_floor());
+        }
     }
 
     fn outcome(&mut self) -> Result<(), crate::error::RunError> {

@@ -6,9 +6,9 @@
 //! Help texts: one sentence, no trailing period.
 
 use super::{
-    CHECK_DURATION, CHECK_DURATION_BUCKETS, ELIGIBLE, IS_LEADER, LAST_CHECK_SUCCESS,
-    LEADER_GAUGE_HELP, LEADER_GAUGE_NAME, LOCK_ATTEMPTS, OVERDUE_WORK, TERM_EPOCH, TERM_START,
-    TRANSITIONS,
+    BELOW_VERSION_FLOOR, CHECK_DURATION, CHECK_DURATION_BUCKETS, DEFERRING, ELIGIBLE, IS_LEADER,
+    LAST_CHECK_SUCCESS, LEADER_GAUGE_HELP, LEADER_GAUGE_NAME, LOCK_ATTEMPTS, OVERDUE_WORK,
+    RANK_INFO, TERM_EPOCH, TERM_START, TRANSITIONS,
 };
 
 /// What kind of series a family has.
@@ -124,6 +124,27 @@ pub(crate) mod election {
          no checks then)",
     );
 
+    pub(crate) const RANK_INFO: Family = family(
+        super::RANK_INFO,
+        Kind::Gauge,
+        &["key", "priority", "version"],
+        "1, labelled with this replica's rank in the election of key (priority, then \
+         version); no series while unranked",
+    );
+    pub(crate) const DEFERRING: Family = family(
+        super::DEFERRING,
+        Kind::Gauge,
+        &["key"],
+        "1 while this standby defers to a better-ranked live candidate of the election of key",
+    );
+    pub(crate) const BELOW_VERSION_FLOOR: Family = family(
+        super::BELOW_VERSION_FLOOR,
+        Kind::Gauge,
+        &["key"],
+        "1 while this replica is older than the newest version that has led the election of \
+         key (the version floor): it does not lead",
+    );
+
     /// Every family of one election.
     pub(crate) const ALL: &[&Family] = &[
         &LEADER,
@@ -136,6 +157,9 @@ pub(crate) mod election {
         &CHECK_DURATION,
         &OVERDUE,
         &ELIGIBLE,
+        &RANK_INFO,
+        &DEFERRING,
+        &BELOW_VERSION_FLOOR,
     ];
 }
 
