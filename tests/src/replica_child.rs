@@ -134,6 +134,13 @@ pub struct ChildArgs {
     /// FIRST..END.
     #[arg(long, value_name = "FIRST..END", value_parser = key_range, requires = "shards")]
     pub singles: Option<Range<u32>>,
+    /// The election's rank: its release number (`Config::version`, e.g. `1.4.2`); unset, the
+    /// replica is unranked unless `--priority` is given. The election only.
+    #[arg(long, value_name = "V", conflicts_with = "shards")]
+    pub version: Option<String>,
+    /// The election's rank: the operator's priority (`Config::priority`). The election only.
+    #[arg(long, value_name = "N", conflicts_with = "shards")]
+    pub priority: Option<u32>,
 }
 
 /// The `max_size` of each pool unless `--pool-size` says otherwise.
@@ -184,7 +191,16 @@ impl ChildArgs {
             shards: None,
             class: DEFAULT_SHARD_CLASS,
             singles: None,
+            version: None,
+            priority: None,
         }
+    }
+
+    /// [`Self::new`]'s election ranked by `version` (`Config::version`).
+    #[must_use]
+    pub fn ranked(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
+        self
     }
 
     /// A sharded elector for `shards` shards of class [`DEFAULT_SHARD_CLASS`], otherwise as
@@ -203,8 +219,8 @@ impl ChildArgs {
 
     /// The command line for these arguments: `--name N --dsn D --interval-ms I --pool-size P
     /// [--acquire poll|queue] [--mechanism lease] --backend deadpool|sqlx [--shards K --class C
-    /// [--singles FIRST..END]]` (`--acquire` only where it applies or was asked for,
-    /// `--mechanism` only when not the default).
+    /// [--singles FIRST..END]] [--version V] [--priority N]` (`--acquire` only where it applies
+    /// or was asked for, `--mechanism` only when not the default, the rank only when set).
     pub fn to_args(&self) -> Vec<String> {
         let mut args = vec![
             "--name".into(),
@@ -239,6 +255,12 @@ impl ChildArgs {
                 "--singles".into(),
                 format!("{}..{}", range.start, range.end),
             ]);
+        }
+        if let Some(version) = &self.version {
+            args.extend(["--version".into(), version.clone()]);
+        }
+        if let Some(priority) = self.priority {
+            args.extend(["--priority".into(), priority.to_string()]);
         }
         args
     }
@@ -663,6 +685,10 @@ mod tests {
         assert_eq!(args.mode(), Mode::Election);
         args.mechanism = Mechanism::Lease;
         assert_eq!(ChildArgs::parse(args.to_args()).ok(), Some(args.clone()));
+        args = args.ranked("1.4.2");
+        args.priority = Some(3);
+        assert_eq!(ChildArgs::parse(args.to_args()).ok(), Some(args.clone()));
+        assert_eq!(args.mode(), Mode::Election);
         args = ChildArgs {
             class: 7,
             ..ChildArgs::sharded("plx-shard-a", "host=127.0.0.1 dbname=x", MS_250, 1024)
@@ -727,6 +753,10 @@ mod tests {
             "the singles hold advisory locks only"
         );
         assert!(with(&["--mechanism", "rows"]).is_err());
+        assert!(
+            with(&["--shards", "8", "--version", "1.0.0"]).is_err(),
+            "ranks are the election's"
+        );
         assert!(with(&["--acquire", "wait"]).is_err());
         assert!(with(&["--backend", "odbc"]).is_err());
         assert!(with(&["--shards", "8", "--singles", "4"]).is_err());

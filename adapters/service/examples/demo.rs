@@ -18,6 +18,11 @@
 //! `event=shards owned=N took=T gave=G` when its shards change, and each replica's `/` serves a
 //! live page of who owns which shards.
 //!
+//! With `--rollout` every replica ranks itself by its version (`Config::version`, 1.0.0), and
+//! once one leads the demo restarts them one at a time with version 1.1.0, printing each
+//! leadership move (`event=leadership-moved from=… to=… version=… cause=yielded`) and, at the
+//! end, `event=rollout-done moves=M to_new=N …`; then it keeps running.
+//!
 //! `/status` also lists the wired workers and readiness probes. `sse-nonce-sweep` ticks once per
 //! `$PLEXSPHERE_SSE_NONCE_TTL` (default 5m) instead of once per interval.
 //!
@@ -34,6 +39,8 @@ mod parent;
 mod passes;
 #[path = "demo/replica.rs"]
 mod replica;
+#[path = "demo/rollout.rs"]
+mod rollout;
 #[path = "demo/shards.rs"]
 mod shards;
 

@@ -68,6 +68,12 @@ fn build(args: &ChildArgs) -> Result<(Elector, BackendPool), String> {
     if args.mechanism == Mechanism::Lease {
         config = config.lease(Duration::ZERO);
     }
+    if let Some(version) = &args.version {
+        config = config.version(version);
+    }
+    if let Some(priority) = args.priority {
+        config = config.priority(priority);
+    }
     let elector = Elector::new(config).map_err(|e| e.to_string())?;
     Ok((elector, pool))
 }

@@ -12,6 +12,10 @@ pub(crate) const DSN_ENV: &str = "PLEXSPHERE_DSN";
 /// Set by the demo on the replica processes it starts: the replica's index.
 pub(crate) const REPLICA_ENV: &str = "PLEXSPHERE_DEMO_REPLICA";
 
+/// Set by the demo with `--rollout` on the replica processes it starts: the release number
+/// the replica ranks itself by (`Config::version`).
+pub(crate) const VERSION_ENV: &str = "PLEXSPHERE_DEMO_VERSION";
+
 /// The signed event bus's nonce TTL: the freshness window of `sse-nonce-sweep`, and its period.
 pub(crate) const SSE_NONCE_TTL_ENV: &str = "PLEXSPHERE_SSE_NONCE_TTL";
 
@@ -89,6 +93,14 @@ pub(crate) struct Args {
     /// by leases too (member and owner rows), so it runs behind a transaction-mode pooler.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=i64::from(plexsphere_leader::sharded::MAX_SHARDS)))]
     pub(crate) shards: Option<u32>,
+
+    /// A rolling deploy once the replicas are up: every replica ranks itself by its version
+    /// (`Config::version`, 1.0.0 at start), then the demo restarts them one at a time with
+    /// version 1.1.0, printing each leadership move (`event=leadership-moved`: who led, who
+    /// leads now, its version, the end cause) and a summary (`event=rollout-done`), and keeps
+    /// running.
+    #[arg(long)]
+    pub(crate) rollout: bool,
 }
 
 impl Args {
@@ -272,7 +284,9 @@ mod tests {
         assert_eq!(args.key, LockKey::DEFAULT);
         assert_eq!(args.acquire, Acquire::Poll);
         assert!(!args.fencing);
+        assert!(!args.rollout);
         assert_eq!(args.mechanism, Mechanism::Advisory);
+        assert!(Args::try_parse_from(["demo", "--rollout"]).unwrap().rollout);
         let lease = Args::try_parse_from(["demo", "--mechanism", "lease"]).unwrap();
         assert_eq!(lease.mechanism, Mechanism::Lease);
         assert!(Args::try_parse_from(["demo", "--mechanism", "lock"]).is_err());

@@ -10,8 +10,9 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
-use crate::cli::{Args, DSN_ENV, REPLICA_ENV};
+use crate::cli::{Args, DSN_ENV, REPLICA_ENV, VERSION_ENV};
 use crate::database;
+use crate::rollout::{self, Phase, Rollout};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -52,20 +53,28 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
     ) + &args
         .shards
         .map(|count| format!(" shards={count}"))
-        .unwrap_or_default()));
+        .unwrap_or_default()
+        + if args.rollout {
+            " rollout=1.0.0->1.1.0"
+        } else {
+            ""
+        }));
 
     let (exits, mut exited) = mpsc::unbounded_channel();
+    // `--rollout`: the replicas' lines come through the parent, which reads who leads.
+    let (lines, mut relayed) = mpsc::unbounded_channel();
+    let mut rollout = args
+        .rollout
+        .then(|| Rollout::new(args.replicas, args.check_interval));
     let mut replicas = Vec::new();
     for index in 0..args.replicas {
-        let child = spawn(&args, index, &database.dsn)?;
-        let pid = child.id().unwrap_or_default();
-        say(&format!(
-            "replica={index} pid={pid} event=started http=http://127.0.0.1:{}",
-            args.http_port + index
-        ));
-        replicas.push(watch(child, index, pid, exits.clone()));
+        let version = args.rollout.then_some(rollout::FROM);
+        let running = start(&args, index, &database.dsn, version, &exits, &lines)?;
+        if let Some(rollout) = &mut rollout {
+            rollout.moves.started(index, running.pid, rollout::FROM);
+        }
+        replicas.push(running);
     }
-    drop(exits);
     say(&hint(&args));
 
     let deadline = async {
@@ -81,10 +90,45 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
             _ = interrupt.recv() => { say("event=stopping reason=SIGINT"); break; }
             _ = terminate.recv() => { say("event=stopping reason=SIGTERM"); break; }
             () = &mut deadline => { say("event=stopping reason=duration"); break; }
+            () = settled(rollout.as_ref()) => {
+                if let Some(rollout) = &mut rollout {
+                    next_step(rollout, &replicas);
+                }
+            }
+            Some(line) = relayed.recv() => {
+                if let Some(rollout) = &mut rollout {
+                    for text in rollout.line(&line) {
+                        say(&text);
+                    }
+                }
+            }
             exit = exited.recv() => match exit {
-                Some((index, status)) => {
+                Some((index, pid, status)) => {
                     // A replica killed from outside is the user's doing, not a failed stop.
-                    record_exit(&mut replicas, index, status);
+                    record_exit(&mut replicas, pid, status);
+                    if let Some(rollout) = &mut rollout {
+                        for text in rollout.moves.exited(pid) {
+                            say(&text);
+                        }
+                        if rollout.phase == (Phase::Stopping { index, pid }) {
+                            let running = start(
+                                &args,
+                                index,
+                                &database.dsn,
+                                Some(rollout::TO),
+                                &exits,
+                                &lines,
+                            )?;
+                            rollout.moves.started(index, running.pid, rollout::TO);
+                            if let Some(slot) = replicas.iter_mut().find(|r| r.pid == pid) {
+                                *slot = running;
+                            }
+                            rollout.next += 1;
+                            rollout.phase =
+                                Phase::Settling(tokio::time::Instant::now() + rollout.settle);
+                            continue;
+                        }
+                    }
                     if replicas.iter().all(|r| r.exited.is_some()) {
                         say("event=stopping reason=\"every replica exited\"");
                         every_replica_failed = replicas
@@ -134,7 +178,75 @@ fn hint(args: &Args) -> String {
     )
 }
 
-fn spawn(args: &Args, index: u16, dsn: &str) -> Result<Child, Error> {
+/// Starts replica `index` (ranked by `version` with `--rollout`), says so, and watches it: its
+/// exit goes to `exits`, and with `--rollout` its lines to `lines` (and on to standard output).
+fn start(
+    args: &Args,
+    index: u16,
+    dsn: &str,
+    version: Option<&str>,
+    exits: &mpsc::UnboundedSender<(u16, u32, ExitStatus)>,
+    lines: &mpsc::UnboundedSender<String>,
+) -> Result<Running, Error> {
+    let mut child = spawn(args, index, dsn, version)?;
+    let pid = child.id().unwrap_or_default();
+    let shown = version.map(|v| format!(" version={v}")).unwrap_or_default();
+    say(&format!(
+        "replica={index} pid={pid} event=started http=http://127.0.0.1:{}{shown}",
+        args.http_port + index
+    ));
+    if let Some(stdout) = child.stdout.take() {
+        tokio::spawn(relay(stdout, lines.clone()));
+    }
+    Ok(watch(child, index, pid, exits.clone()))
+}
+
+/// Passes a replica's lines on to standard output, and to `lines`.
+async fn relay(stdout: tokio::process::ChildStdout, lines: mpsc::UnboundedSender<String>) {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut reader = tokio::io::BufReader::new(stdout).lines();
+    while let Ok(Some(line)) = reader.next_line().await {
+        write_line(&line);
+        let _ = lines.send(line);
+    }
+}
+
+/// Waits until the rollout's current step settled (forever when there is none).
+async fn settled(rollout: Option<&Rollout>) {
+    match rollout.and_then(Rollout::settled_at) {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The rollout's next step once the last one settled: stop the next replica of the old version
+/// (SIGTERM: it releases what it holds), or, when none is left, the summary.
+fn next_step(rollout: &mut Rollout, replicas: &[Running]) {
+    let next = replicas
+        .iter()
+        .find(|r| r.index == rollout.next && r.exited.is_none());
+    match next {
+        Some(replica) if rollout.next < rollout.replicas => {
+            say(&format!(
+                "replica={} pid={} event=rollout-stop to={}",
+                replica.index,
+                replica.pid,
+                rollout::TO
+            ));
+            signal_pid(replica.pid, Signal::SIGTERM);
+            rollout.phase = Phase::Stopping {
+                index: replica.index,
+                pid: replica.pid,
+            };
+        }
+        _ => {
+            say(&rollout.done());
+            rollout.phase = Phase::Done;
+        }
+    }
+}
+
+fn spawn(args: &Args, index: u16, dsn: &str, version: Option<&str>) -> Result<Child, Error> {
     let exe = std::env::current_exe()?;
     let mut command = Command::new(exe);
     command
@@ -154,8 +266,13 @@ fn spawn(args: &Args, index: u16, dsn: &str) -> Result<Child, Error> {
         .args(args.shards.map(|count| format!("--shards={count}")))
         .env(REPLICA_ENV, index.to_string())
         .env(DSN_ENV, dsn)
+        .env(VERSION_ENV, version.unwrap_or_default())
         .stdin(Stdio::piped())
-        .stdout(Stdio::inherit())
+        .stdout(if version.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        })
         .stderr(Stdio::inherit())
         // Its own process group: the parent decides when a replica stops, so that a Ctrl-C in
         // the terminal stops the replicas before a throwaway server.
@@ -171,12 +288,12 @@ fn watch(
     mut child: Child,
     index: u16,
     pid: u32,
-    exits: mpsc::UnboundedSender<(u16, ExitStatus)>,
+    exits: mpsc::UnboundedSender<(u16, u32, ExitStatus)>,
 ) -> Running {
     let stdin = child.stdin.take();
     tokio::spawn(async move {
         if let Ok(status) = child.wait().await {
-            let _ = exits.send((index, status));
+            let _ = exits.send((index, pid, status));
         }
     });
     Running {
@@ -187,13 +304,13 @@ fn watch(
     }
 }
 
-fn record_exit(replicas: &mut [Running], index: u16, status: ExitStatus) {
-    if let Some(replica) = replicas.iter_mut().find(|r| r.index == index) {
+fn record_exit(replicas: &mut [Running], pid: u32, status: ExitStatus) {
+    if let Some(replica) = replicas.iter_mut().find(|r| r.pid == pid) {
         replica.exited = Some(status);
         replica.stdin = None;
         say(&format!(
-            "replica={index} pid={} event=exited status={:?}",
-            replica.pid,
+            "replica={} pid={pid} event=exited status={:?}",
+            replica.index,
             status.to_string()
         ));
     }
@@ -203,7 +320,7 @@ fn record_exit(replicas: &mut [Running], index: u16, status: ExitStatus) {
 /// exited cleanly.
 async fn stop_all(
     replicas: &mut [Running],
-    exited: &mut mpsc::UnboundedReceiver<(u16, ExitStatus)>,
+    exited: &mut mpsc::UnboundedReceiver<(u16, u32, ExitStatus)>,
 ) -> bool {
     for replica in replicas.iter().filter(|r| r.exited.is_none()) {
         signal_pid(replica.pid, Signal::SIGTERM);
@@ -211,10 +328,10 @@ async fn stop_all(
     let mut clean = true;
     let wait = async {
         while replicas.iter().any(|r| r.exited.is_none()) {
-            let Some((index, status)) = exited.recv().await else {
+            let Some((_, pid, status)) = exited.recv().await else {
                 break;
             };
-            record_exit(replicas, index, status);
+            record_exit(replicas, pid, status);
             clean &= status.success();
         }
     };
@@ -238,8 +355,13 @@ fn signal_pid(pid: u32, signal: Signal) {
 }
 
 fn say(text: &str) {
+    write_line(&format!("[demo] {text}"));
+}
+
+/// One line on standard output, one `write`.
+fn write_line(text: &str) {
     use std::io::Write as _;
-    let line = format!("[demo] {text}\n");
+    let line = format!("{text}\n");
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(line.as_bytes());
     let _ = out.flush();

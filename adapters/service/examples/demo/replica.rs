@@ -43,7 +43,7 @@ mod status;
 use self::events::{init_logs, line, print_leadership};
 use self::loops::wire_loops;
 use self::status::{Probes, serve};
-use crate::cli::{Args, DSN_ENV, Mechanism, sse_nonce_ttl_from_env};
+use crate::cli::{Args, DSN_ENV, Mechanism, VERSION_ENV, sse_nonce_ttl_from_env};
 use crate::passes;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -89,6 +89,8 @@ struct Me {
     nonce_ttl: Duration,
     /// What the replica waits for before its election starts, for `/status`.
     waiting: Waiting,
+    /// The release number it ranks itself by (`--rollout`), printed with each acquisition.
+    version: Option<String>,
 }
 
 /// What a replica waits for before its election starts (`None` once it runs).
@@ -108,6 +110,9 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
         waiting: Arc::new(Mutex::new(Some(
             "the demo schema, before the election starts".into(),
         ))),
+        version: std::env::var(VERSION_ENV)
+            .ok()
+            .filter(|version| !version.trim().is_empty()),
     };
     init_logs(index);
     let shutdown = CancellationToken::new();
@@ -136,6 +141,11 @@ pub(crate) async fn run(args: Args, index: u16) -> Result<(), Error> {
             let config = match args.mechanism {
                 Mechanism::Advisory => config,
                 Mechanism::Lease => config.lease(Duration::ZERO),
+            };
+            // `--rollout`: ranked, so that the newest version leads once it is up.
+            let config = match &me.version {
+                Some(version) => config.version(version),
+                None => config,
             };
             let elector = Elector::new(config)?;
             // Liveness, never readiness: a leader whose election stopped being driven.

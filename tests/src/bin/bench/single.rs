@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p plexsphere-leader-tests --bin bench -- single \
 //!     [--check-interval 200ms] [--rounds 5] [--scale-electors 100] [--scale-interval 50ms] \
-//!     [--scale-seconds 10] [--only failover|costs|scale|floor] [--acquire poll|queue|both] \
+//!     [--scale-seconds 10] [--only failover|costs|scale|floor|rollout] [--acquire poll|queue|both] \
 //!     [--faults graceful,sigkill,...] [--explain-over 50ms]
 //! ```
 //!
@@ -28,6 +28,10 @@
 //! 4. **Detection floor**: how soon a bare tokio-postgres connection in this process learns
 //!    that `pg_terminate_backend` ended its session (no elector): the part of the failover
 //!    table's detection figure no client can shave off.
+//! 5. **Rollout** (issue 41, ranked replicas): the handover when a replica of a newer version
+//!    preempts the leader (queued advisory lock and lease), and rolling deploys of three
+//!    replica processes one at a time, ranked beside unranked, and a rollback: leadership
+//!    moves, by version, and the time without a leader.
 //!
 //! Needs the local PostgreSQL of the test suite (`PLEXSPHERE_TEST_DSN`) and, for the restart,
 //! failover and scale runs, the server binaries for throwaway clusters. See
@@ -64,11 +68,13 @@ use crate::common::{
 mod costs;
 mod failover;
 mod floor;
+mod rollout;
 mod scale;
 
 use self::costs::costs;
 use self::failover::{Fault, failover_table};
 use self::floor::detection_floor;
+use self::rollout::rollout;
 use self::scale::scale;
 
 const ROUND_TIMEOUT: Duration = Duration::from_secs(20);
@@ -80,7 +86,8 @@ pub(crate) struct Options {
     #[arg(long = "check-interval", value_name = "DURATION")]
     #[arg(default_value = "200ms", value_parser = duration)]
     interval: Duration,
-    /// Rounds per fault (failover) and of the detection floor.
+    /// Rounds per fault (failover), of the detection floor and of the rollout's handover (its
+    /// rolling deploys: one per 5 rounds).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Electors of the scale table.
@@ -115,6 +122,7 @@ enum Section {
     Costs,
     Scale,
     Floor,
+    Rollout,
 }
 
 /// `--acquire`: the failover table's modes: the advisory lock polled or queued for, or the
@@ -213,6 +221,9 @@ pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
     }
     if options.runs(Section::Floor) {
         detection_floor(&options).await?;
+    }
+    if options.runs(Section::Rollout) {
+        rollout(&options).await?;
     }
     Ok(())
 }

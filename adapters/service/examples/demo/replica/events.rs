@@ -33,7 +33,10 @@ struct Printed {
 fn print_events(me: &Me, printed: &mut Printed, leadership: &Leadership) {
     for event in printed.terms.read(leadership) {
         let text = match event {
-            TermEvent::Began(term) => format!("event=acquired term={}", term.id),
+            TermEvent::Began(term) => match &me.version {
+                Some(version) => format!("event=acquired term={} version={version}", term.id),
+                None => format!("event=acquired term={}", term.id),
+            },
             // The stop's line waits for its release below.
             TermEvent::Ended(TermEnd {
                 cause: TermEndCause::Stopped,
@@ -46,6 +49,11 @@ fn print_events(me: &Me, printed: &mut Printed, leadership: &Leadership) {
                         end.id
                     )
                 }
+                TermEndCause::Yielded => format!(
+                    "event=yielded term={} cause={:?}",
+                    end.id,
+                    end.cause.to_string()
+                ),
                 TermEndCause::Lost(reason) => format!(
                     "event=lost term={} reason={} cause={:?}",
                     end.id,

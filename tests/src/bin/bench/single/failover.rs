@@ -353,7 +353,7 @@ impl Pair {
     }
 }
 
-fn replica_launcher() -> Result<Launcher, BoxError> {
+pub(super) fn replica_launcher() -> Result<Launcher, BoxError> {
     let me = std::env::current_exe()?;
     Ok(Launcher::with_prefix(me, &["replica"]))
 }
