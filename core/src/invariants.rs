@@ -848,6 +848,7 @@ mod tests {
 
     mod fitness;
     mod lease;
+    mod preference;
 
     fn violation(result: Result<(), Violation>, needle: &str) {
         let violation = result.expect_err("the broken trace is reported");

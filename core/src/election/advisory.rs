@@ -202,7 +202,7 @@ impl<C> Election<C> {
     /// The server's `lock_timeout` ended a queued wait: the lock may have been granted at that
     /// instant anyway, so it is released on the same session, if held, before the connection
     /// goes back to the pool; the grant statement's deadline still bounds it.
-    pub(super) fn on_wait_timed_out(&mut self, conn: ConnId) {
+    pub(super) fn on_wait_timed_out(&mut self, now: Instant, conn: ConnId) {
         let State::Running(Running {
             role: Role::Standby(Standby::TryingLock { deadline, .. }),
             ..
@@ -211,6 +211,8 @@ impl<C> Election<C> {
             return;
         };
         let deadline = *deadline;
+        // Another session held the lock for the whole wait.
+        self.held_by_another(now);
         self.push(Action::ReleaseIfHeld { conn });
         self.set_role(Role::Standby(Standby::ReleasingIfHeld {
             conn,

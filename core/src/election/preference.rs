@@ -245,6 +245,25 @@ impl<C> Election<C> {
         self.attempt(now, conn);
     }
 
+    /// An attempt past the defer limit found the lock (or lease) held by another replica: a
+    /// leader exists, so the better candidate's not taking over leaves nobody without one, and
+    /// the deferral begins anew. Without this, a standby past its limit would take the lock at
+    /// the next release before the better candidate (a move to a worse rank, then a yield back).
+    pub(super) fn held_by_another(&mut self, now: Instant) {
+        if let State::Running(Running {
+            deferral: Some(deferral),
+            ..
+        }) = &mut self.state
+            && deferral.over
+        {
+            *deferral = Deferral {
+                to: deferral.to,
+                since: now,
+                over: false,
+            };
+        }
+    }
+
     /// The rank of the candidate this standby defers to, while it defers.
     pub fn deferring_to(&self, now: Instant) -> Option<Rank> {
         match &self.state {

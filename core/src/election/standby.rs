@@ -67,6 +67,7 @@ impl<C> Election<C> {
 
     /// Another holds the lock: the connection goes back unchanged (a lease's claim kept none).
     pub(super) fn on_refused(&mut self, now: Instant, conn: ConnId) {
+        self.held_by_another(now);
         self.give_back_answered(conn);
         self.wait_as_standby(now);
     }

@@ -716,3 +716,70 @@ fn a_leader_granted_below_a_floor_raised_meanwhile_yields_at_its_first_survey() 
     );
     assert!(!f.election.is_leader());
 }
+
+#[test]
+fn an_attempt_past_the_defer_limit_refused_by_a_leader_begins_the_deferral_anew() {
+    let mut f = surveying_standby("1.4.0");
+    let better = candidate("1.5.0", 100);
+    f.event(4, surveyed(C1, vec![better]));
+    f.drain();
+    // Checks every interval, deferring, until the limit (W + 2 I = 20 s) has passed.
+    let mut conn = 1;
+    let mut at = IMS;
+    let attempt = loop {
+        conn += 1;
+        let c = ConnId::new(conn);
+        f.timeout(at);
+        f.drain();
+        f.event(at + 1, E::ConnectionAcquired { conn: c });
+        f.drain();
+        f.event(at + 2, surveyed(c, vec![better]));
+        if f.drain().contains(&A::TryLock { conn: c }) {
+            break c;
+        }
+        at += IMS;
+    };
+    // Another replica leads: refused. The deferral begins anew, so the next checks defer.
+    f.event(at + 3, E::LockRefused { conn: attempt });
+    f.drain();
+    assert_eq!(f.election.deferring_to(f.at(at + 3)), Some(rank("1.5.0")));
+    let c = ConnId::new(conn + 1);
+    f.timeout(at + IMS);
+    f.drain();
+    f.event(at + IMS + 1, E::ConnectionAcquired { conn: c });
+    f.drain();
+    f.event(at + IMS + 2, surveyed(c, vec![better]));
+    assert_eq!(f.drain(), vec![A::ReturnToPool { conn: c }]);
+}
+
+#[test]
+fn a_queued_attempt_past_the_defer_limit_that_waited_in_vain_begins_the_deferral_anew() {
+    let options = ranked("1.4.0").acquire(AcquireMode::Queue);
+    let mut f = Fixture::started_with(options);
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    let better = candidate("1.5.0", 100);
+    f.event(4, surveyed(C1, vec![better]));
+    f.drain();
+    let mut conn = 1;
+    let mut at = IMS;
+    let attempt = loop {
+        conn += 1;
+        let c = ConnId::new(conn);
+        f.timeout(at);
+        f.drain();
+        f.event(at + 1, E::ConnectionAcquired { conn: c });
+        f.drain();
+        f.event(at + 2, surveyed(c, vec![better]));
+        if f.drain()
+            .iter()
+            .any(|a| matches!(a, A::WaitForLock { conn, .. } if *conn == c))
+        {
+            break c;
+        }
+        at += IMS;
+    };
+    f.event(at + 3, E::LockWaitTimedOut { conn: attempt });
+    assert_eq!(f.drain(), vec![A::ReleaseIfHeld { conn: attempt }]);
+    assert_eq!(f.election.deferring_to(f.at(at + 3)), Some(rank("1.5.0")));
+}

@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use plexsphere_leader::LockKey;
+use plexsphere_leader::rank::FloorStep;
 use plexsphere_leader::sharded::Shard;
 use plexsphere_leader::{shard_sql, sql};
 use plexsphere_leader_tests::TestDb;
@@ -82,10 +83,10 @@ pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
         options.members,
     );
     println!(
-        "| other locks held | `SELECT 1` median / p99 | server CPU | the check median / p99 | server CPU | the refused grant median / p99 | server CPU | the survey median / p99 | server CPU | {} surveys per interval, server CPU |",
+        "| other locks held | `SELECT 1` median / p99 | server CPU | the check median / p99 | server CPU | the refused grant median / p99 | server CPU | the survey median / p99 | server CPU | {} surveys per interval, server CPU | a ranked leader's candidate survey median / p99 | server CPU |",
         options.members
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &others in &options.others {
         holder
             .simple_query(&format!(
@@ -107,8 +108,20 @@ pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
             options.statements,
         )
         .await?;
+        // A ranked leader's survey after its check (`Config::version`): the candidacies read
+        // from `pg_stat_activity`, never from the lock table.
+        let candidates = measure(
+            &leader,
+            &sql::candidacy::survey_sessions(
+                key,
+                None,
+                (sql::candidacy::FLOOR_TABLE, FloorStep::Off),
+            ),
+            options.statements,
+        )
+        .await?;
         println!(
-            "| {others} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {others} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             latency(&select_one),
             micros(select_one.server_cpu),
             latency(&check),
@@ -118,6 +131,8 @@ pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
             latency(&survey),
             micros(survey.server_cpu),
             micros(survey.server_cpu * options.members),
+            latency(&candidates),
+            micros(candidates.server_cpu),
         );
     }
     if let Some(load) = load {

@@ -314,9 +314,10 @@ async fn rollout_table(options: &Options, window: Duration) -> Result<(), BoxErr
         }
     }
     println!(
-        "\nThe rollback rows (1.1.0 → 1.0.0, ranked) measure what ranks do when an older \
-         version is deployed. The version floor is not built yet: nothing keeps the older \
-         version from leading once no newer replica is left."
+        "\nThe rollback rows (1.1.0 → 1.0.0, ranked) measure what ranks alone do when an older \
+         version is deployed: the version floor (Config::version_floor, off here) would keep \
+         the older version from leading at all unless allowed below it \
+         (Config::below_version_floor)."
     );
     Ok(())
 }
