@@ -57,7 +57,7 @@ enum Acquire {
 const ADVISORY: (usize, u8) = (20, 2);
 const LEASE: (usize, u8) = (24, 2);
 const SHARDED: (usize, u8) = (50, 1);
-const SHARDED_LEASE: (usize, u8) = (50, 1);
+const SHARDED_LEASE: (usize, u8) = (80, 1);
 
 fn main() -> ExitCode {
     let args = Args::parse();

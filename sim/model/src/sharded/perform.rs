@@ -42,6 +42,14 @@ impl Driver for Sharded {
             | ShardAction::RegisterMember { conn, .. }
             | ShardAction::RenewMember { conn, .. }
             | ShardAction::TakeLeases { conn, .. } => {
+                if w.model.mode.lease().is_some() {
+                    // Every statement of a lease member names the member's `conn`: as the
+                    // adapter's driver replaces its operation in flight, a statement the
+                    // member gave up (its deadline passed) may still land, but its answer is
+                    // never taken for the new one's.
+                    let sess = w.s.replicas[r].sess(r, conn);
+                    w.abandon(sess);
+                }
                 w.send(r, conn, action);
                 None
             }
