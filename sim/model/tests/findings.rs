@@ -30,3 +30,31 @@ fn a_lease_leader_whose_clock_stops_while_paused_outlives_its_row() {
         println!("{line}");
     }
 }
+
+/// A lease member's renewal answered late is taken for the next renewal's answer: paused with
+/// a renewal in flight (the server ran it, its answer arrived during the pause), the member
+/// resumes, its driver fires the deadlines due (the renewal's, and the next check, which sends
+/// a new renewal) and then feeds the old answer, which the core takes for the new renewal's
+/// (both name the member's one `ConnId`): it trusts its shards 0.9·TTL from the new renewal's
+/// sending, past the expiry the old renewal set. The adapter's driver does the same
+/// (`Driver::complete` fires the due timers, then feeds the completion). Two replicas, two
+/// faults (the pause, the answer kept on the way).
+#[test]
+fn a_late_renewal_answer_taken_for_the_next_outlives_the_member_row() {
+    let model = ElectionModel::sharded_lease()
+        .with_replicas(2)
+        .with_faults(2);
+    let settings = Settings {
+        threads: 1,
+        timeout: Duration::from_secs(300),
+        first_failure: true,
+        ..Settings::new(20)
+    };
+    let outcome = check::run("sharded-lease-late-renewal", model, settings);
+    let property = plexsphere_leader_model::sharded::props::TRUST;
+    let lines = outcome.counterexample(property);
+    assert!(lines.is_some(), "found {:?}", outcome.figures.violated);
+    for line in lines.unwrap_or_default() {
+        println!("{line}");
+    }
+}

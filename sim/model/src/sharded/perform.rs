@@ -42,14 +42,11 @@ impl Driver for Sharded {
             | ShardAction::RegisterMember { conn, .. }
             | ShardAction::RenewMember { conn, .. }
             | ShardAction::TakeLeases { conn, .. } => {
-                if w.model.mode.lease().is_some() {
-                    // Every statement of a lease member names the member's `conn`: as the
-                    // adapter's driver replaces its operation in flight, a statement the
-                    // member gave up (its deadline passed) may still land, but its answer is
-                    // never taken for the new one's.
-                    let sess = w.s.replicas[r].sess(r, conn);
-                    w.abandon(sess);
-                }
+                // Every statement of a lease member names the member's `conn`, and an answer
+                // still on the way after its statement's deadline may be fed once the driver
+                // fired that deadline, when the next statement is in flight: as the adapter's
+                // driver does with an answer that arrived while its process was paused (it
+                // fires the deadlines due, then feeds the answer).
                 w.send(r, conn, action);
                 None
             }
