@@ -178,12 +178,36 @@ impl Parts for Sharded {
         s.replicas[r].lock_sess(r)
     }
 
+    /// Who owns what; with leases, also the member rows and each shard's owner row.
     fn summary(s: &State<Self>) -> String {
         let owners: Vec<String> = s
             .replicas
             .iter()
             .map(|r| format!("r{}.{} owns {:?}", r.name, r.run, owned(&r.machine)))
             .collect();
-        owners.join(", ")
+        let rows = &s.server.locks.rows.committed;
+        if rows.members.is_empty() {
+            return owners.join(", ");
+        }
+        let name = |index: u8| {
+            s.replicas
+                .get(usize::from(index))
+                .map_or(u8::MAX, |r| r.name.0)
+        };
+        let members: Vec<String> = rows
+            .members
+            .iter()
+            .map(|m| {
+                let (replica, run) = (name(m.holder.replica), m.holder.run);
+                let expires = crate::trace::ms(m.expires);
+                format!("{} of r{replica}.{run} expires {expires}", m.id)
+            })
+            .collect();
+        let owner_rows: Vec<Option<i32>> = rows.owners.iter().map(|o| o.member).collect();
+        format!(
+            "{}; members {}; owner rows {owner_rows:?}",
+            owners.join(", "),
+            members.join(", ")
+        )
     }
 }
