@@ -9,7 +9,7 @@
 //!
 //! - [`engine`]: the model engine, written once for every mode.
 //! - [`single`]: the single-lock mode, the advisory lock and the lease.
-//! - [`sharded`]: the sharded mode, over a space of four shards.
+//! - [`sharded`]: the sharded mode, over a space of four shards held by advisory locks or leases.
 //! - [`check`]: running a check breadth-first and reporting it.
 //! - [`sabotage`]: planted bugs, to prove the properties can fail.
 //! - [`trace`]: a counterexample as the inputs a core unit test replays.

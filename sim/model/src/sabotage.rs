@@ -11,7 +11,9 @@ pub enum Sabotage {
     #[value(skip)]
     None,
     /// The driver never fires a lease leader's [`LeaseExpiry`](plexsphere_leader_core::Timer)
-    /// deadline: its trust in the lease has no end.
+    /// deadline (in the sharded lease model, a member's
+    /// [`TrustDeadline`](plexsphere_leader_core::shards::ShardTimer)): its trust in the lease
+    /// has no end.
     UnboundedTrust,
     /// The driver does not check the renewal's result: one that is lost, fails or finds the row
     /// another's (or not this term's) is reported "renewed" (the simulation's
@@ -20,7 +22,8 @@ pub enum Sabotage {
     /// The renewal takes the row back: it writes its own holder and epoch over the new holder's.
     RenewTakesBack,
     /// Lease (and fence) writes are acknowledged before they are durable
-    /// (`synchronous_commit = off`): a server restart rolls back to the last flushed row.
+    /// (`synchronous_commit = off`): a server restart rolls back to the last flushed row (in
+    /// the sharded models, the member, owner and fence rows).
     NonDurableLeaseWrite,
     /// A queued standby does not wait its turn: its `WaitForLock` on a held lock is answered
     /// "granted" at once.
@@ -34,4 +37,7 @@ pub enum Sabotage {
     /// `keep-shards-on-failed-survey`): a replica whose session ended keeps believing it owns
     /// its shards.
     StaleSurvey,
+    /// Sharded lease model: the take ignores the live members' owner rows (the simulation's
+    /// `take-live-shards`): it owns every shard asked for that is not its own already.
+    TakeIgnoresLiveMembers,
 }

@@ -55,6 +55,35 @@ pub trait Locks: Renamed + Clone + Debug + Eq + Hash + Send + Sync {
     fn restart(&mut self) {}
 }
 
+/// A value with what the server answered (committed) and what survives a crash (durable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Durable<T> {
+    /// What the server reads and answered.
+    pub committed: T,
+    /// What a restart comes back with.
+    pub durable: T,
+}
+
+impl<T: Clone> Durable<T> {
+    /// Writes `value`, flushed at once when `durable`.
+    pub fn write(&mut self, value: T, durable: bool) {
+        if durable {
+            self.durable = value.clone();
+        }
+        self.committed = value;
+    }
+
+    /// The WAL writer flushed.
+    pub fn flush(&mut self) {
+        self.durable = self.committed.clone();
+    }
+
+    /// A restart: back to the durable value.
+    pub fn recover(&mut self) {
+        self.committed = self.durable.clone();
+    }
+}
+
 /// The server's state.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Server<L: Locks> {

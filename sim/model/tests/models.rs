@@ -56,3 +56,8 @@ fn the_lease_model_keeps_its_properties() {
 fn the_sharded_model_keeps_its_properties() {
     check("sharded", ElectionModel::sharded());
 }
+
+#[test]
+fn the_sharded_lease_model_keeps_its_properties() {
+    check("sharded-lease", ElectionModel::sharded_lease());
+}

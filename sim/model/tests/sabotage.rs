@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use plexsphere_leader_model::check::{self, Outcome, Settings};
-use plexsphere_leader_model::engine::ElectionModel;
+use plexsphere_leader_model::engine::{ElectionModel, Mode};
 use plexsphere_leader_model::sabotage::Sabotage;
+use plexsphere_leader_model::sharded::props::TRUST as SHARD_TRUST;
 use plexsphere_leader_model::single::{Mechanism, Single};
 
 /// The longest counterexample a planted bug may take.
@@ -21,8 +22,8 @@ fn found(model: ElectionModel<Single>, sabotage: Sabotage, properties: &[&str]) 
 }
 
 /// As [`found`], within `max_steps`.
-fn found_within(
-    model: ElectionModel<Single>,
+fn found_within<M: Mode>(
+    model: ElectionModel<M>,
     sabotage: Sabotage,
     properties: &[&str],
     max_steps: usize,
@@ -125,4 +126,39 @@ fn a_stale_survey_keeps_shards_its_session_lost() {
     for line in outcome.counterexample(property).unwrap_or_default() {
         println!("{line}");
     }
+}
+
+/// The sharded lease model's overlap property.
+const SHARD_OVERLAP: &str = "no shard overlap beyond the bound";
+
+/// The sharded lease model with two replicas (its rounds take more steps than the single
+/// models', and a debug build checks it).
+fn sharded_lease() -> ElectionModel<plexsphere_leader_model::sharded::Sharded> {
+    ElectionModel::sharded_lease().with_replicas(2)
+}
+
+/// A take that owns live members' shards gives a shard two owners.
+#[test]
+fn a_take_that_ignores_live_members_gives_a_shard_two_owners() {
+    let sabotage = Sabotage::TakeIgnoresLiveMembers;
+    found_within(sharded_lease(), sabotage, &[SHARD_OVERLAP, SHARD_TRUST], 30);
+}
+
+/// A member whose trust deadline never fires owns its shards past its row's expiry.
+#[test]
+fn an_unbounded_trust_outlives_the_member_row() {
+    let sabotage = Sabotage::UnboundedTrust;
+    found_within(sharded_lease(), sabotage, &[SHARD_TRUST, SHARD_OVERLAP], 40);
+}
+
+/// A restart that loses an answered take leaves its owner without its row.
+#[test]
+fn a_shard_lease_write_that_is_not_durable_loses_an_owner_row() {
+    let sabotage = Sabotage::NonDurableLeaseWrite;
+    let properties = [
+        "epochs strictly increase per grant",
+        SHARD_TRUST,
+        SHARD_OVERLAP,
+    ];
+    found_within(sharded_lease(), sabotage, &properties, 30);
 }

@@ -15,7 +15,7 @@ impl<M: Mode> World<'_, M> {
         let index = u8::try_from(r).unwrap_or(u8::MAX);
         let run = self.s.replicas[r].run;
         let own = |sess: &Sess| sess.replica == index && sess.run == run;
-        if M::STRAGGLERS {
+        if self.model.mode.stragglers() {
             self.s
                 .flights
                 .retain(|f| !(own(&f.owner) && matches!(f.stage, Stage::Replied(_))));

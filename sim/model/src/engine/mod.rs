@@ -63,7 +63,7 @@ pub trait Parts: Copy + Debug + Eq + Hash + Send + Sync + Sized + 'static {
 
     /// Whether a request given up (by a crash) or cut off (by a partition) may still reach the
     /// server late.
-    const STRAGGLERS: bool;
+    fn stragglers(&self) -> bool;
 
     /// A fresh machine, as a replica's process starts it.
     fn machine(&self) -> Self::Machine;
@@ -123,7 +123,7 @@ pub trait Bounds: Driver {
     const RECOVERY_INTERVALS: u64;
 
     /// Time passed by `delta`: how long each belief without its lock has lasted grows.
-    fn age(s: &mut State<Self>, delta: Micros);
+    fn age(model: &ElectionModel<Self>, s: &mut State<Self>, delta: Micros);
     /// Whether a running owner's fenced write with a stale epoch goes through now.
     fn stale_write_accepted(model: &ElectionModel<Self>, s: &State<Self>) -> bool;
     /// The next instant a bound would be passed, so that a belief outliving its bound is seen

@@ -18,7 +18,7 @@ pub(super) fn allowed<M: Mode>(model: &ElectionModel<M>, s: &State<M>, steps: &m
     if due::next_instant(model, s).is_some() && (!awaited(s) || faulty) {
         steps.push(Step::Advance);
     }
-    flights(s, faulty, steps);
+    flights(model, s, faulty, steps);
     for r in 0..s.replicas.len() {
         replica(s, r, faulty, steps);
     }
@@ -29,7 +29,8 @@ pub(super) fn allowed<M: Mode>(model: &ElectionModel<M>, s: &State<M>, steps: &m
 }
 
 /// What can happen to each operation in flight.
-fn flights<M: Mode>(s: &State<M>, faulty: bool, steps: &mut Vec<Step>) {
+fn flights<M: Mode>(model: &ElectionModel<M>, s: &State<M>, faulty: bool, steps: &mut Vec<Step>) {
+    let stragglers = model.mode.stragglers();
     for (i, flight) in s.flights.iter().enumerate() {
         let Ok(i) = u8::try_from(i) else { break };
         let owner = &s.replicas[usize::from(flight.owner.replica)];
@@ -46,7 +47,7 @@ fn flights<M: Mode>(s: &State<M>, faulty: bool, steps: &mut Vec<Step>) {
             // Nothing reaches it: its answers are lost; a request sent before the cut may
             // still arrive (late) where the mode lets stragglers in.
             steps.push(Step::Lose(i));
-            if M::STRAGGLERS && faulty && sent {
+            if stragglers && faulty && sent {
                 steps.push(Step::Delay(i));
             }
             continue;

@@ -15,7 +15,7 @@ impl<M: Mode> World<'_, M> {
     pub(super) fn advance(&mut self, to: Micros) {
         let delta = to - self.s.now;
         self.s.now = to;
-        M::age(self.s, delta);
+        M::age(self.model, self.s, delta);
         let stops = self.model.pause_clock == PauseClock::Stops;
         for replica in &mut self.s.replicas {
             if !(replica.paused && stops) {

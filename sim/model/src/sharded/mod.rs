@@ -1,17 +1,19 @@
 //! The sharded mode: three replicas running the real [`ShardedElection`] over a space of
-//! [`SHARDS`] shards (fencing on), one member session each.
+//! [`SHARDS`] shards (fencing on), its shards held by the mechanism of the options: advisory
+//! locks on one member session each, or leases (a member row renewed on the server's clock,
+//! owner rows, each statement on any pooled connection).
 //!
-//! - [`table`]: the server's table of shard holders and fencing epochs.
+//! - [`table`]: the server's table of shard holders, member and owner rows, fencing epochs.
 //! - [`perform`]: the driver performing the election's actions, the server running them.
 //! - [`props`]: the bounds its beliefs are held to, and its own properties.
 
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash};
 
-use plexsphere_leader_core::CheckInterval;
 use plexsphere_leader_core::shards::{ShardAction, ShardEvent, ShardOptions, ShardedElection};
+use plexsphere_leader_core::{CheckInterval, Lease, Mechanism};
 
-use crate::clock::{EXACT, Micros};
+use crate::clock::{EXACT, Micros, Ppm};
 use crate::engine::{Cause, ElectionModel, INTERVAL, Parts, PauseClock, Renamed, State};
 use crate::server::Sess;
 
@@ -22,13 +24,23 @@ pub mod table;
 /// The shards of the model's space.
 pub const SHARDS: u32 = 4;
 
-/// The sharded mode: the elections' options over a space of `shards` shards.
+/// The sharded mode: the elections' options over a space of `shards` shards held by
+/// `mechanism`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Sharded {
     /// The elections' options.
     pub options: ShardOptions,
     /// How many shards.
     pub shards: u32,
+    /// How the shards are held (the options' mechanism): advisory locks, or leases.
+    pub mechanism: Mechanism,
+}
+
+impl Sharded {
+    /// The lease's terms, when the shards are held by leases.
+    pub fn lease(&self) -> Option<Lease> {
+        self.mechanism.lease()
+    }
 }
 
 /// What a replica's driver knows of its shard terms.
@@ -48,6 +60,8 @@ pub struct History {
     /// Shards whose term ended by a handover or a resign, with the replica that gave them up
     /// and whether it resigned.
     pub given_up: BTreeMap<u32, (u8, bool)>,
+    /// Per shard, the highest epoch the server ever handed out (a rollback does not lower it).
+    pub granted: Vec<u64>,
 }
 
 impl Renamed for History {
@@ -75,19 +89,44 @@ pub fn owned(machine: &ShardedElection<Cause>) -> Vec<u32> {
         .collect()
 }
 
+/// The model's check interval.
+fn interval() -> CheckInterval {
+    CheckInterval::new(INTERVAL)
+        .unwrap_or_else(|_| unreachable!("one second is a valid check interval"))
+}
+
+/// The mode over [`SHARDS`] shards, fencing on, held by `mechanism`.
+fn mode(mechanism: Mechanism) -> Sharded {
+    let options = ShardOptions::new(interval(), SHARDS)
+        .unwrap_or_else(|_| unreachable!("four shards are a valid space"))
+        .fencing(true)
+        .mechanism(mechanism);
+    Sharded {
+        options,
+        shards: SHARDS,
+        mechanism,
+    }
+}
+
+/// The sharded lease model's clock rates: the first replica's clock slow by half the lease's
+/// margin of a tenth (the direction in which a member trusts longer by the server's clock),
+/// the others exact.
+pub const LEASE_RATES: [Ppm; 2] = [950_000, EXACT];
+
 impl ElectionModel<Sharded> {
-    /// The model as CI checks it: [`SHARDS`] shards, fencing on, three replicas, one fault.
+    /// The model as CI checks it: [`SHARDS`] shards held by advisory locks, fencing on, three
+    /// replicas, one fault.
     pub fn sharded() -> Self {
-        let interval = CheckInterval::new(INTERVAL)
-            .unwrap_or_else(|_| unreachable!("one second is a valid check interval"));
-        let options = ShardOptions::new(interval, SHARDS)
-            .unwrap_or_else(|_| unreachable!("four shards are a valid space"))
-            .fencing(true);
-        let mode = Sharded {
-            options,
-            shards: SHARDS,
-        };
+        let mode = mode(Mechanism::Advisory);
         Self::new(mode, 1, vec![EXACT], PauseClock::Stops)
+    }
+
+    /// The sharded lease model as CI checks it: [`SHARDS`] shards held by leases of the
+    /// default TTL (three intervals, trusted 0.9 of it), three replicas (clock rates
+    /// [`LEASE_RATES`]), one fault; a paused replica's clock runs on, as in the lease model.
+    pub fn sharded_lease() -> Self {
+        let mode = mode(Mechanism::Lease(Lease::default_for(interval())));
+        Self::new(mode, 1, LEASE_RATES.to_vec(), PauseClock::Runs)
     }
 }
 
@@ -95,13 +134,17 @@ impl Parts for Sharded {
     type Event = ShardEvent<Cause>;
     type Action = ShardAction<Cause>;
     type Machine = ShardedElection<Cause>;
-    /// The sharded model's clocks keep the server's time.
-    type Rate = ();
+    /// The advisory model's clocks keep the server's time; the lease model's drift.
+    type Rate = Ppm;
     type Terms = Terms;
     type Locks = table::ShardTable;
     type History = History;
 
-    const STRAGGLERS: bool = false;
+    /// A lease's statements run on pooled connections: one given up, or sent before a cut,
+    /// may still land.
+    fn stragglers(&self) -> bool {
+        self.lease().is_some()
+    }
 
     fn machine(&self) -> ShardedElection<Cause> {
         ShardedElection::new(self.options)
@@ -119,6 +162,7 @@ impl Parts for Sharded {
         History {
             max_epochs: vec![0; self.shards as usize],
             given_up: BTreeMap::new(),
+            granted: vec![0; self.shards as usize],
         }
     }
 
@@ -134,12 +178,36 @@ impl Parts for Sharded {
         s.replicas[r].lock_sess(r)
     }
 
+    /// Who owns what; with leases, also the member rows and each shard's owner row.
     fn summary(s: &State<Self>) -> String {
         let owners: Vec<String> = s
             .replicas
             .iter()
             .map(|r| format!("r{}.{} owns {:?}", r.name, r.run, owned(&r.machine)))
             .collect();
-        owners.join(", ")
+        let rows = &s.server.locks.rows.committed;
+        if rows.members.is_empty() {
+            return owners.join(", ");
+        }
+        let name = |index: u8| {
+            s.replicas
+                .get(usize::from(index))
+                .map_or(u8::MAX, |r| r.name.0)
+        };
+        let members: Vec<String> = rows
+            .members
+            .iter()
+            .map(|m| {
+                let (replica, run) = (name(m.holder.replica), m.holder.run);
+                let expires = crate::trace::ms(m.expires);
+                format!("{} of r{replica}.{run} expires {expires}", m.id)
+            })
+            .collect();
+        let owner_rows: Vec<Option<i32>> = rows.owners.iter().map(|o| o.member).collect();
+        format!(
+            "{}; members {}; owner rows {owner_rows:?}",
+            owners.join(", "),
+            members.join(", ")
+        )
     }
 }

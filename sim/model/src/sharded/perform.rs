@@ -1,10 +1,15 @@
 //! The sharded driver performs the election's actions; the server runs its statements
-//! against the lock table of members and shards.
+//! against the lock table of members and shards, or (a lease space) against its member and
+//! owner rows as `shard_sql::lease` does.
 
 use plexsphere_leader_core::TermEndCause;
-use plexsphere_leader_core::shards::{MemberId, ShardAction, ShardEvent, Survey};
+use plexsphere_leader_core::shards::{
+    MemberId, Shard, ShardAction, ShardEvent, ShardTimer, ShardedElection, Survey,
+};
 
+use super::table::{Member, Owner, Rows};
 use super::{Sharded, owned};
+use crate::clock::Micros;
 use crate::engine::{Broken, Cause, Driver, World, seen};
 use crate::sabotage::Sabotage;
 use crate::server::Sess;
@@ -33,14 +38,25 @@ impl Driver for Sharded {
             | ShardAction::Take { conn, .. }
             | ShardAction::AdvanceEpochs { conn, .. }
             | ShardAction::Unlock { conn, .. }
-            | ShardAction::UnlockAll { conn } => {
+            | ShardAction::UnlockAll { conn }
+            | ShardAction::RegisterMember { conn, .. }
+            | ShardAction::RenewMember { conn, .. }
+            | ShardAction::TakeLeases { conn, .. } => {
+                // Every statement of a lease member names the member's `conn`, and an answer
+                // still on the way after its statement's deadline may be fed once the driver
+                // fired that deadline, when the next statement is in flight: as the adapter's
+                // driver does with an answer that arrived while its process was paused (it
+                // fires the deadlines due, then feeds the answer).
                 w.send(r, conn, action);
                 None
             }
-            // The model's spaces are held with advisory locks.
-            ShardAction::RegisterMember { .. }
-            | ShardAction::RenewMember { .. }
-            | ShardAction::TakeLeases { .. } => None,
+            // A lease member holds no connection: its statements in flight, each on a pooled
+            // connection, are given up and may still land.
+            ShardAction::CloseSession { conn } if w.model.mode.lease().is_some() => {
+                let sess = w.s.replicas[r].sess(r, conn);
+                w.abandon(sess);
+                None
+            }
             ShardAction::CloseSession { conn } => {
                 w.close(r, conn);
                 None
@@ -100,6 +116,20 @@ impl Driver for Sharded {
         world.s.server.locks.release(sess);
     }
 
+    /// A sabotaged server's WAL writer ([`Sabotage::NonDurableLeaseWrite`]) flushes what was
+    /// committed by the last instant.
+    fn lock_timeouts(world: &mut World<'_, Self>) {
+        if world.model.sabotage == Sabotage::NonDurableLeaseWrite {
+            world.s.server.locks.rows.flush();
+        }
+    }
+
+    /// [`Sabotage::UnboundedTrust`]: a lease member's trust deadline never fires.
+    fn skips_deadline(sabotage: Sabotage, machine: &ShardedElection<Cause>) -> bool {
+        sabotage == Sabotage::UnboundedTrust
+            && machine.timeout_reason() == Some(ShardTimer::TrustDeadline)
+    }
+
     /// [`Sabotage::StaleSurvey`]: the driver does not watch its session.
     fn ignores(sabotage: Sabotage, event: &ShardEvent<Cause>) -> bool {
         sabotage == Sabotage::StaleSurvey && matches!(event, ShardEvent::SessionEnded { .. })
@@ -116,6 +146,15 @@ fn begin_term(w: &mut World<'_, Sharded>, r: usize, shard: u32, epoch: Option<u6
     }
     if let Some(epoch) = epoch {
         s.replicas[r].terms.epochs.insert(shard, epoch);
+    }
+    let member = s.replicas[r].machine.member().map(MemberId::get);
+    let reaped = Owner {
+        member,
+        reaped: true,
+    };
+    if member.is_some() && s.server.locks.rows.committed.owners.get(shard as usize) == Some(&reaped)
+    {
+        s.seen |= seen::EXPIRY_TAKEOVER;
     }
     if let Some((from, resigned)) = s.history.given_up.get(&shard).copied()
         && usize::from(from) != r
@@ -140,6 +179,9 @@ impl World<'_, Sharded> {
         owner: Sess,
         action: &ShardAction<Cause>,
     ) -> Option<ShardEvent<Cause>> {
+        if self.model.mode.lease().is_some() {
+            return self.execute_lease(owner, action);
+        }
         let conn = owner.conn;
         let now = self.s.now;
         if !self.s.server.is_open(owner) {
@@ -184,13 +226,16 @@ impl World<'_, Sharded> {
                 Some(ShardEvent::Took { conn, granted })
             }
             ShardAction::AdvanceEpochs { shards, .. } => {
+                let mut rows = server.locks.rows.committed.clone();
                 let mut epochs = Vec::new();
                 for shard in shards {
-                    if let Some(epoch) = server.locks.epochs.get_mut(shard.get() as usize) {
+                    if let Some(epoch) = rows.epochs.get_mut(shard.get() as usize) {
                         *epoch += 1;
                         epochs.push((*shard, *epoch));
                     }
                 }
+                self.hand_out(&epochs);
+                self.write(rows);
                 Some(ShardEvent::EpochsAdvanced { conn, epochs })
             }
             ShardAction::Unlock { shards, .. } => {
@@ -227,10 +272,190 @@ impl World<'_, Sharded> {
             return;
         }
         let owned = owned(&replica.machine);
-        let locks = &self.s.server.locks;
-        if shards.any(|shard| owned.contains(&shard) && locks.holder(shard) == Some(owner)) {
+        if shards.any(|shard| owned.contains(&shard) && self.held(owner, shard)) {
             self.s.broken = Some(Broken::ReleasedWhileLeading);
         }
+    }
+
+    /// Whether `owner` holds `shard` on the server: its advisory lock, or its owner row.
+    fn held(&self, owner: Sess, shard: u32) -> bool {
+        let locks = &self.s.server.locks;
+        if self.model.mode.lease().is_none() {
+            return locks.holder(shard) == Some(owner);
+        }
+        let rows = &locks.rows.committed;
+        rows.member_of(owner).is_some_and(|member| {
+            rows.owners
+                .get(shard as usize)
+                .is_some_and(|o| o.member == Some(member.id))
+        })
+    }
+
+    /// The server hands out `epochs`: each must exceed every epoch of its shard handed out
+    /// before, whatever a restart rolled back.
+    fn hand_out(&mut self, epochs: &[(Shard, u64)]) {
+        for (shard, epoch) in epochs {
+            if let Some(granted) = self.s.history.granted.get_mut(shard.get() as usize) {
+                if *epoch <= *granted {
+                    self.s.broken = Some(Broken::EpochNotIncreasing);
+                }
+                *granted = (*granted).max(*epoch);
+            }
+        }
+    }
+
+    /// Commits `rows`, durably unless the server is sabotaged
+    /// ([`Sabotage::NonDurableLeaseWrite`]).
+    fn write(&mut self, rows: Rows) {
+        let durable = self.model.sabotage != Sabotage::NonDurableLeaseWrite;
+        self.s.server.locks.rows.write(rows, durable);
+    }
+
+    /// The server runs the lease statement `action` of member `owner` now, as
+    /// `shard_sql::lease` writes it; no session is needed (each runs on a pooled connection).
+    fn execute_lease(
+        &mut self,
+        owner: Sess,
+        action: &ShardAction<Cause>,
+    ) -> Option<ShardEvent<Cause>> {
+        let conn = owner.conn;
+        let now = self.s.now;
+        let mut rows = self.s.server.locks.rows.committed.clone();
+        let me = rows.member_of(owner).map(|m| m.id);
+        let answer = match action {
+            ShardAction::RegisterMember { ttl_ms, .. } => {
+                let locks = &mut self.s.server.locks;
+                locks.last_member += 1;
+                let id = locks.last_member;
+                let others = rows.live(now).count();
+                rows.members.push(Member {
+                    id,
+                    holder: owner,
+                    expires: now + ttl(*ttl_ms),
+                });
+                ShardEvent::Registered {
+                    conn,
+                    backend: MemberId::new(id),
+                    granted: true,
+                    lock_capacity: u64::MAX,
+                    members: u32::try_from(others + 1).unwrap_or(u32::MAX),
+                }
+            }
+            ShardAction::RenewMember { ttl_ms, .. } => {
+                // The live members as the statement's snapshot saw them, before the renewal.
+                let members: Vec<MemberId> = rows.live(now).map(|m| MemberId::new(m.id)).collect();
+                let mine = rows
+                    .members
+                    .iter_mut()
+                    .find(|m| m.holder == owner && m.expires > now);
+                let renewed = mine.is_some();
+                if let Some(member) = mine {
+                    member.expires = now + ttl(*ttl_ms);
+                }
+                ShardEvent::Renewed {
+                    conn,
+                    renewed,
+                    members,
+                }
+            }
+            ShardAction::Survey { .. } => {
+                let me = me.or_else(|| self.current_member(owner)).unwrap_or(0);
+                ShardEvent::Surveyed {
+                    conn,
+                    survey: lease_survey(&rows, self.model.mode.shards, me, now),
+                }
+            }
+            ShardAction::TakeLeases { shards, .. } => {
+                let taken = self.take(&mut rows, owner, shards);
+                ShardEvent::TookLeases {
+                    conn,
+                    live: taken.is_some(),
+                    taken: taken.unwrap_or_default(),
+                }
+            }
+            ShardAction::Unlock { shards, .. } => {
+                self.note_release(owner, shards.iter().map(|s| s.get()));
+                let mut not_held = Vec::new();
+                for shard in shards {
+                    match rows.owners.get_mut(shard.get() as usize) {
+                        Some(row) if me.is_some() && row.member == me => *row = Owner::default(),
+                        _ => not_held.push(*shard),
+                    }
+                }
+                ShardEvent::Unlocked { conn, not_held }
+            }
+            ShardAction::UnlockAll { .. } => {
+                // The leave: every shard of the member freed, its row deleted.
+                self.note_release(owner, 0..self.model.mode.shards);
+                if let Some(id) = me {
+                    for row in rows.owners.iter_mut().filter(|o| o.member == Some(id)) {
+                        *row = Owner::default();
+                    }
+                    rows.members.retain(|m| m.id != id);
+                }
+                ShardEvent::UnlockedAll { conn }
+            }
+            _ => return None,
+        };
+        if rows != self.s.server.locks.rows.committed {
+            self.write(rows);
+        }
+        Some(answer)
+    }
+
+    /// The take of `shards` by member `owner` on `rows`: the expired members reaped (their
+    /// shards freed), then, when `owner` is live, each asked shard whose row is free owned and
+    /// its epoch advanced. `None` when `owner` was not live (nothing taken).
+    fn take(
+        &mut self,
+        rows: &mut Rows,
+        owner: Sess,
+        shards: &[Shard],
+    ) -> Option<Vec<(Shard, u64)>> {
+        let now = self.s.now;
+        let expired: Vec<i32> = rows
+            .members
+            .iter()
+            .filter(|m| m.expires <= now)
+            .map(|m| m.id)
+            .collect();
+        rows.members.retain(|m| m.expires > now);
+        for row in &mut rows.owners {
+            if row.member.is_some_and(|id| expired.contains(&id)) {
+                *row = Owner {
+                    member: None,
+                    reaped: true,
+                };
+            }
+        }
+        let me = rows.member_of(owner)?.id;
+        let ignores_owners = self.model.sabotage == Sabotage::TakeIgnoresLiveMembers;
+        let mut taken = Vec::new();
+        for shard in shards {
+            let index = shard.get() as usize;
+            let (Some(row), Some(epoch)) = (rows.owners.get_mut(index), rows.epochs.get_mut(index))
+            else {
+                continue;
+            };
+            let free = row.member.is_none() || (ignores_owners && row.member != Some(me));
+            if free {
+                row.member = Some(me);
+                *epoch += 1;
+                taken.push((*shard, *epoch));
+            }
+        }
+        self.hand_out(&taken);
+        Some(taken)
+    }
+
+    /// The member id the current run of `owner`'s replica registered, as its driver names it.
+    fn current_member(&self, owner: Sess) -> Option<i32> {
+        self.s
+            .replicas
+            .get(usize::from(owner.replica))
+            .filter(|r| r.run == owner.run)
+            .and_then(|r| r.machine.member())
+            .map(MemberId::get)
     }
 
     /// What the survey statement finds: the members and every shard's holder, by pid.
@@ -247,4 +472,18 @@ impl World<'_, Sharded> {
         Survey::new(self.model.mode.shards, MemberId::new(pid), rows)
             .unwrap_or_else(|_| unreachable!("the model holds each shard once"))
     }
+}
+
+/// What the lease survey finds: a row per live member with its shards, as `me` sees it.
+fn lease_survey(rows: &Rows, shards: u32, me: i32, now: Micros) -> Survey {
+    let rows = rows
+        .live(now)
+        .map(|member| (MemberId::new(member.id), true, rows.owned_by(member.id)));
+    Survey::new(shards, MemberId::new(me), rows)
+        .unwrap_or_else(|_| unreachable!("the model owns each shard once"))
+}
+
+/// A TTL in milliseconds, in microseconds.
+fn ttl(ttl_ms: u32) -> Micros {
+    u64::from(ttl_ms) * 1_000
 }

@@ -7,6 +7,7 @@ use std::hash::{DefaultHasher, Hash};
 use crate::clock::Micros;
 use crate::engine::Renamed;
 use crate::engine::canon::{own, sess};
+pub use crate::server::Durable;
 use crate::server::{Locks, Sess};
 
 /// A session waiting in the lock's queue (`pg_advisory_lock` under `lock_timeout`).
@@ -16,35 +17,6 @@ pub struct Waiter {
     pub owner: Sess,
     /// When its `lock_timeout` ends the wait.
     pub timeout_at: Micros,
-}
-
-/// A value with what the server answered (committed) and what survives a crash (durable).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Durable<T> {
-    /// What the server reads and answered.
-    pub committed: T,
-    /// What a restart comes back with.
-    pub durable: T,
-}
-
-impl<T: Copy> Durable<T> {
-    /// Writes `value`, flushed at once when `durable`.
-    pub fn write(&mut self, value: T, durable: bool) {
-        self.committed = value;
-        if durable {
-            self.durable = value;
-        }
-    }
-
-    /// The WAL writer flushed.
-    pub fn flush(&mut self) {
-        self.durable = self.committed;
-    }
-
-    /// A restart: back to the durable value.
-    pub fn recover(&mut self) {
-        self.committed = self.durable;
-    }
 }
 
 /// The lease row.

@@ -114,7 +114,9 @@ impl Parts for Single {
     type Locks = locks::LockTable;
     type History = History;
 
-    const STRAGGLERS: bool = true;
+    fn stragglers(&self) -> bool {
+        true
+    }
 
     fn machine(&self) -> Election<Cause> {
         Election::with_options(self.options)

@@ -23,7 +23,7 @@ impl Bounds for Single {
     const RECOVERY_INTERVALS: u64 = 6;
 
     /// Every unpaused leader on a lost lock has led on it `delta` longer.
-    fn age(s: &mut State<Single>, delta: Micros) {
+    fn age(_: &SingleModel, s: &mut State<Single>, delta: Micros) {
         for replica in &mut s.replicas {
             if !replica.paused && replica.terms.lost.is_some() && replica.machine.is_leader() {
                 replica.terms.stale += delta;
