@@ -114,7 +114,10 @@ impl World<'_> {
         let session_ends = plexsphere_leader::session::SessionEnds::new();
         for index in 0..replicas {
             let name = format!("r{index}");
-            let slot = Rc::new(RefCell::new(Slot::default()));
+            let slot = Rc::new(RefCell::new(Slot {
+                version: options.rollout.then_some(crate::setup::OLD_VERSION),
+                ..Slot::default()
+            }));
             let clock = options.clock_rate(index);
             let env = Rc::new(ReplicaEnv {
                 index,
@@ -230,16 +233,24 @@ impl World<'_> {
     pub(crate) fn observe(&mut self) {
         let now = self.now();
         for index in 0..self.replicas.len() {
-            let (incarnation, finished, live) = {
+            let (incarnation, finished, live, version) = {
                 let slot = self.replicas[index].slot.borrow();
-                (slot.incarnation, slot.finished, slot.live.clone())
+                let version = slot.started_version;
+                (slot.incarnation, slot.finished, slot.live.clone(), version)
             };
             let host = &mut self.replicas[index];
             if incarnation != host.seen_incarnation {
                 host.seen_incarnation = incarnation;
                 host.seen_finished = false;
                 let who = application_name(index, incarnation);
-                self.history.note(now, who, "starts");
+                match version {
+                    Some(version) => {
+                        self.history
+                            .note(now, who, format!("starts, version {version}"));
+                        self.history.versions.push((index, incarnation, version));
+                    }
+                    None => self.history.note(now, who, "starts"),
+                }
                 self.history.incarnations.push((index, incarnation, now));
             }
             if finished && !self.replicas[index].seen_finished {
@@ -402,6 +413,7 @@ impl World<'_> {
             Some(TermEndCause::Stopped) => TermEnd::Stopped,
             Some(TermEndCause::Resigned) => TermEnd::Resigned,
             Some(TermEndCause::HandedOver) => TermEnd::HandedOver,
+            Some(TermEndCause::Yielded) => TermEnd::Yielded,
             // A cause added later counts as lost until the checker learns it.
             Some(_) | None => TermEnd::Lost,
         };
@@ -409,6 +421,7 @@ impl World<'_> {
             Some(TermEndCause::Stopped) => "stopped".to_owned(),
             Some(TermEndCause::Resigned) => "resigned".to_owned(),
             Some(TermEndCause::HandedOver) => "handed over".to_owned(),
+            Some(TermEndCause::Yielded) => "yielded to a better candidate".to_owned(),
             Some(other) => other.to_string(),
             None => "leadership lost: the incarnation stopped".to_owned(),
         };
@@ -619,6 +632,19 @@ impl World<'_> {
             self.history
                 .note(now, who, format!("{} {}", event.level, event.text));
         }
+    }
+
+    /// Rollout runs: replica `r`'s next incarnation runs the new version, and the rollout
+    /// asks it to stop now (it starts again when it has stopped, [`World::bounce`]).
+    pub(crate) fn upgrade(&mut self, r: usize) {
+        self.replicas[r].slot.borrow_mut().version = Some(crate::setup::NEW_VERSION);
+        self.note(
+            self.replicas[r].name.clone(),
+            format!("rollout: upgrades to {}", crate::setup::NEW_VERSION),
+        );
+        let now = self.now();
+        self.history.upgrades.push((r, now));
+        self.stop(r);
     }
 
     /// Asks replica `r` to stop gracefully (cancels its `run`).
