@@ -860,9 +860,29 @@ impl World<'_> {
     /// Terminates backend `pid` of server `s` (`pg_terminate_backend`).
     pub(crate) fn terminate(&mut self, s: usize, pid: i32) {
         self.note(SERVERS[s], format!("pg_terminate_backend({pid})"));
-        let owner = self.servers[s]
+        let current = self.servers[s]
             .session(pid)
-            .and_then(|session| parse_application_name(&session.application_name));
+            .map(|session| session.application_name);
+        // A ranked standby's survey names its session with its candidacy (`~<tag> …`): its
+        // owner is the name its startup gave, in the server's log.
+        let owner = match current {
+            Some(name) if name.starts_with('~') => {
+                self.servers[s]
+                    .log()
+                    .iter()
+                    .rev()
+                    .find_map(|entry| match &entry.event {
+                        plexsphere_leader_pgsim::Event::SessionStarted {
+                            pid: started,
+                            application_name,
+                            ..
+                        } if *started == pid => parse_application_name(application_name),
+                        _ => None,
+                    })
+            }
+            Some(name) => parse_application_name(&name),
+            None => None,
+        };
         if let Some((replica, _)) = owner {
             let now = self.now();
             let span = Span {
