@@ -4,6 +4,7 @@
 
 mod fence;
 mod lease;
+mod preference;
 pub(crate) mod shards;
 mod space;
 
@@ -59,6 +60,13 @@ pub enum Property {
     /// Fitness runs (`--unfit`): the replica whose fitness probe the server refuses began a
     /// term, or never said that its probe was refused.
     Fitness,
+    /// Rollout runs: a worse-ranked replica led while a better one had been a live candidate
+    /// for longer than the window W plus the gap bound (of a standby that surveys before it
+    /// tries), nothing else disturbing them.
+    Preference,
+    /// Rollout runs: more than one leader yielded between two rank changes (upgrades) of the
+    /// rollout, nothing else disturbing the election.
+    OneMove,
     /// Fencing: a term without an epoch (or with one though fencing is off), an epoch other
     /// than the one its lock session advanced to, or, ordered by the time the terms began,
     /// epochs that do not strictly increase.
@@ -90,6 +98,8 @@ impl Property {
             Self::Balance => "balance",
             Self::CleanStop => "clean-stop",
             Self::Fitness => "fitness",
+            Self::Preference => "preference",
+            Self::OneMove => "one-move",
             Self::EpochsRise => "epochs-rise",
             Self::FenceHolds => "fence-holds",
             Self::Determinism => "determinism",
@@ -277,6 +287,8 @@ pub(crate) struct Evidence<'a> {
     pub(crate) history: &'a History,
     /// A fitness run's unfit replica ([`RunOptions::unfit_replica`](crate::RunOptions::unfit_replica)).
     pub(crate) unfit: Option<usize>,
+    /// A rollout run: the replicas are ranked, and the rollout upgrades them.
+    pub(crate) rollout: bool,
     /// Every unit of work on a lock of the space.
     pub(crate) work: &'a [Work],
     /// The fenced units of work, as the service saw them.
@@ -297,6 +309,8 @@ pub(crate) fn check(evidence: &Evidence<'_>) -> (Measurements, Vec<Violation>) {
     checker.graceful();
     checker.operator_controls();
     checker.fitness();
+    checker.preference();
+    checker.one_move();
     checker.orphans();
     checker.stranded();
     checker.liveness();
@@ -605,7 +619,11 @@ impl<'a> Checker<'a> {
             .any(|held| held.replica == r && held.span.meets(from, to));
         // A fitness run's unfit replica never takes the lock: no standby to wait for.
         let unfit = self.e.unfit == Some(r);
-        up && !leads && !held_out && !unfit && !self.disturbed(r, from.saturating_sub(tail), to)
+        up && !leads
+            && !held_out
+            && !unfit
+            && !self.disturbed(r, from.saturating_sub(tail), to)
+            && !self.may_defer(r, from, to)
     }
 
     /// Whether a fault that disturbs replica `r`'s statements (a fault on one of its links,
@@ -756,7 +774,10 @@ impl<'a> Checker<'a> {
     }
 
     fn liveness(&mut self) {
-        let bound = self.p.gap_bound_of(self.e.unfit.is_some());
+        // A fitness run's standby probes before it tries, a rollout run's surveys.
+        let bound = self
+            .p
+            .gap_bound_of(self.e.unfit.is_some() || self.e.rollout);
         let margin = self.p.margin();
         let stop = self.e.history.stop_all.unwrap_or(self.end);
         for (server, free) in self.free_starts() {

@@ -8,6 +8,7 @@
 //! ```text
 //! plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue]
 //!     [--fencing on|off] [--sabotage NAME] [--mechanism advisory|lease] [--unfit] [--pause]
+//!     [--rollout]
 //! plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J]
 //!     [--sabotage NAME] [--mechanism advisory|lease] [--pause]
 //! ```
@@ -32,6 +33,11 @@
 //! `--pause` (with `--mechanism lease`) runs pause seeds (the kind `pause`, code 14, of no other
 //! space): the nemesis pauses a replica's process (its software stops, its links hold) for one
 //! to nine intervals; the checks hold the lease's bounds on what `is_leader()` answers.
+//!
+//! `--rollout` runs rollout seeds (the kind `rollout`, code 15, and `mixed` with the rollout
+//! going on; seed spaces of their own, for either mechanism): every replica is ranked
+//! (`Config::version`) at an old version and the nemesis restarts them one by one (a graceful
+//! stop, a start) at a newer one; the checks add `preference` and `one-move`.
 //!
 //! A seed names its run kind: seed = code · 10,000 + n, with the kind's fixed code
 //! (`RunKind::ALL`) and its run number n, which picks the variant.
@@ -76,6 +82,8 @@ struct Args {
     unfit: bool,
     /// `--pause`: pause runs.
     pause: bool,
+    /// `--rollout`: rollout runs.
+    rollout: bool,
 }
 
 impl Args {
@@ -85,6 +93,7 @@ impl Args {
             (true, true) => Space::ShardedPause,
             (true, false) => Space::sharded(self.mechanism),
             (false, true) => Space::Pause,
+            (false, false) if self.rollout => Space::rollout(self.mechanism),
             (false, false) => self.mechanism.space(),
         }
     }
@@ -105,6 +114,7 @@ fn parse() -> Result<Args, String> {
         mechanism: Mechanism::default(),
         unfit: false,
         pause: false,
+        rollout: false,
     };
     let (mut seeds, mut seed) = (None, None);
     let mut it = std::env::args().skip(1);
@@ -119,6 +129,7 @@ fn parse() -> Result<Args, String> {
             "--sharded" => args.sharded = true,
             "--unfit" => args.unfit = true,
             "--pause" => args.pause = true,
+            "--rollout" => args.rollout = true,
             "--shards" => {
                 args.shards = Some(u32::try_from(number(&value()?)?).map_err(|e| e.to_string())?)
             }
@@ -177,6 +188,8 @@ fn parse() -> Result<Args, String> {
         !args.sharded && args.shards.is_some(),
         args.shards == Some(0),
         !args.sharded && sabotage(Sabotage::is_sharded),
+        args.rollout && (args.sharded || args.pause || args.unfit),
+        !args.rollout && sabotage(Sabotage::is_rollout_only),
         args.sharded
             && sabotage(|s| !s.is_sharded() && s != OPERATOR && !Sabotage::PAUSE.contains(&s)),
     ];
@@ -194,6 +207,9 @@ fn parse() -> Result<Args, String> {
         "--shards needs --sharded".to_owned(),
         "--shards must be at least 1".to_owned(),
         format!("--sabotage {name} is a sabotage of sharded runs: add --sharded"),
+        "--rollout runs the single election's rollout seeds: drop --sharded, --pause and --unfit"
+            .to_owned(),
+        format!("--sabotage {name} is a sabotage of rollout runs: add --rollout"),
         format!("--sabotage {name} is a sabotage of the single election: drop --sharded"),
     ];
     if let Some((_, text)) = refusals
@@ -265,7 +281,7 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(error) => {
             eprintln!(
-                "{error}\nusage: plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue] [--fencing on|off] [--sabotage NAME] [--mechanism advisory|lease]\n       plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J] [--sabotage NAME] [--mechanism advisory|lease] [--pause]"
+                "{error}\nusage: plexsphere-leader-sim --seeds N [--seed S] [--replicas K] [--jobs J] [--mode poll|queue] [--fencing on|off] [--sabotage NAME] [--mechanism advisory|lease] [--unfit] [--pause] [--rollout]\n       plexsphere-leader-sim --sharded --seeds N [--seed S] [--replicas R] [--shards K] [--jobs J] [--sabotage NAME] [--mechanism advisory|lease] [--pause]"
             );
             return ExitCode::from(2);
         }
@@ -273,7 +289,12 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let space = args.space();
     let report = Report::new(space, Params::default(), args.replicas);
-    let report = if args.unfit { report.probing() } else { report };
+    // A fitness run's standbys probe before they try, a rollout run's survey.
+    let report = if args.unfit || args.rollout {
+        report.probing()
+    } else {
+        report
+    };
     let mut report = report;
     // Positions in the space's order of seeds (`Space::seed_at`); `parse` checked both ends.
     let first = space.position(args.first).unwrap_or(0);

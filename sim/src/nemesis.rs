@@ -20,17 +20,48 @@ enum Resource {
 /// A fault in progress, and how to heal it.
 #[derive(Debug, Clone, Copy)]
 enum Active {
-    Partition { r: usize, s: usize },
-    OneWay { r: usize, s: usize, to_server: bool },
-    Hold { r: usize, s: usize },
-    Down { r: usize },
-    SilentDeath { r: usize },
-    Stopped { r: usize },
-    ServerDown { s: usize },
-    FailedOver { old: usize, partitioned: bool },
-    Latency { s: usize },
-    Ineligible { r: usize },
-    Paused { r: usize },
+    Partition {
+        r: usize,
+        s: usize,
+    },
+    OneWay {
+        r: usize,
+        s: usize,
+        to_server: bool,
+    },
+    Hold {
+        r: usize,
+        s: usize,
+    },
+    Down {
+        r: usize,
+    },
+    SilentDeath {
+        r: usize,
+    },
+    Stopped {
+        r: usize,
+    },
+    ServerDown {
+        s: usize,
+    },
+    FailedOver {
+        old: usize,
+        partitioned: bool,
+    },
+    Latency {
+        s: usize,
+    },
+    Ineligible {
+        r: usize,
+    },
+    Paused {
+        r: usize,
+    },
+    /// The rollout stopped replica `r`, which starts again with the new version.
+    Upgrading {
+        r: usize,
+    },
 }
 
 #[derive(Debug)]
@@ -48,6 +79,21 @@ pub(crate) struct Nemesis {
     mixed: Vec<FaultKind>,
     next_at: Duration,
     pending: Vec<Pending>,
+    /// A rollout run's rolling restart ([`FaultKind::Rollout`]), which goes on whatever else
+    /// the nemesis injects.
+    rollout: Option<Rollout>,
+}
+
+/// A rolling deploy: each replica in a random order is stopped gracefully and started with
+/// the new version, the first at 4·I, each next one 8·I to 11·I after the previous stop (a
+/// window W = 2·I for the leadership to move, with room for the restarts and a steady spell).
+#[derive(Debug)]
+struct Rollout {
+    /// The order of the replicas; empty until the first tick.
+    order: Vec<usize>,
+    /// How many were upgraded.
+    done: usize,
+    next_at: Duration,
 }
 
 /// At most this many faults at once.
@@ -63,12 +109,51 @@ impl Nemesis {
             mixed: space.faults(),
             next_at: 2 * interval,
             pending: Vec::new(),
+            rollout: space.is_rollout().then(|| Rollout {
+                order: Vec::new(),
+                done: 0,
+                next_at: 4 * interval,
+            }),
         }
+    }
+
+    /// The rollout's next restart, when its time has come and its replica is up and no other
+    /// fault occupies it (else at a later tick).
+    fn roll(&mut self, world: &mut World<'_>) {
+        let now = world.now();
+        let interval = world.params.interval;
+        let taken = self.taken();
+        let Some(rollout) = self.rollout.as_mut() else {
+            return;
+        };
+        if rollout.order.is_empty() {
+            let mut order: Vec<usize> = (0..world.replicas.len()).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, self.rng.random_range(0..=i));
+            }
+            rollout.order = order;
+        }
+        let Some(&r) = rollout.order.get(rollout.done) else {
+            return;
+        };
+        if now < rollout.next_at || taken.contains(&Resource::Replica(r)) || !world.is_up(r) {
+            return;
+        }
+        rollout.done += 1;
+        let after = self.between(8 * interval, 11 * interval);
+        let heal_in = self.between(interval / 2, 2 * interval);
+        if let Some(rollout) = self.rollout.as_mut() {
+            rollout.next_at = now + after;
+        }
+        let active = Active::Upgrading { r };
+        apply(world, active);
+        self.add(world, active, heal_in);
     }
 
     /// Heals the faults that are due, then injects one when its time has come.
     pub(crate) fn tick(&mut self, world: &mut World<'_>) {
         self.heal_due(world, false);
+        self.roll(world);
         let now = world.now();
         if now < self.next_at {
             return;
@@ -79,6 +164,8 @@ impl Nemesis {
             return;
         }
         let kind = match self.kind {
+            // The rollout alone: its restarts are all the faults.
+            RunKind::Only(FaultKind::Rollout) => return,
             RunKind::Only(kind) => kind,
             RunKind::Mixed => self.mixed[self.rng.random_range(0..self.mixed.len())],
         };
@@ -99,7 +186,7 @@ impl Nemesis {
             let pending = &self.pending[index];
             let due = all || pending.heal_at <= now;
             let ready = match pending.active {
-                Active::Stopped { r } => world.has_finished(r),
+                Active::Stopped { r } | Active::Upgrading { r } => world.has_finished(r),
                 _ => true,
             };
             if due && ready {
@@ -238,6 +325,8 @@ impl Nemesis {
             FaultKind::ServerCrash | FaultKind::Failover | FaultKind::Latency => {
                 self.server_fault(world, kind, s);
             }
+            // The rolling restart runs on its own schedule (`roll`).
+            FaultKind::Rollout => {}
         }
     }
 
@@ -308,9 +397,10 @@ fn resources(active: Active, replicas: usize) -> BTreeSet<Resource> {
         Active::Partition { r, s } | Active::OneWay { r, s, .. } | Active::Hold { r, s } => {
             BTreeSet::from([Resource::Replica(r), Resource::Link(r, s)])
         }
-        Active::Down { r } | Active::Stopped { r } | Active::Ineligible { r } => {
-            BTreeSet::from([Resource::Replica(r)])
-        }
+        Active::Down { r }
+        | Active::Stopped { r }
+        | Active::Ineligible { r }
+        | Active::Upgrading { r } => BTreeSet::from([Resource::Replica(r)]),
         Active::SilentDeath { r } | Active::Paused { r } => (0..SERVERS.len())
             .map(|s| Resource::Link(r, s))
             .chain([Resource::Replica(r)])
@@ -350,6 +440,7 @@ fn apply(world: &mut World<'_>, active: Active) {
         Active::Latency { .. } => {}
         Active::Ineligible { r } => world.set_eligible(r, false),
         Active::Paused { r } => world.pause(r),
+        Active::Upgrading { r } => world.upgrade(r),
     }
 }
 
@@ -358,7 +449,7 @@ fn heal(world: &mut World<'_>, active: Active) {
         Active::Partition { r, s } => world.repair(r, s),
         Active::OneWay { r, s, to_server } => world.repair_oneway(r, s, to_server),
         Active::Hold { r, s } => world.release(r, s),
-        Active::Down { r } | Active::Stopped { r } => world.bounce(r),
+        Active::Down { r } | Active::Stopped { r } | Active::Upgrading { r } => world.bounce(r),
         Active::SilentDeath { r } => {
             for s in 0..SERVERS.len() {
                 world.repair(r, s);

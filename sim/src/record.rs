@@ -168,6 +168,8 @@ pub(crate) enum TermEnd {
     Resigned,
     /// `TermEndCause::HandedOver`: a shard given up for balance (sharded runs).
     HandedOver,
+    /// `TermEndCause::Yielded`: a ranked leader yielded to a better candidate (rollout runs).
+    Yielded,
     /// Still open when the run ended.
     Open,
 }
@@ -240,6 +242,12 @@ pub(crate) struct History {
     pub(crate) up: Vec<UpSpan>,
     /// Every incarnation the harness saw start: (replica, incarnation, when), in time order.
     pub(crate) incarnations: Vec<(usize, u32, Duration)>,
+    /// Rollout runs: the version each incarnation was ranked with, as `incarnations` lists
+    /// them: (replica, incarnation, version).
+    pub(crate) versions: Vec<(usize, u32, &'static str)>,
+    /// Rollout runs: when the rollout asked each replica to stop for its upgrade: (replica,
+    /// when).
+    pub(crate) upgrades: Vec<(usize, Duration)>,
     pub(crate) link_faults: Vec<LinkFault>,
     /// Other events that disturb one replica's checks, such as the termination of one of its
     /// sessions (a check may be running on it): (replica, span).

@@ -55,6 +55,11 @@ pub(crate) struct Slot {
     /// last sample (trusted ones only: what `is_owner()` answers), sampled as
     /// [`Slot::believes`] is.
     pub(crate) owns: Option<BTreeSet<u32>>,
+    /// Rollout runs: the version the next incarnation is ranked with (`Config::version`);
+    /// `None` runs unranked.
+    pub(crate) version: Option<&'static str>,
+    /// The version the current incarnation started with.
+    pub(crate) started_version: Option<&'static str>,
 }
 
 /// The handles of a running incarnation.
@@ -161,6 +166,7 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
         let mut slot = env.slot.borrow_mut();
         slot.incarnation += 1;
         slot.finished = false;
+        slot.started_version = slot.version;
         slot.incarnation
     };
     let mut pg = tokio_postgres::Config::new();
@@ -191,6 +197,11 @@ pub(crate) async fn software(env: Rc<ReplicaEnv>) -> turmoil::Result {
     let config = env.mechanism.configure(config);
     let config = match env.fitness_probe {
         Some(probe) => config.fitness_probe(probe),
+        None => config,
+    };
+    let version = env.slot.borrow().started_version;
+    let config = match version {
+        Some(version) => config.version(version),
         None => config,
     };
     // Tokio's clock (the simulation's) unless the run gives this replica another rate.

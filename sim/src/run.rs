@@ -106,6 +106,7 @@ fn simulate(options: &RunOptions) -> RunOutcome {
         mechanism: options.mechanism,
         history: &world.history,
         unfit: options.unfit_replica(),
+        rollout: options.rollout,
         work: &work,
         fenced: &fenced,
         servers,

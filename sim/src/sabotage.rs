@@ -61,6 +61,58 @@ fn renewal_around_holder(key: LockKey, interval: Duration) -> (String, String) {
     }
 }
 
+/// Whether `statement` is a survey of `sql::candidacy`, a standby's (`publishes`) or the
+/// leader's, of either mechanism: recognised by how the builders begin them (read from the
+/// builders, so a change of the statements cannot silently disarm the sabotages).
+fn is_survey(statement: &str, publishes: bool) -> bool {
+    use plexsphere_leader::rank::{Candidate, FloorStep, Rank, Version};
+    use plexsphere_leader::sql::candidacy;
+    let key = LockKey::DEFAULT;
+    let mine = Candidate {
+        rank: Rank::of_version(Version::new(0, 0, 0)),
+        live_for: Duration::ZERO,
+    };
+    let table = candidacy::candidate_table(plexsphere_leader::sql::lease::DEFAULT_SCHEMA);
+    let (sessions, rows) = if publishes {
+        (
+            candidacy::survey_sessions(
+                key,
+                Some((mine, "x")),
+                (candidacy::FLOOR_TABLE, FloorStep::Off),
+            ),
+            candidacy::survey_rows(
+                &table,
+                key,
+                "x",
+                Some(mine),
+                (candidacy::FLOOR_TABLE, FloorStep::Off),
+            ),
+        )
+    } else {
+        (
+            candidacy::survey_sessions(key, None, (candidacy::FLOOR_TABLE, FloorStep::Off)),
+            candidacy::survey_rows(
+                &table,
+                key,
+                "x",
+                None,
+                (candidacy::FLOOR_TABLE, FloorStep::Off),
+            ),
+        )
+    };
+    // The common beginnings: up to the first parameter.
+    let begins = |built: &str, before: &str| {
+        built
+            .split_once(before)
+            .is_some_and(|(head, _)| statement.starts_with(head))
+    };
+    if publishes {
+        begins(&sessions, "concat(") || begins(&rows, " AS t (")
+    } else {
+        begins(&sessions, " FROM pg_stat_activity") || begins(&rows, "), gone")
+    }
+}
+
 /// A holder no replica has, to find where the builder writes the holder.
 const HOLDER_MARK: &str = "plexsphere-sabotage-holder-mark";
 
@@ -165,6 +217,16 @@ impl LockSession for SabotagedSession {
                 // The server's refusal of the probe never reaches the elector: it passed.
                 DriverSabotage::IgnoreUnfit if statement == crate::setup::UNFIT_PROBE => {
                     let _refused = self.pass(statement).await;
+                    Ok(Vec::new())
+                }
+                // The leader's survey, of either mechanism: it publishes nothing.
+                DriverSabotage::NeverYield if is_survey(statement, false) => {
+                    self.pass(statement).await?;
+                    Ok(Vec::new())
+                }
+                // A standby's survey: published, but nobody better is found.
+                DriverSabotage::NeverDefer if is_survey(statement, true) => {
+                    self.pass(statement).await?;
                     Ok(Vec::new())
                 }
                 DriverSabotage::SkipIdleSessionTimeout

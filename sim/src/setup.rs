@@ -90,7 +90,17 @@ pub struct RunOptions {
     /// refuses the probe of one of them ([`RunOptions::unfit_replica`]), which must never
     /// lead. Off by default, so that every seed runs what it ran before.
     pub unfit: bool,
+    /// A rollout run (`--rollout`, [`Space::Rollout`] or [`Space::RolloutLease`]): every
+    /// replica is ranked ([`Config::version`](plexsphere_leader::Config::version)), starting
+    /// at [`OLD_VERSION`]; the nemesis restarts them one by one at [`NEW_VERSION`].
+    pub rollout: bool,
 }
+
+/// The version a rollout run's replicas start with.
+pub(crate) const OLD_VERSION: &str = "1.4.2";
+
+/// The version a rollout restarts each replica with.
+pub(crate) const NEW_VERSION: &str = "1.5.0";
 
 /// The fitness probe of a fit replica in a fitness run.
 pub(crate) const FIT_PROBE: &str = "SELECT 1";
@@ -126,6 +136,7 @@ impl RunOptions {
             sharding: None,
             mechanism: Mechanism::default(),
             unfit: false,
+            rollout: false,
         }
     }
 
@@ -194,6 +205,14 @@ impl RunOptions {
                 mechanism: Mechanism::Lease,
                 ..Self::sharded(seed)
             },
+            Space::Rollout => Self {
+                rollout: true,
+                ..Self::new(seed)
+            },
+            Space::RolloutLease => Self {
+                rollout: true,
+                ..Self::lease(seed)
+            },
         }
     }
 
@@ -203,6 +222,7 @@ impl RunOptions {
             (Some(_), RunKind::Only(FaultKind::Pause)) => Space::ShardedPause,
             (Some(_), _) => Space::sharded(self.mechanism),
             (None, RunKind::Only(FaultKind::Pause)) => Space::Pause,
+            (None, _) if self.rollout => Space::rollout(self.mechanism),
             (None, _) => self.mechanism.space(),
         }
     }
@@ -283,6 +303,9 @@ impl RunOptions {
         if self.space() == Space::Pause {
             command.push_str(" --pause");
         }
+        if self.rollout {
+            command.push_str(" --rollout");
+        }
         if let Some(sabotage) = self.sabotage {
             command.push_str(&format!(" --sabotage {sabotage}"));
         }
@@ -310,6 +333,7 @@ impl RunOptions {
         };
         let unfit = match self.unfit_replica() {
             Some(r) => format!(", r{r} unfit"),
+            None if self.rollout && self.kind == RunKind::Mixed => ", rollout".to_owned(),
             None => String::new(),
         };
         if self.fencing {

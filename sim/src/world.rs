@@ -114,7 +114,10 @@ impl World<'_> {
         let session_ends = plexsphere_leader::session::SessionEnds::new();
         for index in 0..replicas {
             let name = format!("r{index}");
-            let slot = Rc::new(RefCell::new(Slot::default()));
+            let slot = Rc::new(RefCell::new(Slot {
+                version: options.rollout.then_some(crate::setup::OLD_VERSION),
+                ..Slot::default()
+            }));
             let clock = options.clock_rate(index);
             let env = Rc::new(ReplicaEnv {
                 index,
@@ -230,16 +233,24 @@ impl World<'_> {
     pub(crate) fn observe(&mut self) {
         let now = self.now();
         for index in 0..self.replicas.len() {
-            let (incarnation, finished, live) = {
+            let (incarnation, finished, live, version) = {
                 let slot = self.replicas[index].slot.borrow();
-                (slot.incarnation, slot.finished, slot.live.clone())
+                let version = slot.started_version;
+                (slot.incarnation, slot.finished, slot.live.clone(), version)
             };
             let host = &mut self.replicas[index];
             if incarnation != host.seen_incarnation {
                 host.seen_incarnation = incarnation;
                 host.seen_finished = false;
                 let who = application_name(index, incarnation);
-                self.history.note(now, who, "starts");
+                match version {
+                    Some(version) => {
+                        self.history
+                            .note(now, who, format!("starts, version {version}"));
+                        self.history.versions.push((index, incarnation, version));
+                    }
+                    None => self.history.note(now, who, "starts"),
+                }
                 self.history.incarnations.push((index, incarnation, now));
             }
             if finished && !self.replicas[index].seen_finished {
@@ -402,6 +413,7 @@ impl World<'_> {
             Some(TermEndCause::Stopped) => TermEnd::Stopped,
             Some(TermEndCause::Resigned) => TermEnd::Resigned,
             Some(TermEndCause::HandedOver) => TermEnd::HandedOver,
+            Some(TermEndCause::Yielded) => TermEnd::Yielded,
             // A cause added later counts as lost until the checker learns it.
             Some(_) | None => TermEnd::Lost,
         };
@@ -409,6 +421,7 @@ impl World<'_> {
             Some(TermEndCause::Stopped) => "stopped".to_owned(),
             Some(TermEndCause::Resigned) => "resigned".to_owned(),
             Some(TermEndCause::HandedOver) => "handed over".to_owned(),
+            Some(TermEndCause::Yielded) => "yielded to a better candidate".to_owned(),
             Some(other) => other.to_string(),
             None => "leadership lost: the incarnation stopped".to_owned(),
         };
@@ -619,6 +632,19 @@ impl World<'_> {
             self.history
                 .note(now, who, format!("{} {}", event.level, event.text));
         }
+    }
+
+    /// Rollout runs: replica `r`'s next incarnation runs the new version, and the rollout
+    /// asks it to stop now (it starts again when it has stopped, [`World::bounce`]).
+    pub(crate) fn upgrade(&mut self, r: usize) {
+        self.replicas[r].slot.borrow_mut().version = Some(crate::setup::NEW_VERSION);
+        self.note(
+            self.replicas[r].name.clone(),
+            format!("rollout: upgrades to {}", crate::setup::NEW_VERSION),
+        );
+        let now = self.now();
+        self.history.upgrades.push((r, now));
+        self.stop(r);
     }
 
     /// Asks replica `r` to stop gracefully (cancels its `run`).
@@ -834,9 +860,29 @@ impl World<'_> {
     /// Terminates backend `pid` of server `s` (`pg_terminate_backend`).
     pub(crate) fn terminate(&mut self, s: usize, pid: i32) {
         self.note(SERVERS[s], format!("pg_terminate_backend({pid})"));
-        let owner = self.servers[s]
+        let current = self.servers[s]
             .session(pid)
-            .and_then(|session| parse_application_name(&session.application_name));
+            .map(|session| session.application_name);
+        // A ranked standby's survey names its session with its candidacy (`~<tag> …`): its
+        // owner is the name its startup gave, in the server's log.
+        let owner = match current {
+            Some(name) if name.starts_with('~') => {
+                self.servers[s]
+                    .log()
+                    .iter()
+                    .rev()
+                    .find_map(|entry| match &entry.event {
+                        plexsphere_leader_pgsim::Event::SessionStarted {
+                            pid: started,
+                            application_name,
+                            ..
+                        } if *started == pid => parse_application_name(application_name),
+                        _ => None,
+                    })
+            }
+            Some(name) => parse_application_name(&name),
+            None => None,
+        };
         if let Some((replica, _)) = owner {
             let now = self.now();
             let span = Span {

@@ -13,7 +13,10 @@
 //! with the clock) sees that leader outlive its lease, within one cycle of pause seeds. A lease
 //! shard space's member that answers its failed renewals, and servers whose take owns live
 //! members' shards, reaps nobody or advances no fence row, are caught within one cycle of
-//! sharded lease seeds.
+//! sharded lease seeds. In a rolling deploy of ranked replicas, a leader whose survey of the
+//! candidates is answered with no row never yields (caught as `preference`), and a standby
+//! whose survey is answered so never defers, so leadership moves twice for one rank change
+//! (caught as `one-move`), within one cycle of rollout seeds of either mechanism.
 #![allow(missing_docs)] // test functions
 
 use plexsphere_leader::config::AcquireMode;
@@ -365,6 +368,41 @@ fn ignore_unfit_is_caught_by_the_fitness_property_on_both_mechanisms() {
                 println!("{sabotage} (lease {lease}) caught at seed {seed}: {violation}")
             }
             None => panic!("{sabotage} (lease {lease}): no fitness violation within {cycle} seeds"),
+        }
+    }
+}
+
+/// Rollout runs: the leader that never sees a better candidate never yields, and the standby
+/// that never sees one never defers; caught on both mechanisms within a cycle.
+#[test]
+fn never_yield_and_never_defer_are_caught_by_the_preference_checks_on_both_mechanisms() {
+    let cases = [
+        (DriverSabotage::NeverYield, Property::Preference),
+        (DriverSabotage::NeverDefer, Property::OneMove),
+    ];
+    for (driver, property) in cases {
+        let sabotage = Sabotage::Driver(driver);
+        for space in [Space::Rollout, Space::RolloutLease] {
+            let cycle = space.cycle();
+            let caught = space.seeds(cycle).find_map(|seed| {
+                let options = RunOptions {
+                    sabotage: Some(sabotage),
+                    ..RunOptions::in_space(space, seed)
+                };
+                run_once(&options)
+                    .violations
+                    .into_iter()
+                    .find(|v| v.property == property)
+                    .map(|v| (seed, v))
+            });
+            match caught {
+                Some((seed, violation)) => {
+                    println!("{sabotage} ({space:?}) caught at seed {seed}: {violation}")
+                }
+                None => {
+                    panic!("{sabotage} ({space:?}): no {property} violation within {cycle} seeds")
+                }
+            }
         }
     }
 }

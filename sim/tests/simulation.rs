@@ -354,3 +354,27 @@ fn lease_shard_space_seeds_of_crashes_failovers_and_resigns_run_clean() {
 fn a_pause_seed_of_a_lease_shard_space_runs_clean() {
     assert_clean_in(Space::ShardedPause, 140_000, FaultKind::Pause, 8);
 }
+
+/// A rolling deploy of ranked replicas, of either mechanism, runs clean and identically twice:
+/// every replica is upgraded, and the leadership moves once by a yield (the rollout kind
+/// alone, no other fault).
+#[test]
+fn a_rollout_seed_runs_clean_and_moves_leadership_once_on_both_mechanisms() {
+    for space in [Space::Rollout, Space::RolloutLease] {
+        let options = RunOptions::in_space(space, RunKind::Only(FaultKind::Rollout).seed(0));
+        assert_eq!(options.space(), space);
+        let outcome = assert_clean(&options);
+        let upgrades = outcome
+            .trace
+            .iter()
+            .filter(|line| line.contains("rollout: upgrades to"))
+            .count();
+        assert_eq!(upgrades, options.replicas, "{space:?}");
+        let yields = outcome
+            .trace
+            .iter()
+            .filter(|line| line.contains("ends: yielded to a better candidate"))
+            .count();
+        assert!(yields <= 1, "{space:?}: {yields} yields");
+    }
+}

@@ -23,6 +23,7 @@
 //! `pg_advisory_lock`, and resumes, reading the committed epoch again, once no other session
 //! share-locks the row (see `rows`).
 
+mod candidacy;
 mod eval;
 mod fence;
 mod lease;
@@ -131,6 +132,7 @@ pub(crate) fn result_columns(statement: &Statement) -> Option<Vec<(String, PgTyp
         Statement::Shard(statement) => shards::columns(statement).to_vec(),
         Statement::Lease(statement) => lease::columns(statement).to_vec(),
         Statement::ShardLease(statement) => shard_lease::columns(statement).to_vec(),
+        Statement::Candidacy(statement) => candidacy::columns(statement).to_vec(),
         Statement::Set { .. }
         | Statement::Begin
         | Statement::Commit
@@ -381,6 +383,7 @@ impl<'a> Ctx<'a> {
             Statement::Shard(statement) => self.shard(statement),
             Statement::Lease(statement) => self.lease(statement),
             Statement::ShardLease(statement) => self.shard_lease(statement),
+            Statement::Candidacy(statement) => self.candidacy(statement),
         }
     }
 

@@ -53,6 +53,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod candidacy;
 mod client;
 mod config;
 mod exec;

@@ -34,6 +34,7 @@
 //! statement, unknown function names fail the whole query string before anything runs. To add a statement, add a variant to [`Statement`] or
 //! [`Func`] here and its effect in `exec`.
 
+use super::candidacy::{self, CandidacyStatement};
 use super::lease::{self, LeaseStatement};
 use super::reply::{SqlError, sqlstate};
 use super::shard::{self, ShardStatement};
@@ -91,6 +92,8 @@ pub(crate) enum Statement {
     /// whole; it comes after the `SET LOCAL`s (and a take's transaction lock) of its query
     /// string.
     ShardLease(ShardLeaseStatement),
+    /// A ranked replica's survey (`plexsphere_leader::sql::candidacy`), recognised whole.
+    Candidacy(CandidacyStatement),
 }
 
 impl Statement {
@@ -286,6 +289,9 @@ pub(crate) fn parse(query: &str) -> Result<Vec<Statement>, SqlError> {
     }
     if let Some(statement) = lease::recognise(query) {
         return lease_statements(query, statement?);
+    }
+    if let Some(statement) = candidacy::recognise(query) {
+        return statement.map(|statement| vec![Statement::Candidacy(statement)]);
     }
     general(query)
 }

@@ -129,7 +129,23 @@ pub(crate) struct State {
     pub(crate) in_recovery: bool,
     /// The committed tables, shared with the instances it replicates to.
     pub(crate) storage: Rc<RefCell<Storage>>,
+    /// The rows of the unlogged candidate table (`plexsphere_leader_candidate`) by database,
+    /// key and holder: the instance's own, as an unlogged table's data is not in the WAL, so
+    /// neither replicated (a promoted standby finds the table empty) nor kept by a crash.
+    pub(crate) candidates: Candidates,
 }
+
+/// One row of the unlogged candidate table: the candidacy's text before its times, when it
+/// was last seen (server unix ms), and its age then (ms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CandidateRow {
+    pub(crate) candidacy: String,
+    pub(crate) seen_ms: i64,
+    pub(crate) age_ms: i64,
+}
+
+/// The candidate table's rows of one instance, by (database, key, holder).
+pub(crate) type Candidates = BTreeMap<(String, (i32, i32), String), CandidateRow>;
 
 /// Outcome of [`State::lock_or_wait`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +181,7 @@ impl State {
             queries: Vec::new(),
             last_time: Duration::ZERO,
             storage: Rc::new(RefCell::new(Storage::default())),
+            candidates: Candidates::new(),
         }
     }
 
@@ -194,6 +211,8 @@ impl State {
         }
         // Down first, so that no lock is handed over to a session that dies with the server.
         self.running = false;
+        // An unlogged table is truncated by the recovery after a crash.
+        self.candidates.clear();
         let pids: Vec<i32> = self.sessions.keys().copied().collect();
         for pid in pids {
             self.end_session(pid, EndReason::Crash, at);

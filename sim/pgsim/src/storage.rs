@@ -54,7 +54,7 @@ pub(crate) enum TableKind {
     /// `CREATE SEQUENCE … AS int4 MINVALUE 1 CYCLE`: the members' ids.
     Sequence,
     /// The lease's unlogged table of ranked replicas' candidacies: created by the lease's
-    /// setup, never written (the simulation's replicas are unranked).
+    /// setup; its rows are each instance's own (`State::candidates`), not committed data.
     Candidates,
     /// The version floors: created by the lease's setup, never written (no floor is on).
     Floor,
@@ -69,7 +69,8 @@ enum Table {
     Owners(OwnerTable),
     /// The value the sequence's last `nextval` returned (`None`: never called).
     Sequence(Option<i32>),
-    /// The candidacies' or the floors' table, never written here.
+    /// A table whose definition is all it keeps here: the candidacies' (its rows are
+    /// unlogged, `State::candidates`) or the floors' (no floor is on in the simulation).
     Unwritten(TableKind),
 }
 
@@ -97,6 +98,16 @@ impl Storage {
         };
         tables.insert(name.to_owned(), table);
         true
+    }
+
+    /// Whether the candidate table `name` of `database` exists.
+    pub(crate) fn has_candidates(&self, database: &str, name: &str) -> bool {
+        matches!(
+            self.tables
+                .get(database)
+                .and_then(|tables| tables.get(name)),
+            Some(Table::Unwritten(TableKind::Candidates))
+        )
     }
 
     /// Fence table `name` of `database`, if it exists (and has the fence table's shape).

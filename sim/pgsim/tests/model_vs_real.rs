@@ -280,6 +280,8 @@ enum Script {
     Lease,
     /// The statements of a lease shard space.
     ShardLease,
+    /// The surveys of ranked replicas.
+    Candidacy,
 }
 
 async fn run_script<F, Fut>(which: Script, open: F) -> Vec<String>
@@ -294,6 +296,7 @@ where
         Script::Shards => shards_script(open).await,
         Script::Lease => lease_script(open).await,
         Script::ShardLease => shard_lease_script(open).await,
+        Script::Candidacy => candidacy_script(open).await,
     }
 }
 
@@ -750,6 +753,130 @@ where
     seen
 }
 
+/// `observed` with every run of 13 digits (the server's unix milliseconds) shown as `<ms>`, and
+/// its `; `-separated rows sorted (the real server lists `pg_stat_activity` in the order of its
+/// backend slots and a table in its heap's, neither of which the model follows).
+fn millis_masked(observed: &str) -> String {
+    let mut masked = String::new();
+    let mut digits = String::new();
+    for c in observed.chars().chain(['\n']) {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        if digits.len() == 13 {
+            masked.push_str("<ms>");
+        } else {
+            masked.push_str(&digits);
+        }
+        digits.clear();
+        masked.push(c);
+    }
+    masked.pop();
+    let mut rows: Vec<&str> = masked.split("; ").collect();
+    rows.sort_unstable();
+    rows.join("; ")
+}
+
+/// The surveys of ranked replicas (`plexsphere_leader::sql::candidacy`): over the sessions,
+/// the standbys' that publish their candidacy in `application_name` and the leader's that only
+/// reads, before and after a session ends; over the lease's unlogged table, before its setup,
+/// the standbys' upserts and the leader's read; each answer's columns.
+async fn candidacy_script<F, Fut>(open: F) -> Vec<String>
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Session>,
+{
+    use plexsphere_leader::rank::{Candidate, FloorStep, Rank, Version};
+    use plexsphere_leader::sql::{candidacy, lease};
+
+    let mut seen = Vec::new();
+    let mut see = |what: &str, observed: String| seen.push(format!("{what}: {observed}"));
+    let a = open("a").await;
+    let b = open("b").await;
+    let c = open("c").await;
+    let rank = |version: &str, live_ms: u64| Candidate {
+        rank: Rank {
+            priority: 1,
+            version: Version::parse(version).unwrap(),
+        },
+        live_for: Duration::from_millis(live_ms),
+    };
+    let standby = |version: &str, live_ms: u64, identity: &'static str| {
+        candidacy::survey_sessions(
+            KEY,
+            Some((rank(version, live_ms), identity)),
+            (candidacy::FLOOR_TABLE, FloorStep::Off),
+        )
+    };
+    let leader = candidacy::survey_sessions(KEY, None, (candidacy::FLOOR_TABLE, FloorStep::Off));
+    see(
+        "a surveys alone",
+        millis_masked(&all_rows(&a, &standby("1.0.0", 0, "A")).await),
+    );
+    see(
+        "a's application_name",
+        millis_masked(&a.run("SHOW application_name").await),
+    );
+    see(
+        "b surveys",
+        millis_masked(&all_rows(&b, &standby("2.0.0-rc.1", 150, "B")).await),
+    );
+    see("survey columns", c.names(&leader).await);
+    see(
+        "c surveys as leader",
+        millis_masked(&all_rows(&c, &leader).await),
+    );
+    see(
+        "c's application_name after it",
+        c.run("SHOW application_name").await,
+    );
+    drop(b);
+    let mut after = String::new();
+    for _ in 0..50 {
+        after = millis_masked(&all_rows(&c, &leader).await);
+        if !after.contains(" B") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    see("c surveys once b ended", after);
+    let schema = lease::DEFAULT_SCHEMA;
+    let table = candidacy::candidate_table(schema);
+    let rows = |holder: &str, mine: Option<Candidate>| {
+        candidacy::survey_rows(
+            &table,
+            KEY,
+            holder,
+            mine,
+            (candidacy::FLOOR_TABLE, FloorStep::Off),
+        )
+    };
+    see(
+        "a surveys rows before the setup",
+        all_rows(&a, &rows("A", Some(rank("1.0.0", 0)))).await,
+    );
+    see("a setup", a.run(&lease::setup(schema)).await);
+    see(
+        "a surveys rows alone",
+        millis_masked(&all_rows(&a, &rows("A", Some(rank("1.0.0", 0)))).await),
+    );
+    see(
+        "c surveys rows as B",
+        millis_masked(&all_rows(&c, &rows("B", Some(rank("2.0.0", 40)))).await),
+    );
+    see(
+        "a surveys rows again",
+        millis_masked(&all_rows(&a, &rows("A", Some(rank("1.0.0", 100)))).await),
+    );
+    see(
+        "c surveys rows as leader C",
+        millis_masked(&all_rows(&c, &rows("C", None)).await),
+    );
+    see("rows columns", c.names(&rows("C", None)).await);
+    seen
+}
+
 /// The statements of a lease shard space (`plexsphere_leader::shard_sql::lease`) on space
 /// [`CLASS`] of four shards, with a TTL of [`LEASE_TTL_MS`]: the setup twice, registrations,
 /// takes of free and owned shards, the survey, renewals by the wrong holder and the right one,
@@ -1199,6 +1326,28 @@ fn the_simulated_server_answers_the_lease_shard_statements_as_postgresql_does() 
         "a renews as B: 0|1,2,3",
         "b takes 0, 2 after a expired: 1|0:2,2:2",
         "a renews after the reap: 0|4",
+    ] {
+        assert!(model.iter().any(|l| l == line), "{line}: {model:?}");
+    }
+}
+
+#[test]
+fn the_simulated_server_answers_the_candidacy_surveys_as_postgresql_does() {
+    let model = agreed(Script::Candidacy);
+    for line in [
+        "a surveys alone: no row",
+        "a's application_name: ~706c7873.1 1 1.0.0 <ms> 0 A",
+        "b surveys: ~706c7873.1 1 1.0.0 <ms> 0 A|<ms>",
+        "survey columns: application_name|int8",
+        "c surveys as leader: ~706c7873.1 1 1.0.0 <ms> 0 A|<ms>; ~706c7873.1 1 2.0.0-rc.1 <ms> 150 B|<ms>",
+        "c's application_name after it: c",
+        "c surveys once b ended: ~706c7873.1 1 1.0.0 <ms> 0 A|<ms>",
+        "a surveys rows before the setup: error 42P01",
+        "a surveys rows alone: no row",
+        "c surveys rows as B: ~706c7873.1 1 1.0.0 <ms> 0 A|<ms>",
+        "a surveys rows again: ~706c7873.1 1 2.0.0 <ms> 40 B|<ms>",
+        "c surveys rows as leader C: ~706c7873.1 1 1.0.0 <ms> 100 A|<ms>; ~706c7873.1 1 2.0.0 <ms> 40 B|<ms>",
+        "rows columns: concat|int8",
     ] {
         assert!(model.iter().any(|l| l == line), "{line}: {model:?}");
     }

@@ -322,6 +322,8 @@ impl Run {
             mechanism: self.mechanism,
             history: &self.history,
             unfit: None,
+            // A rollout run when the history ranks its incarnations.
+            rollout: !self.history.versions.is_empty(),
             work: &self.work,
             fenced: &self.fenced,
             servers,

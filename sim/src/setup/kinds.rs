@@ -45,6 +45,11 @@ pub enum FaultKind {
     /// intervals while the servers' clock runs on, then resumed: the pause runs only
     /// ([`Space::Pause`], lease seeds under `--pause`).
     Pause,
+    /// A rolling deploy: the replicas run ranked
+    /// ([`Config::version`](plexsphere_leader::Config::version)) with an old version and are
+    /// restarted one by one (a graceful stop, a start) with a newer one: the rollout runs only
+    /// ([`Space::Rollout`], [`Space::RolloutLease`], `--rollout`).
+    Rollout,
 }
 
 impl FaultKind {
@@ -65,6 +70,7 @@ impl FaultKind {
             Self::Latency => "latency",
             Self::Resign => "resign",
             Self::Pause => "pause",
+            Self::Rollout => "rollout",
         }
     }
 }
@@ -98,7 +104,7 @@ impl RunKind {
     /// Every run kind, once, in report order, each with its code beside it: the leading
     /// digits of its seeds (`code · SEED_STRIDE + n`), fixed for good and never reused. A new
     /// kind is added here with a new code and says where it [applies](Self::applies_to).
-    pub const ALL: [(Self, u64); 15] = [
+    pub const ALL: [(Self, u64); 16] = [
         (Self::Only(FaultKind::Partition), 0),
         (Self::Only(FaultKind::PartitionOneWay), 1),
         (Self::Only(FaultKind::Hold), 2),
@@ -113,6 +119,7 @@ impl RunKind {
         (Self::Only(FaultKind::Latency), 11),
         (Self::Only(FaultKind::Resign), 12),
         (Self::Only(FaultKind::Pause), 14),
+        (Self::Only(FaultKind::Rollout), 15),
         (Self::Mixed, 13),
     ];
 
@@ -125,11 +132,19 @@ impl RunKind {
     }
 
     /// Whether seeds of `space` run this kind: the pause only in pause runs (of the single
-    /// lease, or of a lease shard space), which run nothing else; every other kind in every
-    /// other space.
+    /// lease, or of a lease shard space), which run nothing else; the rollout only in rollout
+    /// runs, which run it alone or mixed with the other faults of their mechanism (the
+    /// rollout goes on while a mixed run's nemesis draws from [`Space::faults`]); every
+    /// other kind in every other space.
     pub const fn applies_to(self, space: Space) -> bool {
-        matches!(self, Self::Only(FaultKind::Pause))
-            == matches!(space, Space::Pause | Space::ShardedPause)
+        let pause = matches!(space, Space::Pause | Space::ShardedPause);
+        let rollout = matches!(space, Space::Rollout | Space::RolloutLease);
+        match self {
+            Self::Only(FaultKind::Pause) => pause,
+            Self::Only(FaultKind::Rollout) => rollout,
+            Self::Mixed => !pause,
+            Self::Only(_) => !pause && !rollout,
+        }
     }
 
     /// The kind seed `seed` names (by its code, `seed / SEED_STRIDE`); `None` for a code no
@@ -172,6 +187,12 @@ pub enum Space {
     ShardedLease,
     /// Lease shard spaces whose nemesis pauses a replica's process: the same variants.
     ShardedPause,
+    /// Rolling deploys of ranked replicas over the advisory lock (`--rollout`): the advisory
+    /// variants.
+    Rollout,
+    /// Rolling deploys of ranked replicas over the lease (`--rollout --mechanism lease`): the
+    /// lease variants.
+    RolloutLease,
 }
 
 impl Space {
@@ -181,8 +202,14 @@ impl Space {
         kinds.filter(|kind| kind.applies_to(self)).collect()
     }
 
-    /// The fault kinds a mixed run of the space draws from: every single kind of it.
+    /// The fault kinds a mixed run of the space draws from: every single kind of it; in a
+    /// rollout space, those of its mechanism's space (the rollout itself always runs).
     pub fn faults(self) -> Vec<FaultKind> {
+        match self {
+            Self::Rollout => return Self::Advisory.faults(),
+            Self::RolloutLease => return Self::Lease.faults(),
+            _ => {}
+        }
         self.kinds()
             .into_iter()
             .filter_map(|kind| match kind {
@@ -208,8 +235,8 @@ impl Space {
     /// How many variants a run number picks from (`n % variants`).
     pub const fn variants(self) -> u64 {
         match self {
-            Self::Advisory => 4,
-            Self::Lease | Self::Pause => 2,
+            Self::Advisory | Self::Rollout => 4,
+            Self::Lease | Self::Pause | Self::RolloutLease => 2,
             Self::Sharded | Self::ShardedLease | Self::ShardedPause => 3,
         }
     }
@@ -297,6 +324,7 @@ mod tests {
                 (11, "latency"),
                 (12, "resign"),
                 (14, "pause"),
+                (15, "rollout"),
                 (13, "mixed"),
             ]
         );
@@ -311,6 +339,8 @@ mod tests {
             Space::Sharded,
             Space::ShardedLease,
             Space::ShardedPause,
+            Space::Rollout,
+            Space::RolloutLease,
         ];
         for space in spaces {
             let kinds = space.kinds();
@@ -338,5 +368,10 @@ mod tests {
             [RunKind::Only(FaultKind::Pause)]
         );
         assert_eq!(Space::ShardedPause.cycle(), 3);
+        let rollout = [RunKind::Only(FaultKind::Rollout), RunKind::Mixed];
+        assert_eq!(Space::Rollout.kinds(), rollout);
+        assert_eq!(Space::RolloutLease.kinds(), rollout);
+        assert_eq!(Space::Rollout.faults(), Space::Advisory.faults());
+        assert!(!Space::Advisory.faults().contains(&FaultKind::Rollout));
     }
 }

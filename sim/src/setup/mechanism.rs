@@ -136,8 +136,12 @@ impl Space {
     /// How the space's runs hold leadership.
     pub const fn mechanism(self) -> Mechanism {
         match self {
-            Self::Lease | Self::Pause | Self::ShardedLease | Self::ShardedPause => Mechanism::Lease,
-            Self::Advisory | Self::Sharded => Mechanism::Advisory,
+            Self::Lease
+            | Self::Pause
+            | Self::ShardedLease
+            | Self::ShardedPause
+            | Self::RolloutLease => Mechanism::Lease,
+            Self::Advisory | Self::Sharded | Self::Rollout => Mechanism::Advisory,
         }
     }
 
@@ -148,6 +152,20 @@ impl Space {
         } else {
             Self::ShardedLease
         }
+    }
+
+    /// The rollout space of `mechanism` (`--rollout`).
+    pub const fn rollout(mechanism: Mechanism) -> Self {
+        if mechanism.holds_session() {
+            Self::Rollout
+        } else {
+            Self::RolloutLease
+        }
+    }
+
+    /// Whether its runs are rolling deploys of ranked replicas.
+    pub const fn is_rollout(self) -> bool {
+        matches!(self, Self::Rollout | Self::RolloutLease)
     }
 
     /// Whether its runs are sharded.

@@ -100,6 +100,19 @@ impl Params {
         self.lease_ttl() + self.gap_bound()
     }
 
+    /// Rollout runs: the ranked election's window W, the adapter's default of two intervals
+    /// (`Config::preempt_window`): a better candidate is live W before the leader yields, and
+    /// a leader leads W before it yields.
+    pub fn preempt_window(&self) -> Duration {
+        2 * self.interval
+    }
+
+    /// Rollout runs: the longest a standby defers to a better candidate, W + 2·I
+    /// (`Options::defer_limit`: a candidacy stays live two intervals after its last survey).
+    pub fn defer_limit(&self) -> Duration {
+        self.preempt_window() + 2 * self.interval
+    }
+
     /// Largest idle period of a session that holds the lock: 4·I (+ slack).
     pub fn orphan_bound(&self) -> Duration {
         4 * self.interval + self.slack()

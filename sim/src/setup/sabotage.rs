@@ -43,6 +43,14 @@ pub enum DriverSabotage {
     /// the clock at the moment of the call, so a leader paused past its trust still believes
     /// until its driver runs again.
     PublishedBelief,
+    /// Rollout runs (`--rollout`): the leader's survey of the candidates (the statement of
+    /// `sql::candidacy` that publishes nothing) is answered with no row, so the leader never
+    /// sees a better candidate and never yields.
+    NeverYield,
+    /// Rollout runs (`--rollout`): a standby's survey (the one that publishes its candidacy)
+    /// is answered with no row once published, so a worse standby never defers to a better
+    /// candidate and may take leadership the leader yielded to another.
+    NeverDefer,
 }
 
 /// One broken behaviour of a sharded replica's software (sharded runs only).
@@ -130,6 +138,13 @@ impl Sabotage {
     /// Every sabotage of a fitness run's own (`--unfit --sabotage NAME`).
     pub const FITNESS: [Self; 1] = [Self::Driver(DriverSabotage::IgnoreUnfit)];
 
+    /// Every sabotage of a rollout run's own (`--rollout --sabotage NAME`), of either
+    /// mechanism.
+    pub const ROLLOUT: [Self; 2] = [
+        Self::Driver(DriverSabotage::NeverYield),
+        Self::Driver(DriverSabotage::NeverDefer),
+    ];
+
     /// Every sabotage of a pause run's own (`--pause --sabotage NAME`).
     pub const PAUSE: [Self; 1] = [Self::Driver(DriverSabotage::PublishedBelief)];
 
@@ -160,6 +175,8 @@ impl Sabotage {
             Self::Driver(DriverSabotage::SlowClock) => "slow-clock",
             Self::Driver(DriverSabotage::IgnoreUnfit) => "ignore-unfit",
             Self::Driver(DriverSabotage::PublishedBelief) => "published-belief",
+            Self::Driver(DriverSabotage::NeverYield) => "never-yield",
+            Self::Driver(DriverSabotage::NeverDefer) => "never-defer",
             Self::FenceWithoutRowLock => "fence-without-row-lock",
         }
     }
@@ -173,6 +190,7 @@ impl Sabotage {
             .chain(Self::LEASE)
             .chain(Self::FITNESS)
             .chain(Self::PAUSE)
+            .chain(Self::ROLLOUT)
             .find(|sabotage| sabotage.name() == name)
     }
 
@@ -189,6 +207,11 @@ impl Sabotage {
                     | DriverSabotage::LockTimeoutAsRefusal
             )
         )
+    }
+
+    /// Whether it breaks a rollout run only: one of [`Sabotage::ROLLOUT`].
+    pub fn is_rollout_only(self) -> bool {
+        Self::ROLLOUT.contains(&self)
     }
 
     /// Whether it breaks a fitness run only: one of [`Sabotage::FITNESS`].

@@ -1104,3 +1104,56 @@ fn committed_shard_leases_survive_a_crash_and_a_missing_table_is_42p01() {
         "the sequence goes on"
     );
 }
+
+#[test]
+fn the_unlogged_candidate_rows_go_with_a_crash_and_are_never_on_a_standby() {
+    use plexsphere_leader::rank::{Candidate, Rank, Version};
+    use plexsphere_leader::sql::candidacy;
+    let table = candidacy::candidate_table(plexsphere_leader::sql::lease::DEFAULT_SCHEMA);
+    let key = plexsphere_leader::LockKey::DEFAULT;
+    let mine = Candidate {
+        rank: Rank::of_version(Version::new(2, 0, 0)),
+        live_for: ms(0),
+    };
+    let publish = |holder: &str| {
+        candidacy::survey_rows(
+            &table,
+            key,
+            holder,
+            Some(mine),
+            (
+                candidacy::FLOOR_TABLE,
+                plexsphere_leader::rank::FloorStep::Off,
+            ),
+        )
+    };
+    let (mut state, a, b) = lease_server();
+    lease_run(&mut state, a, &publish("A"), 10);
+    assert_eq!(
+        data_rows(&lease_run(&mut state, b, &publish("B"), 20)),
+        ["~706c7873.1 0 2.0.0 1767225600010 0 A,1767225600020"]
+    );
+    state.crash(ms(30));
+    state.start(ms(40));
+    let c = state.open_session(
+        Startup {
+            user: "c".to_owned(),
+            database: "db".to_owned(),
+            application_name: String::new(),
+        },
+        ms(40),
+    );
+    let read = candidacy::survey_rows(
+        &table,
+        key,
+        "C",
+        None,
+        (
+            candidacy::FLOOR_TABLE,
+            plexsphere_leader::rank::FloorStep::Off,
+        ),
+    );
+    assert!(data_rows(&lease_run(&mut state, c, &read, 50)).is_empty());
+    state.in_recovery = true;
+    assert_eq!(lease_run(&mut state, c, &read, 60)[0], "E 0A000");
+}
