@@ -222,15 +222,18 @@ impl<C> Election<C> {
                 to: best.rank,
                 since: now,
                 over: false,
+                said: false,
             });
         }
         let Some(deferral) = running.deferral.as_mut() else {
             return;
         };
-        let (since, was_over) = (deferral.since, deferral.over);
+        let since = deferral.since;
         let outranked = || Some(Cause::Outranked { by: best, mine });
         let deferred_for = now.saturating_duration_since(since);
         deferral.over = deferred_for >= limit;
+        let say = deferral.over && !deferral.said;
+        deferral.said |= deferral.over;
         if deferred_for < limit {
             self.give_back_answered(conn);
             if new {
@@ -239,7 +242,7 @@ impl<C> Election<C> {
             self.wait_as_standby(now);
             return;
         }
-        if !was_over {
+        if say {
             self.log(LogKind::DeferLimitReached, None, outranked());
         }
         self.attempt(now, conn);
@@ -257,9 +260,9 @@ impl<C> Election<C> {
             && deferral.over
         {
             *deferral = Deferral {
-                to: deferral.to,
                 since: now,
                 over: false,
+                ..*deferral
             };
         }
     }

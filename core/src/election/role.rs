@@ -85,8 +85,11 @@ pub(super) struct Deferral {
     pub(super) to: Rank,
     /// When the deferral began.
     pub(super) since: Instant,
-    /// The defer limit passed: the standby attempts again (said once).
+    /// The defer limit passed: the standby attempts again.
     pub(super) over: bool,
+    /// The limit's passing was said (once per candidate deferred to, however often an attempt
+    /// past it is refused by a leader and the deferral begins anew).
+    pub(super) said: bool,
 }
 
 /// The statement a check runs before its attempt, or after a leader's check that proved the

@@ -118,3 +118,33 @@ proptest! {
         prop_assert_eq!(a.sort_key().cmp(&b.sort_key()), a.cmp(&b));
     }
 }
+
+#[test]
+fn each_refusal_names_its_reason_and_the_limits_are_inclusive() {
+    let why = |text: &str| Version::parse(text).expect_err(text).why;
+    assert_eq!(why("1.x"), "each part must be a decimal number");
+    assert_eq!(why("1..2"), "each part must be a decimal number");
+    assert_eq!(why("1.2.3.4.5"), "more than four numeric parts");
+    assert_eq!(why("99999999999"), "a part is too large");
+    let twenty = "a".repeat(MAX_PRE_RELEASE_LEN);
+    assert_eq!(
+        v(&format!("1.0.0-{twenty}")).pre_release(),
+        Some(twenty.as_str())
+    );
+    assert_eq!(
+        why(&format!("1.0.0-{twenty}b")),
+        "the pre-release tag is longer than 20 bytes"
+    );
+    assert_eq!(v("1.2.3.4").parts(), [1, 2, 3, 4]);
+    assert_eq!(v("7").parts(), [7, 0, 0, 0]);
+}
+
+#[test]
+fn versions_and_ranks_print_for_people() {
+    assert_eq!(format!("{:?}", v("1.4.0-rc.1")), "Version(1.4.0-rc.1)");
+    let rank = Rank {
+        priority: 3,
+        version: v("2.0"),
+    };
+    assert_eq!(rank.to_string(), "priority 3 version 2.0.0");
+}

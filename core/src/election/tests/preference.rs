@@ -783,3 +783,96 @@ fn a_queued_attempt_past_the_defer_limit_that_waited_in_vain_begins_the_deferral
     assert_eq!(f.drain(), vec![A::ReleaseIfHeld { conn: attempt }]);
     assert_eq!(f.election.deferring_to(f.at(at + 3)), Some(rank("1.5.0")));
 }
+
+/// A standby deferring since 4 ms to a better candidate, through its checks at I, 2 I, 3 I;
+/// at 4 I its connection came (conn 5) and the survey is in flight; the candidate.
+fn deferring_until_the_fourth_check() -> (Fixture, Candidate) {
+    let mut f = surveying_standby("1.4.0");
+    let better = candidate("1.5.0", 100);
+    f.event(4, surveyed(C1, vec![better]));
+    f.drain();
+    for check in 1..=4 {
+        let c = ConnId::new(check + 1);
+        f.timeout(check * IMS);
+        f.drain();
+        f.event(check * IMS + 1, E::ConnectionAcquired { conn: c });
+        f.drain();
+        if check < 4 {
+            f.event(check * IMS + 2, surveyed(c, vec![better]));
+            assert_eq!(f.drain(), vec![A::ReturnToPool { conn: c }]);
+        }
+    }
+    (f, better)
+}
+
+#[test]
+fn the_defer_limit_is_reached_exactly_at_its_end_and_said_once_however_often_a_leader_refuses() {
+    // The limit: W + 2 I = 20 s after the deferral began at 4 ms.
+    let limit = WMS + 2 * IMS;
+    let c5 = ConnId::new(5);
+    let (mut f, better) = deferring_until_the_fourth_check();
+    assert_eq!(
+        f.election.deferring_to(f.at(3 + limit)),
+        Some(rank("1.5.0"))
+    );
+    assert_eq!(f.election.deferring_to(f.at(4 + limit)), None);
+    // A millisecond before the limit: still deferring.
+    f.event(3 + limit, surveyed(c5, vec![better]));
+    assert_eq!(f.drain(), vec![A::ReturnToPool { conn: c5 }]);
+    // At the limit exactly: the attempt, said once.
+    let (mut f, better) = deferring_until_the_fourth_check();
+    f.event(4 + limit, surveyed(c5, vec![better]));
+    assert_eq!(
+        f.drain(),
+        vec![
+            log(LogKind::DeferLimitReached, None, outranked(better, "1.4.0")),
+            A::TryLock { conn: c5 }
+        ]
+    );
+    // A leader refuses it: the deferral begins anew (the next checks defer), and when the
+    // limit passes again the attempt is made without saying so again.
+    f.event(5 + limit, E::LockRefused { conn: c5 });
+    f.drain();
+    let mut conn = 5;
+    let mut at = 5 * IMS;
+    let attempt = loop {
+        conn += 1;
+        let c = ConnId::new(conn);
+        f.timeout(at);
+        f.drain();
+        f.event(at + 1, E::ConnectionAcquired { conn: c });
+        f.drain();
+        f.event(at + 2, surveyed(c, vec![better]));
+        let actions = f.drain();
+        if actions != vec![A::ReturnToPool { conn: c }] {
+            break actions;
+        }
+        at += IMS;
+    };
+    assert!(at >= 5 + 2 * limit, "deferred anew until {at}");
+    assert_eq!(
+        attempt,
+        vec![A::TryLock {
+            conn: ConnId::new(conn)
+        }]
+    );
+}
+
+#[test]
+fn the_window_is_the_default_of_two_intervals_unless_set() {
+    assert_eq!(
+        spec_options().preempt_window_of(),
+        Duration::from_millis(WMS)
+    );
+    let three = Duration::from_secs(3);
+    assert_eq!(
+        spec_options().preempt_window(three).preempt_window_of(),
+        three
+    );
+    assert_eq!(
+        spec_options()
+            .preempt_window(Duration::ZERO)
+            .preempt_window_of(),
+        Duration::from_millis(WMS)
+    );
+}

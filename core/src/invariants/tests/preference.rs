@@ -154,3 +154,50 @@ fn a_lease_survey_is_asked_for_like_a_claim_or_after_a_renewal() {
         "surveys the candidates",
     );
 }
+
+#[test]
+fn a_standbys_survey_on_a_borrowed_connection_follows_only_a_probe_that_passed() {
+    let mut trace = Trace::new();
+    trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+    trace
+        .event(
+            1,
+            E::ConnectionAcquired { conn: C1 },
+            &[A::ProbeFitness { conn: C1 }],
+        )
+        .unwrap();
+    trace
+        .event(2, E::Fit { conn: C1 }, &[survey(C1, mine())])
+        .unwrap();
+    // After a queued wait's release, not after a probe: no survey on that connection.
+    let mut trace = Trace::new();
+    trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+    trace
+        .event(
+            1,
+            E::ConnectionAcquired { conn: C1 },
+            &[A::WaitForLock {
+                conn: C1,
+                lock_timeout_ms: 100,
+            }],
+        )
+        .unwrap();
+    trace
+        .event(
+            50,
+            E::LockWaitTimedOut { conn: C1 },
+            &[A::ReleaseIfHeld { conn: C1 }],
+        )
+        .unwrap();
+    violation(
+        trace.event(
+            51,
+            E::ReleasedIfHeld {
+                conn: C1,
+                released: false,
+            },
+            &[survey(C1, mine())],
+        ),
+        "SurveyCandidates on conn#1 (Borrowed)",
+    );
+}
