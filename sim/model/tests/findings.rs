@@ -31,32 +31,33 @@ fn a_lease_leader_whose_clock_stops_while_paused_outlives_its_row() {
     }
 }
 
-/// A lease member's renewal whose answer comes after the renewal's deadline is taken for the
-/// next renewal's answer: the deadline passes (with the next check: a new renewal is sent), then
-/// the old answer is fed, and the core takes it for the new renewal's (both name the member's one
-/// `ConnId`): it trusts its shards 0.9·TTL from the new renewal's sending, past the expiry the
-/// old renewal set. The shortest path (two replicas, two faults, 16 steps): cut off just after
-/// sending a renewal, the renewal lands late, the deadline sends a new one (lost), the heal lets
-/// the old answer in. The adapter's driver feeds such an answer whenever it arrived by the time
-/// the driver wakes for the deadline (`Driver::complete` fires the due timers, then feeds the
-/// completion), as when a process paused with its renewal in flight resumes (three replicas,
-/// 19 steps at `--faults 2`).
+/// Closed: a lease member's renewal whose answer came after the renewal's deadline was taken
+/// for the next renewal's answer (both named the member's one `ConnId`), so the member trusted
+/// its shards 0.9·TTL from the newer renewal's sending, past the expiry the old renewal set
+/// (the shortest path: two replicas, two faults, 16 steps; found by this model). Since, an
+/// unanswered lease statement moves the member's statements to a new id, and the old answer is
+/// stale. The same size of model now keeps the trust property everywhere.
 #[test]
-fn a_late_renewal_answer_taken_for_the_next_outlives_the_member_row() {
+#[cfg_attr(
+    debug_assertions,
+    ignore = "exhaustive to depth 18 (27 s in release): .ci/test runs it with --release"
+)]
+fn a_late_renewal_answer_is_stale_and_the_member_trusts_inside_its_row() {
     let model = ElectionModel::sharded_lease()
         .with_replicas(2)
         .with_faults(2);
     let settings = Settings {
-        threads: 1,
+        threads: 2,
         timeout: Duration::from_secs(300),
-        first_failure: true,
-        ..Settings::new(20)
+        ..Settings::new(18)
     };
     let outcome = check::run("sharded-lease-late-renewal", model, settings);
     let property = plexsphere_leader_model::sharded::props::TRUST;
-    let lines = outcome.counterexample(property);
-    assert!(lines.is_some(), "found {:?}", outcome.figures.violated);
-    for line in lines.unwrap_or_default() {
-        println!("{line}");
-    }
+    assert!(
+        outcome.counterexample(property).is_none(),
+        "violated: {:?}",
+        outcome.figures.violated
+    );
+    assert!(outcome.figures.violated.is_empty(), "{:?}", outcome.figures);
+    assert!(!outcome.figures.timed_out, "{:?}", outcome.figures);
 }

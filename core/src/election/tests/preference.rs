@@ -727,6 +727,8 @@ fn an_attempt_past_the_defer_limit_refused_by_a_leader_begins_the_deferral_anew(
     let mut conn = 1;
     let mut at = IMS;
     let attempt = loop {
+        // Bounded, so that a broken deferral fails the test instead of hanging it.
+        assert!(conn < 20, "no attempt within 20 checks");
         conn += 1;
         let c = ConnId::new(conn);
         f.timeout(at);
@@ -764,6 +766,8 @@ fn a_queued_attempt_past_the_defer_limit_that_waited_in_vain_begins_the_deferral
     let mut conn = 1;
     let mut at = IMS;
     let attempt = loop {
+        // Bounded, so that a broken deferral fails the test instead of hanging it.
+        assert!(conn < 20, "no attempt within 20 checks");
         conn += 1;
         let c = ConnId::new(conn);
         f.timeout(at);
@@ -836,6 +840,8 @@ fn the_defer_limit_is_reached_exactly_at_its_end_and_said_once_however_often_a_l
     let mut conn = 5;
     let mut at = 5 * IMS;
     let attempt = loop {
+        // Bounded, so that a broken deferral fails the test instead of hanging it.
+        assert!(conn < 20, "no attempt within 20 checks");
         conn += 1;
         let c = ConnId::new(conn);
         f.timeout(at);

@@ -78,6 +78,7 @@ impl<C> ShardedElection<C> {
     /// release too: it stays pending, held off until then).
     pub(super) fn lease_statement_failed(&mut self, now: Instant, cause: Cause<C>) {
         let unanswered = matches!(cause, Cause::TimedOut(_));
+        let fresh = self.next_conn();
         let Session::Open(open) = &mut self.run().session else {
             // The registration: a new member at the next check.
             self.run().session = Session::None;
@@ -93,6 +94,14 @@ impl<C> ShardedElection<C> {
         if unanswered && matches!(op, Some((Op::Take(_), _))) {
             self.lose(now, LossReason::CheckTimedOut, Some(cause));
             return;
+        }
+        if unanswered {
+            // The statement may still run and answer later: its answer must not be taken for
+            // the next statement's (a late renewal's answer would extend the trust from the
+            // newer send, past the row's expiry: found by the model check's sharded lease
+            // model). The member's statements go on under a new id, so an answer to the old
+            // one is stale.
+            open.conn = fresh;
         }
         let mut log = ShardLog::new(ShardLogKind::LeaseStatementFailed, 0);
         log.cause = Some(cause);
