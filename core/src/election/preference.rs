@@ -259,11 +259,8 @@ impl<C> Election<C> {
         }) = &mut self.state
             && deferral.over
         {
-            *deferral = Deferral {
-                since: now,
-                over: false,
-                ..*deferral
-            };
+            // `over` is recomputed by the next survey, before anything reads it again.
+            deferral.since = now;
         }
     }
 

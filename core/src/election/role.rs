@@ -85,7 +85,7 @@ pub(super) struct Deferral {
     pub(super) to: Rank,
     /// When the deferral began.
     pub(super) since: Instant,
-    /// The defer limit passed: the standby attempts again.
+    /// The defer limit had passed at the last survey: the standby attempted again.
     pub(super) over: bool,
     /// The limit's passing was said (once per candidate deferred to, however often an attempt
     /// past it is refused by a leader and the deferral begins anew).
