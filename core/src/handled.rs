@@ -24,7 +24,8 @@ pub enum Ignored {
     /// in flight (for example `PingAnswered` while the grant statement runs).
     Unexpected,
     /// The election is already stopping; a second stop request changes nothing. Also a resign
-    /// request while the lock is being given up.
+    /// request while the run's last release is in progress (a resign during a release that
+    /// leaves the replica a standby is applied: its hold-off follows the release).
     AlreadyStopping,
     /// [`Control::SetEligible`](crate::Control::SetEligible) with the setting the election
     /// already has.

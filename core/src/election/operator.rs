@@ -16,8 +16,10 @@ impl<C> Election<C> {
         }
     }
 
-    /// A resign request: no check begins before `hold_off` has passed, and the replica steps
-    /// down.
+    /// A resign request: no check begins before `hold_off` has passed (the later end wins), and
+    /// the replica steps down. During a release that ends in standby (a yield, an unfit or
+    /// ineligible leader's, an earlier resign's) the release goes on and the hold-off applies
+    /// after it; during a stop's release the request is refused in [`accepts`](role::accepts).
     fn resign(&mut self, now: Instant, hold_off: Duration) {
         if let State::Running(running) = &mut self.state {
             running.hold_until = Some(crate::hold_off::extended(running.hold_until, now, hold_off));

@@ -276,9 +276,17 @@ pub(super) fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
                 }),
                 Event::Control(Control::Cancelled),
             )
-            | (Role::Draining(_) | Role::Releasing(_), Event::Control(Control::Resign { .. })) => {
-                Err(Ignored::AlreadyStopping)
-            }
+            | (
+                Role::Draining(Draining {
+                    then: AfterRelease::Finish,
+                    ..
+                })
+                | Role::Releasing(Releasing {
+                    then: AfterRelease::Finish,
+                    ..
+                }),
+                Event::Control(Control::Resign { .. }),
+            ) => Err(Ignored::AlreadyStopping),
             _ => Ok(()),
         };
     };

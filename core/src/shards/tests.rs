@@ -2046,8 +2046,9 @@ fn a_resign_gives_up_every_shard_as_a_stop_does_then_rejoins_after_the_hold_off(
     );
     assert_eq!(m.phase(), ShardPhase::Stopping);
     assert_eq!(
-        m.handle_event(now, Control::Resign { hold_off }.into()),
-        Handled::Ignored(Ignored::AlreadyStopping)
+        m.handle_event(now, Control::Resign { hold_off: I }.into()),
+        Handled::Applied,
+        "a second resign during the release: the later end wins, no second release"
     );
     give_up_both(&mut m, now, TermEndCause::Resigned, false);
     assert!(m.is_running(), "a resign does not end the run");
@@ -2081,6 +2082,38 @@ fn a_second_resign_with_a_shorter_hold_off_keeps_the_later_end_as_one_election_d
         "the shorter hold-off does not shorten the one in progress"
     );
     assert_eq!(m.poll_timeout(), Some(t0 + hold_off));
+}
+
+#[test]
+fn a_longer_resign_during_a_resigns_release_delays_the_rejoin_to_its_end() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 6..8, t0);
+    m.handle_event(t0, Control::Resign { hold_off: I }.into());
+    let later = t0 + Duration::from_millis(1);
+    assert_eq!(
+        m.handle_event(later, Control::Resign { hold_off: 10 * I }.into()),
+        Handled::Applied
+    );
+    give_up_both(&mut m, later, TermEndCause::Resigned, false);
+    assert_eq!(m.held_off_until(), Some(later + 10 * I));
+    assert_eq!(
+        m.poll_timeout(),
+        Some(later + 10 * I),
+        "no rejoin before it"
+    );
+}
+
+#[test]
+fn a_resign_during_a_stops_release_is_ignored() {
+    let t0 = Instant::now();
+    let mut m = owning(8, 6..8, t0);
+    m.handle_event(t0, Control::Cancelled.into());
+    assert_eq!(
+        m.handle_event(t0, Control::Resign { hold_off: I }.into()),
+        Handled::Ignored(Ignored::AlreadyStopping)
+    );
+    assert_eq!(m.held_off_until(), None);
+    give_up_both(&mut m, t0, TermEndCause::Stopped, true);
 }
 
 #[test]

@@ -104,9 +104,50 @@ fn a_stop_during_a_resign_finishes_the_run_after_the_release() {
 }
 
 #[test]
-fn a_second_resign_while_releasing_is_ignored() {
+fn a_second_resign_while_releasing_extends_the_hold_off_after_the_release() {
     let mut f = Fixture::leader();
     f.event(100, Control::Resign { hold_off: HOLD });
+    f.drain();
+    let longer = HOLD * 2;
+    assert_eq!(
+        f.event(101, Control::Resign { hold_off: longer }),
+        Handled::Applied
+    );
+    assert_eq!(f.drain(), vec![], "the release in progress goes on");
+    assert_eq!(f.election.phase(), Phase::Releasing);
+    f.event(
+        120,
+        E::UnlockDone {
+            conn: C1,
+            released: true,
+        },
+    );
+    f.drain();
+    assert_eq!(f.election.phase(), Phase::StandbyWaiting);
+    assert_eq!(f.election.poll_timeout(), Some(f.at(101) + longer));
+}
+
+#[test]
+fn a_second_shorter_resign_while_releasing_keeps_the_first_hold_off() {
+    let mut f = Fixture::leader();
+    f.event(100, Control::Resign { hold_off: HOLD });
+    f.drain();
+    f.event(101, Control::Resign { hold_off: I });
+    f.event(
+        120,
+        E::UnlockDone {
+            conn: C1,
+            released: true,
+        },
+    );
+    f.drain();
+    assert_eq!(f.election.poll_timeout(), Some(f.at(100) + HOLD));
+}
+
+#[test]
+fn a_resign_during_a_stops_release_is_ignored() {
+    let mut f = Fixture::leader();
+    f.event(100, Control::Cancelled);
     f.drain();
     assert_eq!(
         f.event(101, Control::Resign { hold_off: HOLD }),

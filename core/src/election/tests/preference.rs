@@ -199,6 +199,38 @@ fn the_leader_surveys_after_each_proof_and_with_none_better_awaits_its_next_chec
 }
 
 #[test]
+fn a_resign_during_a_yields_release_holds_the_standby_off_after_it() {
+    let mut f = ranked_leader("1.0.0");
+    check_proves(&mut f, 3 * IMS);
+    f.event(3 * IMS + 2, surveyed(C1, vec![candidate("1.1.0", WMS)]));
+    f.drain();
+    let hold_off = Duration::from_secs(12);
+    assert_eq!(
+        f.event(3 * IMS + 3, Control::Resign { hold_off }),
+        Handled::Applied,
+        "the operator's hold-off is not lost to the yield in progress"
+    );
+    assert_eq!(f.drain(), vec![]);
+    f.event(
+        3 * IMS + 4,
+        E::UnlockDone {
+            conn: C1,
+            released: true,
+        },
+    );
+    f.drain();
+    assert_eq!(f.election.phase(), Phase::StandbyWaiting);
+    assert_eq!(
+        f.election.poll_timeout(),
+        Some(f.at(3 * IMS + 3) + hold_off)
+    );
+    assert_eq!(
+        f.election.held_off_until(f.at(3 * IMS + 4)),
+        Some(f.at(3 * IMS + 3) + hold_off)
+    );
+}
+
+#[test]
 fn the_leader_yields_to_a_better_candidate_live_for_the_window_and_stays_a_standby() {
     let mut f = ranked_leader("1.0.0");
     // Led since 10 ms: the tenure of one window is over at 10 + W.

@@ -147,13 +147,20 @@ impl<C> ShardedElection<C> {
 
     /// A resign: every shard given up as at a stop, then `hold_off` (at most
     /// [`MAX_HOLD_OFF`](crate::MAX_HOLD_OFF)) without a session.
+    ///
+    /// During a release that ends in a rejoin (an earlier resign's, an ineligible replica's) the
+    /// release goes on and the hold-off (the later end wins) delays the rejoin; during a stop's
+    /// release the request is refused as [`Ignored::AlreadyStopping`].
     fn resign(&mut self, now: Instant, hold_off: std::time::Duration) -> Handled {
         let run = self.run();
-        if run.stop.is_some() {
+        let stopping = run.stop.as_ref().map(|stop| stop.then);
+        if stopping == Some(AfterStop::Finish) {
             return Handled::Ignored(Ignored::AlreadyStopping);
         }
         run.held_off_until = Some(crate::hold_off::extended(run.held_off_until, now, hold_off));
-        self.leave_space(now);
+        if stopping.is_none() {
+            self.leave_space(now);
+        }
         Handled::Applied
     }
 
