@@ -342,6 +342,9 @@ pub enum LogKind {
     Resigned,
     /// A resigned leader released the lock and is a standby again. INFO.
     ResignReleased,
+    /// A leader that yielded to a better-ranked candidate released the lock and is a standby
+    /// again. INFO.
+    YieldReleased,
     /// A queued wait timed out at the instant it was granted: the lock was released on the
     /// same session before the connection went back to the pool. INFO.
     GrantReleasedAfterWaitTimeout,
@@ -409,6 +412,7 @@ impl LogKind {
             Self::SessionEndedWhileStopping => "leader: lock session ended while stopping",
             Self::Resigned => "leader: resigned background leadership",
             Self::ResignReleased => "leader: released background leader lock after resigning",
+            Self::YieldReleased => "leader: released background leader lock after yielding",
             Self::GrantReleasedAfterWaitTimeout => {
                 "leader: a lock wait timed out as it was granted; released"
             }
@@ -435,7 +439,8 @@ impl LogKind {
             Self::Yielded => "leader: yielded background leadership to a better-ranked candidate",
             Self::Deferring => "leader: deferring to a better-ranked candidate",
             Self::DeferLimitReached => {
-                "leader: a better-ranked candidate did not take over within the defer limit;                  trying again"
+                "leader: a better-ranked candidate did not take over within the defer limit; \
+                 trying again"
             }
             Self::SurveyFailed => "leader: survey the candidates",
             Self::BelowFloor => {
@@ -456,6 +461,7 @@ impl LogKind {
             Self::LockReleased => "leader: released background leader lease",
             Self::ReleaseFailed => "leader: release background leader lease",
             Self::ResignReleased => "leader: released background leader lease after resigning",
+            Self::YieldReleased => "leader: released background leader lease after yielding",
             Self::AbandonedAfterDrop => "background leader lease abandoned: election dropped",
             _ => self.message(),
         }
@@ -469,6 +475,7 @@ impl LogKind {
             | Self::WorkInterrupted
             | Self::Resigned
             | Self::ResignReleased
+            | Self::YieldReleased
             | Self::GrantReleasedAfterWaitTimeout
             | Self::FitAgain
             | Self::Yielded

@@ -90,12 +90,14 @@ impl fmt::Display for ReleaseOutcome {
 
 impl<C> LogRecord<C> {
     /// The release this record reports, for the records that end a term's hold on the lock
-    /// (`LockReleased`, `ResignReleased`, `ReleaseFailed`, `SessionEndedWhileStopping`,
+    /// (`LockReleased`, `ResignReleased`, `YieldReleased`, `ReleaseFailed`, `SessionEndedWhileStopping`,
     /// `AbandonedAfterPanic`, `AbandonedAfterDrop` with a term); `None` for every other record.
     pub fn release(&self) -> Option<Release> {
         let term = self.term?;
         let outcome = match (self.kind, &self.cause) {
-            (LogKind::LockReleased | LogKind::ResignReleased, _) => ReleaseOutcome::Released,
+            (LogKind::LockReleased | LogKind::ResignReleased | LogKind::YieldReleased, _) => {
+                ReleaseOutcome::Released
+            }
             (LogKind::ReleaseFailed, Some(Cause::LockNotHeld | Cause::LeaseNotHeld)) => {
                 ReleaseOutcome::NotHeld
             }
@@ -159,6 +161,10 @@ mod tests {
             ),
             (
                 record(LogKind::ResignReleased, None),
+                ReleaseOutcome::Released,
+            ),
+            (
+                record(LogKind::YieldReleased, None),
                 ReleaseOutcome::Released,
             ),
             (

@@ -73,7 +73,12 @@ impl<C> Election<C> {
                     leader.check = LeaderCheck::Waiting { next_check: now };
                 }
                 self.log(LogKind::Unfit, Some(term), Some(Cause::Error(cause)));
-                self.give_up(now, term, TermEndCause::Unfit, AfterRelease::Standby);
+                self.give_up(
+                    now,
+                    term,
+                    TermEndCause::Unfit,
+                    AfterRelease::Standby(TermEndCause::Unfit),
+                );
             }
             Role::Standby(_) => {
                 self.give_back_answered(conn);

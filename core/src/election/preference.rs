@@ -128,7 +128,12 @@ impl<C> Election<C> {
         // The survey answered: nothing is left in flight on its connection.
         leader.check = LeaderCheck::Waiting { next_check: now };
         let term = leader.term;
-        self.give_up(now, term, TermEndCause::Yielded, AfterRelease::Standby);
+        self.give_up(
+            now,
+            term,
+            TermEndCause::Yielded,
+            AfterRelease::Standby(TermEndCause::Yielded),
+        );
     }
 
     /// Whether this replica's version is older than the `floor` (and it may not lead below
@@ -188,7 +193,12 @@ impl<C> Election<C> {
                 Some(term),
                 Some(Cause::Outranked { by: best, mine }),
             );
-            self.give_up(now, term, TermEndCause::Yielded, AfterRelease::Standby);
+            self.give_up(
+                now,
+                term,
+                TermEndCause::Yielded,
+                AfterRelease::Standby(TermEndCause::Yielded),
+            );
             return;
         }
         let next_check = self.next_check(now).min(now + wait);

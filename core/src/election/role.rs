@@ -106,8 +106,9 @@ pub(super) enum Step {
 pub(super) enum AfterRelease {
     /// The run finishes (a stop request).
     Finish,
-    /// The replica stays a standby (a resign, or ineligibility).
-    Standby,
+    /// The replica stays a standby; the term ended for this cause (a resign, ineligibility,
+    /// unfitness or a yield), which the release's record names.
+    Standby(TermEndCause),
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -50,7 +50,12 @@ impl<C> Election<C> {
         match &running.role {
             Role::Leader(leader) => {
                 let term = leader.term;
-                self.give_up(now, term, TermEndCause::Resigned, AfterRelease::Standby);
+                self.give_up(
+                    now,
+                    term,
+                    TermEndCause::Resigned,
+                    AfterRelease::Standby(TermEndCause::Resigned),
+                );
             }
             Role::Standby(Standby::Waiting { .. }) => self.wait_as_standby(now),
             Role::Standby(_) => {
@@ -144,7 +149,10 @@ impl<C> Election<C> {
         self.after_release_statement(hold, conn, failure.as_ref());
         match (failure, then) {
             (None, AfterRelease::Finish) => self.log(LogKind::LockReleased, Some(term), None),
-            (None, AfterRelease::Standby) => self.log(LogKind::ResignReleased, Some(term), None),
+            (None, AfterRelease::Standby(TermEndCause::Yielded)) => {
+                self.log(LogKind::YieldReleased, Some(term), None);
+            }
+            (None, AfterRelease::Standby(_)) => self.log(LogKind::ResignReleased, Some(term), None),
             (Some(cause), _) => self.log(LogKind::ReleaseFailed, Some(term), Some(cause)),
         }
         self.after_release(now, then);
@@ -153,7 +161,7 @@ impl<C> Election<C> {
     pub(super) fn after_release(&mut self, now: Instant, then: AfterRelease) {
         match then {
             AfterRelease::Finish => self.finish(),
-            AfterRelease::Standby => self.wait_as_standby(now),
+            AfterRelease::Standby(_) => self.wait_as_standby(now),
         }
     }
 

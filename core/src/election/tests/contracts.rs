@@ -136,6 +136,7 @@ fn causes_render_for_the_log() {
         LogKind::LeadershipLost,
         LogKind::LockReleased,
         LogKind::ResignReleased,
+        LogKind::YieldReleased,
         LogKind::ReleaseFailed,
         LogKind::AbandonedAfterDrop,
     ] {

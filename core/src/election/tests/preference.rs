@@ -260,7 +260,7 @@ fn the_leader_yields_to_a_better_candidate_live_for_the_window_and_stays_a_stand
         f.drain(),
         vec![
             A::CloseConnection { conn: C1 },
-            log(LogKind::ResignReleased, Some(T1), None),
+            log(LogKind::YieldReleased, Some(T1), None),
         ]
     );
     assert_eq!(f.election.phase(), Phase::StandbyWaiting);
