@@ -279,7 +279,9 @@ pub enum Cause<C> {
     /// lock was taken more than once on that server session).
     StrandedLockKept,
     /// This replica's version is older than the newest that has led
-    /// ([`Options::version_floor`](crate::Options::version_floor)): it does not lead.
+    /// ([`Options::version_floor`](crate::Options::version_floor)), or that has joined the
+    /// shard space ([`ShardOptions::version_floor`](crate::shards::ShardOptions::version_floor)):
+    /// it does not lead, or owns no shard.
     BelowFloor {
         /// The floor: the newest version that has led.
         floor: Version,
@@ -342,8 +344,9 @@ impl<C: fmt::Display> fmt::Display for Cause<C> {
             Self::BelowFloor { floor, mine } => write!(
                 f,
                 "this replica runs version {mine}, older than {floor} which has led this \
-                 election (the version floor); it does not lead: roll forward, or allow a \
-                 deliberate rollback (Config::below_version_floor)"
+                 election or joined this shard space (the version floor); it does not lead or \
+                 own shards: roll forward, or allow a deliberate rollback \
+                 (below_version_floor)"
             ),
             Self::Outranked { by, mine } => write!(
                 f,

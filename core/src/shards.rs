@@ -21,6 +21,8 @@
 //! | a cold start waits the window before its first take | [`ShardedElection`] |
 //! | losing the session demotes every shard at once | [`ShardedElection`] |
 //! | the server's lock table has room for `K + R` locks | [`ShardOptions::check_lock_table`] |
+//! | free shards and the extra slots go to the best-ranked members first | [`plan`], [`caps`], [`ShardOptions::preference`] |
+//! | a ranked member below the version floor owns no shard | [`Standing`], [`ShardOptions::version_floor`] |
 
 mod assign;
 mod event;
@@ -29,7 +31,7 @@ mod options;
 
 use std::fmt;
 
-pub use assign::{Plan, Survey, SurveyError, caps, plan, score};
+pub use assign::{Plan, Standing, Survey, SurveyError, caps, plan, score};
 pub use event::{ShardAction, ShardEvent, ShardLog, ShardLogKind};
 pub use machine::{ShardPhase, ShardTimer, ShardedElection};
 pub use options::{LockTableTooSmall, MAX_SHARDS, ShardOptions, ShardOptionsError};

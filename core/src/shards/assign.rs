@@ -6,20 +6,53 @@
 //! of them and the other plans again at its next survey, so the plan only has to converge, never
 //! to be agreed on.
 //!
-//! 1. **Caps.** With `R` members and `K` shards, every member may own `⌊K/R⌋` shards and
-//!    `K mod R` of them one more. The extra slots go to the members first by a fixed hash, so
-//!    the caps are a function of the membership alone and every survey of one membership
-//!    agrees on them (a change of membership may move up to `K mod R` shards for the sake of
-//!    the remainder).
+//! 0. **Standing.** Each member publishes its [`Standing`]: its rank (or none) and whether it
+//!    may own shards below the version floor. A ranked member whose version is older than the
+//!    survey's floor, and not allowed below it, is *below the floor*: it has cap 0 (it gives up
+//!    every shard and takes none) and the space is balanced over the others.
+//! 1. **Caps.** With `R` members owning shards and `K` shards, every member may own `⌊K/R⌋`
+//!    shards and `K mod R` of them one more. The extra slots go to the best-ranked members
+//!    first, then by a fixed hash, so the caps are a function of the membership alone and
+//!    every survey of one membership agrees on them (a change of membership may move up to
+//!    `K mod R` shards for the sake of the remainder).
 //! 2. **Give.** A member over its cap gives up the excess, starting with the shards it ranks
 //!    lowest by rendezvous score (the shards another member is likelier to want).
-//! 3. **Take.** Free shards (no holder) go, in shard order, each to the member with room under
-//!    its cap that ranks it highest by rendezvous score. A join therefore moves only the
-//!    joiner's share, and a leave only the leaver's shards.
+//! 3. **Take.** Free shards (no holder) go, in shard order, each to the best-ranked member with
+//!    room under its cap, and among equal ranks to the one that ranks the shard highest by
+//!    rendezvous score. A join therefore moves only the joiner's share, a leave only the
+//!    leaver's shards, and during a rolling deploy the shards an old replica frees go to the
+//!    new versions first. Unranked members rank below every ranked one; a space of equal (or
+//!    no) ranks is assigned exactly as without ranks.
 
 use std::cmp::Reverse;
 
 use super::{MemberId, Shard};
+use crate::rank::{Rank, Version};
+
+/// What a member publishes beside its membership: its rank ([`ShardOptions::preference`]),
+/// and whether it may own shards below the version floor (a deliberate rollback,
+/// [`ShardOptions::below_floor`]). The default is an unranked member.
+///
+/// [`ShardOptions::preference`]: super::ShardOptions::preference
+/// [`ShardOptions::below_floor`]: super::ShardOptions::below_floor
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Standing {
+    /// The member's rank; `None` for an unranked member.
+    pub rank: Option<Rank>,
+    /// Whether it owns shards even below the floor.
+    pub below_floor_allowed: bool,
+}
+
+impl Standing {
+    /// Whether a member of this standing is below `floor`: ranked, older than it, and not
+    /// allowed below it.
+    pub fn is_below(&self, floor: Option<Version>) -> bool {
+        match (self.rank, floor) {
+            (Some(rank), Some(floor)) => rank.version < floor && !self.below_floor_allowed,
+            _ => false,
+        }
+    }
+}
 
 /// What one survey found: the members and every shard's holder.
 ///
@@ -30,6 +63,10 @@ pub struct Survey {
     backend: MemberId,
     members: Vec<MemberId>,
     holders: Vec<Option<MemberId>>,
+    /// The members' standings, in member order (unranked unless published).
+    standings: Vec<Standing>,
+    /// The version floor the survey read, if any.
+    floor: Option<Version>,
 }
 
 /// Why survey rows do not describe a shard space.
@@ -99,11 +136,54 @@ impl Survey {
         }
         members.sort_unstable();
         members.dedup();
+        let standings = vec![Standing::default(); members.len()];
         Ok(Self {
             backend,
             members,
             holders,
+            standings,
+            floor: None,
         })
+    }
+
+    /// The same survey with the members' published standings; a member not named stays
+    /// unranked, and a name that is not a member is ignored.
+    #[must_use]
+    pub fn with_standings(
+        mut self,
+        standings: impl IntoIterator<Item = (MemberId, Standing)>,
+    ) -> Self {
+        for (member, standing) in standings {
+            if let Ok(index) = self.members.binary_search(&member) {
+                self.standings[index] = standing;
+            }
+        }
+        self
+    }
+
+    /// The same survey with the version floor it read.
+    #[must_use]
+    pub fn with_floor(mut self, floor: Option<Version>) -> Self {
+        self.floor = floor;
+        self
+    }
+
+    /// The version floor the survey read: the newest version that has joined the space, when
+    /// the floor is on and one is recorded.
+    pub fn floor(&self) -> Option<Version> {
+        self.floor
+    }
+
+    /// The standing `member` published (unranked when it published none, or is no member).
+    pub fn standing(&self, member: MemberId) -> Standing {
+        self.members
+            .binary_search(&member)
+            .map_or(Standing::default(), |index| self.standings[index])
+    }
+
+    /// Whether `member` is below the survey's floor, and so owns no shard.
+    pub fn is_below_floor(&self, member: MemberId) -> bool {
+        self.standing(member).is_below(self.floor)
     }
 
     /// The backend that answered the survey (`pg_backend_pid()` of the lock session).
@@ -174,8 +254,9 @@ fn mix(value: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Every member's cap in `survey`, in member order: `⌊K/R⌋`, plus one for the `K mod R`
-/// members first by a fixed hash of the member (then its id). Empty when there is no member.
+/// Every member's cap in `survey`, in member order: 0 for a member below the floor, and over
+/// the `R` others `⌊K/R⌋`, plus one for the `K mod R` best-ranked, then first by a fixed hash
+/// of the member (then its id). Empty when there is no member.
 ///
 /// The caps depend on the membership alone, not on who holds what: two members that survey at
 /// different moments of one membership agree on every cap, so a free shard planned for one of
@@ -183,22 +264,37 @@ fn mix(value: u64) -> u64 {
 /// made a take between two surveys move a slot, and a freed shard could wait a second interval:
 /// the simulation's finding 2).
 pub fn caps(survey: &Survey) -> Vec<(MemberId, u32)> {
-    let loads = survey.loads();
-    let Ok(members) = u32::try_from(loads.len()) else {
+    let members = survey.members();
+    let owning: Vec<MemberId> = members
+        .iter()
+        .copied()
+        .filter(|&m| !survey.is_below_floor(m))
+        .collect();
+    let Ok(owners) = u32::try_from(owning.len()) else {
         return Vec::new();
     };
-    if members == 0 {
-        return Vec::new();
-    }
     let count = survey.shard_count();
-    let base = count / members;
-    let extra = (count % members) as usize;
-    let mut ranked: Vec<MemberId> = loads.iter().map(|&(m, _)| m).collect();
-    ranked.sort_by_key(|&m| (mix(u64::from(m.get() as u32)), m));
+    let base = count.checked_div(owners).unwrap_or(0);
+    let extra = count.checked_rem(owners).unwrap_or(0) as usize;
+    let mut ranked = owning.clone();
+    ranked.sort_by_key(|&m| {
+        (
+            Reverse(survey.standing(m).rank),
+            mix(u64::from(m.get() as u32)),
+            m,
+        )
+    });
     let lucky: Vec<MemberId> = ranked.into_iter().take(extra).collect();
-    loads
-        .into_iter()
-        .map(|(m, _)| (m, base + u32::from(lucky.contains(&m))))
+    members
+        .iter()
+        .map(|&m| {
+            let cap = if owning.contains(&m) {
+                base + u32::from(lucky.contains(&m))
+            } else {
+                0
+            };
+            (m, cap)
+        })
         .collect()
 }
 
@@ -234,10 +330,11 @@ pub fn plan(survey: &Survey, me: MemberId) -> Plan {
     let mut give = mine;
     give.sort_by_key(|&s| (score(me, s), s));
     give.truncate(held.saturating_sub(cap) as usize);
-    let mut room: Vec<(MemberId, u32)> = caps
+    let mut room: Vec<(MemberId, u32, Option<Rank>)> = caps
         .iter()
         .zip(&loads)
-        .map(|(&(m, cap), &(_, held))| (m, cap.saturating_sub(held)))
+        .zip(&survey.standings)
+        .map(|((&(m, cap), &(_, held)), standing)| (m, cap.saturating_sub(held), standing.rank))
         .collect();
     // Every member's share of the free shards, of which this one keeps its own (none when it
     // has no room).
@@ -248,8 +345,8 @@ pub fn plan(survey: &Survey, me: MemberId) -> Plan {
         }
         let Some(best) = room
             .iter_mut()
-            .filter(|(_, left)| *left > 0)
-            .max_by_key(|(m, _)| (score(*m, shard), Reverse(*m)))
+            .filter(|(_, left, _)| *left > 0)
+            .max_by_key(|(m, _, rank)| (*rank, score(*m, shard), Reverse(*m)))
         else {
             break;
         };

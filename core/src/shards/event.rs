@@ -358,6 +358,12 @@ pub enum ShardLogKind {
     AbandonedAfterPanic,
     /// The run was dropped; the session is closed without unlocking.
     AbandonedAfterDrop,
+    /// A survey found this ranked replica older than the version floor
+    /// ([`ShardOptions::version_floor`](super::ShardOptions::version_floor)): it gives up every
+    /// shard and takes none. Once, as it falls below (the cause names both versions).
+    BelowFloor,
+    /// A survey found this replica no longer below the version floor: it owns shards again.
+    AboveFloorAgain,
 }
 
 impl ShardLogKind {
@@ -384,13 +390,25 @@ impl ShardLogKind {
             Self::WorkOutlivedStop => "sharded leader: shard work outlived the stop grace",
             Self::AbandonedAfterPanic => "sharded leader: shard locks abandoned after a panic",
             Self::AbandonedAfterDrop => "sharded leader: shard locks abandoned after a drop",
+            Self::BelowFloor => {
+                "sharded leader: this replica's version is older than the version floor; it \
+                 owns no shard"
+            }
+            Self::AboveFloorAgain => {
+                "sharded leader: this replica is no longer below the version floor; it owns \
+                 shards again"
+            }
         }
     }
 
     /// The level.
     pub const fn level(self) -> Level {
         match self {
-            Self::Joined | Self::Took | Self::HandingOver | Self::HandedOver => Level::Info,
+            Self::Joined
+            | Self::Took
+            | Self::HandingOver
+            | Self::HandedOver
+            | Self::AboveFloorAgain => Level::Info,
             Self::SessionLost
             | Self::AcquireFailed
             | Self::MemberLockRefused
@@ -400,7 +418,8 @@ impl ShardLogKind {
             | Self::LeaseStatementFailed
             | Self::WorkOutlivedStop
             | Self::AbandonedAfterPanic
-            | Self::AbandonedAfterDrop => Level::Warn,
+            | Self::AbandonedAfterDrop
+            | Self::BelowFloor => Level::Warn,
         }
     }
 }

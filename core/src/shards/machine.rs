@@ -53,6 +53,8 @@ pub struct ShardedElection<C> {
     last_survey: Option<Survey>,
     /// Whether this replica may own shards (kept across runs).
     eligible: bool,
+    /// Whether the last survey found this replica below the version floor (said once).
+    below_floor: bool,
 }
 
 /// How many deadlines one [`ShardedElection::handle_timeout`] may fire: each kind at most once.
@@ -204,12 +206,19 @@ impl<C> ShardedElection<C> {
             ids: IdSource::default(),
             last_survey: None,
             eligible: true,
+            below_floor: false,
         }
     }
 
     /// Whether this replica may own shards ([`Control::SetEligible`]); kept across runs.
     pub fn is_eligible(&self) -> bool {
         self.eligible
+    }
+
+    /// Whether the last survey found this ranked replica older than the version floor
+    /// ([`ShardOptions::version_floor`]): it owns no shard.
+    pub fn is_below_floor(&self) -> bool {
+        self.below_floor
     }
 
     /// While a resign holds this replica out of the space: until when.

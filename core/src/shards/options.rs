@@ -6,6 +6,8 @@ use std::time::Duration;
 use crate::interval::CheckInterval;
 use crate::mechanism::Mechanism;
 use crate::options::{MAX_STOP_GRACE_INTERVALS, StopGraceTooLong, WorkDeadline};
+use crate::rank::{FloorStep, Rank};
+use crate::shards::Standing;
 
 /// The most shards one space may have: far more than a server's lock table holds with its
 /// defaults (6,400 locks), so that a larger table is the only limit in practice.
@@ -23,6 +25,9 @@ pub struct ShardOptions {
     fencing: bool,
     work_deadline: Option<WorkDeadline>,
     mechanism: Mechanism,
+    rank: Option<Rank>,
+    version_floor: bool,
+    below_floor: bool,
 }
 
 /// An invalid shard option.
@@ -106,6 +111,9 @@ impl ShardOptions {
             fencing: false,
             work_deadline: None,
             mechanism: Mechanism::Advisory,
+            rank: None,
+            version_floor: false,
+            below_floor: false,
         })
     }
 
@@ -195,6 +203,65 @@ impl ShardOptions {
     pub fn mechanism(mut self, mechanism: Mechanism) -> Self {
         self.mechanism = mechanism;
         self
+    }
+
+    /// This replica's rank in the space (unranked by default): the `K mod R` extra slots and
+    /// the free shards go to the best-ranked members first, so that during a rolling deploy
+    /// the shards an old replica frees go to the new versions. It is published with the
+    /// membership ([`Standing`]); equal ranks are assigned as without ranks.
+    #[must_use]
+    pub fn preference(mut self, rank: Rank) -> Self {
+        self.rank = Some(rank);
+        self
+    }
+
+    /// The rank, when this replica has one.
+    pub fn rank_of(&self) -> Option<Rank> {
+        self.rank
+    }
+
+    /// The version floor of a ranked space (off by default): every ranked member that joins
+    /// raises the floor to its version, in the statement that joins it, and a ranked member
+    /// older than the floor owns no shard (it gives up what it holds and takes none, and the
+    /// space is balanced over the others) until the floor is lowered. Without a
+    /// [rank](Self::preference) it does nothing.
+    #[must_use]
+    pub fn version_floor(mut self, on: bool) -> Self {
+        self.version_floor = on;
+        self
+    }
+
+    /// A deliberate rollback: with the [floor](Self::version_floor) on, this replica owns
+    /// shards even below the floor, and sets the floor to its own version as it joins (so the
+    /// other replicas of its version may own shards again).
+    #[must_use]
+    pub fn below_floor(mut self, allowed: bool) -> Self {
+        self.below_floor = allowed;
+        self
+    }
+
+    /// What this replica publishes with its membership.
+    pub fn standing(&self) -> Standing {
+        Standing {
+            rank: self.rank,
+            below_floor_allowed: self.version_floor && self.below_floor,
+        }
+    }
+
+    /// Whether the surveys read the version floor: the floor is on and this replica is ranked.
+    pub fn reads_floor(&self) -> bool {
+        self.version_floor && self.rank.is_some()
+    }
+
+    /// What the statement that joins the space does with the floor: nothing without a floor or
+    /// a rank, else it raises the floor to this replica's version (or, allowed below it, sets
+    /// it).
+    pub fn join_floor_step(&self) -> FloorStep {
+        match self.rank {
+            Some(rank) if self.version_floor && self.below_floor => FloorStep::Set(rank.version),
+            Some(rank) if self.version_floor => FloorStep::Raise(rank.version),
+            _ => FloorStep::Off,
+        }
     }
 
     /// How the space is held.

@@ -2355,3 +2355,4 @@ fn made_eligible_after_its_hold_off_passed_a_replica_rejoins_now_not_in_the_past
 }
 
 mod lease;
+mod rank;

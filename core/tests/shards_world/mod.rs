@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use plexsphere_leader_core::invariants::Input;
 use plexsphere_leader_core::invariants::shards::ShardChecker;
+use plexsphere_leader_core::rank::{FloorStep, Version};
 use plexsphere_leader_core::shards::{
-    MemberId, Shard, ShardAction, ShardEvent, ShardOptions, ShardedElection, Survey,
+    MemberId, Shard, ShardAction, ShardEvent, ShardOptions, ShardedElection, Standing, Survey,
 };
 use plexsphere_leader_core::{CheckInterval, ConnId, TermEndCause, TermId};
 
@@ -44,6 +45,10 @@ pub(crate) struct Server {
     /// The fencing epoch of each shard (the fence table).
     epochs: Vec<u64>,
     next_pid: i32,
+    /// What each member session published as it joined.
+    standings: BTreeMap<Sid, Standing>,
+    /// The space's version floor (the floor table's row).
+    pub(crate) floor: Option<Version>,
 }
 
 impl Server {
@@ -54,6 +59,7 @@ impl Server {
     fn end_session(&mut self, sid: Sid) {
         self.sessions.remove(&sid);
         self.members.remove(&sid);
+        self.standings.remove(&sid);
         for holder in &mut self.shards {
             if *holder == Some(sid) {
                 *holder = None;
@@ -61,7 +67,18 @@ impl Server {
         }
     }
 
-    fn survey(&self, sid: Sid) -> Survey {
+    /// The join's step on the floor, as the register statement runs it.
+    fn step_floor(&mut self, step: FloorStep) {
+        match step {
+            FloorStep::Off | FloorStep::Read => {}
+            FloorStep::Raise(version) => {
+                self.floor = Some(self.floor.map_or(version, |floor| floor.max(version)));
+            }
+            FloorStep::Set(version) => self.floor = Some(version),
+        }
+    }
+
+    fn survey(&self, sid: Sid, reads_floor: bool) -> Survey {
         let pid = self.sessions[&sid].pid;
         let mut rows: BTreeMap<i32, (bool, Vec<u32>)> = BTreeMap::new();
         for m in &self.members {
@@ -79,6 +96,12 @@ impl Server {
                 .map(|(p, (member, shards))| (MemberId::new(p), member, shards)),
         )
         .expect("the model holds each shard once")
+        .with_standings(
+            self.standings
+                .iter()
+                .map(|(sid, standing)| (MemberId::new(self.sessions[sid].pid), *standing)),
+        )
+        .with_floor(if reads_floor { self.floor } else { None })
     }
 }
 
@@ -118,6 +141,8 @@ pub(crate) struct World {
     last_owner: BTreeMap<Shard, usize>,
     /// The epoch of each open fenced term, by (replica slot, term).
     term_epochs: BTreeMap<(usize, TermId), u64>,
+    /// The options of replicas started with their own (a rollout's new version), by slot.
+    pub(crate) own_options: BTreeMap<usize, ShardOptions>,
     /// The largest latency a case uses.
     pub(crate) max_latency: Duration,
     /// Closes that do not reach the server (the session lingers until its idle timeout).
@@ -162,6 +187,7 @@ impl World {
             moves: 0,
             last_owner: BTreeMap::new(),
             term_epochs: BTreeMap::new(),
+            own_options: BTreeMap::new(),
             max_latency: Duration::from_millis(1),
             silent_closes: false,
             overdue: BTreeSet::new(),
@@ -173,7 +199,7 @@ impl World {
         if self.replicas[r].election.is_some() {
             return;
         }
-        let mut election = ShardedElection::new(self.options);
+        let mut election = ShardedElection::new(self.options_of(r));
         election.start(self.now).expect("not running");
         let replica = &mut self.replicas[r];
         replica.incarnation += 1;
@@ -181,6 +207,11 @@ impl World {
         replica.failed = false;
         replica.checker = ShardChecker::default();
         self.perform(r, Input::Start { accepted: true });
+    }
+
+    /// The options replica `r` starts with: its own, else the world's.
+    pub(crate) fn options_of(&self, r: usize) -> ShardOptions {
+        self.own_options.get(&r).copied().unwrap_or(self.options)
     }
 
     /// Feeds `event` to replica `r` now.
@@ -308,6 +339,9 @@ impl World {
                     return self.failed(r, conn);
                 };
                 self.server.members.insert(sid);
+                let options = self.options_of(r);
+                self.server.standings.insert(sid, options.standing());
+                self.server.step_floor(options.join_floor_step());
                 if let Some(s) = self.server.sessions.get_mut(&sid) {
                     s.idle_limit = Some(Duration::from_millis(idle_session_timeout_ms.into()));
                 }
@@ -334,7 +368,7 @@ impl World {
                 if self.on_server(sid).is_none() {
                     return self.failed(r, conn);
                 }
-                let survey = self.server.survey(sid);
+                let survey = self.server.survey(sid, self.options_of(r).reads_floor());
                 self.reply(r, ShardEvent::Surveyed { conn, survey });
             }
             ShardAction::Take { conn, shards } => {
@@ -632,9 +666,28 @@ impl World {
             // the server) still counts in every survey until the server ends it.
             return false;
         }
-        let (lo, hi) = (k / loads.len(), k.div_ceil(loads.len()));
-        loads.iter().all(|(_, n)| *n >= lo && *n <= hi)
-            && loads.iter().map(|(_, n)| n).sum::<usize>() == k
+        // A member below the version floor owns nothing; the others share the space.
+        let (below, owning): (Vec<_>, Vec<_>) =
+            loads.iter().partition(|(r, _)| self.is_below_floor(*r));
+        if owning.is_empty() || below.iter().any(|(_, n)| *n > 0) {
+            return false;
+        }
+        let (lo, hi) = (k / owning.len(), k.div_ceil(owning.len()));
+        owning.iter().all(|(_, n)| *n >= lo && *n <= hi)
+            && owning.iter().map(|(_, n)| n).sum::<usize>() == k
+    }
+
+    /// Whether replica `r`'s member session is below the space's version floor, as every
+    /// survey shows it.
+    pub(crate) fn is_below_floor(&self, r: usize) -> bool {
+        let replica = &self.replicas[r];
+        let Some(sid) = replica.session.map(|c| (r, replica.incarnation, c)) else {
+            return false;
+        };
+        self.server
+            .standings
+            .get(&sid)
+            .is_some_and(|standing| standing.is_below(self.server.floor))
     }
 
     /// Whether every member owns exactly its cap (`shards::caps` of the membership): the steady
@@ -646,7 +699,7 @@ impl World {
         let Some(sid) = self.server.members.iter().next().copied() else {
             return false;
         };
-        let survey = self.server.survey(sid);
+        let survey = self.server.survey(sid, true);
         let caps = plexsphere_leader_core::shards::caps(&survey);
         self.loads().iter().all(|(r, n)| {
             let replica = &self.replicas[*r];

@@ -50,6 +50,8 @@ impl<C> ShardedElection<C> {
             run.members = survey.members().to_vec();
             run.members_since = checked_at;
         }
+        self.note_floor(&survey, backend);
+        let run = self.run();
         if run.stop.is_none() {
             let plan = crate::shards::plan(&survey, backend);
             if now >= run.members_since + options.delay() {
@@ -75,6 +77,29 @@ impl<C> ShardedElection<C> {
         self.last_survey = Some(survey);
         self.pump(now);
         Handled::Applied
+    }
+
+    /// Says once, as the survey shows it, that this replica fell below the version floor (and
+    /// owns no shard), or is above it again.
+    fn note_floor(&mut self, survey: &Survey, backend: MemberId) {
+        let below = survey.is_below_floor(backend);
+        if below == self.below_floor {
+            return;
+        }
+        self.below_floor = below;
+        let kind = if below {
+            ShardLogKind::BelowFloor
+        } else {
+            ShardLogKind::AboveFloorAgain
+        };
+        let mut log = ShardLog::new(kind, 0);
+        if let (true, Some(floor), Some(rank)) = (below, survey.floor(), self.options.rank_of()) {
+            log.cause = Some(Cause::BelowFloor {
+                floor,
+                mine: rank.version,
+            });
+        }
+        self.log(log);
     }
 
     pub(super) fn hand_over(&mut self, now: Instant, shards: &[Shard]) {
