@@ -291,7 +291,14 @@ impl StaleSurveySessions {
         mechanism: Mechanism,
     ) -> Self {
         let (check, shared) = match mechanism {
-            Mechanism::Advisory => (plexsphere_leader::shard_sql::survey(class, count), None),
+            Mechanism::Advisory => (
+                plexsphere_leader::shard_sql::survey(
+                    class,
+                    count,
+                    plexsphere_leader::rank::FloorStep::Off,
+                ),
+                None,
+            ),
             Mechanism::Lease => (renewal_of_space(class, interval), Some(Arc::default())),
         };
         Self {

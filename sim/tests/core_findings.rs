@@ -14,6 +14,7 @@
 
 use std::time::{Duration, Instant};
 
+use plexsphere_leader_core::rank::FloorStep;
 use plexsphere_leader_core::shards::{
     MemberId, Shard, ShardAction, ShardEvent, ShardOptions, ShardedElection, Survey, plan,
 };
@@ -73,7 +74,13 @@ fn a_stop_during_a_survey_still_awaits_the_work_then_unlocks_all() {
     let mut m = owning_two(t0);
     // The next check: the survey goes out.
     m.handle_timeout(t0 + I);
-    assert_eq!(drain(&mut m), vec![ShardAction::Survey { conn: C1 }]);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::Survey {
+            conn: C1,
+            floor: FloorStep::Off
+        }]
+    );
     let now = t0 + I + Duration::from_millis(1);
     m.handle_event(now, Control::Cancelled.into());
     let stop = drain(&mut m);

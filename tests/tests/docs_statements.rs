@@ -46,7 +46,11 @@ fn code_statements() -> Vec<(&'static str, String)> {
         ),
         (
             "shard_sql::survey (default class, 1024 shards)",
-            shard_sql::survey(DEFAULT_SHARD_CLASS, 1024),
+            shard_sql::survey(
+                DEFAULT_SHARD_CLASS,
+                1024,
+                plexsphere_leader::rank::FloorStep::Off,
+            ),
         ),
         ("shard_sql::unlock_all", shard_sql::unlock_all()),
     ]

@@ -42,7 +42,13 @@ async fn space(name: &str) -> (TestDb, Client) {
 }
 
 async fn register(client: &Client, holder: &str, ttl_ms: u32) -> MemberId {
-    let statement = lease::register(SCHEMA, CLASS, holder, ttl_ms);
+    let statement = lease::register(
+        SCHEMA,
+        CLASS,
+        holder,
+        ttl_ms,
+        plexsphere_leader::rank::FloorStep::Off,
+    );
     lease::parse_registered(&rows(client, &statement).await)
         .expect("register rows")
         .member
@@ -59,7 +65,12 @@ async fn take(client: &Client, member: MemberId, asked: &[Shard]) -> Taken {
 }
 
 async fn owned(client: &Client) -> Vec<(MemberId, Vec<Shard>)> {
-    let statement = lease::survey(SCHEMA, CLASS, COUNT);
+    let statement = lease::survey(
+        SCHEMA,
+        CLASS,
+        COUNT,
+        plexsphere_leader::rank::FloorStep::Off,
+    );
     lease::parse_survey(&rows(client, &statement).await)
         .expect("survey rows")
         .into_iter()

@@ -51,8 +51,8 @@ async fn register(client: &Client, class: i32, identity: &str) -> Registered {
 }
 
 async fn survey(client: &Client, class: i32, count: u32) -> SurveyRows {
-    let statement = shard_sql::survey(class, count);
-    shard_sql::parse_survey(count, &rows(client, &statement).await).expect("survey rows")
+    let statement = shard_sql::survey(class, count, plexsphere_leader::rank::FloorStep::Off);
+    shard_sql::parse_survey(count, &rows(client, &statement).await, false).expect("survey rows")
 }
 
 async fn take(client: &Client, class: i32, asked: &[Shard]) -> Vec<Shard> {
@@ -168,13 +168,17 @@ async fn an_empty_space_surveys_as_one_row_without_holder() {
     rows(&a, &format!("SELECT pg_advisory_lock({CLASS}, {COUNT})")).await;
     rows(&a, &format!("SELECT pg_advisory_lock({CLASS}, -2)")).await;
 
-    let raw = rows(&a, &shard_sql::survey(CLASS, COUNT)).await;
+    let raw = rows(
+        &a,
+        &shard_sql::survey(CLASS, COUNT, plexsphere_leader::rank::FloorStep::Off),
+    )
+    .await;
     let me = pid(&a).await;
     assert_eq!(
         raw,
         vec![vec![None, None, None, None, Some(me.get().to_string())]]
     );
-    let read = shard_sql::parse_survey(COUNT, &raw).expect("parses");
+    let read = shard_sql::parse_survey(COUNT, &raw, false).expect("parses");
     assert_eq!(read.survey.backend(), me);
     assert!(read.survey.members().is_empty());
     assert_eq!(read.survey.held_count(), 0);
@@ -225,18 +229,21 @@ async fn the_survey_shows_members_their_shards_holders_without_membership_and_na
             name: Some("alpha@host".to_owned()),
             member: true,
             shards: shards([0, 1, 2]),
+            rank: None,
         },
         OwnerRow {
             pid: pb,
             name: Some("beta@host".to_owned()),
             member: true,
             shards: shards([3, 4]),
+            rank: None,
         },
         OwnerRow {
             pid: pc,
             name: Some("conn-c".to_owned()),
             member: false,
             shards: shards([6]),
+            rank: None,
         },
     ];
     expected.sort_by_key(|row| row.pid);
@@ -429,7 +436,10 @@ async fn each_statement_reads_pg_locks_once() {
     let a = session(&db, "a").await;
     for (name, statement) in [
         ("register", shard_sql::register(CLASS, "a", IDLE_MS)),
-        ("survey", shard_sql::survey(CLASS, 1024)),
+        (
+            "survey",
+            shard_sql::survey(CLASS, 1024, plexsphere_leader::rank::FloorStep::Off),
+        ),
         ("owners", shard_sql::owners(CLASS, 1024)),
     ] {
         let plan = rows(&a, &format!("EXPLAIN {statement}")).await;

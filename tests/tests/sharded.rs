@@ -865,3 +865,235 @@ async fn a_crashed_lease_members_shards_are_taken_once_its_lease_expired_and_nev
     }
     db.cleanup().await.unwrap();
 }
+
+// Ranked spaces (`ShardConfig::version`, `version_floor`): the new versions take the freed
+// shards and the extra slots first; with the floor, the old versions own nothing once a new one
+// joined, and a rollback owns shards only when allowed.
+
+/// How a ranked member holds its shards in these scenarios.
+#[derive(Debug, Clone, Copy)]
+enum Held {
+    Advisory,
+    Lease,
+}
+
+/// A member of `version` (the floor on or off, allowed below it or not) on `config`.
+#[allow(clippy::too_many_arguments)] // reason: a test's spelled-out cast of one member
+fn ranked_member(
+    db: &TestDb,
+    backend: Backend,
+    config: &tokio_postgres::Config,
+    held: Held,
+    shards: u32,
+    name: &str,
+    version: &str,
+    floor: (bool, bool),
+) -> Member {
+    let mut config = config.clone();
+    config.application_name(name);
+    let pool = backend.pool(&config, 4).expect("pool");
+    let mut shard_config = pool
+        .shard_config(shards)
+        .version(version)
+        .version_floor(floor.0)
+        .below_version_floor(floor.1);
+    if let Held::Lease = held {
+        shard_config = shard_config.lease(Duration::ZERO);
+    }
+    Member::spawn_with(db, name, shard_config)
+}
+
+/// The space's floor row, as the server keeps it.
+async fn space_floor(db: &TestDb, held: Held) -> Option<String> {
+    let table = match held {
+        Held::Advisory => plexsphere_leader::floor::FLOOR_TABLE.to_owned(),
+        Held::Lease => plexsphere_leader::shard_sql::lease::floor_table("public"),
+    };
+    let row = db
+        .admin()
+        .query_opt(
+            &format!("SELECT version FROM {table} WHERE classid = $1 AND objid = -1"),
+            &[&plexsphere_leader::sharded::DEFAULT_SHARD_CLASS],
+        )
+        .await
+        .expect("the floor table");
+    row.map(|row| row.get(0))
+}
+
+/// A rolling deploy over `k` = 6 shards with the floor: two members of 1.9.0 split the space;
+/// a member of 1.10.0 joins and raises the floor, and the old ones give every shard up to it
+/// (each says so once and is below the floor); an old member started again owns nothing; one
+/// allowed below the floor sets it back to 1.9.0, and then the old ones own shards again.
+async fn a_ranked_space_with_the_floor(
+    db: &TestDb,
+    backend: Backend,
+    config: &tokio_postgres::Config,
+    held: Held,
+) {
+    let k = 6;
+    let member = |name: &str, version: &str, allowed: bool| {
+        ranked_member(db, backend, config, held, k, name, version, (true, allowed))
+    };
+    let old: Vec<Member> = (0..2)
+        .map(|i| member(&format!("old-{i}"), "1.9.0", false))
+        .collect();
+    let refs: Vec<&Member> = old.iter().collect();
+    assert!(wait_for(STARTUP, || balanced(&refs, k)).await.is_some());
+    assert_eq!(space_floor(db, held).await.as_deref(), Some("1.9.0"));
+    let new = member("new-0", "1.10.0", false);
+    // A rebalance delay, then the old ones' handovers (two moves per interval each) and the
+    // new member's takes: a few intervals.
+    let moved = wait_for(8 * I + MARGIN, || {
+        new.owned().len() == k as usize && old.iter().all(|m| m.owned().is_empty())
+    })
+    .await
+    .expect("every shard moves to the new version");
+    eprintln!("{held:?}: every shard moved to the new version in {moved:?}");
+    assert_eq!(space_floor(db, held).await.as_deref(), Some("1.10.0"));
+    assert!(old.iter().all(|m| m.elector.is_below_version_floor()));
+    assert!(!new.elector.is_below_version_floor());
+    let view = new.elector.view().expect("a survey");
+    assert_eq!(view.floor.map(|v| v.to_string()).as_deref(), Some("1.10.0"));
+    let below: Vec<bool> = view.members.iter().map(|h| h.below_floor).collect();
+    assert_eq!(below.iter().filter(|b| **b).count(), 2, "{view:?}");
+    assert!(view.members.iter().all(|h| h.rank.is_some()));
+    for m in old {
+        m.stop().await;
+    }
+    // An accidental rollback: an old binary joins and owns nothing.
+    let accident = member("old-2", "1.9.0", false);
+    tokio::time::sleep(4 * I).await;
+    assert!(accident.owned().is_empty() && accident.elector.is_below_version_floor());
+    assert_eq!(new.owned().len(), k as usize);
+    // A deliberate one: allowed below the floor, it lowers it, and both old ones own shards.
+    let rollback = member("old-3", "1.9.0", true);
+    let all = [&new, &accident, &rollback];
+    assert!(
+        wait_for(8 * I + MARGIN, || balanced(&all, k))
+            .await
+            .is_some(),
+        "the space is balanced over every version again"
+    );
+    assert_disjoint(&all);
+    assert_eq!(space_floor(db, held).await.as_deref(), Some("1.9.0"));
+    for m in [new, accident, rollback] {
+        m.stop().await;
+    }
+}
+
+/// Without the floor: one member of 1.9.0 and one of 1.10.0 split 5 shards, and the new one
+/// carries the remainder (3 against 2).
+async fn a_ranked_space_without_the_floor(db: &TestDb, backend: Backend, held: Held) {
+    let k = 5;
+    let config = db.config();
+    let old = ranked_member(
+        db,
+        backend,
+        &config,
+        held,
+        k,
+        "old",
+        "1.9.0",
+        (false, false),
+    );
+    let new = ranked_member(
+        db,
+        backend,
+        &config,
+        held,
+        k,
+        "new",
+        "1.10.0",
+        (false, false),
+    );
+    let both = [&old, &new];
+    assert!(
+        wait_for(STARTUP, || old.owned().len() == 2 && new.owned().len() == 3)
+            .await
+            .is_some(),
+        "the new version carries the extra shard: {:?} {:?}",
+        old.owned(),
+        new.owned()
+    );
+    assert_disjoint(&both);
+    assert_eq!(space_floor(db, held).await, None, "no floor is written");
+    old.stop().await;
+    new.stop().await;
+}
+
+/// A database with the floor table (and, for leases, the lease tables) of a ranked space.
+async fn ranked_db(name: &str, held: Held) -> TestDb {
+    let db = TestDb::create(name).await.unwrap();
+    match held {
+        Held::Advisory => plexsphere_leader::floor::setup(db.admin()).await.unwrap(),
+        Held::Lease => lease_tables(&db).await,
+    }
+    db
+}
+
+#[tokio::test]
+async fn with_the_floor_an_advisory_space_moves_to_the_new_version_and_a_rollback_needs_allowing() {
+    let db = ranked_db("sharded_ranked_floor_advisory", Held::Advisory).await;
+    a_ranked_space_with_the_floor(&db, Backend::Deadpool, &db.config(), Held::Advisory).await;
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_the_floor_a_lease_space_moves_to_the_new_version_and_a_rollback_needs_allowing() {
+    let db = ranked_db("sharded_ranked_floor_lease", Held::Lease).await;
+    a_ranked_space_with_the_floor(&db, Backend::Sqlx, &db.config(), Held::Lease).await;
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn behind_a_transaction_mode_pgbouncer_a_ranked_lease_space_keeps_its_floor() {
+    let db = ranked_db("sharded_ranked_floor_bouncer", Held::Lease).await;
+    let bouncer = plexsphere_leader_tests::PgBouncer::start(
+        &db.config(),
+        plexsphere_leader_tests::PoolMode::Transaction,
+        2,
+    )
+    .await
+    .expect("PgBouncer");
+    let config = bouncer.pg_config(&db.config());
+    a_ranked_space_with_the_floor(&db, Backend::Deadpool, &config, Held::Lease).await;
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
+async fn without_the_floor_the_new_version_carries_the_extra_shard_on_both_mechanisms() {
+    for (held, name) in [(Held::Advisory, "advisory"), (Held::Lease, "lease")] {
+        let db = ranked_db(&format!("sharded_ranked_plain_{name}"), held).await;
+        a_ranked_space_without_the_floor(&db, Backend::Deadpool, held).await;
+        db.cleanup().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_bad_version_or_a_floor_without_a_version_is_a_typed_config_error() {
+    let db = TestDb::create("sharded_ranked_config").await.unwrap();
+    let pool = db.pool(1).unwrap();
+    let bad = ShardedElector::new(ShardConfig::new(pool.clone(), 4).version("1.x"));
+    assert!(
+        matches!(bad, Err(plexsphere_leader::ConfigError::Version(_))),
+        "{:?}",
+        bad.err()
+    );
+    let floor = ShardedElector::new(ShardConfig::new(pool.clone(), 4).version_floor(true));
+    assert!(
+        matches!(
+            floor,
+            Err(plexsphere_leader::ConfigError::FloorWithoutVersion)
+        ),
+        "{:?}",
+        floor.err()
+    );
+    let ranked = ShardedElector::new(
+        ShardConfig::new(pool, 4)
+            .priority(2)
+            .version_floor(true)
+            .below_version_floor(true),
+    );
+    assert!(ranked.is_ok(), "a priority alone ranks the replica");
+    db.cleanup().await.unwrap();
+}

@@ -59,11 +59,15 @@ impl Space {
         for holder in &self.holders {
             let numbers: Vec<u32> = holder.shards.iter().map(|s| s.get()).collect();
             text.push_str(&format!(
-                "\n  {:<width$}  pid {:<7} {:>5} shards  {}{}",
+                "\n  {:<width$}  pid {:<7} {:>5} shards  {}{}{}",
                 holder.name.as_deref().unwrap_or("?"),
                 holder.pid.get(),
                 numbers.len(),
                 ranges(&numbers),
+                holder.rank.map_or_else(String::new, |rank| format!(
+                    "  (priority {}, version {})",
+                    rank.priority, rank.version
+                )),
                 if holder.member {
                     ""
                 } else {
@@ -91,6 +95,8 @@ impl Space {
                 serde_json::json!({
                     "pid": h.pid.get(),
                     "name": h.name,
+                    "priority": h.rank.map(|rank| rank.priority),
+                    "version": h.rank.map(|rank| rank.version.to_string()),
                     "member": h.member,
                     "count": h.shards.len(),
                     "shards": h.shards.iter().map(|s| s.get()).collect::<Vec<_>>(),
@@ -143,6 +149,7 @@ mod tests {
             name: Some(name.to_owned()),
             member,
             shards: shards.iter().copied().map(Shard::new).collect(),
+            rank: None,
         }
     }
 

@@ -205,7 +205,13 @@ async fn the_binary_reports_who_owns_which_shards_of_a_lease_space() {
             .collect()
     };
     let registered = client
-        .simple_query(&lease::register("public", class, "cli-member 0f", 60_000))
+        .simple_query(&lease::register(
+            "public",
+            class,
+            "cli-member 0f",
+            60_000,
+            plexsphere_leader::rank::FloorStep::Off,
+        ))
         .await
         .unwrap();
     let member = lease::parse_registered(&rows(registered)).unwrap().member;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use plexsphere_leader_core::Options;
-use plexsphere_leader_core::rank::{Rank, Version};
+use plexsphere_leader_core::rank::Rank;
 
 pub use crate::clock::{Clock, TokioClock};
 pub use crate::identity::{IdentityError, MAX_IDENTITY_LEN};
@@ -76,11 +76,7 @@ pub struct Config {
     pub(crate) resign_hold_off: Option<Duration>,
     pub(crate) key: LockKey,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) version: Option<String>,
-    pub(crate) priority: Option<u32>,
     pub(crate) preempt_window: Option<Duration>,
-    pub(crate) version_floor: bool,
-    pub(crate) below_version_floor: bool,
 }
 
 /// What happens to leader work still running
@@ -112,41 +108,40 @@ impl Config {
             resign_hold_off: None,
             key: LockKey::DEFAULT,
             clock: Arc::new(TokioClock),
-            version: None,
-            priority: None,
             preempt_window: None,
-            version_floor: false,
-            below_version_floor: false,
         }
     }
 
+    crate::config::common_setters! {
     /// Ranks this replica by its release number (`"1.4.2"`, `"v2.0.0-rc.1"`; see
-    /// [`Version`]), so that a rolling deploy moves
-    /// leadership once, to the newest version: a standby publishes its rank and defers while a
-    /// better-ranked replica is a live candidate, and the leader yields
-    /// ([`TermEndCause::Yielded`](crate::TermEndCause::Yielded)) once the best candidate
-    /// outranks it and has been live for the [window](Config::preempt_window), by its ordered
-    /// stop: the queued grant goes to that candidate. Replicas of equal rank never yield to one
-    /// another; unset (and no [`priority`](Config::priority)), nothing is published or read
-    /// and the election behaves as without ranks. With the advisory lock the candidacy is
-    /// published in the standby's `application_name` (read from `pg_stat_activity`: replicas
-    /// of one role see each other); with a lease, in the unlogged table
-    /// `plexsphere_leader_candidate` that [`lease::setup`](crate::lease::setup) creates.
-    /// Validated by [`Elector::new`](crate::Elector::new) ([`ConfigError::Version`]).
-    #[must_use]
-    pub fn version(mut self, version: impl Into<String>) -> Self {
-        self.version = Some(version.into());
-        self
-    }
-
-    /// The operator's priority in the rank ([`Config::version`]): a higher priority is
-    /// preferred whatever the versions (default 0). Setting it alone ranks this replica with
-    /// version 0.
-    #[must_use]
-    pub fn priority(mut self, priority: u32) -> Self {
-        self.priority = Some(priority);
-        self
-    }
+         /// [`Version`]), so that a rolling deploy moves
+         /// leadership once, to the newest version: a standby publishes its rank and defers while a
+         /// better-ranked replica is a live candidate, and the leader yields
+         /// ([`TermEndCause::Yielded`](crate::TermEndCause::Yielded)) once the best candidate
+         /// outranks it and has been live for the [window](Config::preempt_window), by its ordered
+         /// stop: the queued grant goes to that candidate. Replicas of equal rank never yield to one
+         /// another; unset (and no [`priority`](Config::priority)), nothing is published or read
+         /// and the election behaves as without ranks. With the advisory lock the candidacy is
+         /// published in the standby's `application_name` (read from `pg_stat_activity`: replicas
+         /// of one role see each other); with a lease, in the unlogged table
+         /// `plexsphere_leader_candidate` that [`lease::setup`](crate::lease::setup) creates.
+         /// Validated by [`Elector::new`](crate::Elector::new) ([`ConfigError::Version`]).
+         version(version: impl Into<String>) => version = Some(version.into());
+         /// The operator's priority in the rank ([`Config::version`]): a higher priority is
+         /// preferred whatever the versions (default 0). Setting it alone ranks this replica with
+         /// version 0.
+         priority(priority: u32) => priority = Some(priority);
+         /// The version floor (opt-in, with [`Config::version`]): every leader records its version as
+         /// the floor when it is newer, and a replica older than the floor never leads (it says so
+         /// once at WARN with both versions, and [`Elector::is_below_version_floor`](crate::Elector::is_below_version_floor)
+         /// answers yes), so a rollback cannot elect an older binary by accident. The table must
+         /// exist ([`floor`](crate::floor)). Validated by [`Elector::new`](crate::Elector::new): a
+         /// floor needs a version ([`ConfigError::FloorWithoutVersion`]).
+         version_floor(on: bool) => version_floor = on;
+         /// A deliberate rollback: with the [floor](Config::version_floor) on, this replica leads
+         /// even though a newer version has led, and its leader sets the floor to its own version.
+         below_version_floor(allowed: bool) => below_version_floor = allowed;
+     }
 
     /// The stabilization window of a ranked election ([`Config::version`]): a better candidate
     /// must have been live this long before the leader yields to it, and a leader leads at
@@ -158,39 +153,9 @@ impl Config {
         self
     }
 
-    /// The version floor (opt-in, with [`Config::version`]): every leader records its version as
-    /// the floor when it is newer, and a replica older than the floor never leads (it says so
-    /// once at WARN with both versions, and [`Elector::is_below_version_floor`](crate::Elector::is_below_version_floor)
-    /// answers yes), so a rollback cannot elect an older binary by accident. The table must
-    /// exist ([`floor`](crate::floor)). Validated by [`Elector::new`](crate::Elector::new): a
-    /// floor needs a version ([`ConfigError::FloorWithoutVersion`]).
-    #[must_use]
-    pub fn version_floor(mut self, on: bool) -> Self {
-        self.version_floor = on;
-        self
-    }
-
-    /// A deliberate rollback: with the [floor](Config::version_floor) on, this replica leads
-    /// even though a newer version has led, and its leader sets the floor to its own version.
-    #[must_use]
-    pub fn below_version_floor(mut self, allowed: bool) -> Self {
-        self.below_version_floor = allowed;
-        self
-    }
-
     /// The validated rank, when the replica is ranked.
     pub(crate) fn rank(&self) -> Result<Option<Rank>, ConfigError> {
-        if self.version.is_none() && self.priority.is_none() {
-            return Ok(None);
-        }
-        let version = match &self.version {
-            Some(text) => Version::parse(text)?,
-            None => Version::new(0, 0, 0),
-        };
-        Ok(Some(Rank {
-            priority: self.priority.unwrap_or(0),
-            version,
-        }))
+        self.common.rank()
     }
 
     /// How a standby asks for the lock. [`AcquireMode::Queue`] waits in the server's lock queue
@@ -386,14 +351,12 @@ impl Config {
         if let Some((after, on_overdue)) = self.common.work_deadline {
             options = options.work_deadline(after, on_overdue);
         }
-        match self.rank()? {
-            Some(rank) => options = options.preference(rank),
-            None if self.version_floor => return Err(ConfigError::FloorWithoutVersion),
-            None => {}
+        if let Some(rank) = self.rank()? {
+            options = options.preference(rank);
         }
         options = options
-            .version_floor(self.version_floor)
-            .below_floor(self.below_version_floor);
+            .version_floor(self.common.version_floor)
+            .below_floor(self.common.below_version_floor);
         if let Some(window) = self.preempt_window {
             options = options.preempt_window(window);
         }
@@ -425,11 +388,11 @@ impl fmt::Debug for Config {
             .field("resign_hold_off", &self.resign_hold_off)
             .field("work_deadline", &self.common.work_deadline)
             .field("key", &self.key)
-            .field("version", &self.version)
-            .field("priority", &self.priority)
+            .field("version", &self.common.version)
+            .field("priority", &self.common.priority)
             .field("preempt_window", &self.preempt_window)
-            .field("version_floor", &self.version_floor)
-            .field("below_version_floor", &self.below_version_floor)
+            .field("version_floor", &self.common.version_floor)
+            .field("below_version_floor", &self.common.below_version_floor)
             .field("identity", &self.common.identity)
             .field("clock", &self.clock)
             .finish()

@@ -26,10 +26,12 @@
 //! transaction) are left out: such a shard looks free and a take of it is refused.
 
 pub mod lease;
+pub mod standing;
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
+use plexsphere_leader_core::rank::{FloorStep, Rank, Version};
 use plexsphere_leader_core::shards::{MemberId, Shard, Survey, SurveyError};
 
 use crate::session::Row;
@@ -142,6 +144,8 @@ pub struct SurveyRows {
     pub survey: Survey,
     /// The `application_name` of every holder that has a non-empty one.
     pub names: BTreeMap<MemberId, String>,
+    /// The version floor, when the survey read one.
+    pub floor: Option<Version>,
 }
 
 /// One holder of a lock of the space, as [`owners`] shows it ([`parse_owners`]).
@@ -149,13 +153,38 @@ pub struct SurveyRows {
 pub struct OwnerRow {
     /// The holding backend.
     pub pid: MemberId,
-    /// Its `application_name` (the identity a member registered with); `None` when `NULL` or
-    /// empty (the backend ended between the two readings, or never set one).
+    /// Its `application_name` (the identity a member registered with, without the rank
+    /// published before it); `None` when `NULL` or empty (the backend ended between the two
+    /// readings, or never set one).
     pub name: Option<String>,
     /// Whether it holds the member lock (shared).
     pub member: bool,
     /// The shards it holds, ascending.
     pub shards: Vec<Shard>,
+    /// The rank it published ([`standing`]), if any.
+    pub rank: Option<Rank>,
+}
+
+impl OwnerRow {
+    /// The row of `pid` whose published name is `published` ([`standing::parse`]).
+    pub(crate) fn named(
+        pid: MemberId,
+        published: Option<&str>,
+        member: bool,
+        shards: Vec<Shard>,
+    ) -> Self {
+        let (standing, name) = published.map_or((Default::default(), None), |text| {
+            let (standing, name) = standing::parse(text);
+            (standing, Some(name.to_owned()))
+        });
+        Self {
+            pid,
+            name,
+            member,
+            shards,
+            rank: standing.rank,
+        }
+    }
 }
 
 /// Joins the space on the lock session, in one statement returning one row:
@@ -237,15 +266,38 @@ pub fn parse_registered(rows: &[Row]) -> Result<Registered, ShardSqlError> {
 /// shard held in shared mode, the member lock held exclusively, a prepared transaction's lock.
 /// Such a shard looks free; a take of it is refused by the server. The names come from one
 /// read of `pg_stat_activity`, which takes no lock-manager lock.
-pub fn survey(class: i32, count: u32) -> String {
+///
+/// With the version floor on (`floor` not [`FloorStep::Off`]), a sixth column `floor` on every
+/// row reads the space's floor (the row `(class, -1)` of the unqualified
+/// [`FLOOR_TABLE`](crate::floor::FLOOR_TABLE)) after the step, which a raise or a set takes
+/// first, durably, in the same statement (an advisory member's first survey after it joined).
+pub fn survey(class: i32, count: u32, floor: FloorStep) -> String {
+    let (with, floor_column) = floor_parts(crate::floor::FLOOR_TABLE, class, floor);
     format!(
-        "SELECT h.pid, h.member, h.shards, a.application_name, me.backend \
+        "{with}SELECT h.pid, h.member, h.shards, a.application_name, me.backend{floor_column} \
          FROM (SELECT pg_backend_pid() AS backend) AS me \
          LEFT JOIN ({holders}) AS h ON true \
          LEFT JOIN pg_stat_activity a ON a.pid = h.pid \
          ORDER BY h.pid",
         holders = holders(class, count)
     )
+}
+
+/// The version floor's parts of a shard survey in `table` ([`survey`], the lease's survey):
+/// the statement's head (the durable commit and the `WITH` of a step that writes) and the
+/// column `, <floor> AS floor`; both empty with the floor off.
+pub(crate) fn floor_parts(table: &str, class: i32, floor: FloorStep) -> (String, String) {
+    let key = crate::key::LockKey::new(class, MEMBER_OBJ_ID);
+    match crate::sql::candidacy::floor_step(table, key, floor) {
+        None => (String::new(), String::new()),
+        Some((entry, version)) => {
+            let written = entry.is_some();
+            (
+                crate::sql::candidacy::with(&[entry], written),
+                format!(", {version} AS floor"),
+            )
+        }
+    }
 }
 
 /// Reads the rows of [`survey`] of `count` shards into the core's [`Survey`] and the holders'
@@ -255,10 +307,19 @@ pub fn survey(class: i32, count: u32) -> String {
 /// No row, a column missing or unparsable, a `NULL` `member` or `backend`, rows with different
 /// answering backends, a `NULL`-pid row beside holder rows, and the core's [`SurveyError`] (a
 /// shard outside `0..count`, two holders of one shard).
-pub fn parse_survey(count: u32, rows: &[Row]) -> Result<SurveyRows, ShardSqlError> {
+pub fn parse_survey(
+    count: u32,
+    rows: &[Row],
+    reads_floor: bool,
+) -> Result<SurveyRows, ShardSqlError> {
     const S: &str = statement::SURVEY;
     let first = rows.first().ok_or(ShardSqlError::NoRow { statement: S })?;
     let backend: i32 = Columns::new(S, first).number(4, "backend")?;
+    let floor = if reads_floor {
+        floor_of(&Columns::new(S, first), 5)?
+    } else {
+        None
+    };
     let mut holders = Vec::with_capacity(rows.len());
     let mut names = BTreeMap::new();
     for row in rows {
@@ -284,7 +345,23 @@ pub fn parse_survey(count: u32, rows: &[Row]) -> Result<SurveyRows, ShardSqlErro
         holders.push((pid, member, shards));
     }
     let survey = Survey::new(count, MemberId::new(backend), holders)?;
-    Ok(SurveyRows { survey, names })
+    Ok(SurveyRows {
+        survey,
+        names,
+        floor,
+    })
+}
+
+/// The floor in column `index`: `None` for `NULL` (none recorded).
+///
+/// # Errors
+/// A version that does not parse.
+fn floor_of(cols: &Columns<'_>, index: usize) -> Result<Option<Version>, ShardSqlError> {
+    cols.optional(index, "floor")?
+        .map(|text| {
+            Version::parse(text).map_err(|_| cols.unparsable("floor", text, "a release number"))
+        })
+        .transpose()
 }
 
 /// Tries the lock of each of `shards` on this session, in one statement, and returns one row
@@ -420,8 +497,7 @@ pub fn parse_owners(rows: &[Row]) -> Result<Vec<OwnerRow>, ShardSqlError> {
             let pid = MemberId::new(cols.number(0, "pid")?);
             let name = cols
                 .optional(1, "application_name")?
-                .filter(|n| !n.is_empty())
-                .map(str::to_owned);
+                .filter(|n| !n.is_empty());
             let member = cols.boolean(2, "member")?;
             let count: usize = cols.number(3, "shard_count")?;
             let shards: Vec<Shard> = cols
@@ -432,12 +508,7 @@ pub fn parse_owners(rows: &[Row]) -> Result<Vec<OwnerRow>, ShardSqlError> {
             if shards.len() != count {
                 return Err(inconsistent(S, "shard_count is not the length of shards"));
             }
-            Ok(OwnerRow {
-                pid,
-                name,
-                member,
-                shards,
-            })
+            Ok(OwnerRow::named(pid, name, member, shards))
         })
         .collect()
 }
@@ -668,7 +739,7 @@ mod tests {
 
     #[test]
     fn the_survey_reads_pg_locks_once_and_always_names_the_answering_backend() {
-        let statement = survey(1_886_156_915, 16);
+        let statement = survey(1_886_156_915, 16, FloorStep::Off);
         one_statement(&statement);
         assert_eq!(statement.matches("pg_locks").count(), 1, "{statement}");
         assert!(statement.starts_with(
@@ -799,6 +870,43 @@ mod tests {
         }
     }
 
+    #[test]
+    fn with_the_floor_the_survey_takes_the_join_step_durably_and_reads_the_floor_on_every_row() {
+        let version = Version::new(1, 10, 0);
+        let raise = survey(7, 4, FloorStep::Raise(version));
+        assert!(raise.starts_with(&format!(
+            "{DURABLE_COMMIT}WITH floor_step AS (INSERT INTO plexsphere_leader_floor AS f"
+        )));
+        assert!(raise.contains("VALUES (7, -1, '1.10.0', "), "{raise}");
+        assert!(raise.contains(
+            ", coalesce((SELECT version FROM floor_step), (SELECT version FROM \
+             plexsphere_leader_floor WHERE classid = 7 AND objid = -1)) AS floor FROM"
+        ));
+        let read = survey(7, 4, FloorStep::Read);
+        one_statement(&read);
+        assert!(read.contains(
+            "me.backend, (SELECT version FROM plexsphere_leader_floor WHERE classid = 7 AND \
+             objid = -1) AS floor FROM"
+        ));
+        let with_floor = |floor: Option<&str>| {
+            let mut row = survey_row("10", "t", Some("0"), Some("~0:1.10.0 a@host"));
+            row.push(floor.map(str::to_owned));
+            row
+        };
+        let parsed = parse_survey(4, &[with_floor(Some("1.10.0"))], true).expect("parses");
+        assert_eq!(parsed.floor, Some(version));
+        assert_eq!(
+            parse_survey(4, &[with_floor(None)], true).map(|r| r.floor),
+            Ok(None)
+        );
+        assert!(parse_survey(4, &[with_floor(Some("new"))], true).is_err());
+        // Off, the floor column is neither asked for nor read.
+        assert_eq!(
+            parse_survey(4, &[survey_row("10", "t", None, None)], false).map(|r| r.floor),
+            Ok(None)
+        );
+    }
+
     fn survey_row(pid: &str, member: &str, shards: Option<&str>, name: Option<&str>) -> Row {
         row(&[Some(pid), Some(member), shards, name, Some("10")])
     }
@@ -810,7 +918,7 @@ mod tests {
             survey_row("11", "t", None, Some("")),
             survey_row("12", "f", Some("{3}"), None),
         ];
-        let read = parse_survey(4, &rows).expect("parses");
+        let read = parse_survey(4, &rows, false).expect("parses");
         let survey = read.survey;
         assert_eq!(survey.backend(), MemberId::new(10));
         assert_eq!(survey.members(), &[MemberId::new(10), MemberId::new(11)]);
@@ -825,7 +933,8 @@ mod tests {
 
     #[test]
     fn an_empty_space_is_one_row_without_holder() {
-        let read = parse_survey(3, &[row(&[None, None, None, None, Some("77")])]).expect("parses");
+        let read =
+            parse_survey(3, &[row(&[None, None, None, None, Some("77")])], false).expect("parses");
         assert_eq!(read.survey.backend(), MemberId::new(77));
         assert!(read.survey.members().is_empty());
         assert_eq!(read.survey.held_count(), 0);
@@ -877,11 +986,11 @@ mod tests {
             ),
         ];
         for (rows, message) in cases {
-            let error = parse_survey(4, &rows).expect_err(message);
+            let error = parse_survey(4, &rows, false).expect_err(message);
             assert!(error.to_string().contains(message), "{message}: {error}");
         }
         assert!(matches!(
-            parse_survey(4, &[survey_row("11", "t", Some("9"), None)]),
+            parse_survey(4, &[survey_row("11", "t", Some("9"), None)], false),
             Err(ShardSqlError::Survey(SurveyError::ShardOutOfRange {
                 shard: 9,
                 count: 4
@@ -923,12 +1032,14 @@ mod tests {
                     name: Some("a@h".to_owned()),
                     member: true,
                     shards: shards(&[0, 3]),
+                    rank: None,
                 },
                 OwnerRow {
                     pid: MemberId::new(11),
                     name: None,
                     member: true,
                     shards: Vec::new(),
+                    rank: None,
                 },
             ])
         );

@@ -205,6 +205,13 @@ impl ShardedElector {
         self.inner.election().is_eligible()
     }
 
+    /// Whether this replica's last survey found it older than the space's version floor
+    /// ([`ShardConfig::version_floor`]): it owns no shard until the floor is lowered. Always
+    /// `false` without a rank or a floor.
+    pub fn is_below_version_floor(&self) -> bool {
+        self.inner.election().is_below_floor()
+    }
+
     /// Whether this replica owns `shard`: a read of the published ownership.
     pub fn is_owner(&self, shard: impl Into<Shard>) -> bool {
         self.inner.is_owner(shard.into().get())

@@ -178,7 +178,8 @@ pub async fn shard_owners(
 /// [`shard_owners`] for a space held by leases
 /// ([`ShardConfig::lease`](crate::sharded::ShardConfig::lease)) with its tables in `schema`: one
 /// [`OwnerRow`] per live member row, ascending by member id (its
-/// `pid` field is the member id, its `name` the member's holder, `<identity> <nonce>`), with
+/// `pid` field is the member id, its `name` the member's holder, `<identity> <nonce>`, and its
+/// `rank` the one published before it), with
 /// the shards its owner rows name; a shard of no row is free. One statement
 /// ([`shard_sql::lease::survey`](crate::shard_sql::lease::survey)); it takes no lock.
 ///
@@ -193,7 +194,12 @@ pub async fn lease_shard_owners(
     count: u32,
 ) -> Result<Vec<crate::shard_sql::OwnerRow>, StatusError> {
     let messages = client
-        .simple_query(&crate::shard_sql::lease::survey(schema, class, count))
+        .simple_query(&crate::shard_sql::lease::survey(
+            schema,
+            class,
+            count,
+            plexsphere_leader_core::rank::FloorStep::Off,
+        ))
         .await?;
     let rows = crate::session::text_rows(messages)?;
     let members = crate::shard_sql::lease::parse_survey(&rows).map_err(|error| {
@@ -204,11 +210,8 @@ pub async fn lease_shard_owners(
     })?;
     Ok(members
         .into_iter()
-        .map(|row| crate::shard_sql::OwnerRow {
-            pid: row.member,
-            name: Some(row.holder),
-            member: true,
-            shards: row.shards,
+        .map(|row| {
+            crate::shard_sql::OwnerRow::named(row.member, Some(&row.holder), true, row.shards)
         })
         .collect())
 }

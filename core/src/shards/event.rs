@@ -7,6 +7,7 @@ use crate::action::Level;
 use crate::cause::{Cause, TermEndCause};
 use crate::control::Control;
 use crate::ids::{ConnId, TermId};
+use crate::rank::FloorStep;
 
 /// What the driver reports: the completion of an action, or a request from outside.
 ///
@@ -174,6 +175,10 @@ pub enum ShardAction<C> {
         conn: ConnId,
         /// The lease's TTL, in whole milliseconds.
         ttl_ms: u32,
+        /// What the same transaction does with the version floor
+        /// ([`ShardOptions::join_floor_step`](super::ShardOptions::join_floor_step)): a member
+        /// is never seen without the floor it raised.
+        floor: FloorStep,
     },
     /// Lease mechanism: extend the member's lease by `ttl_ms` from the server's `now()` and
     /// read the live members; report [`ShardEvent::Renewed`].
@@ -202,10 +207,15 @@ pub enum ShardAction<C> {
         backend: MemberId,
     },
     /// Read who holds which shard (the space's rows of `pg_locks`; with a lease, the live
-    /// members' owner rows); report [`ShardEvent::Surveyed`].
+    /// members' owner rows) and each member's published [`Standing`](super::Standing); report
+    /// [`ShardEvent::Surveyed`], with the version floor after `floor`'s step when it reads one.
     Survey {
         /// The session.
         conn: ConnId,
+        /// What the survey does with the version floor: the advisory member's first survey
+        /// after it joined takes the join's step, later ones (and a lease member's) read it;
+        /// [`FloorStep::Off`] without a floor.
+        floor: FloorStep,
     },
     /// Try the locks of these shards in one statement; report [`ShardEvent::Took`].
     Take {

@@ -149,6 +149,9 @@ struct Open {
     verified_at: Instant,
     busy: Option<(Op, Instant)>,
     survey_due: bool,
+    /// Whether a statement of this membership already took the join's step on the version
+    /// floor (a lease's registration, or an advisory member's first survey that answered).
+    joined_floor: bool,
     /// Lease mechanism: a renewal is due.
     renew_due: bool,
     /// Lease mechanism: a release failed; it is retried at the next check, not at once (a

@@ -10,6 +10,7 @@ use crate::handled::{Handled, Ignored};
 use crate::ids::{ConnId, TermId};
 use crate::interval::CheckInterval;
 use crate::options::OnOverdue;
+use crate::rank::FloorStep;
 
 const I: Duration = Duration::from_secs(1);
 const ME: MemberId = MemberId::new(100);
@@ -117,7 +118,13 @@ fn an_owner_is_stuck_only_strictly_past_two_intervals_since_its_last_proving_sur
         "the registration and first survey, at t0"
     );
     m.handle_timeout(t0 + I);
-    assert_eq!(drain(&mut m), vec![ShardAction::Survey { conn: C1 }]);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::Survey {
+            conn: C1,
+            floor: FloorStep::Off
+        }]
+    );
     m.handle_event(
         t0 + I,
         ShardEvent::Surveyed {
@@ -253,7 +260,10 @@ fn a_registered_session_detaches_and_surveys_at_once() {
                 backend: ME
             },
             log(ShardLogKind::Joined, 0),
-            ShardAction::Survey { conn: C1 },
+            ShardAction::Survey {
+                conn: C1,
+                floor: FloorStep::Off
+            },
         ]
     );
     assert_eq!(m.member(), Some(ME));
@@ -307,7 +317,13 @@ fn a_cold_start_waits_the_rebalance_delay_then_takes_its_share() {
     );
     assert_eq!(drain(&mut m), vec![], "nothing held by anyone: wait");
     m.handle_timeout(t0 + I);
-    assert_eq!(drain(&mut m), vec![ShardAction::Survey { conn: C1 }]);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::Survey {
+            conn: C1,
+            floor: FloorStep::Off
+        }]
+    );
     m.handle_event(
         t0 + I,
         ShardEvent::Surveyed {
@@ -392,7 +408,13 @@ fn a_survey_missing_an_owned_shard_loses_every_shard_and_the_session() {
     let t0 = Instant::now();
     let mut m = owning(8, 4..8, t0);
     m.handle_timeout(t0 + I);
-    assert_eq!(drain(&mut m), vec![ShardAction::Survey { conn: C1 }]);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::Survey {
+            conn: C1,
+            floor: FloorStep::Off
+        }]
+    );
     m.handle_event(
         t0 + I,
         ShardEvent::Surveyed {
@@ -1876,7 +1898,10 @@ fn an_overdue_handover_is_reported_once_and_drained_ones_never() {
         drain(&mut m),
         vec![
             log(ShardLogKind::HandedOver, 1),
-            ShardAction::Survey { conn: C1 }
+            ShardAction::Survey {
+                conn: C1,
+                floor: FloorStep::Off
+            }
         ]
     );
     let held: Vec<u32> = (0..8)
@@ -1906,7 +1931,13 @@ fn a_survey_answered_while_stopping_waits_for_the_work_instead_of_losing_the_ses
     let t0 = Instant::now();
     let mut m = owning(8, 4..8, t0);
     m.handle_timeout(t0 + I);
-    assert_eq!(drain(&mut m), vec![ShardAction::Survey { conn: C1 }]);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::Survey {
+            conn: C1,
+            floor: FloorStep::Off
+        }]
+    );
     m.handle_event(t0 + I, Control::Cancelled.into());
     let awaited: Vec<TermId> = drain(&mut m)
         .into_iter()

@@ -339,9 +339,8 @@ impl World {
                     return self.failed(r, conn);
                 };
                 self.server.members.insert(sid);
-                let options = self.options_of(r);
-                self.server.standings.insert(sid, options.standing());
-                self.server.step_floor(options.join_floor_step());
+                let standing = self.options_of(r).standing();
+                self.server.standings.insert(sid, standing);
                 if let Some(s) = self.server.sessions.get_mut(&sid) {
                     s.idle_limit = Some(Duration::from_millis(idle_session_timeout_ms.into()));
                 }
@@ -363,12 +362,13 @@ impl World {
             | ShardAction::TakeLeases { .. } => {
                 unreachable!("this world holds its spaces with advisory locks")
             }
-            ShardAction::Survey { conn } => {
+            ShardAction::Survey { conn, floor } => {
                 let sid = self.sid(r, conn);
                 if self.on_server(sid).is_none() {
                     return self.failed(r, conn);
                 }
-                let survey = self.server.survey(sid, self.options_of(r).reads_floor());
+                self.server.step_floor(floor);
+                let survey = self.server.survey(sid, floor != FloorStep::Off);
                 self.reply(r, ShardEvent::Surveyed { conn, survey });
             }
             ShardAction::Take { conn, shards } => {

@@ -11,6 +11,7 @@
 //! statement, instead of being executed as something it is not. What each statement does is
 //! in `exec::shards`.
 
+use plexsphere_leader::rank::FloorStep;
 use plexsphere_leader::shard_sql;
 use plexsphere_leader::sharded::Shard;
 
@@ -80,7 +81,9 @@ pub(crate) fn build(statement: &ShardStatement) -> String {
             identity,
             idle_timeout_ms,
         } => shard_sql::register(*class, identity, *idle_timeout_ms),
-        ShardStatement::Survey { class, count } => shard_sql::survey(*class, *count),
+        ShardStatement::Survey { class, count } => {
+            shard_sql::survey(*class, *count, FloorStep::Off)
+        }
         ShardStatement::Owners { class, count } => shard_sql::owners(*class, *count),
         ShardStatement::Take { class, shards: s } => shard_sql::take(*class, &shards(s)),
         ShardStatement::Unlock { class, shards: s } => shard_sql::unlock(*class, &shards(s)),
@@ -187,7 +190,7 @@ mod tests {
     fn a_text_that_begins_like_a_shard_statement_but_differs_is_0a000() {
         let take = shard_sql::take(3, &shards(&[1, 2]));
         let unsorted = take.replace("{1,2}", "{2,1}");
-        let lower = shard_sql::survey(3, 8).replace("ORDER BY", "order by");
+        let lower = shard_sql::survey(3, 8, FloorStep::Off).replace("ORDER BY", "order by");
         checks::refused([unsorted, lower, format!("{take} AND true")], recognise);
         assert_eq!(recognise("SELECT 1"), None);
         assert_eq!(

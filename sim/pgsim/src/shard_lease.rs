@@ -10,6 +10,7 @@
 //! like one but differs fails with 0A000 naming the statement. What each does is in
 //! `exec::shard_lease`.
 
+use plexsphere_leader::rank::FloorStep;
 use plexsphere_leader::shard_sql::lease;
 use plexsphere_leader::sharded::{MemberId, Shard};
 
@@ -97,14 +98,16 @@ pub(crate) fn build(statement: &ShardLeaseStatement) -> String {
             class,
             holder,
             ttl_ms,
-        } => lease::register(schema, *class, holder, *ttl_ms),
+        } => lease::register(schema, *class, holder, *ttl_ms, FloorStep::Off),
         ShardLeaseStatement::Renew {
             class,
             member,
             holder,
             ttl_ms,
         } => lease::renew(schema, *class, MemberId::new(*member), holder, *ttl_ms),
-        ShardLeaseStatement::Survey { class, count } => lease::survey(schema, *class, *count),
+        ShardLeaseStatement::Survey { class, count } => {
+            lease::survey(schema, *class, *count, FloorStep::Off)
+        }
         ShardLeaseStatement::Take {
             class,
             member,
@@ -276,8 +279,9 @@ mod tests {
                 .replace("WHERE o.member IS NULL", "WHERE true"),
             lease::release(schema, 5, member, &shards)
                 .replace("RETURNING shard", "RETURNING member"),
-            format!("{} AND true", lease::survey(schema, 5, 8)),
-            lease::register(schema, 5, "a", 300).replace("expires_at > now()", "true"),
+            format!("{} AND true", lease::survey(schema, 5, 8, FloorStep::Off)),
+            lease::register(schema, 5, "a", 300, FloorStep::Off)
+                .replace("expires_at > now()", "true"),
         ]
         .map(|text| unqualified(&text));
         checks::refused(texts, recognise);

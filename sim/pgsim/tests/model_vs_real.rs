@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::poll_fn;
+use plexsphere_leader::rank::FloorStep;
 use plexsphere_leader_pgsim::{ServerConfig, SimPostgres, connect_with};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, SimpleQueryMessage};
@@ -898,8 +899,9 @@ where
     let renew = |member: i32, holder: &str| {
         lease::renew(SCHEMA, CLASS, MemberId::new(member), holder, LEASE_TTL_MS)
     };
-    let register = |holder: &str| lease::register(SCHEMA, CLASS, holder, LEASE_TTL_MS);
-    let survey = || lease::survey(SCHEMA, CLASS, 4);
+    let register =
+        |holder: &str| lease::register(SCHEMA, CLASS, holder, LEASE_TTL_MS, FloorStep::Off);
+    let survey = || lease::survey(SCHEMA, CLASS, 4, FloorStep::Off);
     let mut seen = Vec::new();
     let mut see = |what: &str, observed: String| seen.push(format!("{what}: {observed}"));
     let a = open("a").await;
@@ -1082,7 +1084,7 @@ where
     ] {
         see(&format!("c {outside}"), c.run(outside).await);
     }
-    let survey = shard_sql::survey(CLASS, COUNT);
+    let survey = shard_sql::survey(CLASS, COUNT, FloorStep::Off);
     see("a survey", mask(all_rows(&a, &survey).await));
     see("survey columns", a.names(&survey).await);
     see(

@@ -2487,8 +2487,8 @@ fn the_shard_statements_answer_as_the_adapters_parsers_read_them() {
         c.value("SELECT pg_try_advisory_lock(-7, -2)").await?;
         c.value("SELECT pg_try_advisory_lock_shared(-7, 5)").await?;
 
-        let (rows, _) = rows_and_notices(&a, &shard_sql::survey(CLASS, COUNT)).await?;
-        let read = shard_sql::parse_survey(COUNT, &rows).unwrap();
+        let (rows, _) = rows_and_notices(&a, &shard_sql::survey(CLASS, COUNT, plexsphere_leader::rank::FloorStep::Off)).await?;
+        let read = shard_sql::parse_survey(COUNT, &rows, false).unwrap();
         assert_eq!(read.survey.backend(), MemberId::new(pa));
         assert_eq!(read.survey.members(), [MemberId::new(pa), MemberId::new(pb)]);
         assert_eq!(read.survey.held_by(MemberId::new(pa)), shards(&[0, 1, 2]));
@@ -2524,7 +2524,7 @@ fn the_shard_statements_answer_as_the_adapters_parsers_read_them() {
             assert_eq!(s.value(&shard_sql::unlock_all()).await?, "");
         }
         assert_eq!(h.locks(), vec![]);
-        let (rows, _) = rows_and_notices(&a, &shard_sql::survey(CLASS, COUNT)).await?;
+        let (rows, _) = rows_and_notices(&a, &shard_sql::survey(CLASS, COUNT, plexsphere_leader::rank::FloorStep::Off)).await?;
         assert_eq!(rows, [[None, None, None, None, Some(pa.to_string())]]);
         let (rows, _) = rows_and_notices(&a, &shard_sql::owners(CLASS, COUNT)).await?;
         assert!(rows.is_empty());

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use plexsphere_leader::lease::DEFAULT_SCHEMA;
+use plexsphere_leader::rank::FloorStep;
 use plexsphere_leader::shard_sql::{self, OwnerRow, lease};
 use tokio::time::Instant;
 use tokio_postgres::Client;
@@ -281,7 +282,7 @@ pub async fn owners(
 ) -> Result<Vec<OwnerRow>, String> {
     let statement = match mechanism {
         Mechanism::Advisory => shard_sql::owners(class, count),
-        Mechanism::Lease => lease::survey(DEFAULT_SCHEMA, class, count),
+        Mechanism::Lease => lease::survey(DEFAULT_SCHEMA, class, count, FloorStep::Off),
     };
     let rows = crate::simple_rows(client, &statement)
         .await
@@ -291,11 +292,15 @@ pub async fn owners(
         Mechanism::Lease => Ok(lease::parse_survey(&rows)
             .map_err(|e| e.to_string())?
             .into_iter()
-            .map(|row| OwnerRow {
-                pid: row.member,
-                name: Some(identity_of(&row.holder).to_owned()),
-                member: true,
-                shards: row.shards,
+            .map(|row| {
+                let (standing, holder) = shard_sql::standing::parse(&row.holder);
+                OwnerRow {
+                    pid: row.member,
+                    name: Some(identity_of(holder).to_owned()),
+                    member: true,
+                    shards: row.shards,
+                    rank: standing.rank,
+                }
             })
             .collect()),
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plexsphere_leader_core::OnOverdue;
+use plexsphere_leader_core::rank::{Rank, Version};
 
 use crate::error::ConfigError;
 use crate::session::SessionSource;
@@ -47,6 +48,11 @@ pub(crate) struct Common {
     pub(crate) lease_ttl: Option<Duration>,
     /// The schema of the lease's tables.
     pub(crate) lease_schema: String,
+    /// The rank's version as given (validated when the elector is built).
+    pub(crate) version: Option<String>,
+    pub(crate) priority: Option<u32>,
+    pub(crate) version_floor: bool,
+    pub(crate) below_version_floor: bool,
 }
 
 impl Common {
@@ -65,6 +71,10 @@ impl Common {
             metrics_facade: false,
             lease_ttl: None,
             lease_schema: crate::sql::lease::DEFAULT_SCHEMA.to_owned(),
+            version: None,
+            priority: None,
+            version_floor: false,
+            below_version_floor: false,
         }
     }
 
@@ -89,6 +99,29 @@ impl Common {
             plexsphere_leader_core::Lease::default_for(interval)
         } else {
             plexsphere_leader_core::Lease::new(interval, ttl)?
+        }))
+    }
+
+    /// The validated rank, when the replica is ranked (a version, or a priority alone with
+    /// version 0).
+    ///
+    /// # Errors
+    /// [`ConfigError::Version`] for a version that does not parse, and
+    /// [`ConfigError::FloorWithoutVersion`] for a floor without a rank.
+    pub(crate) fn rank(&self) -> Result<Option<Rank>, ConfigError> {
+        if self.version.is_none() && self.priority.is_none() {
+            if self.version_floor {
+                return Err(ConfigError::FloorWithoutVersion);
+            }
+            return Ok(None);
+        }
+        let version = match &self.version {
+            Some(text) => Version::parse(text)?,
+            None => Version::new(0, 0, 0),
+        };
+        Ok(Some(Rank {
+            priority: self.priority.unwrap_or(0),
+            version,
         }))
     }
 

@@ -192,6 +192,13 @@ pub(crate) mod space {
         &["class"],
         "1 while this replica may own shards, 0 while the operator keeps it out",
     );
+    pub(crate) const BELOW_FLOOR: Family = family(
+        "plexsphere_shards_below_version_floor",
+        Kind::Gauge,
+        &["class"],
+        "1 while this ranked replica's version is older than the space's version floor (it \
+         owns no shard), else 0",
+    );
     /// `event` is `began` (with an empty `cause`) or `ended` (with the end cause's label).
     pub(crate) const TERMS: Family = family(
         "plexsphere_shard_terms_total",
@@ -217,6 +224,13 @@ pub(crate) mod space {
 
     /// Every family of a shard space.
     pub(crate) const ALL: &[&Family] = &[
-        &OWNED, &MEMBERS, &UNOWNED, &ELIGIBLE, &TERMS, &SURVEY, &OVERDUE,
+        &OWNED,
+        &MEMBERS,
+        &UNOWNED,
+        &ELIGIBLE,
+        &BELOW_FLOOR,
+        &TERMS,
+        &SURVEY,
+        &OVERDUE,
     ];
 }

@@ -30,6 +30,7 @@
 //! A member releases its shards itself ([`release`], [`leave`]): nobody else ever frees a live
 //! member's shard.
 
+use plexsphere_leader_core::rank::{FloorStep, Version};
 use plexsphere_leader_core::shards::{MemberId, Shard, Survey};
 
 use super::{Columns, ShardSqlError, int4_array, one_row};
@@ -95,19 +96,33 @@ pub fn setup(schema: &str) -> String {
          expires_at timestamptz NOT NULL, PRIMARY KEY (classid, member)); \
          CREATE TABLE IF NOT EXISTS {owners} (\
          classid int4 NOT NULL, shard int4 NOT NULL, member int4, \
-         PRIMARY KEY (classid, shard)); {fence}",
+         PRIMARY KEY (classid, shard)); {fence}; {floor}",
         members = member_table(schema),
         owners = owner_table(schema),
+        floor = crate::sql::candidacy::floor_setup(&floor_table(schema)),
     )
+}
+
+/// `schema`'s version floor table, qualified ([`FLOOR_TABLE`](crate::floor::FLOOR_TABLE)): the
+/// space's floor is its row `(class, -1)`.
+pub fn floor_table(schema: &str) -> String {
+    format!("{schema}.{}", crate::floor::FLOOR_TABLE)
 }
 
 /// Joins space `class` as a new member named `holder`, whose lease lasts `ttl_ms` on the
 /// server's clock, durably ([`DURABLE_COMMIT`]). One row: the new member's id, and how many
 /// **other** members are live.
-pub fn register(schema: &str, class: i32, holder: &str, ttl_ms: u32) -> String {
+///
+/// With the version floor (`floor` a raise or a set), the same transaction takes the step on
+/// the space's floor row first: no survey sees the member without the floor it raised.
+pub fn register(schema: &str, class: i32, holder: &str, ttl_ms: u32, floor: FloorStep) -> String {
     let members = member_table(schema);
+    let key = crate::key::LockKey::new(class, super::MEMBER_OBJ_ID);
+    let step = crate::sql::candidacy::floor_step(&floor_table(schema), key, floor)
+        .and_then(|(entry, _)| entry)
+        .map_or_else(String::new, |entry| format!("WITH {entry} "));
     format!(
-        "{DURABLE_COMMIT}INSERT INTO {members} (classid, member, holder, expires_at) \
+        "{DURABLE_COMMIT}{step}INSERT INTO {members} (classid, member, holder, expires_at) \
          VALUES ({class}, nextval('{schema}.{MEMBER_SEQUENCE}'), {holder}, {expiry}) \
          RETURNING member, (SELECT count(*) FROM {members} \
          WHERE classid = {class} AND expires_at > now())",
@@ -189,9 +204,13 @@ pub fn parse_renewed(rows: &[Row]) -> Result<Renewed, ShardSqlError> {
 /// holder and its shards in `0..count` (ascending, comma-separated; `NULL` when none). A shard of
 /// no row is free (never taken, released, or owned by a member whose lease expired). It reads
 /// the owners' rows of the space: run only while ownership changes.
-pub fn survey(schema: &str, class: i32, count: u32) -> String {
+///
+/// With the version floor on (`floor` not [`FloorStep::Off`]), a fourth column `floor` reads
+/// the space's floor after the step, as [`survey`](super::survey) does.
+pub fn survey(schema: &str, class: i32, count: u32, floor: FloorStep) -> String {
+    let (with, floor_column) = super::floor_parts(&floor_table(schema), class, floor);
     format!(
-        "SELECT m.member, m.holder, string_agg(o.shard::text, ',' ORDER BY o.shard) \
+        "{with}SELECT m.member, m.holder, string_agg(o.shard::text, ',' ORDER BY o.shard){floor_column} \
          FROM {members} m LEFT JOIN {owners} o ON o.classid = m.classid \
          AND o.member = m.member AND o.shard < {count} \
          WHERE m.classid = {class} AND m.expires_at > now() \
@@ -231,6 +250,17 @@ pub fn parse_survey(rows: &[Row]) -> Result<Vec<MemberRow>, ShardSqlError> {
             })
         })
         .collect()
+}
+
+/// The version floor [`survey`]'s rows read (its fourth column, on every row): `None`
+/// without a row or with none recorded.
+///
+/// # Errors
+/// A version that does not parse.
+pub fn parse_floor(rows: &[Row]) -> Result<Option<Version>, ShardSqlError> {
+    rows.first().map_or(Ok(None), |row| {
+        super::floor_of(&Columns::new(statement::SURVEY, row), 3)
+    })
 }
 
 /// The core's [`Survey`] of `count` shards as `me` sees it, from [`parse_survey`]'s rows.
@@ -377,14 +407,47 @@ mod tests {
     }
 
     #[test]
+    fn with_the_floor_the_registration_raises_it_in_its_transaction_and_the_survey_reads_it() {
+        let version = Version::new(2, 0, 0);
+        let register = register("app", 5, "svc@h 0f", 3_000, FloorStep::Raise(version));
+        assert!(register.starts_with(&format!(
+            "{DURABLE_COMMIT}WITH floor_step AS (INSERT INTO app.plexsphere_leader_floor AS f"
+        )));
+        assert!(
+            register.contains(") INSERT INTO app.plexsphere_shard_member"),
+            "{register}"
+        );
+        let set = super::register("app", 5, "svc@h 0f", 3_000, FloorStep::Set(version));
+        assert!(
+            !set.contains("WHERE f.sort_key"),
+            "a set lowers the floor too: {set}"
+        );
+        let survey = survey("app", 5, 16, FloorStep::Read);
+        assert!(survey.contains(
+            "(SELECT version FROM app.plexsphere_leader_floor WHERE classid = 5 AND objid = -1) \
+             AS floor FROM"
+        ));
+        let row = |floor: Option<&str>| -> Row {
+            [Some("3"), Some("h 0f"), Some("0,1"), floor]
+                .iter()
+                .map(|c| c.map(str::to_owned))
+                .collect()
+        };
+        assert_eq!(parse_floor(&[row(Some("2.0.0"))]), Ok(Some(version)));
+        assert_eq!(parse_floor(&[row(None)]), Ok(None));
+        assert_eq!(parse_floor(&[]), Ok(None));
+        assert!(setup("app").contains("CREATE TABLE IF NOT EXISTS app.plexsphere_leader_floor"));
+    }
+
+    #[test]
     fn every_statement_names_its_schema_and_keeps_no_session_state() {
         let member = MemberId::new(7);
         let shards = [Shard::new(3), Shard::new(1)];
         let statements = [
             setup("app"),
-            register("app", 5, "svc@h 0f", 3_000),
+            register("app", 5, "svc@h 0f", 3_000, FloorStep::Off),
             renew("app", 5, member, "it's", 3_000),
-            survey("app", 5, 16),
+            survey("app", 5, 16, FloorStep::Off),
             take("app", 5, member, &shards, 500),
             release("app", 5, member, &shards),
             leave("app", 5, member),

@@ -132,6 +132,34 @@ impl ShardConfig {
         /// every replica of the space the same schema. Validated by
         /// [`ShardedElector::new`](super::ShardedElector::new): a plain lowercase identifier.
         lease_schema(schema: impl Into<String>) => lease_schema = schema.into();
+        /// Ranks this replica in the space by its release number (`"1.4.2"`, `"v2.0.0-rc.1"`),
+        /// so that a rolling deploy gives the shards an old replica frees to the new versions:
+        /// the `K mod R` extra slots and the free shards go to the best-ranked members first
+        /// (equal ranks are assigned as without ranks). The rank is published before the
+        /// identity in the lock session's `application_name` (with a lease, in the member
+        /// row's holder), which the survey already reads: no statement costs more. Validated
+        /// by [`ShardedElector::new`](super::ShardedElector::new) ([`ConfigError::Version`]).
+        version(version: impl Into<String>) => version = Some(version.into());
+        /// The operator's priority in the rank ([`ShardConfig::version`]): a higher priority
+        /// is preferred whatever the versions (default 0). Setting it alone ranks this replica
+        /// with version 0.
+        priority(priority: u32) => priority = Some(priority);
+        /// The version floor of the space (opt-in, with [`ShardConfig::version`]): every
+        /// ranked member records its version as the floor as it joins, when it is newer, and a
+        /// member older than the floor owns no shard (it gives up what it holds, takes none,
+        /// says so once at WARN with both versions, and the space is balanced over the
+        /// others), so a rolling deploy never runs an old binary's shard work beside a new
+        /// one's, and a rollback cannot give shards to an older binary by accident. The floor
+        /// is the row `(class, -1)` of `plexsphere_leader_floor`: create it first
+        /// ([`floor::setup`](crate::floor::setup); a lease space's
+        /// [`lease::setup_shards`](crate::lease::setup_shards) creates its own). Validated by
+        /// [`ShardedElector::new`](super::ShardedElector::new): a floor needs a version
+        /// ([`ConfigError::FloorWithoutVersion`]).
+        version_floor(on: bool) => version_floor = on;
+        /// A deliberate rollback: with the [floor](ShardConfig::version_floor) on, this replica
+        /// owns shards even though a newer version has joined, and sets the floor to its own
+        /// version as it joins (so that the other replicas of its version own shards again).
+        below_version_floor(allowed: bool) => below_version_floor = allowed;
     }
 
     pub(crate) fn options(&self) -> Result<ShardOptions, ConfigError> {
@@ -155,6 +183,11 @@ impl ShardConfig {
         if let Some(lease) = self.common.lease(interval)? {
             options = options.mechanism(Mechanism::Lease(lease));
         }
-        Ok(options)
+        if let Some(rank) = self.common.rank()? {
+            options = options.preference(rank);
+        }
+        Ok(options
+            .version_floor(self.common.version_floor)
+            .below_floor(self.common.below_version_floor))
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
+use plexsphere_leader_core::rank::FloorStep;
 use plexsphere_leader_core::shards::{
     LockTableTooSmall, ShardAction, ShardEvent, ShardLog, ShardLogKind, ShardedElection,
 };
@@ -44,7 +45,10 @@ impl Sharded {
     pub(crate) fn new(inner: Arc<Shared<ShardSpace>>) -> Self {
         let lease = inner.options().mechanism_of().lease().map(|_| LeaseMember {
             schema: inner.lease_schema().to_owned(),
-            holder: crate::identity::lease_holder(inner.identity()),
+            holder: shard_sql::standing::published(
+                &crate::identity::lease_holder(inner.identity()),
+                inner.options().standing(),
+            ),
             member: None,
         });
         Self {
@@ -148,16 +152,18 @@ impl Mode for Sharded {
         if let Some(lease) = self.lease_statements() {
             // A lease member's statements, each on a pooled connection of its own.
             let operation = match &action {
-                ShardAction::RegisterMember { conn, ttl_ms } => {
-                    Some(lease.register(*conn, *ttl_ms))
-                }
+                ShardAction::RegisterMember {
+                    conn,
+                    ttl_ms,
+                    floor,
+                } => Some(lease.register(*conn, *ttl_ms, *floor)),
                 ShardAction::RenewMember { conn, ttl_ms } => Some(lease.renew(*conn, *ttl_ms)),
                 ShardAction::TakeLeases {
                     conn,
                     shards,
                     lock_timeout_ms,
                 } => Some(lease.take(*conn, shards, *lock_timeout_ms)),
-                ShardAction::Survey { conn } => Some(lease.survey(*conn)),
+                ShardAction::Survey { conn, floor } => Some(lease.survey(*conn, *floor)),
                 ShardAction::Unlock { conn, shards } => Some(lease.release(*conn, shards.clone())),
                 ShardAction::UnlockAll { conn } => Some(lease.leave(*conn)),
                 _ => None,
@@ -177,8 +183,11 @@ impl Mode for Sharded {
                 conn,
                 idle_session_timeout_ms,
             } => {
-                let sql =
-                    shard_sql::register(class, self.inner.identity(), idle_session_timeout_ms);
+                let name = shard_sql::standing::published(
+                    self.inner.identity(),
+                    self.inner.options().standing(),
+                );
+                let sql = shard_sql::register(class, &name, idle_session_timeout_ms);
                 io.start_on(conn, move |held| {
                     statement(held, conn, sql, "register", move |rows| {
                         let registered = shard_sql::parse_registered(rows)?;
@@ -200,9 +209,12 @@ impl Mode for Sharded {
             ShardAction::RegisterMember { .. }
             | ShardAction::RenewMember { .. }
             | ShardAction::TakeLeases { .. } => {}
-            ShardAction::Survey { conn } => {
-                let sql = shard_sql::survey(class, count);
-                io.start_on(conn, move |held| survey(held, conn, sql, count));
+            ShardAction::Survey { conn, floor } => {
+                let sql = shard_sql::survey(class, count, floor);
+                let reads_floor = floor != FloorStep::Off;
+                io.start_on(conn, move |held| {
+                    survey(held, conn, sql, count, reads_floor)
+                });
             }
             ShardAction::Take { conn, shards } => {
                 let sql = shard_sql::take(class, &shards);
@@ -303,14 +315,18 @@ where
     })
 }
 
-fn survey(held: Held, conn: ConnId, sql: String, count: u32) -> Operation {
+fn survey(held: Held, conn: ConnId, sql: String, count: u32, reads_floor: bool) -> Operation {
     Box::pin(async move {
         let started = now();
         let answer = held.query(&sql).await;
         let took = now().saturating_duration_since(started);
         match answer {
-            Ok(rows) => match shard_sql::parse_survey(count, &rows) {
-                Ok(SurveyRows { survey, names }) => surveyed(conn, survey, &names, took),
+            Ok(rows) => match shard_sql::parse_survey(count, &rows, reads_floor) {
+                Ok(SurveyRows {
+                    survey,
+                    names,
+                    floor,
+                }) => surveyed(conn, survey, &names, floor, took),
                 Err(error) => Completion::of(failed(conn, unexpected("survey", &error), false)),
             },
             Err(error) => Completion::of(query_failed(conn, error)),

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use plexsphere_leader_core::ConnId;
+use plexsphere_leader_core::rank::FloorStep;
 use plexsphere_leader_core::shards::{MemberId, Shard, ShardEvent};
 
 use super::statement::{Completion, Operation, failed, surveyed, unexpected};
@@ -62,8 +63,14 @@ impl Statements<'_> {
         self.naming.member.unwrap_or(MemberId::new(0))
     }
 
-    pub(super) fn register(&self, conn: ConnId, ttl_ms: u32) -> Operation {
-        let sql = lease::register(&self.naming.schema, self.class, &self.naming.holder, ttl_ms);
+    pub(super) fn register(&self, conn: ConnId, ttl_ms: u32, floor: FloorStep) -> Operation {
+        let sql = lease::register(
+            &self.naming.schema,
+            self.class,
+            &self.naming.holder,
+            ttl_ms,
+            floor,
+        );
         statement(
             self.sessions.clone(),
             conn,
@@ -156,9 +163,10 @@ impl Statements<'_> {
     }
 
     /// The survey, with the view it shows and how long it took.
-    pub(super) fn survey(&self, conn: ConnId) -> Operation {
-        let sql = lease::survey(&self.naming.schema, self.class, self.count);
+    pub(super) fn survey(&self, conn: ConnId, floor: FloorStep) -> Operation {
+        let sql = lease::survey(&self.naming.schema, self.class, self.count, floor);
         let (sessions, count, me) = (self.sessions.clone(), self.count, self.member());
+        let reads_floor = floor != FloorStep::Off;
         Box::pin(async move {
             let started = now();
             let rows = pooled_rows(&*sessions, &sql).await;
@@ -166,14 +174,19 @@ impl Statements<'_> {
             let read = |rows: &[Row]| {
                 let members = lease::parse_survey(rows)?;
                 let survey = lease::to_survey(count, me, &members)?;
+                let floor = if reads_floor {
+                    lease::parse_floor(rows)?
+                } else {
+                    None
+                };
                 let names: BTreeMap<MemberId, String> = members
                     .into_iter()
                     .map(|row| (row.member, row.holder))
                     .collect();
-                Ok::<_, ShardSqlError>((survey, names))
+                Ok::<_, ShardSqlError>((survey, names, floor))
             };
             match rows.map(|rows| read(&rows)) {
-                Ok(Ok((survey, names))) => surveyed(conn, survey, &names, took),
+                Ok(Ok((survey, names, floor))) => surveyed(conn, survey, &names, floor, took),
                 Ok(Err(error)) => {
                     Completion::of(failed(conn, unexpected("lease survey", &error), false))
                 }

@@ -20,6 +20,7 @@ pub(crate) struct ShardMetrics {
     ended: By<TermEndCause, Counter>,
     owned: Gauge,
     eligible: Gauge,
+    below_floor: Gauge,
     members: Gauge,
     unowned: Gauge,
     survey: Histogram,
@@ -56,6 +57,7 @@ impl ShardMetrics {
             ended: By::new(causes, |cause| terms("ended", cause.label()))?,
             owned: gauge(&space::OWNED)?,
             eligible: gauge(&space::ELIGIBLE)?,
+            below_floor: gauge(&space::BELOW_FLOOR)?,
             members: gauge(&space::MEMBERS)?,
             unowned: gauge(&space::UNOWNED)?,
             survey: backends.handle(&space::SURVEY, &[class])?,
@@ -88,6 +90,9 @@ impl ShardMetrics {
     pub(crate) fn surveyed(&self, view: &SpaceView) {
         self.members.count(view.members.len());
         self.unowned.count(view.unowned.len());
+        let me = view.members.iter().find(|holder| holder.pid == view.me);
+        self.below_floor
+            .flag(me.is_some_and(|holder| holder.below_floor));
     }
 
     /// Shard work was found running past the work deadline; `aborted` when it was aborted.
@@ -133,6 +138,45 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }
+    }
+
+    #[test]
+    fn a_survey_below_the_floor_sets_the_gauge_and_one_above_clears_it() {
+        let registry = prometheus::Registry::new();
+        let space = space_on(&registry, 7).unwrap();
+        let value = || {
+            let text = prometheus::TextEncoder::new()
+                .encode_to_string(&registry.gather())
+                .unwrap();
+            ["0", "1"]
+                .into_iter()
+                .find(|v| {
+                    text.contains(&format!(
+                        "plexsphere_shards_below_version_floor{{class=\"7\"}} {v}\n"
+                    ))
+                })
+                .map(str::to_owned)
+        };
+        assert_eq!(value().as_deref(), Some("0"));
+        let holder = |pid, below_floor| super::super::view::Holder {
+            pid,
+            name: None,
+            shards: Vec::new(),
+            rank: None,
+            below_floor,
+        };
+        let view = |below| SpaceView {
+            surveyed_at: std::time::SystemTime::UNIX_EPOCH,
+            me: 11,
+            members: vec![holder(11, below), holder(12, !below)],
+            foreign: Vec::new(),
+            unowned: Vec::new(),
+            floor: None,
+        };
+        space.surveyed(&view(true));
+        assert_eq!(value().as_deref(), Some("1"));
+        space.surveyed(&view(false));
+        assert_eq!(value().as_deref(), Some("0"));
     }
 
     #[test]

@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use plexsphere_leader_core::ConnId;
+use plexsphere_leader_core::rank::Version;
 use plexsphere_leader_core::shards::{MemberId, ShardEvent, Survey};
 
 use super::view::SpaceView;
 use crate::error::CheckError;
 use crate::operation;
-use crate::shard_sql::ShardSqlError;
+use crate::shard_sql::{ShardSqlError, standing};
 
 /// An answered survey: the view it shows and how long it took.
 pub(super) type Surveyed = Option<(SpaceView, Duration)>;
@@ -42,16 +43,27 @@ pub(super) fn unexpected(statement: &'static str, error: &ShardSqlError) -> Chec
     }
 }
 
-/// The completion of a survey of `conn` that answered `survey` (its holders named by `names`)
-/// in `took`: the event, and the view it shows with the time it took.
+/// The completion of a survey of `conn` that answered `survey` (its holders named by `names`,
+/// each with the [`Standing`](plexsphere_leader_core::shards::Standing) it published before
+/// its name, and the version `floor` it read) in `took`: the event, and the view it shows with
+/// the time it took.
 pub(super) fn surveyed(
     conn: ConnId,
     survey: Survey,
     names: &BTreeMap<MemberId, String>,
+    floor: Option<Version>,
     took: Duration,
 ) -> Completion {
+    let mut bare = BTreeMap::new();
+    let mut standings = Vec::new();
+    for (&member, text) in names {
+        let (standing, name) = standing::parse(text);
+        standings.push((member, standing));
+        bare.insert(member, name.to_owned());
+    }
+    let survey = survey.with_standings(standings).with_floor(floor);
     Completion {
-        extra: Some((SpaceView::of(&survey, names), took)),
+        extra: Some((SpaceView::of(&survey, &bare), took)),
         ..Completion::of(ShardEvent::Surveyed { conn, survey })
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::SystemTime;
 
+use plexsphere_leader_core::rank::{Rank, Version};
 use plexsphere_leader_core::shards::{MemberId, Shard, Survey};
 use plexsphere_leader_core::{TermEndCause, TermId};
 
@@ -60,6 +61,9 @@ pub struct SpaceView {
     pub foreign: Vec<Holder>,
     /// Shards nobody holds.
     pub unowned: Vec<u32>,
+    /// The version floor the survey read ([`ShardConfig::version_floor`](super::ShardConfig::version_floor)),
+    /// when it is on and one is recorded.
+    pub floor: Option<Version>,
 }
 
 impl SpaceView {
@@ -78,6 +82,8 @@ impl SpaceView {
             pid: pid.get(),
             name: names.get(&pid).cloned(),
             shards: holders.get(&pid.get()).cloned().unwrap_or_default(),
+            rank: survey.standing(pid).rank,
+            below_floor: survey.is_below_floor(pid),
         };
         let members: Vec<Holder> = survey.members().iter().map(|&m| holder(m)).collect();
         let foreign = holders
@@ -91,6 +97,7 @@ impl SpaceView {
             members,
             foreign,
             unowned,
+            floor: survey.floor(),
         }
     }
 }
@@ -100,10 +107,15 @@ impl SpaceView {
 pub struct Holder {
     /// Its backend pid.
     pub pid: i32,
-    /// Its `application_name`: the identity the replica registered with.
+    /// Its `application_name`: the identity the replica registered with (without the rank
+    /// published before it).
     pub name: Option<String>,
     /// The shards it holds, ascending.
     pub shards: Vec<u32>,
+    /// The rank it published ([`ShardConfig::version`](super::ShardConfig::version)), if any.
+    pub rank: Option<Rank>,
+    /// Whether it is below the version floor, and so owns no shard.
+    pub below_floor: bool,
 }
 
 /// A shard term that began or ended on this replica.

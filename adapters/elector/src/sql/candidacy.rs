@@ -47,10 +47,16 @@ pub fn floor_setup(table: &str) -> String {
     )
 }
 
-/// The floor's part of a survey, in `table`: a `WITH` entry (`floor_step AS (…)`, raising or
-/// setting the floor) when the step writes, and the row that reads it (`=<version>` and the
-/// server's unix milliseconds) when the floor is on.
-fn floor_parts(table: &str, key: LockKey, step: FloorStep) -> (Option<String>, String) {
+/// The floor of `key` in `table` after `step`, for a statement to read: a `WITH` entry
+/// (`floor_step AS (…)`, raising or setting the floor, durably with [`with`]) when the step
+/// writes, and the SQL expression of the floor's version text after it (`NULL` when none is
+/// recorded); `None` when the floor is off. Also the shard space's floor, under the key
+/// `(class, -1)` of its member lock.
+pub(crate) fn floor_step(
+    table: &str,
+    key: LockKey,
+    step: FloorStep,
+) -> Option<(Option<String>, String)> {
     let (c, o) = (key.class_id, key.obj_id);
     let written = |version: Version, only_newer: bool| {
         format!(
@@ -67,23 +73,32 @@ fn floor_parts(table: &str, key: LockKey, step: FloorStep) -> (Option<String>, S
         )
     };
     let recorded = format!("(SELECT version FROM {table} WHERE classid = {c} AND objid = {o})");
-    let read = |version: String| {
-        format!(
-            " UNION ALL SELECT concat('=', v), {NOW_MS} FROM (SELECT {version} AS v) floor \
-             WHERE v IS NOT NULL"
-        )
-    };
     let after_step = format!("coalesce((SELECT version FROM floor_step), {recorded})");
     match step {
-        FloorStep::Off => (None, String::new()),
-        FloorStep::Read => (None, read(recorded)),
-        FloorStep::Raise(version) => (Some(written(version, true)), read(after_step)),
-        FloorStep::Set(version) => (Some(written(version, false)), read(after_step)),
+        FloorStep::Off => None,
+        FloorStep::Read => Some((None, recorded)),
+        FloorStep::Raise(version) => Some((Some(written(version, true)), after_step)),
+        FloorStep::Set(version) => Some((Some(written(version, false)), after_step)),
+    }
+}
+
+/// The floor's part of a candidates' survey, in `table`: [`floor_step`]'s `WITH` entry, and
+/// the row that reads it (`=<version>` and the server's unix milliseconds) when the floor is on.
+fn floor_parts(table: &str, key: LockKey, step: FloorStep) -> (Option<String>, String) {
+    match floor_step(table, key, step) {
+        None => (None, String::new()),
+        Some((entry, version)) => (
+            entry,
+            format!(
+                " UNION ALL SELECT concat('=', v), {NOW_MS} FROM (SELECT {version} AS v) floor \
+                 WHERE v IS NOT NULL"
+            ),
+        ),
     }
 }
 
 /// `WITH` over `entries`, and the durable commit before it when the floor is written.
-fn with(entries: &[Option<String>], floor_written: bool) -> String {
+pub(crate) fn with(entries: &[Option<String>], floor_written: bool) -> String {
     let entries: Vec<&str> = entries.iter().flatten().map(String::as_str).collect();
     let durable = if floor_written { DURABLE_COMMIT } else { "" };
     if entries.is_empty() {

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::Mechanism;
+use crate::rank::FloorStep;
 
 impl<C> ShardedElection<C> {
     pub(super) fn mechanism(&self) -> Mechanism {
@@ -31,6 +32,7 @@ impl<C> ShardedElection<C> {
                 self.actions.push_back(ShardAction::RegisterMember {
                     conn,
                     ttl_ms: lease.ttl_millis(),
+                    floor: self.options.join_floor_step(),
                 });
             }
         }
@@ -67,18 +69,31 @@ impl<C> ShardedElection<C> {
             .map(|lease| sent_at + lease.trusted_for())
     }
 
+    /// What a survey does with the version floor: until a statement of the membership took
+    /// the join's step (`joined_floor`), the survey takes it, and later surveys read the floor.
+    /// A lease's registration takes it in its own transaction; an advisory member's join cannot
+    /// write (it must also run on a server in recovery, to refuse it), so its first survey does.
+    pub(super) fn survey_floor_step(&self, joined_floor: bool) -> FloorStep {
+        match self.options.join_floor_step() {
+            FloorStep::Off => FloorStep::Off,
+            step if !joined_floor => step,
+            _ => FloorStep::Read,
+        }
+    }
+
     /// The action of `op` on the member's `conn`.
-    pub(super) fn action_of(&self, conn: ConnId, op: Op) -> ShardAction<C> {
+    pub(super) fn action_of(&self, conn: ConnId, op: Op, joined_floor: bool) -> ShardAction<C> {
         let lock_timeout_ms = self.options.interval().half_millis();
         let lease = self.mechanism().lease();
+        let floor = self.survey_floor_step(joined_floor);
         match (op, lease) {
-            (Op::Survey, _) => ShardAction::Survey { conn },
+            (Op::Survey, _) => ShardAction::Survey { conn, floor },
             (Op::Renew(_), Some(lease)) => ShardAction::RenewMember {
                 conn,
                 ttl_ms: lease.ttl_millis(),
             },
             // A renewal is issued only for a lease; the advisory check is the survey.
-            (Op::Renew(_), None) => ShardAction::Survey { conn },
+            (Op::Renew(_), None) => ShardAction::Survey { conn, floor },
             (Op::Take(shards), Some(_)) => ShardAction::TakeLeases {
                 conn,
                 shards,

@@ -107,8 +107,9 @@ impl<C> ShardedElection<C> {
             return;
         };
         let conn = open.conn;
+        let joined_floor = open.joined_floor;
         open.busy = Some((op.clone(), deadline));
-        let action = self.action_of(conn, op);
+        let action = self.action_of(conn, op, joined_floor);
         self.actions.push_back(action);
     }
 }

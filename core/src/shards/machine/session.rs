@@ -97,6 +97,9 @@ impl<C> ShardedElection<C> {
             return Handled::Applied;
         }
         let trusted_until = self.trust_after(since);
+        // A lease's registration took the join's step on the floor; an advisory member's first
+        // survey takes it.
+        let joined_floor = self.mechanism().lease().is_some();
         let run = self.run();
         run.session = Session::Open(Open {
             conn,
@@ -105,6 +108,7 @@ impl<C> ShardedElection<C> {
             verified_at: now,
             busy: None,
             survey_due: true,
+            joined_floor,
             renew_due: false,
             release_held_off: false,
             trusted_until,

@@ -14,6 +14,7 @@ impl<C> ShardedElection<C> {
             return Handled::Ignored(Ignored::Unexpected);
         }
         open.busy = None;
+        open.joined_floor = true;
         let backend = open.backend;
         let joined_at = open.joined_at;
         if survey.backend() != backend {

@@ -25,7 +25,8 @@ fn member(count: u32, t0: Instant) -> Machine {
         drain(&mut m),
         vec![ShardAction::RegisterMember {
             conn: C1,
-            ttl_ms: 3000
+            ttl_ms: 3000,
+            floor: FloorStep::Off
         }]
     );
     m.handle_event(
@@ -42,7 +43,10 @@ fn member(count: u32, t0: Instant) -> Machine {
         drain(&mut m),
         vec![
             log(ShardLogKind::Joined, 0),
-            ShardAction::Survey { conn: C1 }
+            ShardAction::Survey {
+                conn: C1,
+                floor: FloorStep::Off
+            }
         ],
         "no session to detach"
     );
@@ -141,7 +145,13 @@ fn a_settled_member_renews_every_interval_and_surveys_only_when_the_members_chan
         let unchanged = renewed(&mut m, t0 + n * I, &[ME, OTHER]);
         // The first renewal found the members the registration saw; none surveys again.
         if n == 1 {
-            assert_eq!(unchanged, vec![ShardAction::Survey { conn: C1 }]);
+            assert_eq!(
+                unchanged,
+                vec![ShardAction::Survey {
+                    conn: C1,
+                    floor: FloorStep::Off
+                }]
+            );
             m.handle_event(
                 t0 + I,
                 ShardEvent::Surveyed {
@@ -165,7 +175,10 @@ fn a_settled_member_renews_every_interval_and_surveys_only_when_the_members_chan
     let third = MemberId::new(300);
     assert_eq!(
         renewed(&mut m, t0 + 4 * I, &[ME, OTHER, third]),
-        vec![ShardAction::Survey { conn: C1 }]
+        vec![ShardAction::Survey {
+            conn: C1,
+            floor: FloorStep::Off
+        }]
     );
 }
 
@@ -178,7 +191,10 @@ fn an_unsettled_member_surveys_after_every_renewal_until_it_reaches_its_cap() {
     drain(&mut m);
     assert_eq!(
         renewed(&mut m, t0 + I, &[ME, OTHER]),
-        vec![ShardAction::Survey { conn: C1 }]
+        vec![ShardAction::Survey {
+            conn: C1,
+            floor: FloorStep::Off
+        }]
     );
     m.handle_event(
         t0 + I,
@@ -192,7 +208,10 @@ fn an_unsettled_member_surveys_after_every_renewal_until_it_reaches_its_cap() {
     drain(&mut m);
     assert_eq!(
         renewed(&mut m, t0 + 2 * I, &[ME, OTHER]),
-        vec![ShardAction::Survey { conn: C1 }],
+        vec![ShardAction::Survey {
+            conn: C1,
+            floor: FloorStep::Off
+        }],
         "below its cap: it surveys again"
     );
     m.handle_event(
@@ -249,7 +268,8 @@ fn a_renewal_that_renewed_nothing_loses_every_shard_and_a_new_member_registers()
         drain(&mut m),
         vec![ShardAction::RegisterMember {
             conn: ConnId::new(2),
-            ttl_ms: 3000
+            ttl_ms: 3000,
+            floor: FloorStep::Off
         }]
     );
 }
@@ -352,7 +372,10 @@ fn a_failed_take_costs_nothing_and_an_unanswered_one_loses_every_shard() {
     drain(&mut m);
     assert_eq!(
         renewed(&mut m, t0 + I, &[ME, OTHER]),
-        vec![ShardAction::Survey { conn: C1 }]
+        vec![ShardAction::Survey {
+            conn: C1,
+            floor: FloorStep::Off
+        }]
     );
     m.handle_event(
         t0 + I,

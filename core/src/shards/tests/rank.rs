@@ -207,3 +207,83 @@ fn a_survey_below_the_floor_says_so_once_and_the_replica_gives_every_shard_up() 
     );
     assert!(!m.is_below_floor());
 }
+
+#[test]
+fn the_join_takes_its_floor_step_once_in_the_first_survey_or_the_lease_registration() {
+    let t0 = Instant::now();
+    let floor = options(4)
+        .preference(Rank::of_version(NEW))
+        .version_floor(true);
+    // Advisory: the join cannot write (it refuses a server in recovery); its first survey does.
+    let mut advisory = Machine::new(floor);
+    advisory.start(t0).expect("not running");
+    drain(&mut advisory);
+    advisory.handle_event(t0, ShardEvent::Acquired { conn: C1 });
+    let register = drain(&mut advisory);
+    assert!(matches!(register[..], [ShardAction::Register { .. }]));
+    advisory.handle_event(
+        t0,
+        ShardEvent::Registered {
+            conn: C1,
+            backend: ME,
+            granted: true,
+            lock_capacity: 6400,
+            members: 1,
+        },
+    );
+    let first = drain(&mut advisory);
+    assert!(first.contains(&ShardAction::Survey {
+        conn: C1,
+        floor: FloorStep::Raise(NEW)
+    }));
+    let answer = ranked(survey(4, &[(ME, true, vec![])]), &[(ME, at(NEW))]).with_floor(Some(NEW));
+    advisory.handle_event(
+        t0,
+        ShardEvent::Surveyed {
+            conn: C1,
+            survey: answer,
+        },
+    );
+    drain(&mut advisory);
+    advisory.handle_timeout(t0 + I);
+    let next = drain(&mut advisory);
+    assert!(
+        next.contains(&ShardAction::Survey {
+            conn: C1,
+            floor: FloorStep::Read
+        }),
+        "{next:?}"
+    );
+    // Lease: the registration's own transaction raises it, and every survey reads it.
+    let lease = floor.mechanism(crate::Mechanism::Lease(crate::Lease::default_for(
+        CheckInterval::new(I).expect("valid"),
+    )));
+    let mut member = Machine::new(lease);
+    member.start(t0).expect("not running");
+    assert_eq!(
+        drain(&mut member),
+        vec![ShardAction::RegisterMember {
+            conn: C1,
+            ttl_ms: 3000,
+            floor: FloorStep::Raise(NEW)
+        }]
+    );
+    member.handle_event(
+        t0,
+        ShardEvent::Registered {
+            conn: C1,
+            backend: ME,
+            granted: true,
+            lock_capacity: u64::MAX,
+            members: 1,
+        },
+    );
+    let first = drain(&mut member);
+    assert!(
+        first.contains(&ShardAction::Survey {
+            conn: C1,
+            floor: FloorStep::Read
+        }),
+        "{first:?}"
+    );
+}

@@ -34,7 +34,7 @@ impl Driver for Sharded {
                 Some(ShardEvent::Acquired { conn })
             }
             ShardAction::Register { conn, .. }
-            | ShardAction::Survey { conn }
+            | ShardAction::Survey { conn, .. }
             | ShardAction::Take { conn, .. }
             | ShardAction::AdvanceEpochs { conn, .. }
             | ShardAction::Unlock { conn, .. }

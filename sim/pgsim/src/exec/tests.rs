@@ -889,13 +889,19 @@ mod shard_lease_statements {
         lease::setup(SCHEMA)
     }
     pub(super) fn register(holder: &str) -> String {
-        lease::register(SCHEMA, 5, holder, 300)
+        lease::register(
+            SCHEMA,
+            5,
+            holder,
+            300,
+            plexsphere_leader::rank::FloorStep::Off,
+        )
     }
     pub(super) fn renew(member: i32, holder: &str) -> String {
         lease::renew(SCHEMA, 5, MemberId::new(member), holder, 300)
     }
     pub(super) fn survey() -> String {
-        lease::survey(SCHEMA, 5, 4)
+        lease::survey(SCHEMA, 5, 4, plexsphere_leader::rank::FloorStep::Off)
     }
     fn shards(list: &[u32]) -> Vec<Shard> {
         list.iter().copied().map(Shard::new).collect()

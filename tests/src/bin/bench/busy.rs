@@ -104,7 +104,11 @@ pub(crate) async fn run(options: Options) -> Result<(), BoxError> {
         .await?;
         let survey = measure(
             member,
-            &shard_sql::survey(SHARD_CLASS, options.shards),
+            &shard_sql::survey(
+                SHARD_CLASS,
+                options.shards,
+                plexsphere_leader::rank::FloorStep::Off,
+            ),
             options.statements,
         )
         .await?;

@@ -199,8 +199,17 @@ impl Space {
     /// The survey statement of the space (from a session that is no member).
     fn survey(self) -> String {
         match self.mechanism {
-            Mechanism::Advisory => shard_sql::survey(DEFAULT_SHARD_CLASS, self.shards),
-            Mechanism::Lease => lease::survey(DEFAULT_SCHEMA, DEFAULT_SHARD_CLASS, self.shards),
+            Mechanism::Advisory => shard_sql::survey(
+                DEFAULT_SHARD_CLASS,
+                self.shards,
+                plexsphere_leader::rank::FloorStep::Off,
+            ),
+            Mechanism::Lease => lease::survey(
+                DEFAULT_SCHEMA,
+                DEFAULT_SHARD_CLASS,
+                self.shards,
+                plexsphere_leader::rank::FloorStep::Off,
+            ),
         }
     }
 
@@ -532,7 +541,13 @@ async fn grant_times(db: &TestDb, options: &Options, n: u32) -> Result<Vec<Durat
         }
         Mechanism::Lease => {
             let ttl_ms = u32::try_from(SETTLE_TIMEOUT.as_millis())?;
-            let register = lease::register(DEFAULT_SCHEMA, SCRATCH_CLASS, "plx-harness 0", ttl_ms);
+            let register = lease::register(
+                DEFAULT_SCHEMA,
+                SCRATCH_CLASS,
+                "plx-harness 0",
+                ttl_ms,
+                plexsphere_leader::rank::FloorStep::Off,
+            );
             let rows = plexsphere_leader_tests::simple_rows(db.admin(), &register).await?;
             let member = lease::parse_registered(&rows)?.member;
             let timeout_ms = u32::try_from(options.interval.as_millis())?;
