@@ -927,10 +927,12 @@ fn data_rows(lines: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// A server with a lease shard space's setup run (twice), and sessions a and b.
+/// A server with a lease shard space's setup run (twice), and sessions a and b: the member
+/// sequence, the member, owner, fence and version floor tables.
 fn shard_lease_server() -> (State, i32, i32) {
     let creates = [
         "C CREATE SEQUENCE",
+        "C CREATE TABLE",
         "C CREATE TABLE",
         "C CREATE TABLE",
         "C CREATE TABLE",
