@@ -113,8 +113,8 @@ impl Config {
     }
 
     crate::config::common_setters! {
-    /// Ranks this replica by its release number (`"1.4.2"`, `"v2.0.0-rc.1"`; see
-         /// [`Version`]), so that a rolling deploy moves
+         /// Ranks this replica by its release number (`"1.4.2"`, `"v2.0.0-rc.1"`; see
+         /// [`Version`](crate::rank::Version)), so that a rolling deploy moves
          /// leadership once, to the newest version: a standby publishes its rank and defers while a
          /// better-ranked replica is a live candidate, and the leader yields
          /// ([`TermEndCause::Yielded`](crate::TermEndCause::Yielded)) once the best candidate
