@@ -113,35 +113,35 @@ impl Config {
     }
 
     crate::config::common_setters! {
-         /// Ranks this replica by its release number (`"1.4.2"`, `"v2.0.0-rc.1"`; see
-         /// [`Version`](crate::rank::Version)), so that a rolling deploy moves
-         /// leadership once, to the newest version: a standby publishes its rank and defers while a
-         /// better-ranked replica is a live candidate, and the leader yields
-         /// ([`TermEndCause::Yielded`](crate::TermEndCause::Yielded)) once the best candidate
-         /// outranks it and has been live for the [window](Config::preempt_window), by its ordered
-         /// stop: the queued grant goes to that candidate. Replicas of equal rank never yield to one
-         /// another; unset (and no [`priority`](Config::priority)), nothing is published or read
-         /// and the election behaves as without ranks. With the advisory lock the candidacy is
-         /// published in the standby's `application_name` (read from `pg_stat_activity`: replicas
-         /// of one role see each other); with a lease, in the unlogged table
-         /// `plexsphere_leader_candidate` that [`lease::setup`](crate::lease::setup) creates.
-         /// Validated by [`Elector::new`](crate::Elector::new) ([`ConfigError::Version`]).
-         version(version: impl Into<String>) => version = Some(version.into());
-         /// The operator's priority in the rank ([`Config::version`]): a higher priority is
-         /// preferred whatever the versions (default 0). Setting it alone ranks this replica with
-         /// version 0.
-         priority(priority: u32) => priority = Some(priority);
-         /// The version floor (opt-in, with [`Config::version`]): every leader records its version as
-         /// the floor when it is newer, and a replica older than the floor never leads (it says so
-         /// once at WARN with both versions, and [`Elector::is_below_version_floor`](crate::Elector::is_below_version_floor)
-         /// answers yes), so a rollback cannot elect an older binary by accident. The table must
-         /// exist ([`floor`](crate::floor)). Validated by [`Elector::new`](crate::Elector::new): a
-         /// floor needs a version ([`ConfigError::FloorWithoutVersion`]).
-         version_floor(on: bool) => version_floor = on;
-         /// A deliberate rollback: with the [floor](Config::version_floor) on, this replica leads
-         /// even though a newer version has led, and its leader sets the floor to its own version.
-         below_version_floor(allowed: bool) => below_version_floor = allowed;
-     }
+        /// Ranks this replica by its release number (`"1.4.2"`, `"v2.0.0-rc.1"`; see
+        /// [`Version`](crate::rank::Version)), so that a rolling deploy moves
+        /// leadership once, to the newest version: a standby publishes its rank and defers while a
+        /// better-ranked replica is a live candidate, and the leader yields
+        /// ([`TermEndCause::Yielded`](crate::TermEndCause::Yielded)) once the best candidate
+        /// outranks it and has been live for the [window](Config::preempt_window), by its ordered
+        /// stop: the queued grant goes to that candidate. Replicas of equal rank never yield to one
+        /// another; unset (and no [`priority`](Config::priority)), nothing is published or read
+        /// and the election behaves as without ranks. With the advisory lock the candidacy is
+        /// published in the standby's `application_name` (read from `pg_stat_activity`: replicas
+        /// of one role see each other); with a lease, in the unlogged table
+        /// `plexsphere_leader_candidate` that [`lease::setup`](crate::lease::setup) creates.
+        /// Validated by [`Elector::new`](crate::Elector::new) ([`ConfigError::Version`]).
+        version(version: impl Into<String>) => version = Some(version.into());
+        /// The operator's priority in the rank ([`Config::version`]): a higher priority is
+        /// preferred whatever the versions (default 0). Setting it alone ranks this replica with
+        /// version 0.
+        priority(priority: u32) => priority = Some(priority);
+        /// The version floor (opt-in, with [`Config::version`]): every leader records its version as
+        /// the floor when it is newer, and a replica older than the floor never leads (it says so
+        /// once at WARN with both versions, and [`Elector::is_below_version_floor`](crate::Elector::is_below_version_floor)
+        /// answers yes), so a rollback cannot elect an older binary by accident. The table must
+        /// exist ([`floor`](crate::floor)). Validated by [`Elector::new`](crate::Elector::new): a
+        /// floor needs a version ([`ConfigError::FloorWithoutVersion`]).
+        version_floor(on: bool) => version_floor = on;
+        /// A deliberate rollback: with the [floor](Config::version_floor) on, this replica leads
+        /// even though a newer version has led, and its leader sets the floor to its own version.
+        below_version_floor(allowed: bool) => below_version_floor = allowed;
+    }
 
     /// The stabilization window of a ranked election ([`Config::version`]): a better candidate
     /// must have been live this long before the leader yields to it, and a leader leads at
