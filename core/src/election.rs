@@ -434,7 +434,7 @@ impl<C> Election<C> {
             }
             Event::LockGranted { conn, backend_pid } => self.on_granted(now, conn, backend_pid),
             Event::LockRefused { conn } => self.on_refused(now, conn),
-            Event::LockWaitTimedOut { conn } => self.on_wait_timed_out(now, conn),
+            Event::LockWaitTimedOut { conn } => self.on_wait_timed_out(conn),
             Event::LockHeldBySession {
                 conn,
                 checked_secs_ago,

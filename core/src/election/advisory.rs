@@ -64,10 +64,14 @@ impl<C> Election<C> {
         }
     }
 
-    /// Tries the lock (poll mode) or queues for it (queue mode) on the borrowed `conn`.
+    /// Tries the lock (poll mode) or queues for it (queue mode) on the borrowed `conn`. A
+    /// standby past its defer limit only tries: it attempts so that a better candidate that
+    /// cannot lead leaves nobody without a leader, and a free lock is all it must catch; queued,
+    /// it would win a release meant for the better candidate.
     pub(super) fn try_lock_on(&mut self, now: Instant, conn: ConnId, after_stranded: bool) {
         match self.options.acquire_mode() {
             AcquireMode::Poll => self.push(Action::TryLock { conn }),
+            AcquireMode::Queue if self.past_defer_limit() => self.push(Action::TryLock { conn }),
             AcquireMode::Queue => self.push(Action::WaitForLock {
                 conn,
                 lock_timeout_ms: self.options.lock_timeout_millis(),
@@ -202,7 +206,7 @@ impl<C> Election<C> {
     /// The server's `lock_timeout` ended a queued wait: the lock may have been granted at that
     /// instant anyway, so it is released on the same session, if held, before the connection
     /// goes back to the pool; the grant statement's deadline still bounds it.
-    pub(super) fn on_wait_timed_out(&mut self, now: Instant, conn: ConnId) {
+    pub(super) fn on_wait_timed_out(&mut self, conn: ConnId) {
         let State::Running(Running {
             role: Role::Standby(Standby::TryingLock { deadline, .. }),
             ..
@@ -211,8 +215,6 @@ impl<C> Election<C> {
             return;
         };
         let deadline = *deadline;
-        // Another session held the lock for the whole wait.
-        self.held_by_another(now);
         self.push(Action::ReleaseIfHeld { conn });
         self.set_role(Role::Standby(Standby::ReleasingIfHeld {
             conn,

@@ -238,6 +238,12 @@ impl<C> Election<C> {
         let Some(deferral) = running.deferral.as_mut() else {
             return;
         };
+        // The limit counts while the candidate deferred to has been live: one that restarted
+        // (a candidacy younger than the deferral) may still take over, so it gets the whole
+        // limit again, and a standby past it does not queue ahead of its first attempts.
+        if let Some(live_since) = now.checked_sub(best.live_for) {
+            deferral.since = deferral.since.max(live_since);
+        }
         let since = deferral.since;
         let outranked = || Some(Cause::Outranked { by: best, mine });
         let deferred_for = now.saturating_duration_since(since);
@@ -272,6 +278,17 @@ impl<C> Election<C> {
             // `over` is recomputed by the next survey, before anything reads it again.
             deferral.since = now;
         }
+    }
+
+    /// Whether this standby's last survey found a better candidate and its defer limit past.
+    pub(super) fn past_defer_limit(&self) -> bool {
+        matches!(
+            &self.state,
+            State::Running(Running {
+                deferral: Some(Deferral { over: true, .. }),
+                ..
+            })
+        )
     }
 
     /// The rank of the candidate this standby defers to, while it defers.

@@ -32,6 +32,12 @@ fn surveyed(conn: ConnId, candidates: Vec<Candidate>) -> E {
     }
 }
 
+/// A better candidate that has been live for an hour without taking over (the case the defer
+/// limit exists for): the limit counts from the deferral's start.
+fn stuck_candidate() -> Candidate {
+    candidate("1.5.0", 3_600_000)
+}
+
 fn outranked(by: Candidate, mine: &str) -> Option<Cause<&'static str>> {
     Some(Cause::Outranked {
         by,
@@ -122,7 +128,7 @@ fn a_standby_with_no_better_candidate_tries_the_lock_on_the_surveyed_connection(
 #[test]
 fn a_standby_defers_to_a_better_candidate_saying_so_once_until_the_defer_limit() {
     let mut f = surveying_standby("1.4.0");
-    let better = candidate("1.5.0", 100);
+    let better = stuck_candidate();
     f.event(4, surveyed(C1, vec![better, candidate("1.4.0", 1)]));
     assert_eq!(
         f.drain(),
@@ -166,6 +172,41 @@ fn a_standby_defers_to_a_better_candidate_saying_so_once_until_the_defer_limit()
     assert_eq!(f.election.deferring_to(f.at(at + 4)), None);
     assert_eq!(LogKind::DeferLimitReached.level(), Level::Warn);
     assert_eq!(LogKind::Deferring.level(), Level::Info);
+}
+
+#[test]
+fn a_candidate_that_restarted_gets_the_whole_defer_limit_again() {
+    // W + 2 I = 20 s; the deferral begins at 4 ms, to a candidate live for 1 s.
+    let limit = WMS + 2 * IMS;
+    let mut f = surveying_standby("1.4.0");
+    f.event(4, surveyed(C1, vec![candidate("1.5.0", 1_000)]));
+    f.drain();
+    // At 3 I its survey finds the same rank live for 2 ms only: the candidate restarted at
+    // 3 I - 2 ms, and the limit now counts from there.
+    let restart = 3 * IMS - 2;
+    let mut conn = 1;
+    let mut at = IMS;
+    while at <= restart + limit {
+        conn += 1;
+        let c = ConnId::new(conn);
+        f.timeout(at);
+        f.drain();
+        f.event(at + 1, E::ConnectionAcquired { conn: c });
+        f.drain();
+        let live = if at < 3 * IMS {
+            1_000 + at - 4
+        } else {
+            at + 2 - restart
+        };
+        f.event(at + 2, surveyed(c, vec![candidate("1.5.0", live)]));
+        let actions = f.drain();
+        let deferred = actions == vec![A::ReturnToPool { conn: c }];
+        // Without the restart the limit would pass at 4 ms + 20 s.
+        assert_eq!(deferred, at + 2 < restart + limit, "at {at}: {actions:?}");
+        let until = f.election.deferring_to(f.at(at + 2));
+        assert_eq!(until.is_some(), deferred, "at {at}");
+        at += IMS;
+    }
 }
 
 #[test]
@@ -752,7 +793,7 @@ fn a_leader_granted_below_a_floor_raised_meanwhile_yields_at_its_first_survey() 
 #[test]
 fn an_attempt_past_the_defer_limit_refused_by_a_leader_begins_the_deferral_anew() {
     let mut f = surveying_standby("1.4.0");
-    let better = candidate("1.5.0", 100);
+    let better = stuck_candidate();
     f.event(4, surveyed(C1, vec![better]));
     f.drain();
     // Checks every interval, deferring, until the limit (W + 2 I = 20 s) has passed.
@@ -787,12 +828,12 @@ fn an_attempt_past_the_defer_limit_refused_by_a_leader_begins_the_deferral_anew(
 }
 
 #[test]
-fn a_queued_attempt_past_the_defer_limit_that_waited_in_vain_begins_the_deferral_anew() {
+fn in_queue_mode_an_attempt_past_the_defer_limit_only_tries_and_a_refusal_defers_anew() {
     let options = ranked("1.4.0").acquire(AcquireMode::Queue);
     let mut f = Fixture::started_with(options);
     f.event(3, E::ConnectionAcquired { conn: C1 });
     f.drain();
-    let better = candidate("1.5.0", 100);
+    let better = stuck_candidate();
     f.event(4, surveyed(C1, vec![better]));
     f.drain();
     let mut conn = 1;
@@ -807,24 +848,41 @@ fn a_queued_attempt_past_the_defer_limit_that_waited_in_vain_begins_the_deferral
         f.event(at + 1, E::ConnectionAcquired { conn: c });
         f.drain();
         f.event(at + 2, surveyed(c, vec![better]));
-        if f.drain()
-            .iter()
-            .any(|a| matches!(a, A::WaitForLock { conn, .. } if *conn == c))
-        {
+        let actions = f.drain();
+        // Queued, it would win the release meant for the better candidate: it only tries.
+        assert!(
+            !actions.iter().any(|a| matches!(a, A::WaitForLock { .. })),
+            "queued past the limit: {actions:?}"
+        );
+        if actions.contains(&A::TryLock { conn: c }) {
             break c;
         }
         at += IMS;
     };
-    f.event(at + 3, E::LockWaitTimedOut { conn: attempt });
-    assert_eq!(f.drain(), vec![A::ReleaseIfHeld { conn: attempt }]);
+    f.event(at + 3, E::LockRefused { conn: attempt });
+    assert_eq!(f.drain(), vec![A::ReturnToPool { conn: attempt }]);
     assert_eq!(f.election.deferring_to(f.at(at + 3)), Some(rank("1.5.0")));
+    // With no better candidate it queues again.
+    let c = ConnId::new(conn + 1);
+    f.timeout(at + IMS);
+    f.drain();
+    f.event(at + IMS + 1, E::ConnectionAcquired { conn: c });
+    f.drain();
+    f.event(at + IMS + 2, surveyed(c, vec![]));
+    assert_eq!(
+        f.drain(),
+        vec![A::WaitForLock {
+            conn: c,
+            lock_timeout_ms: f.election.options().lock_timeout_millis()
+        }]
+    );
 }
 
 /// A standby deferring since 4 ms to a better candidate, through its checks at I, 2 I, 3 I;
 /// at 4 I its connection came (conn 5) and the survey is in flight; the candidate.
 fn deferring_until_the_fourth_check() -> (Fixture, Candidate) {
     let mut f = surveying_standby("1.4.0");
-    let better = candidate("1.5.0", 100);
+    let better = stuck_candidate();
     f.event(4, surveyed(C1, vec![better]));
     f.drain();
     for check in 1..=4 {
