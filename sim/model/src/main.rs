@@ -1,4 +1,4 @@
-//! `cargo run --release -p plexsphere-leader-model`: the CI-size check of the four models, one
+//! `cargo run --release -p plexsphere-leader-model`: the CI-size check of the six models, one
 //! summary line per model last, exiting non-zero on a violation or an undiscovered "sometimes".
 
 use std::process::ExitCode;
@@ -27,7 +27,8 @@ struct Args {
     /// Give up a model after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
-    /// Only these models (advisory, lease, sharded, sharded-lease); all by default.
+    /// Only these models (advisory, lease, advisory-ranked, lease-ranked, sharded,
+    /// sharded-lease); all by default.
     #[arg(long, value_delimiter = ',')]
     models: Vec<String>,
     /// Print the example path of each "sometimes" property too.
@@ -56,6 +57,8 @@ enum Acquire {
 /// The CI size of each model: (depth, faults).
 const ADVISORY: (usize, u8) = (20, 2);
 const LEASE: (usize, u8) = (24, 2);
+const ADVISORY_RANKED: (usize, u8) = (42, 1);
+const LEASE_RANKED: (usize, u8) = (48, 1);
 const SHARDED: (usize, u8) = (50, 1);
 const SHARDED_LEASE: (usize, u8) = (80, 1);
 
@@ -63,11 +66,22 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let wanted = |name: &str| args.models.is_empty() || args.models.iter().any(|m| m == name);
     let mut outcomes = Vec::new();
-    for (name, mechanism, size) in [
-        ("advisory", Mechanism::Advisory, ADVISORY),
-        ("lease", Mechanism::Lease, LEASE),
+    for (name, mechanism, ranked, size) in [
+        ("advisory", Mechanism::Advisory, false, ADVISORY),
+        ("lease", Mechanism::Lease, false, LEASE),
+        (
+            "advisory-ranked",
+            Mechanism::Advisory,
+            true,
+            ADVISORY_RANKED,
+        ),
+        ("lease-ranked", Mechanism::Lease, true, LEASE_RANKED),
     ] {
-        let mut model = ElectionModel::single(mechanism);
+        let mut model = if ranked {
+            ElectionModel::ranked(mechanism)
+        } else {
+            ElectionModel::single(mechanism)
+        };
         if mechanism == Mechanism::Advisory && args.acquire == Acquire::Poll {
             model = model.with_acquire(AcquireMode::Poll);
         }

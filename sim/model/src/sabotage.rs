@@ -37,6 +37,10 @@ pub enum Sabotage {
     /// `keep-shards-on-failed-survey`): a replica whose session ended keeps believing it owns
     /// its shards.
     StaleSurvey,
+    /// Ranked models: a standby's survey answers no candidate (the simulation's
+    /// `never-defer`): a worse-ranked standby never defers, queues ahead of the better one,
+    /// and wins the release of the leader's yield.
+    NeverDefer,
     /// Sharded lease model: the take ignores the live members' owner rows (the simulation's
     /// `take-live-shards`): it owns every shard asked for that is not its own already.
     TakeIgnoresLiveMembers,

@@ -61,3 +61,30 @@ fn the_sharded_model_keeps_its_properties() {
 fn the_sharded_lease_model_keeps_its_properties() {
     check("sharded-lease", ElectionModel::sharded_lease());
 }
+
+/// The ranked models without faults, deep enough for the rollout's one move: the new version
+/// comes up, the old leader yields to it after the window, and no other replica leads between.
+#[test]
+fn the_ranked_models_preempt_once_to_the_new_version() {
+    for (name, mechanism) in [
+        ("advisory-ranked", Mechanism::Advisory),
+        ("lease-ranked", Mechanism::Lease),
+    ] {
+        let model = ElectionModel::ranked(mechanism).with_faults(0);
+        let settings = Settings {
+            timeout: Duration::from_secs(300),
+            ..Settings::new(48)
+        };
+        let outcome = check::run(name, model, settings);
+        assert!(
+            outcome.figures.violated.is_empty(),
+            "{name}: {:?}",
+            outcome.figures.violated
+        );
+        let undiscovered = &outcome.figures.undiscovered;
+        assert!(
+            !undiscovered.contains(&"preempted by a better-ranked replica"),
+            "{name}: {undiscovered:?}"
+        );
+    }
+}

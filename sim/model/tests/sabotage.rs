@@ -104,6 +104,16 @@ fn a_grant_without_idle_session_timeout_leaves_nobody_leading() {
     );
 }
 
+/// A worse-ranked standby that never defers queues ahead of the new version and wins the old
+/// leader's yield: the ranked model's own property fails (without faults; the rollout takes
+/// more than 12 steps, about 30).
+#[test]
+fn a_standby_that_never_defers_takes_the_yield_meant_for_the_better_candidate() {
+    let model = ElectionModel::ranked(Mechanism::Advisory).with_faults(0);
+    let property = "a yield goes to a better-ranked replica";
+    found_within(model, Sabotage::NeverDefer, &[property], 48);
+}
+
 /// The sharded model can fail too: a replica whose session was terminated keeps its shards on
 /// stale surveys while the others take them. Two replicas, so that the sharded space (whose
 /// rounds take more steps) fits a short check in a debug build.

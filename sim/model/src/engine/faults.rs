@@ -39,7 +39,7 @@ impl<M: Mode> World<'_, M> {
             }
         }
         let replica = &mut self.s.replicas[r];
-        replica.machine = self.model.mode.machine();
+        replica.machine = self.model.mode.restarted(&replica.machine);
         replica.run += 1;
         replica.paused = false;
         replica.lock_conn = None;

@@ -65,8 +65,11 @@ pub trait Parts: Copy + Debug + Eq + Hash + Send + Sync + Sized + 'static {
     /// server late.
     fn stragglers(&self) -> bool;
 
-    /// A fresh machine, as a replica's process starts it.
-    fn machine(&self) -> Self::Machine;
+    /// A fresh machine for replica `replica` of the initial state, as its process starts it
+    /// (a ranked model's replicas differ in their rank).
+    fn machine(&self, replica: usize) -> Self::Machine;
+    /// The fresh machine a crashed replica's process restarts with: `old`'s options.
+    fn restarted(&self, old: &Self::Machine) -> Self::Machine;
     /// The check interval.
     fn interval(&self) -> CheckInterval;
     /// The server's lock table at the start.

@@ -129,7 +129,7 @@ impl<M: Mode> ElectionModel<M> {
         let replicas = (0..self.replicas)
             .map(|r| Replica {
                 name: Name(u8::try_from(r).unwrap_or(u8::MAX)),
-                machine: self.mode.machine(),
+                machine: self.mode.machine(r),
                 local: 0,
                 rate: M::Rate::held(
                     self.rates

@@ -86,6 +86,9 @@ pub enum Broken {
     StaleWriteAccepted,
     /// A lock, a lease or a shard was released while its holder's term was open.
     ReleasedWhileLeading,
+    /// A ranked leader yielded with no better-ranked replica, or (no fault since) its yield
+    /// let a replica not better-ranked than it begin the next term.
+    YieldMisdirected,
 }
 
 /// "Sometimes" discoveries, as bits.
@@ -102,6 +105,8 @@ pub mod seen {
     pub const HANDOVER: u8 = 16;
     /// Every shard was owned at once.
     pub const ALL_OWNED: u8 = 32;
+    /// A term began on another replica after a ranked leader yielded to it.
+    pub const PREEMPTED: u8 = 64;
 }
 
 /// The model's state.

@@ -146,7 +146,11 @@ impl Parts for Sharded {
         self.lease().is_some()
     }
 
-    fn machine(&self) -> ShardedElection<Cause> {
+    fn machine(&self, _replica: usize) -> ShardedElection<Cause> {
+        ShardedElection::new(self.options)
+    }
+
+    fn restarted(&self, _old: &ShardedElection<Cause>) -> ShardedElection<Cause> {
         ShardedElection::new(self.options)
     }
 

@@ -1,24 +1,37 @@
 //! The server runs a statement: the grant (try or queued), the release, the fence, the leader's
 //! check, and the lease's claim, renewal and release. Each answers as PostgreSQL would.
 
+use std::time::Duration;
+
+use plexsphere_leader_core::rank::Candidate;
 use plexsphere_leader_core::{Action, Event, LockCheck};
 
-use super::Single;
-use super::locks::{Row, Waiter};
+use super::locks::{Candidacy, Row, Waiter};
 use super::perform::grant_next;
+use super::{Mechanism, Single};
 use crate::clock::Micros;
 use crate::engine::{Broken, Cause, World};
 use crate::sabotage::Sabotage;
 use crate::server::Sess;
 
+/// How many intervals a candidacy stays live after its last survey (the adapter's
+/// `sql::candidacy::LIVE_INTERVALS`).
+const LIVE_INTERVALS: u64 = 2;
+
 impl World<'_, Single> {
     /// The server runs `action` of `owner` now; `None` when it answers later (a queued wait).
     pub(super) fn execute(&mut self, owner: Sess, action: &Action<Cause>) -> Option<Event<Cause>> {
         let conn = owner.conn;
-        let needs_session = !matches!(
-            action,
-            Action::ClaimLease { .. } | Action::RenewLease { .. } | Action::ReleaseLease { .. }
-        );
+        let lease = self.model.mode.mechanism == Mechanism::Lease;
+        // The lease's statements (its survey too) run on any pooled session.
+        let sessionless = match action {
+            Action::ClaimLease { .. } | Action::RenewLease { .. } | Action::ReleaseLease { .. } => {
+                true
+            }
+            Action::SurveyCandidates { .. } => lease,
+            _ => false,
+        };
+        let needs_session = !sessionless;
         if needs_session && !self.s.server.is_open(owner) {
             return Some(failure(action, "connection closed"));
         }
@@ -57,6 +70,7 @@ impl World<'_, Single> {
                 }
                 Some(Event::UnlockDone { conn, released })
             }
+            Action::SurveyCandidates { publish, .. } => Some(self.survey(owner, publish)),
             Action::ClaimLease { ttl_ms, .. } => Some(self.claim(owner, ttl_ms)),
             Action::RenewLease { epoch, ttl_ms, .. } => Some(self.renew(owner, epoch, ttl_ms)),
             Action::ReleaseLease { epoch, .. } => {
@@ -144,6 +158,51 @@ impl World<'_, Single> {
         }
     }
 
+    /// The candidates' survey, as `sql::candidacy` writes it: publishes `publish` (a
+    /// standby's) for `owner` (in its session's `application_name` with the advisory lock, in
+    /// its run's row with a lease), then answers every other candidacy last published at most
+    /// [`LIVE_INTERVALS`] intervals ago, with how long it has been live. The floor is off.
+    fn survey(&mut self, owner: Sess, publish: Option<Candidate>) -> Event<Cause> {
+        let now = self.s.now;
+        let live = LIVE_INTERVALS * self.model.interval();
+        let advisory = self.model.mode.mechanism == Mechanism::Advisory;
+        // The advisory lock's candidacy is the session's; the lease's row is the run's.
+        let same = move |a: Sess, b: Sess| {
+            if advisory {
+                a == b
+            } else {
+                (a.replica, a.run) == (b.replica, b.run)
+            }
+        };
+        let candidates = &mut self.s.server.locks.candidates;
+        // What no survey would answer again is forgotten (a smaller state, the same answers).
+        candidates.retain(|c| c.seen + live >= now && !(publish.is_some() && same(c.owner, owner)));
+        if let Some(mine) = publish {
+            let candidacy = Candidacy {
+                owner,
+                rank: mine.rank,
+                seen: now,
+                age: crate::clock::us(mine.live_for),
+            };
+            let at = candidates.partition_point(|c| c.owner < owner);
+            candidates.insert(at, candidacy);
+        }
+        let hidden = publish.is_some() && self.model.sabotage == Sabotage::NeverDefer;
+        let candidates = candidates
+            .iter()
+            .filter(|c| !same(c.owner, owner) && !hidden)
+            .map(|c| Candidate {
+                rank: c.rank,
+                live_for: Duration::from_micros(c.age + (now - c.seen)),
+            })
+            .collect();
+        Event::CandidatesSurveyed {
+            conn: owner.conn,
+            candidates,
+            floor: None,
+        }
+    }
+
     fn claim(&mut self, owner: Sess, ttl_ms: u32) -> Event<Cause> {
         let conn = owner.conn;
         let now = self.s.now;
@@ -221,6 +280,7 @@ fn failure(action: &Action<Cause>, cause: Cause) -> Event<Cause> {
         Action::Unlock { conn } | Action::ReleaseLease { conn, .. } => {
             Event::UnlockFailed { conn, cause }
         }
+        Action::SurveyCandidates { conn, .. } => Event::SurveyFailed { conn, cause },
         ref other => Event::LockQueryFailed {
             conn: other
                 .conn()

@@ -4,6 +4,8 @@
 
 use std::hash::{DefaultHasher, Hash};
 
+use plexsphere_leader_core::rank::Rank;
+
 use crate::clock::Micros;
 use crate::engine::Renamed;
 use crate::engine::canon::{own, sess};
@@ -32,6 +34,21 @@ pub struct Row {
     pub took_over: bool,
 }
 
+/// A ranked replica's published candidacy, as its last survey wrote it: with the advisory
+/// lock in its session's `application_name` (gone with the session), with a lease in a row of
+/// the unlogged candidate table (kept by the run, emptied by a restart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Candidacy {
+    /// The session (advisory lock) or the operation (lease) that published it.
+    pub owner: Sess,
+    /// Its rank.
+    pub rank: Rank,
+    /// When it was last published, by the server's clock.
+    pub seen: Micros,
+    /// How long it had been a candidate then.
+    pub age: Micros,
+}
+
 /// The lock table.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct LockTable {
@@ -47,6 +64,9 @@ pub struct LockTable {
     pub fence: Durable<u64>,
     /// The lease row (lease mechanism).
     pub lease: Durable<Option<Row>>,
+    /// The ranked replicas' candidacies, one per session (advisory lock) or per run (lease),
+    /// ordered by owner.
+    pub candidates: Vec<Candidacy>,
 }
 
 impl Locks for LockTable {
@@ -67,6 +87,7 @@ impl Locks for LockTable {
         self.queued_grant = None;
         self.lease.recover();
         self.fence.recover();
+        self.candidates.clear();
         self.generation += 1;
     }
 }
@@ -79,6 +100,17 @@ impl Renamed for LockTable {
                 let owner = waiter.owner;
                 (place, owner.run, owner.conn, waiter.timeout_at).hash(hasher);
             }
+        }
+        for candidacy in self.candidates.iter().filter(|c| mine(c.owner.replica)) {
+            let owner = candidacy.owner;
+            (
+                owner.run,
+                owner.conn,
+                candidacy.rank,
+                candidacy.seen,
+                candidacy.age,
+            )
+                .hash(hasher);
         }
         for row in [self.lease.committed, self.lease.durable] {
             row.filter(|row| mine(row.holder.0))
@@ -93,6 +125,10 @@ impl Renamed for LockTable {
         for waiter in &mut self.waiters {
             waiter.owner = sess(waiter.owner, rename);
         }
+        for candidacy in &mut self.candidates {
+            candidacy.owner = sess(candidacy.owner, rename);
+        }
+        self.candidates.sort_by_key(|c| c.owner);
         for row in [&mut self.lease.committed, &mut self.lease.durable]
             .into_iter()
             .flatten()

@@ -9,6 +9,7 @@
 
 use std::hash::{DefaultHasher, Hash};
 
+use plexsphere_leader_core::rank::{Rank, Version};
 use plexsphere_leader_core::{
     AcquireMode, Action, CheckInterval, ConnId, Election, Event, Lease, Options,
 };
@@ -36,8 +37,30 @@ pub enum Mechanism {
 pub struct Single {
     /// The mechanism.
     pub mechanism: Mechanism,
-    /// The elections' options.
+    /// The elections' options (without a rank: [`Single::ranked`] gives each replica its own).
     pub options: Options,
+    /// Whether the replicas are ranked ([`Options::preference`]): replica 0 runs the new
+    /// version [`NEW`] and starts ineligible (its pod not yet ready: the operator's free switch
+    /// brings it in at any instant, and a restart takes it out again), the others run the old
+    /// [`OLD`], as in the middle of a rolling deploy.
+    pub ranked: bool,
+}
+
+/// The old version of a ranked model.
+pub const OLD: Rank = Rank::of_version(Version::new(1, 0, 0));
+
+/// The new version of a ranked model: replica 0's.
+pub const NEW: Rank = Rank::of_version(Version::new(2, 0, 0));
+
+impl Single {
+    /// The options replica `replica` of the initial state runs with.
+    pub fn options_of(&self, replica: usize) -> Options {
+        match (self.ranked, replica) {
+            (false, _) => self.options,
+            (true, 0) => self.options.preference(NEW).eligible(false),
+            (true, _) => self.options.preference(OLD),
+        }
+    }
 }
 
 /// What a replica's driver knows of its term.
@@ -60,15 +83,37 @@ pub struct History {
     pub granted: u64,
     /// The replica whose term last ended by a resign, until another begins a term.
     pub resigned: Option<u8>,
+    /// The last yield, until another replica begins a term.
+    pub yielded: Option<Yield>,
+}
+
+/// A ranked leader's yield, as the properties remember it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Yield {
+    /// The replica that yielded.
+    pub by: u8,
+    /// The path's faults left then: a fault since spends one.
+    pub faults_left: u8,
+    /// Whether the faults had settled then: none in progress (no replica paused or cut off),
+    /// none ended within the defer limit and an interval before.
+    pub quiet: bool,
 }
 
 impl Renamed for History {
     fn fingerprint(&self, mine: &dyn Fn(u8) -> bool, hasher: &mut DefaultHasher) {
         self.resigned.is_some_and(mine).hash(hasher);
+        self.yielded
+            .filter(|y| mine(y.by))
+            .map(|y| (y.faults_left, y.quiet))
+            .hash(hasher);
     }
 
     fn rename(&mut self, rename: &dyn Fn(u8) -> u8) {
         self.resigned = self.resigned.map(rename);
+        self.yielded = self.yielded.map(|y| Yield {
+            by: rename(y.by),
+            ..y
+        });
     }
 }
 
@@ -92,8 +137,23 @@ impl ElectionModel<Single> {
                 PauseClock::Runs,
             ),
         };
-        let mode = Single { mechanism, options };
+        let mode = Single {
+            mechanism,
+            options,
+            ranked: false,
+        };
         Self::new(mode, 2, rates, pause_clock)
+    }
+
+    /// The ranked model of `mechanism`, a rolling deploy half done: replica 0 runs the new
+    /// version and comes up (becomes eligible) at an instant of the checker's choice, the two
+    /// others run the old one (the default window of two intervals, no floor). The old
+    /// replicas defer to the new one while it is a live candidate, and an old leader yields to
+    /// it once it has been live for the window.
+    pub fn ranked(mechanism: Mechanism) -> Self {
+        let mut model = Self::single(mechanism);
+        model.mode.ranked = true;
+        model
     }
 
     /// The same model with standbys asking for the lock by `mode` (advisory lock only; the
@@ -118,8 +178,13 @@ impl Parts for Single {
         true
     }
 
-    fn machine(&self) -> Election<Cause> {
-        Election::with_options(self.options)
+    fn machine(&self, replica: usize) -> Election<Cause> {
+        Election::with_options(self.options_of(replica))
+    }
+
+    /// The same options: a restarted replica keeps its rank.
+    fn restarted(&self, old: &Election<Cause>) -> Election<Cause> {
+        Election::with_options(old.options())
     }
 
     fn interval(&self) -> CheckInterval {

@@ -1,10 +1,11 @@
 //! The single-lock driver performs the election's actions against the model's server; the
 //! server's side of a session's end, of the lock's queue and of its timeouts.
 
+use plexsphere_leader_core::rank::Rank;
 use plexsphere_leader_core::{Action, Election, Event, TermEndCause, Timer};
 
-use super::Single;
-use crate::engine::{Cause, Driver, State, World, seen};
+use super::{Mechanism, Single, Yield};
+use crate::engine::{Broken, Cause, Driver, State, World, seen};
 use crate::flight::{Flight, Stage};
 use crate::sabotage::Sabotage;
 use crate::server::{Locks, Sess};
@@ -37,14 +38,8 @@ impl Driver for Single {
             }
             // The fitness probe (off in the model's options): every replica is fit.
             Action::ProbeFitness { conn } => Some(Event::Fit { conn }),
-            // The model's replicas are unranked: no survey is asked for, and none would find
-            // a candidate.
-            Action::SurveyCandidates { conn, .. } => Some(Event::CandidatesSurveyed {
-                conn,
-                candidates: Vec::new(),
-                floor: None,
-            }),
-            Action::TryLock { conn }
+            Action::SurveyCandidates { conn, .. }
+            | Action::TryLock { conn }
             | Action::WaitForLock { conn, .. }
             | Action::ReleaseIfHeld { conn }
             | Action::AdvanceEpoch { conn, .. }
@@ -92,8 +87,10 @@ impl Driver for Single {
             }
             Action::EndTerm { cause, .. } => {
                 w.s.replicas[r].terms.epoch = None;
-                if cause == TermEndCause::Resigned {
-                    w.s.history.resigned = u8::try_from(r).ok();
+                match cause {
+                    TermEndCause::Resigned => w.s.history.resigned = u8::try_from(r).ok(),
+                    TermEndCause::Yielded => yielded(w, r),
+                    _ => {}
                 }
                 None
             }
@@ -116,7 +113,12 @@ impl Driver for Single {
     /// The server ended `sess`: its wait fails (heard with `notify`), its lock goes to the next
     /// waiter, and its replica's driver knows the lock is lost.
     fn release(w: &mut World<'_, Single>, sess: Sess, notify: bool) {
+        let advisory = w.model.mode.mechanism == Mechanism::Advisory;
         let locks = &mut w.s.server.locks;
+        if advisory {
+            // Its `application_name` is gone with it.
+            locks.candidates.retain(|c| c.owner != sess);
+        }
         if locks.waiters.iter().any(|x| x.owner == sess) {
             locks.waiters.retain(|x| x.owner != sess);
             if notify && w.is_current(sess) {
@@ -201,6 +203,16 @@ fn begin_term(w: &mut World<'_, Single>, r: usize, epoch: Option<u64>) {
         s.seen |= seen::RESIGN_HANDOVER;
         s.history.resigned = None;
     }
+    if let Some(yielded) = s.history.yielded.filter(|y| usize::from(y.by) != r) {
+        s.seen |= seen::PREEMPTED;
+        s.history.yielded = None;
+        // Without a fault near the yield or since, the better-ranked candidate it yielded to
+        // leads next.
+        let quiet = yielded.quiet && s.faults_left == yielded.faults_left;
+        if quiet && rank(s, r) <= rank(s, usize::from(yielded.by)) {
+            s.broken = Some(Broken::YieldMisdirected);
+        }
+    }
     let replica = &s.replicas[r];
     let locks = &s.server.locks;
     if replica
@@ -215,6 +227,39 @@ fn begin_term(w: &mut World<'_, Single>, r: usize, epoch: Option<u64>) {
     if took_over {
         s.seen |= seen::EXPIRY_TAKEOVER;
     }
+}
+
+/// Replica `r`'s term ended by a yield (the floor is off in the model): some other replica
+/// must outrank it, and the next term on another replica is that preemption's.
+fn yielded(w: &mut World<'_, Single>, r: usize) {
+    let s = &mut *w.s;
+    let mine = rank(s, r);
+    if !(0..s.replicas.len()).any(|other| other != r && rank(s, other) > mine) {
+        s.broken = Some(Broken::YieldMisdirected);
+    }
+    // The preference's guarantee needs the candidacy seen by every standby before the yield
+    // (published for the window, each standby surveying every interval), no wait decided
+    // before it still queued (a wait lasts an interval), and no standby past its defer limit
+    // (a fault can delay a yield by a term's tenure). A fault breaks that for a while: a
+    // standby paused with its request in flight, a failover that erased the published
+    // candidacies while the candidate's age ran on, a term begun late (docs/model.md,
+    // Findings). So a yield less than the defer limit and an interval after the last fault is
+    // not judged.
+    let options = &w.model.mode.options;
+    let settle = crate::clock::us(options.defer_limit() + options.interval().get());
+    let s = &mut *w.s;
+    let faults_over = s.quiet_since == 0 || s.now >= s.quiet_since + settle;
+    let quiet = faults_over && !s.replicas.iter().any(|r| r.paused || r.partitioned);
+    s.history.yielded = u8::try_from(r).ok().map(|by| Yield {
+        by,
+        faults_left: s.faults_left,
+        quiet,
+    });
+}
+
+/// Replica `r`'s rank (`None`, below every rank, when unranked).
+fn rank(s: &State<Single>, r: usize) -> Option<Rank> {
+    s.replicas[r].machine.options().rank_of()
 }
 
 /// The lock was released: the first waiter gets it, and its wait answers "granted".

@@ -8,7 +8,7 @@ use stateright::Property;
 use super::{Mechanism, Single};
 use crate::clock::Micros;
 use crate::engine::props::{DETECTION_INTERVALS, detection_instant};
-use crate::engine::{Bounds, ElectionModel, State, seen};
+use crate::engine::{Bounds, Broken, ElectionModel, State, seen};
 use crate::trace::ms;
 
 /// The single-lock model.
@@ -104,26 +104,42 @@ impl Bounds for Single {
             .any(|r| !r.paused && r.machine.is_leader())
     }
 
-    /// The mechanism's own.
+    /// The mechanism's own, and a ranked model's.
     fn properties(model: &SingleModel) -> Vec<Property<SingleModel>> {
-        let queued = model.mode.options.acquire_mode() == AcquireMode::Queue;
-        match model.mode.mechanism {
-            Mechanism::Advisory if queued => vec![Property::sometimes(
-                "queued handover",
-                |_: &SingleModel, s: &State<Single>| s.seen & seen::QUEUED_HANDOVER != 0,
-            )],
-            Mechanism::Advisory => Vec::new(),
-            Mechanism::Lease => vec![
-                Property::always(
-                    "a lease believer trusts inside the row's expiry",
-                    trust_inside_expiry,
-                ),
-                Property::sometimes(
-                    "takeover after a lease expiry",
-                    |_: &SingleModel, s: &State<Single>| s.seen & seen::EXPIRY_TAKEOVER != 0,
-                ),
-            ],
+        let mut properties = mechanism_properties(model);
+        if model.mode.ranked {
+            properties.push(Property::always(
+                "a yield goes to a better-ranked replica",
+                |_: &SingleModel, s: &State<Single>| s.broken != Some(Broken::YieldMisdirected),
+            ));
+            properties.push(Property::sometimes(
+                "preempted by a better-ranked replica",
+                |_: &SingleModel, s: &State<Single>| s.seen & seen::PREEMPTED != 0,
+            ));
         }
+        properties
+    }
+}
+
+/// The mechanism's own properties.
+fn mechanism_properties(model: &SingleModel) -> Vec<Property<SingleModel>> {
+    let queued = model.mode.options.acquire_mode() == AcquireMode::Queue;
+    match model.mode.mechanism {
+        Mechanism::Advisory if queued => vec![Property::sometimes(
+            "queued handover",
+            |_: &SingleModel, s: &State<Single>| s.seen & seen::QUEUED_HANDOVER != 0,
+        )],
+        Mechanism::Advisory => Vec::new(),
+        Mechanism::Lease => vec![
+            Property::always(
+                "a lease believer trusts inside the row's expiry",
+                trust_inside_expiry,
+            ),
+            Property::sometimes(
+                "takeover after a lease expiry",
+                |_: &SingleModel, s: &State<Single>| s.seen & seen::EXPIRY_TAKEOVER != 0,
+            ),
+        ],
     }
 }
 
