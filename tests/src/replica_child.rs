@@ -141,6 +141,14 @@ pub struct ChildArgs {
     /// The election's rank: the operator's priority (`Config::priority`). The election only.
     #[arg(long, value_name = "N", conflicts_with = "shards")]
     pub priority: Option<u32>,
+    /// The version floor (`Config::version_floor`): a replica older than the newest version
+    /// that has led does not lead. Needs `--version`; the election only.
+    #[arg(long, requires = "version", conflicts_with = "shards")]
+    pub version_floor: bool,
+    /// A deliberate rollback (`Config::below_version_floor`): leads below the floor, and
+    /// lowers it. Needs `--version-floor`.
+    #[arg(long, requires = "version_floor")]
+    pub below_version_floor: bool,
 }
 
 /// The `max_size` of each pool unless `--pool-size` says otherwise.
@@ -193,6 +201,8 @@ impl ChildArgs {
             singles: None,
             version: None,
             priority: None,
+            version_floor: false,
+            below_version_floor: false,
         }
     }
 
@@ -219,7 +229,8 @@ impl ChildArgs {
 
     /// The command line for these arguments: `--name N --dsn D --interval-ms I --pool-size P
     /// [--acquire poll|queue] [--mechanism lease] --backend deadpool|sqlx [--shards K --class C
-    /// [--singles FIRST..END]] [--version V] [--priority N]` (`--acquire` only where it applies
+    /// [--singles FIRST..END]] [--version V] [--priority N] [--version-floor
+    /// [--below-version-floor]]` (`--acquire` only where it applies
     /// or was asked for, `--mechanism` only when not the default, the rank only when set).
     pub fn to_args(&self) -> Vec<String> {
         let mut args = vec![
@@ -258,6 +269,12 @@ impl ChildArgs {
         }
         if let Some(version) = &self.version {
             args.extend(["--version".into(), version.clone()]);
+        }
+        if self.version_floor {
+            args.push("--version-floor".into());
+        }
+        if self.below_version_floor {
+            args.push("--below-version-floor".into());
         }
         if let Some(priority) = self.priority {
             args.extend(["--priority".into(), priority.to_string()]);
@@ -688,6 +705,9 @@ mod tests {
         args = args.ranked("1.4.2");
         args.priority = Some(3);
         assert_eq!(ChildArgs::parse(args.to_args()).ok(), Some(args.clone()));
+        args.version_floor = true;
+        args.below_version_floor = true;
+        assert_eq!(ChildArgs::parse(args.to_args()).ok(), Some(args.clone()));
         assert_eq!(args.mode(), Mode::Election);
         args = ChildArgs {
             class: 7,
@@ -756,6 +776,14 @@ mod tests {
         assert!(
             with(&["--shards", "8", "--version", "1.0.0"]).is_err(),
             "ranks are the election's"
+        );
+        assert!(
+            with(&["--version-floor"]).is_err(),
+            "a floor needs a version"
+        );
+        assert!(
+            with(&["--version", "1.0.0", "--below-version-floor"]).is_err(),
+            "an override needs the floor"
         );
         assert!(with(&["--acquire", "wait"]).is_err());
         assert!(with(&["--backend", "odbc"]).is_err());

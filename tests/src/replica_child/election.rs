@@ -74,6 +74,9 @@ fn build(args: &ChildArgs) -> Result<(Elector, BackendPool), String> {
     if let Some(priority) = args.priority {
         config = config.priority(priority);
     }
+    config = config
+        .version_floor(args.version_floor)
+        .below_version_floor(args.below_version_floor);
     let elector = Elector::new(config).map_err(|e| e.to_string())?;
     Ok((elector, pool))
 }

@@ -141,11 +141,14 @@ fn child(
     }
 }
 
-/// A throwaway database, with the lease tables when `held` is the lease.
+/// A throwaway database, with the lease tables when `held` is the lease (the floor table
+/// among them), else the advisory lock's floor table.
 async fn database(held: Held) -> Result<TestDb, BoxError> {
     let db = TestDb::create("bench_rollout").await?;
     if held == Held::Lease {
         plexsphere_leader::lease::setup(db.admin()).await?;
+    } else {
+        plexsphere_leader::floor::setup(db.admin()).await?;
     }
     Ok(db)
 }
@@ -217,6 +220,9 @@ async fn handover_round(
 struct Plan {
     held: Held,
     ranked: bool,
+    /// Every replica runs with the version floor (`Config::version_floor`), and the deployed
+    /// ones may lead below it (`Config::below_version_floor`): a deliberate rollback.
+    floor: bool,
     from: &'static str,
     to: &'static str,
 }
@@ -227,10 +233,10 @@ impl Plan {
             "{} → {}, {}, {}",
             self.from,
             self.to,
-            if self.ranked {
-                "ranked"
-            } else {
-                "unranked (today)"
+            match (self.ranked, self.floor) {
+                (true, true) => "ranked, floor, rollback allowed",
+                (true, false) => "ranked",
+                (false, _) => "unranked (today)",
             },
             match self.held {
                 Held::Lease => "lease",
@@ -288,8 +294,13 @@ async fn rollout_table(options: &Options, window: Duration) -> Result<(), BoxErr
     let plan = |held, ranked, from, to| Plan {
         held,
         ranked,
+        floor: false,
         from,
         to,
+    };
+    let with_floor = |plan: Plan| Plan {
+        floor: true,
+        ..plan
     };
     let plans = [
         plan(Held::Queue, true, OLD, NEW),
@@ -298,6 +309,8 @@ async fn rollout_table(options: &Options, window: Duration) -> Result<(), BoxErr
         plan(Held::Lease, false, OLD, NEW),
         plan(Held::Queue, true, NEW, OLD),
         plan(Held::Lease, true, NEW, OLD),
+        with_floor(plan(Held::Queue, true, NEW, OLD)),
+        with_floor(plan(Held::Lease, true, NEW, OLD)),
     ];
     for plan in plans {
         let mut done = Vec::new();
@@ -314,10 +327,11 @@ async fn rollout_table(options: &Options, window: Duration) -> Result<(), BoxErr
         }
     }
     println!(
-        "\nThe rollback rows (1.1.0 → 1.0.0, ranked) measure what ranks alone do when an older \
-         version is deployed: the version floor (Config::version_floor, off here) would keep \
-         the older version from leading at all unless allowed below it \
-         (Config::below_version_floor)."
+        "\nThe rollback rows (1.1.0 → 1.0.0) measure what ranks do when an older version is \
+         deployed: ranks alone, then with the version floor on every replica \
+         (Config::version_floor) and the deployed 1.0.0 replicas allowed below it \
+         (Config::below_version_floor, a deliberate rollback). Without that override a 1.0.0 \
+         replica would not lead at all once 1.1.0 has led."
     );
     Ok(())
 }
@@ -380,14 +394,19 @@ async fn deploy(
     let mut running: Vec<ReplicaProcess> = Vec::new();
     let mut stopped: Vec<ReplicaProcess> = Vec::new();
     let start = |i: usize, version: &'static str| {
-        let name = format!("{}{i}", if version == plan.from { "from" } else { "to" });
-        child(
-            plan.held,
-            &name,
-            &dsn,
-            interval,
-            plan.ranked.then_some(version),
-        )
+        let deployed = version != plan.from;
+        let name = format!("{}{i}", if deployed { "to" } else { "from" });
+        ChildArgs {
+            version_floor: plan.floor,
+            below_version_floor: plan.floor && deployed,
+            ..child(
+                plan.held,
+                &name,
+                &dsn,
+                interval,
+                plan.ranked.then_some(version),
+            )
+        }
     };
     let outcome = async {
         for i in 0..FLEET {
