@@ -623,7 +623,25 @@ impl<'a> Checker<'a> {
             && !held_out
             && !unfit
             && !self.disturbed(r, from.saturating_sub(tail), to)
+            && !self.cold_after_fault(r, from)
             && !self.may_defer(r, from, to)
+    }
+
+    /// Whether replica `r`'s incarnation running at `from` may still wait on its first
+    /// connection setup: a fault met it within [`Params::first_setup_bound`] of its start,
+    /// and that bound and the disturbance tail have not passed by `from`. (Seed 130409 of
+    /// `--rollout`: a replica started during raised latency kept its unanswered first setup
+    /// for 1.4 s, fourteen intervals.)
+    fn cold_after_fault(&self, r: usize, from: Duration) -> bool {
+        let bound = self.p.first_setup_bound();
+        let tail = self.p.disturbance_tail();
+        self.e.history.up.iter().any(|u| {
+            let start = u.span.start;
+            u.replica == r
+                && start <= from
+                && from < start + bound + tail
+                && self.disturbed(r, start, start + bound)
+        })
     }
 
     /// Whether a fault that disturbs replica `r`'s statements (a fault on one of its links,

@@ -148,6 +148,16 @@ impl Params {
         3 * self.interval
     }
 
+    /// How long a replica's first connection setup may be kept when a fault meets it: the
+    /// elector keeps a setup its check gave up on for the next check, and bounds one of a
+    /// source that never had a connection by twice the longer of the check's wait (I) and an
+    /// unproven setup's second (`session::setup`'s `RESUME_FACTOR` × `UNPROVEN_SETUP`): 2 s
+    /// at the simulation's intervals, whatever I. Before its first connection, a replica
+    /// has no evidence of what a setup takes.
+    pub fn first_setup_bound(&self) -> Duration {
+        2 * self.interval.max(Duration::from_secs(1))
+    }
+
     /// How long after every fault healed and every replica is up a sharded deployment of
     /// `shards` shards over `replicas` replicas must be balanced (every replica owns ⌊K/R⌋ or
     /// ⌈K/R⌉ shards, every shard owned), with `moves` the elector's move limit per interval:
