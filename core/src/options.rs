@@ -174,9 +174,11 @@ impl Options {
     }
 
     /// How long a standby defers to a better candidate that does not take the lock: the
-    /// window and two intervals more, after which it makes its attempts again (queued behind
-    /// the better one, which still wins a queued grant), so a candidate that publishes but
-    /// cannot lead never leaves the election without a leader.
+    /// window and two intervals more of that candidate's liveness (one that restarted gets the
+    /// whole limit again), after which it tries the lock again, so a candidate that publishes
+    /// but cannot lead never leaves the election without a leader. Past the limit it only
+    /// tries (`TryLock`, even in [`AcquireMode::Queue`]): it catches a free lock but never
+    /// waits in the queue ahead of the better candidate, whose queued wait wins the release.
     pub fn defer_limit(&self) -> Duration {
         self.preempt_window_of() + self.interval.get() * 2
     }
