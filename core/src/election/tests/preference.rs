@@ -38,6 +38,17 @@ fn stuck_candidate() -> Candidate {
     candidate("1.5.0", 3_600_000)
 }
 
+/// A standby's check at `at` ms: its timer fires, connection `conn` comes at `at` + 1 and its
+/// survey answers `candidates` at `at` + 2; the actions after the survey's answer.
+fn check_surveys(f: &mut Fixture, conn: ConnId, at: u64, candidates: Vec<Candidate>) -> Vec<A> {
+    f.timeout(at);
+    f.drain();
+    f.event(at + 1, E::ConnectionAcquired { conn });
+    f.drain();
+    f.event(at + 2, surveyed(conn, candidates));
+    f.drain()
+}
+
 fn outranked(by: Candidate, mine: &str) -> Option<Cause<&'static str>> {
     Some(Cause::Outranked {
         by,
@@ -189,17 +200,12 @@ fn a_candidate_that_restarted_gets_the_whole_defer_limit_again() {
     while at <= restart + limit {
         conn += 1;
         let c = ConnId::new(conn);
-        f.timeout(at);
-        f.drain();
-        f.event(at + 1, E::ConnectionAcquired { conn: c });
-        f.drain();
         let live = if at < 3 * IMS {
             1_000 + at - 4
         } else {
             at + 2 - restart
         };
-        f.event(at + 2, surveyed(c, vec![candidate("1.5.0", live)]));
-        let actions = f.drain();
+        let actions = check_surveys(&mut f, c, at, vec![candidate("1.5.0", live)]);
         let deferred = actions == vec![A::ReturnToPool { conn: c }];
         // Without the restart the limit would pass at 4 ms + 20 s.
         assert_eq!(deferred, at + 2 < restart + limit, "at {at}: {actions:?}");
@@ -804,12 +810,8 @@ fn an_attempt_past_the_defer_limit_refused_by_a_leader_begins_the_deferral_anew(
         assert!(conn < 20, "no attempt within 20 checks");
         conn += 1;
         let c = ConnId::new(conn);
-        f.timeout(at);
-        f.drain();
-        f.event(at + 1, E::ConnectionAcquired { conn: c });
-        f.drain();
-        f.event(at + 2, surveyed(c, vec![better]));
-        if f.drain().contains(&A::TryLock { conn: c }) {
+        let actions = check_surveys(&mut f, c, at, vec![better]);
+        if actions.contains(&A::TryLock { conn: c }) {
             break c;
         }
         at += IMS;
@@ -819,12 +821,8 @@ fn an_attempt_past_the_defer_limit_refused_by_a_leader_begins_the_deferral_anew(
     f.drain();
     assert_eq!(f.election.deferring_to(f.at(at + 3)), Some(rank("1.5.0")));
     let c = ConnId::new(conn + 1);
-    f.timeout(at + IMS);
-    f.drain();
-    f.event(at + IMS + 1, E::ConnectionAcquired { conn: c });
-    f.drain();
-    f.event(at + IMS + 2, surveyed(c, vec![better]));
-    assert_eq!(f.drain(), vec![A::ReturnToPool { conn: c }]);
+    let actions = check_surveys(&mut f, c, at + IMS, vec![better]);
+    assert_eq!(actions, vec![A::ReturnToPool { conn: c }]);
 }
 
 #[test]
@@ -843,12 +841,7 @@ fn in_queue_mode_an_attempt_past_the_defer_limit_only_tries_and_a_refusal_defers
         assert!(conn < 20, "no attempt within 20 checks");
         conn += 1;
         let c = ConnId::new(conn);
-        f.timeout(at);
-        f.drain();
-        f.event(at + 1, E::ConnectionAcquired { conn: c });
-        f.drain();
-        f.event(at + 2, surveyed(c, vec![better]));
-        let actions = f.drain();
+        let actions = check_surveys(&mut f, c, at, vec![better]);
         // Queued, it would win the release meant for the better candidate: it only tries.
         assert!(
             !actions.iter().any(|a| matches!(a, A::WaitForLock { .. })),
@@ -864,13 +857,8 @@ fn in_queue_mode_an_attempt_past_the_defer_limit_only_tries_and_a_refusal_defers
     assert_eq!(f.election.deferring_to(f.at(at + 3)), Some(rank("1.5.0")));
     // With no better candidate it queues again.
     let c = ConnId::new(conn + 1);
-    f.timeout(at + IMS);
-    f.drain();
-    f.event(at + IMS + 1, E::ConnectionAcquired { conn: c });
-    f.drain();
-    f.event(at + IMS + 2, surveyed(c, vec![]));
     assert_eq!(
-        f.drain(),
+        check_surveys(&mut f, c, at + IMS, vec![]),
         vec![A::WaitForLock {
             conn: c,
             lock_timeout_ms: f.election.options().lock_timeout_millis()
@@ -934,12 +922,7 @@ fn the_defer_limit_is_reached_exactly_at_its_end_and_said_once_however_often_a_l
         assert!(conn < 20, "no attempt within 20 checks");
         conn += 1;
         let c = ConnId::new(conn);
-        f.timeout(at);
-        f.drain();
-        f.event(at + 1, E::ConnectionAcquired { conn: c });
-        f.drain();
-        f.event(at + 2, surveyed(c, vec![better]));
-        let actions = f.drain();
+        let actions = check_surveys(&mut f, c, at, vec![better]);
         if actions != vec![A::ReturnToPool { conn: c }] {
             break actions;
         }
