@@ -38,17 +38,6 @@ fn stuck_candidate() -> Candidate {
     candidate("1.5.0", 3_600_000)
 }
 
-/// A standby's check at `at` ms: its timer fires, connection `conn` comes at `at` + 1 and its
-/// survey answers `candidates` at `at` + 2; the actions after the survey's answer.
-fn check_surveys(f: &mut Fixture, conn: ConnId, at: u64, candidates: Vec<Candidate>) -> Vec<A> {
-    f.timeout(at);
-    f.drain();
-    f.event(at + 1, E::ConnectionAcquired { conn });
-    f.drain();
-    f.event(at + 2, surveyed(conn, candidates));
-    f.drain()
-}
-
 fn outranked(by: Candidate, mine: &str) -> Option<Cause<&'static str>> {
     Some(Cause::Outranked {
         by,
@@ -200,12 +189,17 @@ fn a_candidate_that_restarted_gets_the_whole_defer_limit_again() {
     while at <= restart + limit {
         conn += 1;
         let c = ConnId::new(conn);
+        f.timeout(at);
+        f.drain();
+        f.event(at + 1, E::ConnectionAcquired { conn: c });
+        f.drain();
         let live = if at < 3 * IMS {
             1_000 + at - 4
         } else {
             at + 2 - restart
         };
-        let actions = check_surveys(&mut f, c, at, vec![candidate("1.5.0", live)]);
+        f.event(at + 2, surveyed(c, vec![candidate("1.5.0", live)]));
+        let actions = f.drain();
         let deferred = actions == vec![A::ReturnToPool { conn: c }];
         // Without the restart the limit would pass at 4 ms + 20 s.
         assert_eq!(deferred, at + 2 < restart + limit, "at {at}: {actions:?}");
@@ -810,8 +804,12 @@ fn an_attempt_past_the_defer_limit_refused_by_a_leader_begins_the_deferral_anew(
         assert!(conn < 20, "no attempt within 20 checks");
         conn += 1;
         let c = ConnId::new(conn);
-        let actions = check_surveys(&mut f, c, at, vec![better]);
-        if actions.contains(&A::TryLock { conn: c }) {
+        f.timeout(at);
+        f.drain();
+        f.event(at + 1, E::ConnectionAcquired { conn: c });
+        f.drain();
+        f.event(at + 2, surveyed(c, vec![better]));
+        if f.drain().contains(&A::TryLock { conn: c }) {
             break c;
         }
         at += IMS;
@@ -821,8 +819,12 @@ fn an_attempt_past_the_defer_limit_refused_by_a_leader_begins_the_deferral_anew(
     f.drain();
     assert_eq!(f.election.deferring_to(f.at(at + 3)), Some(rank("1.5.0")));
     let c = ConnId::new(conn + 1);
-    let actions = check_surveys(&mut f, c, at + IMS, vec![better]);
-    assert_eq!(actions, vec![A::ReturnToPool { conn: c }]);
+    f.timeout(at + IMS);
+    f.drain();
+    f.event(at + IMS + 1, E::ConnectionAcquired { conn: c });
+    f.drain();
+    f.event(at + IMS + 2, surveyed(c, vec![better]));
+    assert_eq!(f.drain(), vec![A::ReturnToPool { conn: c }]);
 }
 
 #[test]
@@ -841,7 +843,12 @@ fn in_queue_mode_an_attempt_past_the_defer_limit_only_tries_and_a_refusal_defers
         assert!(conn < 20, "no attempt within 20 checks");
         conn += 1;
         let c = ConnId::new(conn);
-        let actions = check_surveys(&mut f, c, at, vec![better]);
+        f.timeout(at);
+        f.drain();
+        f.event(at + 1, E::ConnectionAcquired { conn: c });
+        f.drain();
+        f.event(at + 2, surveyed(c, vec![better]));
+        let actions = f.drain();
         // Queued, it would win the release meant for the better candidate: it only tries.
         assert!(
             !actions.iter().any(|a| matches!(a, A::WaitForLock { .. })),
@@ -857,8 +864,13 @@ fn in_queue_mode_an_attempt_past_the_defer_limit_only_tries_and_a_refusal_defers
     assert_eq!(f.election.deferring_to(f.at(at + 3)), Some(rank("1.5.0")));
     // With no better candidate it queues again.
     let c = ConnId::new(conn + 1);
+    f.timeout(at + IMS);
+    f.drain();
+    f.event(at + IMS + 1, E::ConnectionAcquired { conn: c });
+    f.drain();
+    f.event(at + IMS + 2, surveyed(c, vec![]));
     assert_eq!(
-        check_surveys(&mut f, c, at + IMS, vec![]),
+        f.drain(),
         vec![A::WaitForLock {
             conn: c,
             lock_timeout_ms: f.election.options().lock_timeout_millis()
@@ -922,7 +934,12 @@ fn the_defer_limit_is_reached_exactly_at_its_end_and_said_once_however_often_a_l
         assert!(conn < 20, "no attempt within 20 checks");
         conn += 1;
         let c = ConnId::new(conn);
-        let actions = check_surveys(&mut f, c, at, vec![better]);
+        f.timeout(at);
+        f.drain();
+        f.event(at + 1, E::ConnectionAcquired { conn: c });
+        f.drain();
+        f.event(at + 2, surveyed(c, vec![better]));
+        let actions = f.drain();
         if actions != vec![A::ReturnToPool { conn: c }] {
             break actions;
         }
