@@ -16,11 +16,6 @@ pub const VERSION_PARTS: usize = 4;
 /// The longest pre-release tag a [`Version`] keeps, in bytes.
 pub const MAX_PRE_RELEASE_LEN: usize = 20;
 
-/// How many check intervals a candidacy stays live after its last survey: readers of the
-/// published candidacies drop older ones, and a standby whose surveys come at most this far
-/// apart keeps its candidacy's age (a longer gap begins a new candidacy).
-pub const LIVE_INTERVALS: u32 = 2;
-
 /// A release number that compares as releases do: numerically part by part (`1.10.0` is newer
 /// than `1.9.3`, a missing part is 0, so `2.1` equals `2.1.0`), and a pre-release
 /// (`2.0.0-rc.1`) older than its release, pre-releases ordered by their dot-separated

@@ -30,7 +30,7 @@ impl<C> Election<C> {
         borrowed: Option<ConnId>,
         rank: Rank,
     ) -> Role {
-        let unbroken = self.interval().get() * rank::LIVE_INTERVALS;
+        let unbroken = self.interval().get() * 2;
         let conn = borrowed.unwrap_or_else(|| self.next_conn());
         let mut since = now;
         if let State::Running(running) = &mut self.state {

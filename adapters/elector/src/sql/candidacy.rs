@@ -113,9 +113,8 @@ pub fn floor_of(text: &str) -> Option<Version> {
     Version::parse(text.strip_prefix('=')?).ok()
 }
 
-/// How many intervals a candidacy stays live after its last survey (the core's
-/// [`LIVE_INTERVALS`](plexsphere_leader_core::rank::LIVE_INTERVALS)).
-pub const LIVE_INTERVALS: u32 = plexsphere_leader_core::rank::LIVE_INTERVALS;
+/// How many intervals a candidacy stays live after its last survey.
+pub const LIVE_INTERVALS: u32 = 2;
 
 /// The server's unix time in whole milliseconds.
 const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use plexsphere_leader_core::rank::{Candidate, LIVE_INTERVALS};
+use plexsphere_leader_core::rank::Candidate;
 use plexsphere_leader_core::{Action, Event, LockCheck};
 
 use super::locks::{Candidacy, Row, Waiter};
@@ -14,18 +14,24 @@ use crate::engine::{Broken, Cause, World};
 use crate::sabotage::Sabotage;
 use crate::server::Sess;
 
+/// How many intervals a candidacy stays live after its last survey (the adapter's
+/// `sql::candidacy::LIVE_INTERVALS`).
+const LIVE_INTERVALS: u64 = 2;
+
 impl World<'_, Single> {
     /// The server runs `action` of `owner` now; `None` when it answers later (a queued wait).
     pub(super) fn execute(&mut self, owner: Sess, action: &Action<Cause>) -> Option<Event<Cause>> {
         let conn = owner.conn;
+        let lease = self.model.mode.mechanism == Mechanism::Lease;
         // The lease's statements (its survey too) run on any pooled session.
-        let needs_session = match action {
+        let sessionless = match action {
             Action::ClaimLease { .. } | Action::RenewLease { .. } | Action::ReleaseLease { .. } => {
-                false
+                true
             }
-            Action::SurveyCandidates { .. } => self.model.mode.mechanism == Mechanism::Advisory,
-            _ => true,
+            Action::SurveyCandidates { .. } => lease,
+            _ => false,
         };
+        let needs_session = !sessionless;
         if needs_session && !self.s.server.is_open(owner) {
             return Some(failure(action, "connection closed"));
         }
@@ -158,7 +164,7 @@ impl World<'_, Single> {
     /// [`LIVE_INTERVALS`] intervals ago, with how long it has been live. The floor is off.
     fn survey(&mut self, owner: Sess, publish: Option<Candidate>) -> Event<Cause> {
         let now = self.s.now;
-        let live = u64::from(LIVE_INTERVALS) * self.model.interval();
+        let live = LIVE_INTERVALS * self.model.interval();
         let advisory = self.model.mode.mechanism == Mechanism::Advisory;
         // The advisory lock's candidacy is the session's; the lease's row is the run's.
         let same = move |a: Sess, b: Sess| {
@@ -184,7 +190,7 @@ impl World<'_, Single> {
         let hidden = publish.is_some() && self.model.sabotage == Sabotage::NeverDefer;
         let candidates = candidates
             .iter()
-            .filter(|c| !hidden && !same(c.owner, owner))
+            .filter(|c| !same(c.owner, owner) && !hidden)
             .map(|c| Candidate {
                 rank: c.rank,
                 live_for: Duration::from_micros(c.age + (now - c.seen)),

@@ -232,6 +232,11 @@ fn begin_term(w: &mut World<'_, Single>, r: usize, epoch: Option<u64>) {
 /// Replica `r`'s term ended by a yield (the floor is off in the model): some other replica
 /// must outrank it, and the next term on another replica is that preemption's.
 fn yielded(w: &mut World<'_, Single>, r: usize) {
+    let s = &mut *w.s;
+    let mine = rank(s, r);
+    if !(0..s.replicas.len()).any(|other| other != r && rank(s, other) > mine) {
+        s.broken = Some(Broken::YieldMisdirected);
+    }
     // The preference's guarantee needs the candidacy seen by every standby before the yield
     // (published for the window, each standby surveying every interval), no wait decided
     // before it still queued (a wait lasts an interval), and no standby past its defer limit
@@ -243,10 +248,6 @@ fn yielded(w: &mut World<'_, Single>, r: usize) {
     let options = &w.model.mode.options;
     let settle = crate::clock::us(options.defer_limit() + options.interval().get());
     let s = &mut *w.s;
-    let mine = rank(s, r);
-    if !(0..s.replicas.len()).any(|other| other != r && rank(s, other) > mine) {
-        s.broken = Some(Broken::YieldMisdirected);
-    }
     let faults_over = s.quiet_since == 0 || s.now >= s.quiet_since + settle;
     let quiet = faults_over && !s.replicas.iter().any(|r| r.paused || r.partitioned);
     s.history.yielded = u8::try_from(r).ok().map(|by| Yield {
