@@ -51,11 +51,14 @@ use crate::key::LockKey;
 use crate::sql;
 
 #[cfg(feature = "deadpool")]
+pub(crate) use self::postgres::run_setup;
+#[cfg(feature = "deadpool")]
 pub use self::postgres::{FenceClient, check, check_in, setup};
 pub use crate::sql::{FENCE_SETUP, FENCE_TABLE};
 
 /// The statement [`setup`] runs ([`FENCE_SETUP`], without the NOTICE a table that exists
-/// raises), for backends of their own (sqlx: `sqlx::raw_sql`).
+/// raises, serialized as every setup is: safe from every replica at once), for backends of
+/// their own (sqlx: `sqlx::raw_sql`).
 pub fn setup_statement() -> String {
     crate::sql::fence_setup()
 }
@@ -85,16 +88,34 @@ pub enum FenceError {
     /// error, so it has no `source()` (a chain printer would repeat it).
     #[error("fence check: {0}")]
     Query(CheckError),
+    /// A setup ([`setup`], [`floor::setup`](crate::floor::setup),
+    /// [`lease::setup`](crate::lease::setup), …) failed on the server or the connection broke
+    /// (for example a missing `CREATE` privilege, or a schema that does not exist). Its text
+    /// names the setup and includes the driver's error, so it has no `source()`.
+    #[error("{setup} failed: {cause}")]
+    Setup {
+        /// The setup function that failed, by its path (`"fencing::setup"`,
+        /// `"lease::setup_shards"`, …).
+        setup: &'static str,
+        /// The server's or the connection's error.
+        cause: CheckError,
+    },
 }
 
 impl FenceError {
-    /// The failure of the check statement (or of the setup) as a fence error: a missing table
-    /// is [`FenceError::MissingTable`]. For session backends other than tokio-postgres.
+    /// The failure of the check statement as a fence error: a missing table is
+    /// [`FenceError::MissingTable`]. For session backends other than tokio-postgres.
     pub fn query(cause: CheckError) -> Self {
         match cause.sqlstate() {
             Some("42P01") => Self::MissingTable,
             _ => Self::Query(cause),
         }
+    }
+
+    /// The failure of the setup function `setup` (its path, `"fencing::setup"`) as a fence
+    /// error: [`FenceError::Setup`]. For session backends other than tokio-postgres.
+    pub fn setup(setup: &'static str, cause: CheckError) -> Self {
+        Self::Setup { setup, cause }
     }
 }
 
@@ -208,17 +229,30 @@ mod postgres {
         }
     }
 
-    /// Creates the fence table if it does not exist ([`sql::FENCE_SETUP`]). Idempotent; run it
-    /// once per database before enabling fencing, from a migration or at start-up.
+    /// Creates the fence table if it does not exist ([`sql::FENCE_SETUP`]). Idempotent, and
+    /// safe to run from every replica at the same start: every setup of this crate takes one
+    /// transaction-level advisory lock before its `CREATE … IF NOT EXISTS` (feature `wire`:
+    /// `sql::lease::serialized_setup`). Run it before enabling fencing, from a migration or at
+    /// start-up.
     ///
     /// # Errors
-    /// [`FenceError::Query`] with the server's error (for example a missing `CREATE`
-    /// privilege).
+    /// [`FenceError::Setup`] naming `fencing::setup`, with the server's error (for example a
+    /// missing `CREATE` privilege).
     pub async fn setup(client: &impl FenceClient) -> Result<(), FenceError> {
+        run_setup(client, "fencing::setup", &sql::fence_setup()).await
+    }
+
+    /// Runs the (serialized) setup `statement` on `client`; a failure names `setup`. What every
+    /// setup of this backend shares.
+    pub(crate) async fn run_setup(
+        client: &impl FenceClient,
+        setup: &'static str,
+        statement: &str,
+    ) -> Result<(), FenceError> {
         client
-            .fence_batch(&sql::fence_setup())
+            .fence_batch(statement)
             .await
-            .map_err(FenceError::from)
+            .map_err(|error| FenceError::setup(setup, CheckError::from(error)))
     }
 
     /// Checks, inside the caller's transaction, that `epoch` is still the current one of the
@@ -302,5 +336,41 @@ mod tests {
             Some("42501".into()),
         ));
         assert!(matches!(other, FenceError::Query(_)));
+    }
+
+    #[test]
+    fn a_failed_setup_names_the_setup_not_the_check() {
+        let failed = FenceError::setup(
+            "floor::setup",
+            CheckError::backend(
+                std::io::Error::other("permission denied for schema public"),
+                Some("42501".into()),
+            ),
+        );
+        let text = failed.to_string();
+        assert!(text.starts_with("floor::setup failed: "), "{text}");
+        assert!(text.contains("permission denied"), "{text}");
+        assert!(!text.contains("fence check"), "{text}");
+    }
+
+    #[test]
+    fn every_setup_statement_takes_the_one_setup_lock_first() {
+        let lock = format!(
+            "SELECT pg_advisory_xact_lock({}); ",
+            crate::sql::lease::SETUP_LOCK
+        );
+        let schema = crate::sql::lease::DEFAULT_SCHEMA;
+        for statement in [
+            setup_statement(),
+            crate::floor::setup_statement(),
+            crate::lease::setup_statement(schema),
+            crate::lease::setup_shards_statement(schema),
+        ] {
+            let Some((before, after)) = statement.split_once(&lock) else {
+                panic!("no setup lock in {statement}");
+            };
+            assert_eq!(before, crate::sql::QUIET_SETUP, "{statement}");
+            assert!(after.starts_with("CREATE "), "{statement}");
+        }
     }
 }

@@ -9,32 +9,30 @@
 //!
 //! The lease mechanism's setup ([`lease::setup`](crate::lease::setup)) creates the table in the
 //! lease's schema. With the advisory lock run [`setup`] (or [`setup_statement`] with another
-//! backend, sqlx: `sqlx::raw_sql`) once per database; the table is then named unqualified, as
-//! the fence table is. Without it a ranked standby's survey fails (42P01, logged at WARN with
-//! the server's error) and it never leads.
+//! backend; with sqlx, `plexsphere_leader_sqlx::floor::setup`) in each database, from a
+//! migration or at start-up by every replica; the table is then named unqualified, as the fence
+//! table is. Without it a ranked standby's survey fails (42P01, logged at WARN with the
+//! server's error) and it never leads.
 
 pub use crate::sql::candidacy::FLOOR_TABLE;
 
-/// The idempotent statement [`setup`] runs, quietly (no NOTICE when the table exists).
+/// The idempotent statement [`setup`] runs: quiet (no NOTICE when the table exists) and
+/// serialized as every setup is (one transaction-level advisory lock first), for backends of
+/// their own and migrations.
 pub fn setup_statement() -> String {
-    format!(
-        "{}{}",
-        crate::sql::QUIET_SETUP,
-        crate::sql::candidacy::floor_setup(FLOOR_TABLE)
-    )
+    crate::sql::lease::serialized_setup(&crate::sql::candidacy::floor_setup(FLOOR_TABLE))
 }
 
-/// Creates the floor table of the advisory lock in the connection's database (idempotent).
+/// Creates the floor table of the advisory lock in the connection's database (idempotent), on
+/// what you hold ([`FenceClient`](crate::fencing::FenceClient)). Safe to run from every
+/// replica at the same start: every setup takes one transaction-level advisory lock first.
 ///
 /// # Errors
-/// [`FenceError::Query`](crate::fencing::FenceError::Query) with the server's error (for
-/// example a missing `CREATE` privilege).
+/// [`FenceError::Setup`](crate::fencing::FenceError::Setup) naming `floor::setup`, with the
+/// server's error (for example a missing `CREATE` privilege).
 #[cfg(feature = "deadpool")]
 pub async fn setup(
     client: &impl crate::fencing::FenceClient,
 ) -> Result<(), crate::fencing::FenceError> {
-    client
-        .fence_batch(&setup_statement())
-        .await
-        .map_err(crate::fencing::FenceError::from)
+    crate::fencing::run_setup(client, "floor::setup", &setup_statement()).await
 }

@@ -26,10 +26,12 @@ pub async fn setup(client: &impl FenceClient) -> Result<(), FenceError> {
 }
 
 /// Creates the lease table and the fence table in `schema` (which must exist), named with
-/// it, if they do not exist ([`sql::lease::setup`](crate::sql::lease::setup)). Idempotent and
-/// quiet (no NOTICE when the tables exist); run it once per database before electing with a
-/// lease, from a migration or at start-up, on any connection: a transaction-mode pooler
-/// carries it. Give the elector the same schema ([`Config::lease_schema`](crate::Config::lease_schema)).
+/// it, if they do not exist (the statement of [`setup_statement`]). Idempotent and quiet (no
+/// NOTICE when the tables exist), and safe to run from every replica at the same start: every
+/// setup of this crate takes one transaction-level advisory lock first (feature `wire`:
+/// `sql::lease::serialized_setup`). Run it before electing with a lease, from a migration or
+/// at start-up, on any connection: a transaction-mode pooler carries it. Give the elector the
+/// same schema ([`Config::lease_schema`](crate::Config::lease_schema)).
 /// `client` is what you hold: a deadpool-postgres `Client` (`&pool.get().await?`) or
 /// `Transaction`, or a tokio-postgres `Client` or `Transaction` ([`FenceClient`]).
 ///
@@ -38,14 +40,11 @@ pub async fn setup(client: &impl FenceClient) -> Result<(), FenceError> {
 /// and [`Elector::check_failure`](crate::Elector::check_failure) reports it as permanent.
 ///
 /// # Errors
-/// [`FenceError::Query`] with the server's error (for example a missing `CREATE` privilege,
-/// or a schema that does not exist: 3F000).
+/// [`FenceError::Setup`] naming `lease::setup`, with the server's error (for example a
+/// missing `CREATE` privilege, or a schema that does not exist: 3F000).
 #[cfg(feature = "deadpool")]
 pub async fn setup_in(client: &impl FenceClient, schema: &str) -> Result<(), FenceError> {
-    client
-        .fence_batch(&crate::sql::lease::setup(schema))
-        .await
-        .map_err(FenceError::from)
+    crate::fencing::run_setup(client, "lease::setup", &setup_statement(schema)).await
 }
 
 /// The statement [`setup_in`] runs for `schema`, for backends of their own (sqlx:
@@ -56,9 +55,10 @@ pub fn setup_statement(schema: &str) -> String {
 
 /// Creates the tables of shard spaces held by leases
 /// ([`ShardConfig::lease`](crate::sharded::ShardConfig::lease)) in `schema` (which must
-/// exist), if they do not exist ([`shard_sql::lease::setup`](crate::shard_sql::lease::setup)):
-/// the members' sequence and table, the owners' table and the fence table. Idempotent and
-/// quiet, on any connection, as [`setup_in`]; give the elector the same schema
+/// exist), if they do not exist (the statement of [`setup_shards_statement`]):
+/// the members' sequence and table, the owners' table and the fence table. Idempotent, quiet
+/// and safe to run from every replica at the same start, on any connection, as [`setup_in`];
+/// give the elector the same schema
 /// ([`ShardConfig::lease_schema`](crate::sharded::ShardConfig::lease_schema)).
 ///
 /// ```no_run
@@ -73,11 +73,19 @@ pub fn setup_statement(schema: &str) -> String {
 /// ```
 ///
 /// # Errors
-/// [`FenceError::Query`] with the server's error.
+/// [`FenceError::Setup`] naming `lease::setup_shards`, with the server's error.
 #[cfg(feature = "deadpool")]
 pub async fn setup_shards(client: &impl FenceClient, schema: &str) -> Result<(), FenceError> {
-    client
-        .fence_batch(&crate::shard_sql::lease::setup(schema))
-        .await
-        .map_err(FenceError::from)
+    crate::fencing::run_setup(
+        client,
+        "lease::setup_shards",
+        &setup_shards_statement(schema),
+    )
+    .await
+}
+
+/// The statement [`setup_shards`] runs for `schema`, for backends of their own (sqlx:
+/// `sqlx::raw_sql`) and migrations.
+pub fn setup_shards_statement(schema: &str) -> String {
+    crate::shard_sql::lease::setup(schema)
 }

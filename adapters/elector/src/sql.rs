@@ -355,10 +355,10 @@ pub const BACKEND_PID: &str = "SELECT pg_backend_pid()";
 /// state: the implicit transaction of the query string ends with it.
 pub const QUIET_SETUP: &str = "SET LOCAL client_min_messages = warning; ";
 
-/// [`FENCE_SETUP`] as [`fencing::setup`](crate::fencing::setup) sends it: after
-/// [`QUIET_SETUP`].
+/// [`FENCE_SETUP`] as [`fencing::setup`](crate::fencing::setup) sends it: quiet and
+/// [serialized](lease::serialized_setup), so that replicas starting together do not race.
 pub fn fence_setup() -> String {
-    format!("{QUIET_SETUP}{FENCE_SETUP}")
+    lease::serialized_setup(FENCE_SETUP)
 }
 
 /// Run by the new leader of `key` on its lock session right after the grant: the next epoch,

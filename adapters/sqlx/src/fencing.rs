@@ -30,19 +30,35 @@ use sqlx::{Acquire, Postgres};
 pub use plexsphere_leader::fencing::{FenceError, verdict};
 
 /// Creates the fence table if it does not exist (`plexsphere_leader::fencing::FENCE_SETUP`).
-/// Idempotent; run it once per database before enabling fencing, from a migration or at
-/// start-up.
+/// Idempotent, and safe to run from every replica at the same start: every setup takes one
+/// transaction-level advisory lock first, as plexsphere-leader's do. Run it before enabling
+/// fencing, from a migration or at start-up. Pass what you hold: `&pool`, `&mut connection`
+/// or `&mut transaction`.
 ///
 /// # Errors
-/// [`FenceError::Query`] with the server's error (for example a missing `CREATE` privilege).
+/// [`FenceError::Setup`] naming `fencing::setup`, with the server's error (for example a
+/// missing `CREATE` privilege).
 pub async fn setup<'c>(
     connection: impl Acquire<'c, Database = Postgres>,
 ) -> Result<(), FenceError> {
-    let mut connection = connection.acquire().await.map_err(query_error)?;
-    sqlx::raw_sql(&plexsphere_leader::fencing::setup_statement())
+    let statement = plexsphere_leader::fencing::setup_statement();
+    run_setup(connection, "fencing::setup", &statement).await
+}
+
+/// Runs the (serialized) setup `statement` on `connection` (`sqlx::raw_sql`: one query string
+/// in the simple protocol, one implicit transaction); a failure names `setup`. What every
+/// setup of this crate shares.
+pub(crate) async fn run_setup<'c>(
+    connection: impl Acquire<'c, Database = Postgres>,
+    setup: &'static str,
+    statement: &str,
+) -> Result<(), FenceError> {
+    let failed = |error| FenceError::setup(setup, crate::check_error(error));
+    let mut connection = connection.acquire().await.map_err(failed)?;
+    sqlx::raw_sql(statement)
         .execute(&mut *connection)
         .await
-        .map_err(query_error)?;
+        .map_err(failed)?;
     Ok(())
 }
 
@@ -98,6 +114,6 @@ async fn fence_epoch_is<'c>(
     verdict(current, epoch)
 }
 
-pub(crate) fn query_error(error: sqlx::Error) -> FenceError {
+fn query_error(error: sqlx::Error) -> FenceError {
     FenceError::query(crate::check_error(error))
 }

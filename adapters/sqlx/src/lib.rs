@@ -47,11 +47,12 @@
 #![warn(missing_docs)]
 
 pub mod fencing;
+pub mod floor;
 pub mod lease;
 
 /// Everything of plexsphere-leader, so that an sqlx service depends on this crate alone (and
 /// compiles no deadpool-postgres): `Elector`, `Config`, `Term`, `CancellationToken`, … This
-/// crate's own [`fencing`] and [`lease`] take the place of the tokio-postgres ones.
+/// crate's own [`fencing`], [`floor`] and [`lease`] take the place of the tokio-postgres ones.
 #[doc(no_inline)]
 pub use plexsphere_leader::*;
 

@@ -35,8 +35,8 @@ use plexsphere_leader_core::shards::{MemberId, Shard, Survey};
 
 use super::{Columns, ShardSqlError, int4_array, one_row};
 use crate::session::Row;
-use crate::sql::lease::{SETUP_LOCK, fence_table};
-use crate::sql::{DURABLE_COMMIT, FENCE_SETUP, FENCE_TABLE, QUIET_SETUP, quote_literal};
+use crate::sql::lease::fence_table;
+use crate::sql::{DURABLE_COMMIT, FENCE_SETUP, FENCE_TABLE, quote_literal};
 
 /// The members' table.
 pub const MEMBER_TABLE: &str = "plexsphere_shard_member";
@@ -84,13 +84,12 @@ pub fn take_lock(class: i32) -> i64 {
 
 /// The idempotent setup of a lease shard space, run once per database (by a migration or the
 /// elector at its start): the members' sequence and table, the owners' table and the fence
-/// table, in `schema` (which must exist), in one implicit transaction that first takes the
-/// lease setup's lock ([`SETUP_LOCK`]) so that replicas starting together do not race.
+/// table, in `schema` (which must exist), [serialized](crate::sql::lease::serialized_setup) so
+/// that replicas starting together do not race.
 pub fn setup(schema: &str) -> String {
     let fence = FENCE_SETUP.replacen(FENCE_TABLE, &fence_table(schema), 1);
-    format!(
-        "{QUIET_SETUP}SELECT pg_advisory_xact_lock({SETUP_LOCK}); \
-         CREATE SEQUENCE IF NOT EXISTS {schema}.{MEMBER_SEQUENCE} AS int4 MINVALUE 1 CYCLE; \
+    crate::sql::lease::serialized_setup(&format!(
+        "CREATE SEQUENCE IF NOT EXISTS {schema}.{MEMBER_SEQUENCE} AS int4 MINVALUE 1 CYCLE; \
          CREATE TABLE IF NOT EXISTS {members} (\
          classid int4 NOT NULL, member int4 NOT NULL, holder text NOT NULL, \
          expires_at timestamptz NOT NULL, PRIMARY KEY (classid, member)); \
@@ -100,7 +99,7 @@ pub fn setup(schema: &str) -> String {
         members = member_table(schema),
         owners = owner_table(schema),
         floor = crate::sql::candidacy::floor_setup(&floor_table(schema)),
-    )
+    ))
 }
 
 /// `schema`'s version floor table, qualified ([`FLOOR_TABLE`](crate::floor::FLOOR_TABLE)): the

@@ -37,29 +37,37 @@ pub(crate) fn fence_table(schema: &str) -> String {
     format!("{schema}.{}", super::FENCE_TABLE)
 }
 
-/// The transaction-level advisory lock that serializes [`setup`]: a one-`bigint` key
-/// (`plxs_set` in ASCII), a key space apart from the elections' two-`int4` keys.
+/// The transaction-level advisory lock that serializes every setup ([`serialized_setup`]): a
+/// one-`bigint` key (`plxs_set` in ASCII), a key space apart from the elections' two-`int4` keys.
 pub const SETUP_LOCK: i64 = 0x706C_7873_5F73_6574;
+
+/// `statements` (idempotent `CREATE … IF NOT EXISTS`) as every setup sends them: quietly
+/// ([`QUIET_SETUP`]), in the one implicit transaction of their query string, after
+/// [`SETUP_LOCK`]. Two concurrent `CREATE TABLE IF NOT EXISTS` of one table fail one of them
+/// with a unique violation of `pg_type` (`pg_type_typname_nsp_index`); under the lock the later
+/// one waits for the earlier one's commit and then finds the table. Every setup (the fence's,
+/// the floor's, the lease's and the lease shards') takes the same lock, so that different
+/// setups creating one table do not race either.
+pub fn serialized_setup(statements: &str) -> String {
+    format!("{QUIET_SETUP}SELECT pg_advisory_xact_lock({SETUP_LOCK}); {statements}")
+}
 
 /// The idempotent setup the lease mechanism needs, run once per database (by a migration or
 /// [`lease::setup`](crate::lease::setup)): the lease table, the fence table and the unlogged
 /// table of ranked replicas' candidacies ([`CANDIDATE_TABLE`](super::candidacy::CANDIDATE_TABLE)),
-/// in one implicit transaction that first takes [`SETUP_LOCK`], so that replicas starting
-/// together do not race (two concurrent `CREATE TABLE IF NOT EXISTS` of one table fail one of
-/// them with a unique violation of `pg_type`), quietly ([`QUIET_SETUP`]). The tables are
-/// created in `schema` (which must exist), named with it.
+/// [serialized](serialized_setup), so that replicas starting together do not race. The tables
+/// are created in `schema` (which must exist), named with it.
 pub fn setup(schema: &str) -> String {
     let fence = FENCE_SETUP.replacen(super::FENCE_TABLE, &fence_table(schema), 1);
-    format!(
-        "{QUIET_SETUP}SELECT pg_advisory_xact_lock({SETUP_LOCK}); \
-         CREATE TABLE IF NOT EXISTS {} (\
+    serialized_setup(&format!(
+        "CREATE TABLE IF NOT EXISTS {} (\
          classid int4 NOT NULL, objid int4 NOT NULL, holder text NOT NULL, \
          expires_at timestamptz NOT NULL, PRIMARY KEY (classid, objid)); {fence}; {candidates} {floor}",
         lease_table(schema),
         candidates = super::candidacy::setup(&super::candidacy::candidate_table(schema)),
         floor =
             super::candidacy::floor_setup(&format!("{schema}.{}", super::candidacy::FLOOR_TABLE))
-    )
+    ))
 }
 
 /// `now() + <ms> milliseconds`, the server's clock.
