@@ -8,10 +8,11 @@ use crate::task::BoxError;
 
 /// An error that retrying will not fix (a missing privilege, a configuration error): a
 /// worker that returns it is not restarted by the [`Supervisor`](crate::Supervisor) (it stays
-/// stopped and fails the `workers` probe), and a leader-ticked pass that returns it (or fails
-/// with one of [`UNFIT_SQLSTATES`], [`is_permanent`]) makes the leader resign ([`LeaderSource::step_down`](crate::loops::LeaderSource::step_down)), so that
-/// a replica able to do the work takes over instead of this one holding leadership while its
-/// work fails.
+/// stopped and fails the `workers` probe), and a leader-ticked pass that keeps returning it (or
+/// failing with one of [`UNFIT_SQLSTATES`], [`is_permanent`]) for its patience makes the leader
+/// resign ([`LeaderSource::step_down`](crate::loops::LeaderSource::step_down)), so that a
+/// replica able to do the work takes over when there is one; see
+/// [`UNFIT_PATIENCE_PERIODS`](crate::loops::UNFIT_PATIENCE_PERIODS).
 #[derive(Debug)]
 pub struct Permanent(BoxError);
 
@@ -57,6 +58,91 @@ pub fn is_permanent(error: &(dyn Error + 'static)) -> bool {
         || report(error)
             .sqlstate
             .is_some_and(|code| UNFIT_SQLSTATES.contains(&code.as_str()))
+}
+
+/// An error that says the database could not be reached or dropped the session (a refused or
+/// lost connection, a server shutting down or starting up, a failover): a worker that returns
+/// it is restarted by the [`Supervisor`](crate::Supervisor) without spending its restart budget
+/// (see [`is_unavailable`]), so no outage, pooler restart or failover stops a loop for good.
+/// Wrap in it what [`is_unavailable`] cannot recognise by type (a pool's wait timeout, another
+/// driver's connection error).
+#[derive(Debug)]
+pub struct Unavailable(BoxError);
+
+impl Unavailable {
+    /// Marks `error` as caused by a lost or refused connection.
+    pub fn new(error: impl Into<BoxError>) -> Self {
+        Self(error.into())
+    }
+
+    /// `error` marked as unavailable, boxed, as a pass or a worker returns it.
+    pub fn boxed(error: impl Into<BoxError>) -> BoxError {
+        Box::new(Self::new(error))
+    }
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Error for Unavailable {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// The SQLSTATEs that say the server refused or ended the session, not the work: class `08`
+/// (connection exception), `57P01` (admin shutdown), `57P02` (crash shutdown), `57P03` (cannot
+/// connect now: starting up, shutting down, in recovery) and `53300` (too many connections).
+pub const UNAVAILABLE_SQLSTATES: [&str; 4] = ["57P01", "57P02", "57P03", "53300"];
+
+/// Whether `error` was caused by a lost or refused connection rather than by the work: some
+/// error of its chain is marked [`Unavailable`], carries an SQLSTATE of class `08` or one of
+/// [`UNAVAILABLE_SQLSTATES`], is a closed tokio-postgres connection (feature `tokio-postgres`),
+/// or is an I/O error of a refused, reset, aborted or timed-out connection. Recognised by type,
+/// never by text: a string that only says "connection refused" is an ordinary failure.
+pub fn is_unavailable(error: &(dyn Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(cause) = next {
+        if unavailable_itself(cause) {
+            return true;
+        }
+        next = cause.source();
+    }
+    false
+}
+
+fn unavailable_itself(error: &(dyn Error + 'static)) -> bool {
+    if error.downcast_ref::<Unavailable>().is_some() {
+        return true;
+    }
+    if let Some(io) = error.downcast_ref::<std::io::Error>() {
+        use std::io::ErrorKind::{
+            BrokenPipe, ConnectionAborted, ConnectionRefused, ConnectionReset, NotConnected,
+            TimedOut, UnexpectedEof,
+        };
+        return matches!(
+            io.kind(),
+            ConnectionRefused
+                | ConnectionReset
+                | ConnectionAborted
+                | NotConnected
+                | BrokenPipe
+                | TimedOut
+                | UnexpectedEof
+        );
+    }
+    #[cfg(feature = "tokio-postgres")]
+    if let Some(postgres) = error.downcast_ref::<tokio_postgres::Error>()
+        && postgres.is_closed()
+    {
+        return true;
+    }
+    sqlstate_of(error).is_some_and(|code| {
+        code.starts_with("08") || UNAVAILABLE_SQLSTATES.contains(&code.as_str())
+    })
 }
 
 /// A failure as a log line or a probe says it: the error's text followed by each source's
@@ -148,5 +234,35 @@ mod tests {
         let boxed: BoxError = Permanent::boxed(std::io::Error::other("x"));
         assert!(Permanent::is(boxed.as_ref()));
         assert!(!Permanent::is(&std::io::Error::other("x")));
+    }
+
+    #[test]
+    fn a_lost_or_refused_connection_is_recognised_by_type_anywhere_in_the_chain() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(is_unavailable(&refused));
+        assert!(is_unavailable(&Outer(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset
+        ))));
+        // Text says nothing: only types and SQLSTATEs do.
+        let text: BoxError = "error connecting to server: Connection refused".into();
+        assert!(!is_unavailable(text.as_ref()));
+        assert!(!is_unavailable(&std::io::Error::other(
+            "connection refused"
+        )));
+        let state = |code: &str| {
+            plexsphere_leader::session::CheckError::backend(
+                std::io::Error::other("FATAL"),
+                Some(code.into()),
+            )
+        };
+        for code in ["57P01", "57P03", "08006", "08001", "53300"] {
+            assert!(is_unavailable(&state(code)), "{code}");
+        }
+        for code in ["42501", "25006", "40001", "23505"] {
+            assert!(!is_unavailable(&state(code)), "{code}");
+        }
+        let marked = Unavailable::boxed(std::io::Error::other("pool wait timed out"));
+        assert!(is_unavailable(marked.as_ref()));
+        assert_eq!(report(marked.as_ref()).text, "pool wait timed out");
     }
 }

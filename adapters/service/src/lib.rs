@@ -52,7 +52,10 @@ mod readiness;
 mod supervisor;
 mod task;
 
-pub use failure::{Permanent, Reported, UNFIT_SQLSTATES, is_permanent, report};
+pub use failure::{
+    Permanent, Reported, UNAVAILABLE_SQLSTATES, UNFIT_SQLSTATES, Unavailable, is_permanent,
+    is_unavailable, report,
+};
 pub use liveness::{ElectorLiveness, Liveness, LivenessReport};
 pub use loops::{
     Background, EveryReplica, Gate, LeaderSource, LeaderTicker, WhileLeader, wire_background,
@@ -63,7 +66,7 @@ pub use plexsphere_leader_core::supervision::{RestartPolicy, WorkerState};
 pub use readiness::{DuplicateProbe, LoopProbe, Probe, ProbeReport, Readiness, ReadinessReport};
 pub use supervisor::{
     DEFAULT_SHUTDOWN_BOUND, DuplicateWorker, RunningWorkers, SHUTDOWN_SLACK, ShutdownReport,
-    Supervisor, WORKERS_PROBE, WorkersProbe, shutdown_bound,
+    Supervisor, UNAVAILABLE_MAX_BACKOFF, WORKERS_PROBE, WorkersProbe, shutdown_bound,
 };
 
 /// Compiles the package README's example.

@@ -8,8 +8,12 @@
 //! doubling, capped at 10 s). One that exhausts its budget stays stopped and fails the
 //! [`WorkersProbe`] (`workers` on `/readyz`); so does, at once, one whose error is marked
 //! [`Permanent`](crate::Permanent) (the election's run ending with a permanent
-//! `RunError`: a pool that multiplexes sessions, a lock table too small for a shard space). A worker that returns `Ok` has finished and is not
-//! restarted. [`RunningWorkers::shutdown`] cancels every worker and waits for them, with a
+//! `RunError`: a pool that multiplexes sessions, a lock table too small for a shard space).
+//! A failure caused by a lost or refused connection ([`is_unavailable`](crate::is_unavailable))
+//! spends no budget: the worker is restarted after a backoff capped at
+//! [`UNAVAILABLE_MAX_BACKOFF`] for as long as the outage lasts, so no database outage, pooler
+//! restart or failover stops a worker for good. A worker that returns `Ok` has finished and is
+//! not restarted. [`RunningWorkers::shutdown`] cancels every worker and waits for them, with a
 //! bound; a worker still running at the bound is aborted (its future dropped).
 
 use std::collections::BTreeMap;
@@ -51,7 +55,26 @@ pub fn shutdown_bound(elector: &Elector) -> Duration {
 /// The name of the supervisor's readiness probe.
 pub const WORKERS_PROBE: &str = "workers";
 
+/// The longest backoff before restarting a worker whose run failed for a lost or refused
+/// connection ([`is_unavailable`](crate::is_unavailable)): such restarts spend no restart
+/// budget, and the backoff (from the policy's first backoff, doubling) stops growing here so
+/// that a worker resumes within about a second of the database's return.
+pub const UNAVAILABLE_MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How often, at most, a worker that keeps failing for a lost or refused connection logs a WARN
+/// line after the first one.
+const UNAVAILABLE_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
 type WorkerFn = Box<dyn FnMut(CancellationToken) -> BoxFuture<Result<(), BoxError>> + Send>;
+
+/// Called with the cause when a worker stops for good (budget exhausted, or a permanent error).
+pub(crate) type StopHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+struct Worker {
+    name: String,
+    start: WorkerFn,
+    on_stopped_for_good: Option<StopHook>,
+}
 type States = Arc<Mutex<BTreeMap<String, WorkerState<String>>>>;
 
 /// Two workers may not share a name.
@@ -62,7 +85,7 @@ pub struct DuplicateWorker(pub String);
 /// The background workers of a service, before they start.
 pub struct Supervisor {
     policy: RestartPolicy,
-    workers: Vec<(String, WorkerFn)>,
+    workers: Vec<Worker>,
     states: States,
 }
 
@@ -107,18 +130,33 @@ impl Supervisor {
             Box::pin(async move { run.await.map_err(Into::into) })
         });
         self.lock().insert(name.clone(), WorkerState::Registered);
-        self.workers.push((name, start));
+        self.workers.push(Worker {
+            name,
+            start,
+            on_stopped_for_good: None,
+        });
         Ok(())
+    }
+
+    /// Calls `hook` with the cause when the worker `name` stops for good (its budget exhausted,
+    /// or a permanent error): what makes a leader whose while-leader loop stopped resign.
+    pub(crate) fn on_stopped_for_good(&mut self, name: &str, hook: StopHook) {
+        if let Some(worker) = self.workers.iter_mut().find(|w| w.name == name) {
+            worker.on_stopped_for_good = Some(hook);
+        }
     }
 
     /// Whether a worker is registered under `name`.
     pub fn contains(&self, name: &str) -> bool {
-        self.workers.iter().any(|(taken, _)| taken == name)
+        self.workers.iter().any(|worker| worker.name == name)
     }
 
     /// The registered names, in registration order.
     pub fn names(&self) -> Vec<String> {
-        self.workers.iter().map(|(name, _)| name.clone()).collect()
+        self.workers
+            .iter()
+            .map(|worker| worker.name.clone())
+            .collect()
     }
 
     /// How many workers are registered.
@@ -143,10 +181,9 @@ impl Supervisor {
     pub fn start(self, shutdown: &CancellationToken) -> RunningWorkers {
         let token = shutdown.child_token();
         let mut tasks = JoinSet::new();
-        for (name, start) in self.workers {
+        for worker in self.workers {
             tasks.spawn(supervise(
-                name,
-                start,
+                worker,
                 token.clone(),
                 self.policy,
                 Arc::clone(&self.states),
@@ -266,22 +303,46 @@ fn lock(states: &States) -> MutexGuard<'_, BTreeMap<String, WorkerState<String>>
 
 /// Runs one worker until it finishes, exhausts its budget, or the token is cancelled.
 async fn supervise(
-    name: String,
-    mut start: WorkerFn,
+    worker: Worker,
     token: CancellationToken,
     policy: RestartPolicy,
     states: States,
 ) {
+    let Worker {
+        name,
+        mut start,
+        on_stopped_for_good,
+    } = worker;
     let mut budget = RestartBudget::new(policy);
+    let mut outage = Outage::default();
     let mut restarts = 0_u32;
     let set = |state| {
         lock(&states).insert(name.clone(), state);
     };
+    let stopped_for_good = |exit: &Exit<String>| {
+        if let Some(hook) = &on_stopped_for_good {
+            hook(&describe(exit));
+        }
+    };
     loop {
         set(WorkerState::Running { restarts });
-        let exit = run_once(&name, &mut start, &token).await;
-        let now = tokio::time::Instant::now().into_std();
-        match budget.on_exit(now, &exit) {
+        let began = tokio::time::Instant::now();
+        let Ended { exit, unavailable } = run_once(&name, &mut start, &token).await;
+        let now = tokio::time::Instant::now();
+        if unavailable {
+            // A lost or refused connection: restarted for as long as the outage lasts, and
+            // never counted against the budget.
+            let after = outage.failed(&name, &exit, policy, now, now - began);
+            set(WorkerState::BackingOff { last: exit });
+            if !back_off(&token, after).await {
+                set(WorkerState::Stopped);
+                return;
+            }
+            restarts += 1;
+            continue;
+        }
+        outage = Outage::default();
+        match budget.on_exit(now.into_std(), &exit) {
             Decision::Restart { after, restart } => {
                 tracing::warn!(
                     target: "plexsphere_leader",
@@ -293,12 +354,9 @@ async fn supervise(
                     describe(&exit)
                 );
                 set(WorkerState::BackingOff { last: exit });
-                tokio::select! {
-                    () = token.cancelled() => {
-                        set(WorkerState::Stopped);
-                        return;
-                    }
-                    () = tokio::time::sleep(after) => {}
+                if !back_off(&token, after).await {
+                    set(WorkerState::Stopped);
+                    return;
                 }
                 restarts += 1;
             }
@@ -315,6 +373,7 @@ async fn supervise(
                      error is permanent): {}",
                     describe(&exit)
                 );
+                stopped_for_good(&exit);
                 set(WorkerState::GaveUp { last: exit });
                 return;
             }
@@ -328,6 +387,7 @@ async fn supervise(
                     "background worker exhausted its restart budget and stays stopped: {}",
                     describe(&exit)
                 );
+                stopped_for_good(&exit);
                 set(WorkerState::Exhausted { last: exit });
                 return;
             }
@@ -335,11 +395,100 @@ async fn supervise(
     }
 }
 
-async fn run_once(name: &str, start: &mut WorkerFn, token: &CancellationToken) -> Exit<String> {
+/// Waits `after`; `false` when `token` is cancelled first.
+async fn back_off(token: &CancellationToken, after: Duration) -> bool {
+    tokio::select! {
+        () = token.cancelled() => false,
+        () = tokio::time::sleep(after) => true,
+    }
+}
+
+/// A run of failures of one worker caused by lost or refused connections: its backoff and its
+/// rate-limited log.
+#[derive(Debug, Default)]
+struct Outage {
+    /// Failures in a row.
+    failures: u32,
+    /// When the last WARN line was written, and how many failures went unlogged since.
+    logged: Option<tokio::time::Instant>,
+    unlogged: u32,
+}
+
+impl Outage {
+    /// Counts a failure of a run that lasted `ran` and returns the backoff before the restart:
+    /// the policy's first backoff doubling per failure in a row, at most
+    /// [`UNAVAILABLE_MAX_BACKOFF`]; a run that lasted longer than that starts the doubling over.
+    fn failed(
+        &mut self,
+        name: &str,
+        exit: &Exit<String>,
+        policy: RestartPolicy,
+        now: tokio::time::Instant,
+        ran: Duration,
+    ) -> Duration {
+        if ran > UNAVAILABLE_MAX_BACKOFF {
+            self.failures = 0;
+        }
+        let capped = RestartPolicy {
+            max_backoff: policy.max_backoff.min(UNAVAILABLE_MAX_BACKOFF),
+            ..policy
+        };
+        let after = capped.backoff(self.failures);
+        self.failures = self.failures.saturating_add(1);
+        let cause = describe(exit);
+        match self.logged {
+            None => {
+                tracing::warn!(
+                    target: "plexsphere_leader",
+                    worker = %name,
+                    cause = %cause,
+                    backoff = ?after,
+                    "background worker lost its database connection, restarting (not counted \
+                     against its restart budget): {cause}"
+                );
+                self.logged = Some(now);
+            }
+            Some(at) if now - at >= UNAVAILABLE_LOG_INTERVAL => {
+                tracing::warn!(
+                    target: "plexsphere_leader",
+                    worker = %name,
+                    cause = %cause,
+                    failures = self.failures,
+                    not_logged = self.unlogged,
+                    "background worker still cannot reach its database, restarting: {cause}"
+                );
+                self.logged = Some(now);
+                self.unlogged = 0;
+            }
+            Some(_) => {
+                self.unlogged += 1;
+                tracing::debug!(
+                    target: "plexsphere_leader",
+                    worker = %name,
+                    cause = %cause,
+                    "background worker lost its database connection again, restarting: {cause}"
+                );
+            }
+        }
+        after
+    }
+}
+
+/// How one run ended, and whether a lost or refused connection caused it.
+struct Ended {
+    exit: Exit<String>,
+    unavailable: bool,
+}
+
+async fn run_once(name: &str, start: &mut WorkerFn, token: &CancellationToken) -> Ended {
     let run = start(token.child_token());
+    let budgeted = |exit| Ended {
+        exit,
+        unavailable: false,
+    };
     match CatchPanic::new(run).await {
-        Ok(Ok(())) if token.is_cancelled() => Exit::Cancelled,
-        Ok(Ok(())) => Exit::Finished,
+        Ok(Ok(())) if token.is_cancelled() => budgeted(Exit::Cancelled),
+        Ok(Ok(())) => budgeted(Exit::Finished),
         Ok(Err(error)) if token.is_cancelled() => {
             tracing::warn!(
                 target: "plexsphere_leader",
@@ -347,7 +496,7 @@ async fn run_once(name: &str, start: &mut WorkerFn, token: &CancellationToken) -
                 cause = %error,
                 "background worker failed while stopping: {error}"
             );
-            Exit::Cancelled
+            budgeted(Exit::Cancelled)
         }
         Ok(Err(error)) => {
             let reported = crate::failure::report(error.as_ref());
@@ -356,9 +505,12 @@ async fn run_once(name: &str, start: &mut WorkerFn, token: &CancellationToken) -
                 None => reported.text,
             };
             if crate::failure::Permanent::is(error.as_ref()) {
-                Exit::FailedForGood(text)
+                budgeted(Exit::FailedForGood(text))
             } else {
-                Exit::Failed(text)
+                Ended {
+                    exit: Exit::Failed(text),
+                    unavailable: crate::failure::is_unavailable(error.as_ref()),
+                }
             }
         }
         Err(caught) => {
@@ -369,7 +521,7 @@ async fn run_once(name: &str, start: &mut WorkerFn, token: &CancellationToken) -
                 stack = %caught.stack,
                 "background worker panicked"
             );
-            Exit::Panicked(caught.value)
+            budgeted(Exit::Panicked(caught.value))
         }
     }
 }
@@ -426,6 +578,71 @@ mod tests {
                 last: Exit::Failed(_)
             }
         ));
+    }
+
+    /// Issue 49 §7: an outage longer than the budget's backoffs (0.1 + 0.2 + 0.4 + 0.8 + 1.6 s)
+    /// exhausted a worker that failed on every connection attempt, for good.
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_failing_for_a_refused_connection_is_restarted_for_as_long_as_the_outage_lasts()
+     {
+        let mut supervisor = Supervisor::default();
+        let runs = Arc::new(AtomicU32::new(0));
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (counter, server) = (Arc::clone(&runs), Arc::clone(&up));
+        supervisor
+            .add("audit-archiver", move |token: CancellationToken| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let up = server.load(Ordering::SeqCst);
+                async move {
+                    if !up {
+                        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+                        return Err(BoxError::from(refused));
+                    }
+                    token.cancelled().await;
+                    Ok::<(), BoxError>(())
+                }
+            })
+            .unwrap();
+        let probe = supervisor.probe();
+        let running = supervisor.start(&CancellationToken::new());
+        // Five minutes of outage: restarted all along, backing off 0.1, 0.2, 0.4, 0.8, then 1 s.
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        // Runs at 0, 0.1, 0.3, 0.7, 1.5 s, then every second until 299.5 s.
+        let restarts = runs.load(Ordering::SeqCst);
+        assert_eq!(restarts, 5 + 298);
+        assert_eq!(probe.check(), Ok(()), "no budget spent");
+        // The server is back: the next restart, at most a second later, runs for good.
+        up.store(true, Ordering::SeqCst);
+        tokio::time::sleep(UNAVAILABLE_MAX_BACKOFF).await;
+        let resumed = runs.load(Ordering::SeqCst);
+        assert_eq!(resumed, restarts + 1);
+        assert!(matches!(
+            running.states()["audit-archiver"],
+            WorkerState::Running { .. }
+        ));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(runs.load(Ordering::SeqCst), resumed);
+        assert_eq!(
+            running.shutdown(DEFAULT_SHUTDOWN_BOUND).await,
+            ShutdownReport::default()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_that_exhausts_its_budget_calls_its_stop_hook_with_the_cause() {
+        let mut supervisor = Supervisor::default();
+        supervisor
+            .add("sweeper", failing(Arc::new(AtomicU32::new(0))))
+            .unwrap();
+        let causes = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&causes);
+        supervisor.on_stopped_for_good(
+            "sweeper",
+            Arc::new(move |cause: &str| seen.lock().unwrap().push(cause.to_owned())),
+        );
+        let mut running = supervisor.start(&CancellationToken::new());
+        running.stopped().await;
+        assert_eq!(*causes.lock().unwrap(), ["connection refused"]);
     }
 
     #[tokio::test(start_paused = true)]

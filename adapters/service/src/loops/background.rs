@@ -177,7 +177,11 @@ impl Background {
         &self.placements
     }
 
-    /// Wires a while-leader loop.
+    /// Wires a while-leader loop. When its worker stops for good (its restart budget
+    /// exhausted, or a [`Permanent`](crate::Permanent) error), a replica that leads then steps
+    /// down once ([`LeaderSource::step_down`]): leadership goes to a replica that still runs the
+    /// loop instead of staying, silently, with one that does not (the `workers` probe fails
+    /// too).
     ///
     /// # Errors
     /// The worker name is taken.
@@ -186,8 +190,18 @@ impl Background {
         runner: WhileLeader<L>,
     ) -> Result<(), WiringError> {
         let name = runner.name().to_owned();
+        let leadership = runner.leadership().clone();
         self.supervisor
             .add(name.clone(), move |shutdown| runner.clone().run(shutdown))?;
+        let stopped = name.clone();
+        self.supervisor.on_stopped_for_good(
+            &name,
+            Arc::new(move |cause: &str| {
+                leadership.step_down(&format!(
+                    "background worker {stopped:?} stopped for good: {cause}"
+                ));
+            }),
+        );
         self.placements.push((name, Placement::WhileLeader));
         Ok(())
     }

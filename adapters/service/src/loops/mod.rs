@@ -25,6 +25,7 @@ mod every_replica;
 mod gate;
 mod source;
 mod ticker;
+mod unfit;
 mod while_leader;
 
 #[cfg(test)]
@@ -45,6 +46,7 @@ pub use every_replica::{EveryReplica, REPEATED_FAILURE_LOG_INTERVAL};
 pub use gate::Gate;
 pub use source::{LeaderSource, LeaderTerm};
 pub use ticker::{LeaderTicker, TICKS_METRIC, TickMetrics};
+pub use unfit::{UNFIT_PATIENCE_MAX_DOUBLINGS, UNFIT_PATIENCE_PERIODS};
 pub use while_leader::{DEFAULT_STOP_GRACE, WhileLeader};
 
 pub use crate::task::{BoxError, BoxFuture};

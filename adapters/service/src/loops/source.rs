@@ -35,10 +35,13 @@ pub trait LeaderSource: Clone + Send + Sync + 'static {
     /// it must wake on the election's own signal, never by polling.
     fn next_term(&self, parent: &CancellationToken) -> BoxFuture<Option<LeaderTerm>>;
 
-    /// A leader-ticked pass failed with a [`Permanent`](crate::Permanent) error while this
-    /// replica led (`why`, the loop and its cause): give up leadership so that a replica able
-    /// to do the work takes over. The [`Elector`] resigns (its resign hold-off, then it is a
-    /// candidate again); the default does nothing.
+    /// This replica cannot do some of the leader's work (`why`, the loop and its cause): give
+    /// up leadership so that a replica able to do it takes over. Called by a
+    /// [`LeaderTicker`](crate::LeaderTicker) whose pass failed for good on every tick of its
+    /// patience (see [`UNFIT_PATIENCE_PERIODS`](crate::loops::UNFIT_PATIENCE_PERIODS)), and when
+    /// a while-leader worker stopped for good. Called on a standby too: it must then do
+    /// nothing. The [`Elector`] resigns (its resign hold-off, then it is a candidate again); the
+    /// default does nothing.
     fn step_down(&self, why: &str) {
         let _ = why;
     }
@@ -64,7 +67,8 @@ impl LeaderSource for Elector {
         )
     }
 
-    /// Logs `why` at ERROR and resigns ([`Elector::resign`]).
+    /// On the leader, logs `why` at ERROR and resigns ([`Elector::resign`]); nothing on a
+    /// standby.
     fn step_down(&self, why: &str) {
         if self.is_leader() {
             tracing::error!(

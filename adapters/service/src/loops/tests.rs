@@ -31,6 +31,8 @@ enum Outcome {
     #[default]
     Ok,
     Err(&'static str),
+    /// Fails with this error marked permanent.
+    Permanent(&'static str),
     Panic(&'static str),
     /// Waits for the token, then returns this error.
     WaitThenErr(&'static str),
@@ -54,6 +56,7 @@ impl Script {
                 match outcome {
                     Outcome::Ok => Ok(()),
                     Outcome::Err(e) => Err(BoxError::from(e)),
+                    Outcome::Permanent(e) => Err(crate::Permanent::boxed(e)),
                     Outcome::Panic(value) => panic!("{value}"),
                     Outcome::WaitThenErr(e) => {
                         token.cancelled().await;
@@ -625,44 +628,131 @@ impl<S: tracing::Subscriber> Layer<S> for Logs {
     }
 }
 
-#[tokio::test]
-async fn a_leader_whose_pass_fails_for_good_steps_down_and_a_passing_error_does_not() {
+/// A pass that fails with "permission denied", marked permanent or not.
+fn denied(permanent: bool) -> PassFn {
+    crate::loops::pass_fn(move |_token| async move {
+        let error = std::io::Error::other("permission denied for table invitations");
+        if permanent {
+            Err(crate::Permanent::boxed(error))
+        } else {
+            Err(BoxError::from(error))
+        }
+    })
+}
+
+/// Ticks `ticker` once a period until the election's leader steps down; the ticks it took.
+async fn ticks_until_stepped_down(ticker: &LeaderTicker<Manual>, election: &Manual) -> u32 {
+    let shutdown = CancellationToken::new();
+    for n in 1..=200 {
+        assert!(matches!(ticker.tick(&shutdown).await, Tick::Failed(_)));
+        if !election.is_leader() {
+            return n;
+        }
+        tokio::time::advance(PERIOD).await;
+    }
+    panic!("never stepped down");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_whose_pass_fails_for_good_steps_down_after_its_patience_and_a_passing_error_never()
+ {
     let election = Manual::default();
-    let failing = |permanent: bool| {
-        crate::loops::pass_fn(move |_token| async move {
-            let error = std::io::Error::other("permission denied for table invitations");
-            if permanent {
-                Err(crate::Permanent::boxed(error))
-            } else {
-                Err(BoxError::from(error))
-            }
-        })
-    };
     let shutdown = CancellationToken::new();
     election.lead();
     let transient = LeaderTicker::new(
         "invitations-expire",
         election.clone(),
         PERIOD,
-        failing(false),
+        denied(false),
     );
-    assert!(matches!(transient.tick(&shutdown).await, Tick::Failed(_)));
+    for _ in 0..30 {
+        assert!(matches!(transient.tick(&shutdown).await, Tick::Failed(_)));
+        tokio::time::advance(PERIOD).await;
+    }
     assert!(election.is_leader(), "a transient failure keeps the term");
-    let permanent = LeaderTicker::new(
-        "invitations-expire",
-        election.clone(),
-        PERIOD,
-        failing(true),
-    );
-    let tick = permanent.tick(&shutdown).await;
-    assert_eq!(
-        tick,
-        Tick::Failed("permission denied for table invitations".into())
-    );
-    assert!(!election.is_leader(), "the leader stepped down");
+    let permanent = LeaderTicker::new("invitations-expire", election.clone(), PERIOD, denied(true));
+    // The failing tick ten periods after the first one steps down: leadership moves at most
+    // once per ten periods.
+    assert_eq!(ticks_until_stepped_down(&permanent, &election).await, 11);
     let why = election.stepped_down.lock().unwrap().clone();
     assert_eq!(
         why,
-        ["background loop \"invitations-expire\": permission denied for table invitations"]
+        [
+            "background loop \"invitations-expire\": permission denied for table invitations \
+          (on every tick for 10s; step-down 1 of this replica for this loop)"
+        ]
     );
+    // Back in the lead with the same failure: it waits twice as long (a clone, as a restarted
+    // worker, shares the state).
+    election.lead();
+    let restarted = permanent.clone();
+    assert_eq!(ticks_until_stepped_down(&restarted, &election).await, 21);
+    election.lead();
+    assert_eq!(ticks_until_stepped_down(&permanent, &election).await, 41);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pass_resets_the_patience_and_a_ticker_told_to_stay_never_steps_down() {
+    let election = Manual::default();
+    let shutdown = CancellationToken::new();
+    let script = Script::default();
+    let ticker = LeaderTicker::new(
+        "invitations-expire",
+        election.clone(),
+        PERIOD,
+        script.pass(),
+    );
+    election.lead();
+    script.set(Outcome::Permanent("permission denied"));
+    assert_eq!(ticks_until_stepped_down(&ticker, &election).await, 11);
+    election.lead();
+    // One pass on this replica: it can do the work again, so the next patience is 10 periods.
+    script.set(Outcome::Ok);
+    assert_eq!(ticker.tick(&shutdown).await, Tick::Passed);
+    tokio::time::advance(PERIOD).await;
+    script.set(Outcome::Permanent("permission denied"));
+    assert_eq!(ticks_until_stepped_down(&ticker, &election).await, 11);
+    // The spec's behaviour on request: the leader stays, the loop reports its failure.
+    election.lead();
+    let staying = LeaderTicker::new("invitations-expire", election.clone(), PERIOD, denied(true))
+        .stay_when_unfit();
+    for _ in 0..100 {
+        assert!(matches!(staying.tick(&shutdown).await, Tick::Failed(_)));
+        tokio::time::advance(PERIOD).await;
+    }
+    assert!(election.is_leader());
+    assert_eq!(election.stepped_down.lock().unwrap().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_while_leader_loop_stopped_for_good_makes_the_leader_step_down_once() {
+    let election = Manual::default();
+    let readiness = Readiness::new();
+    let policy = crate::RestartPolicy {
+        max_restarts: 2,
+        ..crate::RestartPolicy::default()
+    };
+    let mut background = Background::with_policy(&readiness, policy).unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let counter = Arc::clone(&runs);
+    background
+        .while_leader(WhileLeader::new(
+            "audit-archiver",
+            election.clone(),
+            pass_fn(move |_term: CancellationToken| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async { Err::<(), BoxError>("archive: corrupt segment".into()) }
+            }),
+        ))
+        .unwrap();
+    election.lead();
+    let mut running = background.start(&CancellationToken::new());
+    running.stopped().await;
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "one run and two restarts");
+    assert!(!election.is_leader(), "the leader stepped down");
+    assert_eq!(
+        *election.stepped_down.lock().unwrap(),
+        ["background worker \"audit-archiver\" stopped for good: archive: corrupt segment"]
+    );
+    assert!(!readiness.report().is_ready());
 }

@@ -1,8 +1,8 @@
 //! The leader ticker: the spec's `runLeaderTicker`.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use plexsphere_leader_core::readiness::Tick;
@@ -10,6 +10,7 @@ use prometheus::{IntCounterVec, Opts, Registry};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
+use super::unfit::{Seen, UnfitStreak};
 use super::{BoxError, LeaderSource, PassFn};
 use crate::panic::CatchPanic;
 use crate::readiness::LoopProbe;
@@ -29,6 +30,14 @@ pub const TICKS_METRIC: &str = "plexsphere_background_loop_ticks_total";
 /// - Every failed tick writes WARN `background loop tick failed: <cause>` (fields `loop`,
 ///   `cause`); a panic also writes ERROR `background loop tick panicked` (fields `loop`,
 ///   `panic`, `stack`), and the loop keeps ticking.
+/// - A pass that fails with an error that says it cannot succeed on this replica
+///   ([`is_permanent`](crate::is_permanent): a [`Permanent`](crate::Permanent) error, SQLSTATE
+///   `42501` or `25006`) makes the leader step down ([`LeaderSource::step_down`]) once the loop
+///   has failed so on every tick of its term for its patience: 10 tick periods
+///   ([`UNFIT_PATIENCE_PERIODS`](super::UNFIT_PATIENCE_PERIODS)), doubling with each step-down
+///   of this replica for this loop until the loop passes here again. Leadership so moves at most
+///   once per 10 periods when no replica can do the work, and ends on a replica that can when
+///   one exists; [`stay_when_unfit`](Self::stay_when_unfit) turns the step-down off.
 pub struct LeaderTicker<L> {
     name: Arc<str>,
     leadership: L,
@@ -38,6 +47,9 @@ pub struct LeaderTicker<L> {
     probe: Option<LoopProbe>,
     at_boot: bool,
     metrics: Option<TickMetrics>,
+    step_down_when_unfit: bool,
+    /// Shared by the clones, so that a restarted worker keeps the step-down state.
+    unfit: Arc<Mutex<UnfitStreak>>,
 }
 
 impl<L: Clone> Clone for LeaderTicker<L> {
@@ -51,6 +63,8 @@ impl<L: Clone> Clone for LeaderTicker<L> {
             probe: self.probe.clone(),
             at_boot: self.at_boot,
             metrics: self.metrics.clone(),
+            step_down_when_unfit: self.step_down_when_unfit,
+            unfit: Arc::clone(&self.unfit),
         }
     }
 }
@@ -59,16 +73,27 @@ impl<L: LeaderSource> LeaderTicker<L> {
     /// A ticker of the loop `name` that runs `pass` every `period` on the leader. The period is
     /// at least 1 ms.
     pub fn new(name: &str, leadership: L, period: Duration, pass: PassFn) -> Self {
+        let period = period.max(Duration::from_millis(1));
         Self {
             name: name.into(),
             leadership,
-            period: period.max(Duration::from_millis(1)),
+            period,
             pass,
             probe_name: None,
             probe: None,
             at_boot: false,
             metrics: None,
+            step_down_when_unfit: true,
+            unfit: Arc::new(Mutex::new(UnfitStreak::new(period))),
         }
+    }
+
+    /// Never steps down for this loop's failures (the spec's behaviour): a leader whose pass
+    /// cannot succeed keeps leadership, and the loop's probe reports the failure.
+    #[must_use]
+    pub fn stay_when_unfit(mut self) -> Self {
+        self.step_down_when_unfit = false;
+        self
     }
 
     /// Gives the loop a readiness probe named `probe_name`, registered when the ticker is wired
@@ -192,11 +217,30 @@ impl<L: LeaderSource> LeaderTicker<L> {
         let tick = settle(ran, called.load(Ordering::SeqCst), shutdown.is_cancelled());
         let sqlstate = reported.as_ref().and_then(|(r, _)| r.sqlstate.clone());
         self.record(&tick, sqlstate.as_deref());
-        if let (Tick::Failed(cause), Some((_, true))) = (&tick, &reported) {
-            self.leadership
-                .step_down(&format!("background loop {:?}: {cause}", self.name));
-        }
+        let seen = match (&tick, &reported) {
+            (Tick::Passed, _) => Seen::Passed,
+            (Tick::Failed(_), Some((_, true))) => Seen::Unfit,
+            _ => Seen::Other,
+        };
+        self.weigh_unfit(&tick, seen);
         tick
+    }
+
+    /// Feeds the step-down rule and steps down when it says so.
+    fn weigh_unfit(&self, tick: &Tick<String>, seen: Seen) {
+        let (down, step_downs) = {
+            let mut unfit = self.unfit.lock().unwrap_or_else(PoisonError::into_inner);
+            let down = unfit.on_tick(tokio::time::Instant::now(), seen);
+            (down, unfit.step_downs())
+        };
+        if let (Some(patience), true, Tick::Failed(cause)) = (down, self.step_down_when_unfit, tick)
+        {
+            self.leadership.step_down(&format!(
+                "background loop {:?}: {cause} (on every tick for {patience:?}; step-down \
+                 {step_downs} of this replica for this loop)",
+                self.name,
+            ));
+        }
     }
 
     /// Ticks until `shutdown` is cancelled, then returns `Ok(())`. It never fails by itself: a

@@ -22,8 +22,14 @@ pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(1);
 ///   has not returned within the stop grace (1 s by default) is dropped. Its result is then
 ///   discarded: a demotion is never a failure.
 /// - A loop that returns an error while its term holds makes the runner return that error, so
-///   the supervisor restarts it within its budget; a panic propagates the same way. A loop that
-///   returns `Ok` while its term holds is done for that term and starts again in the next one.
+///   the supervisor restarts it within its budget (an error of a lost or refused connection,
+///   [`is_unavailable`](crate::is_unavailable), spends none); a panic propagates the same way.
+///   A loop that returns `Ok` while its term holds is done for that term and starts again in
+///   the next one.
+/// - Wired by [`Background::while_leader`](super::Background::while_leader), a loop that stops
+///   for good (its budget exhausted, or a [`Permanent`](crate::Permanent) error) makes a leading
+///   replica step down ([`LeaderSource::step_down`]) once, so that a replica that still runs
+///   the loop leads instead of this one keeping leadership without it.
 pub struct WhileLeader<L> {
     name: Arc<str>,
     leadership: L,
@@ -63,6 +69,11 @@ impl<L: LeaderSource> WhileLeader<L> {
     /// The loop's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The election the loop follows.
+    pub(crate) fn leadership(&self) -> &L {
+        &self.leadership
     }
 
     /// Runs the loop in every term until `shutdown` is cancelled.
