@@ -42,7 +42,8 @@
 //!
 //! [`check`] reads the epoch `FOR SHARE`: a newer leader's advance waits until the transaction
 //! ends, so a write either commits before the new epoch exists or sees it and is rejected. The
-//! same in SQL, for writes made elsewhere ([`sql::fence_check`], here for the default key):
+//! same in SQL, for writes made elsewhere (`sql::fence_check`, feature `wire`; here for the
+//! default key):
 //! `SELECT epoch FROM plexsphere_leader_fence WHERE classid = 1886156915 AND objid = 1 FOR SHARE`,
 //! then write only when it equals the term's epoch.
 
@@ -134,13 +135,14 @@ pub fn verdict(current: Option<i64>, epoch: u64) -> Result<(), FenceError> {
     }
 }
 
-/// The statement [`check`] runs for `key` ([`sql::fence_check`]), for backends of their own.
+/// The statement [`check`] runs for `key` (`sql::fence_check`, feature `wire`), for backends
+/// of their own.
 pub fn check_statement(key: LockKey) -> String {
     sql::fence_check(key)
 }
 
-/// The statement `check_in` runs for the fence table in `schema` ([`sql::fence_check_in`]),
-/// for backends of their own.
+/// The statement `check_in` runs for the fence table in `schema` (`sql::fence_check_in`,
+/// feature `wire`), for backends of their own.
 pub fn check_statement_in(schema: &str, key: LockKey) -> String {
     sql::fence_check_in(schema, key)
 }

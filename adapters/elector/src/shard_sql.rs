@@ -148,7 +148,9 @@ pub struct SurveyRows {
     pub floor: Option<Version>,
 }
 
-/// One holder of a lock of the space, as [`owners`] shows it ([`parse_owners`]).
+/// One holder of a lock of the space, as `shard_sql::owners` shows it
+/// (`shard_sql::parse_owners`; feature `wire`): what
+/// [`status::shard_owners`](crate::status::shard_owners) returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerRow {
     /// The holding backend.
@@ -161,7 +163,7 @@ pub struct OwnerRow {
     pub member: bool,
     /// The shards it holds, ascending.
     pub shards: Vec<Shard>,
-    /// The rank it published ([`standing`]), if any.
+    /// The rank it published (before its identity in `application_name`), if any.
     pub rank: Option<Rank>,
 }
 

@@ -3,8 +3,8 @@
 //!
 //! The leader's lock session carries `<identity> since <unix seconds>` in its
 //! `application_name` (written by the grant statement, from the server's clock; see
-//! [`Config::identity`](crate::Config::identity)). [`who_leads`] runs [`sql::who_leads`] and
-//! reads it back.
+//! [`Config::identity`](crate::Config::identity)). [`who_leads`] runs `sql::who_leads` (feature
+//! `wire`) and reads it back.
 //!
 //! Visibility: `pg_locks` and every session's `application_name` are visible to any role, so
 //! the leader's pid, identity and grant time always are. `backend_start`, `client_addr` and
@@ -133,8 +133,8 @@ impl<E: Into<CheckError>> From<E> for StatusError {
 }
 
 /// Who leads the election `key` in `client`'s current database: `None` when no session holds
-/// the lock (standbys may still be queued for it). One statement ([`sql::who_leads`]) over the
-/// simple query protocol, so it also works through a transaction-mode pooler.
+/// the lock (standbys may still be queued for it). One statement (`sql::who_leads`, feature
+/// `wire`) over the simple query protocol, so it also works through a transaction-mode pooler.
 ///
 /// # Errors
 /// [`StatusError::Query`] when the query fails; [`StatusError::SeveralHolders`] when the answer
@@ -151,8 +151,7 @@ pub async fn who_leads(
 /// Who owns what in the shard space `class` of `count` shards, in `client`'s current database:
 /// one [`OwnerRow`] per backend holding a lock of the space (members
 /// and foreign holders), ascending by pid; empty when nobody does. One statement
-/// ([`shard_sql::owners`](crate::shard_sql::owners)) over the simple query protocol; it takes no
-/// lock.
+/// (`shard_sql::owners`, feature `wire`) over the simple query protocol; it takes no lock.
 ///
 /// # Errors
 /// [`StatusError::Query`] when the query fails or answers rows of another shape.
@@ -181,7 +180,7 @@ pub async fn shard_owners(
 /// `pid` field is the member id, its `name` the member's holder, `<identity> <nonce>`, and its
 /// `rank` the one published before it), with
 /// the shards its owner rows name; a shard of no row is free. One statement
-/// ([`shard_sql::lease::survey`](crate::shard_sql::lease::survey)); it takes no lock.
+/// (`shard_sql::lease::survey`, feature `wire`); it takes no lock.
 ///
 /// # Errors
 /// As [`shard_owners`]; a missing table (the space was never set up) is SQLSTATE 42P01.

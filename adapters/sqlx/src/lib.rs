@@ -68,7 +68,8 @@ use sqlx::{Postgres, Row as _, ValueRef as _};
 use tokio::sync::Mutex;
 
 /// A configuration with the spec's defaults whose lock sessions come from `pool`: the sqlx
-/// counterpart of [`Config::new`]. Chain the other settings on it as usual.
+/// counterpart of plexsphere-leader's `Config::new` (its deadpool-postgres backend, which this
+/// crate leaves out). Chain the other settings on it as usual.
 ///
 /// ```no_run
 /// use std::time::Duration;

@@ -50,9 +50,9 @@ impl std::fmt::Display for LeaseStatus {
 
 /// Who holds the lease of election `key` in `client`'s current database, in the tables of
 /// `schema` (the election's [`Config::lease_schema`](crate::Config::lease_schema), `public`
-/// by default: [`sql::lease::DEFAULT_SCHEMA`]): `None` when no replica ever claimed it. One
-/// statement ([`sql::lease::who_holds`]) over the simple query protocol, so it also works
-/// through a transaction-mode pooler.
+/// by default: [`lease::DEFAULT_SCHEMA`](crate::lease::DEFAULT_SCHEMA)): `None` when no replica
+/// ever claimed it. One statement (`sql::lease::who_holds`, feature `wire`) over the simple
+/// query protocol, so it also works through a transaction-mode pooler.
 ///
 /// # Errors
 /// [`StatusError::Query`] when the query fails (the lease table does not exist: `42P01`) or
