@@ -1,9 +1,11 @@
 //! End to end: the demo with three replica processes and a 200 ms check interval on its own
 //! database; SIGKILL of the leader's process; another replica leads within about one interval.
 //!
-//! The bound asserted is `I + MARGIN` (200 ms + 3 s): on one host SIGKILL closes the socket, the
-//! server ends the session at once, and a standby takes the free lock at its next check (≤ I);
-//! the margin covers a loaded 2-core machine and the output pipe. The test builds the demo
+//! The bound is I: on one host SIGKILL closes the socket, the server ends the session at once, and
+//! a standby takes the free lock at its next check (≤ I). It is asserted as [`loaded`]`(I)` =
+//! 5 s, ten times the bound plus `MARGIN` (3 s), which covers a 2-core machine busy with other
+//! work (issue 49, item 6: the same shape of wait timed out at 3.8 s in `demo_pgbouncer.rs`) and
+//! the output pipe. The test builds the demo
 //! example first (a no-op when it is fresh) with the same target directory and profile as
 //! itself.
 #![allow(
@@ -21,6 +23,15 @@ use nix::unistd::Pid;
 use plexsphere_leader_tests::TestDb;
 use plexsphere_leader_tests::replica_process::dsn;
 use tokio::time::Instant;
+
+/// How many times its mechanism's bound a wait after a fault may take on a loaded 2-core
+/// machine (issue 49, item 6); measured handovers are far below it (`println!` below).
+const LOAD_FACTOR: u32 = 10;
+
+/// `bound` widened for a loaded machine: `bound × LOAD_FACTOR + MARGIN`.
+fn loaded(bound: Duration) -> Duration {
+    bound * LOAD_FACTOR + MARGIN
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leaders_process_hands_leadership_to_another_replica_within_about_one_interval()
@@ -78,7 +89,7 @@ async fn killing_the_leaders_process_hands_leadership_to_another_replica_within_
         Signal::SIGKILL,
     )
     .unwrap();
-    let (successor, _) = eventually(I + MARGIN, "another replica leads", || async {
+    let (successor, _) = eventually(loaded(I), "another replica leads", || async {
         demo.acquisitions()
             .into_iter()
             .find(|(replica, _)| *replica != leader)
@@ -86,11 +97,11 @@ async fn killing_the_leaders_process_hands_leadership_to_another_replica_within_
     .await;
     let handover = killed_at.elapsed();
     println!("handover after SIGKILL: {handover:?}");
-    assert!(handover <= I + MARGIN, "{handover:?}");
+    assert!(handover <= loaded(I), "{handover:?}");
     let successor_addr = demo.replica_addr(successor);
     let (_, body) = get(successor_addr, "/status").await.unwrap();
     assert!(body.contains("\"is_leader\":true"), "{body}");
-    eventually(MARGIN, "the demo reports the killed replica", || async {
+    eventually(loaded(I), "the demo reports the killed replica", || async {
         demo.lines()
             .iter()
             .any(|line| {
@@ -103,7 +114,7 @@ async fn killing_the_leaders_process_hands_leadership_to_another_replica_within_
     // The operator resigns the successor: the last replica takes over.
     let (code, body) = post(successor_addr, "/resign").await.unwrap();
     assert_eq!((code, body.as_str()), (200, "resign requested\n"));
-    let (last, _) = eventually(I + I + MARGIN, "the remaining replica leads", || async {
+    let (last, _) = eventually(loaded(I + I), "the remaining replica leads", || async {
         demo.acquisitions()
             .into_iter()
             .find(|(replica, _)| *replica != leader && *replica != successor)

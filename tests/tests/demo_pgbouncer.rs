@@ -2,7 +2,8 @@
 //! processes at I = 200 ms, connected through a real PgBouncer in `pool_mode = transaction`
 //! (which cannot carry a session advisory lock). One replica leads, with no transition, for
 //! `STEADY` (60 s); `/status` says who holds the lease and until when; SIGKILL of the leader's
-//! process: another replica leads within the crash bound, TTL + I (0.8 s), plus `MARGIN`. The
+//! process: another replica leads within the crash bound, TTL + I (0.8 s), asserted as
+//! [`loaded`]`(TTL + I)` = 11 s (ten times the bound plus `MARGIN`: a loaded 2-core machine). The
 //! demo's own loops run through the same pooler, and none of their ticks fails. With `--shards K`
 //! the space is held by leases as well (issue 40).
 //!
@@ -43,6 +44,23 @@ const STEADY: Duration = Duration::from_secs(60);
 
 /// The lease's TTL: the default, three intervals.
 const TTL: Duration = Duration::from_millis(600);
+
+/// How many times its mechanism's bound a wait after a SIGKILL may take here (issue 49, item
+/// 6). The waits below are the lease's crash bound, TTL + I (0.8 s): the killed holder's row
+/// expires at most TTL after its last renewal, and a survivor's next check, at most I later,
+/// takes what it freed. They measured 0.57–1.05 s, also beside `stress-ng --cpu 2`; but on a
+/// 2-core machine busy with other work (a build, other test binaries) the three replica
+/// processes, PostgreSQL and PgBouncer share what is left, every step of the handover waits for
+/// a core, and the sharded demo timed out after the former `TTL + I + MARGIN` (3.8 s). Ten
+/// times the bound, plus `MARGIN` for the poll's own HTTP round trips, still proves what the
+/// test is about: the successor or the survivors come within seconds, by the lease's expiry,
+/// not never; the figure itself is the benchmarks' (docs/benchmarks.md).
+const LOAD_FACTOR: u32 = 10;
+
+/// `bound` widened for a loaded machine: `bound × LOAD_FACTOR + MARGIN`.
+fn loaded(bound: Duration) -> Duration {
+    bound * LOAD_FACTOR + MARGIN
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_transaction_mode_pgbouncer_the_lease_demo_keeps_one_leader_and_fails_over() {
@@ -116,7 +134,7 @@ async fn behind_a_transaction_mode_pgbouncer_the_lease_demo_keeps_one_leader_and
         Signal::SIGKILL,
     )
     .unwrap();
-    let bound = TTL + I + MARGIN;
+    let bound = loaded(TTL + I);
     let (successor, _) = eventually(bound, "another replica leads", || async {
         demo.acquisitions()
             .into_iter()
@@ -173,7 +191,9 @@ async fn behind_a_transaction_mode_pgbouncer_the_advisory_demo_never_leads_and_e
 /// Issue 40: `--shards K --mechanism lease` behind the same pooler, with two server connections
 /// for three replicas: the space splits evenly, each replica's `/shards` shows who owns what,
 /// the sweeps of the shard owners run through the pooler, and the shards of a SIGKILLed
-/// replica are owned again once its lease expired (TTL + I, plus `MARGIN`).
+/// replica are owned again once its lease expired: TTL + I, asserted as [`loaded`]`(TTL + I)`.
+/// The survivors balance without a rebalance step: each takes free shards up to its cap of
+/// ⌈12 / 2⌉ = 6 at its next check (`core::shards::assign`), so the bound is the crash bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_transaction_mode_pgbouncer_the_sharded_lease_demo_splits_and_re_owns() {
     let _one_fleet = ONE_FLEET.lock().await;
@@ -213,7 +233,7 @@ async fn behind_a_transaction_mode_pgbouncer_the_sharded_lease_demo_splits_and_r
         .unwrap();
     let killed_at = Instant::now();
     kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
-    let bound = TTL + I + MARGIN;
+    let bound = loaded(TTL + I);
     eventually(bound, "the two survivors own every shard", || async {
         let (_, body) = demo.get("/shards").await;
         let snapshot: serde_json::Value = serde_json::from_str(&body).ok()?;

@@ -12,7 +12,7 @@
 //! | the leader blackholed (fault proxy) | it demotes by 0.9·TTL after its last renewal, before the lease expires; a successor within TTL + I; no overlap |
 //! | `pg_ctl restart -m fast` (throwaway cluster, direct) | a leader within the restart + TTL + I; no overlap |
 //!
-//! TTL is the default, three intervals. Bounds are asserted as `bound + MARGIN` (2 s,
+//! TTL is the default, three intervals. Bounds are asserted as `bound + MARGIN` (5 s,
 //! `support::MARGIN`); the blackhole runs at I = 1 s, so that the leader's 10 % margin before
 //! the server's expiry (0.3 s) is far above a loaded machine's scheduling delay.
 #![allow(clippy::unwrap_used)]

@@ -5,7 +5,7 @@
 //! overlaps are computed.
 //!
 //! I = 200 ms unless a test says otherwise. Bounds come from the design (section 6) and are
-//! asserted as `bound + MARGIN` (2 s, `support::MARGIN`): scheduling on a loaded 2-core
+//! asserted as `bound + MARGIN` (5 s, `support::MARGIN`): scheduling on a loaded 2-core
 //! machine, process start, connection setup. Each test prints what it measured.
 //!
 //! | scenario | expected outcome (bound) |

@@ -1,7 +1,7 @@
 //! Fault injection on the server itself, each test on its own throwaway cluster (`Cluster`):
 //! restarts, a failover to a promoted standby, `max_connections` exhausted, and a crash right
 //! after the writes a leader trusts. Replicas are OS processes (`plx-replica`), I = 200 ms,
-//! bounds asserted as `bound + MARGIN` (2 s).
+//! bounds asserted as `bound + MARGIN` (5 s).
 //!
 //! | scenario | expected outcome (bound) |
 //! |----------|--------------------------|

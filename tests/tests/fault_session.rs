@@ -1,5 +1,5 @@
 //! Faults on one session of an in-process replica (issue 16 §5), each test on its own database
-//! of the shared local server, I = 200 ms, bounds asserted as `bound + MARGIN` (2 s):
+//! of the shared local server, I = 200 ms, bounds asserted as `bound + MARGIN` (5 s):
 //!
 //! | scenario | expected outcome (bound) |
 //! |----------|--------------------------|

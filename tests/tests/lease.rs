@@ -5,7 +5,7 @@
 //! deposed leader's epoch refused by the fenced-write check. Each runs on both backends
 //! (`<test>::deadpool`, `<test>::sqlx`) and on a database of its own.
 //!
-//! Bounds use the margins of `support` (I = 200 ms, MARGIN = 2 s); the lease's TTL is the
+//! Bounds use the margins of `support` (I = 200 ms, MARGIN = 5 s); the lease's TTL is the
 //! default, three intervals.
 #![allow(clippy::unwrap_used)]
 

@@ -1,6 +1,6 @@
 //! Operator controls against a real PostgreSQL: resign with a hold-off, eligibility, and the
 //! hard deadline for leader work after its term ended. Bounds use the documented margins of
-//! `support` (I = 200 ms, MARGIN = 2 s); lower bounds that the election guarantees (no check
+//! `support` (I = 200 ms, MARGIN = 5 s); lower bounds that the election guarantees (no check
 //! before a hold-off ends) are asserted exactly, since lateness cannot break them.
 
 mod support;

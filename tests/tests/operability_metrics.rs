@@ -2,8 +2,8 @@
 //! (transitions by cause, lock attempts by outcome, check latency, the last successful check,
 //! the current term, is-leader) and the stuck-leader liveness probe served on `/livez`.
 //!
-//! Timings use the documented margins of `support` (`I` = 200 ms, `MARGIN` = 2 s, `STARTUP` =
-//! 15 s): values are read once they settle, never at exact instants.
+//! Timings use the documented margins of `support` (`I` = 200 ms, `MARGIN` = 5 s, `STARTUP` =
+//! 30 s): values are read once they settle, never at exact instants.
 #![allow(
     clippy::unwrap_used,
     reason = "test helpers: a failed unwrap is a failed test"

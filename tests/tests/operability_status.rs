@@ -2,7 +2,7 @@
 //! `application_name`, `status::who_leads`, the `plexsphere-leader status` command (in-process;
 //! the binary itself is run by `adapters/cli/tests/cli_binary.rs`), several elections with their
 //! own keys on one database, and the identity's validation. Each test has its own database and
-//! a 200 ms check interval; time bounds carry the documented `MARGIN` (2 s).
+//! a 200 ms check interval; time bounds carry the documented `MARGIN` (5 s).
 
 mod support;
 

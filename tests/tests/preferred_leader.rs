@@ -8,7 +8,7 @@
 //! (with and without the override); the candidates the operator sees; the metrics.
 //!
 //! Bound: the new replica leads within W + the stop grace (zero here) + two intervals (its
-//! first survey, and a check's round) + `MARGIN` (2 s) of its start; the two never lead at once
+//! first survey, and a check's round) + `MARGIN` (5 s) of its start; the two never lead at once
 //! (sampled every 5 ms); leadership never goes back to the old version, nor to a third, older
 //! replica started after (watched for 4 W).
 #![allow(clippy::unwrap_used)]

@@ -3,7 +3,7 @@
 //! every shard it held at once, a handover waits for the shard's work, and a lock table too small
 //! for the space fails the run with a typed error. Every test has its own database.
 //!
-//! Bounds are asserted with the margins of `support` (I = 200 ms, MARGIN = 2 s): a handover or
+//! Bounds are asserted with the margins of `support` (I = 200 ms, MARGIN = 5 s): a handover or
 //! a failover within one interval plus the margin, a balance within a few intervals plus it.
 //! The split, the join, the graceful stop, the terminated session, the handover under work and
 //! resign/eligibility run on both backends (deadpool and sqlx: `<test>::deadpool`,

@@ -6,7 +6,7 @@
 //! I = 200 ms, K = 32 shards over 4 replicas. Bounds come from the sharded election's design
 //! (a dead member's shards are taken at the survivors' next survey; a cut-off member's session
 //! ends by its `idle_session_timeout` of 4·I, and the member itself gives up its shards when a
-//! survey goes unanswered for an interval) and are asserted as `bound + MARGIN` (2 s,
+//! survey goes unanswered for an interval) and are asserted as `bound + MARGIN` (5 s,
 //! `support::MARGIN`). Lower bounds are asserted only where nothing but the server's timeout can
 //! free a lock. Balance after a change is waited for with the start-up allowance (`STARTUP`),
 //! not asserted as a bound. Each test prints what it measured.

@@ -23,12 +23,18 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 pub const I: Duration = Duration::from_millis(200);
 
 /// Slack added to every time bound: scheduling delays of a loaded 2-core machine, connection
-/// setup and round trips. Bounds are asserted as `bound + MARGIN`, never as exact times.
-pub const MARGIN: Duration = Duration::from_millis(2_000);
+/// setup and round trips. Bounds are asserted as `bound + MARGIN`, never as exact times. The
+/// bounds under test are at most 5·I = 1 s (the orphan's) or TTL + I = 0.8 s (the lease's
+/// crash), so `bound + MARGIN` is at least six times the mechanism's own bound: 2 s (before
+/// issue 49, item 6) was missed on a 2-core machine busy with other work, where two tests of one
+/// binary, their replica processes and the server share what is left. A test that tells a
+/// fast path from a slower one uses its own, stated bound instead (`beyond_spec.rs`).
+pub const MARGIN: Duration = Duration::from_millis(5_000);
 
 /// How long a test waits for the first leader after starting its electors. Not a bound under
-/// test: connection setup on a loaded machine (other test binaries, parallel tests) can be slow.
-pub const STARTUP: Duration = Duration::from_secs(15);
+/// test: connection setup on a loaded machine (other test binaries, parallel tests, ten replica
+/// processes starting at once) can be slow.
+pub const STARTUP: Duration = Duration::from_secs(30);
 
 /// One replica: an elector running in a task, with its own registry and shutdown token.
 pub struct Replica {
