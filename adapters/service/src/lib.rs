@@ -8,13 +8,16 @@
 //! use plexsphere_leader::{Config, Elector};
 //! use plexsphere_leader_service::loops::{BoxError, pass_fn};
 //! use plexsphere_leader_service::{
-//!     Background, DEFAULT_SHUTDOWN_BOUND, LeaderTicker, Readiness, wire_background,
+//!     Background, LeaderTicker, Readiness, shutdown_bound, wire_background,
 //! };
 //! use tokio_util::sync::CancellationToken;
 //!
 //! # async fn boot(pool: deadpool_postgres::Pool) -> Result<(), Box<dyn std::error::Error>> {
 //! let readiness = Readiness::new();
 //! let elector = Elector::new(Config::new(pool))?;
+//! // How long the shutdown may wait: the elector's stop grace and unlock (8 s with the
+//! // defaults; `DEFAULT_SHUTDOWN_BOUND`, 5 s, could cut its unlock short).
+//! let bound = shutdown_bound(&elector);
 //! let mut background = Background::new(&readiness)?;
 //! // The election as the worker `background-leader`, then each leader-gated loop.
 //! wire_background(Some(elector), &mut background, |elector, bg| {
@@ -31,7 +34,7 @@
 //! let running = background.start(&shutdown);
 //! // ... serve until asked to stop, then:
 //! shutdown.cancel();
-//! running.shutdown(DEFAULT_SHUTDOWN_BOUND).await;
+//! running.shutdown(bound).await;
 //! # Ok(()) }
 //! ```
 //!

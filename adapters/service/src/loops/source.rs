@@ -21,9 +21,11 @@ pub trait LeaderSource: Clone + Send + Sync + 'static {
     fn leader_term(&self, parent: &CancellationToken) -> Option<LeaderTerm>;
 
     /// Runs `work` only on the leader, with the term's token (the spec's `Do`): `Ok(false)`
-    /// without calling it on a standby, `Ok(true)` or its error when the term held until it
-    /// returned, `Ok(false)` when the term (or `parent`) ended while it ran. A panic in `work`
-    /// propagates.
+    /// without calling it on a standby; `Ok(true)` or its error when the term held until it
+    /// returned, whether or not `parent` was cancelled meanwhile (a `parent` already cancelled
+    /// still calls `work`, with a cancelled token); `Ok(false)` when the term itself ended
+    /// while it ran. A panic in `work` propagates. [`Elector::run_if_leader`] has the full
+    /// table.
     fn run_if_leader(
         &self,
         parent: &CancellationToken,
