@@ -19,9 +19,11 @@
 //! live page of who owns which shards.
 //!
 //! With `--rollout` every replica ranks itself by its version (`Config::version`, 1.0.0), and
-//! once one leads the demo restarts them one at a time with version 1.1.0, printing each
-//! leadership move (`event=leadership-moved from=… to=… version=… cause=yielded`) and, at the
-//! end, `event=rollout-done moves=M to_new=N …`; then it keeps running.
+//! once one leads the demo replaces them one at a time with version 1.1.0 in the surge order of
+//! a Kubernetes rolling update (a new replica starts, in one spare slot, before an old one
+//! stops), printing each leadership move (`event=leadership-moved from=… to=… version=…
+//! cause=yielded`) and, at the end, `event=rollout-done moves=M to_new=N …` (one move per
+//! deploy); then it keeps running.
 //!
 //! `/status` also lists the wired workers and readiness probes. `sse-nonce-sweep` ticks once per
 //! `$PLEXSPHERE_SSE_NONCE_TTL` (default 5m) instead of once per interval.

@@ -95,10 +95,11 @@ pub(crate) struct Args {
     pub(crate) shards: Option<u32>,
 
     /// A rolling deploy once the replicas are up: every replica ranks itself by its version
-    /// (`Config::version`, 1.0.0 at start), then the demo restarts them one at a time with
-    /// version 1.1.0, printing each leadership move (`event=leadership-moved`: who led, who
-    /// leads now, its version, the end cause) and a summary (`event=rollout-done`), and keeps
-    /// running.
+    /// (`Config::version`, 1.0.0 at start), then the demo replaces them one at a time with
+    /// version 1.1.0, new first (a new replica starts in one spare slot, port P+N, and once the
+    /// new version leads an old one stops), printing each leadership move
+    /// (`event=leadership-moved`: who led, who leads now, its version, the end cause) and a
+    /// summary (`event=rollout-done`), and keeps running.
     #[arg(long)]
     pub(crate) rollout: bool,
 }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use crate::cli::{Args, DSN_ENV, REPLICA_ENV, VERSION_ENV};
 use crate::database;
-use crate::rollout::{self, Phase, Rollout};
+use crate::rollout::{self, Rollout, Step};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -34,7 +34,9 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
     // Refused here once, rather than by every replica at its start.
     crate::cli::sse_nonce_ttl_from_env()?;
     let database = database::resolve(args.dsn.clone()).await?;
-    let last_port = u32::from(args.http_port) + u32::from(args.replicas) - 1;
+    // `--rollout` surges: a new replica runs beside the old ones, in one more slot.
+    let slots = u32::from(args.replicas) + u32::from(args.rollout);
+    let last_port = u32::from(args.http_port) + slots - 1;
     if last_port > u32::from(u16::MAX) {
         return Err("--http-port plus --replicas exceeds 65535".into());
     }
@@ -63,15 +65,13 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
     let (exits, mut exited) = mpsc::unbounded_channel();
     // `--rollout`: the replicas' lines come through the parent, which reads who leads.
     let (lines, mut relayed) = mpsc::unbounded_channel();
-    let mut rollout = args
-        .rollout
-        .then(|| Rollout::new(args.replicas, args.check_interval));
+    let mut rollout = args.rollout.then(|| Rollout::new(args.check_interval));
     let mut replicas = Vec::new();
     for index in 0..args.replicas {
         let version = args.rollout.then_some(rollout::FROM);
         let running = start(&args, index, &database.dsn, version, &exits, &lines)?;
         if let Some(rollout) = &mut rollout {
-            rollout.moves.started(index, running.pid, rollout::FROM);
+            rollout.started(index, running.pid, rollout::FROM);
         }
         replicas.push(running);
     }
@@ -92,7 +92,19 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
             () = &mut deadline => { say("event=stopping reason=duration"); break; }
             () = settled(rollout.as_ref()) => {
                 if let Some(rollout) = &mut rollout {
-                    next_step(rollout, &replicas);
+                    let free = free_slot(&replicas);
+                    match rollout.step(tokio::time::Instant::now(), free) {
+                        Step::StartNew { index } => {
+                            let version = Some(rollout::TO);
+                            let running =
+                                start(&args, index, &database.dsn, version, &exits, &lines)?;
+                            rollout.started(index, running.pid, rollout::TO);
+                            replicas.push(running);
+                        }
+                        Step::StopOld { pid } => stop_old(&replicas, pid),
+                        Step::Done => say(&rollout.done()),
+                        Step::Wait => {}
+                    }
                 }
             }
             Some(line) = relayed.recv() => {
@@ -103,31 +115,14 @@ pub(crate) async fn run(args: Args) -> Result<(), Error> {
                 }
             }
             exit = exited.recv() => match exit {
-                Some((index, pid, status)) => {
+                Some((_, pid, status)) => {
                     // A replica killed from outside is the user's doing, not a failed stop.
                     record_exit(&mut replicas, pid, status);
                     if let Some(rollout) = &mut rollout {
                         for text in rollout.moves.exited(pid) {
                             say(&text);
                         }
-                        if rollout.phase == (Phase::Stopping { index, pid }) {
-                            let running = start(
-                                &args,
-                                index,
-                                &database.dsn,
-                                Some(rollout::TO),
-                                &exits,
-                                &lines,
-                            )?;
-                            rollout.moves.started(index, running.pid, rollout::TO);
-                            if let Some(slot) = replicas.iter_mut().find(|r| r.pid == pid) {
-                                *slot = running;
-                            }
-                            rollout.next += 1;
-                            rollout.phase =
-                                Phase::Settling(tokio::time::Instant::now() + rollout.settle);
-                            continue;
-                        }
+                        rollout.exited(pid, tokio::time::Instant::now());
                     }
                     if replicas.iter().all(|r| r.exited.is_some()) {
                         say("event=stopping reason=\"every replica exited\"");
@@ -219,31 +214,29 @@ async fn settled(rollout: Option<&Rollout>) {
     }
 }
 
-/// The rollout's next step once the last one settled: stop the next replica of the old version
-/// (SIGTERM: it releases what it holds), or, when none is left, the summary.
-fn next_step(rollout: &mut Rollout, replicas: &[Running]) {
-    let next = replicas
-        .iter()
-        .find(|r| r.index == rollout.next && r.exited.is_none());
-    match next {
-        Some(replica) if rollout.next < rollout.replicas => {
-            say(&format!(
-                "replica={} pid={} event=rollout-stop to={}",
-                replica.index,
-                replica.pid,
-                rollout::TO
-            ));
-            signal_pid(replica.pid, Signal::SIGTERM);
-            rollout.phase = Phase::Stopping {
-                index: replica.index,
-                pid: replica.pid,
-            };
-        }
-        _ => {
-            say(&rollout.done());
-            rollout.phase = Phase::Done;
-        }
+/// The lowest slot (replica index, port offset) no running replica uses: where the rollout
+/// starts a new replica.
+fn free_slot(replicas: &[Running]) -> u16 {
+    (0..=u16::MAX)
+        .find(|slot| {
+            !replicas
+                .iter()
+                .any(|r| r.index == *slot && r.exited.is_none())
+        })
+        .unwrap_or(u16::MAX)
+}
+
+/// Stops the old replica of pid `pid` (SIGTERM: it releases what it holds), once its successor
+/// runs beside it.
+fn stop_old(replicas: &[Running], pid: u32) {
+    if let Some(replica) = replicas.iter().find(|r| r.pid == pid) {
+        say(&format!(
+            "replica={} pid={pid} event=rollout-stop to={}",
+            replica.index,
+            rollout::TO
+        ));
     }
+    signal_pid(pid, Signal::SIGTERM);
 }
 
 fn spawn(args: &Args, index: u16, dsn: &str, version: Option<&str>) -> Result<Child, Error> {
