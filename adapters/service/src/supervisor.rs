@@ -417,7 +417,8 @@ struct Outage {
 impl Outage {
     /// Counts a failure of a run that lasted `ran` and returns the backoff before the restart:
     /// the policy's first backoff doubling per failure in a row, at most
-    /// [`UNAVAILABLE_MAX_BACKOFF`]; a run that lasted longer than that starts the doubling over.
+    /// [`UNAVAILABLE_MAX_BACKOFF`]. A run that lasted longer than that had its database: its
+    /// failure begins a new outage (the doubling and the log start over).
     fn failed(
         &mut self,
         name: &str,
@@ -427,7 +428,7 @@ impl Outage {
         ran: Duration,
     ) -> Duration {
         if ran > UNAVAILABLE_MAX_BACKOFF {
-            self.failures = 0;
+            *self = Self::default();
         }
         let capped = RestartPolicy {
             max_backoff: policy.max_backoff.min(UNAVAILABLE_MAX_BACKOFF),

@@ -756,3 +756,49 @@ async fn a_while_leader_loop_stopped_for_good_makes_the_leader_step_down_once() 
     );
     assert!(!readiness.report().is_ready());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_without_its_database_logs_the_outage_once_then_once_a_minute() {
+    let logs = Logs::default();
+    let _guard = logs.install();
+    let readiness = Readiness::new();
+    let mut background = Background::new(&readiness).unwrap();
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server = Arc::clone(&up);
+    background
+        .worker("sse-relay", move |_token: CancellationToken| {
+            let up = server.load(Ordering::SeqCst);
+            async move {
+                if !up {
+                    let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+                    return Err(BoxError::from(refused));
+                }
+                // Works until the next outage, then loses its connection.
+                tokio::time::sleep(Duration::from_secs(600)).await;
+                Err(BoxError::from(std::io::Error::from(
+                    std::io::ErrorKind::ConnectionReset,
+                )))
+            }
+        })
+        .unwrap();
+    let running = background.start(&CancellationToken::new());
+    let lost = "background worker lost its database connection, restarting";
+    let still = "background worker still cannot reach its database, restarting";
+    // 150 s of outage: one line at its start, one a minute after.
+    tokio::time::sleep(Duration::from_secs(150)).await;
+    assert_eq!(logs.all(lost).len(), 1);
+    let repeated = logs.all(still);
+    assert_eq!(repeated.len(), 2);
+    assert_eq!(repeated[0].level, tracing::Level::WARN);
+    assert_eq!(repeated[0].fields["worker"], "sse-relay");
+    assert!(logs.all("background worker failed, restarting").is_empty());
+    assert!(readiness.report().is_ready(), "no budget spent");
+    // Back for ten minutes, then lost again: a new outage, logged at once.
+    up.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(601)).await;
+    up.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(logs.all(lost).len(), 2);
+    assert_eq!(logs.all(still).len(), 2);
+    drop(running);
+}
