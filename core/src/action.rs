@@ -22,13 +22,19 @@ pub enum Action<C> {
         /// The identifier the new connection gets.
         conn: ConnId,
     },
-    /// [`Options::prove_pool`](crate::Options::prove_pool): borrow two pooled connections at
-    /// once and ask each for its server backend (`pg_backend_pid()`), the second while the
-    /// first is still borrowed, then give both back; report
-    /// [`Event::PoolProbed`](crate::Event::PoolProbed) with the two pids (the second `None`
-    /// when no second connection came within `second_within`: a pool of one connection), or
-    /// [`Event::AcquireFailed`](crate::Event::AcquireFailed). `conn` names the operation; no
-    /// connection is kept.
+    /// [`Options::prove_pool`](crate::Options::prove_pool): the exclusion proof
+    /// ([`crate::proof`]). Borrow a pooled connection and ask its server backend
+    /// (`pg_backend_pid()`); open a second session (outside the pool where the source can) and
+    /// ask its backend, within `second_within`; when the backends differ, take the proof's key
+    /// ([`PROOF_CLASS_ID`](crate::proof::PROOF_CLASS_ID), the first backend) on the first,
+    /// try it on the second, and release it on both where granted. Report
+    /// [`Event::PoolProbed`](crate::Event::PoolProbed) with what each answered (a second
+    /// session that did not come in time, or failed, is reported, not an error), or
+    /// [`Event::AcquireFailed`](crate::Event::AcquireFailed) when the first borrow or a
+    /// statement of the first failed. The first connection goes back to the pool once every
+    /// statement on it answered and the key is released; the second is closed (given back
+    /// unchanged when it came from the pool and was refused the key). `conn` names the
+    /// operation; no connection is kept.
     ProbePool {
         /// The identifier of the operation.
         conn: ConnId,
@@ -359,6 +365,14 @@ pub enum LogKind {
     /// transaction- or statement-mode pooler, which cannot carry the advisory lock; the run
     /// fails before any term. ERROR, once.
     PoolMultiplexes,
+    /// The exclusion proof found two sessions on two backends both granted the same advisory
+    /// lock key: the server's advisory locks do not exclude, so no replica may lead by them;
+    /// the run fails before any term. ERROR, once.
+    LockNotExclusive,
+    /// The exclusion proof proved nothing (no second session in time, or it failed, or the
+    /// proof's key was held); the cause says which. No attempt this check: the next check
+    /// proves again. WARN.
+    ProofInconclusive,
     /// The server refused the fitness probe ([`Options::probe_fitness`](crate::Options::probe_fitness)):
     /// this replica cannot do the leader's work. A standby makes no attempt until a probe
     /// passes; a leader gives its term up and stays a standby. WARN, with the failure
@@ -430,6 +444,14 @@ impl LogKind {
                  (Config::lease; the demo's --mechanism lease), or connect directly or through \
                  a session-mode pooler"
             }
+            Self::LockNotExclusive => {
+                "leader: this server's session advisory locks do not exclude (two sessions were \
+                 both granted one key), so they cannot elect one leader; no term begins: elect \
+                 with the lease mechanism (Config::lease; the demo's --mechanism lease)"
+            }
+            Self::ProofInconclusive => {
+                "leader: the exclusion proof proved nothing; no attempt until a proof passes"
+            }
             Self::Unfit => {
                 "leader: this replica cannot do the leader's work (its fitness probe was \
                  refused); it does not lead until the probe passes"
@@ -495,8 +517,9 @@ impl LogKind {
             | Self::ProbeFailed
             | Self::DeferLimitReached
             | Self::SurveyFailed
-            | Self::BelowFloor => Level::Warn,
-            Self::PoolMultiplexes => Level::Error,
+            | Self::BelowFloor
+            | Self::ProofInconclusive => Level::Warn,
+            Self::PoolMultiplexes | Self::LockNotExclusive => Level::Error,
         }
     }
 }

@@ -192,6 +192,16 @@ pub enum LockFinding {
         /// The backend that answered both.
         backend_pid: i32,
     },
+    /// Two sessions on two backends were both granted the same advisory lock key (the
+    /// exclusion proof, [`crate::proof`]): the server's advisory lock does not exclude (stubs
+    /// that answer `true`, as some PostgreSQL-compatible databases ship), so it cannot elect
+    /// one leader.
+    LockNotExclusive {
+        /// The backend that held the key.
+        first: i32,
+        /// The backend granted the same key while the first held it.
+        second: i32,
+    },
 }
 
 impl LockFinding {
@@ -214,6 +224,8 @@ impl LockFinding {
             Self::InRecovery => LossReason::ServerInRecovery,
             Self::NotHeld => LossReason::LockNotHeld,
             Self::SessionShared | Self::PoolSharesBackend { .. } => LossReason::SessionShared,
+            // Found before any term: no term ends by it.
+            Self::LockNotExclusive { .. } => LossReason::LockNotHeld,
         }
     }
 }
@@ -243,6 +255,13 @@ impl fmt::Display for LockFinding {
                 "two connections of the pool, held at once, were both answered by server \
                  backend {backend_pid}: the pooler runs its clients' transactions on shared \
                  server sessions"
+            ),
+            Self::LockNotExclusive { first, second } => write!(
+                f,
+                "server backends {first} and {second} were both granted the same session \
+                 advisory lock key at once: this server's advisory locks do not exclude (a \
+                 PostgreSQL-compatible database whose advisory-lock functions are stubs, or \
+                 functions replaced on this database), so they cannot elect one leader"
             ),
         }
     }
@@ -296,6 +315,9 @@ pub enum Cause<C> {
         /// This replica's rank.
         mine: Rank,
     },
+    /// The exclusion proof ([`crate::proof`]) proved nothing, for this reason: no attempt this
+    /// check.
+    Unproven(crate::proof::Unproven<C>),
     /// The fencing epoch the database returned is not greater than one this election already
     /// used (a restored backup, or a failover to a standby that missed it).
     EpochDidNotAdvance {
@@ -353,6 +375,7 @@ impl<C: fmt::Display> fmt::Display for Cause<C> {
                 "a candidate of {} has been live for {:?}, better than this replica's {mine}",
                 by.rank, by.live_for
             ),
+            Self::Unproven(why) => write!(f, "the exclusion proof proved nothing: {why}"),
             Self::EpochDidNotAdvance { epoch, last } => write!(
                 f,
                 "the fencing epoch did not advance ({epoch} after {last}): the fence table \

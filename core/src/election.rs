@@ -419,7 +419,7 @@ impl<C> Election<C> {
             Event::Control(control) => self.on_control(now, control),
             Event::ConnectionAcquired { conn } => self.on_acquired(now, conn),
             Event::AcquireFailed { cause, .. } => self.on_acquire_failed(now, Cause::Error(cause)),
-            Event::PoolProbed { first, second, .. } => self.on_pool_probed(now, first, second),
+            Event::PoolProbed { proof, .. } => self.on_pool_probed(now, proof),
             Event::Fit { conn } => self.on_fit(now, conn),
             Event::Unfit { conn, cause } => self.on_unfit(now, conn, cause),
             Event::ProbeFailed { cause, .. } | Event::SurveyFailed { cause, .. } => {
@@ -478,17 +478,9 @@ impl<C> Election<C> {
         let interval = self.interval().get();
         match timer {
             Timer::NextCheck => self.begin_check(now),
-            Timer::AcquireDeadline => {
-                // A pool proof that did not answer within its interval (a link slower than a
-                // connection's setup and a statement) proves nothing: the checks go on without
-                // it, and the leader's own checks still catch a pooler that shares its session.
-                if let State::Running(running) = &mut self.state
-                    && matches!(running.role, Role::Standby(Standby::ProvingPool { .. }))
-                {
-                    running.pool_proved = true;
-                }
-                self.on_acquire_failed(now, Cause::TimedOut(interval));
-            }
+            // A proof that did not answer within its interval proves nothing: the next check
+            // proves again (never a pass).
+            Timer::AcquireDeadline => self.on_acquire_failed(now, Cause::TimedOut(interval)),
             Timer::TryLockDeadline => {
                 if let Some(conn) = self.open_conn() {
                     let budget = self.grant_budget();

@@ -25,16 +25,13 @@ pub enum Event<C> {
         /// Why it failed.
         cause: C,
     },
-    /// [`Action::ProbePool`](crate::Action::ProbePool) answered: the server backends of the
-    /// two pooled connections it held at once (`pg_backend_pid()` of each).
+    /// [`Action::ProbePool`](crate::Action::ProbePool) answered: what the exclusion proof
+    /// observed ([`crate::proof`]).
     PoolProbed {
         /// The operation.
         conn: ConnId,
-        /// The first connection's backend.
-        first: i32,
-        /// The second connection's backend, asked while the first was still borrowed; `None`
-        /// when no second connection came in time (a pool of one connection proves nothing).
-        second: Option<i32>,
+        /// What the two sessions answered.
+        proof: crate::proof::PoolProof<C>,
     },
     /// [`Action::ProbeFitness`](crate::Action::ProbeFitness) answered: this replica can do the
     /// leader's work.

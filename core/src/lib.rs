@@ -15,6 +15,8 @@
 //! - [`work`]: the outcome table of a unit of leader work (the spec's `Do`).
 //! - [`shards`]: sharded leadership, `K` shards balanced over the live replicas on one lock
 //!   session each.
+//! - [`proof`]: the exclusion proof, which a run of the advisory lock passes before its first
+//!   attempt (the sessions are the pool's own, and the server's lock excludes).
 //! - [`failures`]: how a run of failed checks is reported (a permanent mistake is an ERROR).
 //! - [`invariants`]: a checker of the safety properties over a trace, shared by the property
 //!   tests, the fuzz target and the simulation.
@@ -38,6 +40,7 @@ mod machine;
 mod mechanism;
 mod options;
 mod overdue;
+pub mod proof;
 pub mod rank;
 pub mod readiness;
 mod release;

@@ -121,6 +121,8 @@ impl<C> LogRecord<C> {
                 | LogKind::StrandedLockReleased
                 | LogKind::LeaseRenewalFailed
                 | LogKind::PoolMultiplexes
+                | LogKind::LockNotExclusive
+                | LogKind::ProofInconclusive
                 | LogKind::Unfit
                 | LogKind::FitAgain
                 | LogKind::ProbeFailed

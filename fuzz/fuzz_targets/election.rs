@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use plexsphere_leader_core::proof::{ExclusionTest, PoolProof, SecondSession};
 use plexsphere_leader_core::invariants::{Checker, Input};
 use plexsphere_leader_core::{
     AcquireMode, CheckInterval, ConnId, Control, Election, Event, Lease, LockCheck,
@@ -25,9 +26,10 @@ enum FuzzInput {
     Start,
     Acquired(Which),
     AcquireFailed(Which),
-    /// The pool proof answered with the backends of its two connections (small, so they
-    /// collide often).
-    PoolProbed(Which, u8, Option<u8>),
+    /// The exclusion proof answered with the backends of its two sessions (small, so they
+    /// collide often; no second: it timed out) and its lock test (the backend and grant of
+    /// each session's try).
+    PoolProbed(Which, u8, Option<u8>, Option<(u8, bool, u8, bool)>),
     /// A grant to backend `pid` (small, so the checks' backends collide with it often).
     Granted(Which, u8),
     Refused(Which),
@@ -154,10 +156,22 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
                 continue;
             }
             FuzzInput::Acquired(w) => Event::ConnectionAcquired { conn: conn(w) },
-            FuzzInput::PoolProbed(w, first, second) => Event::PoolProbed {
+            FuzzInput::PoolProbed(w, first, second, test) => Event::PoolProbed {
                 conn: conn(w),
-                first: i32::from(*first),
-                second: second.map(i32::from),
+                proof: PoolProof {
+                    first: i32::from(*first),
+                    second: second.map_or(SecondSession::TimedOut, |second| {
+                        SecondSession::Answered(i32::from(second))
+                    }),
+                    exclusion: test.map(|(first_backend, first_granted, second_backend, second_granted)| {
+                        ExclusionTest {
+                            first_backend: i32::from(first_backend),
+                            first_granted,
+                            second_backend: i32::from(second_backend),
+                            second_granted,
+                        }
+                    }),
+                },
             },
             FuzzInput::AcquireFailed(w) => Event::AcquireFailed {
                 conn: conn(w),

@@ -347,7 +347,15 @@ impl<'a> Checker<'a> {
                     .iter()
                     .enumerate()
                     .flat_map(|(index, server)| {
-                        space::tenures(index, &server.log, &owners[index], |_, _| Some(0))
+                        // Every advisory lock but the exclusion proof's short-lived key.
+                        space::tenures(index, &server.log, &owners[index], |key, _| {
+                            let proof = matches!(
+                                key,
+                                plexsphere_leader_pgsim::LockKey::Pair(class, _)
+                                    if class == plexsphere_leader_core::proof::PROOF_CLASS_ID
+                            );
+                            (!proof).then_some(0)
+                        })
                     })
                     .map(|(_, tenure)| tenure)
                     .collect::<Vec<Tenure>>();

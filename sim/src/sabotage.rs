@@ -133,6 +133,14 @@ impl SessionSource for SabotagedSessions {
             }) as Box<dyn LockSession>)
         })
     }
+
+    /// The exclusion proof's own session, unsabotaged: a sabotage breaks the election's
+    /// statements, not the proof's.
+    fn open_outside_pool(
+        &self,
+    ) -> BoxFuture<'_, Result<Box<dyn LockSession>, plexsphere_leader::session::CheckError>> {
+        self.inner.open_outside_pool()
+    }
 }
 
 /// One session of [`SabotagedSessions`]. `session` is `None` once
@@ -343,6 +351,14 @@ impl SessionSource for StaleSurveySessions {
 
     fn cancel_kept(&self) {
         self.inner.cancel_kept();
+    }
+
+    /// The exclusion proof's own session, unsabotaged: a sabotage breaks the election's
+    /// statements, not the proof's.
+    fn open_outside_pool(
+        &self,
+    ) -> BoxFuture<'_, Result<Box<dyn LockSession>, plexsphere_leader::session::CheckError>> {
+        self.inner.open_outside_pool()
     }
 }
 

@@ -125,7 +125,16 @@ impl Elector {
     /// [`RunError::SessionsMultiplexed`] when the leader's check proved that the pool hands the
     /// lock session's statements to other server sessions (a transaction-mode pooler): the
     /// term ended as lost, the session was closed, and no later check could succeed through that
-    /// pool (use [`Config::lease`](crate::Config::lease)).
+    /// pool (use [`Config::lease`](crate::Config::lease)); [`RunError::LockNotExclusive`] when
+    /// the exclusion proof, before the first attempt, found the server's advisory lock granted
+    /// to two sessions at once (no term began).
+    ///
+    /// Before its first attempt (and again after a lost term) a run proves that the pool's
+    /// sessions are its own and that the server's lock excludes
+    /// ([`plexsphere_leader_core::proof`]): one pooled connection and one short-lived session
+    /// of its own, opened outside the pool and closed at once. A proof that proves nothing (no
+    /// second session within half an interval, or it failed) is logged at WARN and tried again
+    /// at the next check, and the replica makes no attempt until one passes.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), RunError> {
         // Every line the election logs carries its key and identity, so that two elections in
         // one process (shards, a second service) log distinguishable lines.

@@ -461,16 +461,42 @@ pub enum RunError {
          (Config::lease)"
     )]
     SessionsMultiplexed(plexsphere_leader_core::LockFinding),
+    /// The exclusion proof ([`plexsphere_leader_core::proof`]), run before the first attempt,
+    /// found two sessions on two server backends both granted the same advisory lock key: the
+    /// server's session advisory locks do not exclude (a PostgreSQL-compatible database whose
+    /// lock functions are stubs, or functions replaced on this database), so every replica
+    /// would lead. No term began on this replica; the sessions are closed. Elect with the
+    /// lease mechanism (`Config::lease`).
+    #[error(
+        "this server's session advisory locks do not exclude ({0}): no replica may lead by \
+         them; elect with the lease mechanism (Config::lease)"
+    )]
+    LockNotExclusive(plexsphere_leader_core::LockFinding),
 }
 
 impl RunError {
-    /// Whether running again cannot help: the pool multiplexes sessions, or the server's lock
-    /// table is too small for the shard space (a supervisor should not restart such a run);
+    /// The error of a run that [`Action::Fail`](plexsphere_leader_core::Action::Fail)ed with
+    /// `finding`: [`LockNotExclusive`](Self::LockNotExclusive) for a lock that grants two
+    /// sessions, [`SessionsMultiplexed`](Self::SessionsMultiplexed) for every other finding
+    /// (each proves a pool that multiplexes sessions).
+    pub(crate) fn of_finding(finding: plexsphere_leader_core::LockFinding) -> Self {
+        match finding {
+            plexsphere_leader_core::LockFinding::LockNotExclusive { .. } => {
+                Self::LockNotExclusive(finding)
+            }
+            _ => Self::SessionsMultiplexed(finding),
+        }
+    }
+
+    /// Whether running again cannot help: the pool multiplexes sessions, the server's lock does
+    /// not exclude, or the server's lock table is too small for the shard space (a supervisor should not restart such a run);
     /// `false` for [`RunError::AlreadyRunning`], a mistake of the caller that changed nothing.
     pub fn is_permanent(&self) -> bool {
         match self {
             Self::AlreadyRunning => false,
-            Self::LockTableTooSmall(_) | Self::SessionsMultiplexed(_) => true,
+            Self::LockTableTooSmall(_)
+            | Self::SessionsMultiplexed(_)
+            | Self::LockNotExclusive(_) => true,
         }
     }
 }

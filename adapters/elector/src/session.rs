@@ -88,6 +88,20 @@ pub trait SessionSource: std::fmt::Debug + Send + Sync + 'static {
     /// The pool's error (unreachable server, refused authentication, pool closed).
     fn acquire(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>>;
 
+    /// Opens a session of its own, outside the pool, for the exclusion proof
+    /// ([`plexsphere_leader_core::proof`]): a client connection distinct from every pooled
+    /// one, even when the pool holds a single connection, closed when dropped. The proof runs
+    /// once a run (and after a lost term), so this costs one short-lived session each time.
+    /// The default borrows a second pooled session instead ([`acquire`](Self::acquire)), which
+    /// proves a pool of one connection only when it can open another.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire): the server's refusal (a connection limit, a full
+    /// server), an unreachable server.
+    fn open_outside_pool(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
+        self.acquire()
+    }
+
     /// Cancels what a dropped [`acquire`](Self::acquire) left for the next one. The elector
     /// calls it when it closes the connection it was acquiring (the election stops, is
     /// dropped or panics, or the replica steps down); when it only gives that connection back

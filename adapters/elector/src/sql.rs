@@ -343,11 +343,28 @@ pub const FENCE_SETUP: &str = "CREATE TABLE IF NOT EXISTS plexsphere_leader_fenc
 /// expiring before the leader's trust in it ends. Transaction-local, so no session state.
 pub const DURABLE_COMMIT: &str = "SET LOCAL synchronous_commit = on; ";
 
-/// The pool proof's statement ([`Options::prove_pool`](plexsphere_leader_core::Options::prove_pool)),
-/// run on each of two pooled connections held at once: the server backend that answers it. A
-/// direct connection and a session-mode pooler answer two held connections from two backends;
-/// a transaction-mode pooler may run both on one server session.
+/// The exclusion proof's first statement ([`Options::prove_pool`](plexsphere_leader_core::Options::prove_pool),
+/// [`plexsphere_leader_core::proof`]), run on a pooled connection and on a session of its own
+/// held at once: the server backend that answers it. A direct connection and a session-mode
+/// pooler answer two held sessions from two backends; a transaction-mode pooler may run both on
+/// one server session.
 pub const BACKEND_PID: &str = "SELECT pg_backend_pid()";
+
+/// The exclusion proof's lock test ([`plexsphere_leader_core::proof`]): the answering backend,
+/// and `pg_try_advisory_lock` of the proof's `key` in the election's own two-`int4` form. Run
+/// on the first session, then on the second while the first holds the key: a lock that
+/// excludes refuses the second.
+pub fn prove_exclusion(key: LockKey) -> String {
+    format!(
+        "SELECT pg_backend_pid(), pg_try_advisory_lock({})",
+        args(key)
+    )
+}
+
+/// Releases the exclusion proof's `key` on the session that took it: `true` when it held it.
+pub fn release_proof(key: LockKey) -> String {
+    format!("SELECT pg_advisory_unlock({})", args(key))
+}
 
 /// Begins a setup's query string (the lease's and the fence table's): its
 /// `CREATE TABLE IF NOT EXISTS` of a table that exists raises no NOTICE (`relation … already

@@ -183,6 +183,19 @@ impl SessionSource for PgPoolSessions {
         })
     }
 
+    /// A connection of the pool's connect options, never counted in the pool nor given to it.
+    fn open_outside_pool(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
+        Box::pin(async move {
+            let options = self.pool.connect_options();
+            let connection = sqlx::ConnectOptions::connect(&*options)
+                .await
+                .map_err(check_error)?;
+            Ok(Box::new(PgSession {
+                connection: Mutex::new(Connection::Detached(connection)),
+            }) as Box<dyn LockSession>)
+        })
+    }
+
     fn cancel_kept(&self) {
         self.setups.cancel();
     }

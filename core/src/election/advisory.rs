@@ -4,6 +4,7 @@
 //! protocol, the operator's controls) is every mechanism's, in the role modules.
 
 use super::*;
+use crate::proof::Verdict;
 
 impl<C> Election<C> {
     /// A standby's grant begins: the pool's proof first (once a run), then a connection.
@@ -31,26 +32,34 @@ impl<C> Election<C> {
         }
     }
 
-    /// The pool proof answered: two backends (or no second connection: a pool of one, which
-    /// cannot hand one client's statements to another), and the check goes on to its grant;
-    /// one backend for both, and the run fails before any term (a multiplexing pooler).
-    pub(super) fn on_pool_probed(&mut self, now: Instant, first: i32, second: Option<i32>) {
-        if second == Some(first) {
-            let finding = crate::cause::LockFinding::PoolSharesBackend { backend_pid: first };
-            self.log(
-                LogKind::PoolMultiplexes,
-                None,
-                Some(Cause::LockNotVerified(finding)),
-            );
-            self.push(Action::Fail(finding));
-            self.finish();
-            return;
+    /// The exclusion proof answered ([`crate::proof`]): proven, the check goes on to its
+    /// grant; inconclusive, the check ends as a failed one and the next proves again (never a
+    /// pass: WARN with what was missing); refuted, the run fails before any term (a pooler
+    /// that multiplexes sessions, or a lock that does not exclude: ERROR, once).
+    pub(super) fn on_pool_probed(&mut self, now: Instant, proof: crate::proof::PoolProof<C>) {
+        match proof.verdict() {
+            Verdict::Proven => {
+                if let State::Running(running) = &mut self.state {
+                    running.pool_proved = true;
+                }
+                let role = self.begin_attempt(now);
+                self.set_role(role);
+            }
+            Verdict::Inconclusive(why) => {
+                self.log(LogKind::ProofInconclusive, None, Some(Cause::Unproven(why)));
+                self.wait_as_standby(now);
+            }
+            Verdict::Refuted(finding) => {
+                let kind = if finding.proves_multiplexing() {
+                    LogKind::PoolMultiplexes
+                } else {
+                    LogKind::LockNotExclusive
+                };
+                self.log(kind, None, Some(Cause::LockNotVerified(finding)));
+                self.push(Action::Fail(finding));
+                self.finish();
+            }
         }
-        if let State::Running(running) = &mut self.state {
-            running.pool_proved = true;
-        }
-        let role = self.begin_attempt(now);
-        self.set_role(role);
     }
 
     /// A connection came: try the lock (poll mode) or queue for it (queue mode).

@@ -79,6 +79,12 @@ impl<C> Election<C> {
         self.watch_work(now, term);
         self.close_open_conn();
         self.log(LogKind::LeadershipLost, Some(term), Some(cause));
+        // The next session may be another server's (a failover, a re-routed connection): the
+        // next term is proven again.
+        let reprove = self.options.proves_pool();
+        if let State::Running(running) = &mut self.state {
+            running.pool_proved &= !reprove;
+        }
         self.set_role(Role::Standby(Standby::Waiting { next_check }));
     }
 

@@ -300,8 +300,7 @@ impl World {
                 let base = i32::try_from(r).unwrap_or(i32::MAX / 4) * 1000 + 900_000;
                 Some(Event::PoolProbed {
                     conn,
-                    first: base + 1,
-                    second: Some(base + 2),
+                    proof: plexsphere_leader_core::proof::PoolProof::excluding(base + 1, base + 2),
                 })
             }
             Action::ProbeFitness { conn } if fail => Some(Event::ProbeFailed {

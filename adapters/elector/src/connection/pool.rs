@@ -1,70 +1,141 @@
-//! The pool proof ([`Action::ProbePool`](plexsphere_leader_core::Action::ProbePool)): two
-//! connections of the pool, held at once, each asked for its server backend.
+//! The exclusion proof ([`Action::ProbePool`](plexsphere_leader_core::Action::ProbePool),
+//! [`plexsphere_leader_core::proof`]): a pooled connection and a session of its own, held at
+//! once, each asked for its server backend; then, on two backends, the proof's key taken on the
+//! first and tried on the second. What each answered is reported; the core judges it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use plexsphere_leader_core::proof::{ExclusionTest, PROOF_CLASS_ID, PoolProof, SecondSession};
 use plexsphere_leader_core::{ConnId, Event};
 
-use super::{ClosedUnlessAnswered, Completion, Operation, one_row, parse_int, text};
+use super::{ClosedUnlessAnswered, Completion, Operation, boolean, one_row, parse_int, text};
 use crate::error::CheckError;
-use crate::session::{QueryError, SessionSource};
+use crate::key::LockKey;
+use crate::session::{LockSession, QueryError, SessionSource};
 use crate::sql;
 
-/// Borrows a connection of `sessions` and asks it for its backend, then a second one while the
-/// first is still borrowed (the second, with its answer, given up after `second_within`: a
-/// pool of one connection, or a pooler with one server session in session mode); both go back to the pool once answered (a proof given up closes what it
-/// borrowed). Reports [`Event::PoolProbed`], or [`Event::AcquireFailed`] with the first
-/// failure.
+/// Runs the proof. The second session, with its backend's answer, is given up after
+/// `second_within` and reported as [`SecondSession::TimedOut`]; its failure is reported as
+/// [`SecondSession::Failed`], and the first connection then goes back to the pool (it
+/// answered). Reports [`Event::PoolProbed`], or [`Event::AcquireFailed`] when the first
+/// borrow or a statement of the lock test failed (what it borrowed is then closed: the state
+/// of the proof's key on it is unknown). Dropped (a stop, the core's deadline), it closes what
+/// it holds.
 pub(crate) fn probe(
     sessions: Arc<dyn SessionSource>,
     conn: ConnId,
     second_within: Duration,
 ) -> Operation {
     Box::pin(async move {
-        let event = match backends(&*sessions, second_within).await {
-            Ok((first, second)) => Event::PoolProbed {
-                conn,
-                first,
-                second,
-            },
+        let event = match prove(&*sessions, second_within).await {
+            Ok(proof) => Event::PoolProbed { conn, proof },
             Err(cause) => Event::AcquireFailed { conn, cause },
         };
         Completion::of(event)
     })
 }
 
-async fn backends(
+async fn prove(
     sessions: &dyn SessionSource,
     second_within: Duration,
-) -> Result<(i32, Option<i32>), CheckError> {
+) -> Result<PoolProof<CheckError>, CheckError> {
     let mut first = ClosedUnlessAnswered(Some(sessions.acquire().await?));
-    let first_pid = backend(&first).await?;
-    // The second connection and its answer within `second_within`, or nothing is proven: a
-    // pool of one connection, or a session-mode pooler with one server session (its second
-    // client waits for the first one's server session) cannot hand one client's statements
-    // to another.
-    let second = async {
-        let mut second = ClosedUnlessAnswered(Some(sessions.acquire().await?));
-        let pid = backend(&second).await?;
+    let first_pid = backend(held(&first)?).await?;
+    let opened = tokio::time::timeout(second_within, async {
+        let second = ClosedUnlessAnswered(Some(sessions.open_outside_pool().await?));
+        let pid = backend(held(&second)?).await?;
+        Ok::<_, CheckError>((second, pid))
+    })
+    .await;
+    let (mut second, second_pid) = match opened {
+        Ok(Ok(second)) => second,
+        Ok(Err(cause)) => {
+            first.answered();
+            return Ok(unanswered(first_pid, SecondSession::Failed(cause)));
+        }
+        Err(_) => {
+            first.answered();
+            return Ok(unanswered(first_pid, SecondSession::TimedOut));
+        }
+    };
+    let proof = |exclusion| PoolProof {
+        first: first_pid,
+        second: SecondSession::Answered(second_pid),
+        exclusion,
+    };
+    if second_pid == first_pid {
+        // One server session for both: nothing is taken on a session another client shares.
+        first.answered();
         second.answered();
-        Ok::<_, CheckError>(pid)
+        return Ok(proof(None));
+    }
+    let key = LockKey::new(PROOF_CLASS_ID, first_pid);
+    let (first_backend, first_granted) = try_key(held(&first)?, key).await?;
+    let (second_backend, second_granted) = if first_granted {
+        try_key(held(&second)?, key).await?
+    } else {
+        (second_pid, false)
     };
-    let second_pid = match tokio::time::timeout(second_within, second).await {
-        Ok(answer) => Some(answer?),
-        Err(_) => None,
-    };
-    first.answered();
-    Ok((first_pid, second_pid))
+    if !second_granted {
+        second.answered();
+    }
+    // A second grant is closed with its session (dropped unanswered) and never pooled.
+    drop(second);
+    let released = !first_granted || release(held(&first)?, key).await?;
+    if released {
+        first.answered();
+    }
+    Ok(proof(Some(ExclusionTest {
+        first_backend,
+        first_granted,
+        second_backend,
+        second_granted,
+    })))
 }
 
-async fn backend(borrowed: &ClosedUnlessAnswered) -> Result<i32, CheckError> {
-    let name = "the pool proof";
-    let Some(session) = &borrowed.0 else {
-        return Err(CheckError::SessionEnded);
-    };
-    let row = one_row(&**session, sql::BACKEND_PID, name)
+/// The proof with no lock test: the second session did not answer.
+fn unanswered(first: i32, second: SecondSession<CheckError>) -> PoolProof<CheckError> {
+    PoolProof {
+        first,
+        second,
+        exclusion: None,
+    }
+}
+
+fn held(borrowed: &ClosedUnlessAnswered) -> Result<&dyn LockSession, CheckError> {
+    borrowed.0.as_deref().ok_or(CheckError::SessionEnded)
+}
+
+async fn backend(session: &dyn LockSession) -> Result<i32, CheckError> {
+    let name = "the exclusion proof";
+    let row = one_row(session, sql::BACKEND_PID, name)
         .await
         .map_err(QueryError::into_cause)?;
     parse_int(&text(&row, 0, name)?, name)
+}
+
+/// Tries the proof's `key` ([`sql::prove_exclusion`]): the backend that answered, and whether
+/// it was granted.
+async fn try_key(session: &dyn LockSession, key: LockKey) -> Result<(i32, bool), CheckError> {
+    let name = "the exclusion proof's lock test";
+    let row = one_row(session, &sql::prove_exclusion(key), name)
+        .await
+        .map_err(QueryError::into_cause)?;
+    let backend = parse_int(&text(&row, 0, name)?, name)?;
+    match text(&row, 1, name)?.as_str() {
+        "t" => Ok((backend, true)),
+        "f" => Ok((backend, false)),
+        other => Err(super::unexpected(name, format!("{other:?}"))),
+    }
+}
+
+/// Releases the proof's `key` on the first session: whether it held it.
+async fn release(session: &dyn LockSession, key: LockKey) -> Result<bool, CheckError> {
+    boolean(
+        session,
+        &sql::release_proof(key),
+        "the exclusion proof's release",
+    )
+    .await
 }

@@ -134,7 +134,7 @@ impl Mode for Single {
 
     fn outcome(&mut self) -> Result<(), crate::error::RunError> {
         match self.failure.take() {
-            Some(finding) => Err(crate::error::RunError::SessionsMultiplexed(finding)),
+            Some(finding) => Err(crate::error::RunError::of_finding(finding)),
             None => Ok(()),
         }
     }

@@ -133,21 +133,97 @@ async fn a_pool_that_answers_two_held_connections_from_one_backend_fails_before_
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_pool_of_one_connection_proves_nothing_and_leads() {
+async fn a_pool_of_one_connection_is_proven_by_a_session_outside_it_and_leads() {
     let fake = Fake::default();
-    // The second connection never comes (a pool of one): the proof gives it up after half
-    // an interval and the check goes on.
+    // A second pooled connection never comes (a pool of one): the proof's second session is
+    // one of its own, outside the pool.
     fake.lock().pool_size = Some(1);
     let running = run(elector(&fake, |config| config));
     let _term = timeout(2 * I, running.elector.next_term(&CancellationToken::new()))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(
-        fake.lock().count(Kind::BackendPid),
-        1,
-        "one connection was had"
+    {
+        let server = fake.lock();
+        assert_eq!(server.count(Kind::BackendPid), 2, "two sessions answered");
+        assert_eq!(server.opened_outside, 1, "one short-lived session per run");
+        assert_eq!(server.count(Kind::ProofTry), 2, "the key tried on both");
+        assert_eq!(
+            server.count(Kind::ProofRelease),
+            1,
+            "and released on the first"
+        );
+    }
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_whose_lock_grants_every_session_fails_before_any_term() {
+    use crate::leadership::TermWaitError;
+    let fake = Fake::default();
+    fake.lock().vacuous = true; // stubs that answer true, as some compatible servers ship
+    let elector = elector(&fake, |config| config);
+    let running = run(elector.clone());
+    let error = timeout(I, running.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            RunError::LockNotExclusive(plexsphere_leader_core::LockFinding::LockNotExclusive {
+                first: 1001,
+                second: 1002
+            })
+        ),
+        "{error:?}"
     );
+    assert!(error.is_permanent());
+    assert!(error.to_string().contains("Config::lease"), "{error}");
+    assert!(!elector.is_leader());
+    assert_eq!(elector.leadership().last_end(), None, "no term at all");
+    {
+        let server = fake.lock();
+        assert_eq!(
+            server.count(Kind::Grant),
+            0,
+            "the election's lock was never tried"
+        );
+        assert_eq!(server.holder, None);
+        // The first session released the proof's key and went back; the second, granted, was
+        // closed with what it held.
+        assert_eq!((server.returned, server.closed), (1, 0));
+    }
+    assert_eq!(
+        elector
+            .next_term(&CancellationToken::new())
+            .await
+            .map(|t| t.id()),
+        Err(TermWaitError::RunFailed(error))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_session_that_fails_proves_nothing_and_gives_the_first_back_to_the_pool() {
+    let fake = Fake::default();
+    fake.lock().outside_refused = true; // a role's CONNECTION LIMIT, a full server
+    let running = run(elector(&fake, |config| config));
+    tokio::time::sleep(5 * I + I / 2).await;
+    {
+        let server = fake.lock();
+        // Every check proved again and tried no lock; each borrow went back to the pool.
+        assert_eq!(server.count(Kind::Grant), 0, "no attempt without a proof");
+        assert_eq!(server.count(Kind::BackendPid), 6, "one proof per check");
+        assert_eq!((server.returned, server.closed), (6, 0), "nothing closed");
+    }
+    assert!(!running.elector.is_leader());
+    // The limit lifted: the next proof passes and the replica leads.
+    fake.lock().outside_refused = false;
+    let _term = timeout(2 * I, running.elector.next_term(&CancellationToken::new()))
+        .await
+        .unwrap()
+        .unwrap();
     running.stop().await;
 }
 
@@ -195,6 +271,9 @@ async fn a_queued_wait_granted_as_it_timed_out_is_released_on_the_same_session()
             vec![
                 Kind::BackendPid,
                 Kind::BackendPid,
+                Kind::ProofTry,
+                Kind::ProofTry,
+                Kind::ProofRelease,
                 Kind::BoundIdle,
                 Kind::Grant,
                 Kind::ReleaseIfHeld
@@ -204,8 +283,9 @@ async fn a_queued_wait_granted_as_it_timed_out_is_released_on_the_same_session()
             server.holder, None,
             "the lock granted at the timeout was released"
         );
-        // The pool proof's two connections, then the check's: all back to the pool.
-        assert_eq!((server.returned, server.closed), (3, 0), "back to the pool");
+        // The proof's pooled connection, then the check's: both back to the pool (the proof's
+        // second session was its own, outside the pool).
+        assert_eq!((server.returned, server.closed), (2, 0), "back to the pool");
     }
     assert!(!running.elector.is_leader());
     running.stop().await;
@@ -222,10 +302,10 @@ async fn a_queued_wait_whose_release_fails_closes_the_session_of_unknown_state()
     tokio::time::sleep(2 * I + I / 2).await;
     {
         let server = fake.lock();
-        // The pool proof's two connections went back; the check's session was closed.
+        // The proof's pooled connection went back; the check's session was closed.
         assert_eq!(
             (server.returned, server.closed),
-            (2, 1),
+            (1, 1),
             "closed, never returned"
         );
         // Closing session 3 released its lock (the next check's session 4 meets the same race).
@@ -262,8 +342,8 @@ async fn a_stop_during_a_standby_check_closes_the_session_at_once() {
     let server = fake.lock();
     assert_eq!(
         (server.returned, server.closed),
-        (2, 1),
-        "its state is unknown (the pool proof's two connections went back)"
+        (1, 1),
+        "its state is unknown (the proof's pooled connection went back)"
     );
     assert_eq!(server.holder, Some(999));
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use deadpool::managed::Manager as _;
 use deadpool_postgres::{ClientWrapper, Object, Pool, PoolError};
 use tokio_postgres::SimpleQueryMessage;
 use tokio_postgres::error::SqlState;
@@ -96,6 +97,20 @@ impl SessionSource for PoolSessions {
                 .await?;
             let session = PgSession::Pooled(object, self.ends.clone());
             Ok(Box::new(session) as Box<dyn LockSession>)
+        })
+    }
+
+    /// A new client of the pool's manager (its configuration and connector), never counted
+    /// in the pool nor given to it.
+    fn open_outside_pool(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
+        Box::pin(async move {
+            let client = self
+                .pool
+                .manager()
+                .create()
+                .await
+                .map_err(|error| CheckError::from(PoolError::Backend(error)))?;
+            Ok(Box::new(PgSession::Detached(client, None)) as Box<dyn LockSession>)
         })
     }
 

@@ -300,7 +300,8 @@ async fn election_failure(elector: Elector, shutdown: CancellationToken) -> Opti
     loop {
         if let Some(error) = published.borrow_and_update().run_failed() {
             let hint = match error {
-                plexsphere_leader::RunError::SessionsMultiplexed(_) => {
+                plexsphere_leader::RunError::SessionsMultiplexed(_)
+                | plexsphere_leader::RunError::LockNotExclusive(_) => {
                     "; this endpoint needs --mechanism lease"
                 }
                 _ => "",

@@ -1,6 +1,7 @@
 //! The standby's check and the grant: exact actions per input.
 
 use super::*;
+use crate::proof::{PoolProof, SecondSession, Unproven};
 
 // ---- start ----
 
@@ -724,8 +725,7 @@ fn a_run_that_proves_its_pool_asks_two_held_connections_for_their_backends_first
         3,
         E::PoolProbed {
             conn: C1,
-            first: 10,
-            second: Some(11),
+            proof: PoolProof::excluding(10, 11),
         },
     );
     assert_eq!(f.drain(), vec![A::AcquireConnection { conn: C2 }]);
@@ -773,8 +773,11 @@ fn a_pool_whose_two_held_connections_share_a_backend_fails_the_run_before_any_te
         3,
         E::PoolProbed {
             conn: C1,
-            first: 77,
-            second: Some(77),
+            proof: PoolProof {
+                first: 77,
+                second: SecondSession::Answered(77),
+                exclusion: None,
+            },
         },
     );
     let finding = crate::LockFinding::PoolSharesBackend { backend_pid: 77 };
@@ -831,17 +834,141 @@ fn a_pool_proof_that_fails_is_tried_again_and_one_unanswered_in_its_interval_pro
         vec![A::ReturnToPool { conn: C1 }, A::Finish]
     );
     // No answer within the interval (a link slower than a setup and a statement): given up,
-    // and it proves nothing: the next check tries the lock without it.
+    // and it proves nothing: the next check proves again, and tries no lock.
     f.timeout(2 * IMS);
     assert_eq!(
         f.drain(),
         vec![
             A::ReturnToPool { conn: C2 },
             log(LogKind::AcquireFailed, None, Some(Cause::TimedOut(I))),
-            A::AcquireConnection {
-                conn: ConnId::new(3)
+            A::ProbePool {
+                conn: ConnId::new(3),
+                second_within: I / 2
             },
         ]
+    );
+}
+
+#[test]
+fn a_lock_granted_to_two_sessions_at_once_fails_the_run_before_any_term() {
+    let mut f = proving();
+    let mut proof = PoolProof::excluding(10, 11);
+    if let Some(test) = proof.exclusion.as_mut() {
+        test.second_granted = true;
+    }
+    f.event(3, E::PoolProbed { conn: C1, proof });
+    let finding = crate::LockFinding::LockNotExclusive {
+        first: 10,
+        second: 11,
+    };
+    assert_eq!(
+        f.drain(),
+        vec![
+            log(
+                LogKind::LockNotExclusive,
+                None,
+                Some(Cause::LockNotVerified(finding))
+            ),
+            A::Fail(finding),
+            A::Finish,
+        ]
+    );
+    assert!(!f.election.is_running());
+    assert!(!finding.proves_multiplexing());
+    assert_eq!(LogKind::LockNotExclusive.level(), Level::Error);
+    assert!(
+        LogKind::LockNotExclusive
+            .message()
+            .contains("Config::lease")
+    );
+}
+
+#[test]
+fn an_inconclusive_proof_is_never_a_pass_and_the_next_check_proves_again() {
+    for (second, why) in [
+        (SecondSession::TimedOut, Unproven::NoSecondSession),
+        (
+            SecondSession::Failed("too many connections for role"),
+            Unproven::SecondFailed("too many connections for role"),
+        ),
+    ] {
+        let mut f = proving();
+        let proof = PoolProof {
+            first: 10,
+            second,
+            exclusion: None,
+        };
+        f.event(3, E::PoolProbed { conn: C1, proof });
+        assert_eq!(
+            f.drain(),
+            vec![log(
+                LogKind::ProofInconclusive,
+                None,
+                Some(Cause::Unproven(why))
+            )]
+        );
+        assert_eq!(f.election.phase(), Phase::StandbyWaiting);
+        f.timeout(IMS);
+        assert_eq!(
+            f.drain(),
+            vec![A::ProbePool {
+                conn: C2,
+                second_within: I / 2
+            }]
+        );
+    }
+    // The proof's key held by another session: nothing proven either.
+    let mut f = proving();
+    let mut proof = PoolProof::excluding(10, 11);
+    if let Some(test) = proof.exclusion.as_mut() {
+        test.first_granted = false;
+    }
+    f.event(3, E::PoolProbed { conn: C1, proof });
+    assert_eq!(
+        f.drain(),
+        vec![log(
+            LogKind::ProofInconclusive,
+            None,
+            Some(Cause::Unproven(Unproven::KeyTaken))
+        )]
+    );
+    assert_eq!(LogKind::ProofInconclusive.level(), Level::Warn);
+}
+
+#[test]
+fn a_lost_term_is_proven_again_before_the_next_attempt() {
+    let mut f = proving();
+    f.event(
+        3,
+        E::PoolProbed {
+            conn: C1,
+            proof: PoolProof::excluding(10, 11),
+        },
+    );
+    f.event(4, E::ConnectionAcquired { conn: C2 });
+    f.event(
+        5,
+        E::LockGranted {
+            conn: C2,
+            backend_pid: PID,
+        },
+    );
+    assert!(f.election.is_leader());
+    f.drain();
+    // The session ends (a failover, say): the next session may be another server's.
+    f.event(
+        6,
+        E::SessionEnded {
+            conn: C2,
+            cause: "terminated",
+        },
+    );
+    assert!(!f.election.is_leader());
+    f.drain();
+    f.timeout(2 * IMS);
+    assert!(
+        matches!(f.drain().as_slice(), [A::ProbePool { .. }]),
+        "the next attempt proves the new session's server first"
     );
 }
 

@@ -26,14 +26,13 @@ impl Driver for Single {
                 w.open(r, conn);
                 Some(Event::ConnectionAcquired { conn })
             }
-            // The pool proof (off in the model's options, on in the adapter): the model's
-            // server is reached directly, so two held connections are two backends.
+            // The exclusion proof (off in the model's options, on in the adapter): the model's
+            // server is reached directly and its lock excludes.
             Action::ProbePool { conn, .. } => {
                 let base = i32::try_from(r).unwrap_or(0) * 2;
                 Some(Event::PoolProbed {
                     conn,
-                    first: base,
-                    second: Some(base + 1),
+                    proof: plexsphere_leader_core::proof::PoolProof::excluding(base, base + 1),
                 })
             }
             // The fitness probe (off in the model's options): every replica is fit.

@@ -17,8 +17,12 @@ use crate::session::{BoxFuture, LockSession, QueryError, Row, SessionSource};
 pub(super) enum Kind {
     /// The queued wait's idle bound, armed before the wait.
     BoundIdle,
-    /// The pool proof's `SELECT pg_backend_pid()`.
+    /// The exclusion proof's `SELECT pg_backend_pid()`.
     BackendPid,
+    /// The exclusion proof's lock test ([`crate::sql::prove_exclusion`]).
+    ProofTry,
+    /// The exclusion proof's release ([`crate::sql::release_proof`]).
+    ProofRelease,
     Grant,
     Verify,
     Unlock,
@@ -41,6 +45,10 @@ fn kind_of(statement: &str) -> Kind {
         Kind::Unlock
     } else if statement == crate::sql::release_if_held(key) {
         Kind::ReleaseIfHeld
+    } else if statement.starts_with("SELECT pg_backend_pid(), pg_try_advisory_lock(") {
+        Kind::ProofTry
+    } else if statement.starts_with("SELECT pg_advisory_unlock(") && !statement.contains("_all") {
+        Kind::ProofRelease
     } else if statement == crate::shard_sql::unlock_all() {
         Kind::UnlockAll
     } else if statement.starts_with("SELECT set_config('idle_session_timeout'") {
@@ -66,6 +74,19 @@ fn shards_of(statement: &str) -> Vec<u32> {
         .and_then(|(_, rest)| rest.split_once("}'"))
         .map_or("", |(list, _)| list);
     list.split(',').filter_map(|n| n.parse().ok()).collect()
+}
+
+/// The text between a statement's first parentheses after its lock function: a key's
+/// arguments.
+fn arguments(statement: &str) -> String {
+    let after = statement
+        .split_once("advisory_lock(")
+        .or_else(|| statement.split_once("advisory_unlock("))
+        .map_or("", |(_, rest)| rest);
+    after
+        .split_once(')')
+        .map_or(after, |(args, _)| args)
+        .to_owned()
 }
 
 /// How the server treats a statement kind.
@@ -102,6 +123,14 @@ pub(super) struct Server {
     pub(super) pool_size: Option<usize>,
     /// Borrowed pooled connections (not yet given back, closed or detached).
     borrowed: usize,
+    /// The advisory lock grants every session (a server whose lock functions are stubs).
+    pub(super) vacuous: bool,
+    /// The exclusion proof's keys (their arguments' text) and the sessions holding them.
+    proof_keys: BTreeMap<String, u64>,
+    /// Sessions opened outside the pool (the exclusion proof's second session).
+    pub(super) opened_outside: u32,
+    /// Opening a session outside the pool fails (a connection limit, a full server).
+    pub(super) outside_refused: bool,
     /// Every statement kind run, in order.
     pub(super) log: Vec<Kind>,
 }
@@ -119,6 +148,7 @@ impl Server {
         }
         self.members.remove(&id);
         self.shards.retain(|_, holder| *holder != id);
+        self.proof_keys.retain(|_, holder| *holder != id);
     }
 }
 
@@ -168,7 +198,21 @@ impl Fake {
             // A multiplexing pooler answers every client from one server backend.
             Kind::BackendPid if server.multiplexed => vec![vec![Some(pid_of(0).to_string())]],
             Kind::BackendPid => vec![vec![pid]],
-            Kind::Grant if server.holder.is_none() || held => {
+            Kind::ProofTry => {
+                let key = arguments(statement);
+                let holder = *server.proof_keys.entry(key).or_insert(id);
+                let answered = pid_of(if server.multiplexed { 0 } else { id }).to_string();
+                vec![vec![Some(answered), yes_no(server.vacuous || holder == id)]]
+            }
+            Kind::ProofRelease => {
+                let key = arguments(statement);
+                let mine = server.proof_keys.get(&key) == Some(&id);
+                if mine {
+                    server.proof_keys.remove(&key);
+                }
+                vec![vec![yes_no(mine)]]
+            }
+            Kind::Grant if server.holder.is_none() || held || server.vacuous => {
                 server.holder = Some(id);
                 vec![vec![Some("granted".into()), pid]]
             }
@@ -275,6 +319,32 @@ impl SessionSource for Fake {
             fake: self.clone(),
             detached: false,
             closed: false,
+            outside: false,
+        };
+        Box::pin(std::future::ready(Ok(
+            Box::new(session) as Box<dyn LockSession>
+        )))
+    }
+
+    /// A session of its own, never counted in the pool: closed when dropped.
+    fn open_outside_pool(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
+        let mut server = self.lock();
+        if server.outside_refused {
+            return Box::pin(std::future::ready(Err(CheckError::UnexpectedReply {
+                statement: "fake",
+                detail: "53300 too many connections for role".into(),
+            })));
+        }
+        server.next_session += 1;
+        server.opened_outside += 1;
+        let id = server.next_session;
+        server.ended.insert(id, CancellationToken::new());
+        let session = FakeSession {
+            id,
+            fake: self.clone(),
+            detached: true,
+            closed: false,
+            outside: true,
         };
         Box::pin(std::future::ready(Ok(
             Box::new(session) as Box<dyn LockSession>
@@ -287,6 +357,8 @@ struct FakeSession {
     fake: Fake,
     detached: bool,
     closed: bool,
+    /// Opened outside the pool: its end is not counted among the pool's closes.
+    outside: bool,
 }
 
 impl FakeSession {
@@ -339,7 +411,7 @@ impl LockSession for FakeSession {
 
     fn close(mut self: Box<Self>) {
         self.closed = true;
-        {
+        if !self.outside {
             let mut server = self.fake.lock();
             server.closed += 1;
             if !self.detached {
@@ -366,7 +438,9 @@ impl Drop for FakeSession {
         if self.closed {
             return;
         }
-        if self.detached {
+        if self.outside {
+            self.fake.terminate(self.id);
+        } else if self.detached {
             // A detached session is closed when dropped.
             self.fake.lock().closed += 1;
             self.fake.terminate(self.id);
