@@ -7,6 +7,13 @@
 
 use super::*;
 
+/// How many intervals past the defer limit a better candidate that took the lock may still be
+/// surveyed as live: a candidacy stays live two intervals after its last survey (the
+/// adapters' `LIVE_INTERVALS`), and one more covers its take-over's own check after the
+/// leader's yield. A candidacy live for longer than the limit and these intervals is one still
+/// published: a standby that could not take over.
+const TAKEN_OVER_VISIBLE_INTERVALS: u32 = 3;
+
 impl<C> Election<C> {
     /// A standby's steps before its attempt on `conn` (the advisory lock's borrowed connection,
     /// or the fitness probe's operation with a lease) are over but the survey: it runs when
@@ -218,6 +225,7 @@ impl<C> Election<C> {
         better: Option<Candidate>,
     ) {
         let limit = self.options.defer_limit();
+        let stale_for = self.interval().get() * TAKEN_OVER_VISIBLE_INTERVALS;
         let State::Running(running) = &mut self.state else {
             return;
         };
@@ -233,6 +241,7 @@ impl<C> Election<C> {
                 since: now,
                 over: false,
                 said: false,
+                owed: None,
             });
         }
         let Some(deferral) = running.deferral.as_mut() else {
@@ -248,8 +257,14 @@ impl<C> Election<C> {
         let outranked = || Some(Cause::Outranked { by: best, mine });
         let deferred_for = now.saturating_duration_since(since);
         deferral.over = deferred_for >= limit;
-        let say = deferral.over && !deferral.said;
-        deferral.said |= deferral.over;
+        // Past the limit, a candidate still surveyed may be one that took over meanwhile: it
+        // stops publishing but stays visible for a while. The limit's passing is said at the
+        // attempt only when the candidacy has lasted longer than such a leftover can; else it
+        // is owed, and said only if the attempt is granted (the lock was free after all).
+        let proven = best.live_for > limit + stale_for;
+        let say = deferral.over && !deferral.said && proven;
+        deferral.said |= say;
+        deferral.owed = (deferral.over && !deferral.said).then_some(best);
         if deferred_for < limit {
             self.give_back_answered(conn);
             if new {
@@ -277,7 +292,37 @@ impl<C> Election<C> {
         {
             // `over` is recomputed by the next survey, before anything reads it again.
             deferral.since = now;
+            // A leader exists, perhaps the candidate itself: nothing to say.
+            deferral.owed = None;
         }
+    }
+
+    /// A term begins: when it was granted to an attempt past the defer limit whose saying was
+    /// owed, the candidate deferred to did not hold the lock after all, and that is said now,
+    /// once.
+    pub(super) fn granted_past_defer_limit(&mut self) {
+        let Some(mine) = self.options.rank_of() else {
+            return;
+        };
+        let State::Running(Running {
+            deferral: Some(deferral),
+            ..
+        }) = &mut self.state
+        else {
+            return;
+        };
+        let Some(best) = deferral.owed.take() else {
+            return;
+        };
+        if deferral.said {
+            return;
+        }
+        deferral.said = true;
+        self.log(
+            LogKind::DeferLimitReached,
+            None,
+            Some(Cause::Outranked { by: best, mine }),
+        );
     }
 
     /// Whether this standby's last survey found a better candidate and its defer limit past.

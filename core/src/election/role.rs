@@ -90,6 +90,10 @@ pub(super) struct Deferral {
     /// The limit's passing was said (once per candidate deferred to, however often an attempt
     /// past it is refused by a leader and the deferral begins anew).
     pub(super) said: bool,
+    /// The attempt past the limit went without saying so, because the candidate may have
+    /// taken over unseen: said if that attempt is granted (the candidate, surveyed so, did
+    /// not hold the lock), dropped if a leader refuses it.
+    pub(super) owed: Option<Candidate>,
 }
 
 /// The statement a check runs before its attempt, or after a leader's check that proved the

@@ -47,6 +47,7 @@ impl<C> Election<C> {
     }
 
     pub(super) fn begin_term(&mut self, now: Instant, hold: Hold, epoch: Option<u64>) {
+        self.granted_past_defer_limit();
         let term = self.ids.next_term();
         if let State::Running(running) = &mut self.state {
             // A leader is no candidate: after its term, a new candidacy begins.

@@ -972,3 +972,123 @@ fn the_window_is_the_default_of_two_intervals_unless_set() {
         Duration::from_millis(WMS)
     );
 }
+
+/// A standby that began deferring at 4 ms to a candidate live for 1 ms (a new replica of a
+/// rollout, whose candidacy grows with time), through its checks every interval until the one
+/// whose survey reaches the defer limit (W + 2 I after 4 ms): that check's attempt, with the
+/// candidate as the survey found it.
+fn attempting_past_the_limit_after_a_young_candidate() -> (Fixture, ConnId, u64, Candidate) {
+    let mut f = surveying_standby("1.4.0");
+    f.event(4, surveyed(C1, vec![candidate("1.5.0", 1)]));
+    f.drain();
+    let limit = WMS + 2 * IMS;
+    let mut conn = 1;
+    let mut at = IMS;
+    loop {
+        // Bounded, so that a broken deferral fails the test instead of hanging it.
+        assert!(conn < 20, "no attempt within 20 checks");
+        conn += 1;
+        let c = ConnId::new(conn);
+        f.timeout(at);
+        f.drain();
+        f.event(at + 1, E::ConnectionAcquired { conn: c });
+        f.drain();
+        let seen = candidate("1.5.0", at + 2 - 3);
+        f.event(at + 2, surveyed(c, vec![seen]));
+        let actions = f.drain();
+        if at + 2 < 4 + limit {
+            assert_eq!(actions, vec![A::ReturnToPool { conn: c }], "at {at}");
+        } else {
+            // Past the limit it attempts, and says nothing yet: a candidacy live for no
+            // longer than the limit and three intervals may be a leftover of a replica that
+            // took the lock meanwhile (it stops publishing, and stays visible a while).
+            assert_eq!(actions, vec![A::TryLock { conn: c }], "at {at}");
+            return (f, c, at + 2, seen);
+        }
+        at += IMS;
+    }
+}
+
+#[test]
+fn the_defer_limit_is_not_said_when_a_leader_refuses_the_attempt_the_candidate_may_lead() {
+    let (mut f, attempt, at, _) = attempting_past_the_limit_after_a_young_candidate();
+    // The lock is held: by the better candidate, which took over. Nothing is said, and the
+    // deferral begins anew.
+    f.event(at + 1, E::LockRefused { conn: attempt });
+    assert_eq!(f.drain(), vec![A::ReturnToPool { conn: attempt }]);
+    assert_eq!(f.election.deferring_to(f.at(at + 1)), Some(rank("1.5.0")));
+    // Its leftover candidacy is gone at the next survey: the standby attempts, silently.
+    let c = ConnId::new(attempt.get() + 1);
+    f.timeout(at - 2 + IMS);
+    f.drain();
+    f.event(at - 1 + IMS, E::ConnectionAcquired { conn: c });
+    f.drain();
+    f.event(at + IMS, surveyed(c, vec![]));
+    assert_eq!(f.drain(), vec![A::TryLock { conn: c }]);
+    f.event(at + IMS + 1, E::LockRefused { conn: c });
+    assert_eq!(f.drain(), vec![A::ReturnToPool { conn: c }]);
+}
+
+#[test]
+fn the_defer_limit_is_said_when_the_attempt_past_it_is_granted() {
+    let (mut f, attempt, at, seen) = attempting_past_the_limit_after_a_young_candidate();
+    // The lock was free: the better candidate really did not take over. Said once, as the
+    // term begins.
+    f.event(
+        at + 1,
+        E::LockGranted {
+            conn: attempt,
+            backend_pid: PID,
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::Hijack {
+                conn: attempt,
+                backend_pid: PID
+            },
+            log(LogKind::DeferLimitReached, None, outranked(seen, "1.4.0")),
+            A::BeginTerm {
+                term: T1,
+                epoch: None
+            },
+            log(LogKind::LeadershipAcquired, Some(T1), None),
+        ]
+    );
+    assert!(f.election.is_leader());
+}
+
+#[test]
+fn the_defer_limit_is_said_at_the_attempt_when_the_candidacy_outlived_any_leftover() {
+    // A candidacy live for longer than the limit and three intervals is still published:
+    // its replica is a standby that could not take over, whatever the lock's state.
+    let limit = WMS + 2 * IMS;
+    let (mut f, better) = deferring_until_the_fourth_check();
+    let outlived = candidate("1.5.0", limit + 3 * IMS + 1);
+    f.event(4 + limit, surveyed(ConnId::new(5), vec![outlived]));
+    assert_eq!(
+        f.drain(),
+        vec![
+            log(
+                LogKind::DeferLimitReached,
+                None,
+                outranked(outlived, "1.4.0")
+            ),
+            A::TryLock {
+                conn: ConnId::new(5)
+            },
+        ]
+    );
+    assert_eq!(better.rank, outlived.rank);
+    // A candidacy exactly that old is not yet proof: the attempt goes silently.
+    let (mut f, _) = deferring_until_the_fourth_check();
+    let borderline = candidate("1.5.0", limit + 3 * IMS);
+    f.event(4 + limit, surveyed(ConnId::new(5), vec![borderline]));
+    assert_eq!(
+        f.drain(),
+        vec![A::TryLock {
+            conn: ConnId::new(5)
+        }]
+    );
+}
