@@ -397,9 +397,9 @@ pub enum LogKind {
     /// candidate taking over: it makes its attempts again (the candidate, if it queues, still
     /// comes first). Said once per candidate, at the first attempt past the limit when the
     /// candidacy has lasted longer than the limit and three intervals (a replica that took the
-    /// lock stops publishing and is no longer surveyed by then), else only if that attempt is
-    /// granted: an attempt a leader refuses says nothing (the leader may be that candidate).
-    /// WARN.
+    /// lock stops publishing and is no longer surveyed by then) and no earlier attempt found a
+    /// leader, else only if that attempt is granted: an attempt a leader refuses says nothing
+    /// (the leader may be that candidate, or one as good). WARN.
     DeferLimitReached,
     /// The survey found this replica's version older than the version floor (the newest that
     /// has led): it makes no attempt until it is not; the cause names both versions. WARN, once.

@@ -242,6 +242,7 @@ impl<C> Election<C> {
                 over: false,
                 said: false,
                 owed: None,
+                led: false,
             });
         }
         let Some(deferral) = running.deferral.as_mut() else {
@@ -259,9 +260,10 @@ impl<C> Election<C> {
         deferral.over = deferred_for >= limit;
         // Past the limit, a candidate still surveyed may be one that took over meanwhile: it
         // stops publishing but stays visible for a while. The limit's passing is said at the
-        // attempt only when the candidacy has lasted longer than such a leftover can; else it
-        // is owed, and said only if the attempt is granted (the lock was free after all).
-        let proven = best.live_for > limit + stale_for;
+        // attempt only when the candidacy has lasted longer than such a leftover can and no
+        // attempt found a leader meanwhile; else it is owed, and said only if the attempt is
+        // granted (the lock was free after all).
+        let proven = best.live_for > limit + stale_for && !deferral.led;
         let say = deferral.over && !deferral.said && proven;
         deferral.said |= say;
         deferral.owed = (deferral.over && !deferral.said).then_some(best);
@@ -294,6 +296,7 @@ impl<C> Election<C> {
             deferral.since = now;
             // A leader exists, perhaps the candidate itself: nothing to say.
             deferral.owed = None;
+            deferral.led = true;
         }
     }
 

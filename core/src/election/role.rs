@@ -94,6 +94,10 @@ pub(super) struct Deferral {
     /// taken over unseen: said if that attempt is granted (the candidate, surveyed so, did
     /// not hold the lock), dropped if a leader refuses it.
     pub(super) owed: Option<Candidate>,
+    /// An attempt past the limit found the lock held: a leader exists (perhaps one as good as
+    /// the candidate, which then never takes over), so the limit's passing is said only if a
+    /// later attempt is granted.
+    pub(super) led: bool,
 }
 
 /// The statement a check runs before its attempt, or after a leader's check that proved the

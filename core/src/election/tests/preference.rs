@@ -1092,3 +1092,41 @@ fn the_defer_limit_is_said_at_the_attempt_when_the_candidacy_outlived_any_leftov
         }]
     );
 }
+
+#[test]
+fn the_defer_limit_is_not_said_while_a_leader_refuses_however_long_the_candidate_stays_live() {
+    // A rollout's second new replica: a better candidate than this old standby, but an equally
+    // new leader holds the lock, so it never takes over and stays live.
+    let (mut f, attempt, at, _) = attempting_past_the_limit_after_a_young_candidate();
+    f.event(at + 1, E::LockRefused { conn: attempt });
+    assert_eq!(f.drain(), vec![A::ReturnToPool { conn: attempt }]);
+    let limit = WMS + 2 * IMS;
+    let mut conn = attempt.get();
+    let mut check = at - 2 + IMS;
+    let mut attempts = 0;
+    // Three more limits: the candidacy soon outlives any leftover, yet nothing is said.
+    while check < at + 3 * limit {
+        conn += 1;
+        let c = ConnId::new(conn);
+        f.timeout(check);
+        f.drain();
+        f.event(check + 1, E::ConnectionAcquired { conn: c });
+        f.drain();
+        f.event(
+            check + 2,
+            surveyed(c, vec![candidate("1.5.0", check + 2 - 3)]),
+        );
+        let actions = f.drain();
+        assert!(
+            actions == vec![A::ReturnToPool { conn: c }] || actions == vec![A::TryLock { conn: c }],
+            "at {check}: {actions:?}"
+        );
+        if actions == vec![A::TryLock { conn: c }] {
+            attempts += 1;
+            f.event(check + 3, E::LockRefused { conn: c });
+            assert_eq!(f.drain(), vec![A::ReturnToPool { conn: c }], "at {check}");
+        }
+        check += IMS;
+    }
+    assert!(attempts >= 2, "{attempts} attempts");
+}
