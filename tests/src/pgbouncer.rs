@@ -71,13 +71,29 @@ impl PgBouncer {
         mode: PoolMode,
         pool_size: u32,
     ) -> Result<Self, HarnessError> {
+        Self::start_with(upstream, mode, pool_size, &[]).await
+    }
+
+    /// [`Self::start`] with more `[pgbouncer]` settings, written as `name = value` lines after
+    /// the others (a later line wins), e.g. `[("server_login_retry", "1")]`.
+    pub async fn start_with(
+        upstream: &Config,
+        mode: PoolMode,
+        pool_size: u32,
+        settings: &[(&str, &str)],
+    ) -> Result<Self, HarnessError> {
         let binary = ensure_installed().await?;
         let (host, port) = tcp_host(upstream)?;
         let listen = free_port()?;
         let dir =
             std::env::temp_dir().join(format!("plx-pgbouncer-{}-{listen}", std::process::id()));
         let run_as = run_as()?;
-        write_files(&dir, &host, port, listen, mode, pool_size, upstream, run_as)?;
+        let pool = PoolSettings {
+            mode,
+            size: pool_size,
+            extra: settings,
+        };
+        write_files(&dir, &host, port, listen, &pool, upstream, run_as)?;
         let mut command = Command::new(binary);
         command
             .arg(dir.join("pgbouncer.ini"))
@@ -209,17 +225,24 @@ async fn run(program: &str, args: &[&str]) -> Result<(), HarnessError> {
     })
 }
 
-#[allow(clippy::too_many_arguments)] // reason: one flat list of the settings the file needs
+/// The pool's settings of one PgBouncer: its mode, its size, and any further `[pgbouncer]`
+/// settings.
+struct PoolSettings<'a> {
+    mode: PoolMode,
+    size: u32,
+    extra: &'a [(&'a str, &'a str)],
+}
+
 fn write_files(
     dir: &Path,
     host: &str,
     port: u16,
     listen: u16,
-    mode: PoolMode,
-    pool_size: u32,
+    pool: &PoolSettings<'_>,
     upstream: &Config,
     owner: Option<(u32, u32)>,
 ) -> Result<(), HarnessError> {
+    let (mode, pool_size) = (pool.mode, pool.size);
     let user = upstream.get_user().unwrap_or("postgres");
     let ctx = |what: &str| format!("{what} {}", dir.display());
     if dir.exists() {
@@ -244,8 +267,14 @@ fn write_files(
          ignore_startup_parameters = extra_float_digits,options\n\
          logfile = {dir}/pgbouncer.log\n\
          log_connections = 1\n\
-         log_disconnections = 1\n",
+         log_disconnections = 1\n\
+         {extra}",
         dir = dir.display(),
+        extra = pool
+            .extra
+            .iter()
+            .map(|(name, value)| format!("{name} = {value}\n"))
+            .collect::<String>(),
         mode = mode.setting(),
         reset = match mode {
             PoolMode::Session => "server_reset_query = DISCARD ALL\n",
