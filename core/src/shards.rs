@@ -32,7 +32,7 @@ mod options;
 use std::fmt;
 
 pub use assign::{Plan, Standing, Survey, SurveyError, caps, plan, score};
-pub use event::{ShardAction, ShardEvent, ShardLog, ShardLogKind};
+pub use event::{ShardAction, ShardEvent, ShardFailure, ShardLog, ShardLogKind};
 pub use machine::{ShardPhase, ShardTimer, ShardedElection};
 pub use options::{LockTableTooSmall, MAX_SHARDS, ShardOptions, ShardOptionsError};
 

@@ -27,7 +27,11 @@ async fn on_a_lock_that_grants_everyone_the_demo_never_leads_and_exits_non_zero(
         )
         .await
         .unwrap();
-    let dsn = format!("host=127.0.0.1 port={} dbname={} user=postgres", port(&db), db.name());
+    let dsn = format!(
+        "host=127.0.0.1 port={} dbname={} user=postgres",
+        port(&db),
+        db.name()
+    );
     let mut demo = Demo::start_replicas(&dsn, 3, "200ms", &[], &[]).await;
     let status = demo.wait_exit(BOOT + MARGIN).await;
     assert!(!status.success(), "{status}");

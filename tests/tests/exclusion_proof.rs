@@ -156,3 +156,44 @@ async fn a_second_session_the_server_refuses_proves_nothing_and_keeps_the_first_
         .unwrap();
     db.cleanup().await.unwrap();
 }
+
+on_both_backends!(
+    #[tokio::test]
+    on_a_lock_that_grants_everyone_no_replica_joins_a_shard_space
+);
+async fn on_a_lock_that_grants_everyone_no_replica_joins_a_shard_space(backend: Backend) {
+    use plexsphere_leader::sharded::ShardedElector;
+    let db = TestDb::create(&format!("vacuous_shards_{backend}"))
+        .await
+        .unwrap();
+    make_the_lock_vacuous(&db).await;
+    let mut runs = Vec::new();
+    let mut electors = Vec::new();
+    for n in 0..2 {
+        let pool = db.backend_pool(backend, &format!("vs-{n}"), 2).unwrap();
+        let elector = ShardedElector::new(pool.shard_config(8).check_interval(I)).unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        runs.push(tokio::spawn({
+            let elector = elector.clone();
+            async move { elector.run(shutdown).await }
+        }));
+        electors.push(elector);
+    }
+    for (run, elector) in runs.into_iter().zip(&electors) {
+        let error = tokio::time::timeout(STARTUP, run)
+            .await
+            .expect("the run ends by itself")
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                RunError::LockNotExclusive(LockFinding::LockNotExclusive { .. })
+            ),
+            "{error:?}"
+        );
+        assert_eq!(elector.ownership().count(), 0);
+        assert!(elector.transitions().is_empty(), "no shard was ever owned");
+    }
+    db.cleanup().await.unwrap();
+}

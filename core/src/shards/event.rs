@@ -15,6 +15,14 @@ use crate::rank::FloorStep;
 /// election's current one is ignored.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ShardEvent<C> {
+    /// [`ShardAction::ProbePool`] answered: what the exclusion proof observed
+    /// ([`crate::proof`]).
+    PoolProbed {
+        /// The operation.
+        conn: ConnId,
+        /// What the two sessions answered.
+        proof: crate::proof::PoolProof<C>,
+    },
     /// [`ShardAction::AcquireSession`] got a session.
     Acquired {
         /// The connection asked for.
@@ -130,6 +138,7 @@ impl<C> ShardEvent<C> {
     pub fn conn(&self) -> Option<ConnId> {
         match self {
             Self::Acquired { conn }
+            | Self::PoolProbed { conn, .. }
             | Self::AcquireFailed { conn, .. }
             | Self::Registered { conn, .. }
             | Self::Surveyed { conn, .. }
@@ -149,6 +158,16 @@ impl<C> ShardEvent<C> {
 /// What the election asks the driver to do, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ShardAction<C> {
+    /// [`ShardOptions::prove_pool`](super::ShardOptions::prove_pool): the exclusion proof
+    /// before the lock session is borrowed, as the single election's
+    /// [`Action::ProbePool`](crate::Action::ProbePool) describes it; report
+    /// [`ShardEvent::PoolProbed`] or [`ShardEvent::AcquireFailed`].
+    ProbePool {
+        /// The identifier of the operation.
+        conn: ConnId,
+        /// How long to wait for the second session.
+        second_within: std::time::Duration,
+    },
     /// Borrow a session from the pool; report [`ShardEvent::Acquired`] or
     /// [`ShardEvent::AcquireFailed`].
     AcquireSession {
@@ -291,9 +310,19 @@ pub enum ShardAction<C> {
     /// Log this record.
     Log(ShardLog<C>),
     /// The run cannot go on: it ends with this error ([`ShardAction::Finish`] follows).
-    Fail(LockTableTooSmall),
+    Fail(ShardFailure),
     /// The run is over: no term is open and no session is held.
     Finish,
+}
+
+/// Why a sharded run cannot go on ([`ShardAction::Fail`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShardFailure {
+    /// The server's lock table has no room for the space's locks.
+    LockTableTooSmall(LockTableTooSmall),
+    /// The exclusion proof refuted the advisory lock: a pool that multiplexes sessions, or a
+    /// lock that does not exclude.
+    Refuted(crate::LockFinding),
 }
 
 /// A log record of a sharded election.
@@ -350,6 +379,12 @@ pub enum ShardLogKind {
     SessionLost,
     /// A session could not be acquired.
     AcquireFailed,
+    /// The exclusion proof proved nothing (the cause says why): no session this check; the
+    /// next check proves again.
+    ProofInconclusive,
+    /// The exclusion proof refuted the advisory lock (the cause names the finding): the run
+    /// fails before any shard is taken.
+    ProofRefuted,
     /// The member lock is held exclusively by another session.
     MemberLockRefused,
     /// A handed-over shard's work outlived the handover grace; the lock stays until it returns.
@@ -386,6 +421,15 @@ impl ShardLogKind {
             Self::HandedOver => "sharded leader: handed shards over",
             Self::SessionLost => "sharded leader: lock session lost with every shard it held",
             Self::AcquireFailed => "sharded leader: acquire lock connection",
+            Self::ProofInconclusive => {
+                "sharded leader: the exclusion proof proved nothing; no shard is taken until a \
+                 proof passes"
+            }
+            Self::ProofRefuted => {
+                "sharded leader: the advisory lock cannot hold this shard space here (a pooler \
+                 that multiplexes sessions, or locks that do not exclude); no shard is taken: \
+                 use the lease mechanism (ShardConfig::lease)"
+            }
             Self::MemberLockRefused => {
                 "sharded leader: the member lock is held exclusively by another session"
             }
@@ -429,7 +473,9 @@ impl ShardLogKind {
             | Self::WorkOutlivedStop
             | Self::AbandonedAfterPanic
             | Self::AbandonedAfterDrop
-            | Self::BelowFloor => Level::Warn,
+            | Self::BelowFloor
+            | Self::ProofInconclusive => Level::Warn,
+            Self::ProofRefuted => Level::Error,
         }
     }
 }

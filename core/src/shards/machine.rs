@@ -20,7 +20,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
 use super::{
-    MemberId, Shard, ShardAction, ShardEvent, ShardLog, ShardLogKind, ShardOptions, Survey,
+    MemberId, Shard, ShardAction, ShardEvent, ShardFailure, ShardLog, ShardLogKind, ShardOptions,
+    Survey,
 };
 use crate::cause::{Cause, LossReason, TermEndCause};
 use crate::control::Control;
@@ -117,6 +118,9 @@ struct Run {
     held_off_until: Option<Instant>,
     /// The work deadlines of ended terms.
     overdue: OverdueBook,
+    /// Whether the exclusion proof passed (or none is asked for): until it does, a join proves
+    /// first; a lost session clears it.
+    proved: bool,
     /// Whether the last survey found this replica's part of the plan done (at its cap, nothing
     /// to give or take): a lease member surveys again only when the members change or it is
     /// not.
@@ -126,9 +130,11 @@ struct Run {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Session {
     None,
+    /// Acquiring a session for `conn`, or (`proving`) running the exclusion proof.
     Acquiring {
         conn: ConnId,
         deadline: Instant,
+        proving: bool,
     },
     /// Registering since `since` (the lease's trust counts from the registration's sending).
     Registering {
@@ -428,6 +434,7 @@ impl<C> ShardedElection<C> {
             held_off_until: None,
             overdue: OverdueBook::default(),
             settled: false,
+            proved: !self.options.proves_pool(),
         });
         self.check(now);
         Ok(())
@@ -476,6 +483,7 @@ impl<C> ShardedElection<C> {
         }
         match event {
             ShardEvent::Acquired { .. } => self.acquired(now),
+            ShardEvent::PoolProbed { proof, .. } => self.pool_probed(now, proof),
             ShardEvent::AcquireFailed { cause, .. } => self.acquire_failed(Cause::Error(cause)),
             ShardEvent::Registered {
                 backend,

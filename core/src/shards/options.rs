@@ -23,6 +23,7 @@ pub struct ShardOptions {
     stop_grace: Duration,
     handover_grace: Duration,
     fencing: bool,
+    prove_pool: bool,
     work_deadline: Option<WorkDeadline>,
     mechanism: Mechanism,
     rank: Option<Rank>,
@@ -109,6 +110,7 @@ impl ShardOptions {
             stop_grace: interval.get(),
             handover_grace: interval.get(),
             fencing: false,
+            prove_pool: false,
             work_deadline: None,
             mechanism: Mechanism::Advisory,
             rank: None,
@@ -171,6 +173,21 @@ impl ShardOptions {
     pub fn fencing(mut self, enabled: bool) -> Self {
         self.fencing = enabled;
         self
+    }
+
+    /// Advisory locks: before a run joins the space (and again after it lost its session),
+    /// prove that the pool's sessions are its own and that the server's lock excludes
+    /// ([`crate::proof`], [`ShardAction::ProbePool`](super::ShardAction::ProbePool)). Off by
+    /// default here; the `plexsphere-leader` adapter turns it on. No effect with a lease.
+    #[must_use]
+    pub fn prove_pool(mut self, on: bool) -> Self {
+        self.prove_pool = on;
+        self
+    }
+
+    /// Whether a run proves its pool before it joins ([`prove_pool`](Self::prove_pool)).
+    pub fn proves_pool(&self) -> bool {
+        self.prove_pool && self.mechanism.lease().is_none()
     }
 
     /// Whether shard terms get fencing epochs: with [`fencing`](Self::fencing), and always with

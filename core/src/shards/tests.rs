@@ -173,6 +173,102 @@ fn start_acquires_a_session_at_once() {
 }
 
 #[test]
+fn a_space_that_proves_its_pool_borrows_its_session_only_after_a_proof() {
+    use crate::proof::{PoolProof, SecondSession, Unproven};
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8).prove_pool(true));
+    m.start(t0).expect("not running");
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::ProbePool {
+            conn: C1,
+            second_within: I / 2
+        }]
+    );
+    assert_eq!(m.phase(), ShardPhase::Acquiring);
+    // Nothing proven (no second session in time): no session this check, a WARN.
+    let late = PoolProof {
+        first: 10,
+        second: SecondSession::TimedOut,
+        exclusion: None,
+    };
+    m.handle_event(
+        t0,
+        ShardEvent::PoolProbed {
+            conn: C1,
+            proof: late,
+        },
+    );
+    let mut warned = ShardLog::new(ShardLogKind::ProofInconclusive, 0);
+    warned.cause = Some(Cause::Unproven(Unproven::NoSecondSession));
+    assert_eq!(drain(&mut m), vec![ShardAction::Log(warned)]);
+    assert_eq!(m.phase(), ShardPhase::Detached);
+    assert_eq!(ShardLogKind::ProofInconclusive.level(), crate::Level::Warn);
+    // The next check proves again; proven, the session is borrowed at once.
+    m.handle_timeout(t0 + I);
+    let conn = ConnId::new(2);
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::ProbePool {
+            conn,
+            second_within: I / 2
+        }]
+    );
+    m.handle_event(
+        t0 + I,
+        ShardEvent::PoolProbed {
+            conn,
+            proof: PoolProof::excluding(10, 11),
+        },
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![ShardAction::AcquireSession {
+            conn: ConnId::new(3)
+        }]
+    );
+}
+
+#[test]
+fn a_lock_granted_to_two_sessions_fails_the_space_before_any_shard() {
+    use crate::proof::PoolProof;
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8).prove_pool(true));
+    m.start(t0).expect("not running");
+    drain(&mut m);
+    let mut proof = PoolProof::excluding(10, 11);
+    if let Some(test) = proof.exclusion.as_mut() {
+        test.second_granted = true;
+    }
+    m.handle_event(t0, ShardEvent::PoolProbed { conn: C1, proof });
+    let finding = crate::LockFinding::LockNotExclusive {
+        first: 10,
+        second: 11,
+    };
+    let mut refuted = ShardLog::new(ShardLogKind::ProofRefuted, 0);
+    refuted.cause = Some(Cause::LockNotVerified(finding));
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ShardAction::Log(refuted),
+            ShardAction::Fail(ShardFailure::Refuted(finding)),
+            ShardAction::Finish,
+        ]
+    );
+    assert!(!m.is_running());
+    assert_eq!(ShardLogKind::ProofRefuted.level(), crate::Level::Error);
+}
+
+#[test]
+fn a_lease_space_never_proves_its_pool() {
+    let lease = crate::Lease::new(CheckInterval::new(I).unwrap(), 3 * I).unwrap();
+    let options = options(8)
+        .mechanism(crate::Mechanism::Lease(lease))
+        .prove_pool(true);
+    assert!(!options.proves_pool());
+}
+
+#[test]
 fn an_acquired_session_registers_with_four_intervals_of_idle_timeout() {
     let t0 = Instant::now();
     let mut m = Machine::new(options(8));
@@ -213,10 +309,10 @@ fn a_lock_table_too_small_fails_the_run() {
         drain(&mut m),
         vec![
             ShardAction::CloseSession { conn: C1 },
-            ShardAction::Fail(LockTableTooSmall {
+            ShardAction::Fail(ShardFailure::LockTableTooSmall(LockTableTooSmall {
                 needed: 9,
                 capacity: 16
-            }),
+            })),
             ShardAction::Finish,
         ]
     );

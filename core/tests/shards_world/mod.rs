@@ -315,6 +315,12 @@ impl World {
             eprintln!("{:>6?} r{r} {action:?}", self.now - self.t0);
         }
         match action {
+            // The exclusion proof (off in this world's options): a lock that excludes.
+            ShardAction::ProbePool { conn, .. } => {
+                let base = i32::try_from(r).unwrap_or(0) * 2;
+                let proof = plexsphere_leader_core::proof::PoolProof::excluding(base, base + 1);
+                self.reply(r, ShardEvent::PoolProbed { conn, proof });
+            }
             ShardAction::AcquireSession { conn } => {
                 let sid = self.sid(r, conn);
                 self.server.next_pid += 1;

@@ -7,32 +7,31 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plexsphere_leader_core::proof::{ExclusionTest, PROOF_CLASS_ID, PoolProof, SecondSession};
-use plexsphere_leader_core::{ConnId, Event};
 
-use super::{ClosedUnlessAnswered, Completion, Operation, boolean, one_row, parse_int, text};
+use super::{ClosedUnlessAnswered, boolean, one_row, parse_int, text};
 use crate::error::CheckError;
 use crate::key::LockKey;
 use crate::session::{LockSession, QueryError, SessionSource};
 use crate::sql;
 
-/// Runs the proof. The second session, with its backend's answer, is given up after
+/// Runs the proof for either election: `proved` makes the event of what it observed, `failed`
+/// the event of a failure. The second session, with its backend's answer, is given up after
 /// `second_within` and reported as [`SecondSession::TimedOut`]; its failure is reported as
 /// [`SecondSession::Failed`], and the first connection then goes back to the pool (it
-/// answered). Reports [`Event::PoolProbed`], or [`Event::AcquireFailed`] when the first
-/// borrow or a statement of the lock test failed (what it borrowed is then closed: the state
-/// of the proof's key on it is unknown). Dropped (a stop, the core's deadline), it closes what
-/// it holds.
-pub(crate) fn probe(
+/// answered). `failed` reports the first borrow's failure or a failed statement of the lock
+/// test (what it borrowed is then closed: the state of the proof's key on it is unknown).
+/// Dropped (a stop, the core's deadline), it closes what it holds.
+pub(crate) fn probe<E: Send + 'static, X: Default + Send + 'static>(
     sessions: Arc<dyn SessionSource>,
-    conn: ConnId,
     second_within: Duration,
-) -> Operation {
+    proved: impl FnOnce(PoolProof<CheckError>) -> E + Send + 'static,
+    failed: impl FnOnce(CheckError) -> E + Send + 'static,
+) -> crate::operation::Operation<E, X> {
     Box::pin(async move {
-        let event = match prove(&*sessions, second_within).await {
-            Ok(proof) => Event::PoolProbed { conn, proof },
-            Err(cause) => Event::AcquireFailed { conn, cause },
-        };
-        Completion::of(event)
+        crate::operation::Completion::of(match prove(&*sessions, second_within).await {
+            Ok(proof) => proved(proof),
+            Err(cause) => failed(cause),
+        })
     })
 }
 

@@ -159,8 +159,9 @@ impl Mode for Single {
             } => {
                 io.run(connection::pool::probe(
                     self.inner.sessions(),
-                    conn,
                     second_within,
+                    move |proof| Event::PoolProbed { conn, proof },
+                    move |cause| Event::AcquireFailed { conn, cause },
                 ));
             }
             Action::ProbeFitness { conn } => {

@@ -164,7 +164,10 @@ impl ShardConfig {
 
     pub(crate) fn options(&self) -> Result<ShardOptions, ConfigError> {
         let interval = CheckInterval::new(self.common.interval)?;
-        let mut options = ShardOptions::new(interval, self.shards)?.fencing(self.common.fencing);
+        // The exclusion proof before every join of an advisory space (no effect with a lease).
+        let mut options = ShardOptions::new(interval, self.shards)?
+            .fencing(self.common.fencing)
+            .prove_pool(true);
         if let Some(delay) = self.rebalance_delay {
             options = options.rebalance_delay(delay);
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use plexsphere_leader_core::rank::FloorStep;
 use plexsphere_leader_core::shards::{
-    LockTableTooSmall, ShardAction, ShardEvent, ShardLog, ShardLogKind, ShardedElection,
+    ShardAction, ShardEvent, ShardFailure, ShardLog, ShardLogKind, ShardedElection,
 };
 use plexsphere_leader_core::{ConnId, Level, TermId};
 
@@ -35,7 +35,7 @@ pub(crate) struct Sharded {
     /// Ended terms whose work a handover or the stop awaits, or whose work deadline the
     /// election may still report; forgotten once their work drained.
     ended: BTreeMap<TermId, Arc<TermShared>>,
-    failure: Option<LockTableTooSmall>,
+    failure: Option<ShardFailure>,
     view: Option<SpaceView>,
     /// With a lease: how the member's statements are named.
     lease: Option<LeaseMember>,
@@ -141,7 +141,10 @@ impl Mode for Sharded {
 
     fn outcome(&mut self) -> Result<(), RunError> {
         match self.failure.take() {
-            Some(too_small) => Err(RunError::LockTableTooSmall(too_small)),
+            Some(ShardFailure::LockTableTooSmall(too_small)) => {
+                Err(RunError::LockTableTooSmall(too_small))
+            }
+            Some(ShardFailure::Refuted(finding)) => Err(RunError::of_finding(finding)),
             None => Ok(()),
         }
     }
@@ -174,6 +177,15 @@ impl Mode for Sharded {
             }
         }
         match action {
+            ShardAction::ProbePool {
+                conn,
+                second_within,
+            } => io.run(crate::connection::pool::probe(
+                self.inner.sessions(),
+                second_within,
+                move |proof| ShardEvent::PoolProbed { conn, proof },
+                move |cause| ShardEvent::AcquireFailed { conn, cause },
+            )),
             ShardAction::AcquireSession { conn } => io.run(operation::acquire(
                 self.inner.sessions(),
                 ShardEvent::Acquired { conn },
@@ -285,7 +297,7 @@ impl Mode for Sharded {
                 }));
             }
             ShardAction::Log(record) => self.log(&record, io),
-            ShardAction::Fail(too_small) => self.failure = Some(too_small),
+            ShardAction::Fail(failure) => self.failure = Some(failure),
             ShardAction::Finish => {
                 io.finish();
                 self.ended.clear();

@@ -19,8 +19,24 @@ impl<C> ShardedElection<C> {
         let conn = self.next_conn();
         let deadline = now + interval;
         match self.mechanism() {
+            Mechanism::Advisory if !self.run().proved => {
+                self.run().session = Session::Acquiring {
+                    conn,
+                    deadline,
+                    proving: true,
+                };
+                self.actions.push_back(ShardAction::ProbePool {
+                    conn,
+                    // Half an interval for the second session: the proof's answer is due in one.
+                    second_within: interval / 2,
+                });
+            }
             Mechanism::Advisory => {
-                self.run().session = Session::Acquiring { conn, deadline };
+                self.run().session = Session::Acquiring {
+                    conn,
+                    deadline,
+                    proving: false,
+                };
                 self.actions.push_back(ShardAction::AcquireSession { conn });
             }
             Mechanism::Lease(lease) => {

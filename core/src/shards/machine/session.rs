@@ -31,7 +31,12 @@ impl<C> ShardedElection<C> {
     pub(super) fn acquired(&mut self, now: Instant) -> Handled {
         let interval = self.options.interval();
         let run = self.run();
-        let Session::Acquiring { conn, .. } = run.session else {
+        let Session::Acquiring {
+            conn,
+            proving: false,
+            ..
+        } = run.session
+        else {
             return Handled::Ignored(Ignored::Unexpected);
         };
         run.session = Session::Registering {
@@ -43,6 +48,41 @@ impl<C> ShardedElection<C> {
             conn,
             idle_session_timeout_ms: interval.idle_session_timeout_millis(),
         });
+        Handled::Applied
+    }
+
+    /// The exclusion proof answered ([`crate::proof`]): proven, the lock session is borrowed
+    /// at once; inconclusive, nothing this check (WARN), and the next proves again; refuted,
+    /// the run fails before any shard (ERROR).
+    pub(super) fn pool_probed(
+        &mut self,
+        now: Instant,
+        proof: crate::proof::PoolProof<C>,
+    ) -> Handled {
+        let run = self.run();
+        if !matches!(run.session, Session::Acquiring { proving: true, .. }) {
+            return Handled::Ignored(Ignored::Unexpected);
+        }
+        run.session = Session::None;
+        match proof.verdict() {
+            crate::proof::Verdict::Proven => {
+                self.run().proved = true;
+                self.begin_join(now);
+            }
+            crate::proof::Verdict::Inconclusive(why) => {
+                let mut log = ShardLog::new(ShardLogKind::ProofInconclusive, 0);
+                log.cause = Some(Cause::Unproven(why));
+                self.log(log);
+            }
+            crate::proof::Verdict::Refuted(finding) => {
+                let mut log = ShardLog::new(ShardLogKind::ProofRefuted, 0);
+                log.cause = Some(Cause::LockNotVerified(finding));
+                self.log(log);
+                self.actions
+                    .push_back(ShardAction::Fail(ShardFailure::Refuted(finding)));
+                self.finish();
+            }
+        }
         Handled::Applied
     }
 
@@ -92,7 +132,10 @@ impl<C> ShardedElection<C> {
         }
         if let Err(too_small) = options.check_lock_table(lock_capacity, members) {
             self.actions.push_back(ShardAction::CloseSession { conn });
-            self.actions.push_back(ShardAction::Fail(too_small));
+            self.actions
+                .push_back(ShardAction::Fail(ShardFailure::LockTableTooSmall(
+                    too_small,
+                )));
             self.finish();
             return Handled::Applied;
         }

@@ -313,9 +313,12 @@ impl<C> ShardedElection<C> {
     pub(super) fn lose(&mut self, now: Instant, reason: LossReason, cause: Option<Cause<C>>) {
         let conn = self.run().conn();
         let lost = self.end_all(Some(now), TermEndCause::Lost(reason));
+        let reprove = self.options.proves_pool();
         let run = self.run();
         run.session = Session::None;
         run.members.clear();
+        // The next session may be another server's (a failover): it is proven again.
+        run.proved &= !reprove;
         let stopping = run.stop.is_some();
         if let Some(conn) = conn {
             self.actions.push_back(ShardAction::CloseSession { conn });

@@ -22,10 +22,21 @@ impl Driver for Sharded {
         action: ShardAction<Cause>,
     ) -> Option<ShardEvent<Cause>> {
         match action {
-            ShardAction::AcquireSession { conn } if w.s.replicas[r].partitioned => {
+            ShardAction::AcquireSession { conn } | ShardAction::ProbePool { conn, .. }
+                if w.s.replicas[r].partitioned =>
+            {
                 Some(ShardEvent::AcquireFailed {
                     conn,
                     cause: "server unreachable",
+                })
+            }
+            // The exclusion proof (off in the model's options, on in the adapter): the model's
+            // server is reached directly and its lock excludes.
+            ShardAction::ProbePool { conn, .. } => {
+                let base = i32::try_from(r).unwrap_or(0) * 2;
+                Some(ShardEvent::PoolProbed {
+                    conn,
+                    proof: plexsphere_leader_core::proof::PoolProof::excluding(base, base + 1),
                 })
             }
             ShardAction::AcquireSession { conn } => {
