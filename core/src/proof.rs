@@ -252,6 +252,28 @@ mod tests {
     }
 
     #[test]
+    fn each_reason_for_proving_nothing_says_what_was_missing() {
+        let text = |why: Unproven<&str>| crate::Cause::Unproven(why).to_string();
+        assert_eq!(
+            text(Unproven::NoSecondSession),
+            "the exclusion proof proved nothing: no second session answered within half an \
+             interval (a saturated pool or pooler, or a slow link)"
+        );
+        assert_eq!(
+            text(Unproven::SecondFailed("too many connections")),
+            "the exclusion proof proved nothing: the second session failed: too many connections"
+        );
+        assert_eq!(
+            text(Unproven::KeyTaken),
+            "the exclusion proof proved nothing: another session held the proof's key"
+        );
+        assert_eq!(
+            text(Unproven::NotTested),
+            "the exclusion proof proved nothing: the lock test did not run"
+        );
+    }
+
+    #[test]
     fn a_first_session_refused_the_key_or_no_test_proves_nothing() {
         assert_eq!(
             proof(SecondSession::Answered(11), Some(test(false, false))).verdict(),

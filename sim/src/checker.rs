@@ -337,6 +337,16 @@ struct Checker<'a> {
     violations: Vec<Violation>,
 }
 
+/// Whether `key` is the exclusion proof's (`plexsphere_leader_core::proof`): a key of its own
+/// class, held within the proof by a pooled session, never an election's lock.
+pub(crate) fn is_proof_key(key: plexsphere_leader_pgsim::LockKey) -> bool {
+    matches!(
+        key,
+        plexsphere_leader_pgsim::LockKey::Pair(class, _)
+            if class == plexsphere_leader_core::proof::PROOF_CLASS_ID
+    )
+}
+
 impl<'a> Checker<'a> {
     fn new(e: &'a Evidence<'a>) -> Self {
         let owners: Vec<BTreeMap<i32, Owner>> = e.servers.iter().map(|s| owners(&s.log)).collect();
@@ -349,12 +359,7 @@ impl<'a> Checker<'a> {
                     .flat_map(|(index, server)| {
                         // Every advisory lock but the exclusion proof's short-lived key.
                         space::tenures(index, &server.log, &owners[index], |key, _| {
-                            let proof = matches!(
-                                key,
-                                plexsphere_leader_pgsim::LockKey::Pair(class, _)
-                                    if class == plexsphere_leader_core::proof::PROOF_CLASS_ID
-                            );
-                            (!proof).then_some(0)
+                            (!is_proof_key(key)).then_some(0)
                         })
                     })
                     .map(|(_, tenure)| tenure)
@@ -1036,7 +1041,13 @@ impl<'a> Checker<'a> {
             }
         }
         for (server, evidence) in self.e.servers.iter().enumerate() {
-            for lock in &evidence.locks {
+            // The exclusion proof's key lives and dies with its pooled session, which the
+            // sessions' own check below judges.
+            for lock in evidence
+                .locks
+                .iter()
+                .filter(|lock| !is_proof_key(lock.id.key))
+            {
                 let detail = format!(
                     "pid {} still holds {:?} on {}",
                     lock.pid, lock.id.key, SERVERS[server]

@@ -230,6 +230,48 @@ fn a_space_that_proves_its_pool_borrows_its_session_only_after_a_proof() {
 }
 
 #[test]
+fn a_lost_session_is_proven_again_before_the_space_is_joined_again() {
+    use crate::proof::PoolProof;
+    let t0 = Instant::now();
+    let mut m = Machine::new(options(8).prove_pool(true));
+    m.start(t0).expect("not running");
+    drain(&mut m);
+    m.handle_event(
+        t0,
+        ShardEvent::PoolProbed {
+            conn: C1,
+            proof: PoolProof::excluding(10, 11),
+        },
+    );
+    let conn = ConnId::new(2);
+    assert_eq!(drain(&mut m), vec![ShardAction::AcquireSession { conn }]);
+    m.handle_event(t0, ShardEvent::Acquired { conn });
+    drain(&mut m);
+    // The session ends before it joined: the next check proves again (a failover may have
+    // put another server behind the pool).
+    m.handle_event(t0, ShardEvent::SessionEnded { conn });
+    drain(&mut m);
+    m.handle_timeout(t0 + I);
+    assert!(
+        matches!(drain(&mut m).as_slice(), [ShardAction::ProbePool { .. }]),
+        "proven again"
+    );
+    // Without a proof asked for, a lost session is simply joined again.
+    let mut plain = Machine::new(options(8));
+    plain.start(t0).expect("not running");
+    drain(&mut plain);
+    plain.handle_event(t0, ShardEvent::Acquired { conn: C1 });
+    drain(&mut plain);
+    plain.handle_event(t0, ShardEvent::SessionEnded { conn: C1 });
+    drain(&mut plain);
+    plain.handle_timeout(t0 + I);
+    assert!(matches!(
+        drain(&mut plain).as_slice(),
+        [ShardAction::AcquireSession { .. }]
+    ));
+}
+
+#[test]
 fn a_lock_granted_to_two_sessions_fails_the_space_before_any_shard() {
     use crate::proof::PoolProof;
     let t0 = Instant::now();

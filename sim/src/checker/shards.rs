@@ -389,7 +389,11 @@ impl<'a> ShardChecker<'a> {
         let primary = history.primary_at(stop);
         let mut problems = Vec::new();
         for (server, locks) in history.locks_at_stop.iter().enumerate() {
-            for lock in locks {
+            // The exclusion proof's key is no lock of the space (its session is judged as one).
+            for lock in locks
+                .iter()
+                .filter(|lock| !super::is_proof_key(lock.id.key))
+            {
                 let owner = self.base.owners[server].get(&lock.pid).copied();
                 let name = owner.map_or_else(
                     || format!("pid {}", lock.pid),
