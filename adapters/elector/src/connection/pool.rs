@@ -35,7 +35,9 @@ pub(crate) fn probe<E: Send + 'static, X: Default + Send + 'static>(
     })
 }
 
-async fn prove(
+/// The exclusion proof on `sessions`, as a run performs it before its first attempt
+/// ([`session::prove_exclusion`](crate::session::prove_exclusion)).
+pub(crate) async fn prove(
     sessions: &dyn SessionSource,
     second_within: Duration,
 ) -> Result<PoolProof<CheckError>, CheckError> {
