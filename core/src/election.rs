@@ -442,6 +442,9 @@ impl<C> Election<C> {
             Event::ReleasedIfHeld { conn, released } => {
                 self.on_released_if_held(now, conn, released);
             }
+            Event::LockNotTried { conn, cause } => {
+                self.on_not_tried(now, conn, Cause::Error(cause))
+            }
             Event::LockQueryFailed { conn, cause } => {
                 self.on_try_failed(now, conn, Cause::Error(cause));
             }

@@ -117,6 +117,15 @@ pub enum Event<C> {
         /// Whether the session held the lock (and released it).
         released: bool,
     },
+    /// [`Action::TryLock`](crate::Action::TryLock) or `WaitForLock` answered without trying
+    /// the lock: the server is in recovery, or the session is read-only (the cause says which).
+    /// The session holds nothing, so it goes back to the pool unchanged.
+    LockNotTried {
+        /// The connection the grant statement ran on.
+        conn: ConnId,
+        /// Why the statement did not try the lock.
+        cause: C,
+    },
     /// [`Action::TryLock`](crate::Action::TryLock), `WaitForLock` or `ReleaseIfHeld` failed:
     /// whether the session holds the lock is unknown.
     LockQueryFailed {
@@ -230,6 +239,7 @@ impl<C> Event<C> {
             | Self::LockHeldBySession { conn, .. }
             | Self::ReleasedIfHeld { conn, .. }
             | Self::LockQueryFailed { conn, .. }
+            | Self::LockNotTried { conn, .. }
             | Self::PingAnswered { conn, .. }
             | Self::PingFailed { conn, .. }
             | Self::UnlockDone { conn, .. }

@@ -38,6 +38,8 @@ enum FuzzInput {
     HeldBySession(Which, Option<u8>),
     ReleasedIfHeld(Which, bool),
     TryFailed(Which),
+    /// The grant statement answered without trying the lock (recovery, read-only).
+    NotTried(Which),
     /// A check answer that proves the lock of the newest grant.
     PingOk(Which),
     /// Any check answer: the backend that answered and the three verdict flags.
@@ -201,6 +203,10 @@ fuzz_target!(|input: (u16, FuzzOptions, Vec<Step>)| {
             FuzzInput::TryFailed(w) => Event::LockQueryFailed {
                 conn: conn(w),
                 cause: 2,
+            },
+            FuzzInput::NotTried(w) => Event::LockNotTried {
+                conn: conn(w),
+                cause: 4,
             },
             FuzzInput::PingAnswered(w, pid, in_recovery, holds_lock, marked_by_grant) => {
                 Event::PingAnswered {

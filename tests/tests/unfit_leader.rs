@@ -213,6 +213,46 @@ async fn a_read_only_replica_never_leads(lease: bool) {
         failure.error
     );
     assert!(failure.advice.is_some());
+    // Each refusal gives its pooled connection back (the statement answered and took
+    // nothing): the read-only replica keeps its sessions instead of opening one per check
+    // (issue 49, item 4: it closed the connection at every check). Ten more checks open at
+    // most one session (a proof's, whose count may land late: statistics flush within 1 s).
+    let sessions = || async {
+        let row = db
+            .admin()
+            .query_one(
+                "SELECT sessions FROM pg_stat_database WHERE datname = current_database()",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    let pids = || async {
+        let rows = db
+            .admin()
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE usename = $1 ORDER BY pid",
+                &[&role],
+            )
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|row| row.get::<_, i32>(0))
+            .collect::<Vec<_>>()
+    };
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (before, pids_before) = (sessions().await, pids().await);
+    tokio::time::sleep(10 * I + Duration::from_millis(1_500)).await;
+    let (after, pids_after) = (sessions().await, pids().await);
+    assert!(
+        after - before <= 1,
+        "{mechanism}: {} sessions opened in ten checks",
+        after - before
+    );
+    if !lease {
+        assert_eq!(pids_before, pids_after, "the same pooled sessions");
+    }
     // A fit replica leads at once, and the read-only one never does.
     let fit = Replica::start(db.pool(4).unwrap(), lease, "fit@test");
     wait_for(STARTUP, || fit.elector.is_leader())

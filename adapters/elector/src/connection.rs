@@ -107,14 +107,19 @@ pub(crate) fn try_lock(held: Held, conn: ConnId, statement: String) -> Operation
                 conn,
                 checked_secs_ago,
             },
-            Ok((other, _)) => {
-                let cause = match other.as_str() {
-                    outcome::IN_RECOVERY => CheckError::InRecovery,
-                    outcome::READ_ONLY => CheckError::ReadOnly,
-                    _ => unexpected(name, format!("{other:?}")),
-                };
-                Event::LockQueryFailed { conn, cause }
-            }
+            // The statement answered without trying the lock: nothing is held on the session.
+            Ok((other, _)) if other == outcome::IN_RECOVERY => Event::LockNotTried {
+                conn,
+                cause: CheckError::InRecovery,
+            },
+            Ok((other, _)) if other == outcome::READ_ONLY => Event::LockNotTried {
+                conn,
+                cause: CheckError::ReadOnly,
+            },
+            Ok((other, _)) => Event::LockQueryFailed {
+                conn,
+                cause: unexpected(name, format!("{other:?}")),
+            },
             Err(cause) => Event::LockQueryFailed { conn, cause },
         };
         Completion {

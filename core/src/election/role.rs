@@ -370,6 +370,7 @@ pub(super) fn accepts<C>(role: &Role, event: &Event<C>) -> Result<(), Ignored> {
             Event::LockGranted { .. }
                 | Event::LockRefused { .. }
                 | Event::LockQueryFailed { .. }
+                | Event::LockNotTried { .. }
                 | Event::LockWaitTimedOut { .. }
                 | Event::LockHeldBySession { .. }
         ),

@@ -77,6 +77,14 @@ impl<C> Election<C> {
     /// the connection is closed (the server then releases), never returned to the pool.
     /// A lease's claim holds no connection: one still in flight at its deadline is given up,
     /// and a claim that committed all the same is this run's to claim again at the next check.
+    /// The grant statement answered without trying the lock (recovery, a read-only session):
+    /// nothing is held, so the connection goes back to the pool, and the check fails.
+    pub(super) fn on_not_tried(&mut self, now: Instant, conn: ConnId, cause: Cause<C>) {
+        self.push(Action::ReturnToPool { conn });
+        self.log(LogKind::AcquireFailed, None, Some(cause));
+        self.wait_as_standby(now);
+    }
+
     pub(super) fn on_try_failed(&mut self, now: Instant, conn: ConnId, cause: Cause<C>) {
         self.give_up_attempt(conn, &cause);
         self.log(LogKind::AcquireFailed, None, Some(cause));

@@ -69,6 +69,7 @@ pub(super) fn input_name<C>(event: Option<&Event<C>>) -> &'static str {
         Some(Event::LockHeldBySession { .. }) => "LockHeldBySession",
         Some(Event::ReleasedIfHeld { .. }) => "ReleasedIfHeld",
         Some(Event::LockQueryFailed { .. }) => "LockQueryFailed",
+        Some(Event::LockNotTried { .. }) => "LockNotTried",
         Some(Event::EpochAdvanced { .. }) => "EpochAdvanced",
         Some(Event::EpochFailed { .. }) => "EpochFailed",
         Some(Event::SessionEnded { .. }) => "SessionEnded",

@@ -158,6 +158,34 @@ fn a_failed_grant_statement_discards_the_connection_instead_of_returning_it() {
 }
 
 #[test]
+fn a_grant_statement_that_did_not_try_the_lock_returns_the_connection_to_the_pool() {
+    // A read-only session, or a server in recovery: the statement answered and holds nothing.
+    let mut f = Fixture::started();
+    f.event(3, E::ConnectionAcquired { conn: C1 });
+    f.drain();
+    f.event(
+        4,
+        E::LockNotTried {
+            conn: C1,
+            cause: "read-only session",
+        },
+    );
+    assert_eq!(
+        f.drain(),
+        vec![
+            A::ReturnToPool { conn: C1 },
+            log(
+                LogKind::AcquireFailed,
+                None,
+                Some(Cause::Error("read-only session"))
+            ),
+        ]
+    );
+    assert_eq!(f.election.phase(), Phase::StandbyWaiting);
+    assert!(!f.election.is_leader());
+}
+
+#[test]
 fn an_unanswered_grant_statement_is_discarded_after_one_interval() {
     let mut f = Fixture::started();
     f.event(3, E::ConnectionAcquired { conn: C1 });
