@@ -14,6 +14,13 @@
 //! until when ([`status::lease_holder`]); it exits 0 while the lease is held and 1 when it is
 //! not (expired, released, or never claimed).
 //!
+//! `plexsphere-leader verify [--mechanism advisory|lease] [--schema public] [--dsn <DSN>]
+//! [--format text|json | --json] [--timeout 30s]` tells which mechanism can elect one leader
+//! through an endpoint, and why ([`verify`]): the library's exclusion proof, recovery and
+//! read-only sessions, `idle_session_timeout`, the lease tables and their privileges, the
+//! clocks' offset and each mechanism's check round trip. It exits 0 when the configured
+//! mechanism (`--mechanism`, advisory by default) can run there, 1 when it cannot.
+//!
 //! Exit codes: [`EXIT_LEADER`] (0) a replica leads, [`EXIT_NO_LEADER`] (1) none does,
 //! [`EXIT_ERROR`] (2) the question could not be answered (bad arguments, connection or query
 //! failure, no answer within the timeout). The DSN is never printed.
@@ -23,6 +30,7 @@ pub mod candidates;
 mod format;
 pub mod lease;
 pub mod shards;
+pub mod verify;
 
 pub use format::{format_duration, format_utc};
 
@@ -55,8 +63,9 @@ pub const EXIT_ERROR: u8 = 2;
     name = "plexsphere-leader",
     version,
     about = "Operate plexsphere-leader elections from the server's views",
-    after_help = "Exit codes: 0 a replica leads (shards: every shard is owned), 1 no replica \
-                  leads (shards: some shard is not), 2 error."
+    after_help = "Exit codes: 0 a replica leads (shards: every shard is owned; verify: the \
+                  configured mechanism can run), 1 no replica leads (shards: some shard is \
+                  not; verify: it cannot), 2 error."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -139,6 +148,36 @@ enum Command {
         #[command(flatten)]
         endpoint: Endpoint,
     },
+    /// Tell which mechanism can elect one leader through this endpoint, and why: a verdict
+    /// (go or no-go, the reason and the fix) per mechanism. Read-only.
+    #[command(
+        after_help = "Exit codes: 0 the configured mechanism (--mechanism) can run through \
+                      this endpoint, 1 it cannot, 2 error (connection, timeout)."
+    )]
+    Verify {
+        #[command(flatten)]
+        election: Election,
+        /// The mechanism the service is configured with (`Config::lease` or not): it decides
+        /// the exit code.
+        #[arg(long, value_enum, default_value_t = Held::Advisory)]
+        mechanism: Held,
+        /// The schema of the election's lease tables (`Config::lease_schema`).
+        #[arg(long, default_value = plexsphere_leader::lease::DEFAULT_SCHEMA)]
+        schema: String,
+        /// The same as `--format json`.
+        #[arg(long, conflicts_with = "format")]
+        json: bool,
+        /// The DSN, as for every subcommand (`--dsn` or `PLEXSPHERE_DSN`).
+        #[arg(long, env = "PLEXSPHERE_DSN", hide_env_values = true)]
+        dsn: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// How long the whole verification may take (connect, every question, the exclusion
+        /// proof); `30s`, `500ms`, `2` for seconds.
+        #[arg(long, default_value = "30s", value_parser = parse_timeout)]
+        timeout: Duration,
+    },
 }
 
 /// How a shard space is held (`shards --mechanism`).
@@ -180,6 +219,26 @@ where
         }
     };
     match cli.command {
+        Command::Verify {
+            election: Election {
+                key,
+                check_interval,
+            },
+            mechanism,
+            schema,
+            json,
+            dsn,
+            format,
+            timeout,
+        } => {
+            let format = if json { Format::Json } else { format };
+            let target = verify::Target {
+                key,
+                schema,
+                check_interval,
+            };
+            verify_command(out, err, &dsn, &target, mechanism, format, timeout).await
+        }
         Command::Status {
             election: Election {
                 key,
@@ -305,6 +364,39 @@ where
                 EXIT_NO_LEADER
             }
         }
+    }
+}
+
+/// `verify`: the verdicts on `out`, [`EXIT_LEADER`] when `mechanism` can run,
+/// [`EXIT_NO_LEADER`] when it cannot, [`EXIT_ERROR`] when the endpoint could not be asked.
+async fn verify_command(
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    dsn: &str,
+    target: &verify::Target,
+    mechanism: Held,
+    format: Format,
+    timeout: Duration,
+) -> u8 {
+    let observed = match verify::observe(dsn, target, timeout).await {
+        Ok(observed) => observed,
+        Err(error) => {
+            let _ = writeln!(err, "plexsphere-leader {error}");
+            return EXIT_ERROR;
+        }
+    };
+    let text = match format {
+        Format::Text => verify::render_text(&observed, mechanism),
+        Format::Json => verify::render_json(&observed, mechanism),
+    };
+    if writeln!(out, "{text}").is_err() {
+        return EXIT_ERROR;
+    }
+    let (advisory, lease) = verify::judge(&observed);
+    if verify::configured(mechanism, &advisory, &lease) {
+        EXIT_LEADER
+    } else {
+        EXIT_NO_LEADER
     }
 }
 
@@ -452,7 +544,7 @@ async fn connect_within(
 
 /// What bounds connecting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ConnectBound {
+pub(crate) enum ConnectBound {
     /// The whole command's `--timeout`.
     Command(Duration),
     /// The DSN's `connect_timeout`, once per host, smaller than `--timeout`.
@@ -460,7 +552,7 @@ enum ConnectBound {
 }
 
 impl ConnectBound {
-    fn limit(self) -> Duration {
+    pub(crate) fn limit(self) -> Duration {
         match self {
             Self::Command(limit) | Self::Dsn(limit) => limit,
         }
@@ -478,7 +570,7 @@ impl ConnectBound {
 /// `connect_timeout` to the TCP connect of each address only, so a server that completes the
 /// handshake and never answers the startup would otherwise hold the command until `timeout`;
 /// libpq counts it per host tried, and so does this bound.
-fn connect_bound(config: &tokio_postgres::Config, timeout: Duration) -> ConnectBound {
+pub(crate) fn connect_bound(config: &tokio_postgres::Config, timeout: Duration) -> ConnectBound {
     let hosts = config
         .get_hosts()
         .len()
@@ -722,6 +814,32 @@ mod tests {
         let none: serde_json::Value =
             serde_json::from_str(&render_json(LockKey::DEFAULT, "app", None)).expect("json");
         assert!(none["leader"].is_null());
+    }
+
+    #[test]
+    fn verify_takes_json_as_an_alias_of_format_json_and_defaults_to_advisory() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(
+                ["plexsphere-leader", "verify", "--dsn", "host=x"]
+                    .iter()
+                    .chain(args),
+            )
+        };
+        let Command::Verify {
+            json,
+            mechanism,
+            timeout,
+            ..
+        } = parse(&["--json"]).unwrap().command
+        else {
+            panic!("verify parses as verify");
+        };
+        assert!(json);
+        assert_eq!(mechanism, Held::Advisory);
+        assert_eq!(timeout, Duration::from_secs(30));
+        assert!(parse(&["--json", "--format", "text"]).is_err());
+        assert!(parse(&["--mechanism", "lease", "--format", "json"]).is_ok());
+        assert!(parse(&["--mechanism", "lock"]).is_err());
     }
 
     #[tokio::test]
