@@ -17,6 +17,8 @@ const OLD: &str = "1.0.0";
 const NEW: &str = "1.1.0";
 /// Replicas of a rollout.
 const FLEET: usize = 3;
+/// The WARN of a standby whose deferral ran out (`LogKind::DeferLimitReached`).
+const DEFER_LIMIT_WARN: &str = "leader: a better-ranked candidate did not take over";
 
 pub(super) async fn rollout(options: &Options) -> Result<(), BoxError> {
     let interval = options.interval;
@@ -220,6 +222,10 @@ async fn handover_round(
 struct Plan {
     held: Held,
     ranked: bool,
+    /// The surge order of a Kubernetes rolling update (`maxSurge: 1`, `maxUnavailable: 0`):
+    /// each step starts the new replica and lets it settle before it stops an old one. Else
+    /// each step stops an old replica first, then starts the new one.
+    surge: bool,
     /// Every replica runs with the version floor (`Config::version_floor`), and the deployed
     /// ones may lead below it (`Config::below_version_floor`): a deliberate rollback.
     floor: bool,
@@ -230,9 +236,14 @@ struct Plan {
 impl Plan {
     fn name(self) -> String {
         format!(
-            "{} → {}, {}, {}",
+            "{} → {}, {}{}, {}",
             self.from,
             self.to,
+            if self.surge {
+                "new first (surge), "
+            } else {
+                ""
+            },
             match (self.ranked, self.floor) {
                 (true, true) => "ranked, floor, rollback allowed",
                 (true, false) => "ranked",
@@ -264,6 +275,9 @@ struct Deploy {
     overlap: Duration,
     /// Terms that ended `Yielded`.
     yielded: usize,
+    /// The WARNs `leader: a better-ranked candidate did not take over within the defer limit`
+    /// of every replica, before and during the deploy.
+    defer_warns: usize,
     /// The version leading at the end.
     last: String,
     /// The step (0-based) that stopped the replica leading before the deploy.
@@ -277,26 +291,34 @@ async fn rollout_table(options: &Options, window: Duration) -> Result<(), BoxErr
          {FLEET} per 5 `--rounds`)\n\n\
          {FLEET} replicas of the old version run; then, one at a time: stop one old replica \
          gracefully (SIGTERM), start one of the new version, wait W + 2·I and until one replica \
-         leads, next. The step that stops the replica leading before the deploy rotates over \
+         leads, next. The surge rows (new first: a Kubernetes rolling update's `maxSurge: 1`, \
+         `maxUnavailable: 0`) start the new replica first, wait W + 2·I and until one replica \
+         leads, then stop the old one and wait again. The step that stops the replica leading before the deploy rotates over \
          the deploys (1st, 2nd, 3rd, 1st, …): counts read `1st / 2nd / 3rd`, each the min–max \
          over the deploys of that position. Ranked replicas carry `--version`, unranked ones \
          none (today's behaviour), in the same run. A move is a term begun by another replica \
          than the last; \"old → new\" counts moves from the row's old version to its new one, \
          \"new → old\" moves back. Leaderless: the time nobody led from the first stop to the \
-         last step's end, summed per deploy (and its longest span). Goal, ranked with the \
+         last step's end, summed per deploy (and its longest span). Defer-limit WARNs: every \
+         replica's `did not take over within the defer limit`, summed per deploy. Goal, ranked with the \
          queued lock: exactly 1 move old → new per rollout, none new → old, leaderless ≤ 10 ms \
          in total.\n"
     );
     println!(
-        "| deploy | moves | old → new | new → old | within a version | yielded terms | leaderless per deploy: p50 | max | longest span | overlap: max | leads at the end |"
+        "| deploy | moves | old → new | new → old | within a version | yielded terms | defer-limit WARNs | leaderless per deploy: p50 | max | longest span | overlap: max | leads at the end |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let plan = |held, ranked, from, to| Plan {
         held,
         ranked,
+        surge: false,
         floor: false,
         from,
         to,
+    };
+    let surge = |plan: Plan| Plan {
+        surge: true,
+        ..plan
     };
     let with_floor = |plan: Plan| Plan {
         floor: true,
@@ -304,8 +326,10 @@ async fn rollout_table(options: &Options, window: Duration) -> Result<(), BoxErr
     };
     let plans = [
         plan(Held::Queue, true, OLD, NEW),
+        surge(plan(Held::Queue, true, OLD, NEW)),
         plan(Held::Queue, false, OLD, NEW),
         plan(Held::Lease, true, OLD, NEW),
+        surge(plan(Held::Lease, true, OLD, NEW)),
         plan(Held::Lease, false, OLD, NEW),
         plan(Held::Queue, true, NEW, OLD),
         plan(Held::Lease, true, NEW, OLD),
@@ -362,7 +386,7 @@ fn print_deploys(plan: Plan, done: &[Deploy]) {
     last.sort_unstable();
     last.dedup();
     println!(
-        "| {} ({} deploys) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        "| {} ({} deploys) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
         plan.name(),
         done.len(),
         by_position(done, |d| d.moves),
@@ -370,6 +394,7 @@ fn print_deploys(plan: Plan, done: &[Deploy]) {
         by_position(done, |d| d.back),
         by_position(done, |d| d.within),
         by_position(done, |d| d.yielded),
+        by_position(done, |d| d.defer_warns),
         fine_ms(percentile(&totals, 50)),
         fine_ms(percentile(&totals, 100)),
         fine_ms(longest),
@@ -429,6 +454,20 @@ async fn deploy(
         order.insert(position.min(order.len()), leader_name);
         let began = Instant::now();
         for (i, name) in order.iter().enumerate() {
+            let args = start(i, plan.to);
+            versions.insert(args.name.clone(), plan.to);
+            if plan.surge {
+                // The new replica first: its candidacy live for W, and surveyed by the leader.
+                running.push(
+                    launcher
+                        .spawn_with_timeline(args.clone(), &timeline)
+                        .await?,
+                );
+                tokio::time::sleep(window + 2 * interval).await;
+                wait_sole_leader(&running, ROUND_TIMEOUT)
+                    .await
+                    .ok_or("no sole leader after a new replica started")?;
+            }
             let at = running
                 .iter()
                 .position(|r| r.name() == name)
@@ -436,9 +475,9 @@ async fn deploy(
             let mut old = running.remove(at);
             old.stop().await?;
             stopped.push(old);
-            let args = start(i, plan.to);
-            versions.insert(args.name.clone(), plan.to);
-            running.push(launcher.spawn_with_timeline(args, &timeline).await?);
+            if !plan.surge {
+                running.push(launcher.spawn_with_timeline(args, &timeline).await?);
+            }
             tokio::time::sleep(window + 2 * interval).await;
             wait_sole_leader(&running, ROUND_TIMEOUT)
                 .await
@@ -527,6 +566,11 @@ fn analyse(
         .flat_map(|r| r.events(FOLLOW))
         .filter(|r| r.str("cause") == Some("Yielded"))
         .count();
+    deploy.defer_warns = running
+        .iter()
+        .chain(stopped)
+        .map(|r| r.logs("WARN", DEFER_LIMIT_WARN).len())
+        .sum();
     deploy.last = leads
         .last()
         .map(|e| version(&e.replica).to_owned())
