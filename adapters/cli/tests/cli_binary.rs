@@ -312,3 +312,35 @@ async fn the_dsns_connect_timeout_shortens_a_larger_timeout() {
     assert!(took < std::time::Duration::from_secs(15), "{took:?}");
     drop(silent);
 }
+
+/// `plexsphere-leader verify` with the DSN from `PLEXSPHERE_DSN` only, as a service's
+/// environment gives it: a direct server is go for the advisory lock (exit 0), no-go for a
+/// lease whose tables are missing in a schema that does not exist (exit 1), and the DSN is
+/// never printed.
+#[test]
+fn the_binary_verifies_the_endpoint_of_plexsphere_dsn() {
+    let dsn = base_dsn();
+    let verify = |extra: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_plexsphere-leader"))
+            .arg("verify")
+            .args(extra)
+            .env("PLEXSPHERE_DSN", &dsn)
+            .output()
+            .unwrap();
+        let out = String::from_utf8(output.stdout).unwrap();
+        let err = String::from_utf8(output.stderr).unwrap();
+        assert!(!out.contains(&dsn) && !err.contains(&dsn));
+        (output.status.code().unwrap(), out, err)
+    };
+    let (code, out, err) = verify(&[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("for the advisory mechanism: GO"), "{out}");
+    let schema = "plx_no_such_schema";
+    let (code, out, err) = verify(&["--mechanism", "lease", "--schema", schema, "--json"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        json["lease"]["reason"],
+        format!("schema {schema} does not exist")
+    );
+}
