@@ -205,22 +205,29 @@ impl<C> Election<C> {
         }
     }
 
-    /// While leading with a lease: the instant its trust ends on this replica's clock (the send
-    /// of its last successful claim or renewal plus [`Lease::trusted_for`](crate::Lease::trusted_for)). Past it the
-    /// replica must not act as leader, whether or not [`handle_timeout`](Self::handle_timeout)
-    /// has run yet (a paused process, a stalled runtime): a driver answers "am I the leader"
-    /// with it at the moment of the call. `None` on a standby and for the advisory lock, whose
-    /// term is bounded by its session instead.
+    /// While leading: the instant its trust ends on this replica's clock. With a lease, the send
+    /// of its last successful claim or renewal plus [`Lease::trusted_for`](crate::Lease::trusted_for);
+    /// with the advisory lock, the send of the grant or check that last proved the lock plus
+    /// the session's `idle_session_timeout` (four intervals; the server may end the session
+    /// and free the lock no sooner, while this replica did not run) less the lease's margin of
+    /// a tenth, so that the replica says no before a successor can lead. Past it
+    /// the replica must not act as leader, whether or not
+    /// [`handle_timeout`](Self::handle_timeout) has run yet (a paused process, a stalled
+    /// runtime): a driver answers "am I the leader" with it at the moment of the call. A
+    /// running advisory leader proves its lock every interval, long before. `None` on a
+    /// standby.
     pub fn trust_deadline(&self) -> Option<Instant> {
         match &self.state {
             State::Running(Running {
-                role:
-                    Role::Leader(Leader {
-                        hold: Hold::Lease { trusted_until, .. },
-                        ..
-                    }),
+                role: Role::Leader(leader),
                 ..
-            }) => Some(*trusted_until),
+            }) => Some(match leader.hold {
+                Hold::Lease { trusted_until, .. } => trusted_until,
+                Hold::Session { .. } => {
+                    let idle = self.interval().idle_session_timeout();
+                    leader.proven_sent_at + idle - idle / crate::lease::LEASE_MARGIN_DIVISOR
+                }
+            }),
             _ => None,
         }
     }
@@ -332,9 +339,8 @@ impl<C> Election<C> {
             Role::Leader(leader) => {
                 let check = match &leader.check {
                     LeaderCheck::Waiting { next_check } => (Timer::NextCheck, *next_check),
-                    LeaderCheck::Pinging { deadline } | LeaderCheck::Renewing { deadline, .. } => {
-                        (Timer::PingDeadline, *deadline)
-                    }
+                    LeaderCheck::Pinging { deadline, .. }
+                    | LeaderCheck::Renewing { deadline, .. } => (Timer::PingDeadline, *deadline),
                     LeaderCheck::Probing { deadline, .. } => (Timer::ProbeDeadline, *deadline),
                 };
                 // A lease is trusted no longer than its window, whatever the check waits for.

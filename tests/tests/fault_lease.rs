@@ -304,6 +304,68 @@ async fn stalled_leader(backend: Backend) {
     finish(fleet, db, I).await;
 }
 
+/// Issue 49, item 11: the advisory lock's leader answers no, like a lease's, once the server
+/// may have ended its session: the send of its last proving check plus its session's
+/// `idle_session_timeout` (4·I) less a tenth (the lease's margin), at the moment of the call,
+/// while its runtime is stalled past that timeout. Before, it said yes for 11–32 ms after resuming while its successor led.
+async fn stalled_advisory_leader(backend: Backend) {
+    let db = TestDb::create(&name("stall_advisory", backend, false))
+        .await
+        .unwrap();
+    let target = db.config();
+    let mut fleet = Fleet::new();
+    for name in ["a", "b", "c"] {
+        fleet
+            .spawn_args(ChildArgs {
+                backend,
+                ..ChildArgs::new(format!("{REPLICA_APP_PREFIX}{name}"), dsn(&target), I)
+            })
+            .await;
+    }
+    let leader = fleet.sole_leader(STARTUP).await;
+    for r in 0..3 {
+        fleet.get_mut(r).command("believe").await.unwrap();
+    }
+    tokio::time::sleep(2 * I).await;
+    // Past the idle timeout, so that the server ends the session and a standby takes the lock.
+    let stall = 4 * I + 3 * I;
+    let stalled = Instant::now();
+    fleet
+        .get_mut(leader)
+        .command(&format!("stall {}", stall.as_millis()))
+        .await
+        .unwrap();
+    let bound = 4 * I + 2 * I + MARGIN;
+    let successor = successor_of(&fleet, leader, stalled, bound).await;
+    let (old_ended, new_began) = handover_of_belief(&fleet, leader, successor, stalled).await;
+    println!(
+        "{backend}: the stalled advisory leader's is_leader() said no {:?} into the stall, the \
+         successor's yes {:?} (stall {stall:?})",
+        old_ended - stalled,
+        new_began - stalled
+    );
+    assert!(
+        old_ended < new_began,
+        "{backend}: the beliefs overlap by {:?}",
+        old_ended - new_began
+    );
+    assert!(
+        old_ended - stalled < stall,
+        "{backend}: it said no only once the runtime ran again"
+    );
+    // Its driver runs once the stall ends: its session is gone, the term is lost.
+    let (_, cause) = fleet
+        .wait_follow_since(leader, stalled, stall + MARGIN)
+        .await;
+    assert!(cause.starts_with("Lost("), "{cause}");
+    fleet.finish(db.admin()).await;
+    db.cleanup().await.unwrap();
+}
+
+async fn an_advisory_leader_stalled_past_its_idle_timeout_answers_no_first(backend: Backend) {
+    stalled_advisory_leader(backend).await;
+}
+
 async fn blackholed_leader(backend: Backend, pooled: bool) {
     let interval = Duration::from_secs(1);
     let (db, target, _bouncer) =
@@ -464,6 +526,10 @@ on_both_backends!(
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     a_stalled_leader_answers_no_once_its_trust_ran_out
+);
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    an_advisory_leader_stalled_past_its_idle_timeout_answers_no_first
 );
 on_both_backends!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,8 +11,13 @@ impl<C> Election<C> {
             return;
         };
         leader.verified_at = now;
+        if let LeaderCheck::Pinging { sent_at, .. } = leader.check {
+            leader.proven_sent_at = sent_at;
+        }
         let deadline = match leader.check {
-            LeaderCheck::Pinging { deadline } | LeaderCheck::Renewing { deadline, .. } => deadline,
+            LeaderCheck::Pinging { deadline, .. } | LeaderCheck::Renewing { deadline, .. } => {
+                deadline
+            }
             LeaderCheck::Waiting { .. } | LeaderCheck::Probing { .. } => now,
         };
         if self.options.probes_fitness() {

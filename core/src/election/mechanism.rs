@@ -50,7 +50,10 @@ impl<C> Election<C> {
         let check = match (hold, self.mechanism()) {
             (Hold::Session { conn, backend_pid }, _) => {
                 self.push(Action::Ping { conn, backend_pid });
-                LeaderCheck::Pinging { deadline }
+                LeaderCheck::Pinging {
+                    sent_at: now,
+                    deadline,
+                }
             }
             (Hold::Lease { epoch, .. }, Mechanism::Lease(lease)) => {
                 let conn = self.next_conn();

@@ -183,6 +183,10 @@ pub(super) struct Leader {
     pub(super) hold: Hold,
     /// When the lock was last proven: the grant, then each check that proved it.
     pub(super) verified_at: Instant,
+    /// When the statement that last proved the lock was sent (the grant's, then each proving
+    /// check's): the server's `idle_session_timeout` may drop the lock no sooner than this
+    /// plus the timeout.
+    pub(super) proven_sent_at: Instant,
     /// When the term began.
     pub(super) since: Instant,
     pub(super) check: LeaderCheck,
@@ -214,8 +218,9 @@ pub(super) enum LeaderCheck {
     Waiting {
         next_check: Instant,
     },
-    /// The advisory lock's check, on the lock session.
+    /// The advisory lock's check, on the lock session, sent at `sent_at`.
     Pinging {
+        sent_at: Instant,
         deadline: Instant,
     },
     /// The lease's renewal, operation `conn` sent at `sent_at`.

@@ -57,13 +57,34 @@ impl<C> Election<C> {
         self.push(Action::BeginTerm { term, epoch });
         self.log(LogKind::LeadershipAcquired, Some(term), None);
         let next_check = self.next_check(now);
+        let proven_sent_at = self.attempt_sent_at(now);
         self.set_role(Role::Leader(Leader {
             term,
             hold,
             verified_at: now,
+            proven_sent_at,
             since: now,
             check: LeaderCheck::Waiting { next_check },
         }));
+    }
+
+    /// When the statement that won the term was sent: the grant's (its deadline less its
+    /// budget), or the fencing epoch's advance on the lock session (less one interval); `now`
+    /// for a lease, whose trust counts from its own claim.
+    fn attempt_sent_at(&self, now: Instant) -> Instant {
+        let State::Running(running) = &self.state else {
+            return now;
+        };
+        match running.role {
+            Role::Standby(Standby::TryingLock { deadline, .. }) => {
+                deadline.checked_sub(self.grant_budget()).unwrap_or(now)
+            }
+            Role::Standby(Standby::Fencing { deadline, .. }) => {
+                deadline.checked_sub(self.interval().get()).unwrap_or(now)
+            }
+            _ => now,
+        }
+        .min(now)
     }
 
     /// Another holds the lock: the connection goes back unchanged (a lease's claim kept none).

@@ -34,6 +34,37 @@ fn the_leader_pings_its_connection_every_interval() {
 }
 
 #[test]
+fn an_advisory_leader_trusts_its_lock_until_the_server_may_have_ended_its_session() {
+    // The grant, sent at 10 ms (answered at once), bounds the idle session at four intervals.
+    let mut f = Fixture::leader();
+    assert_eq!(
+        f.election.trust_deadline(),
+        Some(f.at(10) + 4 * I - 4 * I / 10)
+    );
+    // A check sent at I and answered 2 ms later moves it to its own send plus the timeout.
+    f.timeout(IMS);
+    f.drain();
+    assert_eq!(
+        f.election.trust_deadline(),
+        Some(f.at(10) + 4 * I - 4 * I / 10),
+        "not before the check answered"
+    );
+    f.event(
+        IMS + 2,
+        E::PingAnswered {
+            conn: C1,
+            found: LockCheck::holding(PID),
+        },
+    );
+    assert_eq!(
+        f.election.trust_deadline(),
+        Some(f.at(IMS) + 4 * I - 4 * I / 10)
+    );
+    // A standby trusts nothing.
+    assert_eq!(Fixture::started().election.trust_deadline(), None);
+}
+
+#[test]
 fn a_failed_ping_ends_the_term_as_lost_then_closes_then_warns() {
     let mut f = Fixture::leader();
     f.timeout(IMS);
