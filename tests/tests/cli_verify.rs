@@ -7,8 +7,9 @@
 //! text one.
 //!
 //! Bounds: every verification must finish within `VERIFY_BOUND` (20 s), a generous bound for a
-//! loaded 2-core machine; locally one takes 15–60 ms direct and through PgBouncer, and the
-//! command's own `--timeout` is 30 s.
+//! loaded 2-core machine; locally one takes 10–35 ms direct and through PgBouncer (5 s when the
+//! proof's second connection never comes: `verify::SECOND_WITHIN`), and the command's own
+//! `--timeout` is 30 s.
 
 #![allow(clippy::unwrap_used)]
 
@@ -204,6 +205,28 @@ async fn behind_pgbouncer_in_session_mode_the_lock_is_go() {
 }
 
 #[tokio::test]
+async fn behind_a_session_mode_pool_of_one_server_session_the_proof_proves_nothing() {
+    let db = TestDb::create("verify_pgb_session_one").await.unwrap();
+    // One server session: the proof's second connection waits in PgBouncer's queue, as an
+    // elector's would, and is given up after `verify::SECOND_WITHIN`.
+    let bouncer = PgBouncer::start(&db.config(), PoolMode::Session, 1)
+        .await
+        .unwrap();
+    let target = bouncer.pg_config(&db.config());
+    let started = Instant::now();
+    let (code, json) = verify_json(&target, &[]).await;
+    let took = started.elapsed();
+    assert_eq!(code, cli::EXIT_NO_LEADER, "{json}");
+    assert_eq!(json["exclusion_proof"]["verdict"], "inconclusive");
+    assert!(json["endpoint"]["multiplexed"].is_null(), "{json}");
+    let fix = json["advisory"]["fix"].as_str().unwrap();
+    assert!(fix.contains("second connection"), "{fix}");
+    assert!(took >= cli::verify::SECOND_WITHIN, "{took:?}");
+    drop(bouncer);
+    db.cleanup().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_read_only_role_is_no_go_for_both_and_a_role_without_grants_for_the_lease() {
     let db = TestDb::create("verify_read_only").await.unwrap();
     setup_lease(&db).await;
@@ -299,4 +322,27 @@ async fn an_endpoint_that_cannot_be_reached_exits_2_without_printing_the_dsn() {
     assert!(out.is_empty());
     assert!(err.starts_with("plexsphere-leader verify: "), "{err}");
     assert!(!err.contains("s3cret"), "{err}");
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_exits_2_after_the_timeout_naming_what_it_waited_for() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut accepted = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            accepted.push(socket);
+        }
+    });
+    let mut target = tokio_postgres::Config::new();
+    target.host("127.0.0.1").port(port).user("postgres");
+    let started = Instant::now();
+    let (code, out, err) = verify(&target, &["--timeout", "1s"]).await;
+    assert_eq!(code, cli::EXIT_ERROR, "{out}{err}");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert!(
+        err.contains("no answer to the connection's startup"),
+        "{err}"
+    );
+    held.abort();
 }

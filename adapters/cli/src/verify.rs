@@ -238,8 +238,9 @@ pub enum VerifyError {
     Query(CheckError),
     /// No session within the DSN's `connect_timeout`, which was smaller than `--timeout`.
     ConnectTimedOut(Duration),
-    /// The verification did not finish within `--timeout`.
-    TimedOut(Duration),
+    /// The verification did not finish within `--timeout` (the first duration), while it
+    /// waited for this.
+    TimedOut(Duration, &'static str),
     /// The server answered something a PostgreSQL server does not.
     Unexpected(String),
 }
@@ -252,9 +253,10 @@ impl std::fmt::Display for VerifyError {
                 f,
                 "verify: no connection within {after:?} (the DSN's connect_timeout)"
             ),
-            Self::TimedOut(after) => write!(
+            Self::TimedOut(after, waiting_for) => write!(
                 f,
-                "verify: not finished within {after:?}; raise --timeout if the server is slow"
+                "verify: not finished within {after:?}: no answer to {waiting_for}; raise \
+                 --timeout if the server is slow"
             ),
             Self::Unexpected(what) => write!(f, "verify: unexpected answer: {what}"),
         }
@@ -305,7 +307,9 @@ pub async fn observe(
         Err(_elapsed) => {
             return Err(match bound {
                 crate::ConnectBound::Dsn(limit) => VerifyError::ConnectTimedOut(limit),
-                crate::ConnectBound::Command(limit) => VerifyError::TimedOut(limit),
+                crate::ConnectBound::Command(limit) => {
+                    VerifyError::TimedOut(limit, "the connection's startup")
+                }
             });
         }
     };
@@ -315,12 +319,24 @@ pub async fn observe(
     // (a session-mode pooler's pool of two then suffices).
     drop(client);
     let _ = driver.await;
-    let mut observed = asked.map_err(|_elapsed| VerifyError::TimedOut(timeout))??;
+    let mut observed = asked.map_err(|_elapsed| {
+        VerifyError::TimedOut(
+            timeout,
+            "the questions on the first connection (a pooler whose server sessions are all in \
+             use queues it)",
+        )
+    })??;
     let second_within = SECOND_WITHIN.min(deadline.saturating_duration_since(Instant::now()) / 2);
     let proving = Instant::now();
     observed.proof = tokio::time::timeout_at(deadline, prove(&config, second_within))
         .await
-        .map_err(|_elapsed| VerifyError::TimedOut(timeout))?;
+        .map_err(|_elapsed| {
+            VerifyError::TimedOut(
+                timeout,
+                "the exclusion proof's first pooled connection (a pooler whose server sessions \
+                 are all in use queues it)",
+            )
+        })?;
     observed.proof_took = proving.elapsed();
     observed.took = started.elapsed();
     Ok(observed)
