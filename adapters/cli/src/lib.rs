@@ -155,19 +155,31 @@ enum Command {
                       this endpoint, 1 it cannot, 2 error (connection, timeout)."
     )]
     Verify {
-        #[command(flatten)]
-        election: Election,
-        /// The mechanism the service is configured with (`Config::lease` or not): it decides
-        /// the exit code.
-        #[arg(long, value_enum, default_value_t = Held::Advisory)]
-        mechanism: Held,
+        /// The election's key (the lease row whose read is timed); either half may be
+        /// negative.
+        #[arg(
+            long,
+            default_value_t = LockKey::DEFAULT,
+            value_name = "CLASSID:OBJID",
+            allow_hyphen_values = true
+        )]
+        key: LockKey,
+        /// The election's check interval (`Config::check_interval`): behind a pooler, a
+        /// server restart plus the pooler's login retry must stay below it for a lease to
+        /// survive the restart.
+        #[arg(long, default_value = "5s", value_parser = parse_timeout, value_name = "DURATION")]
+        check_interval: Duration,
+        /// The mechanism the service is configured with: it decides the exit code.
+        #[arg(long, value_enum, default_value_t = verify::Mechanism::Advisory)]
+        mechanism: verify::Mechanism,
         /// The schema of the election's lease tables (`Config::lease_schema`).
         #[arg(long, default_value = plexsphere_leader::lease::DEFAULT_SCHEMA)]
         schema: String,
         /// The same as `--format json`.
         #[arg(long, conflicts_with = "format")]
         json: bool,
-        /// The DSN, as for every subcommand (`--dsn` or `PLEXSPHERE_DSN`).
+        /// The endpoint the service uses, as a libpq-style DSN or URL (`host=db user=ops
+        /// dbname=app` or `postgresql://ops@pooler:6432/app`). No TLS.
         #[arg(long, env = "PLEXSPHERE_DSN", hide_env_values = true)]
         dsn: String,
         /// Output format.
@@ -220,10 +232,8 @@ where
     };
     match cli.command {
         Command::Verify {
-            election: Election {
-                key,
-                check_interval,
-            },
+            key,
+            check_interval,
             mechanism,
             schema,
             json,
@@ -374,7 +384,7 @@ async fn verify_command(
     err: &mut dyn Write,
     dsn: &str,
     target: &verify::Target,
-    mechanism: Held,
+    mechanism: verify::Mechanism,
     format: Format,
     timeout: Duration,
 ) -> u8 {
@@ -835,7 +845,7 @@ mod tests {
             panic!("verify parses as verify");
         };
         assert!(json);
-        assert_eq!(mechanism, Held::Advisory);
+        assert_eq!(mechanism, verify::Mechanism::Advisory);
         assert_eq!(timeout, Duration::from_secs(30));
         assert!(parse(&["--json", "--format", "text"]).is_err());
         assert!(parse(&["--mechanism", "lease", "--format", "json"]).is_ok());

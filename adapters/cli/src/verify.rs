@@ -25,8 +25,6 @@ use plexsphere_leader_core::proof::Verdict;
 use tokio::time::Instant;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
-use crate::Held;
-
 /// How long the proof's second session may take to answer, at most (half the remaining
 /// `--timeout` when that is shorter): an elector gives it half an interval.
 pub const SECOND_WITHIN: Duration = Duration::from_secs(5);
@@ -51,6 +49,24 @@ const IDLE_SESSION_TIMEOUT: &str = "SELECT set_config('idle_session_timeout', '2
 
 /// The server's clock, as unix seconds with microseconds.
 const SERVER_CLOCK: &str = "SELECT date_part('epoch', clock_timestamp())";
+
+/// The mechanism a service is configured with (`verify --mechanism`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mechanism {
+    /// The session advisory lock (the default): a direct or session-mode endpoint.
+    Advisory,
+    /// The lease row (`Config::lease`): any endpoint, transaction-mode poolers included.
+    Lease,
+}
+
+impl Mechanism {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Advisory => "advisory",
+            Self::Lease => "lease",
+        }
+    }
+}
 
 /// What the exclusion proof concluded
 /// ([`PoolProof::verdict`](plexsphere_leader_core::proof::PoolProof::verdict)).
@@ -738,22 +754,15 @@ fn lease_tables_verdict(observed: &Observed) -> Judgement {
 }
 
 /// The verdict for the configured mechanism.
-pub fn configured(mechanism: Held, advisory: &Judgement, lease: &Judgement) -> bool {
+pub fn configured(mechanism: Mechanism, advisory: &Judgement, lease: &Judgement) -> bool {
     match mechanism {
-        Held::Advisory => advisory.go,
-        Held::Lease => lease.go,
+        Mechanism::Advisory => advisory.go,
+        Mechanism::Lease => lease.go,
     }
 }
 
 fn millis(duration: Duration) -> f64 {
     (duration.as_secs_f64() * 1e6).round() / 1e3
-}
-
-fn mechanism_name(mechanism: Held) -> &'static str {
-    match mechanism {
-        Held::Advisory => "advisory",
-        Held::Lease => "lease",
-    }
 }
 
 fn yes_no(value: Option<bool>) -> &'static str {
@@ -766,13 +775,13 @@ fn yes_no(value: Option<bool>) -> &'static str {
 
 /// The `text` answer: a headline with the configured mechanism's verdict, what the endpoint
 /// showed, then a block per mechanism.
-pub fn render_text(observed: &Observed, mechanism: Held) -> String {
+pub fn render_text(observed: &Observed, mechanism: Mechanism) -> String {
     let (advisory, lease) = judge(observed);
     let go = configured(mechanism, &advisory, &lease);
     let mut lines = vec![format!(
         "verify database {:?} for the {} mechanism: {} ({:.0} ms)",
         observed.database,
-        mechanism_name(mechanism),
+        mechanism.name(),
         if go { "GO" } else { "NO-GO" },
         millis(observed.took),
     )];
@@ -874,7 +883,7 @@ fn table_line(table: &LeaseTable) -> String {
 
 /// The `json` answer: one object with the configured mechanism's verdict (`go`), what the
 /// endpoint showed, and both mechanisms' verdicts.
-pub fn render_json(observed: &Observed, mechanism: Held) -> String {
+pub fn render_json(observed: &Observed, mechanism: Mechanism) -> String {
     let (advisory, lease) = judge(observed);
     let go = configured(mechanism, &advisory, &lease);
     let verdict = |judgement: &Judgement, round_trip: Option<Duration>| {
@@ -902,7 +911,7 @@ pub fn render_json(observed: &Observed, mechanism: Held) -> String {
         .collect();
     serde_json::json!({
         "database": observed.database,
-        "mechanism": mechanism_name(mechanism),
+        "mechanism": mechanism.name(),
         "go": go,
         "took_ms": millis(observed.took),
         "endpoint": {
@@ -1100,14 +1109,14 @@ mod tests {
             proof: Proof::Inconclusive("no second session".into()),
             ..direct()
         };
-        let text = render_text(&observed, Held::Advisory);
+        let text = render_text(&observed, Mechanism::Advisory);
         assert!(
             text.starts_with("verify database \"app\" for the advisory mechanism: NO-GO"),
             "{text}"
         );
         assert!(text.contains("multiplexed:          unknown"), "{text}");
         let json: serde_json::Value =
-            serde_json::from_str(&render_json(&observed, Held::Lease)).expect("json");
+            serde_json::from_str(&render_json(&observed, Mechanism::Lease)).expect("json");
         assert_eq!(json["go"], true);
         assert_eq!(json["advisory"]["go"], false);
         assert_eq!(json["exclusion_proof"]["verdict"], "inconclusive");
