@@ -32,10 +32,15 @@ pub const SECOND_WITHIN: Duration = Duration::from_secs(5);
 /// How many times each round trip is timed; the median is reported.
 const SAMPLES: usize = 5;
 
-/// The advisory mechanism's check, without its re-entrant try of the election's lock (which
-/// would take the lock of a live election): the same round trip, the same kind of answer.
-const ADVISORY_CHECK: &str = "SELECT pg_backend_pid(), pg_is_in_recovery(), \
-     current_setting('plexsphere.leader_session', true)";
+/// The advisory mechanism's check (`sql::verify`) without its re-entrant try of the
+/// election's lock, which would take the lock of a live election, and without its stamp: the
+/// same round trip, the same kind of answer.
+fn advisory_check() -> String {
+    format!(
+        "SELECT pg_backend_pid(), pg_is_in_recovery(), current_setting('{}', true)",
+        sql::SESSION_MARKER
+    )
+}
 
 /// What the server says about itself and this session, in one row.
 const SERVER_FACTS: &str = "SELECT current_setting('server_version_num'), \
@@ -371,7 +376,7 @@ async fn ask(
         .map(drop)
         .map_err(|error| CheckError::from(error).to_string());
     let clock = clock_offset(client).await?;
-    let advisory_round_trip = median_round_trip(client, ADVISORY_CHECK).await?;
+    let advisory_round_trip = median_round_trip(client, &advisory_check()).await?;
     let (schema_access, lease_tables) = lease_access(client, &target.schema).await?;
     let readable = lease_tables
         .first()
