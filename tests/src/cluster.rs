@@ -123,6 +123,17 @@ impl Cluster {
     /// Creates a streaming standby of `primary` with `pg_basebackup -R` and starts it. Returns
     /// once it accepts (read-only) connections.
     pub async fn start_standby_of(primary: &Cluster) -> Result<Self, HarnessError> {
+        Self::start_standby_streaming_from(primary, primary.port).await
+    }
+
+    /// [`Self::start_standby_of`], but the standby streams `primary`'s WAL from
+    /// `127.0.0.1:stream_port` (its `primary_conninfo`), e.g. a [`FaultProxy`](crate::FaultProxy) in
+    /// front of the primary: blackholing it holds the stream back, so that the standby lags
+    /// (the base backup itself comes straight from the primary).
+    pub async fn start_standby_streaming_from(
+        primary: &Cluster,
+        stream_port: u16,
+    ) -> Result<Self, HarnessError> {
         let mut standby = Self::empty(primary.tools.clone())?;
         let port = primary.port.to_string();
         let backup = standby
@@ -142,6 +153,18 @@ impl Cluster {
             .current_dir(&standby.dir)
             .output();
         check("pg_basebackup", backup.await)?;
+        if stream_port != primary.port {
+            // After the line `-R` wrote: the later setting wins.
+            let auto = standby.data.join("postgresql.auto.conf");
+            let line =
+                format!("primary_conninfo = 'host=127.0.0.1 port={stream_port} user=postgres'\n");
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&auto)
+                .map_err(|e| HarnessError::io(format!("open {}", auto.display()), e))?;
+            std::io::Write::write_all(&mut file, line.as_bytes())
+                .map_err(|e| HarnessError::io(format!("append to {}", auto.display()), e))?;
+        }
         standby.launch().await?;
         Ok(standby)
     }
