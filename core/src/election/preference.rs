@@ -266,7 +266,6 @@ impl<C> Election<C> {
         let proven = best.live_for > limit + stale_for && !deferral.led;
         let say = deferral.over && !deferral.said && proven;
         deferral.said |= say;
-        deferral.owed = (deferral.over && !deferral.said).then_some(best);
         if deferred_for < limit {
             self.give_back_answered(conn);
             if new {
@@ -275,6 +274,8 @@ impl<C> Election<C> {
             self.wait_as_standby(now);
             return;
         }
+        // Past the limit: owed unless said (a grant says it, once: `granted_past_defer_limit`).
+        deferral.owed = Some(best);
         if say {
             self.log(LogKind::DeferLimitReached, None, outranked());
         }

@@ -1094,6 +1094,44 @@ fn the_defer_limit_is_said_at_the_attempt_when_the_candidacy_outlived_any_leftov
 }
 
 #[test]
+fn the_defer_limit_is_said_once_though_attempts_past_it_fail_and_go_on() {
+    let limit = WMS + 2 * IMS;
+    let (mut f, _) = deferring_until_the_fourth_check();
+    let outlived = |extra: u64| candidate("1.5.0", limit + 3 * IMS + 1 + extra);
+    let c5 = ConnId::new(5);
+    f.event(4 + limit, surveyed(c5, vec![outlived(0)]));
+    assert_eq!(
+        f.drain(),
+        vec![
+            log(
+                LogKind::DeferLimitReached,
+                None,
+                outranked(outlived(0), "1.4.0")
+            ),
+            A::TryLock { conn: c5 },
+        ]
+    );
+    // The attempt's statement fails: no leader was found, and the next check attempts again,
+    // without saying the limit a second time.
+    f.event(
+        5 + limit,
+        E::LockQueryFailed {
+            conn: c5,
+            cause: "broken pipe",
+        },
+    );
+    f.drain();
+    let at = ((5 + limit) / IMS + 1) * IMS;
+    let c6 = ConnId::new(6);
+    f.timeout(at);
+    f.drain();
+    f.event(at + 1, E::ConnectionAcquired { conn: c6 });
+    f.drain();
+    f.event(at + 2, surveyed(c6, vec![outlived(at - 4 - limit)]));
+    assert_eq!(f.drain(), vec![A::TryLock { conn: c6 }]);
+}
+
+#[test]
 fn the_defer_limit_is_not_said_while_a_leader_refuses_however_long_the_candidate_stays_live() {
     // A rollout's second new replica: a better candidate than this old standby, but an equally
     // new leader holds the lock, so it never takes over and stays live.
