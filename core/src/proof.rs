@@ -48,8 +48,18 @@ pub struct PoolProof<C> {
 pub enum SecondSession<C> {
     /// It answered from this server backend.
     Answered(i32),
-    /// It, or its answer, did not come within the action's `second_within`.
+    /// It, or its answer, did not come within the action's `second_within`, nor within half
+    /// as long again, while the first, asked again, did not answer either.
     TimedOut,
+    /// It did not come within `second_within`, and the first, asked again while it still
+    /// waited, answered first from backend `again`: the pooler queues the second client for
+    /// the first's own server session (a session-mode pooler whose one server session the
+    /// first holds), which it shares with no one. A pooler that shares server sessions
+    /// between clients serves the earlier-queued second first.
+    QueuedBehindFirst {
+        /// The backend that answered the first's second question.
+        again: i32,
+    },
     /// Opening it, or its statement, failed with this error.
     Failed(C),
 }
@@ -117,6 +127,17 @@ impl<C> PoolProof<C> {
         let second = match self.second {
             SecondSession::Answered(second) => second,
             SecondSession::TimedOut => return Verdict::Inconclusive(Unproven::NoSecondSession),
+            // The first's server session is its own (no second one can be had, so the lock's
+            // exclusion cannot be tested: the one server session is this client's alone).
+            SecondSession::QueuedBehindFirst { again } if again == self.first => {
+                return Verdict::Proven;
+            }
+            SecondSession::QueuedBehindFirst { again } => {
+                return Verdict::Refuted(LockFinding::BackendChanged {
+                    granted: self.first,
+                    now: again,
+                });
+            }
             SecondSession::Failed(cause) => {
                 return Verdict::Inconclusive(Unproven::SecondFailed(cause));
             }
@@ -235,6 +256,19 @@ mod tests {
             Verdict::Refuted(LockFinding::BackendChanged {
                 granted: 11,
                 now: 10
+            })
+        );
+    }
+
+    #[test]
+    fn a_second_session_queued_behind_the_first_proves_the_first_owns_its_session() {
+        let queued = |again| proof(SecondSession::QueuedBehindFirst { again }, None);
+        assert_eq!(queued(10).verdict(), Verdict::Proven);
+        assert_eq!(
+            queued(12).verdict(),
+            Verdict::Refuted(LockFinding::BackendChanged {
+                granted: 10,
+                now: 12
             })
         );
     }

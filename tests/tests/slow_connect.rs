@@ -104,13 +104,20 @@ async fn leads_within(elector: &Elector, timeout: Duration) -> Option<Duration> 
 
 on_both_backends!(
     #[tokio::test]
-    a_connection_slower_to_set_up_than_one_interval_is_resumed_and_leads
+    a_connection_slower_to_set_up_than_one_interval_is_resumed_but_proves_nothing
 );
 /// Every byte waits `DELAY` in the proxy, each way: a round trip takes 400 ms, two thirds of
-/// the interval. A check's statement (one round trip) fits in an interval; a connection's setup
-/// (the startup, then one statement: two round trips, see `Sessions::new`) does not.
-/// Before, each check cancelled the setup it had begun and the elector never led.
-async fn a_connection_slower_to_set_up_than_one_interval_is_resumed_and_leads(backend: Backend) {
+/// the interval, and a connection's setup (the startup, then one statement: two round trips,
+/// see `Sessions::new`) longer than the interval. The check that gives up on a setup keeps it,
+/// and the next resumes it (before, each check cancelled its setup and nothing was ever
+/// connected). Since issue 49 the advisory lock's first attempt waits for the exclusion proof,
+/// whose statements over two sessions (five round trips here, and a second setup) cannot
+/// answer within one interval on such a link: it proves nothing at every check, says so at
+/// WARN and never leads, where it used to count a proof that did not answer as a pass. The
+/// setups are still resumed, never begun anew per check.
+async fn a_connection_slower_to_set_up_than_one_interval_is_resumed_but_proves_nothing(
+    backend: Backend,
+) {
     const I: Duration = Duration::from_millis(600);
     const DELAY: Duration = Duration::from_millis(200);
     let db = TestDb::create(&format!("slow_connect_resumed_{backend}"))
@@ -121,30 +128,19 @@ async fn a_connection_slower_to_set_up_than_one_interval_is_resumed_and_leads(ba
     let sessions = Sessions::new(backend, &proxy.pg_config(&db.config()));
     let (elector, shutdown, run) = spawn(&sessions, I);
 
-    // The first check gives up at I; the second resumes the setup, which ends at about
-    // 4·DELAY, and its grant statement answers one round trip later.
-    let took = leads_within(&elector, 10 * I).await;
-    let took = took.expect("leads although every connection takes longer than I to set up");
-    assert!(
-        took <= 2 * I + MARGIN,
-        "leads at the second check: took {took:?}"
-    );
+    // Eight checks: never a lead on an unproven pool.
+    assert_eq!(leads_within(&elector, 8 * I).await, None, "led unproven");
     let late = sessions.late_setups();
-    assert!(late.finished >= 1, "the setup was finished late: {late:?}");
-    assert_eq!(late.given_up, 0, "{late:?}");
-    // One connection was set up, not one per check. sqlx's acquire also probes the server
-    // while its pool has no idle connection, with a plain TCP connect and, 100 ms on, a session
-    // of its own (cancelled with the check): two at each of the two checks at most.
-    let probes = if backend == Backend::Sqlx { 4 } else { 0 };
+    assert!(late.finished >= 1, "a setup was finished late: {late:?}");
+    // Setups are kept and resumed, not begun per check: far fewer connections than checks
+    // times the proof's two. sqlx's acquire also probes the server while its pool has no idle
+    // connection (a plain TCP connect and a session of its own), at most two per check.
+    let probes = if backend == Backend::Sqlx { 16 } else { 0 };
     let accepted = proxy.accepted_count();
     assert!(
-        (1..=1 + probes).contains(&accepted),
-        "one connection was set up, not one per check: {accepted} accepted"
+        accepted <= 8 + probes,
+        "{accepted} connections accepted in eight checks"
     );
-
-    // Its checks fit in an interval: it keeps leading.
-    tokio::time::sleep(3 * I).await;
-    assert!(elector.is_leader(), "still leads");
 
     shutdown.cancel();
     run.await.unwrap().unwrap();

@@ -21,7 +21,7 @@ use plexsphere_leader::deadpool_postgres::{Manager, ManagerConfig, Pool, Recycli
 use plexsphere_leader::session::{CheckError, PoolSessions, prove_exclusion};
 use plexsphere_leader::sql::{self, quote_literal};
 use plexsphere_leader_core::LockFinding;
-use plexsphere_leader_core::proof::Verdict;
+use plexsphere_leader_core::proof::{SecondSession, Verdict};
 use tokio::time::Instant;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
@@ -80,6 +80,10 @@ pub enum Proof {
     /// Two server sessions of their own, and the lock refused the second while the first held
     /// it.
     Proven,
+    /// One server session only, the first's own: a second client was queued for it while the
+    /// first answered (a session-mode pooler with one server session). An elector leads here;
+    /// the lock's exclusion could not be tested with one server session.
+    ProvenAlone,
     /// The advisory lock cannot elect one leader here, for this finding.
     Refuted(LockFinding),
     /// Nothing was proven, for this reason (an elector tries again at its next check).
@@ -93,7 +97,7 @@ impl Proof {
     /// two sessions of their own (`Some(false)`), or could not tell (`None`).
     pub fn multiplexed(&self) -> Option<bool> {
         match self {
-            Self::Proven => Some(false),
+            Self::Proven | Self::ProvenAlone => Some(false),
             Self::Refuted(finding) => Some(finding.proves_multiplexing()),
             Self::Inconclusive(_) | Self::Failed(_) => None,
         }
@@ -101,7 +105,7 @@ impl Proof {
 
     fn label(&self) -> &'static str {
         match self {
-            Self::Proven => "proven",
+            Self::Proven | Self::ProvenAlone => "proven",
             Self::Refuted(_) => "refuted",
             Self::Inconclusive(_) => "inconclusive",
             Self::Failed(_) => "failed",
@@ -112,6 +116,10 @@ impl Proof {
         match self {
             Self::Proven => "two server sessions of their own; the lock refused the second \
                              while the first held it"
+                .to_owned(),
+            Self::ProvenAlone => "one server session, the first's own: a second client waited \
+                                  for it while the first answered (the lock's exclusion cannot \
+                                  be tested with one server session)"
                 .to_owned(),
             Self::Refuted(finding) => finding.to_string(),
             Self::Inconclusive(why) => format!("proved nothing: {why}"),
@@ -426,10 +434,14 @@ async fn prove(config: &tokio_postgres::Config, second_within: Duration) -> Proo
     };
     let sessions = PoolSessions::new(pool.clone());
     let proof = match prove_exclusion(&sessions, second_within).await {
-        Ok(proof) => match proof.verdict() {
-            Verdict::Proven => Proof::Proven,
-            Verdict::Refuted(finding) => Proof::Refuted(finding),
-            Verdict::Inconclusive(why) => Proof::Inconclusive(why.to_string()),
+        Ok(proof) => match (
+            matches!(proof.second, SecondSession::QueuedBehindFirst { .. }),
+            proof.verdict(),
+        ) {
+            (true, Verdict::Proven) => Proof::ProvenAlone,
+            (_, Verdict::Proven) => Proof::Proven,
+            (_, Verdict::Refuted(finding)) => Proof::Refuted(finding),
+            (_, Verdict::Inconclusive(why)) => Proof::Inconclusive(why.to_string()),
         },
         Err(error) => Proof::Failed(error.to_string()),
     };
@@ -648,7 +660,7 @@ pub fn judge_advisory(observed: &Observed) -> Judgement {
             "see the error; the role needs EXECUTE on pg_try_advisory_lock and \
              pg_advisory_unlock",
         ),
-        Proof::Proven => match writable(observed) {
+        Proof::Proven | Proof::ProvenAlone => match writable(observed) {
             Some(refused) => refused,
             None => match &observed.idle_session_timeout {
                 Err(error) => Judgement::no_go(

@@ -98,6 +98,8 @@ pub struct PgPoolSessions {
     pool: PgPool,
     /// The checkout a check gave up on, with whether the pool had to open a connection for it.
     setups: KeptSetups<(PoolConnection<Postgres>, bool), sqlx::Error>,
+    /// The exclusion proof's connection outside the pool that a proof gave up on.
+    outside: KeptSetups<PgConnection, sqlx::Error>,
 }
 
 impl PgPoolSessions {
@@ -106,6 +108,7 @@ impl PgPoolSessions {
         Self {
             pool,
             setups: KeptSetups::new(),
+            outside: KeptSetups::new(),
         }
     }
 
@@ -184,10 +187,18 @@ impl SessionSource for PgPoolSessions {
     }
 
     /// A connection of the pool's connect options, never counted in the pool nor given to it.
+    /// A setup the proof gives up on is kept for the next proof, as a pooled one is.
     fn open_outside_pool(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
         Box::pin(async move {
-            let options = self.pool.connect_options();
-            let connection = sqlx::ConnectOptions::connect(&*options)
+            let connection = self
+                .outside
+                .run(
+                    || {
+                        let options = self.pool.connect_options();
+                        Box::pin(async move { sqlx::ConnectOptions::connect(&*options).await })
+                    },
+                    |_| true,
+                )
                 .await
                 .map_err(check_error)?;
             Ok(Box::new(PgSession {
@@ -198,6 +209,7 @@ impl SessionSource for PgPoolSessions {
 
     fn cancel_kept(&self) {
         self.setups.cancel();
+        self.outside.cancel();
     }
 }
 

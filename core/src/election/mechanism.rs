@@ -158,23 +158,16 @@ impl<C> Election<C> {
         }
     }
 
-    /// Closes the connection the election owns or is acquiring, if any; a lease's statement
-    /// in flight is given up instead (its connection is the pool's, and carries nothing), and
-    /// so is the pool proof's operation, which keeps no connection.
+    /// Closes the connection the election owns or is acquiring, if any (the exclusion proof's
+    /// sessions too, and whatever setup it left for the next check); a lease's statement in
+    /// flight is given up instead (its connection is the pool's, and carries nothing).
     pub(super) fn close_open_conn(&mut self) {
         let Some(conn) = self.open_conn() else {
             return;
         };
-        let proving = matches!(
-            &self.state,
-            State::Running(Running {
-                role: Role::Standby(Standby::ProvingPool { .. }),
-                ..
-            })
-        );
         match self.mechanism() {
-            Mechanism::Advisory if !proving => self.push(Action::CloseConnection { conn }),
-            Mechanism::Advisory | Mechanism::Lease(_) => self.push(Action::ReturnToPool { conn }),
+            Mechanism::Advisory => self.push(Action::CloseConnection { conn }),
+            Mechanism::Lease(_) => self.push(Action::ReturnToPool { conn }),
         }
     }
 }

@@ -43,21 +43,46 @@ pub(crate) async fn prove(
 ) -> Result<PoolProof<CheckError>, CheckError> {
     let mut first = ClosedUnlessAnswered(Some(sessions.acquire().await?));
     let first_pid = backend(held(&first)?).await?;
-    let opened = tokio::time::timeout(second_within, async {
+    // Boxed, so that dropping it ends its setup before a kept one is cancelled.
+    let mut second = Box::pin(async {
         let second = ClosedUnlessAnswered(Some(sessions.open_outside_pool().await?));
         let pid = backend(held(&second)?).await?;
         Ok::<_, CheckError>((second, pid))
-    })
-    .await;
+    });
+    let opened = match tokio::time::timeout(second_within, &mut second).await {
+        Ok(opened) => Opened::Second(opened),
+        // Not yet: the first asks again while the second still waits. A pooler that queues
+        // the second for the first's own server session (session mode, its one server session
+        // taken) answers the first at once; one that shares server sessions between clients
+        // serves the earlier-queued second first, or neither.
+        Err(_) => tokio::select! {
+            biased;
+            opened = &mut second => Opened::Second(opened),
+            again = backend(held(&first)?) => Opened::FirstAgain(again?),
+            () = tokio::time::sleep(second_within / 2) => {
+                // The first's second answer is unknown too: it is closed, not pooled.
+                return Ok(unanswered(first_pid, SecondSession::TimedOut));
+            }
+        },
+    };
     let (mut second, second_pid) = match opened {
-        Ok(Ok(second)) => second,
-        Ok(Err(cause)) => {
+        Opened::Second(Ok(second)) => second,
+        Opened::Second(Err(cause)) => {
             first.answered();
             return Ok(unanswered(first_pid, SecondSession::Failed(cause)));
         }
-        Err(_) => {
+        Opened::FirstAgain(again) => {
+            // The second's setup, queued for the first's server session, is not kept for a
+            // later proof: it would be first in line when this client leaves that session (a
+            // killed leader's pooler would hand the session to a client that is gone, and
+            // close it, lock and all).
+            drop(second);
+            sessions.cancel_kept();
             first.answered();
-            return Ok(unanswered(first_pid, SecondSession::TimedOut));
+            return Ok(unanswered(
+                first_pid,
+                SecondSession::QueuedBehindFirst { again },
+            ));
         }
     };
     let proof = |exclusion| PoolProof {
@@ -93,6 +118,14 @@ pub(crate) async fn prove(
         second_backend,
         second_granted,
     })))
+}
+
+/// How the wait for the second session ended.
+enum Opened {
+    /// The second session answered with its backend, or failed.
+    Second(Result<(ClosedUnlessAnswered, i32), CheckError>),
+    /// The first answered again, from this backend, while the second still waited.
+    FirstAgain(i32),
 }
 
 /// The proof with no lock test: the second session did not answer.

@@ -38,6 +38,10 @@ pub struct PoolSessions {
     pool: Pool,
     ends: SessionEnds,
     setups: KeptSetups<Object, PoolError>,
+    /// The exclusion proof's session outside the pool, kept like a pooled setup when its
+    /// proof gives up on it, so that a link slower to connect than half an interval is
+    /// proven at a later check.
+    outside: KeptSetups<ClientWrapper, deadpool_postgres::tokio_postgres::Error>,
 }
 
 impl PoolSessions {
@@ -49,6 +53,7 @@ impl PoolSessions {
             pool,
             ends: SessionEnds::global(),
             setups: KeptSetups::new(),
+            outside: KeptSetups::new(),
         }
     }
 
@@ -101,13 +106,19 @@ impl SessionSource for PoolSessions {
     }
 
     /// A new client of the pool's manager (its configuration and connector), never counted
-    /// in the pool nor given to it.
+    /// in the pool nor given to it. A setup the proof gives up on is kept for the next proof,
+    /// as a pooled one is.
     fn open_outside_pool(&self) -> BoxFuture<'_, Result<Box<dyn LockSession>, CheckError>> {
         Box::pin(async move {
             let client = self
-                .pool
-                .manager()
-                .create()
+                .outside
+                .run(
+                    || {
+                        let pool = self.pool.clone();
+                        Box::pin(async move { pool.manager().create().await })
+                    },
+                    |_| true,
+                )
                 .await
                 .map_err(|error| CheckError::from(PoolError::Backend(error)))?;
             Ok(Box::new(PgSession::Detached(client, None)) as Box<dyn LockSession>)
@@ -116,6 +127,7 @@ impl SessionSource for PoolSessions {
 
     fn cancel_kept(&self) {
         self.setups.cancel();
+        self.outside.cancel();
     }
 }
 

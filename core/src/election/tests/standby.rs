@@ -466,6 +466,19 @@ fn granted_fencing() -> Fixture {
 }
 
 #[test]
+fn with_fencing_the_trust_counts_from_the_epoch_advance_sent_on_the_lock_session() {
+    // The advance, sent at 2 ms on the lock session, answers at 900 ms: the session went idle
+    // no earlier than its send, so the trust counts from there, not from the answer.
+    let mut f = granted_fencing();
+    f.event(900, E::EpochAdvanced { conn: C1, epoch: 7 });
+    assert!(f.election.is_leader());
+    assert_eq!(
+        f.election.trust_deadline(),
+        Some(f.at(2) + 4 * I - 4 * I / 10)
+    );
+}
+
+#[test]
 fn with_fencing_the_term_begins_with_the_epoch_the_database_returned() {
     let mut f = granted_fencing();
     assert_eq!(f.election.poll_timeout(), Some(f.at(2 + IMS)));
@@ -854,12 +867,12 @@ fn a_pool_proof_that_fails_is_tried_again_and_one_unanswered_in_its_interval_pro
             second_within: I / 2
         }]
     );
-    // A stop while proving gives the operation up.
+    // A stop while proving closes what the operation holds, and any setup it left.
     let mut stopped = proving();
     stopped.event(1, Control::Cancelled);
     assert_eq!(
         stopped.drain(),
-        vec![A::ReturnToPool { conn: C1 }, A::Finish]
+        vec![A::CloseConnection { conn: C1 }, A::Finish]
     );
     // No answer within the interval (a link slower than a setup and a statement): given up,
     // and it proves nothing: the next check proves again, and tries no lock.
