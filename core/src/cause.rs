@@ -317,7 +317,7 @@ pub enum Cause<C> {
     },
     /// The exclusion proof ([`crate::proof`]) proved nothing, for this reason: no attempt this
     /// check.
-    Unproven(crate::proof::Unproven<C>),
+    Unproven(Unproven<C>),
     /// The fencing epoch the database returned is not greater than one this election already
     /// used (a restored backup, or a failover to a standby that missed it).
     EpochDidNotAdvance {
@@ -381,6 +381,33 @@ impl<C: fmt::Display> fmt::Display for Cause<C> {
                 "the fencing epoch did not advance ({epoch} after {last}): the fence table \
                  went back in time (restored backup, or failover to a standby that missed it)"
             ),
+        }
+    }
+}
+
+/// Why the exclusion proof ([`crate::proof`]) proved nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Unproven<C> {
+    /// No second session answered within the bound (a saturated pool or pooler, a slow link).
+    NoSecondSession,
+    /// The second session failed (a connection limit, a full server, a refused login).
+    SecondFailed(C),
+    /// Another session held the proof's key, so the first was refused it.
+    KeyTaken,
+    /// Two backends answered, but no lock test was reported.
+    NotTested,
+}
+
+impl<C: fmt::Display> fmt::Display for Unproven<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoSecondSession => f.write_str(
+                "no second session answered within half an interval (a saturated pool or \
+                 pooler, or a slow link)",
+            ),
+            Self::SecondFailed(cause) => write!(f, "the second session failed: {cause}"),
+            Self::KeyTaken => f.write_str("another session held the proof's key"),
+            Self::NotTested => f.write_str("the lock test did not run"),
         }
     }
 }

@@ -21,9 +21,8 @@
 //! not come or failed, or a key another session held, is [`Verdict::Inconclusive`], and the run
 //! tries the proof again at its next check, never the lock.
 
-use std::fmt;
-
 use crate::cause::LockFinding;
+pub use crate::cause::Unproven;
 
 /// The first `int4` of the proof's key, `0x706C7870` (ASCII `plxp`), beside the election's
 /// default `plxs`. The second is the first session's backend pid, unique among live sessions,
@@ -91,19 +90,6 @@ pub enum Verdict<C> {
     Refuted(LockFinding),
 }
 
-/// Why a proof proved nothing.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Unproven<C> {
-    /// No second session answered within the bound (a saturated pool or pooler, a slow link).
-    NoSecondSession,
-    /// The second session failed (a connection limit, a full server, a refused login).
-    SecondFailed(C),
-    /// Another session held the proof's key, so the first was refused it.
-    KeyTaken,
-    /// Two backends answered, but no lock test was reported.
-    NotTested,
-}
-
 impl<C> PoolProof<C> {
     /// What the proof observes on a server whose lock excludes, through two sessions of their
     /// own on backends `first` and `second`: for models and test doubles of the server.
@@ -165,20 +151,6 @@ impl<C> PoolProof<C> {
                 second,
             }),
             (false, _) => Verdict::Inconclusive(Unproven::KeyTaken),
-        }
-    }
-}
-
-impl<C: fmt::Display> fmt::Display for Unproven<C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NoSecondSession => f.write_str(
-                "no second session answered within half an interval (a saturated pool or \
-                 pooler, or a slow link)",
-            ),
-            Self::SecondFailed(cause) => write!(f, "the second session failed: {cause}"),
-            Self::KeyTaken => f.write_str("another session held the proof's key"),
-            Self::NotTested => f.write_str("the lock test did not run"),
         }
     }
 }

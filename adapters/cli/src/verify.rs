@@ -1,7 +1,7 @@
 //! `plexsphere-leader verify`: which election mechanism works through an endpoint, and why.
 //!
 //! [`observe`] asks the endpoint, read-only, what each mechanism depends on: the library's own
-//! exclusion proof ([`plexsphere_leader::session::prove_exclusion`], the proof an advisory run
+//! exclusion proof ([`plexsphere_leader::status::prove_exclusion`], the proof an advisory run
 //! makes before its first attempt: whether the endpoint multiplexes sessions and whether its
 //! advisory lock excludes), whether `idle_session_timeout` can be set, whether the server is in
 //! recovery or the session read-only, the lease tables and this role's privileges on them, the
@@ -18,8 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use plexsphere_leader::LockKey;
 use plexsphere_leader::deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use plexsphere_leader::session::{CheckError, PoolSessions, prove_exclusion};
+use plexsphere_leader::session::{CheckError, PoolSessions};
 use plexsphere_leader::sql::{self, quote_literal};
+use plexsphere_leader::status::prove_exclusion;
 use plexsphere_leader_core::LockFinding;
 use plexsphere_leader_core::proof::{SecondSession, Verdict};
 use tokio::time::Instant;

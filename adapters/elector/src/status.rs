@@ -21,6 +21,24 @@ use crate::sql;
 
 pub use crate::shard_sql::OwnerRow;
 
+/// Runs the exclusion proof ([`plexsphere_leader_core::proof`]) on `sessions` once, exactly as
+/// a run of the advisory lock does before its first attempt: one pooled session and one
+/// opened outside the pool ([`SessionSource::open_outside_pool`](crate::session::SessionSource::open_outside_pool)), the second given
+/// `second_within` to answer. Returns what the two answered; its
+/// [`verdict`](plexsphere_leader_core::proof::PoolProof::verdict) says whether the advisory
+/// lock can elect one leader through `sessions`. For operators' tools (`plexsphere-leader
+/// verify`); an elector runs it by itself. Cancel-safe: dropped, it closes what it holds.
+///
+/// # Errors
+/// The first session could not be borrowed, or a statement of the lock test failed (what it
+/// borrowed is then closed).
+pub async fn prove_exclusion(
+    sessions: &dyn crate::session::SessionSource,
+    second_within: std::time::Duration,
+) -> Result<plexsphere_leader_core::proof::PoolProof<CheckError>, CheckError> {
+    crate::connection::pool::prove(sessions, second_within).await
+}
+
 mod candidates;
 mod lease;
 

@@ -36,7 +36,7 @@ pub(crate) fn probe<E: Send + 'static, X: Default + Send + 'static>(
 }
 
 /// The exclusion proof on `sessions`, as a run performs it before its first attempt
-/// ([`session::prove_exclusion`](crate::session::prove_exclusion)).
+/// ([`status::prove_exclusion`](crate::status::prove_exclusion)).
 pub(crate) async fn prove(
     sessions: &dyn SessionSource,
     second_within: Duration,
