@@ -200,6 +200,27 @@ impl TestDb {
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
+    /// Makes this database's session advisory locks vacuous, as some PostgreSQL-compatible
+    /// servers ship them (CockroachDB's stubs; YugabyteDB 2.25.1's two-`int4` lock): its
+    /// `pg_catalog` two-`int4` lock functions are replaced by SQL functions that grant every
+    /// session (`allow_system_table_mods`, superuser). Only this database is changed, and its
+    /// drop undoes it; schema-qualified calls reach the replacements too.
+    pub async fn make_advisory_locks_vacuous(&self) -> Result<(), HarnessError> {
+        self.admin
+            .batch_execute(
+                "SET allow_system_table_mods = on; \
+                 CREATE OR REPLACE FUNCTION pg_catalog.pg_try_advisory_lock(int4, int4) \
+                     RETURNS bool LANGUAGE sql AS 'SELECT true'; \
+                 CREATE OR REPLACE FUNCTION pg_catalog.pg_advisory_lock(int4, int4) \
+                     RETURNS void LANGUAGE sql AS ''; \
+                 CREATE OR REPLACE FUNCTION pg_catalog.pg_advisory_unlock(int4, int4) \
+                     RETURNS bool LANGUAGE sql AS 'SELECT true'; \
+                 RESET allow_system_table_mods",
+            )
+            .await?;
+        Ok(())
+    }
+
     /// Terminates backend `pid` (`pg_terminate_backend`) and waits up to 5 s for it to exit.
     ///
     /// Returns `false` when no such backend exists or it did not exit in time. The client of

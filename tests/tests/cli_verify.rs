@@ -59,24 +59,6 @@ async fn setup_lease(db: &TestDb) {
     plexsphere_leader::lease::setup(db.admin()).await.unwrap();
 }
 
-/// Replaces the database's two-`int4` advisory-lock functions with ones that grant everyone
-/// (as `tests/tests/exclusion_proof.rs` does).
-async fn make_the_lock_vacuous(db: &TestDb) {
-    db.admin()
-        .batch_execute(
-            "SET allow_system_table_mods = on; \
-             CREATE OR REPLACE FUNCTION pg_catalog.pg_try_advisory_lock(int4, int4) \
-                 RETURNS bool LANGUAGE sql AS 'SELECT true'; \
-             CREATE OR REPLACE FUNCTION pg_catalog.pg_advisory_lock(int4, int4) \
-                 RETURNS void LANGUAGE sql AS ''; \
-             CREATE OR REPLACE FUNCTION pg_catalog.pg_advisory_unlock(int4, int4) \
-                 RETURNS bool LANGUAGE sql AS 'SELECT true'; \
-             RESET allow_system_table_mods",
-        )
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn a_direct_server_is_go_for_the_advisory_lock_and_for_a_set_up_lease() {
     let db = TestDb::create("verify_direct").await.unwrap();
@@ -135,7 +117,7 @@ async fn a_direct_server_is_go_for_the_advisory_lock_and_for_a_set_up_lease() {
 #[tokio::test]
 async fn a_lock_that_grants_everyone_is_no_go_for_the_advisory_lock_and_names_the_lease() {
     let db = TestDb::create("verify_vacuous").await.unwrap();
-    make_the_lock_vacuous(&db).await;
+    db.make_advisory_locks_vacuous().await.unwrap();
     setup_lease(&db).await;
     let (code, json) = verify_json(&db.config(), &[]).await;
     assert_eq!(code, cli::EXIT_NO_LEADER, "{json}");

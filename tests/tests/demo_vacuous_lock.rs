@@ -14,19 +14,7 @@ use plexsphere_leader_tests::TestDb;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_lock_that_grants_everyone_the_demo_never_leads_and_exits_non_zero() {
     let db = TestDb::create("demo_vacuous_lock").await.unwrap();
-    db.admin()
-        .batch_execute(
-            "SET allow_system_table_mods = on; \
-             CREATE OR REPLACE FUNCTION pg_catalog.pg_try_advisory_lock(int4, int4) \
-                 RETURNS bool LANGUAGE sql AS 'SELECT true'; \
-             CREATE OR REPLACE FUNCTION pg_catalog.pg_advisory_lock(int4, int4) \
-                 RETURNS void LANGUAGE sql AS ''; \
-             CREATE OR REPLACE FUNCTION pg_catalog.pg_advisory_unlock(int4, int4) \
-                 RETURNS bool LANGUAGE sql AS 'SELECT true'; \
-             RESET allow_system_table_mods",
-        )
-        .await
-        .unwrap();
+    db.make_advisory_locks_vacuous().await.unwrap();
     let dsn = format!(
         "host=127.0.0.1 port={} dbname={} user=postgres",
         port(&db),

@@ -17,30 +17,13 @@ use plexsphere_leader_core::LockFinding;
 use plexsphere_leader_tests::{Backend, TestDb};
 use support::{I, Logs, MARGIN, Replica, STARTUP, wait_for, wait_for_async};
 
-/// Replaces the database's two-`int4` advisory-lock functions with ones that grant everyone.
-async fn make_the_lock_vacuous(db: &TestDb) {
-    db.admin()
-        .batch_execute(
-            "SET allow_system_table_mods = on; \
-             CREATE OR REPLACE FUNCTION pg_catalog.pg_try_advisory_lock(int4, int4) \
-                 RETURNS bool LANGUAGE sql AS 'SELECT true'; \
-             CREATE OR REPLACE FUNCTION pg_catalog.pg_advisory_lock(int4, int4) \
-                 RETURNS void LANGUAGE sql AS ''; \
-             CREATE OR REPLACE FUNCTION pg_catalog.pg_advisory_unlock(int4, int4) \
-                 RETURNS bool LANGUAGE sql AS 'SELECT true'; \
-             RESET allow_system_table_mods",
-        )
-        .await
-        .unwrap();
-}
-
 on_both_backends!(
     #[tokio::test]
     on_a_lock_that_grants_everyone_no_replica_leads_and_every_run_fails
 );
 async fn on_a_lock_that_grants_everyone_no_replica_leads_and_every_run_fails(backend: Backend) {
     let db = TestDb::create(&format!("vacuous_{backend}")).await.unwrap();
-    make_the_lock_vacuous(&db).await;
+    db.make_advisory_locks_vacuous().await.unwrap();
     let (logs, _guard) = Logs::capture();
     let replicas: Vec<Replica> = (0..3)
         .map(|n| Replica::spawn(db.backend_pool(backend, &format!("vac-{n}"), 2).unwrap(), I))
@@ -166,7 +149,7 @@ async fn on_a_lock_that_grants_everyone_no_replica_joins_a_shard_space(backend: 
     let db = TestDb::create(&format!("vacuous_shards_{backend}"))
         .await
         .unwrap();
-    make_the_lock_vacuous(&db).await;
+    db.make_advisory_locks_vacuous().await.unwrap();
     let mut runs = Vec::new();
     let mut electors = Vec::new();
     for n in 0..2 {
