@@ -14,7 +14,7 @@
 //! - `Hijack` only in answer to `LockGranted`, `ReleaseIfHeld` only in answer to
 //!   `LockWaitTimedOut` or `LockHeldBySession`, a grant statement on a borrowed connection only
 //!   in answer to its acquire or to `ReleasedIfHeld` (a stranded lock released), and
-//!   `ReturnToPool` only in answer to `LockRefused` or `ReleasedIfHeld`
+//!   `ReturnToPool` only in answer to `LockRefused`, `LockNotTried` or `ReleasedIfHeld`
 //!   for the same connection, or to an acquire's deadline; a term begins only on a hijacked connection, in answer to
 //!   `LockGranted` or (fencing) `EpochAdvanced`, and fencing epochs strictly increase;
 //! - actions only ever name the newest connection, and nothing is done with a connection after it
@@ -681,6 +681,7 @@ impl ElectionRules {
                     matches!(
                         e,
                         Event::LockRefused { .. }
+                            | Event::LockNotTried { .. }
                             | Event::ReleasedIfHeld { .. }
                             | Event::Unfit { .. }
                             | Event::CandidatesSurveyed { .. }
@@ -1020,6 +1021,44 @@ mod tests {
             cause: TermEndCause::Stopped,
         }];
         violation(trace.event(3, Control::Panicked, &end), "EndTerm cause");
+    }
+
+    #[test]
+    fn a_grant_statement_that_tried_no_lock_may_give_its_connection_back() {
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        trace
+            .event(
+                1,
+                E::ConnectionAcquired { conn: C1 },
+                &[A::TryLock { conn: C1 }],
+            )
+            .unwrap();
+        trace
+            .event(
+                2,
+                E::LockNotTried { conn: C1, cause: 1 },
+                &[A::ReturnToPool { conn: C1 }],
+            )
+            .unwrap();
+        // A failed statement's outcome is unknown: its connection never goes back.
+        let mut trace = Trace::new();
+        trace.start(&[A::AcquireConnection { conn: C1 }]).unwrap();
+        trace
+            .event(
+                1,
+                E::ConnectionAcquired { conn: C1 },
+                &[A::TryLock { conn: C1 }],
+            )
+            .unwrap();
+        violation(
+            trace.event(
+                2,
+                E::LockQueryFailed { conn: C1, cause: 2 },
+                &[A::ReturnToPool { conn: C1 }],
+            ),
+            "ReturnToPool on conn#1 (Borrowed) in answer to LockQueryFailed",
+        );
     }
 
     #[test]
