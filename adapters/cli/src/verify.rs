@@ -24,7 +24,7 @@ use plexsphere_leader::status::prove_exclusion;
 use plexsphere_leader_core::LockFinding;
 use plexsphere_leader_core::proof::{SecondSession, Verdict};
 use tokio::time::Instant;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, NoTls};
 
 /// How long the proof's second session may take to answer, at most (half the remaining
 /// `--timeout` when that is shorter): an elector gives it half an interval.
@@ -565,19 +565,7 @@ type Row = Vec<Option<String>>;
 
 async fn rows(client: &Client, statement: &str) -> Result<Vec<Row>, VerifyError> {
     let messages = client.simple_query(statement).await?;
-    messages
-        .into_iter()
-        .filter_map(|message| match message {
-            SimpleQueryMessage::Row(row) => Some(row),
-            _ => None,
-        })
-        .map(|row| {
-            (0..row.len())
-                .map(|index| row.try_get(index).map(|value| value.map(str::to_owned)))
-                .collect::<Result<Row, _>>()
-                .map_err(VerifyError::from)
-        })
-        .collect()
+    plexsphere_leader::session::text_rows(messages).map_err(VerifyError::Query)
 }
 
 async fn first_row(client: &Client, statement: &str) -> Result<Row, VerifyError> {

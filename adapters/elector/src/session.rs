@@ -32,7 +32,7 @@ pub use crate::error::CheckError;
 #[cfg(feature = "deadpool")]
 pub use self::deadpool::PoolSessions;
 #[cfg(feature = "deadpool")]
-pub(crate) use self::deadpool::text_rows;
+pub use self::deadpool::text_rows;
 #[cfg(feature = "deadpool")]
 pub use self::observed::{ConnectionEnd, ObservedConnect, SessionEnds, observe_connection};
 pub use self::setup::{KeptSetups, LateSetups, Setup};

@@ -203,11 +203,13 @@ fn classify(error: tokio_postgres::Error) -> QueryError {
     }
 }
 
-/// The rows of a simple-protocol answer, each column as text.
+/// The rows of a simple-protocol answer (`tokio_postgres::Client::simple_query`), each column
+/// as text, `None` for `NULL`: how every statement of the elector is read, for operators' tools
+/// that send statements of their own.
 ///
 /// # Errors
 /// The column's value cannot be read (never for a well-formed answer).
-pub(crate) fn text_rows(messages: Vec<SimpleQueryMessage>) -> Result<Vec<Row>, CheckError> {
+pub fn text_rows(messages: Vec<SimpleQueryMessage>) -> Result<Vec<Row>, CheckError> {
     messages
         .into_iter()
         .filter_map(|message| match message {
